@@ -1,0 +1,152 @@
+"""The Device layer's backend interface, and the tensor-map rules every backend applies.
+
+A backend owns device memory, tensor-map encoding, module loading, launch and timing.
+``cutedsl.device.cuda.CudaBackend`` drives a GPU through cuda-python's driver API;
+``cutedsl.sim.SimBackend`` runs the same compiled kernels on the PTX emulator. Both
+validate tensor maps with :func:`check_tensor_map` so that the same bad inputs are
+rejected with the same messages before anything is launched.
+"""
+from __future__ import annotations
+
+import abc
+
+import attrs
+
+from ..compiler.artifact import CompiledKernel, TensorMapSpec
+from ..dtypes import dtype as _dtype
+from ..errors import TensorMapError
+
+#: dynamic shared-memory opt-in limit per CTA on sm_90 (bytes)
+SMEM_LIMIT = 232448
+
+
+@attrs.frozen
+class DeviceBuffer:
+    """A device allocation: ``ptr`` is the device address, ``nbytes`` its size in bytes."""
+    ptr: int
+    nbytes: int
+    backend: object = attrs.field(eq=False, repr=False, default=None)
+
+
+@attrs.frozen
+class EncodedTensorMap:
+    """Driver-order (innermost first) fields of a tiled tensor map, already validated."""
+    spec: TensorMapSpec
+    address: int
+    dims: tuple          #: globalDim[i], elements, innermost first
+    strides: tuple       #: globalStrides[i] for i in 1..rank-1, bytes (driver's rank-1 entries)
+    box: tuple           #: boxDim[i], innermost first
+    elem_strides: tuple  #: elementStrides[i], all 1
+
+
+def check_tensor_map(spec: TensorMapSpec, address: int, shape, strides) -> EncodedTensorMap:
+    """Validate a tiled tensor map like ``cuTensorMapEncodeTiled`` and return its fields.
+
+    ``shape`` (elements) and ``strides`` (bytes) are in numpy order, outermost first; the
+    innermost stride must equal the element size. Rules (CUDA driver API, tensor memory
+    access): rank 1..5; address 16-B aligned; each dim 1..2^32; strides multiples of 16 B,
+    < 2^40 B and non-decreasing enough not to overlap rows; box dims 1..256 and within the
+    swizzle span; innermost box bytes a multiple of 16.
+
+    Raises ``TensorMapError`` naming the parameter, the dimension and the limit.
+    """
+    name = spec.param
+    dt = _dtype(spec.dtype)
+    if dt.tma_code < 0:
+        raise TensorMapError(f"tensor map {name!r}: dtype {dt.name} cannot be moved by TMA")
+    e = dt.nbytes
+    shape = tuple(int(s) for s in shape)
+    strides = tuple(int(s) for s in strides)
+    rank = len(shape)
+    if not 1 <= rank <= 5:
+        raise TensorMapError(f"tensor map {name!r}: rank {rank} is outside TMA's 1..5")
+    if rank != spec.rank:
+        raise TensorMapError(f"tensor map {name!r}: tensor has rank {rank} but the box has rank {spec.rank}")
+    if len(strides) != rank:
+        raise TensorMapError(f"tensor map {name!r}: {len(strides)} strides for rank {rank}")
+    if address % 16:
+        raise TensorMapError(f"tensor map {name!r}: global address 0x{address:x} is not 16-byte aligned")
+    for i, s in enumerate(shape):
+        if not 1 <= s <= 2 ** 32:
+            raise TensorMapError(f"tensor map {name!r}: dimension {i} has size {s}, TMA allows 1..2^32")
+    if strides[-1] != e:
+        raise TensorMapError(f"tensor map {name!r}: innermost dimension must be contiguous "
+                             f"(stride {strides[-1]} B, element size {e} B)")
+    dims = shape[::-1]
+    gstr = strides[::-1][1:]          # driver order, dims 1..rank-1
+    prev = dims[0] * e
+    for i, s in enumerate(gstr, start=1):
+        if s % 16:
+            raise TensorMapError(f"tensor map {name!r}: stride of dimension {rank - 1 - i} is {s} B, "
+                                 f"TMA needs a multiple of 16 B")
+        if s >= 2 ** 40:
+            raise TensorMapError(f"tensor map {name!r}: stride {s} B is past TMA's limit 2^40 B")
+        if s < prev:
+            raise TensorMapError(f"tensor map {name!r}: stride of dimension {rank - 1 - i} ({s} B) is "
+                                 f"smaller than the extent of the dimension inside it ({prev} B)")
+        prev = s * dims[i]
+    box = spec.box[::-1]
+    for i, b in enumerate(box):
+        if not 1 <= b <= 256:
+            raise TensorMapError(f"tensor map {name!r}: box dimension {rank - 1 - i} is {b}, TMA allows 1..256")
+    if (box[0] * e) % 16:
+        raise TensorMapError(f"tensor map {name!r}: innermost box is {box[0] * e} B, TMA needs a multiple of 16 B")
+    if spec.swizzle and box[0] * e > spec.swizzle:
+        raise TensorMapError(f"tensor map {name!r}: innermost box is {box[0] * e} B, larger than the "
+                             f"{spec.swizzle}-byte swizzle span")
+    if spec.oob == "nan" and dt.kind != "float":
+        raise TensorMapError(f"tensor map {name!r}: NaN out-of-bounds fill needs a float dtype")
+    return EncodedTensorMap(spec, address, dims, gstr, box, (1,) * rank)
+
+
+class Backend(abc.ABC):
+    """Interface every device backend implements (all sizes in bytes, dims as (x, y, z))."""
+
+    name: str = "?"
+
+    @classmethod
+    @abc.abstractmethod
+    def available(cls) -> tuple:
+        """Return ``(ok, reason)``: whether this backend can run here, and why not."""
+
+    @abc.abstractmethod
+    def alloc(self, nbytes: int) -> DeviceBuffer: ...
+
+    @abc.abstractmethod
+    def free(self, buf: DeviceBuffer) -> None: ...
+
+    @abc.abstractmethod
+    def copy_to_device(self, dst: DeviceBuffer, src, offset: int = 0) -> None:
+        """Copy a C-contiguous numpy array into ``dst`` at byte ``offset``."""
+
+    @abc.abstractmethod
+    def copy_to_host(self, dst, src: DeviceBuffer, offset: int = 0) -> None:
+        """Copy from ``src`` at byte ``offset`` into a C-contiguous numpy array."""
+
+    @abc.abstractmethod
+    def encode_tensor_map(self, spec: TensorMapSpec, address: int, shape, strides) -> bytes:
+        """Validate with :func:`check_tensor_map` and return the 128-byte ``CUtensorMap``."""
+
+    @abc.abstractmethod
+    def load(self, kernel: CompiledKernel):
+        """Load the kernel's module; returns an opaque handle for :meth:`launch`."""
+
+    @abc.abstractmethod
+    def launch(self, handle, grid: tuple, params: list, *, block: tuple, cluster: tuple = (1, 1, 1),
+               smem: int = 0, stream=None) -> None:
+        """Launch ``grid`` CTAs of ``block`` threads; ``params`` is one ``bytes`` per kernel
+        parameter (``CompiledKernel.pack_params``); ``smem`` is dynamic shared memory in bytes."""
+
+    @abc.abstractmethod
+    def synchronize(self) -> None: ...
+
+    def time_launches(self, fn, iters: int) -> list:
+        """Run ``fn()`` ``iters`` times; return per-run milliseconds (events where available)."""
+        import time
+        out = []
+        for _ in range(iters):
+            t = time.perf_counter()
+            fn()
+            self.synchronize()
+            out.append((time.perf_counter() - t) * 1e3)
+        return out

@@ -1,0 +1,64 @@
+"""Element types known to cutedsl, without importing MLIR.
+
+Each :class:`DType` gives the numpy dtype (``ml_dtypes`` for bf16/fp8), the size in
+bytes, the ``CUtensorMapDataType`` code used by TMA and the MLIR type spelling.
+"""
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+
+@attrs.frozen
+class DType:
+    name: str          #: cutedsl spelling, e.g. ``"f16"``
+    nbytes: int        #: bytes per element
+    tma_code: int      #: CUtensorMapDataType enum value (-1: TMA cannot move it)
+    mlir: str          #: MLIR type spelling
+    kind: str          #: "float" | "int" | "uint"
+
+    @property
+    def numpy(self) -> np.dtype:
+        return _numpy_dtype(self.name)
+
+
+def _numpy_dtype(name: str) -> np.dtype:
+    if name in ("bf16", "e4m3", "e5m2"):
+        import ml_dtypes
+        return np.dtype({"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn,
+                         "e5m2": ml_dtypes.float8_e5m2}[name])
+    return np.dtype({"f16": np.float16, "f32": np.float32, "f64": np.float64, "tf32": np.float32,
+                     "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64,
+                     "i8": np.int8, "i32": np.int32, "i64": np.int64}[name])
+
+
+_TABLE = [
+    DType("u8", 1, 0, "ui8", "uint"), DType("u16", 2, 1, "ui16", "uint"),
+    DType("u32", 4, 2, "ui32", "uint"), DType("i32", 4, 3, "i32", "int"),
+    DType("u64", 8, 4, "ui64", "uint"), DType("i64", 8, 5, "i64", "int"),
+    DType("f16", 2, 6, "f16", "float"), DType("f32", 4, 7, "f32", "float"),
+    DType("f64", 8, 8, "f64", "float"), DType("bf16", 2, 9, "bf16", "float"),
+    DType("tf32", 4, 11, "tf32", "float"), DType("i8", 1, 0, "i8", "int"),
+    DType("e4m3", 1, 0, "f8E4M3FN", "float"), DType("e5m2", 1, 0, "f8E5M2", "float"),
+]
+DTYPES = {d.name: d for d in _TABLE}
+
+
+def dtype(x) -> DType:
+    """Return the :class:`DType` for a cutedsl name (``"f16"``), a numpy dtype or a DType.
+
+    Raises ``ArgumentTypeError`` for anything else.
+    """
+    from .errors import ArgumentTypeError
+    if isinstance(x, DType):
+        return x
+    if isinstance(x, str) and x in DTYPES:
+        return DTYPES[x]
+    try:
+        npd = np.dtype(x)
+    except TypeError:
+        raise ArgumentTypeError(f"unknown dtype {x!r}; known: {', '.join(DTYPES)}") from None
+    for d in _TABLE:
+        if d.name != "tf32" and d.numpy == npd:
+            return d
+    raise ArgumentTypeError(f"unsupported dtype {npd}; known: {', '.join(DTYPES)}")

@@ -1,0 +1,57 @@
+"""Exception types raised by cutedsl.
+
+Every error a user can cause derives from :class:`CuteDSLError`. Argument and
+configuration errors also derive from ``ValueError``/``TypeError`` so generic
+handlers keep working.
+"""
+
+
+class CuteDSLError(Exception):
+    """Base class of all cutedsl errors."""
+
+
+class ConfigError(CuteDSLError, ValueError):
+    """A kernel configuration cannot be built (tile, stages, dtype, shared memory, registers)."""
+
+
+class ArgumentError(CuteDSLError, ValueError):
+    """A launch argument is invalid (shape, dtype, stride, alignment, TMA limits).
+
+    The message names the argument and the limit it breaks.
+    """
+
+
+class ArgumentTypeError(CuteDSLError, TypeError):
+    """A launch argument has the wrong Python/array type or dtype."""
+
+
+class TensorMapError(ArgumentError):
+    """A TMA tensor map cannot be encoded (the rules of ``cuTensorMapEncodeTiled``)."""
+
+
+class SharedMemoryError(ConfigError):
+    """A shared-memory plan exceeds the 232,448-byte (227 KB) opt-in limit of sm_90."""
+
+
+class IRError(CuteDSLError):
+    """Building or verifying MLIR failed; the message names the op and the Python line that built it."""
+
+
+class CompileError(CuteDSLError):
+    """The pass pipeline, ptxas or nvdisasm failed (also when MLIR aborted the worker process)."""
+
+
+class DumpError(CuteDSLError):
+    """A requested dump (IR, PTX, SASS) could not be written."""
+
+
+class CacheError(CuteDSLError):
+    """A compiled-kernel cache entry is unreadable (it is rebuilt where possible)."""
+
+
+class NoDeviceError(CuteDSLError, RuntimeError):
+    """The requested backend has no usable device (no NVIDIA driver, no GPU, not sm_90)."""
+
+
+class LaunchError(CuteDSLError, RuntimeError):
+    """A driver or emulator call failed during module load, launch or copy."""
