@@ -1,0 +1,67 @@
+"""mbarrier group atom (PTX ISA "Parallel synchronization: mbarrier").
+
+An mbarrier is an 8-byte shared-memory object with a phase, a pending-arrival count and a
+transaction-byte count. A phase completes when all expected arrivals happened and the
+transaction count is back to zero; ``try_wait(i, parity)`` returns once the phase with that
+parity completed (after ``init``, parity 0 waits for the first completion and parity 1
+passes at once).
+"""
+from __future__ import annotations
+
+from mlir.dialects import nvgpu, nvvm
+
+from ..ir.values import Scalar, const, index
+
+
+class MBarriers:
+    """A group of ``count`` mbarriers (``!nvgpu.mbarrier.group``; from ``BoundSmem.barriers``).
+
+    Barrier indices may be Python ints or IR integers; arrival counts are threads; ``tx`` in
+    bytes (the TMA transaction count).
+    """
+
+    def __init__(self, group, count: int):
+        self.group = group
+        self.count = count
+
+    def _idx(self, i):
+        if isinstance(i, int) and not 0 <= i < self.count:
+            raise IndexError(f"mbarrier index {i} out of range 0..{self.count - 1}")
+        return index(i)
+
+    def init(self, i, arrivals: int, predicate=None) -> None:
+        """``mbarrier.init``: expect ``arrivals`` arrivals per phase (1..2^20-1)."""
+        if not 1 <= arrivals < 2 ** 20:
+            raise ValueError(f"mbarrier arrival count {arrivals} outside 1..2^20-1")
+        nvgpu.mbarrier_init(self.group, index(arrivals), self._idx(i), predicate=predicate)
+
+    def init_all(self, arrivals: int, predicate=None) -> None:
+        for i in range(self.count):
+            self.init(i, arrivals, predicate)
+
+    @staticmethod
+    def fence_init() -> None:
+        """``fence.mbarrier_init.release.cluster``: make inits visible to the async proxy (TMA)
+        and to other CTAs of the cluster. Follow it by a CTA barrier."""
+        nvvm.fence_mbarrier_init()
+
+    def arrive(self, i):
+        """``mbarrier.arrive`` by each executing thread; returns the state token (i64)."""
+        import mlir.ir as ir
+        return nvgpu.mbarrier_arrive(ir.Type.parse("!nvgpu.mbarrier.token"), self.group, self._idx(i))
+
+    def arrive_expect_tx(self, i, tx_bytes, predicate=None) -> None:
+        """``mbarrier.arrive.expect_tx``: add ``tx_bytes`` expected transaction bytes and arrive."""
+        tx = index(tx_bytes)
+        nvgpu.mbarrier_arrive_expect_tx(self.group, tx, self._idx(i), predicate=predicate)
+
+    def wait(self, i, parity, ticks: int = 10_000_000) -> None:
+        """Block until the phase of parity ``parity`` (0/1; int or IR i1/i32) of barrier ``i``
+        completed (``mbarrier.try_wait.parity`` in a loop; ``ticks`` is a suspend-time hint)."""
+        if isinstance(parity, int):
+            p = const(parity & 1, "i1")
+        elif str(parity.type) == "i1":
+            p = parity
+        else:
+            p = Scalar(parity).to("i1")
+        nvgpu.mbarrier_try_wait_parity(self.group, p, index(ticks), self._idx(i))

@@ -1,0 +1,90 @@
+"""TMA atom: tensor-map descriptors and bulk tensor copies (PTX ``cp.async.bulk.tensor``).
+
+Host side, a :class:`~cutedsl.compiler.artifact.TensorMapSpec` fixes dtype, box, swizzle and
+out-of-bounds fill; the Device layer encodes the full ``CUtensorMap`` per call and passes it
+by value (``__grid_constant__``). Device side, :class:`TmaCopy` wraps the kernel parameter:
+
+* ``load(dst, barriers, i, coords)``: tile load into shared memory, completing ``box_bytes``
+  transaction bytes on mbarrier ``i`` (out-of-bounds elements are filled, and counted);
+* ``store(src, coords)``: tile store from shared memory; out-of-bounds elements are not
+  written. Before it: generic smem writes need :func:`tma_store_fence` and a CTA barrier;
+  after it: :func:`bulk_commit_group` and :func:`bulk_wait_group`;
+* ``prefetch()``: ``prefetch.tensormap``; ``fence_descriptor()``: the acquire fence a
+  tensor map written to global memory by the host needs (not needed for grid constants).
+
+Coordinates are given outermost first (numpy order: ``(row, col)``), in elements; the atom
+reverses them into TMA's innermost-first order.
+"""
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import builtin, nvgpu, nvvm
+
+from ..compiler.artifact import TensorMapSpec
+from ..dtypes import dtype as _dtype
+from ..ir.values import index
+
+_SWZ = {0: "none", 32: "swizzle_32b", 64: "swizzle_64b", 128: "swizzle_128b"}
+_L2 = {0: "none", 64: "l2promo_64b", 128: "l2promo_128b", 256: "l2promo_256b"}
+
+
+def descriptor_type(spec: TensorMapSpec) -> ir.Type:
+    shape = "x".join(map(str, spec.box))
+    return ir.Type.parse(
+        f"!nvgpu.tensormap.descriptor<tensor = memref<{shape}x{_dtype(spec.dtype).mlir}, "
+        f"#gpu.address_space<workgroup>>, swizzle = {_SWZ[spec.swizzle]}, l2promo = {_L2[spec.l2promo]}, "
+        f"oob = {spec.oob}, interleave = none>")
+
+
+class TmaCopy:
+    """Device-side handle of one tensor map (a ``tensormap`` kernel parameter)."""
+
+    def __init__(self, spec: TensorMapSpec, param):
+        self.spec = spec
+        self.desc = builtin.unrealized_conversion_cast([descriptor_type(spec)], [param])
+
+    @property
+    def box_bytes(self) -> int:
+        """Bytes one box moves (the transaction bytes of a load, OOB fill included)."""
+        return self.spec.box_bytes
+
+    def _coords(self, coords):
+        coords = list(coords)
+        if len(coords) != self.spec.rank:
+            raise ValueError(f"tensor map {self.spec.param!r} has rank {self.spec.rank}, got {len(coords)} coordinates")
+        return [index(c) for c in reversed(coords)]
+
+    def load(self, dst, barriers, i, coords, multicast_mask=None, predicate=None) -> None:
+        """Load the box at ``coords`` into the shared ``memref`` ``dst`` (shape == box),
+        signalling mbarrier ``i`` of ``barriers`` (an ``MBarriers``). ``multicast_mask`` (i16)
+        writes the box into the same offset of every CTA of the cluster whose bit is set."""
+        nvgpu.tma_async_load(dst, barriers.group, self.desc, self._coords(coords), barriers._idx(i),
+                             multicast_mask=multicast_mask, predicate=predicate)
+
+    def store(self, src, coords, predicate=None) -> None:
+        """Store the shared ``memref`` ``src`` (shape == box) to the box at ``coords``."""
+        nvgpu.tma_async_store(src, self.desc, self._coords(coords), predicate=predicate)
+
+    def prefetch(self, predicate=None) -> None:
+        nvgpu.tma_prefetch_descriptor(self.desc, predicate=predicate)
+
+    def fence_descriptor(self) -> None:
+        nvgpu.tma_fence_descriptor(self.desc)
+
+
+def tma_store_fence() -> None:
+    """``fence.proxy.async.shared::cta``: order this thread's generic shared-memory writes
+    before later async-proxy reads (TMA store, WGMMA operands)."""
+    nvvm.fence_proxy(ir.Attribute.parse("#nvvm.proxy_kind<async.shared>"),
+                     space=ir.Attribute.parse("#nvvm.shared_space<cta>"))
+
+
+def bulk_commit_group() -> None:
+    """``cp.async.bulk.commit_group``: close the group of this thread's pending bulk stores."""
+    nvvm.cp_async_bulk_commit_group()
+
+
+def bulk_wait_group(n: int = 0, read: bool = True) -> None:
+    """``cp.async.bulk.wait_group[.read] n``: wait until at most ``n`` groups are pending
+    (``read``: only until their shared-memory sources may be reused)."""
+    nvvm.cp_async_bulk_wait_group(n, read=ir.UnitAttr.get() if read else None)

@@ -1,0 +1,216 @@
+"""WGMMA atom: warpgroup matrix multiply-accumulate from shared memory (PTX ``wgmma.mma_async``).
+
+A warpgroup (4 consecutive warps, 128 threads) computes ``D[M x N] += A[M x K] @ B[K x N]``
+with A and B in shared memory, described by 64-bit *matrix descriptors* (PTX ISA "Matrix
+Descriptor Format"): start address >> 4 in bits 0-13, leading-dimension byte offset (LBO)
+>> 4 in bits 16-29, stride byte offset (SBO) >> 4 in bits 32-45, swizzle mode in bits 62-63
+(1 = 128-byte swizzle).
+
+Supported here: f16/bf16 inputs, f32 accumulators, 128-byte swizzle, K = 64 elements per
+k-tile (one 128-byte swizzle row); A K-major; B MN-major (N-major, ``imm-trans-b = 1``) or
+K-major. Instruction shape m64nNk16; M = 64 x ``m_blocks`` per warpgroup.
+
+Why ``nvvm.wgmma.mma_async`` and not ``nvgpu.warpgroup.mma``: LLVM 22's nvgpu lowering
+advances the B descriptor as if B were N-major even when it is K-major (silently wrong), and
+its ``warpgroup.mma.store`` misplaces rows for M > 64 unless N == 128 (see
+docs/design-notes.md). Owning the descriptors keeps every supported layout correct; callers
+never see this choice.
+
+Shared-memory layouts the descriptors assume (what a TMA box with 128-byte swizzle writes):
+
+* K-major tile ``[R rows x 64]`` (16-bit): row r at ``r * 128`` B; 8-row core groups
+  1024 B apart (SBO = 1024); k-step j (16 elements) starts ``32 * j`` B further (the swizzle
+  XOR on absolute address bits finds the chunks); a 64-row block starts ``8192`` B further.
+* MN-major tile ``[64 (K) x R]`` stored as ``R / 64`` boxes ``[64 x 64]`` of 8 KiB back to
+  back: LBO = 8192 (next 64 columns), SBO = 1024 (next 8 K-rows); k-step j starts
+  ``2048 * j`` B further.
+"""
+from __future__ import annotations
+
+import attrs
+from mlir import ir
+from mlir.dialects import llvm, nvvm
+
+from ..ir.values import Scalar, const, thread_idx
+
+SWIZZLE_FIELD = {128: 1, 64: 2, 32: 3, 0: 0}     # descriptor bits 62-63
+K_TILE = 64                                       # elements of K per k-tile (16-bit types)
+K_STEP = 16                                       # K per wgmma instruction (16-bit types)
+
+
+def fragment_coords(t: int, i: int) -> tuple:
+    """(row, col) in the 64 x N tile of f32 accumulator register ``i`` of warpgroup thread ``t``.
+
+    PTX ISA "wgmma 64xNx16 D fragment": row = 16*(t//32) + (t%32)//4 + 8*((i//2)%2),
+    col = 8*(i//4) + 2*(t%4) + i%2, for t in [0, 128), i in [0, N/2).
+    """
+    return 16 * (t // 32) + (t % 32) // 4 + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * (t % 4) + (i % 2)
+
+
+@attrs.frozen
+class SmemMatrix:
+    """A WGMMA operand tile in shared memory: ``rows`` is its M (A) or N (B) extent, ``major``
+    ``"K"`` or ``"MN"``; 16-bit ``dtype``; 128-byte swizzle; K = 64 elements."""
+    rows: int
+    dtype: str = "f16"
+    major: str = attrs.field(default="K", validator=attrs.validators.in_(("K", "MN")))
+    swizzle: int = 128
+
+    def __attrs_post_init__(self):
+        if self.dtype not in ("f16", "bf16"):
+            raise ValueError(f"WGMMA operands must be f16 or bf16 here, got {self.dtype}")
+        if self.swizzle != 128:
+            raise ValueError("only 128-byte swizzled WGMMA operands are supported")
+        if self.major == "MN" and self.rows % 64:
+            raise ValueError(f"an MN-major operand needs a multiple of 64 rows, got {self.rows}")
+
+    @property
+    def lbo(self) -> int:
+        return 16 if self.major == "K" else 64 * 128
+
+    @property
+    def sbo(self) -> int:
+        return 1024
+
+    def k_step_offset(self, j: int) -> int:
+        """Byte offset of k-step ``j`` (16 elements of K) from the tile start."""
+        return 32 * j if self.major == "K" else 2048 * j
+
+    def block_offset(self, b: int) -> int:
+        """Byte offset of the ``b``-th 64-row block (K-major only)."""
+        if self.major != "K":
+            raise ValueError("64-row blocks of an MN-major tile are addressed through LBO")
+        return 8192 * b
+
+    @property
+    def tile_bytes(self) -> int:
+        return self.rows * K_TILE * 2
+
+
+def make_descriptor(address, layout: SmemMatrix) -> Scalar:
+    """The 64-bit matrix descriptor of the tile at shared byte ``address`` (i64 IR value)."""
+    const_bits = ((SWIZZLE_FIELD[layout.swizzle] << 62) | ((layout.sbo >> 4) << 32)
+                  | ((layout.lbo >> 4) << 16))
+    return ((address & 0x3FFFF) >> 4) | const(const_bits, "i64")
+
+
+class Accumulator:
+    """The f32 accumulator fragment of one warpgroup: ``m_blocks`` LLVM structs of ``n // 2``
+    f32 registers per thread; register ``i`` of block ``b`` holds element
+    ``(64*b + row, col)`` with ``(row, col) = fragment_coords(t, i)``, ``t = tid % 128``."""
+
+    def __init__(self, structs, n: int):
+        self.structs = list(structs)
+        self.n = n
+
+    @property
+    def m_blocks(self) -> int:
+        return len(self.structs)
+
+    @property
+    def regs(self) -> int:
+        return self.n // 2
+
+    def get(self, b: int, i: int) -> Scalar:
+        return Scalar(llvm.extractvalue(ir.F32Type.get(), self.structs[b], [i]))
+
+    def thread_coords(self, warpgroup_thread=None) -> tuple:
+        """IR (row, col) base of this thread: add ``fragment_coords(0, i)``-style constants per
+        register (see :meth:`coords`). ``warpgroup_thread`` defaults to ``tid.x % 128``."""
+        t = thread_idx() % 128 if warpgroup_thread is None else warpgroup_thread
+        return ((t // 32) * 16 + (t % 32) // 4, (t % 4) * 2)
+
+    @staticmethod
+    def reg_offset(b: int, i: int) -> tuple:
+        """Constant (row, col) offset of register ``i`` of block ``b`` from the thread base."""
+        return 64 * b + 8 * ((i // 2) % 2), 8 * (i // 4) + (i % 2)
+
+    def map(self, fn, base=None) -> "Accumulator":
+        """New accumulator with ``fn(value, row, col)`` applied to every element (f32 -> f32);
+        ``row``/``col`` are IR i32 coordinates in the warpgroup's M x N tile."""
+        r0, c0 = base or self.thread_coords()
+        out = []
+        for b, s in enumerate(self.structs):
+            for i in range(self.regs):
+                dr, dc = self.reg_offset(b, i)
+                v = fn(self.get(b, i), r0 + dr, c0 + dc)
+                s = llvm.insertvalue(s, v, [i])
+            out.append(s)
+        return Accumulator(out, self.n)
+
+
+class WarpgroupMMA:
+    """``wgmma.mma_async`` for one warpgroup: ``m`` (64 or 128) x ``n`` (8..256, step 8) per
+    k-tile of 64, ``dtype`` f16/bf16 inputs, f32 accumulation; A K-major, B ``b_major``."""
+
+    def __init__(self, m: int, n: int, dtype: str = "f16", b_major: str = "MN"):
+        if m not in (64, 128):
+            raise ValueError(f"warpgroup M must be 64 or 128, got {m}")
+        if not (8 <= n <= 256 and n % 8 == 0):
+            raise ValueError(f"WGMMA N must be a multiple of 8 in 8..256, got {n}")
+        self.m, self.n, self.dtype = m, n, dtype
+        self.a_layout = SmemMatrix(m, dtype, "K")
+        self.b_layout = SmemMatrix(n, dtype, b_major)
+
+    @property
+    def acc_type(self) -> ir.Type:
+        """``!llvm.struct`` of ``n / 2`` f32: one 64-row block of the accumulator fragment."""
+        return ir.Type.parse("!llvm.struct<(" + ", ".join(["f32"] * (self.n // 2)) + ")>")
+
+    @property
+    def m_blocks(self) -> int:
+        return self.m // 64
+
+    def zero(self) -> Accumulator:
+        """An all-zero accumulator (``llvm.mlir.zero``)."""
+        return Accumulator([llvm.mlir_zero(self.acc_type) for _ in range(self.m_blocks)], self.n)
+
+    def undef(self) -> Accumulator:
+        """An accumulator with undefined contents, for ``mma(..., accumulate=False)``."""
+        return Accumulator([llvm.mlir_undef(self.acc_type) for _ in range(self.m_blocks)], self.n)
+
+    @staticmethod
+    def fence() -> None:
+        """``wgmma.fence.sync.aligned``: order prior register/smem writes before the next mma."""
+        nvvm.wgmma_fence_aligned()
+
+    @staticmethod
+    def commit() -> None:
+        """``wgmma.commit_group.sync.aligned``: close the group of issued mmas."""
+        nvvm.wgmma_commit_group_sync_aligned()
+
+    @staticmethod
+    def wait(n: int = 0) -> None:
+        """``wgmma.wait_group.sync.aligned n``: wait until at most ``n`` groups are pending."""
+        nvvm.wgmma_wait_group_sync_aligned(n)
+
+    def mma(self, acc: Accumulator, a_address, b_address, accumulate=True) -> Accumulator:
+        """Issue one k-tile (64 of K): ``m_blocks x 4`` instructions m64n``n``k16, preceded by
+        ``wgmma.fence`` and followed by ``commit``; the caller waits (:meth:`wait`).
+
+        ``a_address``/``b_address``: i64 shared byte addresses of the A tile ``[m x 64]``
+        (K-major) and the B tile (layout per ``b_major``). ``accumulate=False`` ignores the
+        incoming accumulator for the first k-step (``scale-d = 0``).
+        """
+        da = make_descriptor(a_address, self.a_layout)
+        db = make_descriptor(b_address, self.b_layout)
+        shape = ir.Attribute.parse(f"#nvvm.shape<m = 64, n = {self.n}, k = {K_STEP}>")
+        t = ir.Attribute.parse(f"#nvvm.wgmma_type<{self.dtype}>")
+        f32 = ir.Attribute.parse("#nvvm.wgmma_type<f32>")
+        one = ir.Attribute.parse("#nvvm.wgmma_scale_in<one>")
+        la = ir.Attribute.parse("#nvvm.mma_layout<row>")          # A K-major
+        lb = ir.Attribute.parse("#nvvm.mma_layout<%s>" % ("row" if self.b_layout.major == "MN" else "col"))
+        self.fence()
+        acc_type = self.acc_type
+        structs = list(acc.structs)
+        for j in range(K_TILE // K_STEP):
+            dbj = db + (self.b_layout.k_step_offset(j) >> 4) if j else db
+            for b in range(self.m_blocks):
+                off = self.a_layout.k_step_offset(j) + self.a_layout.block_offset(b)
+                daj = da + (off >> 4) if off else da
+                scale = "one" if (accumulate or j) else "zero"
+                structs[b] = nvvm.wgmma_mma_async(
+                    acc_type, structs[b], daj, dbj, shape, t, t, f32,
+                    ir.Attribute.parse(f"#nvvm.wgmma_scale_out<{scale}>"), one, one, la, lb)
+        self.commit()
+        return Accumulator(structs, self.n)

@@ -1,0 +1,145 @@
+"""Multistage TMA + WGMMA mainloop (CUTLASS ``MainloopSm90TmaGmma``, NVDSL chapter 4).
+
+One warpgroup computes a ``tile_m x tile_n`` accumulator over ``k_tiles`` k-tiles of 64:
+
+* ``prologue``: fill ``min(stages, k_tiles)`` slots (one elected thread arms each full barrier
+  with the stage's bytes and issues the TMA boxes);
+* ``mainloop``: for k-tile i, wait its slot, issue the WGMMAs, ``wgmma.wait_group(lag)`` with
+  lag = 1 (0 when ``stages == 1``) so that the MMA of k-tile i-lag has finished reading, then
+  refill that slot with k-tile ``i - lag + stages``;
+* ``tail``: ``wgmma.wait_group(0)``.
+
+Each step is an overridable method. Shared memory: A ``stages x [tile_m x 64]`` K-major and B
+``stages x`` (MN-major: ``tile_n/64`` boxes ``[64 x 64]``; K-major: ``[tile_n x 64]``), all
+128-byte swizzled and 1024-B aligned; one full mbarrier per stage.
+
+Global operands (numpy order): A ``(M, K)`` row-major; B ``(K, N)`` row-major for
+``b_major="MN"`` or ``(N, K)`` row-major (B transposed) for ``b_major="K"``.
+"""
+from __future__ import annotations
+
+from ..atom.mbarrier import MBarriers
+from ..atom.tma import TmaCopy
+from ..atom.wgmma import K_TILE, WarpgroupMMA
+from ..compiler.artifact import TensorMapSpec
+from ..ir.control import If, Loop
+from ..ir.values import i32, thread_idx
+from .pipeline import PipelineState, TmaPipeline
+
+
+class MultistageMainloop:
+    """See module docstring. ``tile_m`` in {64, 128}, ``tile_n`` in {64, 128, 256},
+    ``stages`` 1..7, ``dtype`` f16/bf16, ``b_major`` "MN" or "K"."""
+
+    def __init__(self, tile_m: int, tile_n: int, stages: int, dtype: str = "f16", b_major: str = "MN"):
+        if not 1 <= stages <= 7:
+            raise ValueError(f"stages must be 1..7, got {stages}")
+        self.tile_m, self.tile_n, self.stages = tile_m, tile_n, stages
+        self.dtype, self.b_major = dtype, b_major
+        self.mma_atom = WarpgroupMMA(tile_m, tile_n, dtype, b_major)
+
+    # -- static description --------------------------------------------------------
+    @property
+    def a_box(self) -> tuple:
+        return (self.tile_m, K_TILE)
+
+    @property
+    def b_box(self) -> tuple:
+        return (K_TILE, 64) if self.b_major == "MN" else (self.tile_n, K_TILE)
+
+    @property
+    def b_boxes(self) -> int:
+        """TMA boxes per stage for B."""
+        return self.tile_n // 64 if self.b_major == "MN" else 1
+
+    @property
+    def stage_bytes(self) -> int:
+        return (self.tile_m + self.tile_n) * K_TILE * 2
+
+    def tensor_maps(self) -> list:
+        return [TensorMapSpec("a", self.dtype, self.a_box, swizzle=128),
+                TensorMapSpec("b", self.dtype, self.b_box, swizzle=128)]
+
+    def plan(self, plan) -> None:
+        """Declare this mainloop's shared memory in a ``SmemPlan``."""
+        plan.buffer("a", (self.tile_m, K_TILE), self.dtype, self.stages, align=1024)
+        b_shape = (self.tile_n // 64 * K_TILE, 64) if self.b_major == "MN" else (self.tile_n, K_TILE)
+        plan.buffer("b", b_shape, self.dtype, self.stages, align=1024)
+        plan.barriers("full", self.stages)
+
+    # -- IR ------------------------------------------------------------------------
+    def setup(self, smem, args) -> None:
+        """Bind TMA descriptors and barriers; initialise barriers (thread 0) and prefetch the
+        tensor maps. Ends with a CTA barrier."""
+        from mlir.dialects import gpu
+        self.smem = smem
+        specs = self.tensor_maps()
+        self.tma_a = TmaCopy(specs[0], args.a)
+        self.tma_b = TmaCopy(specs[1], args.b)
+        self.leader = thread_idx().eq(0)
+        self.pipeline = TmaPipeline(MBarriers(smem.barriers("full"), self.stages), self.stage_bytes)
+        self.pipeline.init(self.leader)
+        self.tma_a.prefetch(predicate=self.leader)
+        self.tma_b.prefetch(predicate=self.leader)
+        gpu.barrier()
+
+    def load(self, state: PipelineState, k_tile, m0, n0) -> None:
+        """Issue the TMA boxes of ``k_tile`` into slot ``state.index`` (elected thread only)."""
+        with If(self.leader):
+            self.pipeline.producer_expect(state)
+            k0 = k_tile * K_TILE
+            bar = self.pipeline.full
+            self.tma_a.load(self.smem["a"].view(state.index), bar, state.index, (m0, k0))
+            if self.b_major == "MN":
+                for j in range(self.b_boxes):
+                    dst = self.smem["b"].view(state.index, shape=self.b_box, byte_offset=j * 64 * 64 * 2)
+                    self.tma_b.load(dst, bar, state.index, (k0, n0 + 64 * j))
+            else:
+                self.tma_b.load(self.smem["b"].view(state.index), bar, state.index, (n0, k0))
+
+    def prologue(self, k_tiles, m0, n0) -> None:
+        for s in range(self.stages):
+            with If(k_tiles > s):
+                self.load(PipelineState(self.stages, s, 0), i32(s), m0, n0)
+
+    def mma(self, acc, state: PipelineState):
+        """Wait for slot ``state`` and issue the WGMMAs of one k-tile (committed, not waited)."""
+        self.pipeline.consumer_wait(state)
+        a = self.smem["a"].address(state.index)
+        b = self.smem["b"].address(state.index)
+        return self.mma_atom.mma(acc, a, b)
+
+    @property
+    def lag(self) -> int:
+        """WGMMA groups left in flight after each k-tile (1 overlaps MMA with the next wait)."""
+        return 1 if self.stages > 1 else 0
+
+    def mainloop(self, acc, k_tiles, m0, n0):
+        loop = Loop(0, k_tiles, carry=list(acc.structs) + PipelineState(self.stages).carry())
+        for i, carried in loop:
+            acc_i = type(acc)(carried[:-2], acc.n)
+            state = PipelineState.from_carry(self.stages, carried[-2:])
+            acc_i = self.mma(acc_i, state)
+            self.mma_atom.wait(self.lag)
+            # the slot read by k-tile i - lag is free again: refill it with k-tile i - lag + stages
+            refill = i + (self.stages - self.lag)
+            cond = refill < k_tiles
+            if self.lag:
+                cond = cond & (i >= self.lag)
+            refill_state = PipelineState.at(self.stages, refill)
+            with If(cond):
+                self.load(refill_state, refill, m0, n0)
+            loop.next(*acc_i.structs, *state.advance().carry())
+        res = loop.results
+        return type(acc)(res[:-2], acc.n)
+
+    def tail(self) -> None:
+        self.mma_atom.wait(0)
+
+    def run(self, k_tiles, m0, n0):
+        """Prologue + mainloop + tail; returns the accumulator (zero when ``k_tiles == 0``)."""
+        acc = self.mma_atom.zero()
+        self.prologue(k_tiles, m0, n0)
+        acc = self.mainloop(acc, k_tiles, m0, n0)
+        self.tail()
+        return acc
