@@ -29,14 +29,21 @@ from .pipeline import PipelineState, TmaPipeline
 
 class MultistageMainloop:
     """See module docstring. ``tile_m`` in {64, 128}, ``tile_n`` in {64, 128, 256},
-    ``stages`` 1..7, ``dtype`` f16/bf16, ``b_major`` "MN" or "K"."""
+    ``stages`` 1..7, ``dtype`` f16/bf16, ``b_major`` "MN" or "K". ``warpgroups`` consumer
+    warpgroups split the tile along M (each owns ``tile_m / warpgroups`` rows); with more than
+    one, a CTA barrier after each k-tile's ``wgmma.wait`` makes sure every warpgroup finished
+    reading a slot before it is refilled."""
 
-    def __init__(self, tile_m: int, tile_n: int, stages: int, dtype: str = "f16", b_major: str = "MN"):
+    def __init__(self, tile_m: int, tile_n: int, stages: int, dtype: str = "f16", b_major: str = "MN",
+                 warpgroups: int = 1):
         if not 1 <= stages <= 7:
             raise ValueError(f"stages must be 1..7, got {stages}")
+        if warpgroups not in (1, 2) or tile_m // warpgroups < 64:
+            raise ValueError(f"warpgroups must be 1 or 2 with >= 64 rows each (tile_m {tile_m})")
         self.tile_m, self.tile_n, self.stages = tile_m, tile_n, stages
-        self.dtype, self.b_major = dtype, b_major
-        self.mma_atom = WarpgroupMMA(tile_m, tile_n, dtype, b_major)
+        self.dtype, self.b_major, self.warpgroups = dtype, b_major, warpgroups
+        self.wg_m = tile_m // warpgroups
+        self.mma_atom = WarpgroupMMA(self.wg_m, tile_n, dtype, b_major)
 
     # -- static description --------------------------------------------------------
     @property
@@ -79,6 +86,8 @@ class MultistageMainloop:
         self.leader = thread_idx().eq(0)
         self.pipeline = TmaPipeline(MBarriers(smem.barriers("full"), self.stages), self.stage_bytes)
         self.pipeline.init(self.leader)
+        # byte offset of this warpgroup's rows inside an A stage (K-major: 128 B per row)
+        self.a_offset = (thread_idx() // 128) * (self.wg_m * 128) if self.warpgroups > 1 else 0
         self.tma_a.prefetch(predicate=self.leader)
         self.tma_b.prefetch(predicate=self.leader)
         gpu.barrier()
@@ -106,6 +115,8 @@ class MultistageMainloop:
         """Wait for slot ``state`` and issue the WGMMAs of one k-tile (committed, not waited)."""
         self.pipeline.consumer_wait(state)
         a = self.smem["a"].address(state.index)
+        if self.warpgroups > 1:
+            a = a + self.a_offset.to("i64")
         b = self.smem["b"].address(state.index)
         return self.mma_atom.mma(acc, a, b)
 
@@ -115,12 +126,15 @@ class MultistageMainloop:
         return 1 if self.stages > 1 else 0
 
     def mainloop(self, acc, k_tiles, m0, n0):
+        from mlir.dialects import gpu
         loop = Loop(0, k_tiles, carry=list(acc.structs) + PipelineState(self.stages).carry())
         for i, carried in loop:
             acc_i = type(acc)(carried[:-2], acc.n)
             state = PipelineState.from_carry(self.stages, carried[-2:])
             acc_i = self.mma(acc_i, state)
             self.mma_atom.wait(self.lag)
+            if self.warpgroups > 1:
+                gpu.barrier()
             # the slot read by k-tile i - lag is free again: refill it with k-tile i - lag + stages
             refill = i + (self.stages - self.lag)
             cond = refill < k_tiles

@@ -79,10 +79,17 @@ class MultistageGemmKernel(_GemmBase):
         super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue)
         from ..collective.mainloop import MultistageMainloop
         self.stages = stages
-        self.mainloop = MultistageMainloop(tile_m, tile_n, stages, dtype, b_major)
+        # a 128 x 256 f32 accumulator is 256 registers per thread for one warpgroup (limit 255):
+        # split it along M over two consumer warpgroups
+        self.warpgroups = 2 if tile_m * tile_n > 128 * 128 else 1
+        self.mainloop = MultistageMainloop(tile_m, tile_n, stages, dtype, b_major, self.warpgroups)
+
+    @property
+    def threads(self) -> int:
+        return 128 * self.warpgroups
 
     def config(self) -> dict:
-        return {**super().config(), "stages": self.stages}
+        return {**super().config(), "stages": self.stages, "warpgroups": self.warpgroups}
 
     def smem_plan(self):
         """The shared-memory plan (raises ``SharedMemoryError`` when it cannot fit)."""
@@ -93,16 +100,17 @@ class MultistageGemmKernel(_GemmBase):
         return plan
 
     def define(self):
-        from ..ir import KernelBuilder
+        from ..ir import KernelBuilder, thread_idx
         plan = self.smem_plan()
-        kb = KernelBuilder(self.name, self.params(), block=(128, 1, 1))
+        kb = KernelBuilder(self.name, self.params(), block=(self.threads, 1, 1))
         with kb.build() as args:
             smem = plan.bind()
             self.mainloop.setup(smem, args)
             m0, n0 = self._tile_origin()
             k_tiles = (args.k.unsigned() + 63) // 64
             acc = self.mainloop.run(k_tiles, m0, n0)
-            self.epilogue.store(acc, EpilogueContext(m0, n0, args.m, args.n, args, smem))
+            row_base = (thread_idx() // 128) * self.mainloop.wg_m if self.warpgroups > 1 else 0
+            self.epilogue.store(acc, EpilogueContext(m0, n0, args.m, args.n, args, smem, row_base))
         return kb, plan.dynamic_bytes, self.mainloop.tensor_maps() + self.epilogue.tensor_maps()
 
 

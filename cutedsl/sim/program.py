@@ -8,6 +8,7 @@ of the warp execute, else a ``bool[32]`` array of executing lanes. The closure r
 * ``JUMPED``: it set ``group.pc`` itself,
 * ``BLOCKED``: the group waits (``group.blocked`` set; the instruction re-executes when ready),
 * ``RESCHED``: lane groups changed (divergent branch, exit); the scheduler re-picks.
+* ``YIELD``: the closure advanced the PC itself and the warp should let others run (polls).
 
 Registers live per warp in one array per *register class* (declared width):
 ``p`` predicates ``bool[n, 32]``, ``h`` 8/16-bit ``uint16[n, 32]``, ``r`` 32-bit
@@ -30,7 +31,7 @@ import numpy as np
 from .errors import PTXParseError, UnsupportedInstruction
 from .parser import TYPE_SIZES, Var, parse_module, parse_var, split_top
 
-JUMPED, BLOCKED, RESCHED = 1, 2, 3
+JUMPED, BLOCKED, RESCHED, YIELD = 1, 2, 3, 4
 
 #: numpy dtype of each PTX type
 NP = {"b8": np.uint8, "u8": np.uint8, "s8": np.int8, "b16": np.uint16, "u16": np.uint16,

@@ -1,0 +1,179 @@
+"""CUDA backend on cuda-python's driver API (``cuda.bindings.driver``), numpy + cuda-python only.
+
+Without an NVIDIA driver, cuda-python raises ``cuda.pathfinder.DynamicLibNotFoundError`` from
+``cuInit``; :meth:`CudaBackend.available` turns that (and no device / not sm_90) into
+``(False, reason)`` and the constructor into ``NoDeviceError``.
+
+Tensor maps are encoded per call with ``cuTensorMapEncodeTiled`` (after the same validation the
+emulator applies) and passed **by value** in the kernel-parameter buffer as 128-byte
+``__grid_constant__`` parameters, as CUTLASS does: no device allocation, no host-to-device
+copy and no descriptor fence per launch.
+"""
+from __future__ import annotations
+
+import ctypes
+
+from ..compiler.artifact import CompiledKernel, TensorMapSpec
+from ..dtypes import dtype as _dtype
+from ..errors import LaunchError, NoDeviceError
+from .backend import Backend, DeviceBuffer, check_tensor_map
+
+_SWZ = {0: 0, 32: 1, 64: 2, 128: 3}
+_L2 = {0: 0, 64: 1, 128: 2, 256: 3}
+
+
+def _driver():
+    from cuda.bindings import driver
+    return driver
+
+
+def _check(res, what):
+    err = res[0] if isinstance(res, tuple) else res
+    drv = _driver()
+    if err != drv.CUresult.CUDA_SUCCESS:
+        _, name = drv.cuGetErrorName(err)
+        _, msg = drv.cuGetErrorString(err)
+        raise LaunchError(f"{what} failed: {name.decode() if name else err} "
+                          f"({msg.decode() if msg else ''})")
+    if isinstance(res, tuple):
+        return res[1] if len(res) == 2 else res[1:]
+    return None
+
+
+class CudaBackend(Backend):
+    """The first sm_90 GPU through the driver API's primary context."""
+
+    name = "cuda"
+
+    @classmethod
+    def available(cls) -> tuple:
+        try:
+            drv = _driver()
+        except ImportError as e:
+            return False, f"cuda-python is not installed ({e})"
+        try:
+            err, = drv.cuInit(0)
+        except Exception as e:   # noqa: BLE001 - DynamicLibNotFoundError when there is no driver
+            return False, f"no NVIDIA driver ({type(e).__name__}: {e})"
+        if err != drv.CUresult.CUDA_SUCCESS:
+            return False, f"cuInit failed ({err})"
+        err, n = drv.cuDeviceGetCount()
+        if err != drv.CUresult.CUDA_SUCCESS or n == 0:
+            return False, "no CUDA device"
+        err, dev = drv.cuDeviceGet(0)
+        a = drv.CUdevice_attribute
+        _, major = drv.cuDeviceGetAttribute(a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
+        _, minor = drv.cuDeviceGetAttribute(a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
+        if (major, minor) != (9, 0):
+            return False, f"device 0 is sm_{major}{minor}; cutedsl kernels need sm_90a (Hopper)"
+        return True, ""
+
+    def __init__(self):
+        ok, why = self.available()
+        if not ok:
+            raise NoDeviceError(f"CUDA backend unavailable: {why}")
+        drv = _driver()
+        self.drv = drv
+        self.device = _check(drv.cuDeviceGet(0), "cuDeviceGet")
+        self.context = _check(drv.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
+        _check(drv.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+        self._modules = {}
+
+    def device_name(self) -> str:
+        name = _check(self.drv.cuDeviceGetName(256, self.device), "cuDeviceGetName")
+        return name.split(b"\0")[0].decode()
+
+    def driver_version(self) -> int:
+        return _check(self.drv.cuDriverGetVersion(), "cuDriverGetVersion")
+
+    # -- memory ------------------------------------------------------------------------
+    def alloc(self, nbytes: int) -> DeviceBuffer:
+        ptr = _check(self.drv.cuMemAlloc(max(int(nbytes), 1)), f"cuMemAlloc({nbytes} B)")
+        return DeviceBuffer(int(ptr), int(nbytes), self)
+
+    def free(self, buf: DeviceBuffer) -> None:
+        _check(self.drv.cuMemFree(buf.ptr), "cuMemFree")
+
+    def copy_to_device(self, dst, src, offset: int = 0) -> None:
+        _check(self.drv.cuMemcpyHtoD(dst.ptr + offset, src.ctypes.data, src.nbytes), "cuMemcpyHtoD")
+
+    def copy_to_host(self, dst, src, offset: int = 0) -> None:
+        _check(self.drv.cuMemcpyDtoH(dst.ctypes.data, src.ptr + offset, dst.nbytes), "cuMemcpyDtoH")
+
+    # -- tensor maps -------------------------------------------------------------------
+    def encode_tensor_map(self, spec: TensorMapSpec, address: int, shape, strides) -> bytes:
+        enc = check_tensor_map(spec, address, shape, strides)
+        drv = self.drv
+        dt = drv.CUtensorMapDataType(_dtype(spec.dtype).tma_code)
+        tmap = _check(drv.cuTensorMapEncodeTiled(
+            dt, enc.spec.rank, address,
+            [drv.cuuint64_t(d) for d in enc.dims], [drv.cuuint64_t(s) for s in enc.strides],
+            [drv.cuuint32_t(b) for b in enc.box], [drv.cuuint32_t(e) for e in enc.elem_strides],
+            drv.CUtensorMapInterleave(0), drv.CUtensorMapSwizzle(_SWZ[spec.swizzle]),
+            drv.CUtensorMapL2promotion(_L2[spec.l2promo]),
+            drv.CUtensorMapFloatOOBfill(1 if spec.oob == "nan" else 0)), f"cuTensorMapEncodeTiled({spec.param})")
+        return ctypes.string_at(tmap.getPtr(), 128)
+
+    # -- modules and launch --------------------------------------------------------------
+    def load(self, kernel: CompiledKernel):
+        key = (kernel.key or kernel.entry, hash(kernel.cubin))
+        if key in self._modules:
+            return self._modules[key]
+        drv = self.drv
+        mod = _check(drv.cuModuleLoadData(kernel.cubin), f"cuModuleLoadData({kernel.entry})")
+        fn = _check(drv.cuModuleGetFunction(mod, kernel.entry.encode()), f"cuModuleGetFunction({kernel.entry})")
+        if kernel.dynamic_smem > 48 * 1024:
+            _check(drv.cuFuncSetAttribute(
+                fn, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                kernel.dynamic_smem), "cuFuncSetAttribute(max dynamic smem)")
+        self._modules[key] = (mod, fn)
+        return self._modules[key]
+
+    def launch(self, handle, grid, params, *, block, cluster=(1, 1, 1), smem=0, stream=None) -> None:
+        drv = self.drv
+        _, fn = handle
+        # one buffer per parameter, each 64-B aligned (tensor maps need 64), and the void* array
+        bufs = [ctypes.create_string_buffer(bytes(p), max(len(p), 64) + 64) for p in params]
+        ptrs = []
+        for b, p in zip(bufs, params):
+            addr = ctypes.addressof(b)
+            off = (-addr) % 64
+            ctypes.memmove(addr + off, bytes(p), len(p))
+            ptrs.append(addr + off)
+        argv = (ctypes.c_void_p * max(len(ptrs), 1))(*ptrs)
+        stream = stream or 0
+        if tuple(cluster) == (1, 1, 1):
+            _check(drv.cuLaunchKernel(fn, *grid, *block, smem, stream, ctypes.addressof(argv), 0),
+                   "cuLaunchKernel")
+        else:
+            cfg = drv.CUlaunchConfig()
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+            cfg.sharedMemBytes = smem
+            cfg.hStream = stream
+            attr = drv.CUlaunchAttribute()
+            attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
+            cfg.attrs = [attr]
+            cfg.numAttrs = 1
+            _check(drv.cuLaunchKernelEx(cfg, fn, ctypes.addressof(argv), 0), "cuLaunchKernelEx")
+        self._keep = (bufs, argv)     # alive until the next launch; the driver copies params at launch
+
+    def synchronize(self) -> None:
+        _check(self.drv.cuCtxSynchronize(), "cuCtxSynchronize (kernel execution)")
+
+    def time_launches(self, fn, iters: int) -> list:
+        """Per-launch milliseconds from CUDA events around each ``fn()``."""
+        drv = self.drv
+        start = _check(drv.cuEventCreate(0), "cuEventCreate")
+        stop = _check(drv.cuEventCreate(0), "cuEventCreate")
+        out = []
+        for _ in range(iters):
+            _check(drv.cuEventRecord(start, 0), "cuEventRecord")
+            fn()
+            _check(drv.cuEventRecord(stop, 0), "cuEventRecord")
+            _check(drv.cuEventSynchronize(stop), "cuEventSynchronize")
+            out.append(float(_check(drv.cuEventElapsedTime(start, stop), "cuEventElapsedTime")))
+        drv.cuEventDestroy(start)
+        drv.cuEventDestroy(stop)
+        return out

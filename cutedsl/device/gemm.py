@@ -1,0 +1,327 @@
+"""``GemmConfig`` and ``Gemm``: the user-facing GEMM (CUTLASS ``GemmUniversalAdapter``).
+
+::
+
+    from cutedsl import Gemm, GemmConfig
+    gemm = Gemm(GemmConfig(dtype="f16", tile=(128, 128, 64), stages="auto"))
+    d = gemm(a, b)            # a: (M, K), b: (K, N) -> d: (M, N) in config.out_dtype
+
+``a`` and ``b`` may be numpy arrays (copied to the device and back; rows are padded to the
+16-byte pitch TMA needs, so any M, N, K works) or device arrays — a ``DeviceArray``, torch or
+cupy CUDA arrays — used in place (no copies), which must then obey TMA's rules themselves.
+With ``b_major="K"`` the kernel reads B K-major: pass ``b`` of shape (K, N) whose transpose is
+row-major (``b = bt.T`` for a row-major ``bt`` of shape (N, K)).
+"""
+from __future__ import annotations
+
+import time
+
+import attrs
+import numpy as np
+
+from ..dtypes import dtype as _dtype
+from ..errors import ArgumentError, ArgumentTypeError, ConfigError, NoDeviceError, SharedMemoryError
+from . import arrays
+
+_MAX_I32 = 2 ** 31 - 1
+
+
+def _stages_ok(inst, attribute, v):
+    if v != "auto" and not (isinstance(v, int) and 1 <= v <= 7):
+        raise ConfigError(f"stages must be 'auto' or an int in 1..7, got {v!r}")
+
+
+@attrs.frozen
+class GemmConfig:
+    """A GEMM configuration, validated on construction (``ConfigError``).
+
+    * ``dtype``: input element type, ``"f16"`` or ``"bf16"``; accumulation is f32.
+    * ``out_dtype``: ``"f32"`` (default), ``"f16"`` or ``"bf16"``.
+    * ``tile``: ``(BLOCK_M, BLOCK_N, BLOCK_K)`` with BLOCK_M in {64, 128}, BLOCK_N in
+      {64, 128, 256}, BLOCK_K = 64. A 128 x 256 tile uses two consumer warpgroups.
+    * ``stages``: shared-memory pipeline stages 1..7, or ``"auto"`` (as many as fit beside
+      the epilogue in 227 KiB).
+    * ``schedule``: ``"multistage"`` (pipelined) or ``"single_tile"`` (unpipelined, atoms only).
+    * ``b_major``: ``"N"`` (B is (K, N) row-major) or ``"K"`` (B stored transposed).
+    * ``epilogue``: ``"tma"`` (registers -> smem -> TMA store) or ``"global"`` (bounds-checked
+      stores from registers).
+    """
+    dtype: str = attrs.field(default="f16")
+    out_dtype: str = attrs.field(default="f32")
+    tile: tuple = attrs.field(default=(128, 128, 64), converter=tuple)
+    stages: object = attrs.field(default="auto", validator=_stages_ok)
+    schedule: str = attrs.field(default="multistage")
+    b_major: str = attrs.field(default="N")
+    epilogue: str = attrs.field(default="tma")
+
+    def __attrs_post_init__(self):
+        if self.dtype not in ("f16", "bf16"):
+            raise ConfigError(f"dtype must be 'f16' or 'bf16', got {self.dtype!r}")
+        if self.out_dtype not in ("f32", "f16", "bf16"):
+            raise ConfigError(f"out_dtype must be 'f32', 'f16' or 'bf16', got {self.out_dtype!r}")
+        if len(self.tile) != 3:
+            raise ConfigError(f"tile must be (BLOCK_M, BLOCK_N, BLOCK_K), got {self.tile!r}")
+        bm, bn, bk = self.tile
+        if bm not in (64, 128):
+            raise ConfigError(f"tile BLOCK_M must be 64 or 128, got {bm}")
+        if bn not in (64, 128, 256):
+            raise ConfigError(f"tile BLOCK_N must be 64, 128 or 256, got {bn}")
+        if bk != 64:
+            raise ConfigError(f"tile BLOCK_K must be 64 (one 128-byte swizzle row of f16/bf16), got {bk}")
+        if self.schedule not in ("multistage", "single_tile"):
+            raise ConfigError(f"schedule must be 'multistage' or 'single_tile', got {self.schedule!r}")
+        if self.b_major not in ("N", "K"):
+            raise ConfigError(f"b_major must be 'N' or 'K', got {self.b_major!r}")
+        if self.epilogue not in ("tma", "global"):
+            raise ConfigError(f"epilogue must be 'tma' or 'global', got {self.epilogue!r}")
+        if self.schedule == "single_tile" and bm * bn > 128 * 128:
+            raise ConfigError(f"single_tile uses one warpgroup: a {bm}x{bn} f32 accumulator needs "
+                              f"{bm * bn // 128} registers per thread, past the 255-register limit; "
+                              f"use schedule='multistage' (two consumer warpgroups)")
+        if self.schedule == "single_tile" and self.stages not in ("auto", 1):
+            raise ConfigError(f"single_tile has exactly one stage, got stages={self.stages!r}")
+        self.kernel()   # fails now (SharedMemoryError) when explicit stages cannot fit
+
+    @classmethod
+    def parse_tile(cls, text: str) -> tuple:
+        """``"128x128x64"`` -> ``(128, 128, 64)``."""
+        try:
+            t = tuple(int(x) for x in text.lower().split("x"))
+        except ValueError:
+            raise ConfigError(f"tile must look like 128x128x64, got {text!r}") from None
+        return t
+
+    def resolved_stages(self) -> int:
+        """The stage count used: explicit, or the most (<= 7) that fit in shared memory."""
+        if self.schedule == "single_tile":
+            return 1
+        if self.stages != "auto":
+            return self.stages
+        from ..kernel.gemm import MultistageGemmKernel
+        for s in range(7, 0, -1):
+            try:
+                self._make(MultistageGemmKernel, s).smem_plan()
+                return s
+            except SharedMemoryError:
+                continue
+        raise ConfigError(f"tile {self.tile} does not fit shared memory even with one stage")
+
+    def _epilogue_cls(self):
+        from ..collective.epilogue import GlobalEpilogue, TmaStoreEpilogue
+        return TmaStoreEpilogue if self.epilogue == "tma" else GlobalEpilogue
+
+    def _make(self, cls, stages=None, epilogue_cls=None):
+        bm, bn, _ = self.tile
+        kw = dict(tile_m=bm, tile_n=bn, dtype=self.dtype, out_dtype=self.out_dtype,
+                  b_major="MN" if self.b_major == "N" else "K", epilogue=epilogue_cls or self._epilogue_cls())
+        if stages is not None:
+            kw["stages"] = stages
+        return cls(**kw)
+
+    def kernel(self, epilogue_cls=None):
+        """The ``Kernel`` object this config builds (``SharedMemoryError`` if it cannot fit)."""
+        from ..kernel.gemm import MultistageGemmKernel, SingleTileGemmKernel
+        if self.schedule == "single_tile":
+            k = self._make(SingleTileGemmKernel, epilogue_cls=epilogue_cls)
+            return k
+        k = self._make(MultistageGemmKernel, self.resolved_stages(), epilogue_cls)
+        k.smem_plan()
+        return k
+
+
+class Gemm:
+    """A compiled GEMM for one config, callable on any (M, N, K); see module docstring.
+
+    ``backend``: ``"auto"`` (GPU, else emulator), ``"cuda"``, ``"sim"`` or a backend object.
+    ``epilogue``: an ``Epilogue`` subclass replacing the config's (e.g. bias + ReLU); its extra
+    kernel parameters are passed as keyword arguments of the call.
+    """
+
+    def __init__(self, config: GemmConfig, backend="auto", *, epilogue=None, cache=None, dump_dir=None):
+        if not isinstance(config, GemmConfig):
+            raise ArgumentTypeError(f"config must be a GemmConfig, got {type(config).__name__}")
+        self.config = config
+        self.kernel = config.kernel(epilogue)
+        self._backend_name = backend
+        self._backend = backend if not isinstance(backend, str) else None
+        self._cache, self._dump = cache, dump_dir
+        self._compiled = None
+        self._handle = None
+
+    @property
+    def compiled(self):
+        """The ``CompiledKernel`` (compiled or loaded from the cache on first use)."""
+        if self._compiled is None:
+            self._compiled = self.kernel.compile(cache=self._cache, dump_dir=self._dump)
+        return self._compiled
+
+    @property
+    def backend(self):
+        if self._backend is None:
+            from .backends import get_backend
+            self._backend = get_backend(self._backend_name)
+        return self._backend
+
+    # -- validation -----------------------------------------------------------------------
+    def _check_operands(self, a, b):
+        cfg = self.config
+        want = _dtype(cfg.dtype)
+        shapes = {}
+        for name, x in (("a", a), ("b", b)):
+            dev = arrays.describe(x)
+            if dev is None:
+                x = np.asarray(x)
+                shape, dt = x.shape, x.dtype
+                try:
+                    d = _dtype(dt)
+                except ArgumentTypeError:
+                    d = None
+            else:
+                _, shape, _, d, _ = dev
+                dt = d.name
+            if len(shape) != 2:
+                raise ArgumentError(f"{name} must be 2-D, got shape {tuple(shape)}")
+            if d is None or d.name != want.name:
+                raise ArgumentTypeError(f"{name} has dtype {dt}, the config expects {cfg.dtype} "
+                                        f"(numpy: {want.numpy})")
+            if 0 in shape:
+                raise ArgumentError(f"{name} has a zero-size dimension: shape {tuple(shape)}")
+            shapes[name] = tuple(shape)
+        (m, k), (k2, n) = shapes["a"], shapes["b"]
+        if k != k2:
+            raise ArgumentError(f"a.shape[1] ({k}) != b.shape[0] ({k2}): inner dimensions must match")
+        for nm, v in (("M", m), ("N", n), ("K", k)):
+            if v > _MAX_I32:
+                raise ArgumentError(f"{nm} = {v} exceeds the kernel's 32-bit size limit {_MAX_I32}")
+        return m, n, k
+
+    def _operand(self, name, x, major_inner: bool):
+        """Device view of an operand in the layout the tensor map reads; numpy is copied."""
+        dev = arrays.describe(x)
+        be = self.backend
+        if dev is None:
+            x = np.asarray(x)
+            host = x if major_inner else x.T          # K-major B: device holds B^T row-major
+            return arrays.to_device(be, host, pitch_align=16), True
+        ptr, shape, strides, dt, fw = dev
+        if not major_inner:
+            shape, strides = shape[::-1], strides[::-1]
+        return arrays.DeviceArray(ptr, shape, strides, dt, be, x), False
+
+    @staticmethod
+    def _check_tma_layout(name, arr: "arrays.DeviceArray"):
+        e = arr.dtype.nbytes
+        if arr.strides[1] != e:
+            raise ArgumentError(f"{name}: innermost stride is {arr.strides[1]} B; TMA needs contiguous rows "
+                                f"(stride {e} B) — pass a contiguous array")
+        if arr.strides[0] % 16:
+            raise ArgumentError(f"{name}: row stride is {arr.strides[0]} B; TMA needs a multiple of 16 B "
+                                f"(16-byte rule) — pad the leading dimension")
+        if arr.strides[0] < arr.shape[1] * e:
+            raise ArgumentError(f"{name}: row stride {arr.strides[0]} B overlaps rows of {arr.shape[1] * e} B")
+        if arr.ptr % 16:
+            raise ArgumentError(f"{name}: global address 0x{arr.ptr:x} is not 16-byte aligned (TMA)")
+
+    # -- call ---------------------------------------------------------------------------
+    def __call__(self, a, b, out=None, **extra):
+        """Compute ``a @ b``; returns a new array (numpy for numpy inputs) or fills ``out``."""
+        d, _ = self.run(a, b, out=out, **extra)
+        return d
+
+    def prepare(self, a, b, out=None, **extra):
+        """Validate, move operands, encode tensor maps; returns a ``launch()`` callable and the
+        result getter. Used by :meth:`run` and for timing repeated launches."""
+        m, n, k = self._check_operands(a, b)
+        cfg = self.config
+        kern = self.compiled
+        be = self.backend
+        da, a_host = self._operand("a", a, True)
+        db, _ = self._operand("b", b, cfg.b_major == "N")
+        self._check_tma_layout("a", da)
+        self._check_tma_layout("b", db)
+        out_dt = _dtype(cfg.out_dtype)
+        host_out = a_host or arrays.describe(b) is None
+        if out is None:
+            dd = arrays.empty(be, (m, n), out_dt, pitch_align=16 if cfg.epilogue == "tma" else 1)
+        else:
+            od = arrays.describe(out)
+            if od is None:
+                raise ArgumentTypeError("out must be a device array (numpy results are returned, not filled)")
+            ptr, shape, strides, dt, _ = od
+            if tuple(shape) != (m, n) or dt.name != out_dt.name:
+                raise ArgumentError(f"out must have shape {(m, n)} and dtype {out_dt.name}, got {shape} {dt.name}")
+            dd = arrays.DeviceArray(ptr, shape, strides, dt, be, out)
+            if cfg.epilogue == "global" and tuple(strides) != (n * out_dt.nbytes, out_dt.nbytes):
+                raise ArgumentError("out must be C-contiguous for the 'global' epilogue")
+        if cfg.epilogue == "tma":
+            self._check_tma_layout("out", dd)
+        values = {"m": m, "n": n, "k": k}
+        specs = {t.param: t for t in kern.tensor_maps}
+        for name, arr in (("a", da), ("b", db), ("d", dd)):
+            if name in specs:
+                values[name] = be.encode_tensor_map(specs[name], arr.ptr, arr.shape, arr.strides)
+            else:
+                if arr.strides != (arr.shape[1] * arr.dtype.nbytes, arr.dtype.nbytes):
+                    raise ArgumentError(f"{name} must be C-contiguous for a pointer parameter")
+                values[name] = arr.ptr
+        for p in kern.params:
+            if p.name not in values:
+                if p.name not in extra:
+                    raise ArgumentError(f"missing epilogue argument {p.name!r} ({p.kind})")
+                v = extra[p.name]
+                if p.kind == "ptr":
+                    dev = arrays.describe(v)
+                    if dev is None:
+                        v = arrays.to_device(be, np.ascontiguousarray(v))
+                        self._keep = v
+                        v = v.ptr
+                    else:
+                        v = dev[0]
+                values[p.name] = v
+        params = kern.pack_params(values)
+        handle = self._handle = self._handle or be.load(kern)
+        grid = self.kernel.grid(m=m, n=n, k=k)
+        keep = (da, db, dd)
+
+        def launch():
+            be.launch(handle, grid, params, block=kern.block, cluster=kern.cluster, smem=kern.dynamic_smem)
+
+        def result():
+            be.synchronize()
+            _ = keep
+            if out is not None:
+                return out
+            if host_out:
+                return arrays.to_host(dd)
+            return self._wrap_like(dd, a)
+        return launch, result
+
+    def run(self, a, b, out=None, **extra):
+        """Launch once; returns ``(result, seconds)`` (wall time of launch + synchronize)."""
+        launch, result = self.prepare(a, b, out, **extra)
+        t0 = time.perf_counter()
+        launch()
+        r = result()
+        return r, time.perf_counter() - t0
+
+    @staticmethod
+    def _wrap_like(dd, like):
+        fw = type(like).__module__.split(".")[0]
+        if fw == "torch":
+            import torch
+            return torch.as_tensor(dd, device="cuda")
+        if fw == "cupy":
+            import cupy
+            return cupy.asarray(dd)
+        return dd
+
+
+def gemm(a, b, config: GemmConfig | None = None, backend="auto"):
+    """One-shot ``a @ b`` with ``config`` (default ``GemmConfig(dtype=a.dtype)``)."""
+    if config is None:
+        config = GemmConfig(dtype=_dtype(np.asarray(a).dtype if arrays.describe(a) is None
+                                          else arrays.describe(a)[3]).name)
+    return Gemm(config, backend)(a, b)
+
+
+__all__ = ["GemmConfig", "Gemm", "gemm", "NoDeviceError"]

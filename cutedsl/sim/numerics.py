@@ -1,0 +1,160 @@
+"""Floating-point helpers with PTX rounding semantics (numpy + ml_dtypes, no ``np.fma``).
+
+* :func:`f64_to` rounds float64 values to f32/f16/bf16/fp8 with a PTX rounding mode
+  (``rn`` nearest-even, ``rz``, ``rm``, ``rp``) without double rounding: f64 -> f32 goes
+  through round-to-odd first when the final format is narrower (Boldo & Melquiond).
+* :func:`fma_f32` is a correctly rounded single-precision fused multiply-add: the product
+  of two f32 is exact in f64, the sum's rounding error comes from TwoSum, and the f64 sum
+  is made round-to-odd before the final rounding.
+* :func:`ftz` flushes subnormals to signed zero.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+F16 = np.dtype(np.float16)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
+E5M2 = np.dtype(ml_dtypes.float8_e5m2)
+TINY = {F32: np.finfo(np.float32).tiny, F64: np.finfo(np.float64).tiny,
+        F16: np.float16(6.103515625e-05), BF16: np.float32(1.1754943508222875e-38)}
+MAXF = {F16: 65504.0, BF16: float(ml_dtypes.finfo(ml_dtypes.bfloat16).max), E4M3: 448.0,
+        E5M2: 57344.0, F32: float(np.finfo(np.float32).max)}
+
+
+def two_sum(a, b):
+    """Return ``(s, e)`` with ``s = fl(a + b)`` and ``a + b = s + e`` exactly (float64)."""
+    s = a + b
+    bb = s - a
+    e = (a - (s - bb)) + (b - bb)
+    return s, e
+
+
+def round_odd_f64(s, e):
+    """Make ``s`` (float64) round-to-odd with respect to the exact value ``s + e``."""
+    s = np.asarray(s, F64)
+    e = np.asarray(e, F64)
+    bits = s.view(np.int64)
+    fix = (e != 0) & ((bits & 1) == 0) & np.isfinite(s)
+    if not np.any(fix):
+        return s
+    step = np.where((e > 0) == (s > 0), 1, -1).astype(np.int64)
+    return np.where(fix, (bits + step).view(F64), s)
+
+
+def round_odd_f32(x):
+    """float64 -> float32 with round-to-odd (exact results unchanged)."""
+    x = np.asarray(x, F64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = x.astype(F32)
+    inexact = (r.astype(F64) != x) & np.isfinite(x)
+    if not np.any(inexact):
+        return r
+    bits = r.view(np.int32)
+    fix = inexact & ((bits & 1) == 0)
+    up = np.abs(x) > np.abs(r.astype(F64))
+    nb = np.where(up, bits + 1, bits - 1).astype(np.int32)
+    # r == 0 with tiny x: move away from zero with the sign of x
+    z = fix & (r == 0)
+    if np.any(z):
+        nb = np.where(z, np.where(x > 0, 1, np.int32(-2147483647)), nb).astype(np.int32)
+    return np.where(fix, nb.view(F32), r)
+
+
+def _directed(r, x, mode, dt):
+    """Adjust RN result ``r`` (dtype dt) of exact value ``x`` (float64) for rz/rm/rp."""
+    rr = r.astype(F64)
+    if mode == "rz":
+        bad = np.abs(rr) > np.abs(x)
+        target = np.zeros_like(r)
+    elif mode == "rm":
+        bad = rr > x
+        target = np.full_like(r, -np.inf)
+    elif mode == "rp":
+        bad = rr < x
+        target = np.full_like(r, np.inf)
+    else:
+        raise ValueError(mode)
+    bad &= ~np.isnan(x)
+    if not np.any(bad):
+        return r
+    return np.where(bad, np.nextafter(r, target), r).astype(dt)
+
+
+def f64_to(x, dt, mode="rn", err=None, satfinite=False):
+    """Round float64 ``x`` (+ exact error term ``err``) to dtype ``dt`` with PTX mode."""
+    dt = np.dtype(dt)
+    x = np.asarray(x, F64)
+    if err is not None:
+        if mode == "rn":
+            x = round_odd_f64(x, err)
+            err = None
+    if dt == F64:
+        return x if err is None else x + err
+    with np.errstate(over="ignore", invalid="ignore"):
+        if dt == F32:
+            r = x.astype(F32)
+        else:
+            r = round_odd_f32(x).astype(dt)
+    if mode != "rn":
+        exact = x if err is None else x + err
+        r = _directed(r, exact, mode, dt)
+    if satfinite or dt == E4M3:
+        mx = MAXF.get(dt)
+        if mx is not None:
+            big = np.abs(x) > mx
+            if np.any(big | np.isinf(r.astype(F64))):
+                if satfinite:
+                    r = np.where(np.isnan(x), r, np.where(big | np.isinf(r.astype(F64)),
+                                                          np.copysign(mx, x), r.astype(F64))).astype(dt)
+                elif dt == E4M3:   # no infinity: overflow gives NaN
+                    r = np.where(big & ~np.isnan(x), np.array(np.nan, F64), r.astype(F64)).astype(dt)
+    return r
+
+
+def fma_f32(a, b, c, mode="rn"):
+    """Correctly rounded f32 ``a*b + c`` (inputs float32 arrays/scalars)."""
+    p = np.asarray(a, F64) * np.asarray(b, F64)      # exact
+    cc = np.asarray(c, F64)
+    s, e = two_sum(p, cc)
+    if mode == "rn":
+        with np.errstate(over="ignore", invalid="ignore"):
+            return round_odd_f64(s, e).astype(F32)
+    return f64_to(s, F32, mode, err=e)
+
+
+def fma_f64(a, b, c):
+    """f64 fma via Dekker's product (close to, not always exactly, correctly rounded)."""
+    a = np.asarray(a, F64)
+    b = np.asarray(b, F64)
+    p = a * b
+    sp = 134217729.0
+    ah = a * sp - (a * sp - a)
+    al = a - ah
+    bh = b * sp - (b * sp - b)
+    bl = b - bh
+    pe = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    s, e = two_sum(p, np.asarray(c, F64))
+    return s + (e + pe)
+
+
+def ftz(x):
+    """Flush subnormal values to zero of the same sign (f32/f64/f16)."""
+    x = np.asarray(x)
+    t = TINY.get(x.dtype)
+    if t is None:
+        return x
+    sub = (np.abs(x) < t) & (x != 0)
+    if not np.any(sub):
+        return x
+    return np.where(sub, np.copysign(np.zeros_like(x), x), x).astype(x.dtype)
+
+
+def sat01(x):
+    """Clamp to [0, 1]; NaN -> 0 (PTX ``.sat`` on floats)."""
+    x = np.asarray(x)
+    r = np.clip(x, 0, 1)
+    return np.where(np.isnan(x), np.zeros_like(x), r).astype(x.dtype)
