@@ -1,0 +1,26 @@
+# Two entry points, each working on a fresh machine (they create/refresh .venv from the pins):
+#   make demo   - the main job on a real, non-tile-multiple problem
+#   make test   - the whole test suite
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.stamp-$(shell cat requirements.txt pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: demo test clean
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	@rm -f $(VENV)/.stamp-*; touch $@
+
+demo: $(STAMP)
+	$(PY) -m cutedsl gemm --m 1000 --n 1000 --k 1000 --backend none
+	$(PY) -m cutedsl gemm --m 300 --n 200 --k 160 --check
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache
