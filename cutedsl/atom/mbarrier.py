@@ -47,8 +47,7 @@ class MBarriers:
 
     def arrive(self, i):
         """``mbarrier.arrive`` by each executing thread; returns the state token (i64)."""
-        import mlir.ir as ir
-        return nvgpu.mbarrier_arrive(ir.Type.parse("!nvgpu.mbarrier.token"), self.group, self._idx(i))
+        return nvgpu.mbarrier_arrive(self.group, self._idx(i))
 
     def arrive_expect_tx(self, i, tx_bytes, predicate=None) -> None:
         """``mbarrier.arrive.expect_tx``: add ``tx_bytes`` expected transaction bytes and arrive."""

@@ -87,11 +87,20 @@ class SmemMatrix:
         return self.rows * K_TILE * 2
 
 
+def descriptor_bits(address: int, layout: SmemMatrix) -> int:
+    """The 64-bit matrix descriptor (Python int) of the tile at shared byte ``address``."""
+    return _const_bits(layout) | ((address & 0x3FFFF) >> 4)
+
+
+def _const_bits(layout: SmemMatrix) -> int:
+    return ((SWIZZLE_FIELD[layout.swizzle] << 62) | (((layout.sbo & 0x3FFFF) >> 4) << 32)
+            | (((layout.lbo & 0x3FFFF) >> 4) << 16))
+
+
 def make_descriptor(address, layout: SmemMatrix) -> Scalar:
-    """The 64-bit matrix descriptor of the tile at shared byte ``address`` (i64 IR value)."""
-    const_bits = ((SWIZZLE_FIELD[layout.swizzle] << 62) | ((layout.sbo >> 4) << 32)
-                  | ((layout.lbo >> 4) << 16))
-    return ((address & 0x3FFFF) >> 4) | const(const_bits, "i64")
+    """The 64-bit matrix descriptor of the tile at shared byte ``address`` (i64 IR value);
+    same bits as :func:`descriptor_bits`."""
+    return ((address & 0x3FFFF) >> 4) | const(_const_bits(layout), "i64")
 
 
 class Accumulator:

@@ -1,0 +1,70 @@
+"""Atoms: descriptor bits, fragment layout, and the PTX each atom emits."""
+import pytest
+
+from cutedsl.atom.wgmma import SmemMatrix, descriptor_bits, fragment_coords
+
+
+def test_descriptor_fields_match_ptx_isa():
+    a = SmemMatrix(128, "f16", "K")
+    d = descriptor_bits(0x2400, a)
+    assert d & 0x3FFF == 0x2400 >> 4                 # start address >> 4
+    assert (d >> 16) & 0x3FFF == 1                   # LBO 16 B (unused for swizzled K-major)
+    assert (d >> 32) & 0x3FFF == 1024 >> 4           # SBO: 8 rows x 128 B
+    assert (d >> 49) & 7 == 0 and d >> 62 == 1       # base offset 0, 128-byte swizzle
+    b = SmemMatrix(256, "bf16", "MN")
+    d = descriptor_bits(0x8000, b)
+    assert (d >> 16) & 0x3FFF == 8192 >> 4           # LBO: next 64 columns (8 KiB box)
+    assert b.k_step_offset(3) == 3 * 2048 and a.k_step_offset(3) == 96 and a.block_offset(1) == 8192
+
+
+def test_operand_layout_rules():
+    with pytest.raises(ValueError, match="f16 or bf16"):
+        SmemMatrix(64, "f32")
+    with pytest.raises(ValueError, match="multiple of 64"):
+        SmemMatrix(96, "f16", "MN")
+
+
+@pytest.mark.parametrize("n", [8, 64, 128, 256])
+def test_fragment_layout_is_a_bijection(n):
+    seen = {fragment_coords(t, i) for t in range(128) for i in range(n // 2)}
+    assert seen == {(r, c) for r in range(64) for c in range(n)}
+    # thread 0 holds (0,0),(0,1),(8,0),(8,1),(0,8)... (PTX ISA wgmma D fragment figure)
+    assert [fragment_coords(0, i) for i in range(6)] == [(0, 0), (0, 1), (8, 0), (8, 1), (0, 8), (0, 9)]
+    assert fragment_coords(37, 2) == (16 + 1 + 8, 2)
+
+
+def _compile(kernel):
+    k = kernel.compile(use_cache=False)
+    return k
+
+
+def _norm(ptx):
+    return " ".join(ptx.split())
+
+
+def test_mbarrier_and_tma_ptx():
+    from cutedsl.kernel import TmaSaxpyKernel
+    ptx = _norm(_compile(TmaSaxpyKernel()).ptx)
+    assert "mbarrier.init.shared.b64" in ptx
+    assert "mbarrier.arrive.expect_tx.shared.b64" in ptx
+    assert "mbarrier.try_wait.parity.shared.b64" in ptx
+    assert "fence.mbarrier_init.release.cluster" in ptx
+    assert ptx.count("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes") == 2
+    assert "cp.async.bulk.tensor.1d.global.shared::cta.tile.bulk_group" in ptx
+    assert "fence.proxy.async.shared::cta" in ptx
+    assert "cp.async.bulk.commit_group" in ptx and "cp.async.bulk.wait_group.read 0" in ptx
+    assert "prefetch.tensormap" not in ptx   # TMA SAXPY does not prefetch
+
+
+@pytest.mark.parametrize("b_major,trans_b", [("MN", "1"), ("K", "0")])
+def test_wgmma_ptx_layouts(b_major, trans_b):
+    from cutedsl.kernel import SingleTileGemmKernel
+    from cutedsl.collective import GlobalEpilogue
+    k = _compile(SingleTileGemmKernel(64, 64, "bf16", "f32", b_major, GlobalEpilogue))
+    lines = [l for l in k.ptx.splitlines() if "wgmma.mma_async" in l]
+    assert len(lines) == 4 and all("m64n64k16.f32.bf16.bf16" in l for l in lines)
+    # operand tail: scale-d, imm-scale-a, imm-scale-b, imm-trans-a (K-major A = 0), imm-trans-b
+    assert all(l.replace(" ", "").endswith(f"1,1,0,{trans_b};") for l in lines)
+    assert "wgmma.fence.sync.aligned" in k.ptx and "wgmma.commit_group.sync.aligned" in k.ptx
+    assert "wgmma.wait_group.sync.aligned 0" in _norm(k.ptx)
+    assert k.resources.sass["HGMMA"] == 4 and k.resources.ptxas_messages == ()
