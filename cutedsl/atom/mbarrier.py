@@ -8,9 +8,10 @@ passes at once).
 """
 from __future__ import annotations
 
-from mlir.dialects import nvgpu, nvvm
+from ..ir._lazy import lazy
 
-from ..ir.values import Scalar, const, index
+nvgpu, nvvm = lazy("mlir.dialects.nvgpu"), lazy("mlir.dialects.nvvm")
+V = lazy("cutedsl.ir.values")
 
 
 class MBarriers:
@@ -27,13 +28,13 @@ class MBarriers:
     def _idx(self, i):
         if isinstance(i, int) and not 0 <= i < self.count:
             raise IndexError(f"mbarrier index {i} out of range 0..{self.count - 1}")
-        return index(i)
+        return V.index(i)
 
     def init(self, i, arrivals: int, predicate=None) -> None:
         """``mbarrier.init``: expect ``arrivals`` arrivals per phase (1..2^20-1)."""
         if not 1 <= arrivals < 2 ** 20:
             raise ValueError(f"mbarrier arrival count {arrivals} outside 1..2^20-1")
-        nvgpu.mbarrier_init(self.group, index(arrivals), self._idx(i), predicate=predicate)
+        nvgpu.mbarrier_init(self.group, V.index(arrivals), self._idx(i), predicate=predicate)
 
     def init_all(self, arrivals: int, predicate=None) -> None:
         for i in range(self.count):
@@ -51,16 +52,16 @@ class MBarriers:
 
     def arrive_expect_tx(self, i, tx_bytes, predicate=None) -> None:
         """``mbarrier.arrive.expect_tx``: add ``tx_bytes`` expected transaction bytes and arrive."""
-        tx = index(tx_bytes)
+        tx = V.index(tx_bytes)
         nvgpu.mbarrier_arrive_expect_tx(self.group, tx, self._idx(i), predicate=predicate)
 
     def wait(self, i, parity, ticks: int = 10_000_000) -> None:
         """Block until the phase of parity ``parity`` (0/1; int or IR i1/i32) of barrier ``i``
         completed (``mbarrier.try_wait.parity`` in a loop; ``ticks`` is a suspend-time hint)."""
         if isinstance(parity, int):
-            p = const(parity & 1, "i1")
+            p = V.const(parity & 1, "i1")
         elif str(parity.type) == "i1":
             p = parity
         else:
-            p = Scalar(parity).to("i1")
-        nvgpu.mbarrier_try_wait_parity(self.group, p, index(ticks), self._idx(i))
+            p = V.Scalar(parity).to("i1")
+        nvgpu.mbarrier_try_wait_parity(self.group, p, V.index(ticks), self._idx(i))

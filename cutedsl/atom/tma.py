@@ -17,12 +17,14 @@ reverses them into TMA's innermost-first order.
 """
 from __future__ import annotations
 
-from mlir import ir
-from mlir.dialects import builtin, nvgpu, nvvm
+from ..ir._lazy import lazy
+
+ir = lazy("mlir.ir")
+builtin, nvgpu, nvvm = lazy("mlir.dialects.builtin"), lazy("mlir.dialects.nvgpu"), lazy("mlir.dialects.nvvm")
+V = lazy("cutedsl.ir.values")
 
 from ..compiler.artifact import TensorMapSpec
 from ..dtypes import dtype as _dtype
-from ..ir.values import index
 
 _SWZ = {0: "none", 32: "swizzle_32b", 64: "swizzle_64b", 128: "swizzle_128b"}
 _L2 = {0: "none", 64: "l2promo_64b", 128: "l2promo_128b", 256: "l2promo_256b"}
@@ -52,7 +54,7 @@ class TmaCopy:
         coords = list(coords)
         if len(coords) != self.spec.rank:
             raise ValueError(f"tensor map {self.spec.param!r} has rank {self.spec.rank}, got {len(coords)} coordinates")
-        return [index(c) for c in reversed(coords)]
+        return [V.index(c) for c in reversed(coords)]
 
     def load(self, dst, barriers, i, coords, multicast_mask=None, predicate=None) -> None:
         """Load the box at ``coords`` into the shared ``memref`` ``dst`` (shape == box),

@@ -28,10 +28,11 @@ Shared-memory layouts the descriptors assume (what a TMA box with 128-byte swizz
 from __future__ import annotations
 
 import attrs
-from mlir import ir
-from mlir.dialects import llvm, nvvm
+from ..ir._lazy import lazy
 
-from ..ir.values import Scalar, const, thread_idx
+ir = lazy("mlir.ir")
+llvm, nvvm = lazy("mlir.dialects.llvm"), lazy("mlir.dialects.nvvm")
+V = lazy("cutedsl.ir.values")
 
 SWIZZLE_FIELD = {128: 1, 64: 2, 32: 3, 0: 0}     # descriptor bits 62-63
 K_TILE = 64                                       # elements of K per k-tile (16-bit types)
@@ -100,7 +101,7 @@ def _const_bits(layout: SmemMatrix) -> int:
 def make_descriptor(address, layout: SmemMatrix) -> Scalar:
     """The 64-bit matrix descriptor of the tile at shared byte ``address`` (i64 IR value);
     same bits as :func:`descriptor_bits`."""
-    return ((address & 0x3FFFF) >> 4) | const(_const_bits(layout), "i64")
+    return ((address & 0x3FFFF) >> 4) | V.const(_const_bits(layout), "i64")
 
 
 class Accumulator:
@@ -121,12 +122,12 @@ class Accumulator:
         return self.n // 2
 
     def get(self, b: int, i: int) -> Scalar:
-        return Scalar(llvm.extractvalue(ir.F32Type.get(), self.structs[b], [i]))
+        return V.Scalar(llvm.extractvalue(ir.F32Type.get(), self.structs[b], [i]))
 
     def thread_coords(self, warpgroup_thread=None) -> tuple:
         """IR (row, col) base of this thread: add ``fragment_coords(0, i)``-style constants per
         register (see :meth:`coords`). ``warpgroup_thread`` defaults to ``tid.x % 128``."""
-        t = thread_idx() % 128 if warpgroup_thread is None else warpgroup_thread
+        t = V.thread_idx() % 128 if warpgroup_thread is None else warpgroup_thread
         return ((t // 32) * 16 + (t % 32) // 4, (t % 4) * 2)
 
     @staticmethod

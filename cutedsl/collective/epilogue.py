@@ -13,15 +13,13 @@ called per element in f32 with global coordinates) and may add kernel parameters
 from __future__ import annotations
 
 import attrs
-from mlir.dialects import gpu, memref
-
 from ..atom.tma import TmaCopy, bulk_commit_group, bulk_wait_group, tma_store_fence
-from ..compiler.artifact import TensorMapSpec
+from ..compiler.artifact import ParamSpec as Param, TensorMapSpec
 from ..dtypes import dtype as _dtype
-from ..ir.control import If
-from ..ir.gmem import GlobalPtr
-from ..ir.kernel import Param
-from ..ir.values import i64, index, thread_idx
+from ..ir._lazy import lazy
+
+gpu, memref = lazy("mlir.dialects.gpu"), lazy("mlir.dialects.memref")
+cir = lazy("cutedsl.ir")
 
 
 @attrs.define
@@ -88,16 +86,16 @@ class GlobalEpilogue(Epilogue):
         base = acc.thread_coords()
         acc = self._visit_all(acc, ctx, base)
         r0, c0 = base
-        d = GlobalPtr(ctx.args.d, self.out_dtype)
+        d = cir.GlobalPtr(ctx.args.d, self.out_dtype)
         grow = ctx.m0 + ctx.row_base + r0          # this thread's first global row / col
         gcol = ctx.n0 + c0
-        ld = i64(ctx.n.unsigned())
+        ld = cir.i64(ctx.n.unsigned())
         for b in range(acc.m_blocks):
             for i in range(acc.regs):
                 dr, dc = acc.reg_offset(b, i)
                 row, col = grow + dr, gcol + dc
-                with If((row < ctx.m.unsigned()) & (col < ctx.n.unsigned())):
-                    d.store(i64(row.unsigned()) * ld + i64(col.unsigned()), self._convert(acc.get(b, i)))
+                with cir.If((row < ctx.m.unsigned()) & (col < ctx.n.unsigned())):
+                    d.store(cir.i64(row.unsigned()) * ld + cir.i64(col.unsigned()), self._convert(acc.get(b, i)))
 
 
 class TmaStoreEpilogue(Epilogue):
@@ -132,18 +130,18 @@ class TmaStoreEpilogue(Epilogue):
         r0, c0 = base
         tma = TmaCopy(self.tensor_maps()[0], ctx.args.d)
         view = ctx.smem["epilogue"].view(0)
-        leader = thread_idx().eq(0)
+        leader = cir.thread_idx().eq(0)
         regs_per_sub = self.epi_n // 8 * 4         # 4 registers per 8 columns
         for sub in range(self.tile_n // self.epi_n):
             for b in range(acc.m_blocks):
                 for i in range(sub * regs_per_sub, (sub + 1) * regs_per_sub):
                     dr, dc = acc.reg_offset(b, i)
-                    row = index(r0 + (ctx.row_base + dr))
-                    col = index(c0 + (dc - sub * self.epi_n))
+                    row = cir.index(r0 + (ctx.row_base + dr))
+                    col = cir.index(c0 + (dc - sub * self.epi_n))
                     memref.store(self._convert(acc.get(b, i)), view, [row, col])
             tma_store_fence()          # generic smem writes -> visible to the TMA (async proxy)
             gpu.barrier()
-            with If(leader):
+            with cir.If(leader):
                 tma.store(view, (ctx.m0, ctx.n0 + sub * self.epi_n))
                 bulk_commit_group()
                 bulk_wait_group(0, read=True)

@@ -22,9 +22,10 @@ from ..atom.mbarrier import MBarriers
 from ..atom.tma import TmaCopy
 from ..atom.wgmma import K_TILE, WarpgroupMMA
 from ..compiler.artifact import TensorMapSpec
-from ..ir.control import If, Loop
-from ..ir.values import i32, thread_idx
+from ..ir._lazy import lazy
 from .pipeline import PipelineState, TmaPipeline
+
+cir = lazy("cutedsl.ir")
 
 
 class MultistageMainloop:
@@ -83,18 +84,18 @@ class MultistageMainloop:
         specs = self.tensor_maps()
         self.tma_a = TmaCopy(specs[0], args.a)
         self.tma_b = TmaCopy(specs[1], args.b)
-        self.leader = thread_idx().eq(0)
+        self.leader = cir.thread_idx().eq(0)
         self.pipeline = TmaPipeline(MBarriers(smem.barriers("full"), self.stages), self.stage_bytes)
         self.pipeline.init(self.leader)
         # byte offset of this warpgroup's rows inside an A stage (K-major: 128 B per row)
-        self.a_offset = (thread_idx() // 128) * (self.wg_m * 128) if self.warpgroups > 1 else 0
+        self.a_offset = (cir.thread_idx() // 128) * (self.wg_m * 128) if self.warpgroups > 1 else 0
         self.tma_a.prefetch(predicate=self.leader)
         self.tma_b.prefetch(predicate=self.leader)
         gpu.barrier()
 
     def load(self, state: PipelineState, k_tile, m0, n0) -> None:
         """Issue the TMA boxes of ``k_tile`` into slot ``state.index`` (elected thread only)."""
-        with If(self.leader):
+        with cir.If(self.leader):
             self.pipeline.producer_expect(state)
             k0 = k_tile * K_TILE
             bar = self.pipeline.full
@@ -108,8 +109,8 @@ class MultistageMainloop:
 
     def prologue(self, k_tiles, m0, n0) -> None:
         for s in range(self.stages):
-            with If(k_tiles > s):
-                self.load(PipelineState(self.stages, s, 0), i32(s), m0, n0)
+            with cir.If(k_tiles > s):
+                self.load(PipelineState(self.stages, s, 0), cir.i32(s), m0, n0)
 
     def mma(self, acc, state: PipelineState):
         """Wait for slot ``state`` and issue the WGMMAs of one k-tile (committed, not waited)."""
@@ -127,7 +128,7 @@ class MultistageMainloop:
 
     def mainloop(self, acc, k_tiles, m0, n0):
         from mlir.dialects import gpu
-        loop = Loop(0, k_tiles, carry=list(acc.structs) + PipelineState(self.stages).carry())
+        loop = cir.Loop(0, k_tiles, carry=list(acc.structs) + PipelineState(self.stages).carry())
         for i, carried in loop:
             acc_i = type(acc)(carried[:-2], acc.n)
             state = PipelineState.from_carry(self.stages, carried[-2:])
@@ -141,7 +142,7 @@ class MultistageMainloop:
             if self.lag:
                 cond = cond & (i >= self.lag)
             refill_state = PipelineState.at(self.stages, refill)
-            with If(cond):
+            with cir.If(cond):
                 self.load(refill_state, refill, m0, n0)
             loop.next(*acc_i.structs, *state.advance().carry())
         res = loop.results

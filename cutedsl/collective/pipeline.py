@@ -10,7 +10,9 @@ pipeline start at phase 1 (the empty barriers' "previous" phase counts as comple
 from __future__ import annotations
 
 from ..atom.mbarrier import MBarriers
-from ..ir.values import Scalar, i32, select
+from ..ir._lazy import lazy
+
+V = lazy("cutedsl.ir.values")
 
 
 class PipelineState:
@@ -33,16 +35,16 @@ class PipelineState:
         if isinstance(self.index, int) and isinstance(self.phase, int):
             nxt = self.index + 1
             return PipelineState(self.stages, nxt % self.stages, self.phase ^ (nxt == self.stages))
-        idx = i32(self.index) if isinstance(self.index, int) else self.index
-        ph = i32(self.phase) if isinstance(self.phase, int) else self.phase
+        idx = V.i32(self.index) if isinstance(self.index, int) else self.index
+        ph = V.i32(self.phase) if isinstance(self.phase, int) else self.phase
         nxt = idx + 1
         wrap = nxt.eq(self.stages)
-        return PipelineState(self.stages, select(wrap, i32(0), nxt), select(wrap, ph ^ 1, ph))
+        return PipelineState(self.stages, V.select(wrap, V.i32(0), nxt), V.select(wrap, ph ^ 1, ph))
 
     def carry(self) -> list:
         """The state as two i32 values, for ``Loop(carry=...)``."""
-        return [i32(self.index) if isinstance(self.index, int) else self.index,
-                i32(self.phase) if isinstance(self.phase, int) else self.phase]
+        return [V.i32(self.index) if isinstance(self.index, int) else self.index,
+                V.i32(self.phase) if isinstance(self.phase, int) else self.phase]
 
     @classmethod
     def from_carry(cls, stages, values) -> "PipelineState":

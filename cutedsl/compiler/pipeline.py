@@ -39,7 +39,7 @@ def _lower(module, byval_args, want_ir: bool) -> dict:
     """Run the pipeline on ``module`` in this process; returns ``{"ptx", "ir_after"?}``."""
     from mlir import ir, passmanager
     from mlir.dialects import gpu
-    from ..ir.kernel import format_diagnostics
+    from .diagnostics import format_diagnostics
     ctx = module.context
     with ctx:
         try:

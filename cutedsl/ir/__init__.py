@@ -1,11 +1,25 @@
 """IR foundation: typed values with Python operators, structured control flow, kernel
-definition and the shared-memory planner. Importing this package imports MLIR."""
-from .values import (Scalar, const, index, i32, u32, i64, f32, select, to_type, mlir_type,
-                     thread_idx, block_idx, block_dim, grid_dim, lane_id, warp_idx)
-from .control import Loop, If
-from .kernel import KernelBuilder, Param
-from .smem import SmemPlan, SmemBuffer, BarrierGroup
+definition and the shared-memory planner.
 
-__all__ = ["Scalar", "const", "index", "i32", "u32", "i64", "f32", "select", "to_type", "mlir_type",
-           "thread_idx", "block_idx", "block_dim", "grid_dim", "lane_id", "warp_idx",
-           "Loop", "If", "KernelBuilder", "Param", "SmemPlan", "SmemBuffer", "BarrierGroup"]
+Names are resolved lazily: ``cutedsl.ir.smem`` (the planner's arithmetic) needs no MLIR;
+``KernelBuilder``, ``Scalar``, ``Loop`` ... import MLIR on first use.
+"""
+import importlib
+
+_EXPORTS = {
+    "values": ["Scalar", "const", "index", "i32", "u32", "i64", "f32", "select", "to_type", "mlir_type",
+               "thread_idx", "block_idx", "block_dim", "grid_dim", "lane_id", "warp_idx"],
+    "control": ["Loop", "If"],
+    "kernel": ["KernelBuilder", "Param"],
+    "smem": ["SmemPlan", "SmemBuffer", "BarrierGroup"],
+    "gmem": ["GlobalPtr"],
+}
+_WHERE = {n: m for m, names in _EXPORTS.items() for n in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name):
+    mod = _WHERE.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'cutedsl.ir' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{mod}"), name)

@@ -20,11 +20,11 @@ from __future__ import annotations
 import contextlib
 import types
 
-import attrs
 from mlir import ir
 from mlir.dialects import gpu
 
-from ..compiler.artifact import PARAM_KINDS, ParamSpec
+from ..compiler.artifact import ParamSpec
+from ..compiler.diagnostics import format_diagnostics
 from ..errors import IRError
 from .values import Scalar, register_casters
 
@@ -32,21 +32,8 @@ _ARG_TYPES = {"tensormap": "!llvm.ptr", "ptr": "!llvm.ptr<1>", "i32": "i32", "u3
               "i64": "i64", "f32": "f32"}
 
 
-@attrs.frozen
-class Param:
-    """A kernel parameter: ``name`` and ``kind`` (see module docstring)."""
-    name: str
-    kind: str = attrs.field(validator=attrs.validators.in_(PARAM_KINDS))
-
-
-def format_diagnostics(e) -> str:
-    """Render an ``MLIRError`` with every diagnostic, its location and notes."""
-    lines = [str(getattr(e, "message", e))]
-    for d in getattr(e, "error_diagnostics", []) or []:
-        lines.append(f"  {d.location}: {d.message}")
-        for n in d.notes:
-            lines.append(f"    note: {n.location}: {n.message}")
-    return "\n".join(lines)
+#: a kernel parameter: ``name`` and ``kind`` (see module docstring)
+Param = ParamSpec
 
 
 class KernelBuilder:

@@ -1,7 +1,7 @@
 """Kernels: CTA programs that compose collectives and atoms (SAXPY, single-tile and
 multistage GEMM)."""
 from .base import Kernel
-from .saxpy import SaxpyKernel, TmaSaxpyKernel
+from .saxpy import HelloKernel, SaxpyKernel, TmaSaxpyKernel
 from .gemm import MultistageGemmKernel, SingleTileGemmKernel
 
-__all__ = ["Kernel", "SaxpyKernel", "TmaSaxpyKernel", "MultistageGemmKernel", "SingleTileGemmKernel"]
+__all__ = ["Kernel", "HelloKernel", "SaxpyKernel", "TmaSaxpyKernel", "MultistageGemmKernel", "SingleTileGemmKernel"]

@@ -96,3 +96,26 @@ class TmaSaxpyKernel(Kernel):
                 bulk_commit_group()
                 bulk_wait_group(0)
         return kb, plan.dynamic_bytes, specs
+
+
+class HelloKernel(Kernel):
+    """NVDSL chapter 0: every thread prints ``hello from thread t of block b`` (``vprintf``)."""
+
+    name = "hello"
+
+    def __init__(self, block: int = 4):
+        self.block = block
+
+    def config(self) -> dict:
+        return {"block": self.block}
+
+    def grid(self, blocks: int = 1) -> tuple:
+        return (blocks, 1, 1)
+
+    def define(self):
+        from mlir.dialects import gpu
+        from ..ir import KernelBuilder, block_idx, thread_idx
+        kb = KernelBuilder(self.name, [], block=(self.block,))
+        with kb.build():
+            gpu.printf("hello from thread %d of block %d\n", thread_idx(), block_idx())
+        return kb, 0, []

@@ -1,0 +1,41 @@
+"""SAXPY on a backend: ``y <- alpha * x + y`` (f32 vectors), plain or through TMA."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ArgumentError, ArgumentTypeError
+from . import arrays
+
+
+def saxpy(alpha: float, x, y, *, tma: bool = False, backend="auto"):
+    """Return ``alpha * x + y`` computed by the SAXPY kernel (``tma=True``: the TMA variant).
+
+    ``x``, ``y``: 1-D float32 numpy arrays of equal length n (1 <= n < 2^31). Raises
+    ``ArgumentTypeError``/``ArgumentError`` before any launch.
+    """
+    from ..kernel import SaxpyKernel, TmaSaxpyKernel
+    from .backends import get_backend
+    x, y = np.asarray(x), np.asarray(y)
+    for name, v in (("x", x), ("y", y)):
+        if v.dtype != np.float32:
+            raise ArgumentTypeError(f"{name} must be float32, got {v.dtype}")
+        if v.ndim != 1 or v.size == 0:
+            raise ArgumentError(f"{name} must be a non-empty 1-D array, got shape {v.shape}")
+    if x.shape != y.shape:
+        raise ArgumentError(f"x and y lengths differ: {x.shape[0]} vs {y.shape[0]}")
+    n = x.shape[0]
+    if n >= 2 ** 31:
+        raise ArgumentError(f"n = {n} exceeds the kernel's 32-bit size limit")
+    be = get_backend(backend) if isinstance(backend, str) else backend
+    kern = TmaSaxpyKernel() if tma else SaxpyKernel()
+    ck = kern.compile()
+    dx, dy = arrays.to_device(be, x), arrays.to_device(be, y)
+    if tma:
+        specs = {t.param: t for t in ck.tensor_maps}
+        vals = {"x": be.encode_tensor_map(specs["x"], dx.ptr, (n,), (4,)),
+                "y": be.encode_tensor_map(specs["y"], dy.ptr, (n,), (4,)), "alpha": alpha}
+    else:
+        vals = {"x": dx.ptr, "y": dy.ptr, "n": n, "alpha": alpha}
+    be.launch(be.load(ck), kern.grid(n), ck.pack_params(vals), block=ck.block, smem=ck.dynamic_smem)
+    be.synchronize()
+    return arrays.to_host(dy)

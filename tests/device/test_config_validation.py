@@ -1,0 +1,102 @@
+"""Device layer: configs and operands are rejected before any launch, naming argument and limit."""
+import numpy as np
+import pytest
+
+from cutedsl.device import Gemm, GemmConfig, check_tensor_map
+from cutedsl.compiler.artifact import TensorMapSpec
+from cutedsl.errors import (ArgumentError, ArgumentTypeError, ConfigError, NoDeviceError,
+                            SharedMemoryError, TensorMapError)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(dtype="f32"), "dtype must be 'f16' or 'bf16'"),
+    (dict(out_dtype="f64"), "out_dtype"),
+    (dict(tile=(96, 128, 64)), "BLOCK_M must be 64 or 128"),
+    (dict(tile=(128, 192, 64)), "BLOCK_N must be 64, 128 or 256"),
+    (dict(tile=(128, 128, 32)), "BLOCK_K must be 64"),
+    (dict(tile=(128, 128)), r"\(BLOCK_M, BLOCK_N, BLOCK_K\)"),
+    (dict(stages=0), "stages must be 'auto' or an int in 1..7"),
+    (dict(stages=8), "1..7"),
+    (dict(schedule="pingpong"), "schedule"),
+    (dict(b_major="M"), "b_major"),
+    (dict(epilogue="smem"), "epilogue"),
+    (dict(schedule="single_tile", tile=(128, 256, 64)), "255-register limit"),
+    (dict(schedule="single_tile", stages=3), "exactly one stage"),
+])
+def test_bad_configs(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        GemmConfig(**kw)
+
+
+def test_config_that_cannot_fit_shared_memory():
+    with pytest.raises(SharedMemoryError, match="232448 B limit"):
+        GemmConfig(tile=(128, 256, 64), stages=6)
+    assert GemmConfig(tile=(128, 256, 64)).resolved_stages() == 4
+    assert GemmConfig().resolved_stages() == 6
+    assert GemmConfig(tile=(64, 64, 64), epilogue="global").resolved_stages() == 7
+
+
+def test_config_is_frozen_and_parses_tiles():
+    c = GemmConfig()
+    with pytest.raises(Exception):
+        c.dtype = "bf16"
+    assert GemmConfig.parse_tile("64x256x64") == (64, 256, 64)
+    with pytest.raises(ConfigError):
+        GemmConfig.parse_tile("big")
+
+
+def f16(*shape):
+    return np.ones(shape, np.float16)
+
+
+@pytest.mark.parametrize("a,b,exc,match", [
+    (f16(4, 8), f16(9, 4), ArgumentError, r"a.shape\[1\] \(8\) != b.shape\[0\] \(9\)"),
+    (f16(4, 8, 1), f16(8, 4), ArgumentError, "a must be 2-D"),
+    (f16(4), f16(8, 4), ArgumentError, "a must be 2-D"),
+    (f16(0, 8), f16(8, 4), ArgumentError, "zero-size"),
+    (f16(4, 8), f16(8, 0), ArgumentError, "zero-size"),
+    (np.ones((4, 8), np.float32), f16(8, 4), ArgumentTypeError, "a has dtype float32, the config expects f16"),
+    (f16(4, 8), np.ones((8, 4), np.int32), ArgumentTypeError, "b has dtype int32"),
+])
+def test_bad_operands_raise_before_launch(a, b, exc, match):
+    g = Gemm(GemmConfig(), backend="none")           # no backend is touched before validation
+    with pytest.raises(exc, match=match):
+        g(a, b)
+
+
+def test_no_gpu_is_reported_cleanly():
+    from cutedsl.device.cuda import CudaBackend
+    ok, why = CudaBackend.available()
+    if ok:
+        pytest.skip("a GPU is present")
+    assert why
+    with pytest.raises(NoDeviceError, match="CUDA backend unavailable"):
+        CudaBackend()
+
+
+SPEC = TensorMapSpec("a", "f16", (128, 64), swizzle=128)
+
+
+@pytest.mark.parametrize("addr,shape,strides,match", [
+    (8, (256, 64), (128, 2), "not 16-byte aligned"),
+    (0, (256, 64), (130, 2), "multiple of 16 B"),
+    (0, (256, 64), (64, 2), "smaller than the extent"),
+    (0, (256, 64), (128, 4), "innermost dimension must be contiguous"),
+    (0, (2 ** 33, 64), (128, 2), r"TMA allows 1..2\^32"),
+    (0, (256, 64, 2), (256, 4, 2), "rank 3 but the box has rank 2"),
+    (0, (2 ** 20, 2 ** 30), (2 ** 41, 2), r"past TMA's limit 2\^40"),
+])
+def test_tensor_map_rules(addr, shape, strides, match):
+    with pytest.raises(TensorMapError, match=match):
+        check_tensor_map(SPEC, addr, shape, strides)
+
+
+def test_tensor_map_box_rules():
+    with pytest.raises(TensorMapError, match="TMA allows 1..256"):
+        check_tensor_map(TensorMapSpec("x", "f32", (512,)), 0, (1024,), (4,))
+    with pytest.raises(TensorMapError, match="larger than the 64-byte swizzle span"):
+        check_tensor_map(TensorMapSpec("x", "f16", (8, 64), swizzle=64), 0, (8, 64), (128, 2))
+    with pytest.raises(TensorMapError, match="multiple of 16 B"):
+        check_tensor_map(TensorMapSpec("x", "f16", (8, 4)), 0, (8, 64), (128, 2))
+    enc = check_tensor_map(SPEC, 1 << 20, (1000, 520), (1040, 2))
+    assert enc.dims == (520, 1000) and enc.strides == (1040,) and enc.box == (64, 128)
