@@ -491,7 +491,7 @@ def _decl_regs(scope: Scope, text: str, nregs: dict, line: int):
 
 def decode_entry(module, entry, key="") -> Program:
     """Decode one parsed entry into a :class:`Program` (see module docstring)."""
-    from . import alu, memops, syncops, tma, wgmma, warpops  # noqa: F401  (register handlers)
+    from . import alu, memops, sync, tma, wgmma, warpops  # noqa: F401  (register handlers)
     prog = Program(module, entry, key)
     # symbols: params, module variables
     for p in entry.params:

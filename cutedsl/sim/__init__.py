@@ -1,0 +1,25 @@
+"""Functional emulator of NVIDIA Hopper (sm_90a) PTX on the CPU (numpy + ml_dtypes).
+
+Public API:
+
+* :class:`SimBackend` - the Device-layer backend (``name = "sim"``): memory, tensor maps,
+  ``load(CompiledKernel)``, ``launch(handle, grid, params, block=, cluster=, smem=)``.
+* :class:`Emulator` - convenience API for tests: ``load(ptx)``, ``to_device``, ``to_host``,
+  ``tensor_map``, ``launch(program, grid, block, args)``.
+* :func:`load_ptx` - parse + decode PTX text into a :class:`Program` (cached by hash).
+* Errors: :class:`PTXParseError`, :class:`UnsupportedInstruction`, :class:`SimLaunchError`,
+  :class:`DeadlockError`, :class:`MemoryAccessError`, :class:`InstructionBudgetExceeded`,
+  :class:`RaceError`, :class:`SimRuntimeError` (all :class:`cutedsl.errors.CuteDSLError`).
+
+See ``docs/emulator.md`` for the architecture, fidelity model and limits.
+"""
+from .backend import Emulator, SimBackend, SimModule, pack_arg
+from .errors import (DeadlockError, InstructionBudgetExceeded, MemoryAccessError, PTXParseError,
+                     RaceError, SimError, SimLaunchError, SimRuntimeError, UnsupportedInstruction)
+from .program import Program, load_ptx
+from .scheduler import DEFAULT_BUDGET, Launch
+
+__all__ = ["SimBackend", "Emulator", "SimModule", "pack_arg", "load_ptx", "Program", "Launch",
+           "DEFAULT_BUDGET", "SimError", "PTXParseError", "UnsupportedInstruction", "SimLaunchError",
+           "SimRuntimeError", "DeadlockError", "MemoryAccessError", "InstructionBudgetExceeded",
+           "RaceError"]

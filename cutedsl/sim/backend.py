@@ -1,0 +1,200 @@
+"""``SimBackend``: the Device-layer backend that runs compiled kernels on the PTX emulator,
+and :class:`Emulator`, a convenience API for tests (PTX text in, numpy arrays out).
+
+Global memory is synthetic (see :mod:`cutedsl.sim.memory`): 256-byte aligned allocations
+separated by unmapped guard gaps, so out-of-bounds accesses raise
+:class:`~cutedsl.sim.errors.MemoryAccessError`. Tensor maps are validated with
+:func:`cutedsl.device.backend.check_tensor_map` (same rules and messages as the CUDA
+backend) and encoded as a 128-byte blob naming an entry of the emulator's registry.
+Launches run synchronously; ``synchronize`` is a no-op.
+"""
+from __future__ import annotations
+
+import struct
+import time
+
+import numpy as np
+
+from ..device.backend import Backend, DeviceBuffer, check_tensor_map
+from ..errors import ArgumentError
+from .errors import MemoryAccessError, SimLaunchError
+from .memory import GlobalMemory
+from .program import Program, load_ptx
+from .scheduler import DEFAULT_BUDGET, Launch
+from .tma import register_tensor_map
+
+
+class SimModule:
+    """Handle returned by :meth:`SimBackend.load`: the decoded program (+ the kernel)."""
+
+    def __init__(self, program: Program, kernel=None):
+        self.program = program
+        self.kernel = kernel
+        self.global_syms = {}
+
+    def __repr__(self):
+        return f"SimModule({self.program.name!r}, {len(self.program.code)} instructions)"
+
+
+class SimBackend(Backend):
+    """Backend running PTX on the CPU emulator.
+
+    Options (keyword-only): ``budget`` - maximum warp-instructions per launch (default 200M,
+    raises :class:`InstructionBudgetExceeded`); ``race_check`` - shared-memory race checks
+    (default True, raises :class:`RaceError`); ``dyn_smem_offset`` - extra bytes added to the
+    1024-aligned dynamic shared-memory base (placement stress test; default 0).
+    After each launch ``last_launch`` holds ``{"instructions", "seconds", "ctas"}``.
+    """
+
+    name = "sim"
+
+    def __init__(self, *, budget: int = DEFAULT_BUDGET, race_check: bool = True, dyn_smem_offset: int = 0):
+        self.gmem = GlobalMemory()
+        self.budget = budget
+        self.race_check = race_check
+        self.dyn_smem_offset = dyn_smem_offset
+        self.last_launch = {}
+
+    @classmethod
+    def available(cls) -> tuple:
+        return True, ""
+
+    # -- memory ------------------------------------------------------------------------
+    def alloc(self, nbytes: int) -> DeviceBuffer:
+        a = self.gmem.alloc(int(nbytes))
+        return DeviceBuffer(a.base, int(nbytes), self)
+
+    def free(self, buf: DeviceBuffer) -> None:
+        self.gmem.free(buf.ptr)
+
+    def _span(self, buf, offset, n):
+        al = self.gmem.allocs.get(int(buf.ptr))
+        if al is None:
+            raise MemoryAccessError(f"buffer at 0x{int(buf.ptr):x} is not allocated (freed?)")
+        if offset < 0 or offset + n > al.nbytes:
+            raise ArgumentError(f"copy of {n} B at offset {offset} exceeds the {al.nbytes}-byte buffer")
+        return al
+
+    def copy_to_device(self, dst: DeviceBuffer, src, offset: int = 0) -> None:
+        a = np.ascontiguousarray(src)
+        raw = a.reshape(-1).view(np.uint8)
+        al = self._span(dst, offset, raw.size)
+        al.data[offset:offset + raw.size] = raw
+
+    def copy_to_host(self, dst, src: DeviceBuffer, offset: int = 0) -> None:
+        if not (isinstance(dst, np.ndarray) and dst.flags.c_contiguous):
+            raise ArgumentError("copy_to_host needs a C-contiguous numpy array")
+        raw = dst.reshape(-1).view(np.uint8)
+        al = self._span(src, offset, raw.size)
+        raw[...] = al.data[offset:offset + raw.size]
+
+    # -- tensor maps ----------------------------------------------------------------------
+    def encode_tensor_map(self, spec, address: int, shape, strides) -> bytes:
+        enc = check_tensor_map(spec, int(address), shape, strides)
+        return register_tensor_map(enc)
+
+    # -- modules and launches ---------------------------------------------------------------
+    def load(self, kernel) -> SimModule:
+        prog = load_ptx(kernel.ptx, getattr(kernel, "entry", None))
+        specs = getattr(kernel, "params", None)
+        if specs is not None:
+            if len(specs) != len(prog.params):
+                raise SimLaunchError(f"kernel {prog.name!r}: CompiledKernel lists {len(specs)} parameters, "
+                                     f"the PTX entry has {len(prog.params)}")
+            for s, p in zip(specs, prog.params):
+                if s.size != p.size:
+                    raise SimLaunchError(f"kernel {prog.name!r}: parameter {s.name!r} is {s.size} B ({s.kind}) "
+                                         f"but PTX parameter {p.name} is {p.size} B")
+        return SimModule(prog, kernel)
+
+    def launch(self, handle, grid: tuple, params: list, *, block: tuple, cluster: tuple = (1, 1, 1),
+               smem: int = 0, stream=None) -> None:
+        if isinstance(handle, Program):
+            handle = SimModule(handle)
+        t = time.perf_counter()
+        ln = Launch(handle.program, self.gmem, grid, block, params, cluster=cluster, smem=smem,
+                    budget=self.budget, race_check=self.race_check, dyn_smem_offset=self.dyn_smem_offset,
+                    global_syms=handle.global_syms)
+        ln.run()
+        self.last_launch = {"instructions": ln.insts, "seconds": time.perf_counter() - t,
+                            "ctas": ln.grid[0] * ln.grid[1] * ln.grid[2]}
+
+    def synchronize(self) -> None:
+        return None
+
+
+def pack_arg(param, value) -> bytes:
+    """Pack a Python value for a PTX ``.param`` (by its declared type and size)."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if isinstance(value, DeviceBuffer):
+        value = value.ptr
+    if isinstance(value, np.ndarray):
+        return value.tobytes()
+    t = param.type
+    if param.size != {"b8": 1, "u8": 1, "s8": 1}.get(t, 0) and param.size > 8:
+        raise SimLaunchError(f"parameter {param.name} ({param.size} B) needs a bytes value")
+    fmt = {"u8": "<B", "s8": "<b", "b8": "<B", "u16": "<H", "s16": "<h", "b16": "<H", "u32": "<I", "b32": "<I",
+           "s32": "<i", "u64": "<Q", "b64": "<Q", "s64": "<q", "f32": "<f", "f64": "<d"}.get(t)
+    if fmt is None:
+        raise SimLaunchError(f"cannot pack a value for parameter {param.name} of type .{t}")
+    if fmt[-1] in "BHIQ" and isinstance(value, (int, np.integer)) and value < 0:
+        value = int(value) & ((1 << (8 * struct.calcsize(fmt))) - 1)
+    return struct.pack(fmt, value)
+
+
+class Emulator:
+    """Convenience API over a :class:`SimBackend` for tests and experiments.
+
+    >>> emu = Emulator()
+    >>> prog = emu.load(ptx_text)                    # Program (decoded once, cached)
+    >>> x = emu.to_device(np.arange(32, dtype=np.float32))
+    >>> emu.launch(prog, grid=1, block=32, args=[x, 32])
+    >>> emu.to_host(x, (32,), np.float32)
+
+    ``args`` are Python values packed by the PTX parameter types: DeviceBuffer or int for
+    pointers, int/float for scalars, bytes for byval arrays (tensor maps from
+    :meth:`tensor_map`). Keyword options are passed to :class:`SimBackend`.
+    """
+
+    def __init__(self, backend: SimBackend | None = None, **opts):
+        self.backend = backend or SimBackend(**opts)
+
+    def load(self, ptx: str, entry: str | None = None) -> Program:
+        return load_ptx(ptx, entry)
+
+    def alloc(self, nbytes):
+        return self.backend.alloc(nbytes)
+
+    def to_device(self, arr) -> DeviceBuffer:
+        arr = np.ascontiguousarray(arr)
+        buf = self.backend.alloc(arr.nbytes)
+        self.backend.copy_to_device(buf, arr)
+        return buf
+
+    def to_host(self, buf, shape, dtype) -> np.ndarray:
+        out = np.empty(shape, dtype)
+        self.backend.copy_to_host(out, buf)
+        return out
+
+    def tensor_map(self, buf, array_shape, dtype, box, swizzle=0, oob="zero", strides=None) -> bytes:
+        """Encode a tiled tensor map over a row-major tensor at ``buf`` (numpy-order shape/box)."""
+        from ..compiler.artifact import TensorMapSpec
+        from ..dtypes import dtype as _dt
+        d = _dt(dtype)
+        if strides is None:
+            strides, s = [], d.nbytes
+            for n in reversed(array_shape):
+                strides.append(s)
+                s *= n
+            strides = strides[::-1]
+        spec = TensorMapSpec("tmap", d.name, tuple(box), swizzle, oob)
+        ptr = buf.ptr if isinstance(buf, DeviceBuffer) else int(buf)
+        return self.backend.encode_tensor_map(spec, ptr, array_shape, strides)
+
+    def launch(self, program: Program, grid=1, block=32, args=(), *, cluster=(1, 1, 1), smem=0):
+        params = [pack_arg(p, v) for p, v in zip(program.params, args)]
+        if len(args) != len(program.params):
+            raise SimLaunchError(f"kernel {program.name!r} takes {len(program.params)} arguments, got {len(args)}")
+        self.backend.launch(SimModule(program), grid, params, block=block, cluster=cluster, smem=smem)
+        return self.backend.last_launch

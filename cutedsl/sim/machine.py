@@ -1,0 +1,391 @@
+"""Machine state: lane groups, warps (register files), CTAs (shared memory) and clusters.
+
+A :class:`Warp` owns one register array per register class (``[nregs, 32]``) plus typed
+views, its special registers, its lane groups (:class:`Group`: lanes at the same PC) and
+per-thread local memory. Memory accesses of one instruction go through
+:meth:`Warp.load` / :meth:`Warp.store`, vectorised over the active lanes, with bounds and
+natural-alignment checks that raise :class:`MemoryAccessError` naming the PTX line, CTA,
+thread and the nearest allocation.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from .errors import MemoryAccessError
+from .memory import (GLOBAL_BASE, LOCAL_WIN, OFF_MASK, PARAM_WIN, RANK_SHIFT, SHARED_WIN,
+                     WIN_SIZE, views)
+
+LANES = np.arange(32, dtype=np.uint32)
+_SHIFT = {1: 0, 2: 1, 4: 2, 8: 3}
+
+
+class Group:
+    """Lanes of one warp at the same PC. ``m`` is None when all 32 lanes are in the group."""
+    __slots__ = ("pc", "mask", "count", "m", "blocked")
+
+    def __init__(self, pc, mask):
+        self.pc = pc
+        self.blocked = None
+        self.set_mask(mask)
+
+    def set_mask(self, mask):
+        self.mask = mask
+        self.count = int(np.count_nonzero(mask))
+        self.m = None if self.count == 32 else mask
+
+
+class Warp:
+    """One warp of a CTA (see module docstring)."""
+
+    def __init__(self, cta, wid, tids, nregs, local_size):
+        self.cta = cta
+        self.launch = cta.launch
+        self.wid = wid
+        n = len(tids[0])
+        valid = np.zeros(32, bool)
+        valid[:n] = True
+        self.valid = valid
+        self.live = valid.copy()
+        self.nlive = n
+        self.groups = [Group(0, valid.copy())]
+        self.done = n == 0
+        self.poll = False
+        self.observed = {}
+        self.fenced = False
+        self.wg_commits = 0
+        self.insts = 0
+        self.p = np.zeros((max(nregs["p"], 1), 32), bool)
+        self.u16 = np.zeros((max(nregs["h"], 1), 32), np.uint16)
+        self.s16 = self.u16.view(np.int16)
+        self.f16 = self.u16.view(np.float16)
+        self.bf16 = self.u16.view(ml_dtypes.bfloat16)
+        self.u32 = np.zeros((max(nregs["r"], 1), 32), np.uint32)
+        self.s32 = self.u32.view(np.int32)
+        self.f32 = self.u32.view(np.float32)
+        self.u64 = np.zeros((max(nregs["d"], 1), 32), np.uint64)
+        self.s64 = self.u64.view(np.int64)
+        self.f64 = self.u64.view(np.float64)
+        self.local_size = local_size
+        self.local = np.zeros(32 * local_size + 16, np.uint8) if local_size else None
+        tx = np.zeros(32, np.uint32)
+        ty = np.zeros(32, np.uint32)
+        tz = np.zeros(32, np.uint32)
+        tx[:n], ty[:n], tz[:n] = tids
+        self.linear_tid = wid * 32 + LANES
+        lane = LANES
+        one = np.uint32(1)
+        lt = (one << lane) - one
+        s = dict(cta.sregs)
+        s.update({"%tid.x": tx, "%tid.y": ty, "%tid.z": tz, "%laneid": lane.copy(),
+                  "%warpid": np.uint32(wid), "%lanemask_eq": one << lane,
+                  "%lanemask_lt": lt, "%lanemask_le": (lt << one) | one,
+                  "%lanemask_ge": ~lt, "%lanemask_gt": ~((lt << one) | one)})
+        self.sregs = s
+
+    def sreg(self, name):
+        v = self.sregs.get(name)
+        if v is None:
+            c = self.launch.insts + self.insts
+            if name in ("%clock", "%globaltimer_lo"):
+                return np.uint32(c & 0xFFFFFFFF)
+            if name in ("%clock64", "%globaltimer"):
+                return np.uint64(c)
+            if name == "%globaltimer_hi":
+                return np.uint32(0)
+            raise MemoryAccessError(f"special register {name} is not available")
+        return v
+
+    def describe_lane(self, lane) -> str:
+        t = self.sregs
+        return (f"CTA {self.cta.ctaid} thread ({int(t['%tid.x'][lane])}, {int(t['%tid.y'][lane])}, "
+                f"{int(t['%tid.z'][lane])}) warp {self.wid} lane {lane}")
+
+    # -- lane groups ----------------------------------------------------------------------
+    def split(self, g, m, target):
+        """Lanes ``m`` of group ``g`` branch to ``target``; the rest fall through."""
+        g.set_mask(g.mask & ~m)
+        g.pc += 1
+        self.groups.append(Group(target, m.copy()))
+
+    def exit_lanes(self, g, m):
+        lanes = g.mask if m is None or m is g.m else m
+        self.live &= ~lanes
+        self.nlive = int(np.count_nonzero(self.live))
+        rest = g.mask & ~lanes
+        if rest.any():
+            g.set_mask(rest)
+            g.pc += 1
+        else:
+            self.groups.remove(g)
+        if not self.groups or self.nlive == 0:
+            self.groups = []
+            self.done = True
+        self.cta.on_exit(self)
+
+    # -- memory -------------------------------------------------------------------------
+    def _lanes(self, m):
+        return np.flatnonzero(self.valid if m is None else m)
+
+    def _fail(self, what, addr, nb, space, ins, lane, detail):
+        raise MemoryAccessError(
+            f"{what} of {nb} B at 0x{addr:x} ({space}): {detail}\n    at {ins.where()}\n"
+            f"    by {self.describe_lane(lane)}")
+
+    def _targets(self, space, a, nb, ins, lanes, what):
+        """Yield (sel or None, view dict, byte offsets, region size, shared-CTA or None)."""
+        if space == "generic":
+            hi = a >> np.uint64(40)
+            u = np.unique(hi)
+            for h in u:
+                sel = None if len(u) == 1 else (hi == h)
+                aa = a if sel is None else a[sel]
+                ll = lanes if sel is None else lanes[sel]
+                h = int(h)
+                if h == SHARED_WIN >> 40:
+                    sp, aa = "shared::cluster", aa - np.uint64(SHARED_WIN)
+                elif h == PARAM_WIN >> 40:
+                    sp, aa = "param", aa - np.uint64(PARAM_WIN)
+                elif h == LOCAL_WIN >> 40:
+                    sp, aa = "local", aa - np.uint64(LOCAL_WIN)
+                else:
+                    sp = "global"
+                for t in self._targets(sp, aa, nb, ins, ll, what):
+                    s2 = t[0]
+                    if sel is not None:
+                        full = np.zeros(len(a), bool)
+                        idx = np.flatnonzero(sel)
+                        full[idx if s2 is None else idx[s2]] = True
+                        s2 = full
+                    yield (s2,) + t[1:]
+            return
+        if space == "global" or space == "const":
+            gm = self.launch.gmem
+            al = gm.region(a, nb)
+            if al is None:
+                # find the first bad lane
+                for i, x in enumerate(np.atleast_1d(a)):
+                    x = int(x)
+                    r = gm.region(x, nb)
+                    if r is None:
+                        self._fail(what, x, nb, space, ins, int(lanes[i]), gm.describe(x))
+                # lanes in different allocations: split per allocation
+                bases = np.array([gm.find(int(x)).base for x in a], np.uint64)
+                for b in np.unique(bases):
+                    sel = bases == b
+                    al = gm.allocs[int(b)]
+                    yield sel, al.v, (a[sel] - np.uint64(al.base)).astype(np.int64), al.nbytes, None
+                return
+            yield None, al.v, (a - np.uint64(al.base)).astype(np.int64), al.nbytes, None
+            return
+        if space in ("shared", "shared::cta", "shared::cluster"):
+            rk = a >> np.uint64(RANK_SHIFT)
+            if space != "shared::cluster" and np.any(rk):
+                i = int(np.flatnonzero(rk)[0])
+                self._fail(what, int(a[i]), nb, space, ins, int(lanes[i]),
+                           "shared::cta access with a shared::cluster (mapa) address")
+            u = np.unique(rk) if space == "shared::cluster" else (0,)
+            for r in u:
+                sel = None if len(u) == 1 else (rk == r)
+                aa = a if sel is None else a[sel]
+                r = int(r)
+                if r == 0:
+                    cta = self.cta
+                else:
+                    cl = self.cta.cluster
+                    if r - 1 >= len(cl.ctas):
+                        i = int(np.flatnonzero(rk == r)[0]) if sel is not None else 0
+                        self._fail(what, int(aa.flat[0]), nb, space, ins, int(lanes[i]),
+                                   f"cluster rank {r - 1} does not exist (cluster has {len(cl.ctas)} CTAs)")
+                    cta = cl.ctas[r - 1]
+                    if cta.exited:
+                        self._fail(what, int(aa.flat[0]), nb, space, ins, int(lanes[0]),
+                                   f"distributed shared memory of CTA rank {r - 1}, which has exited")
+                off = (aa & np.uint64(OFF_MASK)).astype(np.int64)
+                yield sel, cta.sv, off, cta.smem_size, cta
+            return
+        if space == "param":
+            p = self.launch.param_views
+            yield None, p, a.astype(np.int64), self.launch.param_size, None
+            return
+        if space == "local":
+            if self.local is None:
+                self._fail(what, int(a.flat[0]), nb, space, ins, int(lanes[0]), "kernel declares no local memory")
+            off = a.astype(np.int64)
+            bad = (off < 0) | (off + nb > self.local_size)
+            if np.any(bad):
+                i = int(np.flatnonzero(bad)[0])
+                self._fail(what, int(a[i]), nb, space, ins, int(lanes[i]),
+                           f"outside the {self.local_size}-byte local frame")
+            yield None, {1: self.local}, off + lanes.astype(np.int64) * self.local_size, 32 * self.local_size, None
+            return
+        raise MemoryAccessError(f"unsupported state space {space} at {ins.where()}")
+
+    def _check(self, off, limit, nb, lanes, space, ins, what, base_addr):
+        bad = (off < 0) | (off + nb > limit)
+        if np.any(bad):
+            i = int(np.flatnonzero(bad)[0])
+            self._fail(what, int(base_addr[i]) if np.ndim(base_addr) else int(base_addr), nb, space, ins,
+                       int(lanes[i]), f"outside the {limit}-byte {space} region (offset {int(off[i])})")
+        if nb > 1 and np.any(off & (nb - 1)):
+            i = int(np.flatnonzero(off & (nb - 1))[0])
+            self._fail(what, int(base_addr[i]) if np.ndim(base_addr) else int(base_addr), nb, space, ins,
+                       int(lanes[i]), f"misaligned (needs {nb}-byte alignment)")
+
+    def load(self, space, addr, m, esize, n, dtype, ins):
+        """Load ``n`` elements of ``esize`` bytes per active lane -> array (k, n) of dtype."""
+        lanes = self._lanes(m)
+        a = np.asarray(addr, np.uint64)
+        if a.ndim:
+            a = a[lanes]
+        else:                       # uniform address: one access
+            lanes = lanes[:1]
+            a = np.full(1, a, np.uint64)
+        k = len(lanes)
+        nb = esize * n
+        out = np.empty((k, n), np.dtype(f"u{esize}") if esize <= 8 else np.uint8)
+        for sel, v, off, limit, cta in self._targets(space, a, nb, ins, lanes, "load"):
+            ll = lanes if sel is None else lanes[sel]
+            self._check(off, limit, nb if space != "local" else esize * n, ll, space, ins, "load",
+                        a if sel is None else a[sel])
+            if space == "local":
+                idx = off[:, None] + np.arange(nb)
+                r = v[1][idx].view(out.dtype).reshape(len(off), n)
+            else:
+                if cta is not None and self.launch.race_check:
+                    cta.race_read(off, nb, self, ins)
+                idx = off >> _SHIFT[esize]
+                if n == 1:
+                    r = v[esize][idx][:, None]
+                else:
+                    r = v[esize][idx[:, None] + np.arange(n)]
+            if sel is None:
+                out = r
+            else:
+                out[sel] = r
+        return out.view(dtype)
+
+    def store(self, space, addr, m, esize, n, vals, ins):
+        """Store ``vals`` ((k, n) of unsigned esize-byte ints, or broadcastable) per active lane."""
+        lanes = self._lanes(m)
+        k = len(lanes)
+        a = np.asarray(addr, np.uint64)
+        a = np.broadcast_to(a, (32,))[lanes] if a.ndim else np.full(k, a, np.uint64)
+        nb = esize * n
+        ut = np.dtype(f"u{esize}")
+        vals = np.broadcast_to(np.asarray(vals).view(ut) if np.asarray(vals).dtype.itemsize == esize
+                               else np.asarray(vals).astype(ut), (k, n))
+        for sel, v, off, limit, cta in self._targets(space, a, nb, ins, lanes, "store"):
+            ll = lanes if sel is None else lanes[sel]
+            vv = vals if sel is None else vals[sel]
+            self._check(off, limit, nb, ll, space, ins, "store", a if sel is None else a[sel])
+            if space == "param":
+                raise MemoryAccessError(f"store to kernel parameter space at {ins.where()}")
+            if space == "local":
+                idx = off[:, None] + np.arange(nb)
+                v[1][idx] = np.ascontiguousarray(vv).view(np.uint8).reshape(len(off), nb)
+                continue
+            if cta is not None:
+                cta.check_not_mbarrier(off, nb, self, ins)
+                if self.launch.race_check:
+                    cta.race_write_generic(off, nb, self)
+            idx = off >> _SHIFT[esize]
+            if n == 1:
+                v[esize][idx] = vv[:, 0]
+            else:
+                v[esize][idx[:, None] + np.arange(n)] = vv
+
+    def read_generic_bytes(self, addr: int, n: int, ins) -> bytes:
+        """Read ``n`` bytes at one generic address (tensor maps)."""
+        a = np.array([addr], np.uint64)
+        lanes = np.array([0])
+        for sel, v, off, limit, cta in self._targets("generic", a, n, ins, lanes, "read"):
+            o = int(off[0])
+            if o < 0 or o + n > limit:
+                self._fail("read", addr, n, "generic", ins, 0, f"outside the {limit}-byte region")
+            return v[1][o:o + n].tobytes()
+
+
+class CTA:
+    """One thread block: shared memory, mbarriers, named barriers, warps."""
+
+    def __init__(self, launch, ctaid, cluster, rank, cluster_ctaid):
+        from .sync import RaceShadow
+        prog = launch.program
+        self.launch = launch
+        self.ctaid = ctaid
+        self.cluster = cluster
+        self.rank = rank
+        self.exited = False
+        self.dyn_base = launch.dyn_base
+        self.smem_size = launch.smem_total
+        self.smem = np.zeros((self.smem_size + 15) // 16 * 16 + 16, np.uint8)
+        self.sv = views(self.smem)
+        self.mbar = {}
+        self.bars = {}
+        self.warpgroups = {}
+        bx, by, bz = launch.block
+        gx, gy, gz = launch.grid
+        cx, cy, cz = launch.cluster
+        self.sregs = {
+            "%ntid.x": np.uint32(bx), "%ntid.y": np.uint32(by), "%ntid.z": np.uint32(bz),
+            "%ctaid.x": np.uint32(ctaid[0]), "%ctaid.y": np.uint32(ctaid[1]), "%ctaid.z": np.uint32(ctaid[2]),
+            "%nctaid.x": np.uint32(gx), "%nctaid.y": np.uint32(gy), "%nctaid.z": np.uint32(gz),
+            "%cluster_ctaid.x": np.uint32(cluster_ctaid[0]), "%cluster_ctaid.y": np.uint32(cluster_ctaid[1]),
+            "%cluster_ctaid.z": np.uint32(cluster_ctaid[2]),
+            "%cluster_nctaid.x": np.uint32(cx), "%cluster_nctaid.y": np.uint32(cy),
+            "%cluster_nctaid.z": np.uint32(cz),
+            "%clusterid.x": np.uint32(ctaid[0] // cx), "%clusterid.y": np.uint32(ctaid[1] // cy),
+            "%clusterid.z": np.uint32(ctaid[2] // cz),
+            "%nclusterid.x": np.uint32(gx // cx), "%nclusterid.y": np.uint32(gy // cy),
+            "%nclusterid.z": np.uint32(gz // cz),
+            "%cluster_ctarank": np.uint32(rank), "%cluster_nctarank": np.uint32(cx * cy * cz),
+            "%is_explicit_cluster": np.uint32(1 if launch.explicit_cluster else 0),
+            "%dynamic_smem_size": np.uint32(launch.dyn_smem),
+            "%total_smem_size": np.uint32(self.smem_size), "%aggr_smem_size": np.uint32(self.smem_size),
+            "%nwarpid": np.uint32(64), "%smid": np.uint32(launch.cta_serial % 132),
+            "%nsmid": np.uint32(132), "%gridid": np.uint32(launch.serial),
+        }
+        nthreads = bx * by * bz
+        lin = np.arange(nthreads)
+        tx, ty, tz = lin % bx, (lin // bx) % by, lin // (bx * by)
+        self.warps = []
+        for wi in range((nthreads + 31) // 32):
+            s = slice(32 * wi, min(32 * wi + 32, nthreads))
+            self.warps.append(Warp(self, wi, (tx[s], ty[s], tz[s]), prog.nregs, prog.local_size))
+        self.shadow = RaceShadow(self) if launch.race_check else None
+
+    def on_exit(self, warp):
+        from .sync import check_named_barriers
+        check_named_barriers(self)
+        if all(w.done for w in self.warps):
+            self.exited = True
+
+    def check_not_mbarrier(self, off, nb, w, ins):
+        if not self.mbar:
+            return
+        for o in self.mbar:
+            hit = (off < o + 8) & (off + nb > o)
+            if np.any(hit):
+                from .errors import SimRuntimeError
+                raise SimRuntimeError(
+                    f"generic store over the initialised mbarrier at {self.launch.program.smem_symbol(o, self.dyn_base)}"
+                    f"\n    at {ins.where()}\n    by {w.describe_lane(int(np.flatnonzero(hit)[0]) if len(hit) else 0)}")
+
+    def race_read(self, off, nb, w, ins):
+        if self.shadow is not None:
+            self.shadow.check_read(off, nb, w, ins)
+
+    def race_write_generic(self, off, nb, w):
+        if self.shadow is not None:
+            self.shadow.generic_write(off, nb, w)
+
+
+class Cluster:
+    """CTAs of one cluster (co-scheduled), with the cluster barrier state."""
+
+    def __init__(self, cid):
+        self.cid = cid
+        self.ctas = []
+        self.barrier_arrived = {}   # (cta rank, warp id) -> generation arrived
+        self.barrier_gen = 0

@@ -1,0 +1,243 @@
+"""Memory instructions: ld/ldu/st (all spaces, widths, .v2/.v4), cvta, isspacep, atom/red,
+prefetch. Addresses are resolved by :meth:`cutedsl.sim.machine.Warp.load`/``store``."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import numerics as nm
+from .alu import PACKED, pack2, unpack2
+from .memory import LOCAL_WIN, PARAM_WIN, SHARED_WIN
+from .program import NP, handler
+from .parser import TYPE_SIZES
+
+SPACES = {"global", "shared", "param", "local", "const", "shared::cta", "shared::cluster",
+          "param::entry", "param::func"}
+IGNORED = {"weak", "volatile", "relaxed", "acquire", "release", "cta", "gpu", "sys", "cluster",
+           "ca", "cg", "cs", "lu", "cv", "wb", "wt", "nc", "L1::evict_normal", "L1::evict_unchanged",
+           "L1::evict_first", "L1::evict_last", "L1::no_allocate", "L2::evict_normal",
+           "L2::evict_first", "L2::evict_last", "L2::cache_hint", "L2::64B", "L2::128B", "L2::256B",
+           "mmio", "unified"}
+LDTYPES = {t for t in TYPE_SIZES if t not in ("pred", "b128", "e4m3", "e5m2", "e4m3x2", "e5m2x2", "tf32")}
+
+
+def parse_ldst(ctx, mods):
+    space, vec, t = "generic", 1, None
+    for m in mods:
+        if m in SPACES:
+            space = {"param::entry": "param", "param::func": "param", "shared": "shared::cta"}.get(m, m)
+        elif m in ("v2", "v4", "v8"):
+            vec = int(m[1])
+        elif m in LDTYPES:
+            t = m
+        elif m in IGNORED:
+            pass
+        else:
+            ctx.unsupported(f"unsupported ld/st modifier .{m}")
+    if t is None:
+        ctx.bad("ld/st needs a type")
+    return space, vec, t
+
+
+def _store_type(t):
+    return "u" + t[1:] if t[0] in "bs" else ("u16" if t in ("f16", "bf16") else
+                                              "u32" if t in ("f32", "f16x2", "bf16x2") else
+                                              "u64" if t == "f64" else t)
+
+
+@handler("ld", "ldu")
+def dec_ld(ctx, ins, mods, ops):
+    space, vec, t = parse_ldst(ctx, mods)
+    if len(ops) not in (2, 3):
+        ctx.bad("ld takes a destination and an address")
+    d = ctx.operand(ops[0])
+    dsts = d.items if d.kind == "vec" else [d]
+    if len(dsts) != vec:
+        ctx.bad(f"ld.v{vec} needs {vec} destination registers")
+    writers = [ctx.wr(x, t) for x in dsts]
+    addr = ctx.addr(ops[1])
+    esize = TYPE_SIZES[t]
+    dt = NP[t]
+
+    def fn(w, g, m):
+        a = addr(w)
+        if np.ndim(a) == 0:
+            v = w.load(space, a, m, esize, vec, dt, ins)
+            for j, (full, _c) in enumerate(writers):
+                full(w, m, v[0, j])
+            return
+        v = w.load(space, a, m, esize, vec, dt, ins)
+        for j, (_f, comp) in enumerate(writers):
+            comp(w, m, v[:, j])
+    return fn
+
+
+@handler("st")
+def dec_st(ctx, ins, mods, ops):
+    space, vec, t = parse_ldst(ctx, mods)
+    if len(ops) not in (2, 3):
+        ctx.bad("st takes an address and a source")
+    s = ctx.operand(ops[1])
+    srcs = s.items if s.kind == "vec" else [s]
+    if len(srcs) != vec:
+        ctx.bad(f"st.v{vec} needs {vec} source operands")
+    st_t = _store_type(t)
+    readers = [ctx.rd(x, st_t) for x in srcs]
+    addr = ctx.addr(ops[0])
+    esize = TYPE_SIZES[t]
+    ut = np.dtype(f"u{esize}")
+
+    def fn(w, g, m):
+        a = addr(w)
+        lanes_m = m
+        if vec == 1:
+            v = np.asarray(readers[0](w))
+            vals = v[:, None] if v.ndim else v
+            if v.ndim:
+                vals = vals[w._lanes(lanes_m)]
+        else:
+            cols = [np.broadcast_to(np.asarray(r(w)), (32,)) for r in readers]
+            vals = np.stack(cols, axis=1)[w._lanes(lanes_m)]
+        w.store(space, a, lanes_m, esize, vec, np.asarray(vals).astype(ut, copy=False), ins)
+    return fn
+
+
+@handler("cvta")
+def dec_cvta(ctx, ins, mods, ops):
+    to = False
+    space = None
+    size = None
+    for m in mods:
+        if m == "to":
+            to = True
+        elif m in ("shared", "shared::cta", "shared::cluster", "global", "param", "param::entry",
+                   "local", "const"):
+            space = m.split("::")[0] if m != "shared::cluster" else "shared"
+        elif m in ("u32", "u64"):
+            size = m
+        else:
+            ctx.unsupported(f"unsupported cvta modifier .{m}")
+    if space is None or size is None:
+        ctx.bad("cvta needs a state space and a size")
+    base = {"shared": SHARED_WIN, "param": PARAM_WIN, "local": LOCAL_WIN, "global": 0, "const": 0}[space]
+    b = np.uint64(base)
+    w_full, _ = ctx.wr(ops[0], size)
+    ra = ctx.rd(ops[1], "u64")
+    dt = NP[size]
+    if to:
+        def fn(w, g, m):
+            w_full(w, m, (np.asarray(ra(w), np.uint64) - b).astype(dt))
+    else:
+        def fn(w, g, m):
+            w_full(w, m, (np.asarray(ra(w), np.uint64) + b).astype(dt))
+    return fn
+
+
+@handler("isspacep")
+def dec_isspacep(ctx, ins, mods, ops):
+    sp = mods[0] if mods else None
+    wins = {"shared": [SHARED_WIN], "shared::cta": [SHARED_WIN], "shared::cluster": [SHARED_WIN],
+            "param": [PARAM_WIN], "local": [LOCAL_WIN], "const": None, "global": None}
+    if sp not in wins or len(mods) != 1:
+        ctx.unsupported(f"isspacep .{sp}")
+    w_full, _ = ctx.wr(ops[0], "pred")
+    ra = ctx.rd(ops[1], "u64")
+    hi_set = {SHARED_WIN >> 40, PARAM_WIN >> 40, LOCAL_WIN >> 40}
+    win = wins[sp]
+
+    def fn(w, g, m):
+        h = np.asarray(ra(w), np.uint64) >> np.uint64(40)
+        if win is None:
+            r = ~np.isin(h, list(hi_set))
+        else:
+            r = h == np.uint64(win[0] >> 40)
+        w_full(w, m, r)
+    return fn
+
+
+@handler("prefetch", "prefetchu")
+def dec_prefetch(ctx, ins, mods, ops):
+    for m in mods:
+        if m not in ("global", "local", "L1", "L2", "tensormap", "param", "const",
+                     "L2::evict_last", "L2::evict_normal", "shared", "generic"):
+            ctx.unsupported(f"unsupported prefetch modifier .{m}")
+    ctx.addr(ops[0])
+    return lambda w, g, m: None
+
+
+_ATOM_OPS = {"add", "min", "max", "inc", "dec", "and", "or", "xor", "exch", "cas"}
+
+
+@handler("atom", "red")
+def dec_atom(ctx, ins, mods, ops):
+    is_red = ins.opcode.startswith("red")
+    space, op, t = "generic", None, None
+    for m in mods:
+        if m in SPACES:
+            space = {"shared": "shared::cta"}.get(m, m)
+        elif m in _ATOM_OPS:
+            op = m
+        elif m in LDTYPES:
+            t = m
+        elif m in IGNORED or m in ("noftz", "acq_rel"):
+            pass
+        else:
+            ctx.unsupported(f"unsupported atom/red modifier .{m}")
+    if op is None or t is None:
+        ctx.bad("atom/red needs an operation and a type")
+    if t in ("f16", "bf16", "f16x2", "bf16x2") and op not in ("add", "min", "max", "exch"):
+        ctx.unsupported(f"atom .{op} on .{t}")
+    k = 0 if is_red else 1
+    wd = None if is_red else ctx.wr(ops[0], t)[1]
+    addr = ctx.addr(ops[k])
+    rb = ctx.rd(ops[k + 1], t)
+    rc = ctx.rd(ops[k + 2], t) if op == "cas" else None
+    esize = TYPE_SIZES[t]
+    dt = NP[t]
+    ut = np.dtype(f"u{esize}")
+
+    def combine(old, b, c):
+        if op == "add":
+            if t in PACKED:
+                ht = PACKED[t]
+                ol, oh = unpack2(old, ht)
+                bl, bh = unpack2(b, ht)
+                f = lambda x, y: nm.f64_to(np.float64(x) + np.float64(y), NP[ht])
+                return pack2(f(ol, bl), f(oh, bh), ht)
+            if t in ("f16", "bf16"):
+                return nm.f64_to(np.float64(old) + np.float64(b), dt)
+            return np.add(old, b, dtype=dt)
+        if op == "min":
+            return np.fmin(old, b).astype(dt) if dt.kind == "f" else np.minimum(old, b)
+        if op == "max":
+            return np.fmax(old, b).astype(dt) if dt.kind == "f" else np.maximum(old, b)
+        if op == "inc":
+            return dt.type(0) if old >= b else dt.type(old + dt.type(1))
+        if op == "dec":
+            return b if (old == 0 or old > b) else dt.type(old - dt.type(1))
+        if op == "and":
+            return old & b
+        if op == "or":
+            return old | b
+        if op == "xor":
+            return old ^ b
+        if op == "exch":
+            return b
+        return c if old == b else old
+
+    def fn(w, g, m):
+        lanes = w._lanes(m)
+        a = np.broadcast_to(np.asarray(addr(w), np.uint64), (32,))
+        b = np.broadcast_to(np.asarray(rb(w), dt), (32,))
+        c = np.broadcast_to(np.asarray(rc(w), dt), (32,)) if rc is not None else None
+        olds = np.zeros(32, dt)
+        with np.errstate(all="ignore"):
+            for ln in lanes:
+                lm = np.zeros(32, bool)
+                lm[ln] = True
+                old = w.load(space, a[ln], lm, esize, 1, dt, ins)[0, 0]
+                new = combine(old, b[ln], None if c is None else c[ln])
+                w.store(space, a[ln], lm, esize, 1, np.asarray(new, dt).view(ut).reshape(1, 1), ins)
+                olds[ln] = old
+        if wd is not None:
+            wd(w, m, olds[lanes] if m is not None else olds)
+    return fn

@@ -1,0 +1,309 @@
+"""Launch state and the warp scheduler.
+
+**Placement of shared memory** (a design decision; ptxas/the driver decide on hardware):
+static ``.shared`` variables first, in declaration order with their alignment (from offset
+0), then dynamic shared memory (``__dynamic_shmem__N`` / unsized ``extern`` arrays) at the
+next multiple of 1024 B plus an optional stress offset. ``%dynamic_smem_size`` is the
+launched dynamic size.
+
+**Scheduling.** Clusters run one after another; the CTAs of a cluster are co-scheduled.
+Within a cluster the scheduler visits warps round-robin and runs each until it blocks, yields
+(a failed ``test_wait`` poll or ``nanosleep``) or a quantum of instructions passes. Inside a
+warp, lane groups follow the **min-PC** rule: the runnable group with the lowest PC runs,
+and groups whose PCs meet merge (reconvergence). A round in which no instruction executes is
+a **deadlock**; every blocked lane group is listed in the :class:`DeadlockError`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..device.backend import SMEM_LIMIT
+from .errors import (DeadlockError, InstructionBudgetExceeded, SimError, SimLaunchError,
+                     SimRuntimeError)
+from .machine import CTA, Cluster
+from .memory import views
+from .program import BLOCKED, JUMPED, RESCHED, YIELD
+
+DEFAULT_BUDGET = 200_000_000
+
+
+def _dims(d, name):
+    d = tuple(int(x) for x in (tuple(d) + (1, 1, 1))[:3]) if not isinstance(d, int) else (int(d), 1, 1)
+    if any(x < 1 for x in d):
+        raise SimLaunchError(f"{name} dimensions must be >= 1, got {d}")
+    return d
+
+
+def _lanes_text(mask):
+    idx = np.flatnonzero(mask).tolist()
+    if not idx:
+        return "no lanes"
+    runs, s, p = [], idx[0], idx[0]
+    for x in idx[1:] + [None]:
+        if x is not None and x == p + 1:
+            p = x
+            continue
+        runs.append(f"{s}" if s == p else f"{s}-{p}")
+        if x is not None:
+            s = p = x
+    return "lanes " + ",".join(runs)
+
+
+class Launch:
+    """One kernel launch on the emulator (see module docstring)."""
+
+    serial_counter = 0
+
+    def __init__(self, program, gmem, grid, block, params, *, cluster=(1, 1, 1), smem=0,
+                 budget=DEFAULT_BUDGET, race_check=True, dyn_smem_offset=0, quantum=20000,
+                 global_syms=None):
+        Launch.serial_counter += 1
+        self.serial = Launch.serial_counter
+        self.program = program
+        self.gmem = gmem
+        self.grid = _dims(grid, "grid")
+        self.block = _dims(block, "block")
+        cl = _dims(cluster, "cluster")
+        d = program.directives
+        req = d.get("reqnctapercluster")
+        if req is not None:
+            if cl == (1, 1, 1):
+                cl = tuple(req)
+            elif cl != tuple(req):
+                raise SimLaunchError(f"kernel {program.name!r} requires cluster {tuple(req)} (.reqnctapercluster), "
+                                     f"launched with {cl}")
+        self.cluster = cl
+        self.explicit_cluster = req is not None or "explicitcluster" in d or cl != (1, 1, 1)
+        nthreads = self.block[0] * self.block[1] * self.block[2]
+        if nthreads > 1024:
+            raise SimLaunchError(f"block {self.block} has {nthreads} threads; the limit is 1024")
+        if "reqntid" in d and tuple(d["reqntid"]) != self.block:
+            raise SimLaunchError(f"kernel {program.name!r} requires block {tuple(d['reqntid'])} (.reqntid), "
+                                 f"launched with {self.block}")
+        if "maxntid" in d:
+            mx = d["maxntid"]
+            if nthreads > mx[0] * mx[1] * mx[2]:
+                raise SimLaunchError(f"block {self.block} exceeds .maxntid {tuple(mx)}")
+        for i in range(3):
+            if self.grid[i] % cl[i]:
+                raise SimLaunchError(f"grid {self.grid} is not divisible by cluster {cl}")
+        ncl = cl[0] * cl[1] * cl[2]
+        if ncl > 16 or ("maxclusterrank" in d and ncl > d["maxclusterrank"]):
+            raise SimLaunchError(f"cluster {cl} has {ncl} CTAs (limit {d.get('maxclusterrank', 16)})")
+        # parameters
+        if len(params) != len(program.params):
+            raise SimLaunchError(f"kernel {program.name!r} takes {len(program.params)} parameters "
+                                 f"({', '.join(p.name for p in program.params)}), got {len(params)}")
+        size = (program.param_size + 15) // 16 * 16 + 16
+        buf = np.zeros(size, np.uint8)
+        for p, b in zip(program.params, params):
+            b = bytes(b)
+            if len(b) != p.size:
+                raise SimLaunchError(f"parameter {p.name!r} is {p.size} bytes (.{p.type}"
+                                     f"{'[%d]' % (p.size // max(1, 1)) if p.size > 8 else ''}), got {len(b)} bytes")
+            buf[p.offset:p.offset + p.size] = np.frombuffer(b, np.uint8)
+        self.param_buf = buf
+        self.param_views = views(buf)
+        self.param_size = program.param_size
+        # shared memory
+        smem = int(smem)
+        if smem < 0:
+            raise SimLaunchError("negative dynamic shared memory size")
+        static = program.static_smem
+        if smem + static > SMEM_LIMIT:
+            raise SimLaunchError(f"dynamic shared memory {smem} B + static {static} B exceeds the sm_90 limit "
+                                 f"of {SMEM_LIMIT} B per CTA")
+        self.dyn_smem = smem
+        al = program.dyn_align
+        self.dyn_base = (static + al - 1) // al * al + int(dyn_smem_offset)
+        self.smem_total = self.dyn_base + smem
+        self.budget = int(budget)
+        self.race_check = bool(race_check)
+        self.quantum = int(quantum)
+        self.insts = 0
+        self.version = 0
+        self.cta_serial = 0
+        self.global_syms = global_syms if global_syms is not None else {}
+        self.code = program.code
+
+    def global_addr(self, name):
+        a = self.global_syms.get(name)
+        if a is None:
+            var = next(v for v in self.program.globals if v.name == name)
+            al = self.gmem.alloc(max(var.size, 1), tag=f"module variable {name}")
+            if var.init:
+                esz = max(1, var.size // max(1, var.count))
+                data = b"".join(int(x & ((1 << (8 * esz)) - 1)).to_bytes(esz, "little") for x in var.init)
+                al.data[:len(data)] = np.frombuffer(data, np.uint8)
+            a = self.global_syms[name] = al.base
+        return a
+
+    # -- running -----------------------------------------------------------------------
+    def run(self):
+        gx, gy, gz = self.grid
+        cx, cy, cz = self.cluster
+        with np.errstate(all="ignore"):
+            cid = 0
+            for kz in range(gz // cz):
+                for ky in range(gy // cy):
+                    for kx in range(gx // cx):
+                        cl = Cluster(cid)
+                        for z in range(cz):
+                            for y in range(cy):
+                                for x in range(cx):
+                                    ctaid = (kx * cx + x, ky * cy + y, kz * cz + z)
+                                    rank = x + cx * (y + cy * z)
+                                    cl.ctas.append(CTA(self, ctaid, cl, rank, (x, y, z)))
+                                    self.cta_serial += 1
+                        self._run_cluster(cl)
+                        cid += 1
+
+    def _run_cluster(self, cl):
+        warps = [w for c in cl.ctas for w in c.warps]
+        idle = 0
+        while True:
+            active = [w for w in warps if not w.done]
+            if not active:
+                return
+            executed = 0
+            v0 = self.version
+            polled = True
+            for w in active:
+                n = self._run_warp(w)
+                executed += n
+                if n and not w.poll:
+                    polled = False
+                if self.insts > self.budget:
+                    raise InstructionBudgetExceeded(
+                        f"instruction budget of {self.budget} warp-instructions exceeded in kernel "
+                        f"{self.program.name!r} (cluster {cl.cid}); last warp: CTA {w.cta.ctaid} warp {w.wid} "
+                        f"at {self._where(w)}")
+            if executed == 0:
+                raise DeadlockError(self.deadlock_report(cl))
+            if polled and self.version == v0:
+                idle += 1
+                if idle > 2000:
+                    raise DeadlockError(self.deadlock_report(cl, livelock=True))
+            else:
+                idle = 0
+
+    def _where(self, w):
+        if not w.groups:
+            return "exit"
+        g = min(w.groups, key=lambda x: x.pc)
+        return self.code[g.pc].where()
+
+    def _run_warp(self, w):
+        code = self.code
+        n = 0
+        quantum = self.quantum
+        w.poll = False
+        groups = w.groups
+        ins = None
+        try:
+            while not w.done:
+                g = None
+                for gg in groups:
+                    b = gg.blocked
+                    if b is not None:
+                        if not b.ready():
+                            continue
+                        gg.blocked = None
+                    if g is None or gg.pc < g.pc:
+                        g = gg
+                if g is None:
+                    break
+                others = None
+                if len(groups) > 1:
+                    others = {o.pc: o for o in groups if o is not g}
+                    run = [o.pc for o in groups if o is not g and o.blocked is None]
+                    min_other = min(run) if run else 1 << 62
+                while True:
+                    ins = code[g.pc]
+                    gi = ins.guard
+                    if gi >= 0:
+                        pv = w.p[gi]
+                        em = ~pv if ins.neg else pv
+                        if g.m is not None:
+                            em = em & g.mask
+                        c = int(np.count_nonzero(em))
+                        n += 1
+                        if c == 0:
+                            g.pc += 1
+                            if others is not None:
+                                o = others.get(g.pc)
+                                if o is not None:
+                                    self._merge(w, g, o)
+                                    break
+                                if g.pc > min_other:
+                                    break
+                            continue
+                        m = g.m if c == g.count else em
+                    else:
+                        m = g.m
+                        n += 1
+                    r = ins.fn(w, g, m)
+                    if r is None:
+                        g.pc += 1
+                    elif r == JUMPED:
+                        pass
+                    elif r == YIELD:
+                        if others is not None and g.pc in others:
+                            self._merge(w, g, others[g.pc])
+                        return n
+                    else:               # BLOCKED / RESCHED
+                        break
+                    if others is not None:
+                        o = others.get(g.pc)
+                        if o is not None:
+                            self._merge(w, g, o)
+                            break
+                        if g.pc > min_other:
+                            break
+                    if n >= quantum:
+                        return n
+                groups = w.groups
+        except SimError:
+            raise
+        except Exception as e:     # an emulator bug: name the instruction
+            where = ins.where() if ins is not None else "?"
+            raise SimRuntimeError(f"internal emulator error ({type(e).__name__}: {e})\n    at {where} "
+                                  f"(CTA {w.cta.ctaid}, warp {w.wid})") from e
+        finally:
+            w.insts += n
+            self.insts += n
+        return n
+
+    @staticmethod
+    def _merge(w, g, o):
+        g.set_mask(g.mask | o.mask)
+        g.blocked = None
+        w.groups.remove(o)
+
+    # -- diagnostics ---------------------------------------------------------------------
+    def deadlock_report(self, cl, livelock=False):
+        head = ("livelock: warps only poll (test_wait / nanosleep) and nothing changes"
+                if livelock else "deadlock: no warp can make progress and no asynchronous operation is pending")
+        lines = [f"{head} in kernel {self.program.name!r}, cluster {cl.cid} "
+                 f"({len(cl.ctas)} CTA{'s' if len(cl.ctas) > 1 else ''}), after {self.insts} warp-instructions"]
+        for c in cl.ctas:
+            blocked = [(w, g) for w in c.warps if not w.done for g in w.groups]
+            if not blocked:
+                continue
+            lines.append(f"CTA {c.ctaid} (cluster rank {c.rank}):")
+            for w, g in blocked:
+                ins = self.code[g.pc]
+                lines.append(f"  warp {w.wid} {_lanes_text(g.mask)} at PTX line {ins.line}: {ins.text}")
+                b = g.blocked
+                if b is not None:
+                    lines.append(f"      waits for: {b.describe()}")
+                    bar = getattr(b, "bar", None)
+                    log = getattr(bar, "log", None)
+                    if log:
+                        lines.append("      barrier history: " + "; ".join(log[-6:]))
+                elif livelock:
+                    lines.append("      polling")
+            done = [w.wid for w in c.warps if w.done]
+            if done:
+                lines.append(f"  exited warps: {done}")
+        return "\n".join(lines)

@@ -1,0 +1,406 @@
+"""Tensor Memory Accelerator: tensor-map registry, box placement with swizzle, bulk copies.
+
+**Tensor maps.** :func:`register_tensor_map` stores a validated
+:class:`~cutedsl.device.backend.EncodedTensorMap` and returns the 128-byte blob the kernel
+receives (``MAGIC`` + registry id). TMA instructions read the blob through the generic
+address of their tensor-map operand (param, or global memory), so a wrong pointer is caught.
+
+**Placement** (hopper-semantics.md §1.2-1.4). Box element ``x`` (innermost first) with
+coordinates ``c`` reads global element ``g = c + x`` (zero / NaN fill when any ``g_i`` is
+outside ``[0, dim_i)``) and lands at shared byte ``swz(dst + lin(x))`` with
+``lin(x) = x_0*e + pitch*(x_1 + n_1*(x_2 + ...))``, ``pitch = S`` when swizzled else
+``n_0*e``, ``swz(a) = a ^ (((a >> 7) & (S/16 - 1)) << 4)`` on the absolute address.
+The mbarrier gets ``complete_tx`` of the full box bytes (out-of-bounds elements included).
+Stores clip out-of-bounds elements. Copies complete at issue ("eager"); bulk groups
+(``commit_group``/``wait_group``) are therefore already complete when waited for.
+"""
+from __future__ import annotations
+
+import itertools
+import struct
+from functools import lru_cache
+
+import numpy as np
+
+from .errors import MemoryAccessError, SimRuntimeError
+from .memory import OFF_MASK, PARAM_WIN, RANK_SHIFT, SHARED_WIN
+from .program import handler
+from .sync import get_mbar
+
+MAGIC = b"CUTEDSL-SIM-TMAP"
+_REGISTRY = {}
+_IDS = itertools.count(1)
+
+
+class TensorMap:
+    """Decoded tensor map: ``dims``/``box`` innermost first (elements), ``strides`` in bytes for
+    dims 0..rank-1 (``strides[0] = e``), ``esize`` bytes, ``swizzle`` span bytes, ``oob``."""
+    __slots__ = ("id", "address", "dims", "strides", "box", "esize", "swizzle", "oob", "dtype",
+                 "nan_bits", "enc")
+
+    def __init__(self, enc):
+        from ..dtypes import dtype as _dt
+        spec = enc.spec
+        dt = _dt(spec.dtype)
+        self.enc = enc
+        self.address = int(enc.address)
+        self.dims = tuple(int(d) for d in enc.dims)
+        self.esize = dt.nbytes
+        self.strides = (self.esize,) + tuple(int(s) for s in enc.strides)
+        self.box = tuple(int(b) for b in enc.box)
+        self.swizzle = int(spec.swizzle)
+        self.oob = spec.oob
+        self.dtype = dt.numpy
+        self.nan_bits = 0
+        if spec.oob == "nan":
+            self.nan_bits = int(np.array(np.nan, np.float64).astype(self.dtype).view(f"u{self.esize}"))
+
+    @property
+    def box_bytes(self):
+        return int(np.prod(self.box)) * self.esize
+
+
+def register_tensor_map(enc) -> bytes:
+    """Register an EncodedTensorMap; return its 128-byte blob."""
+    tm = TensorMap(enc)
+    tm.id = next(_IDS)
+    _REGISTRY[tm.id] = tm
+    return MAGIC + struct.pack("<QQ", tm.id, 0x5EED) + bytes(128 - 32)
+
+
+def decode_blob(blob: bytes) -> TensorMap | None:
+    if len(blob) != 128 or blob[:16] != MAGIC:
+        return None
+    tid, chk = struct.unpack_from("<QQ", blob, 16)
+    if chk != 0x5EED:
+        return None
+    return _REGISTRY.get(tid)
+
+
+def swizzle(a, span):
+    """Absolute-address swizzle of TMA/wgmma (span 0, 32, 64 or 128 bytes)."""
+    if not span:
+        return a
+    m = span // 16 - 1
+    return a ^ (((a >> 7) & m) << 4)
+
+
+@lru_cache(maxsize=256)
+def box_layout(box, esize, span, dst_mod):
+    """(xs, rel, chunks): element coordinates (rank, n) innermost first, swizzled byte
+    offsets relative to ``dst - dst_mod`` (dst_mod = dst % 1024), and the 16-B chunk ids."""
+    r = len(box)
+    idx = np.indices(box[::-1]).reshape(r, -1)[::-1].astype(np.int64)
+    pitch = span if span else box[0] * esize
+    rows = np.zeros(idx.shape[1], np.int64)
+    mul = 1
+    for i in range(1, r):
+        rows += idx[i] * mul
+        mul *= box[i]
+    lin = idx[0] * esize + pitch * rows
+    rel = swizzle(dst_mod + lin, span)
+    rel.flags.writeable = False
+    idx.flags.writeable = False
+    ch = np.unique(rel >> 4)
+    return idx, rel, ch
+
+
+@lru_cache(maxsize=256)
+def _goff(box, strides):
+    idx, _r, _c = box_layout(box, strides[0], 0, 0)
+    off = np.zeros(idx.shape[1], np.int64)
+    for i, s in enumerate(strides):
+        off += idx[i] * s
+    return off
+
+
+def _tmap_of(w, tm_addr, ins):
+    blob = w.read_generic_bytes(int(tm_addr), 128, ins)
+    tm = decode_blob(blob)
+    if tm is None:
+        raise SimRuntimeError(f"tensor-map operand at 0x{int(tm_addr):x} does not hold a tensor map encoded by "
+                              f"SimBackend.encode_tensor_map\n    at {ins.where()}")
+    return tm
+
+
+def _elements(w, tm, coords, ins):
+    """Global element indices and in-bounds mask for a box at ``coords``."""
+    gm = w.launch.gmem
+    al = gm.find(tm.address)
+    if al is None:
+        raise MemoryAccessError(f"tensor map global address 0x{tm.address:x} is not allocated "
+                                f"({gm.describe(tm.address)})\n    at {ins.where()}")
+    base = tm.address - al.base
+    inb = None
+    for i, c in enumerate(coords):
+        if c < 0 or c + tm.box[i] > tm.dims[i]:
+            xs = box_layout(tm.box, tm.esize, 0, 0)[0]
+            g = xs[i] + c
+            ok = (g >= 0) & (g < tm.dims[i])
+            inb = ok if inb is None else inb & ok
+        base += c * tm.strides[i]
+    gb = base + _goff(tm.box, tm.strides)
+    if inb is None:
+        lo, hi = int(gb[0]), int(gb[-1])
+        lo, hi = min(lo, int(gb.min())), max(hi, int(gb.max()))
+    elif inb.any():
+        lo, hi = int(gb[inb].min()), int(gb[inb].max())
+    else:
+        lo = hi = 0
+    if lo < 0 or hi + tm.esize > al.nbytes:
+        bad = al.base + (lo if lo < 0 else hi)
+        raise MemoryAccessError(f"TMA box at coordinates {tuple(coords)} reaches global address 0x{bad:x} outside "
+                                f"the tensor's allocation ({gm.describe(bad)})\n    at {ins.where()}")
+    return al, gb // tm.esize, inb
+
+
+def _smem_dest(w, addr, ins, what, align=128):
+    """(cta, offset) of a shared::cluster address."""
+    a = int(addr)
+    rank = a >> RANK_SHIFT
+    off = a & OFF_MASK
+    cta = w.cta
+    if rank:
+        cl = w.cta.cluster
+        if rank - 1 >= len(cl.ctas):
+            raise SimRuntimeError(f"{what}: cluster rank {rank - 1} does not exist\n    at {ins.where()}")
+        cta = cl.ctas[rank - 1]
+    if off % align:
+        raise SimRuntimeError(f"{what}: shared-memory address {off} is not {align}-byte aligned\n    at {ins.where()}")
+    return cta, off
+
+
+def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None):
+    tm = _tmap_of(w, tm_addr, ins)
+    if len(coords) != len(tm.box):
+        raise SimRuntimeError(f"TMA with {len(coords)} coordinates on a rank-{len(tm.box)} tensor map\n"
+                              f"    at {ins.where()}")
+    al, gidx, inb = _elements(w, tm, coords, ins)
+    v = al.v[tm.esize]
+    if inb is None:
+        vals = v[gidx]
+    else:
+        vals = np.full(len(gidx), tm.nan_bits, v.dtype)
+        vals[inb] = v[gidx[inb]]
+    dcta, doff = _smem_dest(w, dst, ins, "TMA load destination")
+    _cta, moff = _smem_dest(w, mbar, ins, "TMA mbarrier", 8)
+    if mask is None:
+        targets = [dcta]
+    else:
+        cl = w.cta.cluster
+        mask = int(mask)
+        if mask == 0 or mask >> len(cl.ctas):
+            raise SimRuntimeError(f"TMA multicast mask 0x{mask:x} is empty or names ranks outside the "
+                                  f"{len(cl.ctas)}-CTA cluster\n    at {ins.where()}")
+        targets = [cl.ctas[i] for i in range(len(cl.ctas)) if mask >> i & 1]
+    dmod = doff % 1024
+    _xs, rel, ch = box_layout(tm.box, tm.esize, tm.swizzle, dmod)
+    base = doff - dmod
+    sidx = (base + rel) // tm.esize
+    nbytes = tm.box_bytes
+    for cta in targets:
+        if base + int(rel.max()) + tm.esize > cta.smem_size or base + int(rel.min()) < 0:
+            raise MemoryAccessError(f"TMA load box ({nbytes} B) at smem offset {doff} overruns the CTA's "
+                                    f"{cta.smem_size} B of shared memory\n    at {ins.where()}")
+        bar = get_mbar(cta, moff, ins)
+        if cta.shadow is not None:
+            cta.shadow.tma_write(ch + (base >> 4), moff, bar.phase + 1, ins)
+        cta.sv[tm.esize][sidx] = vals
+        bar.note(f"complete_tx {nbytes} B (TMA load line {ins.line}, coords {tuple(coords)})")
+        bar.complete_tx(nbytes)
+
+
+def tma_store(w, ins, tm_addr, coords, src):
+    tm = _tmap_of(w, tm_addr, ins)
+    if len(coords) != len(tm.box):
+        raise SimRuntimeError(f"TMA with {len(coords)} coordinates on a rank-{len(tm.box)} tensor map\n"
+                              f"    at {ins.where()}")
+    al, gidx, inb = _elements(w, tm, coords, ins)
+    scta, soff = _smem_dest(w, src, ins, "TMA store source")
+    dmod = soff % 1024
+    _xs, rel, ch = box_layout(tm.box, tm.esize, tm.swizzle, dmod)
+    base = soff - dmod
+    if base + int(rel.max()) + tm.esize > scta.smem_size:
+        raise MemoryAccessError(f"TMA store box at smem offset {soff} overruns shared memory\n    at {ins.where()}")
+    if scta.shadow is not None:
+        scta.shadow.check_async_read(ch + (base >> 4), [w], ins, "TMA store")
+    vals = scta.sv[tm.esize][(base + rel) // tm.esize]
+    v = al.v[tm.esize]
+    if inb is None:
+        v[gidx] = vals
+    else:
+        v[gidx[inb]] = vals[inb]
+
+
+def _bulk_copy(w, ins, dst_space, dst, src_space, src, size, mbar=None, mask=None):
+    if size % 16 or size <= 0:
+        raise SimRuntimeError(f"bulk copy size {size} is not a positive multiple of 16\n    at {ins.where()}")
+    one = np.zeros(32, bool)
+    one[int(np.flatnonzero(w.live)[0]) if w.live.any() else 0] = True
+    data = w.load(src_space, np.uint64(src), one, 1, size, np.uint8, ins)[0]
+    if dst_space == "global":
+        w.store("global", np.uint64(dst), one, 1, size, data[None, :], ins)
+        return
+    dcta, doff = _smem_dest(w, dst, ins, "bulk copy destination", 16)
+    _c, moff = _smem_dest(w, mbar, ins, "bulk copy mbarrier", 8)
+    targets = [dcta] if mask is None else [c for i, c in enumerate(w.cta.cluster.ctas) if int(mask) >> i & 1]
+    for cta in targets:
+        if doff + size > cta.smem_size:
+            raise MemoryAccessError(f"bulk copy of {size} B at smem offset {doff} overruns shared memory\n"
+                                    f"    at {ins.where()}")
+        bar = get_mbar(cta, moff, ins)
+        if cta.shadow is not None:
+            cta.shadow.tma_write(np.arange(doff >> 4, (doff + size + 15) >> 4), moff, bar.phase + 1, ins)
+        cta.smem[doff:doff + size] = data
+        bar.complete_tx(size)
+
+
+_IGN = {"tile", "L2::cache_hint", "cta_group::1", "cta_group::2", "bulk_group", "im2col_no_offs"}
+
+
+@handler("cp")
+def dec_cp(ctx, ins, mods, ops):
+    if mods[:2] == ["async", "bulk"]:
+        rest = mods[2:]
+        if rest and rest[0] == "tensor":
+            return _dec_tensor(ctx, ins, rest[1:], ops)
+        if rest in (["commit_group"],) or rest[:1] == ["wait_group"]:
+            for mm in rest[1:]:
+                if mm != "read":
+                    ctx.unsupported(f"unsupported modifier .{mm}")
+            return lambda w, g, m: None
+        if rest and rest[0] == "prefetch":
+            return lambda w, g, m: None
+        return _dec_bulk(ctx, ins, rest, ops)
+    if mods and mods[0] == "async":
+        return _dec_cp_async(ctx, ins, mods[1:], ops)
+    ctx.unsupported("unsupported cp.* instruction")
+
+
+def _lane_scalars(w, m, *vals):
+    lanes = np.flatnonzero(w.valid if m is None else m)
+    out = []
+    for ln in lanes:
+        out.append([int(np.broadcast_to(np.asarray(v), (32,))[ln]) for v in vals])
+    return out
+
+
+def _tmap_reader(ctx, base):
+    if base.kind == "sym":
+        sp, off = ctx.prog.symbols[base.name]
+        if sp == "param":
+            v = np.uint64(PARAM_WIN + off)
+            return lambda w: v
+        return ctx.sym_addr(base.name)
+    return ctx.rd(base, "u64")
+
+
+def _dec_tensor(ctx, ins, mods, ops):
+    dim = None
+    direction = None
+    multicast = False
+    hint = False
+    for mm in mods:
+        if mm.endswith("d") and mm[:-1].isdigit():
+            dim = int(mm[:-1])
+        elif mm in ("shared::cluster", "shared::cta"):
+            direction = direction or "load"
+        elif mm == "global":
+            direction = direction or "store"
+        elif mm == "mbarrier::complete_tx::bytes":
+            direction = "load"
+        elif mm == "multicast::cluster":
+            multicast = True
+        elif mm == "L2::cache_hint":
+            hint = True
+        elif mm in _IGN:
+            pass
+        else:
+            ctx.unsupported(f"unsupported cp.async.bulk.tensor modifier .{mm}")
+    if "im2col" in mods or dim is None:
+        ctx.unsupported("cp.async.bulk.tensor needs .Nd and tile mode")
+    if direction == "load":
+        dst = ctx.addr(ops[0])
+        t = ctx.operand(ops[1])
+        if t.kind != "addr" or t.coords is None:
+            ctx.bad("expected [tensorMap, {coordinates}]")
+        if len(t.coords) != dim:
+            ctx.bad(f".{dim}d needs {dim} coordinates")
+        tmr = _tmap_reader(ctx, t.base)
+        crs = [ctx.rd(c, "s32") for c in t.coords]
+        mbar = ctx.addr(ops[2])
+        rmask = ctx.rd(ops[3], "u16") if multicast else None
+        if multicast and len(ops) < 4:
+            ctx.bad("multicast needs a ctaMask operand")
+
+        def fn(w, g, m):
+            vals = [dst(w), tmr(w), mbar(w)] + [c(w) for c in crs] + ([rmask(w)] if rmask else [])
+            for lv in _lane_scalars(w, m, *vals):
+                d, ta, mb = lv[:3]
+                coords = [int(np.int32(np.uint32(x & 0xFFFFFFFF).view(np.int32))) for x in lv[3:3 + dim]]
+                mk = lv[3 + dim] if rmask else None
+                tma_load(w, ins, d, ta, coords, mb, mk)
+        return fn
+    t = ctx.operand(ops[0])
+    if t.kind != "addr" or t.coords is None:
+        ctx.bad("expected [tensorMap, {coordinates}]")
+    tmr = _tmap_reader(ctx, t.base)
+    crs = [ctx.rd(c, "s32") for c in t.coords]
+    src = ctx.addr(ops[1])
+
+    def fn(w, g, m):
+        vals = [tmr(w), src(w)] + [c(w) for c in crs]
+        for lv in _lane_scalars(w, m, *vals):
+            coords = [int(np.int32(np.uint32(x & 0xFFFFFFFF).view(np.int32))) for x in lv[2:]]
+            tma_store(w, ins, lv[0], coords, lv[1])
+    return fn
+
+
+def _dec_bulk(ctx, ins, mods, ops):
+    spaces = [mm for mm in mods if mm in ("shared::cluster", "shared::cta", "global")]
+    multicast = "multicast::cluster" in mods
+    for mm in mods:
+        if mm not in spaces and mm not in _IGN and mm not in ("mbarrier::complete_tx::bytes", "multicast::cluster"):
+            ctx.unsupported(f"unsupported cp.async.bulk modifier .{mm}")
+    if len(spaces) != 2:
+        ctx.unsupported("cp.async.bulk needs destination and source spaces")
+    dsp, ssp = spaces
+    dst, src, rs = ctx.addr(ops[0]), ctx.addr(ops[1]), ctx.rd(ops[2], "u32")
+    mbar = ctx.addr(ops[3]) if dsp != "global" else None
+    rmask = ctx.rd(ops[4], "u16") if multicast else None
+    ssp = "shared::cluster" if ssp == "shared::cta" else ssp
+
+    def fn(w, g, m):
+        vals = [dst(w), src(w), rs(w)] + ([mbar(w)] if mbar else []) + ([rmask(w)] if rmask else [])
+        for lv in _lane_scalars(w, m, *vals):
+            _bulk_copy(w, ins, dsp if dsp == "global" else "shared", lv[0], ssp, lv[1], lv[2],
+                       lv[3] if mbar else None, lv[4] if rmask else None)
+    return fn
+
+
+def _dec_cp_async(ctx, ins, mods, ops):
+    """Ampere ``cp.async`` (executed eagerly) and its group/arrive forms."""
+    if mods and mods[0] in ("commit_group", "wait_group", "wait_all"):
+        return lambda w, g, m: None
+    if mods and mods[0] == "mbarrier":
+        ctx.unsupported("cp.async.mbarrier.arrive is not supported")
+    for mm in mods:
+        if mm not in ("ca", "cg", "shared", "shared::cta", "global", "L2::128B", "L2::256B", "L2::64B",
+                      "L2::cache_hint"):
+            ctx.unsupported(f"unsupported cp.async modifier .{mm}")
+    dst, src = ctx.addr(ops[0]), ctx.addr(ops[1])
+    size = ctx.operand(ops[2])
+    if size.kind != "imm" or size.value not in (4, 8, 16):
+        ctx.bad("cp.async size must be 4, 8 or 16")
+    n = size.value
+    rsrc = ctx.rd(ops[3], "u32") if len(ops) > 3 and ctx.operand(ops[3]).kind in ("imm", "reg") else None
+
+    def fn(w, g, m):
+        v = w.load("global", src(w), m, 1, n, np.uint8, ins)
+        if rsrc is not None:
+            ss = np.broadcast_to(np.asarray(rsrc(w)), (32,))[w._lanes(m)]
+            if np.ndim(src(w)) == 0:
+                ss = ss[:1]
+            v = np.where(np.arange(n)[None, :] < ss[:, None], v, 0).astype(np.uint8)
+        w.store("shared::cta", dst(w), m, 1, n, v, ins)
+    return fn

@@ -1,0 +1,353 @@
+"""Warpgroup MMA (``wgmma.*``): descriptor decode, fragment layouts, numerics.
+
+``wgmma.mma_async`` is a **rendezvous of the 4 warps** of a warpgroup (warps 4g..4g+3): each
+warp blocks at the instruction until all four arrived at the same PC; the last one executes
+the MMA once over the 128 lanes and releases the others.
+
+* Shared-memory descriptors (64-bit, sm_90) are decoded bit by bit: start address
+  ``(d & 0x3FFF) << 4``, LBO ``((d >> 16) & 0x3FFF) << 4``, SBO ``((d >> 32) & 0x3FFF) << 4``,
+  base_offset bits 49-51 (must be 0), layout bits 62-63 (0 none, 1 128B, 2 64B, 3 32B).
+  Element addresses follow hopper-semantics.md §2.3 (K-major, or MN-major via imm-trans
+  for 16-bit types); the swizzle XOR acts on the absolute shared address.
+* D fragment (f32/s32 accumulator, m64nN): thread t, register i:
+  ``row = 16*(t//32) + (t%32)//4 + 8*((i//2)%2)``, ``col = 8*(i//4) + 2*(t%4) + (i%2)``;
+  an f16 accumulator packs elements 2q (low half) and 2q+1 (high half) into register q.
+* A from registers (16-bit): value v of thread t at ``m = 16*(t//32) + (t%32)//4 + 8*((v>>1)&1)``,
+  ``k = 8*(v>>2) + 2*(t%4) + (v&1)``, register v//2, half v%2.
+* Numerics ("exact" mode): products exact in float64, ``C + sum`` accumulated in float64 per
+  instruction and rounded once to f32 (nearest-even); integer MMAs are exact (wrapping s32).
+  tf32 operands drop the 13 low mantissa bits. Computation happens at issue.
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import ml_dtypes
+import numpy as np
+
+from . import numerics as nm
+from .errors import SimRuntimeError
+from .program import BLOCKED, handler
+from .sync import need_converged
+from .tma import swizzle
+
+ETYPES = {"f16": (2, np.float16), "bf16": (2, ml_dtypes.bfloat16), "tf32": (4, np.uint32),
+          "e4m3": (1, ml_dtypes.float8_e4m3fn), "e5m2": (1, ml_dtypes.float8_e5m2),
+          "s8": (1, np.int8), "u8": (1, np.uint8)}
+SPAN = {0: 0, 1: 128, 2: 64, 3: 32}
+
+
+def decode_desc(d: int):
+    """Return (start, lbo, sbo, base_offset, span) of a wgmma shared-memory descriptor."""
+    d = int(d)
+    return ((d & 0x3FFF) << 4, ((d >> 16) & 0x3FFF) << 4, ((d >> 32) & 0x3FFF) << 4,
+            (d >> 49) & 7, SPAN[(d >> 62) & 3])
+
+
+@lru_cache(maxsize=1024)
+def operand_addrs(desc: int, rows: int, kelems: int, esize: int, mn_major: bool):
+    """Byte addresses (rows, kelems) of an operand tile and its sorted 16-B chunk ids."""
+    start, lbo, sbo, base_off, span = decode_desc(desc)
+    if base_off:
+        raise SimRuntimeError(f"wgmma descriptor 0x{desc:x} has base_offset {base_off}; only 0 is supported")
+    T = 16 // esize
+    r = np.arange(rows, dtype=np.int64)[:, None]
+    k = np.arange(kelems, dtype=np.int64)[None, :]
+    if not mn_major:
+        kc, ke = k // T, k % T
+        if span:
+            off = (r % 8) * span + (r // 8) * sbo + kc * 16 + ke * esize
+        else:
+            off = (r % 8) * 16 + (r // 8) * sbo + kc * lbo + ke * esize
+    else:
+        W = span // 16 if span else 1
+        re_, rc, rm = r % T, (r // T) % W, r // (T * W)
+        kr, kg = k % 8, k // 8
+        if span:
+            off = re_ * esize + rc * 16 + rm * lbo + kr * span + kg * sbo
+        else:
+            off = re_ * esize + rm * sbo + kr * 16 + kg * lbo
+    a = swizzle(start + off, span)
+    a.flags.writeable = False
+    ch = np.unique(a >> 4)
+    return a, ch
+
+
+@lru_cache(maxsize=64)
+def d_map(n: int):
+    """Flat index row*N + col (128, N/2) of each (thread, f32-accumulator register)."""
+    t = np.arange(128)[:, None]
+    i = np.arange(n // 2)[None, :]
+    row = 16 * (t // 32) + (t % 32) // 4 + 8 * ((i // 2) % 2)
+    col = 8 * (i // 4) + 2 * (t % 4) + (i % 2)
+    return row * n + col
+
+
+@lru_cache(maxsize=8)
+def a_reg_map():
+    """(row, k) of each (thread, value v in 0..7) of a 16-bit register A fragment (64x16)."""
+    t = np.arange(128)[:, None]
+    v = np.arange(8)[None, :]
+    m = 16 * (t // 32) + (t % 32) // 4 + 8 * ((v >> 1) & 1)
+    k = 8 * (v >> 2) + 2 * (t % 4) + (v & 1)
+    return m, k
+
+
+class WarpGroupState:
+    __slots__ = ("arrivals", "uncommitted", "groups", "ncommit")
+
+    def __init__(self):
+        self.arrivals = {}
+        self.uncommitted = []
+        self.groups = []
+        self.ncommit = 0
+
+
+class Rendezvous:
+    __slots__ = ("wg", "pc", "ins", "cta", "gi")
+
+    def __init__(self, cta, gi, wg, pc, ins):
+        self.cta, self.gi, self.wg, self.pc, self.ins = cta, gi, wg, pc, ins
+
+    def ready(self):
+        return False
+
+    def describe(self):
+        arrived = sorted(w.wid for w, _g in self.wg.arrivals.get(self.pc, []))
+        return (f"warpgroup {self.gi} rendezvous at this wgmma: warps {arrived} arrived, "
+                f"waiting for warps {[x for x in range(4 * self.gi, 4 * self.gi + 4) if x not in arrived]}")
+
+
+def _wg(cta, gi):
+    s = cta.warpgroups.get(gi)
+    if s is None:
+        s = cta.warpgroups[gi] = WarpGroupState()
+    return s
+
+
+def _uniform(warps, reader, ins, what):
+    vals = set()
+    for w in warps:
+        v = np.asarray(reader(w))
+        vals.add(int(v) if v.ndim == 0 else int(v[0]) if v.dtype != np.bool_ else bool(v[0]))
+        if v.ndim and v.dtype != np.bool_ and np.any(v != v[0]):
+            raise SimRuntimeError(f"wgmma {what} differs between lanes\n    at {ins.where()}")
+    if len(vals) != 1:
+        raise SimRuntimeError(f"wgmma {what} differs between the warps of the warpgroup\n    at {ins.where()}")
+    return vals.pop()
+
+
+def _load_operand(cta, addrs, esize, dt):
+    v = cta.sv[esize][addrs // esize]
+    if dt == np.uint32:          # tf32: drop 13 low mantissa bits
+        return (v & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+    return v.view(dt).astype(np.float64) if np.dtype(dt).kind != "i" and np.dtype(dt).kind != "u" \
+        else v.view(dt).astype(np.int64)
+
+
+@handler("wgmma")
+def dec_wgmma(ctx, ins, mods, ops):
+    if not mods:
+        ctx.bad("wgmma needs an operation")
+    op = mods[0]
+    rest = [m for m in mods[1:] if m not in ("sync", "aligned")]
+    if op == "fence":
+        if rest:
+            ctx.unsupported(f"unsupported modifiers {rest}")
+        return lambda w, g, m: None
+    if op == "commit_group":
+        if rest:
+            ctx.unsupported(f"unsupported modifiers {rest}")
+
+        def fn(w, g, m):
+            st = _wg(w.cta, w.wid // 4)
+            w.wg_commits += 1
+            if w.wg_commits > st.ncommit:
+                st.ncommit += 1
+                st.groups.append((st.ncommit - 1, st.uncommitted))
+                st.uncommitted = []
+        return fn
+    if op == "wait_group":
+        if rest:
+            ctx.unsupported(f"unsupported modifiers {rest}")
+        rn = ctx.rd(ops[0], "u32")
+
+        def fn(w, g, m):
+            st = _wg(w.cta, w.wid // 4)
+            limit = w.wg_commits - int(np.asarray(rn(w)).flat[0])
+            keep = []
+            for gi, chs in st.groups:
+                if gi < limit:
+                    sh = w.cta.shadow
+                    if sh is not None:
+                        for ch in chs:
+                            sh.wg_read[ch] -= 1
+                else:
+                    keep.append((gi, chs))
+            st.groups = keep
+        return fn
+    if op != "mma_async":
+        ctx.unsupported(f"unsupported wgmma operation .{op}")
+    shape = next((m for m in rest if re.fullmatch(r"m64n\d+k\d+", m)), None)
+    types = [m for m in rest if m in ETYPES or m in ("f32", "f16", "s32")]
+    sat = "satfinite" in rest
+    for m in rest:
+        if m != shape and m not in ETYPES and m not in ("f32", "f16", "s32", "satfinite"):
+            ctx.unsupported(f"unsupported wgmma modifier .{m}")
+    if shape is None or len(types) != 3:
+        ctx.unsupported("wgmma.mma_async needs .m64nNkK and three types")
+    N, K = map(int, re.fullmatch(r"m64n(\d+)k(\d+)", shape).groups())
+    dtype_d, ta, tb = types
+    ea, dta = ETYPES[ta]
+    eb, dtb = ETYPES[tb]
+    if K * ea != 32 or K * eb != 32 or N % 8 or not 8 <= N <= 256:
+        ctx.unsupported(f"wgmma shape {shape} does not match .{ta}/.{tb}")
+    is_int = dtype_d == "s32"
+    d = ctx.operand(ops[0])
+    if d.kind != "vec" or any(x.kind != "reg" or x.cls != "r" for x in d.items):
+        ctx.bad("wgmma D must be a brace list of 32-bit registers")
+    nd = N // 4 if dtype_d == "f16" else N // 2
+    if len(d.items) != nd:
+        ctx.bad(f"wgmma {shape}.{dtype_d} needs {nd} D registers, got {len(d.items)}")
+    didx = np.array([x.idx for x in d.items])
+    a = ctx.operand(ops[1])
+    a_regs = a.kind == "vec"
+    if a_regs:
+        if ea != 2:
+            ctx.unsupported("register A is supported for 16-bit types only")
+        if len(a.items) != 4 or any(x.kind != "reg" or x.cls != "r" for x in a.items):
+            ctx.bad("register A needs 4 32-bit registers")
+        aidx = np.array([x.idx for x in a.items])
+        ra = None
+    else:
+        ra = ctx.rd(a, "u64")
+    rb = ctx.rd(ops[2], "u64")
+    sc = ctx.operand(ops[3])
+    rscale = ctx.rd(sc, "pred") if sc.kind == "reg" else (lambda w, v=bool(sc.value): v)
+    imms = []
+    for s in ops[4:]:
+        o = ctx.operand(s)
+        if o.kind != "imm":
+            ctx.bad("wgmma scale/transpose operands must be immediates")
+        imms.append(o.value)
+    sixteen = ea == 2
+    if is_int:
+        want = 0
+    elif sixteen:
+        want = 3 if a_regs else 4
+    else:
+        want = 2
+    if len(imms) != want:
+        ctx.bad(f"wgmma expects {want} immediate operands after scale-d, got {len(imms)}")
+    sa = sb = 1
+    trans_a = trans_b = 0
+    if want >= 2:
+        sa, sb = imms[0], imms[1]
+        if sa not in (1, -1) or sb not in (1, -1):
+            ctx.bad("imm-scale-a/b must be 1 or -1")
+    if want == 4:
+        trans_a, trans_b = imms[2], imms[3]
+    elif want == 3:
+        trans_b = imms[2]
+    if trans_a not in (0, 1) or trans_b not in (0, 1):
+        ctx.bad("imm-trans must be 0 or 1")
+    dmap = d_map(N)
+    sign = float(sa * sb)
+
+    def execute(warps, cta):
+        # accumulator
+        regs = np.concatenate([w.u32[didx] for w in warps], axis=1).T      # (128, nd)
+        scale_d = bool(_uniform(warps, rscale, ins, "scale-d"))
+        b_desc = _uniform(warps, rb, ins, "B descriptor")
+        b_addr, b_ch = operand_addrs(b_desc, N, K, eb, bool(trans_b))
+        if b_addr.max() + eb > cta.smem_size:
+            raise SimRuntimeError(f"wgmma B operand (descriptor 0x{b_desc:x}) reaches past shared memory "
+                                  f"({cta.smem_size} B)\n    at {ins.where()}")
+        chunks = [b_ch]
+        B = _load_operand(cta, b_addr, eb, dtb).T                              # (K, N)
+        if a_regs:
+            ar = np.concatenate([w.u32[aidx] for w in warps], axis=1).T         # (128, 4)
+            halves = np.stack([(ar & 0xFFFF), (ar >> 16)], axis=2).reshape(128, 8).astype(np.uint16)
+            mm, kk = a_reg_map()
+            A = np.zeros((64, K), np.float64)
+            A[mm, kk] = halves.view(dta).astype(np.float64)
+        else:
+            a_desc = _uniform(warps, ra, ins, "A descriptor")
+            a_addr, a_ch = operand_addrs(a_desc, 64, K, ea, bool(trans_a))
+            if a_addr.max() + ea > cta.smem_size:
+                raise SimRuntimeError(f"wgmma A operand (descriptor 0x{a_desc:x}) reaches past shared memory "
+                                      f"({cta.smem_size} B)\n    at {ins.where()}")
+            chunks.append(a_ch)
+            A = _load_operand(cta, a_addr, ea, dta)                            # (64, K)
+        sh = cta.shadow
+        if sh is not None:
+            for ch in chunks:
+                sh.check_async_read(ch, warps, ins, f"wgmma of warpgroup {warps[0].wid // 4}")
+            st = _wg(cta, warps[0].wid // 4)
+            for ch in chunks:
+                sh.wg_read[ch] += 1
+            st.uncommitted.extend(chunks)
+        if is_int:
+            prod = A.astype(np.int64) @ B.astype(np.int64)
+            flat = np.empty(64 * N, np.int64)
+            flat[dmap] = regs.view(np.int32).astype(np.int64) if scale_d else 0
+            r = flat.reshape(64, N) + prod
+            if sat:
+                r = np.clip(r, -2 ** 31, 2 ** 31 - 1)
+            out = r.reshape(-1)[dmap].astype(np.int64).astype(np.int32).view(np.uint32)
+        else:
+            prod = A @ B
+            if sign != 1.0:
+                prod = -prod
+            if scale_d:
+                flat = np.empty(64 * N, np.float64)
+                if dtype_d == "f16":
+                    lo = (regs & 0xFFFF).astype(np.uint16).view(np.float16)
+                    hi = (regs >> 16).astype(np.uint16).view(np.float16)
+                    e = np.stack([lo, hi], axis=2).reshape(128, N // 2)
+                    flat[dmap] = e.astype(np.float64)
+                else:
+                    flat[dmap] = regs.view(np.float32).astype(np.float64)
+                r = flat.reshape(64, N) + prod
+            else:
+                r = prod
+            if dtype_d == "f16":
+                e = nm.f64_to(r.reshape(-1)[dmap], np.float16).view(np.uint16).astype(np.uint32)
+                e = e.reshape(128, N // 4, 2)
+                out = e[:, :, 0] | (e[:, :, 1] << 16)
+            else:
+                with np.errstate(over="ignore"):
+                    out = r.reshape(-1)[dmap].astype(np.float32).view(np.uint32)
+        for j, w in enumerate(warps):
+            w.u32[didx] = out[32 * j:32 * j + 32].T
+
+    def fn(w, g, m):
+        if m is not g.m:
+            raise SimRuntimeError(f"wgmma executed by only part of a warp\n    at {ins.where()}")
+        if need_converged(w, g, ins):
+            return BLOCKED
+        cta = w.cta
+        gi = w.wid // 4
+        members = cta.warps[4 * gi:4 * gi + 4]
+        if len(members) != 4:
+            raise SimRuntimeError(f"wgmma needs 4 complete warps in warpgroup {gi}\n    at {ins.where()}")
+        st = _wg(cta, gi)
+        arr = st.arrivals.setdefault(ins.pc, [])
+        arr.append((w, g))
+        for x in members:
+            if x.done:
+                raise SimRuntimeError(f"warp {x.wid} of warpgroup {gi} exited while its partners wait at a "
+                                      f"wgmma\n    at {ins.where()}")
+        if len(arr) < 4:
+            g.blocked = Rendezvous(cta, gi, st, ins.pc, ins)
+            return BLOCKED
+        del st.arrivals[ins.pc]
+        execute(sorted((x for x, _ in arr), key=lambda x: x.wid), cta)
+        for x, gg in arr:
+            if gg is not g:
+                gg.blocked = None
+                gg.pc += 1
+        cta.launch.version += 1
+        return None
+    return fn
