@@ -49,7 +49,11 @@ class Epilogue:
         return []
 
     def visit(self, value, row, col):
-        """Elementwise hook: f32 ``value`` at global ``(row, col)`` (i32) -> f32. Identity here."""
+        """Elementwise hook: f32 ``value`` at global ``(row, col)`` (unsigned i32) -> f32.
+
+        Identity here. ``self.args`` (kernel arguments) and ``self.ctx`` (``EpilogueContext``:
+        problem ``m``, ``n``) are available; ``row``/``col`` may lie outside the problem for
+        partial tiles (those elements are not stored), so clamp any index you load with."""
         return value
 
     # -- used by kernels -----------------------------------------------------------
@@ -72,7 +76,7 @@ class Epilogue:
         """Apply ``visit`` with global coordinates; returns the new accumulator."""
         if type(self).visit is Epilogue.visit:
             return acc
-        self.args = ctx.args
+        self.args, self.ctx = ctx.args, ctx
         return acc.map(lambda v, r, c: self.visit(v, ctx.m0 + ctx.row_base + r, ctx.n0 + c), base)
 
 
