@@ -28,14 +28,21 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=f"needs a Hopper GPU: {why}"))
 
 
+class _Rng:
+    """numpy Generator with a fresh OS-drawn seed each test; ``seed_value`` for messages."""
+
+    def __init__(self):
+        self.seed_value = int.from_bytes(os.urandom(4), "little")
+        self._g = np.random.default_rng(self.seed_value)
+
+    def __getattr__(self, name):
+        return getattr(self._g, name)
+
+
 @pytest.fixture
 def rng():
-    """Fresh random inputs every run (seed printed on failure through the test id is not
-    needed: the seed is drawn from the OS and reported in assertion messages)."""
-    seed = int.from_bytes(os.urandom(4), "little")
-    g = np.random.default_rng(seed)
-    g.seed_value = seed
-    return g
+    """Fresh random inputs every run; the seed is reported in assertion messages."""
+    return _Rng()
 
 
 @pytest.fixture(scope="session")
