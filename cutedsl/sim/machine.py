@@ -133,7 +133,7 @@ class Warp:
             f"    by {self.describe_lane(lane)}")
 
     def _targets(self, space, a, nb, ins, lanes, what):
-        """Yield (sel or None, view dict, byte offsets, region size, shared-CTA or None)."""
+        """Yield (sel or None, view dict, byte offsets, region size, shared-CTA or None, space)."""
         if space == "generic":
             hi = a >> np.uint64(40)
             u = np.unique(hi)
@@ -174,9 +174,9 @@ class Warp:
                 for b in np.unique(bases):
                     sel = bases == b
                     al = gm.allocs[int(b)]
-                    yield sel, al.v, (a[sel] - np.uint64(al.base)).astype(np.int64), al.nbytes, None
+                    yield sel, al.v, (a[sel] - np.uint64(al.base)).astype(np.int64), al.nbytes, None, space
                 return
-            yield None, al.v, (a - np.uint64(al.base)).astype(np.int64), al.nbytes, None
+            yield None, al.v, (a - np.uint64(al.base)).astype(np.int64), al.nbytes, None, space
             return
         if space in ("shared", "shared::cta", "shared::cluster"):
             rk = a >> np.uint64(RANK_SHIFT)
@@ -202,11 +202,11 @@ class Warp:
                         self._fail(what, int(aa.flat[0]), nb, space, ins, int(lanes[0]),
                                    f"distributed shared memory of CTA rank {r - 1}, which has exited")
                 off = (aa & np.uint64(OFF_MASK)).astype(np.int64)
-                yield sel, cta.sv, off, cta.smem_size, cta
+                yield sel, cta.sv, off, cta.smem_size, cta, space
             return
         if space == "param":
             p = self.launch.param_views
-            yield None, p, a.astype(np.int64), self.launch.param_size, None
+            yield None, p, a.astype(np.int64), self.launch.param_size, None, space
             return
         if space == "local":
             if self.local is None:
@@ -217,7 +217,7 @@ class Warp:
                 i = int(np.flatnonzero(bad)[0])
                 self._fail(what, int(a[i]), nb, space, ins, int(lanes[i]),
                            f"outside the {self.local_size}-byte local frame")
-            yield None, {1: self.local}, off + lanes.astype(np.int64) * self.local_size, 32 * self.local_size, None
+            yield None, {1: self.local}, off + lanes.astype(np.int64) * self.local_size, 32 * self.local_size, None, space
             return
         raise MemoryAccessError(f"unsupported state space {space} at {ins.where()}")
 
@@ -244,7 +244,7 @@ class Warp:
         k = len(lanes)
         nb = esize * n
         out = np.empty((k, n), np.dtype(f"u{esize}") if esize <= 8 else np.uint8)
-        for sel, v, off, limit, cta in self._targets(space, a, nb, ins, lanes, "load"):
+        for sel, v, off, limit, cta, space in self._targets(space, a, nb, ins, lanes, "load"):
             ll = lanes if sel is None else lanes[sel]
             self._check(off, limit, nb if space != "local" else esize * n, ll, space, ins, "load",
                         a if sel is None else a[sel])
@@ -275,7 +275,7 @@ class Warp:
         ut = np.dtype(f"u{esize}")
         vals = np.broadcast_to(np.asarray(vals).view(ut) if np.asarray(vals).dtype.itemsize == esize
                                else np.asarray(vals).astype(ut), (k, n))
-        for sel, v, off, limit, cta in self._targets(space, a, nb, ins, lanes, "store"):
+        for sel, v, off, limit, cta, space in self._targets(space, a, nb, ins, lanes, "store"):
             ll = lanes if sel is None else lanes[sel]
             vv = vals if sel is None else vals[sel]
             self._check(off, limit, nb, ll, space, ins, "store", a if sel is None else a[sel])
@@ -299,7 +299,7 @@ class Warp:
         """Read ``n`` bytes at one generic address (tensor maps)."""
         a = np.array([addr], np.uint64)
         lanes = np.array([0])
-        for sel, v, off, limit, cta in self._targets("generic", a, n, ins, lanes, "read"):
+        for sel, v, off, limit, cta, _sp in self._targets("generic", a, n, ins, lanes, "read"):
             o = int(off[0])
             if o < 0 or o + n > limit:
                 self._fail("read", addr, n, "generic", ins, 0, f"outside the {limit}-byte region")

@@ -58,8 +58,12 @@ def dec_ld(ctx, ins, mods, ops):
     esize = TYPE_SIZES[t]
     dt = NP[t]
 
+    per_thread = space in ("local", "generic")
+
     def fn(w, g, m):
         a = addr(w)
+        if per_thread and np.ndim(a) == 0:
+            a = np.full(32, a, np.uint64)
         if np.ndim(a) == 0:
             v = w.load(space, a, m, esize, vec, dt, ins)
             for j, (full, _c) in enumerate(writers):

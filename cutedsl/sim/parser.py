@@ -279,7 +279,7 @@ def parse_module(text: str) -> Module:
             mod.target = cur.rest_of_line().split(None, 1)[1].strip()
         elif src.startswith(".address_size", cur.i):
             mod.address_size = int(cur.rest_of_line().split()[1])
-        elif src.startswith((".file", ".loc")):
+        elif re.match(r"\.(loc|file)\s", src[cur.i:cur.i + 6]):
             cur.rest_of_line()
         elif src.startswith(".section", cur.i):
             cur.take_until("{")
@@ -413,7 +413,7 @@ def _scan_body(cur: _Cursor, lines) -> list:
                 return items
             items.append(Item("close", ln))
             continue
-        if t.startswith((".loc", ".file"), cur.i):
+        if re.match(r"\.(loc|file)\s", t[cur.i:cur.i + 6]):
             cur.rest_of_line()
             continue
         m = _LABEL.match(t, cur.i)
