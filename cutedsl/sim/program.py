@@ -523,7 +523,7 @@ def decode_entry(module, entry, key="") -> Program:
             t = it.text
             if t.startswith(".reg"):
                 _decl_regs(sc, t, prog.nregs, it.line)
-            elif t.startswith(".shared"):
+            elif t.startswith(".shared") or t.startswith(".extern .shared"):
                 _add_shared(prog, parse_var(t, it.line))
             elif t.startswith(".local"):
                 v = parse_var(t, it.line)
