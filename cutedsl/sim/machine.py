@@ -223,11 +223,11 @@ class Warp:
 
     def _check(self, off, limit, nb, lanes, space, ins, what, base_addr):
         bad = (off < 0) | (off + nb > limit)
-        if np.any(bad):
+        if bad.any():
             i = int(np.flatnonzero(bad)[0])
             self._fail(what, int(base_addr[i]) if np.ndim(base_addr) else int(base_addr), nb, space, ins,
                        int(lanes[i]), f"outside the {limit}-byte {space} region (offset {int(off[i])})")
-        if nb > 1 and np.any(off & (nb - 1)):
+        if nb > 1 and (off & (nb - 1)).any():
             i = int(np.flatnonzero(off & (nb - 1))[0])
             self._fail(what, int(base_addr[i]) if np.ndim(base_addr) else int(base_addr), nb, space, ins,
                        int(lanes[i]), f"misaligned (needs {nb}-byte alignment)")
@@ -364,13 +364,17 @@ class CTA:
     def check_not_mbarrier(self, off, nb, w, ins):
         if not self.mbar:
             return
+        lo = int(off.min())
+        hi = int(off.max()) + nb
         for o in self.mbar:
-            hit = (off < o + 8) & (off + nb > o)
-            if np.any(hit):
-                from .errors import SimRuntimeError
-                raise SimRuntimeError(
-                    f"generic store over the initialised mbarrier at {self.launch.program.smem_symbol(o, self.dyn_base)}"
-                    f"\n    at {ins.where()}\n    by {w.describe_lane(int(np.flatnonzero(hit)[0]) if len(hit) else 0)}")
+            if o < hi and o + 8 > lo:
+                hit = (off < o + 8) & (off + nb > o)
+                if hit.any():
+                    from .errors import SimRuntimeError
+                    raise SimRuntimeError(
+                        f"generic store over the initialised mbarrier at "
+                        f"{self.launch.program.smem_symbol(o, self.dyn_base)} (CTA {self.ctaid})"
+                        f"\n    at {ins.where()}\n    by warp {w.wid}")
 
     def race_read(self, off, nb, w, ins):
         if self.shadow is not None:

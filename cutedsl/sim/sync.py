@@ -564,9 +564,14 @@ class RaceShadow:
 
     def _check_visible(self, ch, observed_fn, ins, who):
         b = self.tma_bar[ch]
-        if not np.any(b >= 0):
-            return
         sel = b >= 0
+        if not sel.any():
+            return
+        nd = self.tma_need[ch]
+        if sel.all() and (b == b[0]).all() and (nd == nd[0]).all():
+            bo, need = int(b[0]), int(nd[0])
+            if observed_fn((id(self.cta), bo)) >= need:
+                return
         for bo, need, line in set(zip(b[sel].tolist(), self.tma_need[ch][sel].tolist(),
                                        self.tma_line[ch][sel].tolist())):
             key = (id(self.cta), bo)
@@ -579,7 +584,10 @@ class RaceShadow:
                     f"{observed_fn(key)} completed phases)\n    at {ins.where()}")
 
     def check_read(self, off, nb, w, ins):
-        ch = self.chunks(off, nb)
+        # naturally aligned accesses of <= 16 B never cross a 16-B chunk
+        ch = np.asarray(off, np.int64) >> 4 if nb <= 16 else self.chunks(off, nb)
+        if not (self.tma_bar[ch] >= 0).any():
+            return
         self._check_visible(ch, lambda k: w.observed.get(k, -1), ins, f"warp {w.wid} of CTA {self.cta.ctaid}")
 
     def check_async_read(self, ch, warps, ins, what):
@@ -587,7 +595,7 @@ class RaceShadow:
             return max(w.observed.get(k, -1) for w in warps)
         self._check_visible(ch, obs, ins, what)
         d = self.dirty[ch]
-        if np.any(d):
+        if d.any():
             c = int(ch[np.flatnonzero(d)[0]])
             raise RaceError(
                 f"{what} reads shared memory {self.cta.launch.program.smem_symbol(16 * c, self.cta.dyn_base)} "
@@ -595,7 +603,7 @@ class RaceShadow:
                 f"fence.proxy.async before it\n    at {ins.where()}")
 
     def generic_write(self, off, nb, w):
-        ch = self.chunks(off, nb)
+        ch = np.asarray(off, np.int64) >> 4 if nb <= 16 else self.chunks(off, nb)
         self.dirty[ch] = w.wid + 1
         self.tma_bar[ch] = -1
 

@@ -47,7 +47,7 @@ def decode_desc(d: int):
 
 @lru_cache(maxsize=1024)
 def operand_addrs(desc: int, rows: int, kelems: int, esize: int, mn_major: bool):
-    """Byte addresses (rows, kelems) of an operand tile and its sorted 16-B chunk ids."""
+    """(byte addresses (rows, kelems), sorted 16-B chunk ids, element indices, end byte) of an operand."""
     start, lbo, sbo, base_off, span = decode_desc(desc)
     if base_off:
         raise SimRuntimeError(f"wgmma descriptor 0x{desc:x} has base_offset {base_off}; only 0 is supported")
@@ -71,7 +71,9 @@ def operand_addrs(desc: int, rows: int, kelems: int, esize: int, mn_major: bool)
     a = swizzle(start + off, span)
     a.flags.writeable = False
     ch = np.unique(a >> 4)
-    return a, ch
+    ei = a // esize
+    ei.flags.writeable = False
+    return a, ch, ei, int(a.max()) + esize
 
 
 @lru_cache(maxsize=64)
@@ -127,19 +129,24 @@ def _wg(cta, gi):
 
 
 def _uniform(warps, reader, ins, what):
-    vals = set()
+    x0 = None
     for w in warps:
-        v = np.asarray(reader(w))
-        vals.add(int(v) if v.ndim == 0 else int(v[0]) if v.dtype != np.bool_ else bool(v[0]))
-        if v.ndim and v.dtype != np.bool_ and np.any(v != v[0]):
-            raise SimRuntimeError(f"wgmma {what} differs between lanes\n    at {ins.where()}")
-    if len(vals) != 1:
-        raise SimRuntimeError(f"wgmma {what} differs between the warps of the warpgroup\n    at {ins.where()}")
-    return vals.pop()
+        v = reader(w)
+        if getattr(v, "ndim", 0):
+            a = v[0]
+            if not (v == a).all():
+                raise SimRuntimeError(f"wgmma {what} differs between lanes\n    at {ins.where()}")
+        else:
+            a = v
+        if x0 is None:
+            x0 = a
+        elif a != x0:
+            raise SimRuntimeError(f"wgmma {what} differs between the warps of the warpgroup\n    at {ins.where()}")
+    return int(x0)
 
 
-def _load_operand(cta, addrs, esize, dt):
-    v = cta.sv[esize][addrs // esize]
+def _load_operand(cta, eidx, esize, dt):
+    v = cta.sv[esize][eidx]
     if dt == np.uint32:          # tf32: drop 13 low mantissa bits
         return (v & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
     return v.view(dt).astype(np.float64) if np.dtype(dt).kind != "i" and np.dtype(dt).kind != "u" \
@@ -260,12 +267,12 @@ def dec_wgmma(ctx, ins, mods, ops):
         regs = np.concatenate([w.u32[didx] for w in warps], axis=1).T      # (128, nd)
         scale_d = bool(_uniform(warps, rscale, ins, "scale-d"))
         b_desc = _uniform(warps, rb, ins, "B descriptor")
-        b_addr, b_ch = operand_addrs(b_desc, N, K, eb, bool(trans_b))
-        if b_addr.max() + eb > cta.smem_size:
+        _b, b_ch, b_ei, b_end = operand_addrs(b_desc, N, K, eb, bool(trans_b))
+        if b_end > cta.smem_size:
             raise SimRuntimeError(f"wgmma B operand (descriptor 0x{b_desc:x}) reaches past shared memory "
                                   f"({cta.smem_size} B)\n    at {ins.where()}")
         chunks = [b_ch]
-        B = _load_operand(cta, b_addr, eb, dtb).T                              # (K, N)
+        B = _load_operand(cta, b_ei, eb, dtb).T                              # (K, N)
         if a_regs:
             ar = np.concatenate([w.u32[aidx] for w in warps], axis=1).T         # (128, 4)
             halves = np.stack([(ar & 0xFFFF), (ar >> 16)], axis=2).reshape(128, 8).astype(np.uint16)
@@ -274,12 +281,12 @@ def dec_wgmma(ctx, ins, mods, ops):
             A[mm, kk] = halves.view(dta).astype(np.float64)
         else:
             a_desc = _uniform(warps, ra, ins, "A descriptor")
-            a_addr, a_ch = operand_addrs(a_desc, 64, K, ea, bool(trans_a))
-            if a_addr.max() + ea > cta.smem_size:
+            _a, a_ch, a_ei, a_end = operand_addrs(a_desc, 64, K, ea, bool(trans_a))
+            if a_end > cta.smem_size:
                 raise SimRuntimeError(f"wgmma A operand (descriptor 0x{a_desc:x}) reaches past shared memory "
                                       f"({cta.smem_size} B)\n    at {ins.where()}")
             chunks.append(a_ch)
-            A = _load_operand(cta, a_addr, ea, dta)                            # (64, K)
+            A = _load_operand(cta, a_ei, ea, dta)                            # (64, K)
         sh = cta.shadow
         if sh is not None:
             for ch in chunks:

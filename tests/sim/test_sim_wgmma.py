@@ -181,7 +181,7 @@ def test_descriptor_decode_fields():
     from cutedsl.sim.wgmma import decode_desc, operand_addrs
     d = 4611686293305360384 | (2048 >> 4)    # the sample GEMM's A descriptor at 2048
     assert decode_desc(d) == (2048, 16, 1024, 0, 128)
-    addrs, _ = operand_addrs(d, 64, 16, 2, False)
+    addrs = operand_addrs(d, 64, 16, 2, False)[0]
     # row r, element k of a 128B-swizzled K-major tile: chunk (k//8) ^ (r%8) of row r
     r, k = 9, 13
     assert addrs[r, k] == 2048 + (r % 8) * 128 + (r // 8) * 1024 + (((k // 8) ^ (r % 8)) * 16) + (k % 8) * 2
