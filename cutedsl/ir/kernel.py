@@ -96,7 +96,11 @@ class KernelBuilder:
                             v = Scalar(v, signed=p.kind != "u32")
                         setattr(ns, p.name, v)
                     with ir.InsertionPoint(entry):
-                        yield ns
+                        try:
+                            yield ns
+                        except ir.MLIRError as e:   # an op builder rejected its operands
+                            raise IRError(f"kernel {self.name!r}: building IR failed:\n"
+                                          f"{format_diagnostics(e)}") from None
                         gpu.ReturnOp([])
             try:
                 module.operation.verify()

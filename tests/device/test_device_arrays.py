@@ -1,0 +1,63 @@
+"""Device arrays are used in place (no copies) and must obey TMA's rules; violations raise
+before launch, naming the argument and the rule. Runs on the emulator's memory."""
+import numpy as np
+import pytest
+
+from cutedsl import Gemm, GemmConfig
+from cutedsl.device import arrays
+from cutedsl.errors import ArgumentError
+
+
+@pytest.fixture
+def ops(sim, rng):
+    a = rng.standard_normal((100, 72), dtype=np.float32).astype(np.float16)
+    b = rng.standard_normal((72, 40), dtype=np.float32).astype(np.float16)
+    return a, b, arrays.to_device(sim, a), arrays.to_device(sim, b)
+
+
+def test_device_arrays_in_place(ops, sim):
+    a, b, da, db = ops
+    g = Gemm(GemmConfig(stages=2), sim)
+    d = g(da, db)
+    assert isinstance(d, arrays.DeviceArray) and d.shape == (100, 40)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.max(np.abs(arrays.to_host(d) - ref)) / np.max(np.abs(ref)) < 2e-5
+    out = arrays.empty(sim, (100, 40), "f32", 16)
+    assert g(da, db, out=out) is out
+    assert np.array_equal(arrays.to_host(out), arrays.to_host(d))
+
+
+def test_misaligned_address(ops, sim):
+    _, _, da, db = ops
+    bad = da.view(offset=2, shape=(99, 72))
+    with pytest.raises(ArgumentError, match="a: global address 0x[0-9a-f]+ is not 16-byte aligned"):
+        Gemm(GemmConfig(stages=2), sim)(bad, db)
+
+
+def test_row_stride_not_multiple_of_16(sim, rng):
+    x = rng.standard_normal((64, 36), dtype=np.float32).astype(np.float16)   # 72-byte rows
+    dx = arrays.to_device(sim, x)                                              # unpadded copy
+    db = arrays.to_device(sim, np.ones((36, 64), np.float16))
+    with pytest.raises(ArgumentError, match=r"a: row stride is 72 B; TMA needs a multiple of 16 B"):
+        Gemm(GemmConfig(stages=2), sim)(dx, db)
+
+
+def test_non_contiguous_inner_dimension(ops, sim):
+    _, _, da, db = ops
+    strided = da.view(shape=(100, 36), strides=(144, 4))                      # every other column
+    with pytest.raises(ArgumentError, match="a: innermost stride is 4 B"):
+        Gemm(GemmConfig(stages=2), sim)(strided, db.view(shape=(36, 40)))
+
+
+def test_sizes_past_the_kernel_limits(sim):
+    from cutedsl.dtypes import dtype
+    huge = arrays.DeviceArray(1 << 20, (2 ** 31, 64), (128, 2), dtype("f16"), sim)
+    b = arrays.DeviceArray(1 << 20, (64, 64), (128, 2), dtype("f16"), sim)
+    with pytest.raises(ArgumentError, match="M = 2147483648 exceeds the kernel's 32-bit size limit"):
+        Gemm(GemmConfig(), sim)(huge, b)
+
+
+def test_wrong_out_array(ops, sim):
+    _, _, da, db = ops
+    with pytest.raises(ArgumentError, match=r"out must have shape \(100, 40\) and dtype f32"):
+        Gemm(GemmConfig(stages=2), sim)(da, db, out=arrays.empty(sim, (100, 41), "f32", 16))
