@@ -5,27 +5,15 @@ inputs must be bit-identical between the GPU and the emulator.
 """
 import numpy as np
 import pytest
+from gemm_cases import CASE_IDS, CASES
 
 from cutedsl import Gemm, GemmConfig
 from cutedsl.device.saxpy import saxpy
 
 pytestmark = pytest.mark.gpu
 
-TILES = [(64, 64), (64, 128), (64, 256), (128, 64), (128, 128), (128, 256)]
 
-
-def feasible(tile, stages):
-    try:
-        GemmConfig(tile=(*tile, 64), stages=stages)
-        return True
-    except Exception:
-        return False
-
-
-CASES = [(t, s) for t in TILES for s in range(1, 8) if feasible(t, s)]
-
-
-@pytest.mark.parametrize("tile,stages", CASES, ids=[f"{t[0]}x{t[1]}-s{s}" for t, s in CASES])
+@pytest.mark.parametrize("tile,stages", CASES, ids=CASE_IDS)
 @pytest.mark.parametrize("shape", [(128, 128, 64), (1000, 1000, 1000), (333, 777, 520)], ids=str)
 def test_multistage_on_gpu(tile, stages, shape, rng, cuda):
     m, n, k = shape

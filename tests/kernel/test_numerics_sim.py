@@ -3,12 +3,12 @@ through the public Device API on shapes that are not tile multiples, with fresh 
 against a float64 numpy reference."""
 import numpy as np
 import pytest
+from gemm_cases import CASE_IDS, CASES, TILES
 
 from cutedsl import Gemm, GemmConfig
 from cutedsl.device.saxpy import saxpy
 from cutedsl.dtypes import dtype as _dtype
 
-TILES = [(64, 64), (64, 128), (64, 256), (128, 64), (128, 128), (128, 256)]
 TOL = {"f32": 2e-5, "f16": 2e-3, "bf16": 1e-2}
 
 
@@ -30,18 +30,7 @@ def run(cfg, m, n, k, rng, sim, integer=False):
     assert err < TOL[cfg.out_dtype], f"max rel err {err:.3e} (seed {rng.seed_value})"
 
 
-def feasible(tile, stages):
-    try:
-        GemmConfig(tile=(*tile, 64), stages=stages)
-        return True
-    except Exception:
-        return False
-
-
-CASES = [(t, s) for t in TILES for s in range(1, 8) if feasible(t, s)]
-
-
-@pytest.mark.parametrize("tile,stages", CASES, ids=[f"{t[0]}x{t[1]}-s{s}" for t, s in CASES])
+@pytest.mark.parametrize("tile,stages", CASES, ids=CASE_IDS)
 def test_multistage_every_tile_and_stage(tile, stages, rng, sim):
     tm, tn = tile
     # 2 x 2 tiles, both partial; k-tiles = stages + 2 so the ring wraps, last k-tile partial
