@@ -43,7 +43,8 @@ class SimBackend(Backend):
     raises :class:`InstructionBudgetExceeded`); ``race_check`` - shared-memory race checks
     (default True, raises :class:`RaceError`); ``dyn_smem_offset`` - extra bytes added to the
     1024-aligned dynamic shared-memory base (placement stress test; default 0).
-    After each launch ``last_launch`` holds ``{"instructions", "seconds", "ctas"}``.
+    After each launch ``last_launch`` holds ``{"instructions", "seconds", "ctas", "printf"}``
+    (``printf``: the lines ``vprintf`` produced, also written to stdout).
     """
 
     name = "sim"
@@ -117,7 +118,7 @@ class SimBackend(Backend):
                     global_syms=handle.global_syms)
         ln.run()
         self.last_launch = {"instructions": ln.insts, "seconds": time.perf_counter() - t,
-                            "ctas": ln.grid[0] * ln.grid[1] * ln.grid[2]}
+                            "ctas": ln.grid[0] * ln.grid[1] * ln.grid[2], "printf": ln.printf}
 
     def synchronize(self) -> None:
         return None

@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 
 from .errors import MemoryAccessError
+from .program import CALLPARAM_BASE
 from .memory import (GLOBAL_BASE, LOCAL_WIN, OFF_MASK, PARAM_WIN, RANK_SHIFT, SHARED_WIN,
                      WIN_SIZE, views)
 
@@ -68,6 +69,7 @@ class Warp:
         self.f64 = self.u64.view(np.float64)
         self.local_size = local_size
         self.local = np.zeros(32 * local_size + 16, np.uint8) if local_size else None
+        self.callparam = None
         tx = np.zeros(32, np.uint32)
         ty = np.zeros(32, np.uint32)
         tz = np.zeros(32, np.uint32)
@@ -205,8 +207,23 @@ class Warp:
                 yield sel, cta.sv, off, cta.smem_size, cta, space
             return
         if space == "param":
-            p = self.launch.param_views
-            yield None, p, a.astype(np.int64), self.launch.param_size, None, space
+            cp = a >= np.uint64(CALLPARAM_BASE)
+            if not cp.any():
+                p = self.launch.param_views
+                yield None, p, a.astype(np.int64), self.launch.param_size, None, space
+                return
+            if not cp.all():
+                self._fail(what, int(a.flat[0]), nb, space, ins, int(lanes[0]), "mixed kernel/call parameter access")
+            size = self.cta.launch.program.callparam_size
+            stride = (size + 15) // 16 * 16
+            if self.callparam is None:
+                self.callparam = np.zeros(32 * stride + 16, np.uint8)
+            off = a.astype(np.int64) - CALLPARAM_BASE
+            bad = (off < 0) | (off + nb > size)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                self._fail(what, int(a[i]), nb, space, ins, int(lanes[i]), "outside the call parameters")
+            yield None, {1: self.callparam}, off + lanes.astype(np.int64) * stride, 32 * stride, None, "callparam"
             return
         if space == "local":
             if self.local is None:
@@ -248,7 +265,7 @@ class Warp:
             ll = lanes if sel is None else lanes[sel]
             self._check(off, limit, nb if space != "local" else esize * n, ll, space, ins, "load",
                         a if sel is None else a[sel])
-            if space == "local":
+            if space == "local" or space == "callparam":
                 idx = off[:, None] + np.arange(nb)
                 r = v[1][idx].view(out.dtype).reshape(len(off), n)
             else:
@@ -279,9 +296,9 @@ class Warp:
             ll = lanes if sel is None else lanes[sel]
             vv = vals if sel is None else vals[sel]
             self._check(off, limit, nb, ll, space, ins, "store", a if sel is None else a[sel])
-            if space == "param":
+            if space == "param" and not (a >= np.uint64(CALLPARAM_BASE)).all():
                 raise MemoryAccessError(f"store to kernel parameter space at {ins.where()}")
-            if space == "local":
+            if space == "local" or space == "callparam":
                 idx = off[:, None] + np.arange(nb)
                 v[1][idx] = np.ascontiguousarray(vv).view(np.uint8).reshape(len(off), nb)
                 continue
@@ -295,10 +312,10 @@ class Warp:
             else:
                 v[esize][idx[:, None] + np.arange(n)] = vv
 
-    def read_generic_bytes(self, addr: int, n: int, ins) -> bytes:
-        """Read ``n`` bytes at one generic address (tensor maps)."""
+    def read_generic_bytes(self, addr: int, n: int, ins, lane: int = 0) -> bytes:
+        """Read ``n`` bytes at one generic address as seen by ``lane`` (tensor maps, printf)."""
         a = np.array([addr], np.uint64)
-        lanes = np.array([0])
+        lanes = np.array([lane])
         for sel, v, off, limit, cta, _sp in self._targets("generic", a, n, ins, lanes, "read"):
             o = int(off[0])
             if o < 0 or o + n > limit:

@@ -7,7 +7,7 @@ import numpy as np
 from . import numerics as nm
 from .alu import PACKED, pack2, unpack2
 from .memory import LOCAL_WIN, PARAM_WIN, SHARED_WIN
-from .program import NP, handler
+from .program import CALLPARAM_BASE, NP, handler
 from .parser import TYPE_SIZES
 
 SPACES = {"global", "shared", "param", "local", "const", "shared::cta", "shared::cluster",
@@ -58,7 +58,10 @@ def dec_ld(ctx, ins, mods, ops):
     esize = TYPE_SIZES[t]
     dt = NP[t]
 
-    per_thread = space in ("local", "generic")
+    aop = ctx.operand(ops[1])
+    per_thread = space in ("local", "generic") or (
+        space == "param" and aop.base is not None and aop.base.kind == "sym"
+        and ctx.prog.symbols[aop.base.name][1] >= CALLPARAM_BASE)
 
     def fn(w, g, m):
         a = addr(w)

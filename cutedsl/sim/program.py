@@ -32,6 +32,8 @@ from .errors import PTXParseError, UnsupportedInstruction
 from .parser import TYPE_SIZES, Var, parse_module, parse_var, split_top
 
 JUMPED, BLOCKED, RESCHED, YIELD = 1, 2, 3, 4
+#: param-space offset of call-sequence parameters (per thread, for vprintf)
+CALLPARAM_BASE = 1 << 20
 
 #: numpy dtype of each PTX type
 NP = {"b8": np.uint8, "u8": np.uint8, "s8": np.int8, "b16": np.uint16, "u16": np.uint16,
@@ -455,6 +457,7 @@ class Program:
         self.globals = [v for v in module.variables if v.space in ("global", "const")]
         self.static_smem = 0
         self.local_size = 0
+        self.callparam_size = 0
         self.dyn_align = self.DYN_ALIGN
         self.lines = {}
 
@@ -491,7 +494,7 @@ def _decl_regs(scope: Scope, text: str, nregs: dict, line: int):
 
 def decode_entry(module, entry, key="") -> Program:
     """Decode one parsed entry into a :class:`Program` (see module docstring)."""
-    from . import alu, memops, sync, tma, wgmma, warpops  # noqa: F401  (register handlers)
+    from . import alu, calls, memops, sync, tma, wgmma, warpops  # noqa: F401  (register handlers)
     prog = Program(module, entry, key)
     # symbols: params, module variables
     for p in entry.params:
@@ -534,8 +537,11 @@ def decode_entry(module, entry, key="") -> Program:
             elif t.startswith((".pragma", ".loc", ".maxnreg")):
                 pass
             elif t.startswith(".param"):
-                raise UnsupportedInstruction("call sequences (.param inside a body) are not supported",
-                                             it.line, t)
+                # call-sequence parameters: a per-thread scratch area in param space
+                v = parse_var(t, it.line, "param")
+                off = (prog.callparam_size + v.align - 1) // v.align * v.align
+                prog.symbols[v.name] = ("param", CALLPARAM_BASE + off)
+                prog.callparam_size = off + v.size
             else:
                 raise UnsupportedInstruction("unsupported directive in body", it.line, t)
         else:

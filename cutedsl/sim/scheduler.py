@@ -121,6 +121,7 @@ class Launch:
         self.race_check = bool(race_check)
         self.quantum = int(quantum)
         self.insts = 0
+        self.printf = []
         self.version = 0
         self.cta_serial = 0
         self.global_syms = global_syms if global_syms is not None else {}

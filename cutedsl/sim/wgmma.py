@@ -172,7 +172,7 @@ def dec_wgmma(ctx, ins, mods, ops):
             w.wg_commits += 1
             if w.wg_commits > st.ncommit:
                 st.ncommit += 1
-                st.groups.append((st.ncommit - 1, st.uncommitted))
+                st.groups.append((st.ncommit - 1, st.uncommitted, set()))
                 st.uncommitted = []
         return fn
     if op == "wait_group":
@@ -184,14 +184,17 @@ def dec_wgmma(ctx, ins, mods, ops):
             st = _wg(w.cta, w.wid // 4)
             limit = w.wg_commits - int(np.asarray(rn(w)).flat[0])
             keep = []
-            for gi, chs in st.groups:
+            for grp in st.groups:
+                gi, chs, waited = grp
                 if gi < limit:
+                    waited.add(w.wid)
+                if waited:      # the first warp whose wait_group covers the group retires its reads
                     sh = w.cta.shadow
                     if sh is not None:
                         for ch in chs:
                             sh.wg_read[ch] -= 1
                 else:
-                    keep.append((gi, chs))
+                    keep.append(grp)
             st.groups = keep
         return fn
     if op != "mma_async":
