@@ -588,7 +588,9 @@ def decode_entry(module, entry, key="") -> Program:
 
 
 def _add_shared(prog: Program, v: Var):
-    if v.size == 0:                     # __dynamic_shmem__N / extern unsized arrays
+    # unsized extern arrays, and LLVM's demoted ``.shared .align 16 .b8 __dynamic_shmem__N;``
+    # (declared as a scalar byte): both name the dynamic window, placed after all static smem
+    if v.size == 0 or v.name.startswith("__dynamic_shmem__"):
         prog.symbols[v.name] = ("shared_dyn", 0)
         prog.dyn_align = max(prog.dyn_align, v.align)
         return
