@@ -5,13 +5,15 @@ One warpgroup computes a ``tile_m x tile_n`` accumulator over ``k_tiles`` k-tile
 * ``prologue``: fill ``min(stages, k_tiles)`` slots (one elected thread arms each full barrier
   with the stage's bytes and issues the TMA boxes);
 * ``mainloop``: for k-tile i, wait its slot, issue the WGMMAs, ``wgmma.wait_group(lag)`` with
-  lag = 1 (0 when ``stages == 1``) so that the MMA of k-tile i-lag has finished reading, then
-  refill that slot with k-tile ``i - lag + stages``;
+  lag = 1 (0 when ``stages == 1``) so that the MMA of k-tile i-lag has finished reading; each
+  consumer warp then releases that slot (one arrival per warp on its *empty* mbarrier) and
+  the elected producer thread waits for all releases before refilling the slot with k-tile
+  ``i - lag + stages`` (CUTLASS ``consumer_release`` / ``producer_acquire``);
 * ``tail``: ``wgmma.wait_group(0)``.
 
 Each step is an overridable method. Shared memory: A ``stages x [tile_m x 64]`` K-major and B
 ``stages x`` (MN-major: ``tile_n/64`` boxes ``[64 x 64]``; K-major: ``[tile_n x 64]``), all
-128-byte swizzled and 1024-B aligned; one full mbarrier per stage.
+128-byte swizzled and 1024-B aligned; one full and one empty mbarrier per stage.
 
 Global operands (numpy order): A ``(M, K)`` row-major; B ``(K, N)`` row-major for
 ``b_major="MN"`` or ``(N, K)`` row-major (B transposed) for ``b_major="K"``.
@@ -32,8 +34,8 @@ class MultistageMainloop:
     """See module docstring. ``tile_m`` in {64, 128}, ``tile_n`` in {64, 128, 256},
     ``stages`` 1..7, ``dtype`` f16/bf16, ``b_major`` "MN" or "K". ``warpgroups`` consumer
     warpgroups split the tile along M (each owns ``tile_m / warpgroups`` rows); with more than
-    one, a CTA barrier after each k-tile's ``wgmma.wait`` makes sure every warpgroup finished
-    reading a slot before it is refilled."""
+    one, the empty barriers make sure every warpgroup finished reading a slot before it is
+    refilled."""
 
     def __init__(self, tile_m: int, tile_n: int, stages: int, dtype: str = "f16", b_major: str = "MN",
                  warpgroups: int = 1):
@@ -74,6 +76,7 @@ class MultistageMainloop:
         b_shape = (self.tile_n // 64 * K_TILE, 64) if self.b_major == "MN" else (self.tile_n, K_TILE)
         plan.buffer("b", b_shape, self.dtype, self.stages, align=1024)
         plan.barriers("full", self.stages)
+        plan.barriers("empty", self.stages)
 
     # -- IR ------------------------------------------------------------------------
     def setup(self, smem, args) -> None:
@@ -85,7 +88,10 @@ class MultistageMainloop:
         self.tma_a = TmaCopy(specs[0], args.a)
         self.tma_b = TmaCopy(specs[1], args.b)
         self.leader = cir.thread_idx().eq(0)
-        self.pipeline = TmaPipeline(MBarriers(smem.barriers("full"), self.stages), self.stage_bytes)
+        # the empty barrier of a slot completes when every consumer warp released it
+        self.pipeline = TmaPipeline(MBarriers(smem.barriers("full"), self.stages), self.stage_bytes,
+                                    MBarriers(smem.barriers("empty"), self.stages),
+                                    consumers=4 * self.warpgroups)
         self.pipeline.init(self.leader)
         # byte offset of this warpgroup's rows inside an A stage (K-major: 128 B per row)
         self.a_offset = (cir.thread_idx() // 128) * (self.wg_m * 128) if self.warpgroups > 1 else 0
@@ -126,24 +132,27 @@ class MultistageMainloop:
         """WGMMA groups left in flight after each k-tile (1 overlaps MMA with the next wait)."""
         return 1 if self.stages > 1 else 0
 
+    def release(self, state: PipelineState) -> None:
+        """Every consumer warp (its lane 0) releases slot ``state`` after its WGMMA wait."""
+        with cir.If(cir.lane_id().eq(0)):
+            self.pipeline.consumer_release(state)
+
     def mainloop(self, acc, k_tiles, m0, n0):
-        from mlir.dialects import gpu
         loop = cir.Loop(0, k_tiles, carry=list(acc.structs) + PipelineState(self.stages).carry())
         for i, carried in loop:
             acc_i = type(acc)(carried[:-2], acc.n)
             state = PipelineState.from_carry(self.stages, carried[-2:])
             acc_i = self.mma(acc_i, state)
             self.mma_atom.wait(self.lag)
-            if self.warpgroups > 1:
-                gpu.barrier()
-            # the slot read by k-tile i - lag is free again: refill it with k-tile i - lag + stages
+            # k-tile i - lag finished reading its slot: every consumer warp releases it, and the
+            # producer refills it with k-tile i - lag + stages once all releases arrived
+            with cir.If(i >= self.lag):
+                self.release(PipelineState.at(self.stages, i - self.lag))
             refill = i + (self.stages - self.lag)
-            cond = refill < k_tiles
-            if self.lag:
-                cond = cond & (i >= self.lag)
-            refill_state = PipelineState.at(self.stages, refill)
-            with cir.If(cond):
-                self.load(refill_state, refill, m0, n0)
+            with cir.If((refill < k_tiles) & (i >= self.lag)):
+                with cir.If(self.leader):
+                    self.pipeline.producer_acquire(PipelineState.at(self.stages, i - self.lag))
+                self.load(PipelineState.at(self.stages, refill), refill, m0, n0)
             loop.next(*acc_i.structs, *state.advance().carry())
         res = loop.results
         return type(acc)(res[:-2], acc.n)

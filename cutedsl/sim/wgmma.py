@@ -188,7 +188,7 @@ def dec_wgmma(ctx, ins, mods, ops):
                 gi, chs, waited = grp
                 if gi < limit:
                     waited.add(w.wid)
-                if waited:      # the first warp whose wait_group covers the group retires its reads
+                if len(waited) == 4:   # retired once all four warps of the warpgroup waited for it
                     sh = w.cta.shadow
                     if sh is not None:
                         for ch in chs:

@@ -159,3 +159,16 @@ def test_tensor_map_validation_matches_driver_rules():
         be.encode_tensor_map(TensorMapSpec("a", "f16", (512, 8)), buf.ptr, (1024, 128), (256, 2))
     with pytest.raises(ArgumentError):
         be.encode_tensor_map(TensorMapSpec("a", "f16", (8, 8)), buf.ptr, (8, 8), (16, 4))
+
+
+def test_refill_before_every_warp_waited_is_a_race():
+    """An earlier multistage mainloop let thread 0 refill a slot right after *its own* warp's
+    ``wgmma.wait_group(1)``, while the other three warps of the warpgroup had not yet waited
+    for the WGMMA reading that slot. The emulator flags the TMA write into that slot."""
+    from cutedsl.sim import RaceError
+    _ptx, meta = fixture("race_refill_before_all_warps_wait")
+    s = meta["shape"]
+    a = np.ones((s["m"], s["k"]), NP[s["dtype"]])
+    b = np.ones((s["k"], s["n"]), NP[s["dtype"]])
+    with pytest.raises(RaceError, match="in-flight wgmma"):
+        run_gemm("race_refill_before_all_warps_wait", a, b)
