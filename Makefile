@@ -16,8 +16,7 @@ $(STAMP): requirements.txt pyproject.toml
 	@rm -f $(VENV)/.stamp-*; touch $@
 
 demo: $(STAMP)
-	$(PY) -m cutedsl gemm --m 1000 --n 1000 --k 1000 --backend none
-	$(PY) -m cutedsl gemm --m 300 --n 200 --k 160 --check
+	$(PY) -m cutedsl gemm --m 1000 --n 1000 --k 1000 --check
 
 test: $(STAMP)
 	$(PY) -m pytest -q
