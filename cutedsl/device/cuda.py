@@ -141,7 +141,7 @@ class CudaBackend(Backend):
             ctypes.memmove(addr + off, bytes(p), len(p))
             ptrs.append(addr + off)
         argv = (ctypes.c_void_p * max(len(ptrs), 1))(*ptrs)
-        stream = stream or 0
+        stream = drv.CUstream(stream or 0) if isinstance(stream or 0, int) else stream
         if tuple(cluster) == (1, 1, 1):
             _check(drv.cuLaunchKernel(fn, *grid, *block, smem, stream, ctypes.addressof(argv), 0),
                    "cuLaunchKernel")
