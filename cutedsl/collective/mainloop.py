@@ -108,7 +108,7 @@ class MultistageMainloop:
             self.tma_a.load(self.smem["a"].view(state.index), bar, state.index, (m0, k0))
             if self.b_major == "MN":
                 for j in range(self.b_boxes):
-                    dst = self.smem["b"].view(state.index, shape=self.b_box, byte_offset=j * 64 * 64 * 2)
+                    dst = self.smem["b"].view(state.index, shape=self.b_box, byte_offset=j * self.tma_b.box_bytes)
                     self.tma_b.load(dst, bar, state.index, (k0, n0 + 64 * j))
             else:
                 self.tma_b.load(self.smem["b"].view(state.index), bar, state.index, (n0, k0))

@@ -121,7 +121,7 @@ class SingleTileGemmKernel(_GemmBase):
 
     def define(self):
         from mlir.dialects import gpu
-        from ..atom import MBarriers, TmaCopy, WarpgroupMMA
+        from ..atom import Accumulator, MBarriers, TmaCopy, WarpgroupMMA
         from ..compiler.artifact import TensorMapSpec
         from ..ir import If, KernelBuilder, Loop, SmemPlan, thread_idx
         tm, tn = self.tile_m, self.tile_n
@@ -152,14 +152,15 @@ class SingleTileGemmKernel(_GemmBase):
                     ta.load(smem["a"].view(), bar, 0, (m0, k0))
                     if self.b_major == "MN":
                         for j in range(tn // 64):
-                            tb.load(smem["b"].view(shape=(64, 64), byte_offset=j * 8192), bar, 0, (k0, n0 + 64 * j))
+                            dst = smem["b"].view(shape=b_box, byte_offset=j * tb.box_bytes)
+                            tb.load(dst, bar, 0, (k0, n0 + 64 * j))
                     else:
                         tb.load(smem["b"].view(), bar, 0, (n0, k0))
                 bar.wait(0, kt & 1)                 # the barrier completes one phase per k-tile
-                acc = mma.mma(type(mma.zero())(structs, tn), smem["a"].address(), smem["b"].address())
+                acc = mma.mma(Accumulator(structs, tn), smem["a"].address(), smem["b"].address())
                 mma.wait(0)
                 gpu.barrier()                       # all reads of the slot done before it is refilled
                 loop.next(*acc.structs)
-            acc = type(mma.zero())(loop.results, tn)
+            acc = Accumulator(loop.results, tn)
             self.epilogue.store(acc, EpilogueContext(m0, n0, args.m, args.n, args, smem))
         return kb, plan.dynamic_bytes, specs + self.epilogue.tensor_maps()

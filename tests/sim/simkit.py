@@ -20,6 +20,13 @@ REGS = """\t.reg .pred %p<64>;
 """
 
 
+def mbarrier_wait(bar: str = "%r40", parity=0) -> str:
+    """The blocking parity wait LLVM emits for ``nvgpu.mbarrier.try_wait.parity``: an inline-asm
+    scope with a local predicate and local labels (repeated names in every expansion)."""
+    return (f"\n\t{{\n\t.reg .pred P1;\n\tLAB_WAIT:\n\tmbarrier.try_wait.parity.shared.b64 P1, [{bar}], {parity};"
+            f"\n\t@P1 bra.uni DONE;\n\tbra.uni LAB_WAIT;\n\tDONE:\n\t}}\n")
+
+
 def kernel(body: str, params=("out",), name: str = "k", directives: str = "", decls: str = "",
            ptypes: dict | None = None) -> str:
     """PTX text of one entry ``name`` with ``.u64`` pointer params ``p_<name>`` (or the types

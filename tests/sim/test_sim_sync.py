@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from cutedsl.sim import DeadlockError, Emulator, SimRuntimeError, load_ptx
-from simkit import kernel
+from simkit import kernel, mbarrier_wait
 
 DECL = "\t.shared .align 8 .b8 bars[16];\n"
 PRE = """
@@ -16,16 +16,7 @@ PRE = """
 \tmov.u32 %r40, bars;
 \tsetp.eq.u32 %p10, %r1, 0;
 """
-WAIT = """
-\t{{
-\t.reg .pred P1;
-\tLAB_WAIT:
-\tmbarrier.try_wait.parity.shared.b64 P1, [{bar}], {parity};
-\t@P1 bra.uni DONE;
-\tbra.uni LAB_WAIT;
-\tDONE:
-\t}}
-"""
+
 
 
 def run(body, n=32, emu=None, **kw):
@@ -48,7 +39,7 @@ def test_mbarrier_phases_parity_and_tx():
 \t@%p11 mbarrier.complete_tx.shared.b64 [%r40], 48;
 \tmbarrier.test_wait.parity.shared.b64 %p12, [%r40], 0;
 \t@%p11 mbarrier.complete_tx.shared.b64 [%r40], 16;
-""" + WAIT.format(bar="%r40", parity=0) + """
+""" + mbarrier_wait("%r40", 0) + """
 \tmbarrier.test_wait.parity.shared.b64 %p13, [%r40], 1;
 \tselp.u32 %r2, 1, 0, %p13;
 \tmbarrier.test_wait.parity.shared.b64 %p14, [%r40], 0;
@@ -67,7 +58,7 @@ def test_mbarrier_arrival_count_and_token():
 \tbar.sync 0;
 \tmbarrier.arrive.shared.b64 %rd10, [%r40];
 \tmbarrier.test_wait.shared.b64 %p1, [%r40], %rd10;
-""" + WAIT.format(bar="%r40", parity=0) + """
+""" + mbarrier_wait("%r40", 0) + """
 \tmbarrier.test_wait.shared.b64 %p2, [%r40], %rd10;
 \tselp.u32 %r2, 1, 0, %p2;
 \tcvt.u32.u64 %r3, %rd10;
@@ -83,7 +74,7 @@ def test_planted_deadlock_wrong_parity_reported_fast():
 \t@%p10 mbarrier.init.shared.b64 [%r40], 2;
 \tbar.sync 0;
 \t@%p10 mbarrier.arrive.shared.b64 %rd10, [%r40];
-""" + WAIT.format(bar="%r40", parity=0)
+""" + mbarrier_wait("%r40", 0)
     t = time.perf_counter()
     with pytest.raises(DeadlockError) as e:
         run(body, n=64)
@@ -100,7 +91,7 @@ def test_deadlock_missing_tx_bytes_hint():
 \t@%p10 mbarrier.init.shared.b64 [%r40], 1;
 \tbar.sync 0;
 \t@%p10 mbarrier.arrive.expect_tx.shared.b64 %rd10, [%r40], 16384;
-""" + WAIT.format(bar="%r40", parity=0)
+""" + mbarrier_wait("%r40", 0)
     with pytest.raises(DeadlockError, match="16384 transaction bytes still expected"):
         run(body)
 

@@ -4,19 +4,10 @@ import numpy as np
 import pytest
 
 from cutedsl.sim import Emulator, RaceError, load_ptx
-from simkit import kernel
+from simkit import kernel, mbarrier_wait
 
 DECL = "\t.shared .align 8 .b8 bars[16];\n\t.extern .shared .align 16 .b8 dyn[];\n"
-WAIT = """
-\t{
-\t.reg .pred P1;
-\tLAB_WAIT:
-\tmbarrier.try_wait.parity.shared.b64 P1, [%r40], 0;
-\t@P1 bra.uni DONE;
-\tbra.uni LAB_WAIT;
-\tDONE:
-\t}
-"""
+WAIT = mbarrier_wait("%r40", 0)
 COPY_OUT = """
 \tshl.b32 %r50, %r1, 2;
 $L_copy:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from cutedsl.sim import Emulator, load_ptx
-from simkit import kernel
+from simkit import kernel, mbarrier_wait
 
 N = 64
 DREGS = ", ".join(f"%r{100 + i}" for i in range(N // 2))
@@ -45,15 +45,7 @@ BODY = """
 \tselp.b64 %rd14, %rd11, %rd9, %p12;
 \tcp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%r34], [%rd14, {%r31, %r32}], [%r40];
 $L_issued:
-\t{
-\t.reg .pred P1;
-\tLAB_WAIT:
-\tmbarrier.try_wait.parity.shared.b64 P1, [%r40], 0;
-\t@P1 bra.uni DONE;
-\tbra.uni LAB_WAIT;
-\tDONE:
-\t}
-\tcvt.u64.u32 %rd20, %r41;
+""" + mbarrier_wait("%r40", 0) + """\tcvt.u64.u32 %rd20, %r41;
 \tshr.u64 %rd21, %rd20, 4;
 \tadd.s64 %rd22, %rd40, %rd21;
 \tadd.s32 %r42, %r41, %r25;
