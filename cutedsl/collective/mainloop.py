@@ -100,8 +100,10 @@ class MultistageMainloop:
         gpu.barrier()
 
     def load(self, state: PipelineState, k_tile, m0, n0) -> None:
-        """Issue the TMA boxes of ``k_tile`` into slot ``state.index`` (elected thread only)."""
+        """Fill slot ``state.index`` with ``k_tile`` (elected thread only): wait until the slot
+        was released, arm its full barrier, issue the TMA boxes."""
         with cir.If(self.leader):
+            self.pipeline.producer_acquire(state)
             self.pipeline.producer_expect(state)
             k0 = k_tile * K_TILE
             bar = self.pipeline.full
@@ -150,8 +152,6 @@ class MultistageMainloop:
                 self.release(PipelineState.at(self.stages, i - self.lag))
             refill = i + (self.stages - self.lag)
             with cir.If((refill < k_tiles) & (i >= self.lag)):
-                with cir.If(self.leader):
-                    self.pipeline.producer_acquire(PipelineState.at(self.stages, i - self.lag))
                 self.load(PipelineState.at(self.stages, refill), refill, m0, n0)
             loop.next(*acc_i.structs, *state.advance().carry())
         res = loop.results

@@ -1,11 +1,13 @@
 """Pipeline state and the TMA pipeline (CUTLASS ``PipelineState`` / ``PipelineTmaAsync``).
 
 A ring of ``stages`` shared-memory slots. Each slot has a *full* mbarrier (1 producer arrival
-+ the TMA transaction bytes) and, for warp-specialized kernels, an *empty* mbarrier (one
-arrival per consumer warpgroup). A :class:`PipelineState` names a slot and the phase parity
-expected there; ``advance()`` moves to the next slot and flips the parity on wrap-around.
-Consumers start at phase 0 (wait for the first fill); producers of a warp-specialized
-pipeline start at phase 1 (the empty barriers' "previous" phase counts as completed).
++ the TMA transaction bytes) and optionally an *empty* mbarrier (one arrival per consumer
+that must release the slot before it is refilled). A :class:`PipelineState` names a slot and
+the phase parity of its full barrier; ``advance()`` moves to the next slot and flips the
+parity on wrap-around. Producer and consumer walk the same sequence of states: the fill with
+state ``(s, p)`` waits on the empty barrier for parity ``p ^ 1`` (the release of the slot's
+previous fill), which a fresh barrier reports as completed, so the first ``stages`` fills
+pass at once (CUTLASS starts its producer state at phase 1 for the same reason).
 """
 from __future__ import annotations
 
@@ -75,9 +77,10 @@ class TmaPipeline:
         MBarriers.fence_init()
 
     def producer_acquire(self, state: PipelineState) -> None:
-        """Wait until slot ``state.index`` is free (warp-specialized pipelines only)."""
+        """Before the fill ``state``: wait until the consumers released the slot's previous
+        fill (no-op without empty barriers)."""
         if self.empty is not None:
-            self.empty.wait(state.index, state.phase)
+            self.empty.wait(state.index, state.phase ^ 1)
 
     def producer_expect(self, state: PipelineState, predicate=None) -> None:
         """Arm the full barrier of the slot with the stage's transaction bytes (one arrival)."""
@@ -93,4 +96,4 @@ class TmaPipeline:
             self.empty.arrive(state.index)
 
 
-__all__ = ["PipelineState", "TmaPipeline", "Scalar"]
+__all__ = ["PipelineState", "TmaPipeline"]

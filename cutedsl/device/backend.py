@@ -15,9 +15,7 @@ import attrs
 from ..compiler.artifact import CompiledKernel, TensorMapSpec
 from ..dtypes import dtype as _dtype
 from ..errors import TensorMapError
-
-#: dynamic shared-memory opt-in limit per CTA on sm_90 (bytes)
-SMEM_LIMIT = 232448
+from ..ir.smem import SMEM_LIMIT  # noqa: F401 - re-exported: the per-CTA opt-in limit (bytes)
 
 
 @attrs.frozen

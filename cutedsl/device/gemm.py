@@ -264,6 +264,7 @@ class Gemm:
                 if arr.strides != (arr.shape[1] * arr.dtype.nbytes, arr.dtype.nbytes):
                     raise ArgumentError(f"{name} must be C-contiguous for a pointer parameter")
                 values[name] = arr.ptr
+        keep = [da, db, dd]            # device memory must outlive the launch
         for p in kern.params:
             if p.name not in values:
                 if p.name not in extra:
@@ -273,7 +274,7 @@ class Gemm:
                     dev = arrays.describe(v)
                     if dev is None:
                         v = arrays.to_device(be, np.ascontiguousarray(v))
-                        self._keep = v
+                        keep.append(v)
                         v = v.ptr
                     else:
                         v = dev[0]
@@ -281,19 +282,18 @@ class Gemm:
         params = kern.pack_params(values)
         handle = self._handle = self._handle or be.load(kern)
         grid = self.kernel.grid(m=m, n=n, k=k)
-        keep = (da, db, dd)
 
         def launch():
             be.launch(handle, grid, params, block=kern.block, cluster=kern.cluster, smem=kern.dynamic_smem)
 
         def result():
             be.synchronize()
-            _ = keep
             if out is not None:
                 return out
             if host_out:
                 return arrays.to_host(dd)
             return self._wrap_like(dd, a)
+        launch.keep = result.keep = keep   # both callables keep the device memory alive
         return launch, result
 
     def run(self, a, b, out=None, **extra):
@@ -317,10 +317,10 @@ class Gemm:
 
 
 def gemm(a, b, config: GemmConfig | None = None, backend="auto"):
-    """One-shot ``a @ b`` with ``config`` (default ``GemmConfig(dtype=a.dtype)``)."""
+    """One-shot ``a @ b`` with ``config`` (default: ``GemmConfig`` for ``a``'s dtype)."""
     if config is None:
-        config = GemmConfig(dtype=_dtype(np.asarray(a).dtype if arrays.describe(a) is None
-                                          else arrays.describe(a)[3]).name)
+        dev = arrays.describe(a)
+        config = GemmConfig(dtype=(dev[3] if dev else _dtype(np.asarray(a).dtype)).name)
     return Gemm(config, backend)(a, b)
 
 

@@ -44,15 +44,21 @@ def _store_type(t):
                                               "u64" if t == "f64" else t)
 
 
+def _data_operands(ctx, ops, i, vec, op, takes, what):
+    """The register operand(s) ``ops[i]`` of an ld/st: one, or a ``{...}`` list of ``vec``."""
+    if len(ops) not in (2, 3):
+        ctx.bad(f"{op} takes {takes}")
+    d = ctx.operand(ops[i])
+    items = d.items if d.kind == "vec" else [d]
+    if len(items) != vec:
+        ctx.bad(f"{op}.v{vec} needs {vec} {what}")
+    return items
+
+
 @handler("ld", "ldu")
 def dec_ld(ctx, ins, mods, ops):
     space, vec, t = parse_ldst(ctx, mods)
-    if len(ops) not in (2, 3):
-        ctx.bad("ld takes a destination and an address")
-    d = ctx.operand(ops[0])
-    dsts = d.items if d.kind == "vec" else [d]
-    if len(dsts) != vec:
-        ctx.bad(f"ld.v{vec} needs {vec} destination registers")
+    dsts = _data_operands(ctx, ops, 0, vec, "ld", "a destination and an address", "destination registers")
     writers = [ctx.wr(x, t) for x in dsts]
     addr = ctx.addr(ops[1])
     esize = TYPE_SIZES[t]
@@ -81,12 +87,7 @@ def dec_ld(ctx, ins, mods, ops):
 @handler("st")
 def dec_st(ctx, ins, mods, ops):
     space, vec, t = parse_ldst(ctx, mods)
-    if len(ops) not in (2, 3):
-        ctx.bad("st takes an address and a source")
-    s = ctx.operand(ops[1])
-    srcs = s.items if s.kind == "vec" else [s]
-    if len(srcs) != vec:
-        ctx.bad(f"st.v{vec} needs {vec} source operands")
+    srcs = _data_operands(ctx, ops, 1, vec, "st", "an address and a source", "source operands")
     st_t = _store_type(t)
     readers = [ctx.rd(x, st_t) for x in srcs]
     addr = ctx.addr(ops[0])

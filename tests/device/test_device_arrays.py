@@ -61,3 +61,14 @@ def test_wrong_out_array(ops, sim):
     _, _, da, db = ops
     with pytest.raises(ArgumentError, match=r"out must have shape \(100, 40\) and dtype f32"):
         Gemm(GemmConfig(stages=2), sim)(da, db, out=arrays.empty(sim, (100, 41), "f32", 16))
+
+
+def test_one_shot_gemm_takes_the_dtype_from_a(sim, rng):
+    from cutedsl.device import gemm
+    a = rng.standard_normal((70, 64), dtype=np.float32).astype(np.float16)
+    b = rng.standard_normal((64, 30), dtype=np.float32).astype(np.float16)
+    d = gemm(a, b, backend=sim)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert d.dtype == np.float32 and np.max(np.abs(d - ref)) / np.max(np.abs(ref)) < 2e-5
+    with pytest.raises(Exception, match="dtype must be 'f16' or 'bf16'"):
+        gemm(a.astype(np.float32), b, backend=sim)
