@@ -25,6 +25,7 @@ V = lazy("cutedsl.ir.values")
 
 from ..compiler.artifact import TensorMapSpec
 from ..dtypes import dtype as _dtype
+from .sync import fence_proxy_async
 
 _SWZ = {0: "none", 32: "swizzle_32b", 64: "swizzle_64b", 128: "swizzle_128b"}
 _L2 = {0: "none", 64: "l2promo_64b", 128: "l2promo_128b", 256: "l2promo_256b"}
@@ -76,9 +77,9 @@ class TmaCopy:
 
 def tma_store_fence() -> None:
     """``fence.proxy.async.shared::cta``: order this thread's generic shared-memory writes
-    before later async-proxy reads (TMA store, WGMMA operands)."""
-    nvvm.fence_proxy(ir.Attribute.parse("#nvvm.proxy_kind<async.shared>"),
-                     space=ir.Attribute.parse("#nvvm.shared_space<cta>"))
+    before later async-proxy reads (TMA store, WGMMA operands); see
+    :func:`cutedsl.atom.sync.fence_proxy_async`."""
+    fence_proxy_async()
 
 
 def bulk_commit_group() -> None:
