@@ -59,8 +59,18 @@ class TmaCopy:
 
     def load(self, dst, barriers, i, coords, multicast_mask=None, predicate=None) -> None:
         """Load the box at ``coords`` into the shared ``memref`` ``dst`` (shape == box),
-        signalling mbarrier ``i`` of ``barriers`` (an ``MBarriers``). ``multicast_mask`` (i16)
-        writes the box into the same offset of every CTA of the cluster whose bit is set."""
+        signalling mbarrier ``i`` of ``barriers`` (an ``MBarriers``).
+
+        ``multicast_mask`` (IR i16, or a Python int 1..0xFFFF; see
+        :func:`cutedsl.atom.cluster.multicast_mask`): ``.multicast::cluster`` — the box is
+        written into the same shared-memory offset of every CTA of the cluster whose rank bit
+        is set, and each of those CTAs' mbarrier ``i`` (same offset) receives the box's
+        transaction bytes; each receiver must have armed its own barrier with them."""
+        if isinstance(multicast_mask, int):
+            if not 1 <= multicast_mask <= 0xFFFF:
+                raise ValueError(f"TMA multicast mask 0x{multicast_mask:x} must name 1..16 CTA ranks "
+                                 f"(1..0xffff)")
+            multicast_mask = V.const(multicast_mask, "i16")
         nvgpu.tma_async_load(dst, barriers.group, self.desc, self._coords(coords), barriers._idx(i),
                              multicast_mask=multicast_mask, predicate=predicate)
 
