@@ -98,10 +98,25 @@ def _const_bits(layout: SmemMatrix) -> int:
             | (((layout.lbo & 0x3FFFF) >> 4) << 16))
 
 
+def descriptor_lo(address, layout: SmemMatrix) -> Scalar:
+    """Bits 0-31 of the matrix descriptor (start address >> 4, LBO >> 4) of the tile at shared
+    byte ``address`` (i32 or i64 IR value; only its low 18 bits matter), as an unsigned i32."""
+    a = V.u32(address) if str(address.type) != "i32" else address.unsigned()
+    return ((a & 0x3FFFF) >> 4) | (_const_bits(layout) & 0xFFFFFFFF)
+
+
+def assemble_descriptor(lo, layout: SmemMatrix) -> Scalar:
+    """The 64-bit descriptor from its low word ``lo`` (i32, see :func:`descriptor_lo`) and the
+    layout's constant high word (SBO, swizzle). Keeping the address arithmetic in 32 bits
+    with a constant high word lets ptxas build descriptors in uniform registers (no 64-bit
+    adds, no R2UR per WGMMA)."""
+    return V.to_type(lo, "i64", signed=False) | V.const(_const_bits(layout) >> 32 << 32, "i64")
+
+
 def make_descriptor(address, layout: SmemMatrix) -> Scalar:
-    """The 64-bit matrix descriptor of the tile at shared byte ``address`` (i64 IR value);
-    same bits as :func:`descriptor_bits`."""
-    return ((address & 0x3FFFF) >> 4) | V.const(_const_bits(layout), "i64")
+    """The 64-bit matrix descriptor of the tile at shared byte ``address`` (i32 or i64 IR
+    value); same bits as :func:`descriptor_bits`."""
+    return assemble_descriptor(descriptor_lo(address, layout), layout)
 
 
 class Accumulator:
@@ -198,12 +213,17 @@ class WarpgroupMMA:
         """Issue one k-tile (64 of K): ``m_blocks x 4`` instructions m64n``n``k16, preceded by
         ``wgmma.fence`` and followed by ``commit``; the caller waits (:meth:`wait`).
 
-        ``a_address``/``b_address``: i64 shared byte addresses of the A tile ``[m x 64]``
+        ``a_address``/``b_address``: i32 or i64 shared byte addresses of the A tile ``[m x 64]``
         (K-major) and the B tile (layout per ``b_major``). ``accumulate=False`` ignores the
         incoming accumulator for the first k-step (``scale-d = 0``).
         """
-        da = make_descriptor(a_address, self.a_layout)
-        db = make_descriptor(b_address, self.b_layout)
+        return self.mma_lo(acc, descriptor_lo(a_address, self.a_layout), descriptor_lo(b_address, self.b_layout),
+                           accumulate)
+
+    def mma_lo(self, acc: Accumulator, da, db, accumulate=True) -> Accumulator:
+        """:meth:`mma` from the descriptors' low words (i32, :func:`descriptor_lo`): a pipelined
+        mainloop advances them by ``stage_bytes >> 4`` per stage instead of recomputing them
+        from addresses."""
         shape = ir.Attribute.parse(f"#nvvm.shape<m = 64, n = {self.n}, k = {K_STEP}>")
         t = ir.Attribute.parse(f"#nvvm.wgmma_type<{self.dtype}>")
         f32 = ir.Attribute.parse("#nvvm.wgmma_type<f32>")
@@ -214,10 +234,11 @@ class WarpgroupMMA:
         acc_type = self.acc_type
         structs = list(acc.structs)
         for j in range(K_TILE // K_STEP):
-            dbj = db + (self.b_layout.k_step_offset(j) >> 4) if j else db
+            # k-step / m-block offsets move only the start-address field of the low word
+            dbj = assemble_descriptor(db + (self.b_layout.k_step_offset(j) >> 4) if j else db, self.b_layout)
             for b in range(self.m_blocks):
                 off = self.a_layout.k_step_offset(j) + self.a_layout.block_offset(b)
-                daj = da + (off >> 4) if off else da
+                daj = assemble_descriptor(da + (off >> 4) if off else da, self.a_layout)
                 scale = "one" if (accumulate or j) else "zero"
                 structs[b] = nvvm.wgmma_mma_async(
                     acc_type, structs[b], daj, dbj, shape, t, t, f32,
