@@ -47,6 +47,7 @@ class MultistageMainloop:
         self.dtype, self.b_major, self.warpgroups = dtype, b_major, warpgroups
         self.wg_m = tile_m // warpgroups
         self.mma_atom = WarpgroupMMA(self.wg_m, tile_n, dtype, b_major)
+        self.k_first = 0          #: first k-tile of this CTA (set by ``run``)
 
     # -- static description --------------------------------------------------------
     @property
@@ -105,7 +106,7 @@ class MultistageMainloop:
         with cir.If(self.leader):
             self.pipeline.producer_acquire(state)
             self.pipeline.producer_expect(state)
-            k0 = k_tile * K_TILE
+            k0 = (k_tile + self.k_first) * K_TILE
             bar = self.pipeline.full
             self.tma_a.load(self.smem["a"].view(state.index), bar, state.index, (m0, k0))
             if self.b_major == "MN":
@@ -160,8 +161,10 @@ class MultistageMainloop:
     def tail(self) -> None:
         self.mma_atom.wait(0)
 
-    def run(self, k_tiles, m0, n0):
-        """Prologue + mainloop + tail; returns the accumulator (zero when ``k_tiles == 0``)."""
+    def run(self, k_tiles, m0, n0, k_first=0):
+        """Prologue + mainloop + tail over k-tiles ``k_first .. k_first + k_tiles - 1`` (IR i32
+        or Python int); returns the accumulator (zero when ``k_tiles == 0``)."""
+        self.k_first = k_first
         acc = self.mma_atom.zero()
         self.prologue(k_tiles, m0, n0)
         acc = self.mainloop(acc, k_tiles, m0, n0)
