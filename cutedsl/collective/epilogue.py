@@ -171,7 +171,8 @@ class TmaStoreEpilogue(Epilogue):
         acc = self._visit_all(acc, ctx, base)
         r0, c0 = base
         tma = TmaCopy(self.tensor_maps()[0], ctx.args.d)
-        view = ctx.smem["epilogue"].view(0)
+        tile = ctx.smem["epilogue"].tile(0)
+        view = tile.memref()
         leader = cir.thread_idx().eq(0)
         regs_per_sub = self.epi_n // 8 * 4         # 4 registers per 8 columns
         for sub in range(self.tile_n // self.epi_n):
@@ -184,7 +185,7 @@ class TmaStoreEpilogue(Epilogue):
             tma_store_fence()          # generic smem writes -> visible to the TMA (async proxy)
             gpu.barrier()
             with cir.If(leader):
-                tma.store(view, (ctx.m0, ctx.n0 + sub * self.epi_n))
+                tma.store(tile, (ctx.m0, ctx.n0 + sub * self.epi_n))
                 bulk_commit_group()
                 bulk_wait_group(0, read=True)
             gpu.barrier()              # the sub-tile buffer is reused by the next sub-tile

@@ -170,8 +170,8 @@ class SingleTileGemmKernel(GemmKernel):
         specs = [TensorMapSpec("a", self.dtype, (tm, 64), swizzle=128),
                  TensorMapSpec("b", self.dtype, b_box, swizzle=128)]
         plan = SmemPlan()
-        plan.buffer("a", (tm, 64), self.dtype, align=1024)
-        plan.buffer("b", (tn, 64), self.dtype, align=1024)
+        plan.buffer("a", (tm, 64), self.dtype, swizzle=128, major="K")
+        plan.buffer("b", (tn, 64), self.dtype, swizzle=128, major=self.b_major)
         plan.barriers("bar", 1)
         self.epilogue.plan(plan)
         kb = KernelBuilder(self.name, self.params(), block=(128, 1, 1))
@@ -191,15 +191,15 @@ class SingleTileGemmKernel(GemmKernel):
                 k0 = (kt + first) * 64
                 with If(leader):
                     bar.arrive_expect_tx(0, (tm + tn) * 64 * 2)
-                    ta.load(smem["a"].view(), bar, 0, (m0, k0))
+                    ta.load(smem["a"].tile(), bar, 0, (m0, k0))
                     if self.b_major == "MN":
                         for j in range(tn // 64):
-                            dst = smem["b"].view(shape=b_box, byte_offset=j * tb.box_bytes)
+                            dst = smem["b"].tile(shape=b_box, byte_offset=j * tb.box_bytes)
                             tb.load(dst, bar, 0, (k0, n0 + 64 * j))
                     else:
-                        tb.load(smem["b"].view(), bar, 0, (n0, k0))
+                        tb.load(smem["b"].tile(), bar, 0, (n0, k0))
                 bar.wait(0, kt & 1)                 # the barrier completes one phase per k-tile
-                acc = mma.mma(Accumulator(structs, tn), smem["a"].address(), smem["b"].address())
+                acc = mma.mma(Accumulator(structs, tn), smem["a"].tile(), smem["b"].tile())
                 mma.wait(0)
                 gpu.barrier()                       # all reads of the slot done before it is refilled
                 loop.next(*acc.structs)
