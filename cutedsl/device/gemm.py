@@ -14,6 +14,7 @@ row-major (``b = bt.T`` for a row-major ``bt`` of shape (N, K)).
 """
 from __future__ import annotations
 
+import threading
 import time
 
 import attrs
@@ -24,6 +25,22 @@ from ..errors import ArgumentError, ArgumentTypeError, ConfigError, NoDeviceErro
 from . import arrays
 
 _MAX_I32 = 2 ** 31 - 1
+
+
+def _check_backend_arg(backend):
+    """Validate ``Gemm(backend=...)`` at construction: a name from ``BACKENDS`` or an object
+    implementing the ``Backend`` interface."""
+    from .backends import BACKENDS
+    if isinstance(backend, str):
+        if backend not in BACKENDS:
+            raise ArgumentError(f"backend must be one of {', '.join(map(repr, BACKENDS))} or a Backend "
+                                f"object, got {backend!r}")
+        return backend
+    missing = [m for m in ("alloc", "free", "load", "launch", "encode_tensor_map") if not hasattr(backend, m)]
+    if missing:
+        raise ArgumentTypeError(f"backend must be one of {', '.join(map(repr, BACKENDS))} or a Backend "
+                                f"object; {type(backend).__name__} lacks {', '.join(missing)}")
+    return getattr(backend, "name", "?")
 
 
 def _stages_ok(inst, attribute, v):
@@ -142,25 +159,47 @@ class Gemm:
             raise ArgumentTypeError(f"config must be a GemmConfig, got {type(config).__name__}")
         self.config = config
         self.kernel = config.kernel(epilogue)
-        self._backend_name = backend
+        self._backend_name = _check_backend_arg(backend)
         self._backend = backend if not isinstance(backend, str) else None
         self._cache, self._dump = cache, dump_dir
         self._compiled = None
         self._handle = None
+        # One Gemm may be called from many threads: the lazy compile, backend and module load
+        # below happen once, under this lock (double-checked so warm calls never wait on it).
+        self._lock = threading.RLock()
 
     @property
     def compiled(self):
-        """The ``CompiledKernel`` (compiled or loaded from the cache on first use)."""
-        if self._compiled is None:
-            self._compiled = self.kernel.compile(cache=self._cache, dump_dir=self._dump)
-        return self._compiled
+        """The ``CompiledKernel`` (compiled or loaded from the cache on first use; thread-safe)."""
+        k = self._compiled
+        if k is None:
+            with self._lock:
+                if self._compiled is None:
+                    self._compiled = self.kernel.compile(cache=self._cache, dump_dir=self._dump)
+                k = self._compiled
+        return k
 
     @property
     def backend(self):
-        if self._backend is None:
-            from .backends import get_backend
-            self._backend = get_backend(self._backend_name)
-        return self._backend
+        """The backend object (resolved on first use; thread-safe). ``NoDeviceError`` if none."""
+        b = self._backend
+        if b is None:
+            with self._lock:
+                if self._backend is None:
+                    from .backends import get_backend
+                    self._backend = get_backend(self._backend_name)
+                b = self._backend
+        return b
+
+    def _module(self, be, kern):
+        """The loaded module handle of ``kern`` on ``be`` (loaded once; thread-safe)."""
+        h = self._handle
+        if h is None:
+            with self._lock:
+                if self._handle is None:
+                    self._handle = be.load(kern)
+                h = self._handle
+        return h
 
     # -- validation -----------------------------------------------------------------------
     def _check_operands(self, a, b):
@@ -195,10 +234,10 @@ class Gemm:
                 raise ArgumentError(f"{nm} = {v} exceeds the kernel's 32-bit size limit {_MAX_I32}")
         return m, n, k
 
-    def _operand(self, name, x, major_inner: bool):
+    @staticmethod
+    def _operand(be, x, major_inner: bool):
         """Device view of an operand in the layout the tensor map reads; numpy is copied."""
         dev = arrays.describe(x)
-        be = self.backend
         if dev is None:
             x = np.asarray(x)
             host = x if major_inner else x.T          # K-major B: device holds B^T row-major
@@ -235,8 +274,8 @@ class Gemm:
         cfg = self.config
         kern = self.compiled
         be = self.backend
-        da, a_host = self._operand("a", a, True)
-        db, _ = self._operand("b", b, cfg.b_major == "N")
+        da, a_host = self._operand(be, a, True)
+        db, _ = self._operand(be, b, cfg.b_major == "N")
         self._check_tma_layout("a", da)
         self._check_tma_layout("b", db)
         out_dt = _dtype(cfg.out_dtype)
@@ -280,7 +319,7 @@ class Gemm:
                         v = dev[0]
                 values[p.name] = v
         params = kern.pack_params(values)
-        handle = self._handle = self._handle or be.load(kern)
+        handle = self._module(be, kern)
         grid = self.kernel.grid(m=m, n=n, k=k)
 
         def launch():
