@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 
 import attrs
 import numpy as np
@@ -146,6 +147,33 @@ class GemmConfig:
         return k
 
 
+def _release(be, owned, tmaps):
+    for arr in owned:
+        arr.free()
+    release = getattr(be, "release_tensor_map", None)
+    for t in tmaps:
+        if release is not None:
+            release(t)
+    owned.clear()
+    tmaps.clear()
+
+
+class _Scratch:
+    """What one prepared call owns: device arrays cutedsl allocated for it (``arrays``) and the
+    tensor maps it encoded (``tmaps``); ``keep`` holds the caller's arrays for the launch.
+    Released once, by :meth:`release` or when garbage collected."""
+
+    __slots__ = ("arrays", "tmaps", "keep", "_fin", "__weakref__")
+
+    def __init__(self, be):
+        self.arrays, self.tmaps, self.keep = [], [], ()
+        self._fin = weakref.finalize(self, _release, be, self.arrays, self.tmaps)
+        self._fin.atexit = False
+
+    def release(self) -> None:
+        self._fin()
+
+
 class Gemm:
     """A compiled GEMM for one config, callable on any (M, N, K); see module docstring.
 
@@ -269,19 +297,41 @@ class Gemm:
 
     def prepare(self, a, b, out=None, **extra):
         """Validate, move operands, encode tensor maps; returns a ``launch()`` callable and the
-        result getter. Used by :meth:`run` and for timing repeated launches."""
+        result getter. Used by :meth:`run` and for timing repeated launches.
+
+        The device memory and tensor maps this call made (numpy operands' copies, a host
+        result's device buffer) live as long as either callable, and are released when both
+        are garbage collected or at once by ``launch.release()``. A device result returned to
+        the caller owns its memory (see :mod:`cutedsl.device.arrays`)."""
         m, n, k = self._check_operands(a, b)
-        cfg = self.config
         kern = self.compiled
         be = self.backend
+        scratch = _Scratch(be)
+        try:
+            launch, result = self._prepare(scratch, kern, be, a, b, out, m, n, k, extra)
+        except BaseException:
+            scratch.release()          # nothing leaks from a call that fails before launch
+            raise
+        launch.keep = result.keep = scratch    # both callables keep the device memory alive
+        launch.release = result.release = scratch.release
+        return launch, result
+
+    def _prepare(self, scratch, kern, be, a, b, out, m, n, k, extra):
+        cfg = self.config
         da, a_host = self._operand(be, a, True)
-        db, _ = self._operand(be, b, cfg.b_major == "N")
+        if a_host:
+            scratch.arrays.append(da)
+        db, b_host = self._operand(be, b, cfg.b_major == "N")
+        if b_host:
+            scratch.arrays.append(db)
         self._check_tma_layout("a", da)
         self._check_tma_layout("b", db)
         out_dt = _dtype(cfg.out_dtype)
-        host_out = a_host or arrays.describe(b) is None
+        host_out = a_host or b_host
         if out is None:
             dd = arrays.empty(be, (m, n), out_dt, pitch_align=16 if cfg.epilogue == "tma" else 1)
+            if host_out:               # copied back to a numpy result: the call's own buffer
+                scratch.arrays.append(dd)
         else:
             od = arrays.describe(out)
             if od is None:
@@ -299,11 +349,12 @@ class Gemm:
         for name, arr in (("a", da), ("b", db), ("d", dd)):
             if name in specs:
                 values[name] = be.encode_tensor_map(specs[name], arr.ptr, arr.shape, arr.strides)
+                scratch.tmaps.append(values[name])
             else:
                 if arr.strides != (arr.shape[1] * arr.dtype.nbytes, arr.dtype.nbytes):
                     raise ArgumentError(f"{name} must be C-contiguous for a pointer parameter")
                 values[name] = arr.ptr
-        keep = [da, db, dd]            # device memory must outlive the launch
+        keep = [da, db, dd]            # device memory (ours or the caller's) must outlive the launch
         for p in kern.params:
             if p.name not in values:
                 if p.name not in extra:
@@ -313,9 +364,10 @@ class Gemm:
                     dev = arrays.describe(v)
                     if dev is None:
                         v = arrays.to_device(be, np.ascontiguousarray(v))
-                        keep.append(v)
+                        scratch.arrays.append(v)
                         v = v.ptr
                     else:
+                        keep.append(v)
                         v = dev[0]
                 values[p.name] = v
         params = kern.pack_params(values)
@@ -332,16 +384,20 @@ class Gemm:
             if host_out:
                 return arrays.to_host(dd)
             return self._wrap_like(dd, a)
-        launch.keep = result.keep = keep   # both callables keep the device memory alive
+        scratch.keep = keep
         return launch, result
 
     def run(self, a, b, out=None, **extra):
-        """Launch once; returns ``(result, seconds)`` (wall time of launch + synchronize)."""
+        """Launch once; returns ``(result, seconds)`` (wall time of launch + synchronize).
+        The call's own device memory and tensor maps are released before it returns."""
         launch, result = self.prepare(a, b, out, **extra)
-        t0 = time.perf_counter()
-        launch()
-        r = result()
-        return r, time.perf_counter() - t0
+        try:
+            t0 = time.perf_counter()
+            launch()
+            r = result()
+            return r, time.perf_counter() - t0
+        finally:
+            launch.release()
 
     @staticmethod
     def _wrap_like(dd, like):
