@@ -14,6 +14,7 @@ row-major (``b = bt.T`` for a row-major ``bt`` of shape (N, K)).
 """
 from __future__ import annotations
 
+import numbers
 import threading
 import time
 import weakref
@@ -44,9 +45,31 @@ def _check_backend_arg(backend):
     return getattr(backend, "name", "?")
 
 
-def _stages_ok(inst, attribute, v):
-    if v != "auto" and not (isinstance(v, int) and 1 <= v <= 7):
-        raise ConfigError(f"stages must be 'auto' or an int in 1..7, got {v!r}")
+def _is_int(v) -> bool:
+    """An integer that is not a bool (numpy integers included); floats such as 128.0 are not."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+
+def _tile(v) -> tuple:
+    """Converter of ``GemmConfig.tile``: a sequence of three ints, as plain ints."""
+    if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+        raise ConfigError(f"tile must be a tuple (BLOCK_M, BLOCK_N, BLOCK_K) of ints, got {v!r}")
+    v = tuple(v)
+    bad = [x for x in v if not _is_int(x)]
+    if bad:
+        raise ConfigError(f"tile must be a tuple (BLOCK_M, BLOCK_N, BLOCK_K) of ints, got {v!r} "
+                          f"({bad[0]!r} is a {type(bad[0]).__name__})")
+    return tuple(int(x) for x in v)
+
+
+def _stages(v):
+    """Converter of ``GemmConfig.stages``: ``"auto"`` or a plain int (bools and floats refused)."""
+    if isinstance(v, str) and v == "auto":
+        return v
+    if not _is_int(v) or not 1 <= v <= 7:
+        raise ConfigError(f"stages must be 'auto' or an int in 1..7, got {v!r}"
+                          + ("" if _is_int(v) or isinstance(v, str) else f" ({type(v).__name__})"))
+    return int(v)
 
 
 @attrs.frozen
@@ -66,13 +89,17 @@ class GemmConfig:
     """
     dtype: str = attrs.field(default="f16")
     out_dtype: str = attrs.field(default="f32")
-    tile: tuple = attrs.field(default=(128, 128, 64), converter=tuple)
-    stages: object = attrs.field(default="auto", validator=_stages_ok)
+    tile: tuple = attrs.field(default=(128, 128, 64), converter=_tile)
+    stages: object = attrs.field(default="auto", converter=_stages)
     schedule: str = attrs.field(default="multistage")
     b_major: str = attrs.field(default="N")
     epilogue: str = attrs.field(default="tma")
 
     def __attrs_post_init__(self):
+        for f in attrs.fields(type(self)):      # every field annotated ``str`` must be one
+            v = getattr(self, f.name)
+            if f.type in ("str", str) and not isinstance(v, str):
+                raise ConfigError(f"{f.name} must be a string, got {v!r} ({type(v).__name__})")
         if self.dtype not in ("f16", "bf16"):
             raise ConfigError(f"dtype must be 'f16' or 'bf16', got {self.dtype!r}")
         if self.out_dtype not in ("f32", "f16", "bf16"):
@@ -289,6 +316,21 @@ class Gemm:
         if arr.ptr % 16:
             raise ArgumentError(f"{name}: global address 0x{arr.ptr:x} is not 16-byte aligned (TMA)")
 
+    def grid(self, m: int, n: int, k: int = 0) -> tuple:
+        """CTAs ``(x, y, z)`` launched for an (M, N, K) problem: ``kernel.grid(m, n, k)``,
+        checked against the hardware's grid limits (gridDim.x 1..2^31-1, y and z 1..65535).
+        Raises ``ArgumentError`` naming the problem, the grid dimension and the limit, before
+        anything is compiled, allocated or launched."""
+        from .backend import MAX_GRID
+        g = tuple(int(x) for x in self.kernel.grid(m=m, n=n, k=k))
+        for axis, v, hi in zip("xyz", g, MAX_GRID):
+            if not 1 <= v <= hi:
+                bm, bn, _ = self.config.tile
+                raise ArgumentError(f"M={m}, N={n}, K={k} with {bm}x{bn} tiles needs gridDim.{axis} = {v} "
+                                    f"CTAs; the hardware allows 1..{hi} on {axis}: split the problem into "
+                                    f"smaller GEMMs")
+        return g
+
     # -- call ---------------------------------------------------------------------------
     def __call__(self, a, b, out=None, **extra):
         """Compute ``a @ b``; returns a new array (numpy for numpy inputs) or fills ``out``."""
@@ -304,11 +346,12 @@ class Gemm:
         are garbage collected or at once by ``launch.release()``. A device result returned to
         the caller owns its memory (see :mod:`cutedsl.device.arrays`)."""
         m, n, k = self._check_operands(a, b)
+        grid = self.grid(m, n, k)
         kern = self.compiled
         be = self.backend
         scratch = _Scratch(be)
         try:
-            launch, result = self._prepare(scratch, kern, be, a, b, out, m, n, k, extra)
+            launch, result = self._prepare(scratch, kern, be, a, b, out, m, n, k, grid, extra)
         except BaseException:
             scratch.release()          # nothing leaks from a call that fails before launch
             raise
@@ -316,7 +359,7 @@ class Gemm:
         launch.release = result.release = scratch.release
         return launch, result
 
-    def _prepare(self, scratch, kern, be, a, b, out, m, n, k, extra):
+    def _prepare(self, scratch, kern, be, a, b, out, m, n, k, grid, extra):
         cfg = self.config
         da, a_host = self._operand(be, a, True)
         if a_host:
@@ -372,7 +415,6 @@ class Gemm:
                 values[p.name] = v
         params = kern.pack_params(values)
         handle = self._module(be, kern)
-        grid = self.kernel.grid(m=m, n=n, k=k)
 
         def launch():
             be.launch(handle, grid, params, block=kern.block, cluster=kern.cluster, smem=kern.dynamic_smem)
