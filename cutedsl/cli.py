@@ -29,7 +29,26 @@ def _parser():
     g.add_argument("--iters", type=int, default=50, help="timed launches on a GPU (median reported)")
     g.add_argument("--dump", metavar="DIR", help="write IR before/after lowering, PTX, SASS there")
     g.add_argument("--json", action="store_true", help="print one JSON object")
+    c = sub.add_parser("cache", help="show or clear the compiled-kernel cache ($CUTEDSL_CACHE_DIR)")
+    c.add_argument("action", choices=["info", "clear"])
     return p
+
+
+def run_cache(action: str) -> int:
+    """``cache info``: location, entries, size, what the key covers; ``cache clear``: delete all."""
+    from .compiler.cache import KernelCache
+    cache = KernelCache()
+    if action == "clear":
+        print(f"removed {cache.clear()} entries from {cache.root}")
+        return 0
+    i = cache.info()
+    print(f"cache: {i['root']}{'' if i['enabled'] else '  (disabled: CUTEDSL_CACHE=off)'}")
+    print(f"entries: {i['entries']}, {i['bytes'] / 1e6:.2f} MB")
+    print(f"key covers: {i['key_covers']}")
+    print(f"library sources: {i['library_hash']}, toolchain: {i['toolchain_hash'] or 'none (no MLIR here)'}")
+    for e in i["list"]:
+        print(f"  {e['key']}/{e['toolchain']}  {e['kernel']}  {e['bytes'] / 1e3:.1f} kB  {json.dumps(e['config'])}")
+    return 0
 
 
 def run_gemm(args) -> tuple:
@@ -125,6 +144,8 @@ def _print_text(rep):
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    if args.cmd == "cache":
+        return run_cache(args.action)
     from .errors import CuteDSLError
     try:
         rep, status = run_gemm(args)

@@ -11,8 +11,22 @@ class Kernel:
     name = "kernel"
 
     def config(self) -> dict:
-        """JSON-able description; with the library source and toolchain, the cache key."""
+        """JSON-able description; with the code identity and toolchain, the cache key."""
         raise NotImplementedError
+
+    def collectives(self) -> tuple:
+        """The objects (and classes) that generate code with this kernel — mainloop, epilogue,
+        tile scheduler. Their classes and the user modules behind them are part of the cache
+        key (``cutedsl.compiler.identity``). Default: every non-builtin object or class held in
+        the kernel's attributes; override to name them explicitly."""
+        return tuple(v for v in vars(self).values()
+                     if isinstance(v, type) or type(v).__module__ != "builtins")
+
+    def cache_key(self) -> tuple:
+        """``(key, identity)``: name + config + library sources + user code of this kernel and
+        its collectives (see :func:`cutedsl.compiler.identity.kernel_key`)."""
+        from ..compiler.identity import kernel_key
+        return kernel_key(self.name, self.config(), (self,) + tuple(self.collectives()))
 
     def define(self):
         """Build the module. Returns ``(KernelBuilder, dynamic_smem_bytes, tensor_map_specs)``."""
@@ -25,9 +39,11 @@ class Kernel:
     def compile(self, *, cache=None, dump_dir=None, use_cache: bool = True):
         """Return the ``CompiledKernel``, from the on-disk cache when possible.
 
-        The kernel's ``meta`` records ``build_seconds`` (IR construction) and whether it came
-        from the cache (``cache_hit``)."""
-        from ..compiler.cache import default_cache
+        ``cache``: a ``KernelCache`` (default: ``$CUTEDSL_CACHE_DIR``), or ``False`` to compile
+        without any cache (as ``use_cache=False``, a ``dump_dir`` or env ``CUTEDSL_CACHE=off``
+        do; nothing is read or written then). The kernel's ``meta`` records ``build_seconds``
+        (IR construction) and ``last_cache_hit`` whether it came from the cache."""
+        from ..compiler.cache import caching_enabled, default_cache
 
         def build():
             from ..compiler import compile_kernel
@@ -39,11 +55,11 @@ class Kernel:
             import attrs
             return attrs.evolve(k, compile_seconds=k.compile_seconds + t_build)
 
-        if not use_cache or dump_dir is not None:
+        if not use_cache or cache is False or dump_dir is not None or not caching_enabled():
             k = build()
             self.last_cache_hit = False
             return k
         cache = cache or default_cache()
-        k, hit = cache.get_or_build({"kernel": self.name, **self.config()}, build)
+        k, hit = cache.get_or_build(self.cache_key()[0], build)
         self.last_cache_hit = hit
         return k

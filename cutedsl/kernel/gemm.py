@@ -16,23 +16,12 @@ epilogue extras, ``m``, ``n``, ``k`` (i32).
 """
 from __future__ import annotations
 
-import hashlib
-import inspect
-
 from ..collective.epilogue import Epilogue, EpilogueContext, GlobalEpilogue, TmaStoreEpilogue
+from ..compiler.identity import qualname
 from .base import Kernel
 
 TILE_M = (64, 128)
 TILE_N = (64, 128, 256)
-
-
-def _epilogue_id(cls) -> str:
-    """Identity of an epilogue class for the cache key: qualified name + source hash."""
-    try:
-        src = inspect.getsource(cls)
-    except (OSError, TypeError):
-        src = cls.__qualname__
-    return f"{cls.__module__}.{cls.__qualname__}:{hashlib.sha256(src.encode()).hexdigest()[:12]}"
 
 
 class _GemmBase(Kernel):
@@ -54,7 +43,7 @@ class _GemmBase(Kernel):
 
     def config(self) -> dict:
         return {"tile": [self.tile_m, self.tile_n, 64], "dtype": self.dtype, "out_dtype": self.out_dtype,
-                "b_major": self.b_major, "epilogue": _epilogue_id(self.epilogue_cls)}
+                "b_major": self.b_major, "epilogue": qualname(self.epilogue_cls)}
 
     def grid(self, m: int, n: int, k: int = 0) -> tuple:
         return ((n + self.tile_n - 1) // self.tile_n, (m + self.tile_m - 1) // self.tile_m, 1)
