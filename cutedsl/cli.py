@@ -47,7 +47,8 @@ def run_cache(action: str) -> int:
     print(f"key covers: {i['key_covers']}")
     print(f"library sources: {i['library_hash']}, toolchain: {i['toolchain_hash'] or 'none (no MLIR here)'}")
     for e in i["list"]:
-        print(f"  {e['key']}/{e['toolchain']}  {e['kernel']}  {e['bytes'] / 1e3:.1f} kB  {json.dumps(e['config'])}")
+        user = f"  user code: {', '.join(e['user_modules'])}" if e["user_modules"] else ""
+        print(f"  {e['key']}/{e['toolchain']}  {e['kernel']}  {e['bytes'] / 1e3:.1f} kB  {json.dumps(e['config'])}{user}")
     return 0
 
 

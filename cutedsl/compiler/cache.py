@@ -168,10 +168,15 @@ class KernelCache:
         if tc is None:
             raise CacheError("cannot store a kernel without a toolchain fingerprint")
         kernel = attrs.evolve(kernel, key=key)
-        if str(self.root) not in _UNWRITABLE:
+        for attempt in (0, 1):
+            if str(self.root) in _UNWRITABLE:
+                break
             try:
                 self._publish(key, tc, kernel)
                 return kernel
+            except FileNotFoundError as e:   # a concurrent ``clear`` removed the key's directory
+                if attempt:
+                    self._unwritable(e)
             except OSError as e:
                 self._unwritable(e)
         with _LOCK:
@@ -272,7 +277,8 @@ class KernelCache:
 
     # -- maintenance ----------------------------------------------------------------
     def entries(self) -> list:
-        """One dict per stored entry: ``key``, ``toolchain``, ``kernel``, ``config``, ``bytes``, ``path``."""
+        """One dict per stored entry: ``key``, ``toolchain``, ``kernel``, ``config``, ``bytes``,
+        ``path``, ``user_modules`` (user code in its key, recorded when it was built)."""
         out = []
         try:
             keys = sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
@@ -286,9 +292,11 @@ class KernelCache:
                 except (OSError, ValueError):
                     meta, size = None, 0
                 ok = isinstance(meta, dict) and isinstance(meta.get("meta"), dict)
+                user = (meta["meta"].get("user_code") or {}) if ok else {}
                 out.append({"key": kd.name, "toolchain": d.name, "path": str(d), "bytes": size,
                             "kernel": meta.get("entry") if ok else None,
-                            "config": meta["meta"].get("config") if ok else None})
+                            "config": meta["meta"].get("config") if ok else None,
+                            "user_modules": sorted(user.get("modules", {})) + sorted(user.get("code", {}))})
         return out
 
     def info(self) -> dict:

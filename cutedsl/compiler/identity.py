@@ -157,30 +157,41 @@ def _visit(name: str, out: dict, direct: bool) -> None:
             _visit(n, out, direct=False)
 
 
-def _code_digest(h, obj) -> None:
+def _code_digest(h, obj, seen: set) -> None:
+    """Bytecode, names and constants of ``obj`` (function, method, property, code object),
+    and of the file-less functions its code calls through its globals."""
     if isinstance(obj, (staticmethod, classmethod)):
         obj = obj.__func__
     if isinstance(obj, property):
         for f in (obj.fget, obj.fset, obj.fdel):
             if f is not None:
-                _code_digest(h, f)
+                _code_digest(h, f, seen)
         return
+    glb = getattr(obj, "__globals__", None)
     co = getattr(obj, "__code__", obj)
-    if isinstance(co, types.CodeType):
-        h.update(co.co_code)
-        h.update(repr((co.co_names, co.co_varnames)).encode())
-        for c in co.co_consts:
-            _code_digest(h, c) if isinstance(c, types.CodeType) else h.update(repr(c).encode())
-    elif isinstance(obj, (int, float, str, bytes, bool, tuple, type(None))):
-        h.update(repr(obj).encode())
+    if not isinstance(co, types.CodeType):
+        if isinstance(obj, (int, float, str, bytes, bool, tuple, type(None))):
+            h.update(repr(obj).encode())
+        return
+    if id(co) in seen:
+        return
+    seen.add(id(co))
+    h.update(co.co_code)
+    h.update(repr((co.co_names, co.co_varnames)).encode())
+    for c in co.co_consts:
+        _code_digest(h, c, seen) if isinstance(c, types.CodeType) else h.update(repr(c).encode())
+    for name in co.co_names if glb is not None else ():
+        f = glb.get(name)
+        if isinstance(f, types.FunctionType) and not getattr(sys.modules.get(f.__module__), "__file__", None):
+            _code_digest(h, f, seen)      # a helper defined beside the class (notebook cell, exec)
 
 
 def _class_code(cls) -> str:
     """Digest of a class body without a source file: methods' bytecode and constants."""
-    h = hashlib.sha256()
+    h, seen = hashlib.sha256(), set()
     for k, v in sorted(vars(cls).items()):
         h.update(k.encode())
-        _code_digest(h, v)
+        _code_digest(h, v, seen)
     return h.hexdigest()[:16]
 
 

@@ -134,7 +134,8 @@ class Gemm:
 
     ``backend``: ``"auto"`` (GPU, else emulator), ``"cuda"``, ``"sim"`` or a backend object.
     ``epilogue``: an ``Epilogue`` subclass replacing the config's (e.g. bias + ReLU); its extra
-    kernel parameters are passed as keyword arguments of the call.
+    kernel parameters are passed as keyword arguments of the call. ``cache``: a
+    ``KernelCache``, ``None`` (``$CUTEDSL_CACHE_DIR``) or ``False`` (compile without caching).
     """
 
     def __init__(self, config: GemmConfig, backend="auto", *, epilogue=None, cache=None, dump_dir=None):

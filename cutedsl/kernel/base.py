@@ -41,25 +41,30 @@ class Kernel:
 
         ``cache``: a ``KernelCache`` (default: ``$CUTEDSL_CACHE_DIR``), or ``False`` to compile
         without any cache (as ``use_cache=False``, a ``dump_dir`` or env ``CUTEDSL_CACHE=off``
-        do; nothing is read or written then). The kernel's ``meta`` records ``build_seconds``
-        (IR construction) and ``last_cache_hit`` whether it came from the cache."""
+        do; nothing is read or written then). The artifact's ``meta`` records the config,
+        ``build_seconds`` (IR construction) and the user code in its key; ``last_cache_hit``
+        says whether it came from the cache. Raises ``CacheError`` on a miss where no MLIR
+        toolchain is installed."""
         from ..compiler.cache import caching_enabled, default_cache
+
+        use = use_cache and cache is not False and dump_dir is None and caching_enabled()
+        key, ident = self.cache_key() if use else (None, None)
 
         def build():
             from ..compiler import compile_kernel
             t0 = time.perf_counter()
             kb, smem, tmaps = self.define()
             t_build = time.perf_counter() - t0
-            k = compile_kernel(kb, dynamic_smem=smem, tensor_maps=tmaps, dump_dir=dump_dir,
-                               meta={"config": self.config(), "build_seconds": t_build})
+            meta = {"config": self.config(), "build_seconds": t_build}
+            if ident is not None:
+                meta["user_code"] = ident["user_code"]
+            k = compile_kernel(kb, dynamic_smem=smem, tensor_maps=tmaps, dump_dir=dump_dir, meta=meta)
             import attrs
             return attrs.evolve(k, compile_seconds=k.compile_seconds + t_build)
 
-        if not use_cache or cache is False or dump_dir is not None or not caching_enabled():
-            k = build()
+        if not use:
             self.last_cache_hit = False
-            return k
-        cache = cache or default_cache()
-        k, hit = cache.get_or_build(self.cache_key()[0], build)
+            return build()
+        k, hit = (cache or default_cache()).get_or_build(key, build)
         self.last_cache_hit = hit
         return k

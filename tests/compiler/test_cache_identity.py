@@ -148,6 +148,9 @@ def test_identity_of_classes_without_source_file():
     assert ident["classes"][:2] == ["user_exec.E", "cutedsl.collective.epilogue.GlobalEpilogue"]
     assert list(ident["code"]) == ["user_exec.E"]
     assert ident["modules"] == {}                     # library modules are covered by the library hash
+    helper = "def helper(v):\n    return v + {}\n" + base.format(1.0).replace("v * 1.0", "helper(v)")
+    h1, h2 = _classes(helper.format(1.0))["E"], _classes(helper.format(4.0))["E"]
+    assert code_identity(h1) != code_identity(h2)   # a file-less helper called from visit counts
 
 
 def test_key_of_library_kernels_is_stable_and_distinct():
