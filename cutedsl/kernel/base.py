@@ -18,9 +18,11 @@ class Kernel:
         """The objects (and classes) that generate code with this kernel — mainloop, epilogue,
         tile scheduler. Their classes and the user modules behind them are part of the cache
         key (``cutedsl.compiler.identity``). Default: every non-builtin object or class held in
-        the kernel's attributes; override to name them explicitly."""
-        return tuple(v for v in vars(self).values()
-                     if isinstance(v, type) or type(v).__module__ != "builtins")
+        the kernel's attributes, and the classes named by class attributes (``epilogue_cls``,
+        ``mainloop_cls``, ``scheduler_cls``...); override to name them explicitly."""
+        held = [v for v in vars(self).values() if isinstance(v, type) or type(v).__module__ != "builtins"]
+        named = [v for c in type(self).__mro__ for v in vars(c).values() if isinstance(v, type)]
+        return tuple(held + named)
 
     def cache_key(self) -> tuple:
         """``(key, identity)``: name + config + library sources + user code of this kernel and

@@ -181,3 +181,14 @@ def test_user_module_and_its_imports_are_hashed(tmp_path, monkeypatch):
     p.write_text("K = 22\n")
     os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10 ** 9))
     assert code_identity(E)["modules"]["pkg_u.helper"] != before
+
+    from cutedsl.kernel.base import Kernel
+
+    class K(Kernel):                      # a collective named by a class attribute counts too
+        name = "k"
+        epilogue_cls = E
+
+        def config(self):
+            return {}
+    ident = K().cache_key()[1]["user_code"]
+    assert "pkg_u.epi.E" in ident["classes"] and "pkg_u.helper" in ident["modules"]
