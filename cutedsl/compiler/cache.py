@@ -187,6 +187,7 @@ class KernelCache:
         base = self.root / key
         base.mkdir(parents=True, exist_ok=True)
         self._sweep(base)
+        self._sweep(self.root)          # a killed ``clear`` leaves its .trash- dirs here
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=base))
         try:
             os.chmod(tmp, 0o755)        # mkdtemp makes 0700; a shared cache is read by others
