@@ -58,6 +58,20 @@ def test_concurrent_writers_of_one_entry(tmp_path):
     assert KernelCache(tmp_path).get(CONFIG).ptx == "// ptx a\n"
 
 
+@pytest.mark.filterwarnings("error")     # a (false) corrupt-entry warning fails the thread
+def test_concurrent_writer_threads(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def work(i):
+        c = KernelCache(tmp_path)
+        for _ in range(30):
+            c.put(CONFIG, fake_kernel())
+            assert c.get(CONFIG).ptx == "// ptx a\n"
+    with ThreadPoolExecutor(4) as ex:
+        list(ex.map(work, range(4)))
+    assert [p.name for p in tmp_path.rglob(".t*")] == []
+
+
 def test_writer_keeps_a_valid_entry_and_replaces_a_broken_one(tmp_path):
     c = KernelCache(tmp_path)
     c.put(CONFIG, fake_kernel("a"))
