@@ -45,7 +45,9 @@ def run_cache(action: str) -> int:
     print(f"cache: {i['root']}{'' if i['enabled'] else '  (disabled: CUTEDSL_CACHE=off)'}")
     print(f"entries: {i['entries']}, {i['bytes'] / 1e6:.2f} MB")
     print(f"key covers: {i['key_covers']}")
-    print(f"library sources: {i['library_hash']}, toolchain: {i['toolchain_hash'] or 'none (no MLIR here)'}")
+    tc = i["toolchain_versions"]
+    print(f"library sources: {i['library_hash']}, toolchain: {i['toolchain_hash'] or 'none (no MLIR here)'}"
+          + (f" ({', '.join(f'{k} {v}' for k, v in tc.items())})" if tc else ""))
     for e in i["list"]:
         user = f"  user code: {', '.join(e['user_modules'])}" if e["user_modules"] else ""
         print(f"  {e['key']}/{e['toolchain']}  {e['kernel']}  {e['bytes'] / 1e3:.1f} kB  {json.dumps(e['config'])}{user}")

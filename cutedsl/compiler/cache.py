@@ -303,7 +303,11 @@ class KernelCache:
     def info(self) -> dict:
         """Location, entries, total size and what the key covers (for ``python -m cutedsl cache info``)."""
         ents = self.entries()
-        return {"root": str(self.root), "enabled": caching_enabled(), "entries": len(ents),
+        versions = None
+        if toolchain_hash() is not None:
+            from .toolchain import versions as _versions
+            versions = _versions()
+        return {"toolchain_versions": versions, "root": str(self.root), "enabled": caching_enabled(), "entries": len(ents),
                 "bytes": sum(e["bytes"] for e in ents), "library_hash": library_hash(),
                 "toolchain_hash": toolchain_hash(), "key_covers": KEY_COVERS, "list": ents}
 
