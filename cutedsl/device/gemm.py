@@ -241,6 +241,8 @@ class Gemm:
     ``kernel``: a ``GemmKernel`` subclass to run instead of the config's schedule (e.g. a
     split-K kernel); it gets the config's tile, dtypes, B major, stages and epilogue, and the
     call validates, allocates and launches ``kernel.grid(m, n, k)`` CTAs as for any GEMM.
+    ``cache``: a ``KernelCache``, ``None`` (``$CUTEDSL_CACHE_DIR``) or ``False`` (compile
+    without caching; as env ``CUTEDSL_CACHE=off``).
     """
 
     def __init__(self, config: GemmConfig, backend="auto", *, epilogue=None, kernel=None, cache=None,
