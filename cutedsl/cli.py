@@ -29,20 +29,33 @@ def _parser():
     g.add_argument("--iters", type=int, default=50, help="timed launches on a GPU (median reported)")
     g.add_argument("--dump", metavar="DIR", help="write IR before/after lowering, PTX, SASS there")
     g.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_bench_commands(sub)
     return p
+
+
+def _add_bench_commands(sub):
+    """``bench`` and ``bundle`` (owner: the benchmark harness, ``cutedsl/bench``)."""
+    from .bench.cli import add_parsers
+    add_parsers(sub)
+
+
+def gemm_config(args):
+    """The ``GemmConfig`` the ``gemm`` subcommand's arguments describe (``ConfigError`` if bad)."""
+    from .device import GemmConfig
+    stages = args.stages if args.stages == "auto" else int(args.stages)
+    return GemmConfig(dtype=args.dtype, out_dtype=args.out_dtype, tile=GemmConfig.parse_tile(args.tile),
+                      stages=stages, schedule=args.schedule, b_major=args.b_major, epilogue=args.epilogue)
 
 
 def run_gemm(args) -> tuple:
     """Returns ``(report dict, exit status)``."""
     import numpy as np
-    from .device import Gemm, GemmConfig
+    from .device import Gemm
     from .device.backends import resolve
     from .dtypes import dtype as _dtype
     from .errors import CuteDSLError
 
-    stages = args.stages if args.stages == "auto" else int(args.stages)
-    cfg = GemmConfig(dtype=args.dtype, out_dtype=args.out_dtype, tile=GemmConfig.parse_tile(args.tile),
-                     stages=stages, schedule=args.schedule, b_major=args.b_major, epilogue=args.epilogue)
+    cfg = gemm_config(args)
     backend, why = resolve(args.backend)
     gemm = Gemm(cfg, backend if backend is not None else "none", dump_dir=args.dump)
     t0 = time.perf_counter()
@@ -125,6 +138,9 @@ def _print_text(rep):
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    if args.cmd in ("bench", "bundle"):
+        from .bench.cli import main as bench_main
+        return bench_main(args)
     from .errors import CuteDSLError
     try:
         rep, status = run_gemm(args)
