@@ -84,10 +84,12 @@ def sweep_configs(set_name: str, *, tiles=None, schedules=None, stages=None, bas
 
 
 def label(cfg: GemmConfig) -> str:
-    """Short readable name: ``multistage 128x256x64 s4``."""
+    """Short readable name: ``multistage 128x256x64 s4`` (types shown unless f16 -> f16)."""
     t = "x".join(map(str, cfg.tile))
     extra = "".join(f" {k}={getattr(cfg, k)}" for k, d in (("b_major", "N"), ("epilogue", "tma"))
                     if getattr(cfg, k) != d)
+    if (cfg.dtype, cfg.out_dtype) != ("f16", "f16"):      # the sweep's default types stay implicit
+        extra += f" {cfg.dtype}->{cfg.out_dtype}"
     return f"{cfg.schedule} {t} s{cfg.resolved_stages()}{extra}"
 
 

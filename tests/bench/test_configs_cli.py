@@ -30,7 +30,7 @@ def test_parse_config_and_labels():
     c = configs.parse_config("tile=128x256x64, stages=3, schedule=multistage", {"out_dtype": "f16"})
     assert c == GemmConfig(tile=(128, 256, 64), stages=3, out_dtype="f16")
     assert configs.label(c) == "multistage 128x256x64 s3"
-    assert configs.label(GemmConfig(b_major="K", stages=2)) == "multistage 128x128x64 s2 b_major=K"
+    assert configs.label(GemmConfig(b_major="K", stages=2)) == "multistage 128x128x64 s2 b_major=K f16->f32"
     with pytest.raises(ValueError, match="'colour' is not a GemmConfig field"):
         configs.parse_config("colour=red")
     with pytest.raises(ValueError, match="must look like key=value"):

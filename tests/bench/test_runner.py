@@ -128,7 +128,7 @@ def test_sweep_times_medians_ratios_and_rotates_inputs(sweep):
     for r in rows:
         flop = 2 * r["m"] * r["n"] * r["k"]
         assert r["ref_ms"] == 2.0 and r["ref_tflops"] == pytest.approx(flop / 2e-3 / 1e12)
-        want = 1.0 if r["config"] == "multistage 128x128x64 s2" else 4.0
+        want = 1.0 if r["config"] == "multistage 128x128x64 s2 f16->f32" else 4.0
         assert r["ms"] == want and r["tflops"] == pytest.approx(flop / (want * 1e-3) / 1e12)
         assert r["ratio"] == pytest.approx(2.0 / want)
         assert r["check"] == "pass" and r["max_rel_diff"] < 1e-6
@@ -144,8 +144,8 @@ def test_sweep_times_medians_ratios_and_rotates_inputs(sweep):
     # an L2 flush of 2x L2 before every timed launch (reference + 2 configs, 2 problems)
     assert lib.flush_bytes == 40_000 and lib.flushes == 3 * 21 * 2
     summ = res["summary"]["configs"]
-    assert summ["multistage 128x128x64 s2"]["geomean_ratio"] == pytest.approx(2.0)
-    assert summ["multistage 128x256x64 s2"]["geomean_ratio"] == pytest.approx(0.5)
+    assert summ["multistage 128x128x64 s2 f16->f32"]["geomean_ratio"] == pytest.approx(2.0)
+    assert summ["multistage 128x256x64 s2 f16->f32"]["geomean_ratio"] == pytest.approx(0.5)
     ref_g = res["summary"]["reference_geomean_tflops"]
     assert ref_g == pytest.approx(np.sqrt(np.prod([2 * m * n * k / 2e-3 / 1e12 for m, n, k in SHAPES])))
 
@@ -157,12 +157,12 @@ def test_wrong_results_and_errors_are_reported_not_timed_away(sweep):
     gemms[broken] = FakeGemm([1.0] * 100, fail=True)
     res = s.run_set("paper", [bad, broken])
     by = {r["config"]: r for r in res["rows"][:2]}
-    assert by["multistage 128x128x64 s2"]["check"] == "FAIL"
-    err = by["multistage 128x128x64 s3"]
+    assert by["multistage 128x128x64 s2 f16->f32"]["check"] == "FAIL"
+    err = by["multistage 128x128x64 s3 f16->f32"]
     assert err["check"] == "error" and err["error"] == "ArgumentError: a: bad operand (fake)"
     assert err["ms"] is None and err["ratio"] is None
-    assert res["summary"]["configs"]["multistage 128x128x64 s3"]["failed_checks"] == 2
-    assert res["summary"]["configs"]["multistage 128x128x64 s3"]["geomean_tflops"] is None
+    assert res["summary"]["configs"]["multistage 128x128x64 s3 f16->f32"]["failed_checks"] == 2
+    assert res["summary"]["configs"]["multistage 128x128x64 s3 f16->f32"]["geomean_tflops"] is None
 
 
 def test_emulator_sweep_claims_no_timings(monkeypatch):
@@ -200,7 +200,7 @@ def test_csv_json_and_text_outputs(sweep):
     assert back["sets"][0]["rows"][0]["tflops"] == pytest.approx(res["sets"][0]["rows"][0]["tflops"])
     txt = report.text(res)
     assert "Fake H100" in txt and "== square" in txt and "== stages" in txt
-    assert "geomean multistage 128x128x64 s2" in txt and "ratio 2.000" in txt
+    assert "geomean multistage 128x128x64 s2 f16->f32" in txt and "ratio 2.000" in txt
 
 
 def test_plot_writes_png_and_degrades_without_matplotlib(sweep, tmp_path, monkeypatch):
