@@ -71,8 +71,13 @@ step identity "${T_IDENTITY:-300}" "$PY" -m cutedsl bench --identity "${IDENTITY
 step bench "${T_BENCH:-540}" "$PY" -m cutedsl bench "${BENCH_ARGS[@]}" --backend "$BACKEND" --no-progress \
   --json "$OUT/bench.json" --csv "$OUT/bench.csv" --plot "$OUT/bench.png"
 
+# what the GPU tool's reply shows (the end of stdout): the summary and the key lines of each step
 echo "--- summary ($OUT) ---"
 cat "$SUMMARY"
-echo "--- last lines of the log ---"
-tail -n 60 "$LOG"
+echo "--- gpu tests: failures and totals ---"
+grep -E '^(FAILED|ERROR) |[0-9]+ (passed|failed|skipped)' "$LOG" | tail -n 40
+echo "--- main job and identity ---"
+grep -E 'check vs float64|GPU time|error:|PASS|FAIL|[0-9]+ passed, [0-9]+ failed' "$LOG" | grep -v '^  geomean' | tail -n 40
+echo "--- bench: geometric means ---"
+grep -E '^== |^  geomean|^cutedsl bench|nvidia-smi:' "$LOG" | tail -n 80
 ! grep -q -v ' exit   0 ' "$SUMMARY"

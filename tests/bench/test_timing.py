@@ -44,6 +44,8 @@ class FakeDriver:
     class CUresult:
         CUDA_SUCCESS = 0
 
+    CUstream = int
+
     def __init__(self, fail_on=None):
         self.log, self.n, self.fail_on = [], 0, fail_on
 
