@@ -33,14 +33,29 @@ class NullDriver:
     class CUfunction_attribute:
         CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
+    class CUdevice_attribute:
+        CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
+        CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38
+
     CUstream = int
+    #: what the device-attribute queries answer (an H100 SXM's SM count and L2 size)
+    ATTRIBUTES = {16: 132, 38: 50 * 1024 * 1024}
+    #: what ``cuEventElapsedTime`` answers, in milliseconds
+    ELAPSED_MS = 1.0
 
     def __init__(self):
         self.calls = {}
         self._map = _Map()
         ok = (0,)
-        for name in ("cuFuncSetAttribute", "cuLaunchKernel", "cuLaunchKernelEx", "cuCtxSynchronize"):
+        for name in ("cuFuncSetAttribute", "cuLaunchKernel", "cuLaunchKernelEx", "cuCtxSynchronize",
+                     "cuEventRecord", "cuEventSynchronize", "cuEventDestroy"):
             setattr(self, name, self._counted(name, lambda *a, _r=ok: _r))
+        self.cuEventCreate = self._counted("cuEventCreate", lambda flags: (0, object()))
+        self.cuEventElapsedTime = self._counted("cuEventElapsedTime", lambda a, b: (0, self.ELAPSED_MS))
+        self.cuDeviceGetAttribute = self._counted("cuDeviceGetAttribute",
+                                                  lambda attr, dev: (0, self.ATTRIBUTES[attr]))
+        self.cuDeviceGetName = self._counted("cuDeviceGetName", lambda n, dev: (0, b"Null GPU (no driver)\0"))
+        self.cuDriverGetVersion = self._counted("cuDriverGetVersion", lambda: (0, 13000))
         self.cuModuleLoadData = self._counted("cuModuleLoadData", lambda img: (0, "module"))
         self.cuModuleGetFunction = self._counted("cuModuleGetFunction", lambda m, n: (0, "function"))
         self.cuTensorMapEncodeTiled = self._counted("cuTensorMapEncodeTiled", lambda *a: (0, self._map))
