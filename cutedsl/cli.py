@@ -125,6 +125,7 @@ def _parser():
     g.add_argument("--json", action="store_true", help="print one JSON object")
     c = sub.add_parser("cache", help="show or clear the compiled-kernel cache ($CUTEDSL_CACHE_DIR)")
     c.add_argument("action", choices=["info", "clear"])
+    _add_bench_commands(sub)
     return p
 
 
@@ -146,6 +147,12 @@ def run_cache(action: str) -> int:
         user = f"  user code: {', '.join(e['user_modules'])}" if e["user_modules"] else ""
         print(f"  {e['key']}/{e['toolchain']}  {e['kernel']}  {e['bytes'] / 1e3:.1f} kB  {json.dumps(e['config'])}{user}")
     return 0
+
+
+def _add_bench_commands(sub):
+    """``bench`` and ``bundle`` (owner: the benchmark harness, ``cutedsl/bench``)."""
+    from .bench.cli import add_parsers
+    add_parsers(sub)
 
 
 def run_gemm(args) -> tuple:
@@ -253,6 +260,9 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     if args.cmd == "cache":
         return run_cache(args.action)
+    if args.cmd in ("bench", "bundle"):
+        from .bench.cli import main as bench_main
+        return bench_main(args)
     from .errors import CuteDSLError, NoDeviceError
     prog = f"python -m cutedsl {args.cmd}"
     try:
