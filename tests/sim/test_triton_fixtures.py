@@ -1,0 +1,133 @@
+"""Fidelity on PTX this project did not write: Triton 3.9's sm_90a matmul kernels on the emulator.
+
+The PTX under ``tests/sim/triton/`` was produced by ``tests/sim/triton/generate_fixtures.py``
+(Triton is not needed here). Each test builds the kernel's parameters the way Triton's
+launcher does (pointers, i32 scalars, host tensor maps followed by their shape and strides,
+the trailing global/profile scratch pointers), runs the kernel with race checks on, on
+shapes that are not tile multiples, with small-integer inputs, and checks the result bit
+for bit against numpy in float64.
+"""
+import json
+import pathlib
+import re
+
+import numpy as np
+import pytest
+
+from cutedsl.sim import Emulator
+
+HERE = pathlib.Path(__file__).parent / "triton"
+SWIZZLE_BYTES = {0: 0, 1: 32, 2: 64, 3: 128}     # Triton's tensordesc_meta swizzle enum
+
+
+def fixture(name):
+    return (HERE / f"{name}.ptx").read_text(), json.loads((HERE / f"{name}.json").read_text())
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def operands(rng, m, n, k):
+    """A (m x k) and B^T (n x k), both row-major f16 small integers (exact partial sums)."""
+    a = rng.integers(-3, 4, (m, k)).astype(np.float16)
+    bt = rng.integers(-3, 4, (n, k)).astype(np.float16)
+    return a, bt, a.astype(np.float64) @ bt.astype(np.float64).T
+
+
+def launch(emu, name, grid, values, meta):
+    """Pack ``values`` (name -> value) in the fixture's parameter order and launch."""
+    ptx, _ = fixture(name)
+    prog = emu.load(ptx, meta["entry"])
+    args = [values[p[0]] for p in meta["params"]]
+    return emu.launch(prog, grid=grid, block=tuple(meta["block"]), args=args, smem=meta["shared"])
+
+
+def test_fixture_metadata_matches_ptx():
+    # The JSON describes the PTX it sits next to: entry, parameter count, thread count.
+    for name in ("triton_mm_ptr", "triton_mm_tma", "triton_mm_ws"):
+        ptx, meta = fixture(name)
+        assert f".visible .entry {meta['entry']}(" in ptx, name
+        decls = re.findall(rf"^\s*\.param (.*) {meta['entry']}_param_\d+(\[128\])?,?$", ptx, re.M)
+        assert len(decls) == len(meta["params"]), name
+        for (ptype, byval), (pname, kind, _) in zip(decls, meta["params"]):
+            # host tensor maps are 128-byte byval params, 64-byte aligned (CUtensorMap); the rest scalars
+            assert (kind == "tensormap") == (byval == "[128]" and ".align 64" in ptype), (name, pname)
+        assert f".reqntid {meta['block'][0]}" in ptx, name
+        assert meta["triton_version"].startswith("3.9"), name
+
+
+@pytest.mark.xfail(strict=True, reason="emulator gap (temporary): cp.async with src-size 0 is bounds-checked "
+                   "as a 16-byte global read")
+def test_pointer_matmul_cp_async_bit_exact():
+    ptx, meta = fixture("triton_mm_ptr")
+    assert "cp.async.cg.shared.global" in ptx and "wgmma.mma_async" in ptx
+    c = meta["constexprs"]
+    rng = np.random.default_rng(12)
+    m, n, k = 100, 72, 80            # ragged M and N tiles, K tail of 16 (BLOCK_K = 32)
+    a, bt, ref = operands(rng, m, n, k)
+    emu = Emulator()
+    out = emu.alloc(m * n * 4)
+    vals = {"a_ptr": emu.to_device(a), "b_ptr": emu.to_device(bt), "c_ptr": out, "M": m, "N": n, "K": k,
+            "stride_am": k, "stride_bn": k, "stride_cm": n, "global_scratch": 0, "profile_scratch": 0}
+    launch(emu, "triton_mm_ptr", (cdiv(m, c["BLOCK_M"]), cdiv(n, c["BLOCK_N"]), 1), vals, meta)
+    assert np.array_equal(emu.to_host(out, (m, n), np.float32), ref)
+
+
+def host_descriptor(emu, meta, index, buf, shape, dtype):
+    """Triton's host TensorDescriptor: the tensor map, then its shape (i32) and strides (i64, elements)."""
+    d = meta["tensordesc_meta"][index]
+    tmap = emu.tensor_map(buf, shape, dtype, tuple(d["block_size"]), swizzle=SWIZZLE_BYTES[d["swizzle"]])
+    return tmap, list(shape), [shape[1], 1]
+
+
+def test_tma_descriptor_matmul_bit_exact():
+    ptx, meta = fixture("triton_mm_tma")
+    assert "cp.async.bulk.tensor.2d.shared::cluster.global" in ptx or "cp.async.bulk.tensor.2d.shared" in ptx
+    c = meta["constexprs"]
+    rng = np.random.default_rng(13)
+    m, n, k = 100, 72, 88            # K tail of 24 zero-filled by TMA, C store clipped
+    a, bt, ref = operands(rng, m, n, k)
+    emu = Emulator()
+    out = emu.alloc(m * n * 2)
+    vals = {"M": m, "N": n, "K": k, "global_scratch": 0, "profile_scratch": 0}
+    for i, (name, buf, shape) in enumerate((("a_desc", emu.to_device(a), (m, k)),
+                                            ("b_desc", emu.to_device(bt), (n, k)),
+                                            ("c_desc", out, (m, n)))):
+        tmap, sh, st = host_descriptor(emu, meta, i, buf, shape, "f16")
+        vals[name] = tmap
+        vals.update({f"{name}.shape{j}": sh[j] for j in range(2)})
+        vals.update({f"{name}.stride{j}": st[j] for j in range(2)})
+    launch(emu, "triton_mm_tma", (cdiv(m, c["BLOCK_M"]), cdiv(n, c["BLOCK_N"]), 1), vals, meta)
+    assert np.array_equal(emu.to_host(out, (m, n), np.float16).astype(np.float64), ref)
+
+
+@pytest.mark.xfail(strict=True, reason="emulator gap (temporary): tensormap.replace / tensormap.cp_fenceproxy / "
+                   "fence.proxy.tensormap unsupported")
+def test_warp_specialized_persistent_device_descriptors_bit_exact():
+    ptx, meta = fixture("triton_mm_ws")
+    for needle in ("setmaxnreg", "tensormap.replace", "barrier.sync", "wgmma.mma_async"):
+        assert needle in ptx, needle
+    assert meta["block"][0] == 384
+    c = meta["constexprs"]
+    rng = np.random.default_rng(14)
+    m, n, k = 200, 80, 96            # 2 x 2 tiles (ragged), K tail of 32; 3 programs: one runs two tiles
+    a, bt, ref = operands(rng, m, n, k)
+    tiles = cdiv(m, c["BLOCK_M"]) * cdiv(n, c["BLOCK_N"])
+    programs = tiles - 1
+    emu = Emulator()
+    out = emu.alloc(m * n * 4)
+    scratch = emu.alloc(programs * meta["global_scratch_size"])
+    assert scratch.ptr % meta["global_scratch_align"] == 0
+    vals = {"a_ptr": emu.to_device(a), "b_ptr": emu.to_device(bt), "c_ptr": out, "M": m, "N": n, "K": k,
+            "num_programs": programs, "global_scratch": scratch, "profile_scratch": 0}
+    launch(emu, "triton_mm_ws", (programs, 1, 1), vals, meta)
+    assert np.array_equal(emu.to_host(out, (m, n), np.float32), ref)
+
+
+@pytest.mark.parametrize("name", ["triton_mm_ptr", "triton_mm_tma", pytest.param("triton_mm_ws", marks=pytest.mark.xfail(
+    strict=True, reason="emulator gap (temporary): tensormap.* instructions unsupported"))])
+def test_fixture_parses_and_decodes(name):
+    ptx, meta = fixture(name)
+    prog = Emulator().load(ptx, meta["entry"])
+    assert prog.name == meta["entry"]
