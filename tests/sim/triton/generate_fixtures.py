@@ -167,12 +167,15 @@ def save(name, ck, signature, constexprs, grid, shape):
 
 
 def main():
-    tile = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}
+    # 8 warps = two consumer warpgroups (m64 each) that both copy with cp.async: the wgmma of one
+    # warpgroup reads rows the other warpgroup's cp.async wrote, ordered by cp.async.wait_group,
+    # bar.sync and a fence.proxy.async executed by the reading threads only.
+    tile = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32}
     sig = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32",
            "stride_am": "i32", "stride_bn": "i32", "stride_cm": "i32",
            "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
     ck = _compile(triton_mm_ptr, sig, tile, ["a_ptr", "b_ptr", "c_ptr", "K", "stride_am", "stride_bn",
-                                             "stride_cm"], num_warps=4, num_stages=3)
+                                             "stride_cm"], num_warps=8, num_stages=3)
     save("triton_mm_ptr", ck, sig, tile, ["cdiv(M, BLOCK_M)", "cdiv(N, BLOCK_N)", "1"],
          {"K": "multiple of 16 (16-byte vector loads); M, N any", "strides": "K, K, N (elements)"})
 
