@@ -79,7 +79,6 @@ def test_pointer_matmul_cp_async_bit_exact():
     assert np.array_equal(out, ref)
 
 
-@pytest.mark.xfail(strict=True, reason="emulator gap (temporary): cp.async with src-size 0")
 def test_pointer_matmul_without_its_proxy_fence_is_a_race():
     # The same PTX with Triton's only fence.proxy.async removed: wgmma (async proxy) then reads
     # what cp.async wrote through the generic proxy with nothing ordering the two proxies.
