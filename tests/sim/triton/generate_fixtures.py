@@ -20,6 +20,8 @@ The kernels are written here in the style of Triton's tutorials (03 matrix multi
 * ``triton_mm_ptr``: pointer loads with masks -> ``cp.async`` (zero-fill through
   ``src-size`` 0) multistage pipeline + ``wgmma``; A is M x K row-major, B is given as
   N x K row-major (K-major), C is f32 M x N.
+* ``triton_mm_ptr_small``: the same kernel on 32 x 32 tiles, which Triton lowers to the Ampere
+  path (``ldmatrix`` + ``mma.sync.m16n8k16``) since a warpgroup's wgmma needs 64 rows.
 * ``triton_mm_tma``: host-side tensor descriptors (``TensorDescriptor`` on the host)
   -> TMA loads with mbarriers, ``wgmma``, TMA store of an f16 C.
 * ``triton_mm_ws``: persistent, warp-specialized (``tl.range(..., warp_specialize=True)``)
@@ -177,6 +179,14 @@ def main():
     ck = _compile(triton_mm_ptr, sig, tile, ["a_ptr", "b_ptr", "c_ptr", "K", "stride_am", "stride_bn",
                                              "stride_cm"], num_warps=8, num_stages=3)
     save("triton_mm_ptr", ck, sig, tile, ["cdiv(M, BLOCK_M)", "cdiv(N, BLOCK_N)", "1"],
+         {"K": "multiple of 16 (16-byte vector loads); M, N any", "strides": "K, K, N (elements)"})
+
+    # The same kernel with a tile too small for a warpgroup's wgmma: Triton falls back to the
+    # Ampere path (ldmatrix + mma.sync.m16n8k16), still with cp.async.
+    tile = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}
+    ck = _compile(triton_mm_ptr, sig, tile, ["a_ptr", "b_ptr", "c_ptr", "K", "stride_am", "stride_bn",
+                                             "stride_cm"], num_warps=4, num_stages=3)
+    save("triton_mm_ptr_small", ck, sig, tile, ["cdiv(M, BLOCK_M)", "cdiv(N, BLOCK_N)", "1"],
          {"K": "multiple of 16 (16-byte vector loads); M, N any", "strides": "K, K, N (elements)"})
 
     tile = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}
