@@ -21,7 +21,7 @@ from .errors import MemoryAccessError, SimLaunchError
 from .memory import GlobalMemory
 from .program import Program, load_ptx
 from .scheduler import DEFAULT_BUDGET, Launch
-from .tma import register_tensor_map
+from .tensormap import register_tensor_map
 
 
 class SimModule:
