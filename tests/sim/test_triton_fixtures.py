@@ -130,17 +130,18 @@ def test_tma_descriptor_matmul_bit_exact():
     assert np.array_equal(emu.to_host(out, (m, n), np.float16).astype(np.float64), ref)
 
 
-def test_warp_specialized_persistent_device_descriptors_bit_exact():
+@pytest.mark.parametrize("programs", [3, 1])
+def test_warp_specialized_persistent_device_descriptors_bit_exact(programs):
+    # 3 programs for 4 tiles: one program runs two; 1 program: every tile, the stage ring wraps
     ptx, meta = fixture("triton_mm_ws")
     for needle in ("setmaxnreg", "tensormap.replace", "barrier.sync", "wgmma.mma_async"):
         assert needle in ptx, needle
     assert meta["block"][0] == 384
     c = meta["constexprs"]
-    rng = np.random.default_rng(14)
-    m, n, k = 200, 80, 96            # 2 x 2 tiles (ragged), K tail of 32; 3 programs: one runs two tiles
+    rng = np.random.default_rng(14 + programs)
+    m, n, k = 200, 80, 96            # 2 x 2 tiles (ragged), K tail of 32
     a, bt, ref = operands(rng, m, n, k)
-    tiles = cdiv(m, c["BLOCK_M"]) * cdiv(n, c["BLOCK_N"])
-    programs = tiles - 1
+    assert cdiv(m, c["BLOCK_M"]) * cdiv(n, c["BLOCK_N"]) == 4
     emu = Emulator()
     out = emu.alloc(m * n * 4)
     scratch = emu.alloc(programs * meta["global_scratch_size"])
