@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pytest
 
-from cutedsl.sim import Emulator, RaceError
+from cutedsl.sim import Emulator, MemoryAccessError, RaceError
 
 HERE = pathlib.Path(__file__).parent / "triton"
 SWIZZLE_BYTES = {0: 0, 1: 32, 2: 64, 3: 128}     # Triton's tensordesc_meta swizzle enum
@@ -157,3 +157,16 @@ def test_fixture_parses_and_decodes(name):
     ptx, meta = fixture(name)
     prog = Emulator().load(ptx, meta["entry"])
     assert prog.name == meta["entry"]
+
+
+def test_warp_specialized_short_global_scratch_is_reported():
+    # Triton's launcher gives every program global_scratch_size bytes for its tensor maps; one
+    # program's worth too little is caught at the copy of the last program's map.
+    _, meta = fixture("triton_mm_ws")
+    emu = Emulator()
+    m, n, k = 128, 64, 64
+    vals = {"a_ptr": emu.alloc(m * k * 2), "b_ptr": emu.alloc(n * k * 2), "c_ptr": emu.alloc(m * n * 4), "M": m,
+            "N": n, "K": k, "num_programs": 2, "global_scratch": emu.alloc(meta["global_scratch_size"]),
+            "profile_scratch": 0}
+    with pytest.raises(MemoryAccessError, match=r"past the end(.|\n)*tensormap.cp_fenceproxy(.|\n)*CTA \(1, 0, 0\)"):
+        launch(emu, "triton_mm_ws", (2, 1, 1), vals, meta)
