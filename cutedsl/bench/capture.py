@@ -30,14 +30,19 @@ class CompileOnlyBackend(Backend):
 
     def __init__(self):
         self._next = 1 << 32
+        self._live = 0
 
     def alloc(self, nbytes: int) -> DeviceBuffer:
         ptr = self._next
         self._next += -(-max(int(nbytes), 1) // 256) * 256
+        self._live += 1
         return DeviceBuffer(ptr, int(nbytes), self)
 
     def free(self, buf) -> None:
-        pass
+        self._live -= 1
+
+    def live_allocations(self) -> int:
+        return self._live
 
     def copy_to_device(self, dst, src, offset: int = 0) -> None:
         pass

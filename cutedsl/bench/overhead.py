@@ -77,9 +77,8 @@ def null_cuda_backend(monkeypatch_setattr=None):
     drv = NullDriver()
     (monkeypatch_setattr or setattr)(cuda_mod, "_driver", lambda: drv)
     be = object.__new__(cuda_mod.CudaBackend)       # skips the device probe: there is no GPU
-    be.drv, be._modules = drv, {}
-    for attr, val in (("device", 0), ("context", None)):
-        setattr(be, attr, val)
+    be._init_state(drv, None)
+    be.device = 0
     return be, drv
 
 
