@@ -5,7 +5,10 @@ called per element in f32 with global coordinates) and may add kernel parameters
 :meth:`Epilogue.extra_params` (e.g. a bias vector), read in ``visit`` via ``self.args``.
 
 * :class:`GlobalEpilogue` — registers -> global memory with per-element bounds checks
-  (``st.global``); no shared memory.
+  (``st.global``); no shared memory. Its per-element :meth:`GlobalEpilogue.write` is a hook.
+* :class:`AtomicAddEpilogue` — like ``GlobalEpilogue`` but adds into D with
+  ``red.global.add.f32`` (several CTAs may reduce into one tile: split-K without a workspace);
+  ``accumulates = True`` makes the Device layer zero-fill D before the launch.
 * :class:`TmaStoreEpilogue` — registers -> 128-byte-swizzled shared sub-tiles of
   ``64 x (128 B)`` (``stmatrix`` for 16-bit outputs) -> ``fence.proxy.async`` + warpgroup
   named barrier -> TMA store by one thread, pipelined over several sub-tile buffers; the
@@ -41,7 +44,14 @@ class EpilogueContext:
 
 
 class Epilogue:
-    """Base epilogue. ``out_dtype``: f32, f16 or bf16; tile ``tile_m x tile_n``."""
+    """Base epilogue. ``out_dtype``: f32, f16 or bf16; tile ``tile_m x tile_n``.
+
+    Class attributes read by the Device layer: ``kind`` (``"global"``: D is a pointer
+    parameter, C-contiguous; ``"tma"``: D is a tensor map; must match ``GemmConfig.epilogue``)
+    and ``accumulates`` (True: the kernel adds into D, so D is zero-filled before the launch)."""
+
+    kind = None
+    accumulates = False
 
     def __init__(self, tile_m: int, tile_n: int, out_dtype: str = "f32"):
         if out_dtype not in ("f32", "f16", "bf16"):
@@ -88,6 +98,13 @@ class Epilogue:
 class GlobalEpilogue(Epilogue):
     """Registers -> global memory, each element guarded by ``row < M and col < N``."""
 
+    kind = "global"
+
+    def write(self, d, offset, value) -> None:
+        """Write one element: ``value`` (``out_dtype``) at element ``offset`` (i64) of D
+        (a ``GlobalPtr``); ``st.global`` here. Called under the bounds check."""
+        d.store(offset, value)
+
     def d_param(self) -> Param:
         return Param("d", "ptr")
 
@@ -104,7 +121,26 @@ class GlobalEpilogue(Epilogue):
                 dr, dc = acc.reg_offset(b, i)
                 row, col = grow + dr, gcol + dc
                 with cir.If((row < ctx.m.unsigned()) & (col < ctx.n.unsigned())):
-                    d.store(cir.i64(row.unsigned()) * ld + cir.i64(col.unsigned()), self._convert(acc.get(b, i)))
+                    self.write(d, cir.i64(row.unsigned()) * ld + cir.i64(col.unsigned()),
+                               self._convert(acc.get(b, i)))
+
+
+class AtomicAddEpilogue(GlobalEpilogue):
+    """``D += tile`` with ``red.global.add.f32`` per element (``GlobalPtr.atomic_add``): CTAs
+    that compute partial sums of the same tile (split-K) reduce into D without a workspace.
+    f32 output only (a pair-wise f16x2 reduction needs even, in-bounds column pairs).
+    The Device layer zero-fills D first (``accumulates``). Summation order across CTAs is not
+    fixed, so results may differ in the last bits from run to run."""
+
+    accumulates = True
+
+    def __init__(self, tile_m: int, tile_n: int, out_dtype: str = "f32"):
+        if out_dtype != "f32":
+            raise ValueError(f"AtomicAddEpilogue reduces in f32: out_dtype must be f32, got {out_dtype}")
+        super().__init__(tile_m, tile_n, out_dtype)
+
+    def write(self, d, offset, value) -> None:
+        d.atomic_add(offset, value)
 
 
 class TmaStoreEpilogue(Epilogue):
@@ -207,7 +243,7 @@ class TmaStoreEpilogue(Epilogue):
         aligned as the swizzle needs), or a check that the aliased buffer can hold them."""
         if self.alias is None:
             plan.buffer("epilogue", (self.SUB_M, self.epi_n), self.out_dtype, self.warpgroups * self.ring,
-                        align=1024)
+                        swizzle=self.ROW_BYTES)
             return
         buf = plan.buffers.get(self.alias)
         if buf is None:
@@ -221,11 +257,13 @@ class TmaStoreEpilogue(Epilogue):
         return [(b, c) for b in range(acc.m_blocks) for c in range(self.tile_n // self.epi_n)]
 
     def _buffer(self, ctx, slot):
-        """(i64 shared address, memref view) of sub-tile buffer ``slot`` of this warpgroup."""
+        """(i64 shared address, TMA store source) of sub-tile buffer ``slot`` of this
+        warpgroup: a tile of the ``"epilogue"`` buffer (checked against the tensor map), or a
+        raw view into the aliased buffer (whose declared dtype is the mainloop's)."""
         idx = ctx.warpgroup * self.ring + slot if self.warpgroups > 1 else slot
         if self.alias is None:
             buf = ctx.smem["epilogue"]
-            return buf.address(idx), buf.view(idx)
+            return buf.address(idx), buf.tile(idx)
         buf = ctx.smem[self.alias]
         off = idx * self.sub_tile_bytes
         shape = (self.SUB_M, self.epi_n)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from ..atom.mbarrier import MBarriers
 from ..atom.sync import elect_one
 from ..atom.tma import TmaCopy
-from ..atom.wgmma import K_TILE, WarpgroupMMA, descriptor_lo
+from ..atom.wgmma import K_TILE, WarpgroupMMA
 from ..compiler.artifact import TensorMapSpec
 from ..ir._lazy import lazy
 from .pipeline import PipelineState, TmaPipeline
@@ -48,6 +48,7 @@ class MultistageMainloop:
         self.dtype, self.b_major, self.warpgroups = dtype, b_major, warpgroups
         self.wg_m = tile_m // warpgroups
         self.mma_atom = WarpgroupMMA(self.wg_m, tile_n, dtype, b_major)
+        self.k_first = 0          #: first k-tile of this CTA (set by ``run``)
 
     # -- static description --------------------------------------------------------
     @property
@@ -73,9 +74,9 @@ class MultistageMainloop:
 
     def plan(self, plan) -> None:
         """Declare this mainloop's shared memory in a ``SmemPlan``."""
-        plan.buffer("a", (self.tile_m, K_TILE), self.dtype, self.stages, align=1024)
+        plan.buffer("a", (self.tile_m, K_TILE), self.dtype, self.stages, swizzle=128, major="K")
         b_shape = (self.tile_n // 64 * K_TILE, 64) if self.b_major == "MN" else (self.tile_n, K_TILE)
-        plan.buffer("b", b_shape, self.dtype, self.stages, align=1024)
+        plan.buffer("b", b_shape, self.dtype, self.stages, swizzle=128, major=self.b_major)
         plan.barriers("full", self.stages)
         plan.barriers("empty", self.stages)
 
@@ -96,9 +97,11 @@ class MultistageMainloop:
         self.pipeline.init(self.leader)
         # byte offset of this warpgroup's rows inside an A stage (K-major: 128 B per row)
         self.a_offset = (cir.thread_idx() // 128) * (self.wg_m * 128) if self.warpgroups > 1 else 0
-        a0 = cir.u32(smem["a"].address(0)) + (self.a_offset if self.warpgroups > 1 else 0)
-        self._desc0 = {"a": descriptor_lo(a0, self.mma_atom.a_layout),
-                       "b": descriptor_lo(smem["b"].address(0), self.mma_atom.b_layout)}
+        a0 = smem["a"].tile(0)
+        if self.warpgroups > 1:
+            a0 = a0.sub(self.a_offset, shape=(self.wg_m, K_TILE))
+        # stage 0's WGMMA descriptors (layouts checked against the buffers); stages move them
+        self._desc0 = {"a": self.mma_atom.descriptor(a0, "A"), "b": self.mma_atom.descriptor(smem["b"].tile(0), "B")}
         # the producer is warp 0 (a warp-uniform branch: ptxas keeps the loop's descriptor and
         # stage arithmetic in uniform registers); one elected lane issues
         self.producer_warp = cir.warp_idx().eq(0)
@@ -115,15 +118,15 @@ class MultistageMainloop:
             one = elect_one()
             self.pipeline.producer_acquire(state)
             self.pipeline.producer_expect(state, predicate=one)
-            k0 = k_tile * K_TILE
+            k0 = (k_tile + self.k_first) * K_TILE
             bar = self.pipeline.full
-            self.tma_a.load(self.smem["a"].view(state.index), bar, state.index, (m0, k0), predicate=one)
+            self.tma_a.load(self.smem["a"].tile(state.index), bar, state.index, (m0, k0), predicate=one)
             if self.b_major == "MN":
                 for j in range(self.b_boxes):
-                    dst = self.smem["b"].view(state.index, shape=self.b_box, byte_offset=j * self.tma_b.box_bytes)
+                    dst = self.smem["b"].tile(state.index, shape=self.b_box, byte_offset=j * self.tma_b.box_bytes)
                     self.tma_b.load(dst, bar, state.index, (k0, n0 + 64 * j), predicate=one)
             else:
-                self.tma_b.load(self.smem["b"].view(state.index), bar, state.index, (n0, k0), predicate=one)
+                self.tma_b.load(self.smem["b"].tile(state.index), bar, state.index, (n0, k0), predicate=one)
 
     def prologue(self, k_tiles, m0, n0) -> None:
         for s in range(self.stages):
@@ -131,18 +134,15 @@ class MultistageMainloop:
                 self.load(PipelineState(self.stages, s, 0), cir.i32(s), m0, n0)
 
     def stage_descriptor(self, name: str, index):
-        """Low word (unsigned i32) of the WGMMA descriptor of stage ``index`` (IR i32) of
-        buffer ``name`` (``"a"``: this warpgroup's rows): stage 0's is computed once in
-        :meth:`setup`, a stage adds ``stage_bytes >> 4`` to the start-address field — one
-        32-bit multiply-add that ptxas keeps in uniform registers (shared addresses are below
-        2^18, so the field never overflows)."""
-        return self._desc0[name] + cir.u32(index) * (self.smem[name].buf.stage_bytes >> 4)
+        """The WGMMA ``Descriptor`` of stage ``index`` (IR i32) of buffer ``name`` (``"a"``:
+        this warpgroup's rows): stage 0's, computed once in :meth:`setup`, plus ``index``
+        stages — one 32-bit multiply-add that ptxas keeps in uniform registers."""
+        return self._desc0[name].stage(index, self.smem[name].buf.stage_bytes)
 
     def mma(self, acc, state: PipelineState):
         """Wait for slot ``state`` and issue the WGMMAs of one k-tile (committed, not waited)."""
         self.pipeline.consumer_wait(state)
-        return self.mma_atom.mma_lo(acc, self.stage_descriptor("a", state.index),
-                                    self.stage_descriptor("b", state.index))
+        return self.mma_atom.mma(acc, self.stage_descriptor("a", state.index), self.stage_descriptor("b", state.index))
 
     @property
     def lag(self) -> int:
@@ -190,8 +190,10 @@ class MultistageMainloop:
     def tail(self) -> None:
         self.mma_atom.wait(0)
 
-    def run(self, k_tiles, m0, n0):
-        """Prologue + mainloop + tail; returns the accumulator (zero when ``k_tiles == 0``)."""
+    def run(self, k_tiles, m0, n0, k_first=0):
+        """Prologue + mainloop + tail over k-tiles ``k_first .. k_first + k_tiles - 1`` (IR i32
+        or Python int); returns the accumulator (zero when ``k_tiles == 0``)."""
+        self.k_first = k_first
         acc = self.mma_atom.zero()
         self.prologue(k_tiles, m0, n0)
         acc = self.mainloop(acc, k_tiles, m0, n0)
