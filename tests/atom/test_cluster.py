@@ -86,6 +86,7 @@ def test_cluster_ptx_and_sass(cluster_kernel):
     assert k.resources.spill_stores == 0
 
 
+@pytest.mark.sim_kernel
 def test_cluster_kernel_on_emulator(cluster_kernel, rng):
     from cutedsl.sim import Emulator
     emu = Emulator()
@@ -104,6 +105,7 @@ def test_cluster_kernel_on_emulator(cluster_kernel, rng):
         assert np.array_equal(gotx[cta], np.arange(128) + 1000 * peer_rank + 1), cta
 
 
+@pytest.mark.sim_kernel
 def test_multicast_mask_values():
     """Masks for every CTA of a (2, 2) and a (4, 1) cluster, evaluated on the emulator."""
     import cutedsl.ir as cir

@@ -42,6 +42,7 @@ def _block_kernel(dtype, trans):
     return body
 
 
+@pytest.mark.sim_kernel
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("trans", [False, True])
 def test_stmatrix_block_on_emulator(dtype, trans, rng):

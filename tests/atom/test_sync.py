@@ -79,6 +79,7 @@ def _handoff(args, smem):
         out.store(cir.i64(cir.warp_idx() + 256), cir.i32(1))
 
 
+@pytest.mark.sim_kernel
 def test_named_barrier_handoff_on_emulator():
     from cutedsl.ir import SmemPlan
     plan = SmemPlan()

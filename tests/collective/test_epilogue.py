@@ -82,6 +82,7 @@ def test_epilogue_options_are_validated():
         MultistageGemmKernel(128, 128, stages=2, epilogue=_with(alias="nope")).smem_plan()
 
 
+@pytest.mark.sim_kernel
 @pytest.mark.parametrize("out", ["f16", "f32"])
 def test_write_addresses_are_bank_conflict_free(out):
     """Run the epilogue's own address computation for a warpgroup on the emulator and check,
