@@ -419,11 +419,12 @@ class Gemm:
         who = f"{type(self.kernel).__name__}.grid()"
         if len(g) != 3:
             raise ArgumentError(f"{who} must return (x, y, z), got {raw!r}")
+        user = "" if type(self.kernel).__module__.startswith("cutedsl.") else f" ({who})"
         for axis, v, hi in zip("xyz", g, MAX_GRID):
             if not 1 <= v <= hi:
                 bm, bn, _ = self.config.tile
                 raise ArgumentError(f"M={m}, N={n}, K={k} with {bm}x{bn} tiles needs gridDim.{axis} = {v} "
-                                    f"CTAs ({who}); the hardware allows 1..{hi} on {axis}: split the "
+                                    f"CTAs{user}; the hardware allows 1..{hi} on {axis}: split the "
                                     f"problem into smaller GEMMs")
         return g
 
