@@ -151,6 +151,12 @@ def empty(backend, shape, dt, pitch_align: int = 1) -> DeviceArray:
     return DeviceArray(own.buf.ptr, shape, strides, dt, backend, own)
 
 
+def zero_fill(arr: DeviceArray) -> None:
+    """Set every byte of a 2-D/1-D device array (row padding included) to zero."""
+    nbytes = arr.strides[0] * arr.shape[0] if arr.ndim == 2 else arr.nbytes
+    arr.backend.copy_to_device(_Buf(arr.ptr), np.zeros(max(nbytes, 1), np.uint8))
+
+
 def to_host(arr: DeviceArray) -> np.ndarray:
     """Copy a (possibly row-pitched) 2-D or 1-D device array into a new C-contiguous host array."""
     e = arr.dtype.nbytes

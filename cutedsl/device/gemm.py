@@ -14,6 +14,7 @@ row-major (``b = bt.T`` for a row-major ``bt`` of shape (N, K)).
 """
 from __future__ import annotations
 
+import inspect
 import numbers
 import threading
 import time
@@ -136,24 +137,39 @@ class GemmConfig:
             raise ConfigError(f"tile must look like 128x128x64, got {text!r}") from None
         return t
 
-    def resolved_stages(self) -> int:
-        """The stage count used: explicit, or the most (<= 7) that fit in shared memory."""
-        if self.schedule == "single_tile":
+    def resolved_stages(self, kernel_cls=None, epilogue_cls=None) -> int:
+        """The stage count used: explicit, or the most (<= 7) that fit in shared memory
+        (with ``kernel_cls``'s shared-memory plan, default ``MultistageGemmKernel``)."""
+        if self.schedule == "single_tile" and kernel_cls is None:
             return 1
         if self.stages != "auto":
             return self.stages
         from ..kernel.gemm import MultistageGemmKernel
         for s in range(7, 0, -1):
             try:
-                self._make(MultistageGemmKernel, s).smem_plan()
+                self._make(kernel_cls or MultistageGemmKernel, s, epilogue_cls).smem_plan()
                 return s
             except SharedMemoryError:
                 continue
         raise ConfigError(f"tile {self.tile} does not fit shared memory even with one stage")
 
-    def _epilogue_cls(self):
+    def _epilogue_cls(self, epilogue_cls=None, kernel_cls=None):
+        """The epilogue class: ``epilogue_cls``, else a user ``kernel_cls.epilogue_cls``, else
+        the config's. A class of the other kind than ``self.epilogue`` is a ``ConfigError``
+        (the config decides the output's layout and pointer-vs-tensor-map argument)."""
         from ..collective.epilogue import GlobalEpilogue, TmaStoreEpilogue
-        return TmaStoreEpilogue if self.epilogue == "tma" else GlobalEpilogue
+        default = TmaStoreEpilogue if self.epilogue == "tma" else GlobalEpilogue
+        where = "epilogue"
+        if epilogue_cls is None:
+            epilogue_cls = getattr(kernel_cls, "epilogue_cls", None)
+            where = f"{getattr(kernel_cls, '__name__', '?')}.epilogue_cls"
+            if epilogue_cls in (None, GlobalEpilogue, TmaStoreEpilogue):
+                return default
+        kind = getattr(epilogue_cls, "kind", None)
+        if kind is not None and kind != self.epilogue:
+            raise ConfigError(f"{where} {epilogue_cls.__name__} is a {kind!r} epilogue but "
+                              f"GemmConfig.epilogue is {self.epilogue!r}: use GemmConfig(epilogue={kind!r})")
+        return epilogue_cls
 
     def _make(self, cls, stages=None, epilogue_cls=None):
         bm, bn, _ = self.tile
@@ -163,14 +179,27 @@ class GemmConfig:
             kw["stages"] = stages
         return cls(**kw)
 
-    def kernel(self, epilogue_cls=None):
-        """The ``Kernel`` object this config builds (``SharedMemoryError`` if it cannot fit)."""
-        from ..kernel.gemm import MultistageGemmKernel, SingleTileGemmKernel
-        if self.schedule == "single_tile":
-            k = self._make(SingleTileGemmKernel, epilogue_cls=epilogue_cls)
-            return k
-        k = self._make(MultistageGemmKernel, self.resolved_stages(), epilogue_cls)
-        k.smem_plan()
+    def kernel(self, epilogue_cls=None, kernel_cls=None):
+        """The ``Kernel`` object this config builds (``SharedMemoryError`` if it cannot fit).
+
+        ``kernel_cls``: any ``GemmKernel`` subclass (it then decides the schedule; it gets
+        ``stages`` when its constructor takes them); ``epilogue_cls``: an ``Epilogue`` subclass
+        of the config's kind (``ConfigError`` otherwise)."""
+        from ..kernel.gemm import GemmKernel, MultistageGemmKernel, SingleTileGemmKernel
+        if kernel_cls is not None and not (isinstance(kernel_cls, type) and issubclass(kernel_cls, GemmKernel)):
+            raise ArgumentTypeError(f"kernel must be a GemmKernel subclass, got {kernel_cls!r}")
+        if epilogue_cls is not None:
+            from ..collective.epilogue import Epilogue
+            if not (isinstance(epilogue_cls, type) and issubclass(epilogue_cls, Epilogue)):
+                raise ArgumentTypeError(f"epilogue must be an Epilogue subclass, got {epilogue_cls!r}")
+        epi = self._epilogue_cls(epilogue_cls, kernel_cls)
+        if kernel_cls is None:
+            kernel_cls = SingleTileGemmKernel if self.schedule == "single_tile" else MultistageGemmKernel
+        if "stages" not in inspect.signature(kernel_cls).parameters:
+            return self._make(kernel_cls, epilogue_cls=epi)
+        k = self._make(kernel_cls, self.resolved_stages(kernel_cls, epi), epi)
+        if hasattr(k, "smem_plan"):
+            k.smem_plan()
         return k
 
 
@@ -205,15 +234,21 @@ class Gemm:
     """A compiled GEMM for one config, callable on any (M, N, K); see module docstring.
 
     ``backend``: ``"auto"`` (GPU, else emulator), ``"cuda"``, ``"sim"`` or a backend object.
-    ``epilogue``: an ``Epilogue`` subclass replacing the config's (e.g. bias + ReLU); its extra
-    kernel parameters are passed as keyword arguments of the call.
+    ``epilogue``: an ``Epilogue`` subclass replacing the config's (e.g. bias + ReLU), of the
+    config's kind (``GemmConfig.epilogue``: a ``TmaStoreEpilogue`` subclass for ``"tma"``, a
+    ``GlobalEpilogue`` subclass for ``"global"``; ``ConfigError`` otherwise); its extra kernel
+    parameters are passed as keyword arguments of the call.
+    ``kernel``: a ``GemmKernel`` subclass to run instead of the config's schedule (e.g. a
+    split-K kernel); it gets the config's tile, dtypes, B major, stages and epilogue, and the
+    call validates, allocates and launches ``kernel.grid(m, n, k)`` CTAs as for any GEMM.
     """
 
-    def __init__(self, config: GemmConfig, backend="auto", *, epilogue=None, cache=None, dump_dir=None):
+    def __init__(self, config: GemmConfig, backend="auto", *, epilogue=None, kernel=None, cache=None,
+                 dump_dir=None):
         if not isinstance(config, GemmConfig):
             raise ArgumentTypeError(f"config must be a GemmConfig, got {type(config).__name__}")
         self.config = config
-        self.kernel = config.kernel(epilogue)
+        self.kernel = config.kernel(epilogue, kernel)
         self._backend_name = _check_backend_arg(backend)
         self._backend = backend if not isinstance(backend, str) else None
         self._cache, self._dump = cache, dump_dir
@@ -316,6 +351,61 @@ class Gemm:
         if arr.ptr % 16:
             raise ArgumentError(f"{name}: global address 0x{arr.ptr:x} is not 16-byte aligned (TMA)")
 
+    def _check_extra_names(self, extra) -> list:
+        """The kernel's extra parameters (besides a, b, d, m, n, k); ``ArgumentError`` for an
+        unknown or missing keyword."""
+        fixed = {"a", "b", "d", "m", "n", "k"}
+        declared = [p for p in self.kernel.params() if p.name not in fixed]
+        names = [p.name for p in declared]
+        unknown = sorted(set(extra) - set(names))
+        if unknown:
+            accepted = ", ".join(["a", "b", "out"] + names)
+            raise ArgumentError(f"unknown keyword argument(s) {', '.join(map(repr, unknown))}; this GEMM "
+                                f"accepts: {accepted}")
+        for p in declared:
+            if p.name not in extra:
+                raise ArgumentError(f"missing epilogue argument {p.name!r} ({p.kind})")
+        return declared
+
+    def _extra_value(self, be, p, v, dims, keep, owned):
+        """Value of an extra parameter; a ``ptr`` takes an array (numpy: copied to the device
+        into ``owned``, freed with the call's scratch; device arrays: used in place and kept
+        alive in ``keep``), checked against the ``shape`` and ``dtype`` the parameter declares."""
+        if p.kind != "ptr":
+            return v
+        dev = arrays.describe(v)
+        if dev is None:
+            host = np.asarray(v)
+            shape = host.shape
+            try:
+                dt = _dtype(host.dtype).name
+            except ArgumentTypeError:
+                dt = str(host.dtype)
+        else:
+            shape, dt = dev[1], dev[3].name
+        if p.dtype is not None and dt != _dtype(p.dtype).name:
+            raise ArgumentTypeError(f"{p.name} has dtype {dt}, the kernel expects {p.dtype} "
+                                    f"(numpy: {_dtype(p.dtype).numpy})")
+        if p.shape is not None:
+            want = tuple(dims[s] if isinstance(s, str) else s for s in p.shape)
+            if tuple(shape) != want:
+                spelled = "(" + ", ".join(map(str, p.shape)) + ("," if len(p.shape) == 1 else "") + ")"
+                raise ArgumentError(f"{p.name} must have shape {spelled} = {want} for this problem, got {tuple(shape)}")
+        if dev is None:
+            arr = arrays.to_device(be, np.ascontiguousarray(host))
+            owned.append(arr)
+            return arr.ptr
+        if p.shape is not None:
+            st, acc = [], _dtype(dt).nbytes
+            for s in reversed(shape):
+                st.append(acc)
+                acc *= s
+            if tuple(dev[2]) != tuple(reversed(st)):
+                raise ArgumentError(f"{p.name} must be C-contiguous (strides {tuple(reversed(st))} B), "
+                                    f"got strides {tuple(dev[2])} B")
+        keep.append(v)
+        return dev[0]
+
     def grid(self, m: int, n: int, k: int = 0) -> tuple:
         """CTAs ``(x, y, z)`` launched for an (M, N, K) problem: ``kernel.grid(m, n, k)``,
         checked against the hardware's grid limits (gridDim.x 1..2^31-1, y and z 1..65535).
@@ -346,12 +436,13 @@ class Gemm:
         are garbage collected or at once by ``launch.release()``. A device result returned to
         the caller owns its memory (see :mod:`cutedsl.device.arrays`)."""
         m, n, k = self._check_operands(a, b)
+        declared = self._check_extra_names(extra)
         grid = self.grid(m, n, k)
         kern = self.compiled
         be = self.backend
         scratch = _Scratch(be)
         try:
-            launch, result = self._prepare(scratch, kern, be, a, b, out, m, n, k, grid, extra)
+            launch, result = self._prepare(scratch, kern, be, a, b, out, m, n, k, grid, extra, declared)
         except BaseException:
             scratch.release()          # nothing leaks from a call that fails before launch
             raise
@@ -359,7 +450,7 @@ class Gemm:
         launch.release = result.release = scratch.release
         return launch, result
 
-    def _prepare(self, scratch, kern, be, a, b, out, m, n, k, grid, extra):
+    def _prepare(self, scratch, kern, be, a, b, out, m, n, k, grid, extra, declared):
         cfg = self.config
         da, a_host = self._operand(be, a, True)
         if a_host:
@@ -398,25 +489,17 @@ class Gemm:
                     raise ArgumentError(f"{name} must be C-contiguous for a pointer parameter")
                 values[name] = arr.ptr
         keep = [da, db, dd]            # device memory (ours or the caller's) must outlive the launch
-        for p in kern.params:
+        dims = {"m": m, "n": n, "k": k}
+        for p in declared:
             if p.name not in values:
-                if p.name not in extra:
-                    raise ArgumentError(f"missing epilogue argument {p.name!r} ({p.kind})")
-                v = extra[p.name]
-                if p.kind == "ptr":
-                    dev = arrays.describe(v)
-                    if dev is None:
-                        v = arrays.to_device(be, np.ascontiguousarray(v))
-                        scratch.arrays.append(v)
-                        v = v.ptr
-                    else:
-                        keep.append(v)
-                        v = dev[0]
-                values[p.name] = v
+                values[p.name] = self._extra_value(be, p, extra[p.name], dims, keep, scratch.arrays)
         params = kern.pack_params(values)
         handle = self._module(be, kern)
+        zero_d = getattr(self.kernel.epilogue, "accumulates", False)
 
         def launch():
+            if zero_d:                 # the epilogue adds into D: start from zeros every launch
+                arrays.zero_fill(dd)
             be.launch(handle, grid, params, block=kern.block, cluster=kern.cluster, smem=kern.dynamic_smem)
 
         def result():
