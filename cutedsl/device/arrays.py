@@ -46,6 +46,34 @@ class OwnedBuffer:
         self._fin()
 
 
+def _release_call(backend, owned, tmaps):
+    for arr in owned:
+        arr.free()
+    release = getattr(backend, "release_tensor_map", None)
+    for t in tmaps:
+        if release is not None:
+            release(t)
+    owned.clear()
+    tmaps.clear()
+
+
+class CallScratch:
+    """What one prepared launch owns: device arrays cutedsl allocated for it (``arrays``:
+    staging copies, a result copied back to the host) and the tensor maps it encoded
+    (``tmaps``); ``keep`` holds the caller's arrays for as long as the launch may run.
+    Released once: by :meth:`release`, or when garbage collected."""
+
+    __slots__ = ("arrays", "tmaps", "keep", "_fin", "__weakref__")
+
+    def __init__(self, backend):
+        self.arrays, self.tmaps, self.keep = [], [], ()
+        self._fin = weakref.finalize(self, _release_call, backend, self.arrays, self.tmaps)
+        self._fin.atexit = False
+
+    def release(self) -> None:
+        self._fin()
+
+
 @attrs.frozen
 class DeviceArray:
     """``shape`` (elements) and ``strides`` (bytes) view of backend memory at address ``ptr``.
