@@ -377,14 +377,11 @@ class Gemm:
         if len(g) != 3:
             raise ArgumentError(f"{who} must return (x, y, z), got {raw!r}")
         for axis, v, hi in zip("xyz", g, MAX_GRID):
-            if v < 1:                  # a kernel's grid() bug, not a problem too large
-                raise ArgumentError(f"grid {axis} = {v} CTAs is outside 1..{hi} ({who} for "
-                                    f"M={m}, N={n}, K={k})")
-            if v > hi:
+            if not 1 <= v <= hi:
                 bm, bn, _ = self.config.tile
+                hint = ": split the problem into smaller GEMMs" if v > hi else ""   # else a grid() bug
                 raise ArgumentError(f"M={m}, N={n}, K={k} with {bm}x{bn} tiles needs gridDim.{axis} = {v} "
-                                    f"CTAs ({who}); the hardware allows 1..{hi} on {axis}: split the "
-                                    f"problem into smaller GEMMs")
+                                    f"CTAs ({who}); the hardware allows 1..{hi} on {axis}{hint}")
         return g
 
     # -- call ---------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from cutedsl.device import arrays
 from cutedsl.device.saxpy import saxpy
 from cutedsl.errors import ArgumentError
 from cutedsl.sim import SimBackend
-from cutedsl.sim import tma as sim_tma
+from cutedsl.sim import tensormap as sim_tma
 
 CFG = GemmConfig(tile=(64, 64, 64), stages=2)
 
