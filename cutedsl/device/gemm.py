@@ -18,7 +18,6 @@ import inspect
 import numbers
 import threading
 import time
-import weakref
 
 import attrs
 import numpy as np
@@ -26,24 +25,9 @@ import numpy as np
 from ..dtypes import dtype as _dtype
 from ..errors import ArgumentError, ArgumentTypeError, ConfigError, NoDeviceError, SharedMemoryError
 from . import arrays
+from .backends import check_backend_arg
 
 _MAX_I32 = 2 ** 31 - 1
-
-
-def _check_backend_arg(backend):
-    """Validate ``Gemm(backend=...)`` at construction: a name from ``BACKENDS`` or an object
-    implementing the ``Backend`` interface."""
-    from .backends import BACKENDS
-    if isinstance(backend, str):
-        if backend not in BACKENDS:
-            raise ArgumentError(f"backend must be one of {', '.join(map(repr, BACKENDS))} or a Backend "
-                                f"object, got {backend!r}")
-        return backend
-    missing = [m for m in ("alloc", "free", "load", "launch", "encode_tensor_map") if not hasattr(backend, m)]
-    if missing:
-        raise ArgumentTypeError(f"backend must be one of {', '.join(map(repr, BACKENDS))} or a Backend "
-                                f"object; {type(backend).__name__} lacks {', '.join(missing)}")
-    return getattr(backend, "name", "?")
 
 
 def _is_int(v) -> bool:
@@ -203,33 +187,6 @@ class GemmConfig:
         return k
 
 
-def _release(be, owned, tmaps):
-    for arr in owned:
-        arr.free()
-    release = getattr(be, "release_tensor_map", None)
-    for t in tmaps:
-        if release is not None:
-            release(t)
-    owned.clear()
-    tmaps.clear()
-
-
-class _Scratch:
-    """What one prepared call owns: device arrays cutedsl allocated for it (``arrays``) and the
-    tensor maps it encoded (``tmaps``); ``keep`` holds the caller's arrays for the launch.
-    Released once, by :meth:`release` or when garbage collected."""
-
-    __slots__ = ("arrays", "tmaps", "keep", "_fin", "__weakref__")
-
-    def __init__(self, be):
-        self.arrays, self.tmaps, self.keep = [], [], ()
-        self._fin = weakref.finalize(self, _release, be, self.arrays, self.tmaps)
-        self._fin.atexit = False
-
-    def release(self) -> None:
-        self._fin()
-
-
 class Gemm:
     """A compiled GEMM for one config, callable on any (M, N, K); see module docstring.
 
@@ -251,7 +208,7 @@ class Gemm:
             raise ArgumentTypeError(f"config must be a GemmConfig, got {type(config).__name__}")
         self.config = config
         self.kernel = config.kernel(epilogue, kernel)
-        self._backend_name = _check_backend_arg(backend)
+        self._backend_name = check_backend_arg(backend)
         self._backend = backend if not isinstance(backend, str) else None
         self._cache, self._dump = cache, dump_dir
         self._compiled = None
@@ -423,9 +380,9 @@ class Gemm:
         for axis, v, hi in zip("xyz", g, MAX_GRID):
             if not 1 <= v <= hi:
                 bm, bn, _ = self.config.tile
+                hint = ": split the problem into smaller GEMMs" if v > hi else ""   # else a grid() bug
                 raise ArgumentError(f"M={m}, N={n}, K={k} with {bm}x{bn} tiles needs gridDim.{axis} = {v} "
-                                    f"CTAs{user}; the hardware allows 1..{hi} on {axis}: split the "
-                                    f"problem into smaller GEMMs")
+                                    f"CTAs{user}; the hardware allows 1..{hi} on {axis}{hint}")
         return g
 
     # -- call ---------------------------------------------------------------------------
@@ -447,7 +404,7 @@ class Gemm:
         grid = self.grid(m, n, k)
         kern = self.compiled
         be = self.backend
-        scratch = _Scratch(be)
+        scratch = arrays.CallScratch(be)
         try:
             launch, result = self._prepare(scratch, kern, be, a, b, out, m, n, k, grid, extra, declared)
         except BaseException:
