@@ -58,6 +58,35 @@ def test_concurrent_writers_of_one_entry(tmp_path):
     assert KernelCache(tmp_path).get(CONFIG).ptx == "// ptx a\n"
 
 
+def _build_once(root, barrier, log, q):
+    import time
+
+    def build():
+        with open(log, "a") as f:
+            f.write("built\n")
+        time.sleep(0.3)                 # long enough for the others to ask meanwhile
+        return fake_kernel("b")
+    try:
+        barrier.wait()
+        k, hit = KernelCache(root).get_or_build(CONFIG, build)
+        q.put((k.ptx, hit))
+    except BaseException as e:   # noqa: BLE001 - reported to the parent
+        q.put((f"{type(e).__name__}: {e}", None))
+
+
+def test_concurrent_misses_build_once(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    barrier, q, log = ctx.Barrier(4), ctx.Queue(), tmp_path / "log"
+    procs = [ctx.Process(target=_build_once, args=(tmp_path / "c", barrier, log, q)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    results = sorted(q.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+    assert results == [("// ptx b\n", False)] + [("// ptx b\n", True)] * 3
+    assert log.read_text() == "built\n"
+
+
 @pytest.mark.filterwarnings("error")     # a (false) corrupt-entry warning fails the thread
 def test_concurrent_writer_threads(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
