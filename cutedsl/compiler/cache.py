@@ -288,12 +288,12 @@ class KernelCache:
             raise CacheError(f"kernel {key} is not in the cache at {self.root}{why} and this machine "
                              f"has no MLIR toolchain to compile it: compile it elsewhere into the cache "
                              f"(CUTEDSL_CACHE_DIR) and copy the directory here")
-        base = self.root / key
         with contextlib.suppress(OSError):
-            base.mkdir(parents=True, exist_ok=True)
+            self.root.mkdir(parents=True, exist_ok=True)
         # one builder per key: processes (and threads) asking for the same missing kernel wait
-        # for the first one's entry instead of all compiling it
-        with self._lock(base, quiet=True, name=".build.lock", wait_s=BUILD_WAIT_S):
+        # for the first one's entry instead of all compiling it. The lock is a file beside the
+        # key directories, so a failed build leaves no empty entry directory behind.
+        with self._lock(self.root, quiet=True, name=f".build-{key}.lock", wait_s=BUILD_WAIT_S):
             k, _ = self._lookup(key)
             if k is not None:
                 return k, True
@@ -338,11 +338,15 @@ class KernelCache:
         """Delete every entry (and leftovers of killed writers); returns the entries removed."""
         n = len(self.entries())
         try:
-            keys = [p for p in self.root.iterdir() if p.is_dir()]
+            found = list(self.root.iterdir())
         except OSError:
             return 0
-        for kd in keys:
-            self._remove(kd)
+        for p in found:
+            if p.is_dir():
+                self._remove(p)
+            elif p.name.startswith(".build-"):
+                with contextlib.suppress(OSError):
+                    p.unlink()
         with _LOCK:
             for k in [k for k in _MEMORY if k[0] == str(self.root)]:
                 del _MEMORY[k]
