@@ -341,9 +341,10 @@ class Gemm:
         self._check_tma_layout("a", da)
         self._check_tma_layout("b", db)
         out_dt = _dtype(cfg.out_dtype)
+        d_is_map = self.kernel.epilogue.d_param().kind == "tensormap"   # else a C-contiguous pointer
         host_out = a_host or arrays.describe(b) is None
         if out is None:
-            dd = arrays.empty(be, (m, n), out_dt, pitch_align=16 if cfg.epilogue == "tma" else 1)
+            dd = arrays.empty(be, (m, n), out_dt, pitch_align=16 if d_is_map else 1)
         else:
             od = arrays.describe(out)
             if od is None:
@@ -352,9 +353,9 @@ class Gemm:
             if tuple(shape) != (m, n) or dt.name != out_dt.name:
                 raise ArgumentError(f"out must have shape {(m, n)} and dtype {out_dt.name}, got {shape} {dt.name}")
             dd = arrays.DeviceArray(ptr, shape, strides, dt, be, out)
-            if cfg.epilogue == "global" and tuple(strides) != (n * out_dt.nbytes, out_dt.nbytes):
+            if not d_is_map and tuple(strides) != (n * out_dt.nbytes, out_dt.nbytes):
                 raise ArgumentError("out must be C-contiguous for the 'global' epilogue")
-        if cfg.epilogue == "tma":
+        if d_is_map:
             self._check_tma_layout("out", dd)
         values = {"m": m, "n": n, "k": k}
         specs = {t.param: t for t in kern.tensor_maps}
