@@ -78,7 +78,7 @@ class GemmKernel(Kernel):
         self.tile_m, self.tile_n, self.dtype, self.out_dtype = tile_m, tile_n, dtype, out_dtype
         self.b_major = b_major
         self.epilogue = self.epilogue_cls(tile_m, tile_n, out_dtype)
-        self.scheduler = self.scheduler_cls(tile_m, tile_n)
+        self.scheduler = self.make_scheduler()
 
     def config(self) -> dict:
         return {"tile": [self.tile_m, self.tile_n, K_TILE], "dtype": self.dtype, "out_dtype": self.out_dtype,
@@ -87,6 +87,11 @@ class GemmKernel(Kernel):
                 "mainloop": _class_id(self.mainloop_cls) if self.mainloop_cls else None}
 
     # -- hooks -----------------------------------------------------------------------
+    def make_scheduler(self):
+        """The tile scheduler instance: ``scheduler_cls(tile_m, tile_n)``; override to pass
+        more (e.g. rasterization, SM count)."""
+        return self.scheduler_cls(self.tile_m, self.tile_n)
+
     def grid(self, m: int, n: int, k: int = 0) -> tuple:
         """CTAs ``(x, y, z)`` for an ``m x n x k`` problem (the scheduler's grid by default)."""
         return self.scheduler.grid(m, n, k)
