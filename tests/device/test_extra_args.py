@@ -32,7 +32,8 @@ def operands(rng, m=70, n=50, k=64):
 def test_unknown_keyword_lists_accepted_names(rng, sim):
     gemm = Gemm(GemmConfig(tile=(64, 64, 64), stages=2), sim, epilogue=AddBias)
     a, b = operands(rng)
-    with pytest.raises(ArgumentError, match=r"unknown keyword argument\(s\) 'bais'; this GEMM accepts: a, b, out, bias"):
+    with pytest.raises(ArgumentError,
+                       match=r"unknown keyword argument\(s\) 'bais'; this GEMM accepts: a, b, out, bias"):
         gemm(a, b, bais=np.zeros(50, np.float32))
     with pytest.raises(ArgumentError, match=r"unknown keyword argument\(s\) 'alpha'; this GEMM accepts: a, b, out$"):
         Gemm(GemmConfig(tile=(64, 64, 64), stages=2), sim)(a, b, alpha=2.0)
@@ -105,7 +106,8 @@ class AddC(GlobalEpilogue):
 def test_short_or_f16_c_is_refused_and_a_right_c_is_added(rng, sim):
     gemm = Gemm(GemmConfig(tile=(64, 64, 64), stages=2, epilogue="global"), sim, epilogue=AddC)
     a, b = operands(rng, 90, 70, 100)
-    with pytest.raises(ArgumentError, match=r"c must have shape \(m, n\) = \(90, 70\) for this problem, got \(89, 70\)"):
+    with pytest.raises(ArgumentError,
+                       match=r"c must have shape \(m, n\) = \(90, 70\) for this problem, got \(89, 70\)"):
         gemm(a, b, c=np.zeros((89, 70), np.float32))
     with pytest.raises(ArgumentTypeError, match="c has dtype f16, the kernel expects f32"):
         gemm(a, b, c=np.zeros((90, 70), np.float16))
