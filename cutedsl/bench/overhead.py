@@ -48,7 +48,7 @@ class NullDriver:
         self._map = _Map()
         ok = (0,)
         for name in ("cuFuncSetAttribute", "cuLaunchKernel", "cuLaunchKernelEx", "cuCtxSynchronize",
-                     "cuEventRecord", "cuEventSynchronize", "cuEventDestroy"):
+                     "cuEventRecord", "cuEventSynchronize", "cuEventDestroy", "cuCtxSetCurrent"):
             setattr(self, name, self._counted(name, lambda *a, _r=ok: _r))
         self.cuEventCreate = self._counted("cuEventCreate", lambda flags: (0, object()))
         self.cuEventElapsedTime = self._counted("cuEventElapsedTime", lambda a, b: (0, self.ELAPSED_MS))
@@ -77,9 +77,8 @@ def null_cuda_backend(monkeypatch_setattr=None):
     drv = NullDriver()
     (monkeypatch_setattr or setattr)(cuda_mod, "_driver", lambda: drv)
     be = object.__new__(cuda_mod.CudaBackend)       # skips the device probe: there is no GPU
-    be.drv, be._modules = drv, {}
-    for attr, val in (("device", 0), ("context", None)):
-        setattr(be, attr, val)
+    be.device = 0
+    be._init_state(drv, "context")
     return be, drv
 
 

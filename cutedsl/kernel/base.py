@@ -31,11 +31,13 @@ class Kernel:
 
         def build():
             from ..compiler import compile_kernel
-            t0 = time.perf_counter()
-            kb, smem, tmaps = self.define()
-            t_build = time.perf_counter() - t0
-            k = compile_kernel(kb, dynamic_smem=smem, tensor_maps=tmaps, dump_dir=dump_dir,
-                               meta={"config": self.config(), "build_seconds": t_build})
+            from ..compiler.compile import COMPILE_LOCK
+            with COMPILE_LOCK:        # MLIR is not thread-safe: one thread builds IR at a time
+                t0 = time.perf_counter()
+                kb, smem, tmaps = self.define()
+                t_build = time.perf_counter() - t0
+                k = compile_kernel(kb, dynamic_smem=smem, tensor_maps=tmaps, dump_dir=dump_dir,
+                                   meta={"config": self.config(), "build_seconds": t_build})
             import attrs
             return attrs.evolve(k, compile_seconds=k.compile_seconds + t_build)
 
