@@ -95,10 +95,12 @@ def _device_array(be, ptr, shape, dt):
 
 
 def measure(config=None, shape=(4096, 4096, 4096), calls: int = 2000, repeats: int = 5,
-            monkeypatch_setattr=None) -> dict:
+            monkeypatch_setattr=None, cached: bool = True) -> dict:
     """Per-call host microseconds of ``Gemm.__call__(a, b, out=d)`` on device arrays (best of
     ``repeats`` runs of ``calls`` calls), the driver calls per call, and the stand-in's own
-    cost per call (subtracted in ``python_us``)."""
+    cost per call (subtracted in ``python_us``). ``cached=False`` empties the Gemm's launch
+    cache before every call: the cost of a call with new arguments (checks, tensor-map
+    encoding, parameter packing)."""
     from ..device import Gemm, GemmConfig
     be, drv = null_cuda_backend(monkeypatch_setattr)
     cfg = config or GemmConfig(out_dtype="f16")
@@ -113,8 +115,13 @@ def measure(config=None, shape=(4096, 4096, 4096), calls: int = 2000, repeats: i
     best = float("inf")
     for _ in range(repeats):
         t = time.perf_counter()
-        for _ in range(calls):
-            g(a, b, out=d)
+        if cached:
+            for _ in range(calls):
+                g(a, b, out=d)
+        else:
+            for _ in range(calls):
+                g._launches.clear()
+                g(a, b, out=d)
         best = min(best, (time.perf_counter() - t) / calls)
     per_call = {k: v / (calls * repeats) for k, v in drv.calls.items()}
     # what the stand-in itself costs per call: the same driver calls with as many arguments
@@ -130,9 +137,9 @@ def measure(config=None, shape=(4096, 4096, 4096), calls: int = 2000, repeats: i
                 fn(*args)
         stub = min(stub, (time.perf_counter() - t) / calls)
     return {"total_us": best * 1e6, "driver_stub_us": stub * 1e6, "python_us": (best - stub) * 1e6,
-            "driver_calls_per_call": per_call, "config": str(cfg), "shape": list(shape)}
+            "driver_calls_per_call": per_call, "config": str(cfg), "shape": list(shape), "cached": cached}
 
 
 if __name__ == "__main__":      # pragma: no cover - a measurement, printed
     import json
-    print(json.dumps(measure(), indent=1))
+    print(json.dumps([measure(repeats=15), measure(calls=300, repeats=5, cached=False)], indent=1))
