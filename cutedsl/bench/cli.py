@@ -140,20 +140,29 @@ def run_bench(args) -> int:
         result = {"header": header(backend, lib, timer, sweep, notes), "sets": []}
         for name, cfgs in plan:
             result["sets"].append(sweep.run_set(name, cfgs))
+            _write_files(args, result, report)   # after each set: a run killed later keeps these
     timer.close()
     if args.plot:
         why = report.plot(result, args.plot)
         if why:
             result["header"].setdefault("notes", []).append(why)
             print(why, file=sys.stderr)
-    if args.json:
-        report.write(args.json, report.to_json(result))
-    if args.csv:
-        report.write(args.csv, report.to_csv(result))
-    if args.json != "-" and args.csv != "-":
+    _write_files(args, result, report)
+    if args.json == "-":
+        report.write("-", report.to_json(result))
+    elif args.csv == "-":
+        report.write("-", report.to_csv(result))
+    else:
         print(report.text(result), end="")
     bad = sum(g["failed_checks"] for s in result["sets"] for g in s["summary"]["configs"].values())
     return 1 if bad else 0
+
+
+def _write_files(args, result, report):
+    if args.json and args.json != "-":
+        report.write(args.json, report.to_json(result))
+    if args.csv and args.csv != "-":
+        report.write(args.csv, report.to_csv(result))
 
 
 def run_identity(args, backend, plan) -> int:
