@@ -123,8 +123,30 @@ def _parser():
                    help="timed launches on a GPU (median reported), 1..100000")
     g.add_argument("--dump", metavar="DIR", help="write IR before/after lowering, PTX, SASS there")
     g.add_argument("--json", action="store_true", help="print one JSON object")
+    c = sub.add_parser("cache", help="show or clear the compiled-kernel cache ($CUTEDSL_CACHE_DIR)")
+    c.add_argument("action", choices=["info", "clear"])
     _add_bench_commands(sub)
     return p
+
+
+def run_cache(action: str) -> int:
+    """``cache info``: location, entries, size, what the key covers; ``cache clear``: delete all."""
+    from .compiler.cache import KernelCache
+    cache = KernelCache()
+    if action == "clear":
+        print(f"removed {cache.clear()} entries from {cache.root}")
+        return 0
+    i = cache.info()
+    print(f"cache: {i['root']}{'' if i['enabled'] else '  (disabled: CUTEDSL_CACHE=off)'}")
+    print(f"entries: {i['entries']}, {i['bytes'] / 1e6:.2f} MB")
+    print(f"key covers: {i['key_covers']}")
+    tc = i["toolchain_versions"]
+    print(f"library sources: {i['library_hash']}, toolchain: {i['toolchain_hash'] or 'none (no MLIR here)'}"
+          + (f" ({', '.join(f'{k} {v}' for k, v in tc.items())})" if tc else ""))
+    for e in i["list"]:
+        user = f"  user code: {', '.join(e['user_modules'])}" if e["user_modules"] else ""
+        print(f"  {e['key']}/{e['toolchain']}  {e['kernel']}  {e['bytes'] / 1e3:.1f} kB  {json.dumps(e['config'])}{user}")
+    return 0
 
 
 def _add_bench_commands(sub):
@@ -236,6 +258,8 @@ def _print_text(rep):
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    if args.cmd == "cache":
+        return run_cache(args.action)
     if args.cmd in ("bench", "bundle"):
         from .bench.cli import main as bench_main
         return bench_main(args)

@@ -241,6 +241,8 @@ class Gemm:
     ``kernel``: a ``GemmKernel`` subclass to run instead of the config's schedule (e.g. a
     split-K kernel); it gets the config's tile, dtypes, B major, stages and epilogue, and the
     call validates, allocates and launches ``kernel.grid(m, n, k)`` CTAs as for any GEMM.
+    ``cache``: a ``KernelCache``, ``None`` (``$CUTEDSL_CACHE_DIR``) or ``False`` (compile
+    without caching; as env ``CUTEDSL_CACHE=off``).
     """
 
     def __init__(self, config: GemmConfig, backend="auto", *, epilogue=None, kernel=None, cache=None,
@@ -413,13 +415,17 @@ class Gemm:
         Raises ``ArgumentError`` naming the problem, the grid dimension and the limit, before
         anything is compiled, allocated or launched."""
         from .backend import MAX_GRID
-        g = tuple(int(x) for x in self.kernel.grid(m=m, n=n, k=k))
+        raw = self.kernel.grid(m=m, n=n, k=k)
+        g = tuple(int(x) for x in raw)
+        who = f"{type(self.kernel).__name__}.grid()"
+        if len(g) != 3:
+            raise ArgumentError(f"{who} must return (x, y, z), got {raw!r}")
         for axis, v, hi in zip("xyz", g, MAX_GRID):
             if not 1 <= v <= hi:
                 bm, bn, _ = self.config.tile
                 raise ArgumentError(f"M={m}, N={n}, K={k} with {bm}x{bn} tiles needs gridDim.{axis} = {v} "
-                                    f"CTAs; the hardware allows 1..{hi} on {axis}: split the problem into "
-                                    f"smaller GEMMs")
+                                    f"CTAs ({who}); the hardware allows 1..{hi} on {axis}: split the "
+                                    f"problem into smaller GEMMs")
         return g
 
     # -- call ---------------------------------------------------------------------------

@@ -17,29 +17,15 @@ epilogue extras, ``m``, ``n``, ``k`` (i32).
 """
 from __future__ import annotations
 
-import hashlib
-import inspect
-
 from ..atom.wgmma import K_TILE
 from ..collective.epilogue import Epilogue, EpilogueContext, GlobalEpilogue, TmaStoreEpilogue
 from ..collective.mainloop import MultistageMainloop
 from ..collective.tile_scheduler import TileScheduler
+from ..compiler.identity import qualname
 from .base import Kernel
 
 TILE_M = (64, 128)
 TILE_N = (64, 128, 256)
-
-
-def _class_id(cls) -> str:
-    """Identity of a class for the cache key: qualified name + source hash."""
-    try:
-        src = inspect.getsource(cls)
-    except (OSError, TypeError):
-        src = cls.__qualname__
-    return f"{cls.__module__}.{cls.__qualname__}:{hashlib.sha256(src.encode()).hexdigest()[:12]}"
-
-
-_epilogue_id = _class_id
 
 
 class GemmKernel(Kernel):
@@ -81,10 +67,12 @@ class GemmKernel(Kernel):
         self.scheduler = self.scheduler_cls(tile_m, tile_n)
 
     def config(self) -> dict:
+        # class identities by name: their source (user code included) is in the cache key
+        # through cutedsl.compiler.identity
         return {"tile": [self.tile_m, self.tile_n, K_TILE], "dtype": self.dtype, "out_dtype": self.out_dtype,
-                "b_major": self.b_major, "class": _class_id(type(self)),
-                "epilogue": _class_id(self.epilogue_cls), "scheduler": _class_id(type(self.scheduler)),
-                "mainloop": _class_id(self.mainloop_cls) if self.mainloop_cls else None}
+                "b_major": self.b_major, "class": qualname(type(self)),
+                "epilogue": qualname(self.epilogue_cls), "scheduler": qualname(type(self.scheduler)),
+                "mainloop": qualname(self.mainloop_cls) if self.mainloop_cls else None}
 
     # -- hooks -----------------------------------------------------------------------
     def grid(self, m: int, n: int, k: int = 0) -> tuple:

@@ -85,5 +85,5 @@ class EmptyGrid(MultistageGemmKernel):
 
 def test_bad_grid_is_rejected_before_launch(rng, sim):
     gemm = Gemm(GemmConfig(tile=(64, 64, 64), stages=2), sim, kernel=EmptyGrid)
-    with pytest.raises(ArgumentError, match=r"grid x = 0 CTAs is outside 1\.\.2147483647"):
+    with pytest.raises(ArgumentError, match=r"gridDim\.x = 0 CTAs \(EmptyGrid\.grid\(\)\); the hardware allows 1\.\.2147483647"):
         gemm(ints(rng, 70, 64), ints(rng, 64, 70))
