@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import os
 import threading
 import time
 
@@ -209,6 +210,11 @@ class Gemm:
         self.config = config
         self.kernel = config.kernel(epilogue, kernel)
         self._backend_name = check_backend_arg(backend)
+        if not (cache is None or cache is False or hasattr(cache, "get_or_build")):
+            raise ArgumentTypeError(f"cache must be a KernelCache, None or False, got {cache!r}")
+        if dump_dir is not None and not isinstance(dump_dir, (str, os.PathLike)):
+            raise ArgumentTypeError(f"dump_dir must be a directory path (str or os.PathLike) or None, "
+                                    f"got {dump_dir!r}")
         self._backend = backend if not isinstance(backend, str) else None
         self._cache, self._dump = cache, dump_dir
         self._compiled = None
