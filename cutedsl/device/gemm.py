@@ -200,7 +200,11 @@ class Gemm:
     split-K kernel); it gets the config's tile, dtypes, B major, stages and epilogue, and the
     call validates, allocates and launches ``kernel.grid(m, n, k)`` CTAs as for any GEMM.
     ``cache``: a ``KernelCache``, ``None`` (``$CUTEDSL_CACHE_DIR``) or ``False`` (compile
-    without caching; as env ``CUTEDSL_CACHE=off``).
+    without caching; as env ``CUTEDSL_CACHE=off``). Wrong names or types raise at construction.
+
+    Thread-safe: one ``Gemm`` may be called from many threads; the kernel is compiled (or
+    loaded) and its module loaded once. Each call frees the device memory it allocated (see
+    :meth:`prepare` and :mod:`cutedsl.device.arrays` for who owns what).
     """
 
     def __init__(self, config: GemmConfig, backend="auto", *, epilogue=None, kernel=None, cache=None,
