@@ -11,9 +11,11 @@ then ``pending = expected``. ``try_wait.parity P`` succeeds iff ``(phase & 1) !=
 at the instruction); ``bar.sync a`` without a count waits for every non-exited warp of the
 CTA; with a count ``b`` for ``b/32`` warps.
 
-**Race shadow** (per 16-byte chunk of shared memory): which mbarrier phase a TMA write
-becomes visible at, which warp wrote generic data not yet fenced with
-``fence.proxy.async``, and how many pending wgmma groups read the chunk.
+**Happens-before edges** (race detector, :mod:`cutedsl.sim.hb`): a barrier arrival releases
+the warp's vector clock into the barrier; the warps a barrier generation releases acquire
+the join; an mbarrier accumulates every release (arrive, ``complete_tx`` of an async copy) and
+snapshots it when a phase completes; a successful ``try_wait``/``test_wait`` acquires the
+snapshot of the latest completed phase. ``.relaxed`` forms neither release nor acquire.
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ from .registry import BLOCKED, YIELD, handler
 # -- mbarrier state ----------------------------------------------------------------------
 
 class MBarrier:
-    __slots__ = ("cta", "offset", "phase", "pending", "expected", "tx", "line", "log")
+    __slots__ = ("cta", "offset", "phase", "pending", "expected", "tx", "line", "log", "snap", "done",
+                 "init")
 
     def __init__(self, cta, offset, count, line):
         self.cta, self.offset = cta, offset
@@ -36,6 +39,9 @@ class MBarrier:
         self.tx = 0
         self.line = line
         self.log = []
+        self.snap = None        # join of every release into this barrier (happens-before)
+        self.done = None        # ``snap`` when the latest phase completed
+        self.init = None        # (agent, clock, pc) of the mbarrier.init
 
     @property
     def name(self):
@@ -50,6 +56,7 @@ class MBarrier:
     def _check(self):
         if self.pending == 0 and self.tx == 0:
             self.phase += 1
+            self.done = self.snap
             self.pending = self.expected
             self.cta.launch.version += 1
 
@@ -151,7 +158,7 @@ class WaitMbarrier:
 # -- named barriers ------------------------------------------------------------------------
 
 class NamedBarrier:
-    __slots__ = ("id", "count", "arrived", "waiters", "line")
+    __slots__ = ("id", "count", "arrived", "waiters", "line", "snap")
 
     def __init__(self, bid):
         self.id = bid
@@ -159,6 +166,7 @@ class NamedBarrier:
         self.arrived = []
         self.waiters = []
         self.line = 0
+        self.snap = None
 
 
 class BarWait:
@@ -200,16 +208,10 @@ def _expected_warps(cta, b):
 
 
 def _release(cta, b, current=None):
-    ws = b.arrived
-    if cta.launch.race_check and ws:
-        merged = {}
-        for w in ws:
-            for k, v in w.observed.items():
-                if merged.get(k, -1) < v:
-                    merged[k] = v
-        for w in ws:
-            w.observed = dict(merged)
+    hb = cta.cluster.hb
     for (w, g) in b.waiters:
+        if hb is not None:
+            hb.acquire(w, b.snap)
         if g is current:
             continue
         g.blocked = None
@@ -217,7 +219,24 @@ def _release(cta, b, current=None):
     b.arrived = []
     b.waiters = []
     b.count = None
+    b.snap = None
     cta.launch.version += 1
+
+
+def hb_check_init(w, b, ins):
+    """Race check: the mbarrier.init of ``b`` must happen before this use by warp ``w``."""
+    hb = w.cta.cluster.hb
+    if hb is None or b.init is None:
+        return
+    agent, clock, pc = b.init
+    if hb.warp_vc(w)[agent] < clock:
+        c = b.cta
+        raise RaceError(
+            f"data race on mbarrier {b.name}:\n    mbarrier.init by {hb.describe(agent, pc, c.launch)}\n"
+            f"    use by {hb.describe(w.agent, ins.pc, c.launch)}\n    are not ordered by "
+            f"synchronisation; missing: fence.mbarrier_init (or a release) and a barrier between the "
+            f"init and other threads' uses (PTX ISA 9.7.13.4 fence.mbarrier_init, 9.7.13.15.11)"
+            + hb.seed_note())
 
 
 def check_named_barriers(cta):
@@ -293,6 +312,9 @@ def dec_bar(ctx, ins, mods, ops):
                                   f"    at {ins.where()}")
         b.count = cnt
         b.arrived.append(w)
+        hb = cta.cluster.hb
+        if hb is not None:
+            b.snap = hb.merge(b.snap, hb.release(w))
         if is_sync:
             b.waiters.append((w, g))
         cta.launch.version += 1
@@ -331,12 +353,14 @@ def cluster_barrier_check(cl):
     if cl.barrier_arrived and all(x in cl.barrier_arrived for x in live):
         cl.barrier_gen += 1
         cl.barrier_arrived = {}
+        cl.barrier_done, cl.barrier_snap = cl.barrier_snap, None
         if cl.ctas:
             cl.ctas[0].launch.version += 1
 
 
 def _dec_cluster_barrier(ctx, ins, mods, ops):
     kind = None
+    relaxed = "relaxed" in mods
     for mm in mods:
         if mm in ("arrive", "wait"):
             kind = mm
@@ -358,6 +382,12 @@ def _dec_cluster_barrier(ctx, ins, mods, ops):
                                       f"warp {key[1]}\n    at {ins.where()}")
             cl.barrier_arrived[key] = cl.barrier_gen
             w.cluster_phase = cl.barrier_gen
+            hb = cl.hb
+            if hb is not None:
+                # .relaxed releases nothing but what a fence.mbarrier_init released before it
+                snap = w.mbinit if relaxed else hb.release(w)
+                w.mbinit = None
+                cl.barrier_snap = hb.merge(cl.barrier_snap, snap)
             cluster_barrier_check(cl)
             return None
         ph = getattr(w, "cluster_phase", None)
@@ -366,6 +396,8 @@ def _dec_cluster_barrier(ctx, ins, mods, ops):
                                   f"\n    at {ins.where()} (CTA {w.cta.ctaid}, warp {w.wid})")
         if cl.barrier_gen > ph:
             w.cluster_phase = None
+            if cl.hb is not None:
+                cl.hb.acquire(w, cl.barrier_done)
             return None
         g.blocked = ClusterWait(cl, ph, ins)
         return BLOCKED
@@ -374,7 +406,7 @@ def _dec_cluster_barrier(ctx, ins, mods, ops):
 
 # -- mbarrier instructions -------------------------------------------------------------------
 
-_MB_IGN = {"release", "acquire", "relaxed", "cta", "cluster", "b64", "sync", "aligned"}
+_MB_IGN = {"release", "acquire", "cta", "cluster", "b64", "sync", "aligned"}
 
 
 @handler("mbarrier")
@@ -390,7 +422,7 @@ def dec_mbarrier(ctx, ins, mods, ops):
             space = "shared::cta"
         elif mm == "shared::cluster":
             space = "shared::cluster"
-        elif mm in ("expect_tx", "noComplete", "parity"):
+        elif mm in ("expect_tx", "noComplete", "parity", "relaxed"):
             sub.add(mm)
         elif mm in _MB_IGN:
             pass
@@ -405,7 +437,10 @@ def dec_mbarrier(ctx, ins, mods, ops):
                 cnt = int(np.broadcast_to(rc(w), (32,))[lanes[0]])
                 if not 1 <= cnt < 2 ** 20:
                     raise SimRuntimeError(f"mbarrier.init count {cnt} outside 1..2^20-1\n    at {ins.where()}")
-                cta.mbar[off] = MBarrier(cta, off, cnt, ins.line)
+                b = cta.mbar[off] = MBarrier(cta, off, cnt, ins.line)
+                hb = cta.cluster.hb
+                if hb is not None:
+                    b.init = (w.agent, int(hb.warp_vc(w)[w.agent]), ins.pc)
                 cta.launch.version += 1
         return fn
     if op == "inval":
@@ -428,19 +463,34 @@ def dec_mbarrier(ctx, ins, mods, ops):
             lanes = w._lanes(m)
             av = _lane_vals(addr(w), lanes)
             phase = 0
+            hb = w.cta.cluster.hb
             for cta, off, n in mbar_targets(w, av, space, ins, lanes):
                 b = get_mbar(cta, off, ins)
                 phase = b.phase
+                snap = None
+                if hb is not None:
+                    hb_check_init(w, b, ins)
+                    if "relaxed" not in sub:
+                        snap = hb.release(w)
                 c = 1
                 if rcount is not None:
                     c = int(np.broadcast_to(rcount(w), (32,))[lanes[0]])
-                if is_tx:
-                    b.expect_tx(c * n)
-                    b.note(f"arrive.expect_tx {c} B x{n} at line {ins.line}")
-                    b.arrive(n, ins)
+
+                def arrive(b=b, c=c, n=n, snap=snap):
+                    if snap is not None:
+                        b.snap = hb.merge(b.snap, snap)
+                    if is_tx:
+                        b.expect_tx(c * n)
+                        b.note(f"arrive.expect_tx {c} B x{n} at line {ins.line}")
+                        b.arrive(n, ins)
+                    else:
+                        b.note(f"arrive x{n * c} at line {ins.line}")
+                        b.arrive(n, ins, count=c, nocomplete=nocomp, drop=drop)
+                ch = w.launch.chaos
+                if ch is not None and cta is not w.cta:
+                    ch.defer(arrive)        # remote arrivals land later (adversarial mode)
                 else:
-                    b.note(f"arrive x{n * c} at line {ins.line}")
-                    b.arrive(n, ins, count=c, nocomplete=nocomp, drop=drop)
+                    arrive()
             dst(w, m, np.uint64(phase))
         return fn
     if op in ("expect_tx", "complete_tx"):
@@ -480,10 +530,11 @@ def dec_mbarrier(ctx, ins, mods, ops):
                 res[lanes[sel]] = ok
                 if first is None:
                     first = (b, int(s[0]))
-                if np.any(ok) and w.launch.race_check:
-                    key = (id(cta), off)
-                    if w.observed.get(key, -1) < b.phase:
-                        w.observed[key] = b.phase
+                hb = w.cta.cluster.hb
+                if hb is not None:
+                    hb_check_init(w, b, ins)
+                    if np.any(ok) and "relaxed" not in sub:
+                        hb.acquire(w, b.done)
             if not res[lanes].any() and first is not None:
                 b, s = first
                 if blocking:
@@ -520,92 +571,14 @@ def dec_fence(ctx, ins, mods, ops):
         ctx.addr(ops[0])
     if "proxy" in mods and "async" in mods:
         def fn(w, g, m):
-            sh = w.cta.shadow
-            if sh is not None:
-                sh.fence(w)
+            hb = w.cta.cluster.hb
+            if hb is not None:
+                hb.fence_proxy(w)
+        return fn
+    if "mbarrier_init" in mods:
+        def fn(w, g, m):
+            hb = w.cta.cluster.hb
+            if hb is not None:
+                w.mbinit = hb.merge(w.mbinit, hb.release(w))
         return fn
     return lambda w, g, m: None
-
-
-# -- race shadow ------------------------------------------------------------------------------
-
-class RaceShadow:
-    """Per-16-byte-chunk shadow of one CTA's shared memory (see module docstring)."""
-
-    def __init__(self, cta):
-        n = cta.smem_size // 16 + 2
-        self.cta = cta
-        self.tma_bar = np.full(n, -1, np.int64)     # barrier offset the data waits on, or -1
-        self.tma_need = np.zeros(n, np.int64)       # phase count that makes it visible
-        self.tma_line = np.zeros(n, np.int32)
-        self.dirty = np.zeros(n, np.int32)          # 1 + warp id of an unfenced generic write
-        self.wg_read = np.zeros(n, np.int32)        # pending wgmma groups reading the chunk
-
-    @staticmethod
-    def chunks(off, nb):
-        off = np.asarray(off, np.int64)
-        lo = off >> 4
-        hi = (off + nb - 1) >> 4
-        if np.array_equal(lo, hi):
-            return np.unique(lo)
-        return np.unique(np.concatenate([lo, hi]))
-
-    def tma_write(self, ch, bar_off, need, ins):
-        if np.any(self.wg_read[ch]):
-            c = int(ch[np.flatnonzero(self.wg_read[ch])[0]])
-            raise RaceError(
-                f"TMA load writes shared memory {self.cta.launch.program.smem_symbol(16 * c, self.cta.dyn_base)} "
-                f"(CTA {self.cta.ctaid}) that an in-flight wgmma still reads (no wgmma.wait_group covering it "
-                f"before the stage was released)\n    at {ins.where()}")
-        self.tma_bar[ch] = bar_off
-        self.tma_need[ch] = need
-        self.tma_line[ch] = ins.line
-        self.dirty[ch] = 0
-
-    def _check_visible(self, ch, observed_fn, ins, who):
-        b = self.tma_bar[ch]
-        sel = b >= 0
-        if not sel.any():
-            return
-        nd = self.tma_need[ch]
-        if sel.all() and (b == b[0]).all() and (nd == nd[0]).all():
-            bo, need = int(b[0]), int(nd[0])
-            if observed_fn((id(self.cta), bo)) >= need:
-                return
-        for bo, need, line in set(zip(b[sel].tolist(), self.tma_need[ch][sel].tolist(),
-                                       self.tma_line[ch][sel].tolist())):
-            key = (id(self.cta), bo)
-            if observed_fn(key) < need:
-                bar = self.cta.mbar.get(bo)
-                bname = bar.name if bar else f"mbarrier at smem offset {bo}"
-                raise RaceError(
-                    f"{who} reads shared memory written by the TMA load at PTX line {line} before waiting "
-                    f"for its completion on {bname} (needs phase {need - 1} complete; reader observed "
-                    f"{observed_fn(key)} completed phases)\n    at {ins.where()}")
-
-    def check_read(self, off, nb, w, ins):
-        # naturally aligned accesses of <= 16 B never cross a 16-B chunk
-        ch = np.asarray(off, np.int64) >> 4 if nb <= 16 else self.chunks(off, nb)
-        if not (self.tma_bar[ch] >= 0).any():
-            return
-        self._check_visible(ch, lambda k: w.observed.get(k, -1), ins, f"warp {w.wid} of CTA {self.cta.ctaid}")
-
-    def check_async_read(self, ch, warps, ins, what):
-        def obs(k):
-            return max(w.observed.get(k, -1) for w in warps)
-        self._check_visible(ch, obs, ins, what)
-        d = self.dirty[ch]
-        if d.any():
-            c = int(ch[np.flatnonzero(d)[0]])
-            raise RaceError(
-                f"{what} reads shared memory {self.cta.launch.program.smem_symbol(16 * c, self.cta.dyn_base)} "
-                f"written by generic stores of warp {int(d[np.flatnonzero(d)[0]]) - 1} without a "
-                f"fence.proxy.async before it\n    at {ins.where()}")
-
-    def generic_write(self, off, nb, w):
-        ch = np.asarray(off, np.int64) >> 4 if nb <= 16 else self.chunks(off, nb)
-        self.dirty[ch] = w.wid + 1
-        self.tma_bar[ch] = -1
-
-    def fence(self, w):
-        self.dirty[self.dirty == w.wid + 1] = 0

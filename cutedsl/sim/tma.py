@@ -11,8 +11,14 @@ outside ``[0, dim_i)``) and lands at shared byte ``swz(dst + lin(x))`` with
 ``lin(x) = x_0*e + pitch*(x_1 + n_1*(x_2 + ...))``, ``pitch = S`` when swizzled else
 ``n_0*e``, ``swz(a) = a ^ (((a >> 7) & (S/16 - 1)) << 4)`` on the absolute address.
 The mbarrier gets ``complete_tx`` of the full box bytes (out-of-bounds elements included).
-Stores clip out-of-bounds elements. Copies complete at issue ("eager"); bulk groups
-(``commit_group``/``wait_group``) are therefore already complete when waited for.
+Stores clip out-of-bounds elements. Copies complete at issue ("eager"); under the adversarial
+mode (:mod:`cutedsl.sim.chaos`) loads land later in random order and stores read their source
+up to ``wait_group.read`` and write global memory up to ``wait_group``.
+
+Race detection (:mod:`cutedsl.sim.hb`): a load's shared-memory writes are recorded at issue as
+the epoch of its ``tma`` agent (issuing warp, mbarrier) and released into the mbarrier with
+its ``complete_tx``; a store's source reads as the epoch of the warp's ``bulk`` agent (clock =
+bulk group), which ``cp.async.bulk.wait_group[.read]`` makes known to the waiting warp.
 """
 from __future__ import annotations
 
@@ -25,7 +31,8 @@ import numpy as np
 from .errors import MemoryAccessError, SimRuntimeError
 from .memory import OFF_MASK, PARAM_WIN, RANK_SHIFT, SHARED_WIN
 from .registry import handler
-from .sync import get_mbar
+from .hb import words_of
+from .sync import get_mbar, hb_check_init
 
 MAGIC = b"CUTEDSL-SIM-TMAP"
 _REGISTRY = {}
@@ -87,8 +94,8 @@ def swizzle(a, span):
 
 @lru_cache(maxsize=256)
 def box_layout(box, esize, span, dst_mod):
-    """(xs, rel, chunks): element coordinates (rank, n) innermost first, swizzled byte
-    offsets relative to ``dst - dst_mod`` (dst_mod = dst % 1024), and the 16-B chunk ids."""
+    """(xs, rel, words): element coordinates (rank, n) innermost first, swizzled byte
+    offsets relative to ``dst - dst_mod`` (dst_mod = dst % 1024), and the 4-B word ids."""
     r = len(box)
     idx = np.indices(box[::-1]).reshape(r, -1)[::-1].astype(np.int64)
     pitch = span if span else box[0] * esize
@@ -101,7 +108,8 @@ def box_layout(box, esize, span, dst_mod):
     rel = swizzle(dst_mod + lin, span)
     rel.flags.writeable = False
     idx.flags.writeable = False
-    ch = np.unique(rel >> 4)
+    ch = np.unique(rel >> 2)
+    ch.flags.writeable = False
     return idx, rel, ch
 
 
@@ -194,7 +202,7 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None):
                                   f"{len(cl.ctas)}-CTA cluster\n    at {ins.where()}")
         targets = [cl.ctas[i] for i in range(len(cl.ctas)) if mask >> i & 1]
     dmod = doff % 1024
-    _xs, rel, ch = box_layout(tm.box, tm.esize, tm.swizzle, dmod)
+    _xs, rel, words = box_layout(tm.box, tm.esize, tm.swizzle, dmod)
     base = doff - dmod
     sidx = (base + rel) // tm.esize
     nbytes = tm.box_bytes
@@ -203,11 +211,53 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None):
             raise MemoryAccessError(f"TMA load box ({nbytes} B) at smem offset {doff} overruns the CTA's "
                                     f"{cta.smem_size} B of shared memory\n    at {ins.where()}")
         bar = get_mbar(cta, moff, ins)
-        if cta.shadow is not None:
-            cta.shadow.tma_write(ch + (base >> 4), moff, bar.phase + 1, ins)
-        cta.sv[tm.esize][sidx] = vals
-        bar.note(f"complete_tx {nbytes} B (TMA load line {ins.line}, coords {tuple(coords)})")
-        bar.complete_tx(nbytes)
+        snap = async_write(w, cta, moff, words + (base >> 2), ins, "TMA load")
+        hb_check_init(w, bar, ins)
+
+        def land(cta=cta, bar=bar, snap=snap):
+            cta.sv[tm.esize][sidx] = vals
+            bar.note(f"complete_tx {nbytes} B (TMA load line {ins.line}, coords {tuple(coords)})")
+            if snap is not None:
+                bar.snap = cta.cluster.hb.merge(bar.snap, snap)
+            bar.complete_tx(nbytes)
+        defer(w, land, remote=cta is not w.cta)
+
+
+def defer(w, fn, tag=None, chain=None, remote=False):
+    """Run ``fn`` now (eager) or at a later scheduling point (adversarial mode)."""
+    ch = w.launch.chaos
+    if ch is None:
+        fn()
+    else:
+        ch.defer(fn, tag, chain)
+
+
+def async_write(w, cta, moff, words, ins, what):
+    """Record an async-proxy write of ``words`` in ``cta`` by the ``tma`` agent of warp ``w`` and
+    mbarrier ``moff``; returns the operation's (vc, pvc) to release with its complete_tx."""
+    sh = cta.shadow
+    if sh is None:
+        return None
+    hb = sh.hb
+    a = hb.agent(("tma", w.cta.rank, w.wid, cta.rank, moff), "tma", w.cta, w.wid,
+                 f"TMA unit (loads of warp {w.wid} completing on "
+                 f"{cta.launch.program.smem_symbol(moff, cta.dyn_base)})")
+    a.n += 1
+    snap = hb.async_op([w], a.idx, a.n)
+    sh.write(words, a.idx, a.n, snap[0], ins.pc, True, what)
+    return snap
+
+
+def bulk_read(w, cta, words, ins, what):
+    """Record an async-proxy read of ``words`` of ``cta`` by warp ``w``'s ``bulk`` agent."""
+    sh = cta.shadow
+    if sh is None:
+        return
+    hb = sh.hb
+    a = hb.agent(("bulk", w.cta.rank, w.wid), "bulk", w.cta, w.wid, f"bulk copies of warp {w.wid}")
+    clock = w.bulk_commits + 1
+    vc, pvc = hb.async_op([w], a.idx, clock)
+    sh.read(words, a.idx, clock, vc, pvc, ins.pc, True, what)
 
 
 def tma_store(w, ins, tm_addr, coords, src):
@@ -222,14 +272,22 @@ def tma_store(w, ins, tm_addr, coords, src):
     base = soff - dmod
     if base + int(rel.max()) + tm.esize > scta.smem_size:
         raise MemoryAccessError(f"TMA store box at smem offset {soff} overruns shared memory\n    at {ins.where()}")
-    if scta.shadow is not None:
-        scta.shadow.check_async_read(ch + (base >> 4), [w], ins, "TMA store")
-    vals = scta.sv[tm.esize][(base + rel) // tm.esize]
+    bulk_read(w, scta, ch + (base >> 2), ins, "TMA store source")
+    sidx = (base + rel) // tm.esize
     v = al.v[tm.esize]
-    if inb is None:
-        v[gidx] = vals
-    else:
-        v[gidx[inb]] = vals[inb]
+    group = w.bulk_commits
+    key = (w.cta.rank, w.wid)
+
+    def read():
+        vals = scta.sv[tm.esize][sidx]
+
+        def write():
+            if inb is None:
+                v[gidx] = vals
+            else:
+                v[gidx[inb]] = vals[inb]
+        defer(w, write, ("bulkwrite", key, group))
+    defer(w, read, ("bulkread", key, group))
 
 
 def _bulk_copy(w, ins, dst_space, dst, src_space, src, size, mbar=None, mask=None):
@@ -237,7 +295,10 @@ def _bulk_copy(w, ins, dst_space, dst, src_space, src, size, mbar=None, mask=Non
         raise SimRuntimeError(f"bulk copy size {size} is not a positive multiple of 16\n    at {ins.where()}")
     one = np.zeros(32, bool)
     one[int(np.flatnonzero(w.live)[0]) if w.live.any() else 0] = True
-    data = w.load(src_space, np.uint64(src), one, 1, size, np.uint8, ins)[0]
+    data = w.load(src_space, np.uint64(src), one, 1, size, np.uint8, ins, race=False)[0]
+    if src_space != "global":
+        scta, soff = _smem_dest(w, src, ins, "bulk copy source", 16)
+        bulk_read(w, scta, words_of(np.arange(soff, soff + size, 4), 4), ins, "bulk copy source")
     if dst_space == "global":
         w.store("global", np.uint64(dst), one, 1, size, data[None, :], ins)
         return
@@ -249,10 +310,14 @@ def _bulk_copy(w, ins, dst_space, dst, src_space, src, size, mbar=None, mask=Non
             raise MemoryAccessError(f"bulk copy of {size} B at smem offset {doff} overruns shared memory\n"
                                     f"    at {ins.where()}")
         bar = get_mbar(cta, moff, ins)
-        if cta.shadow is not None:
-            cta.shadow.tma_write(np.arange(doff >> 4, (doff + size + 15) >> 4), moff, bar.phase + 1, ins)
-        cta.smem[doff:doff + size] = data
-        bar.complete_tx(size)
+        snap = async_write(w, cta, moff, words_of(np.arange(doff, doff + size, 4), 4), ins, "bulk copy")
+
+        def land(cta=cta, bar=bar, snap=snap):
+            cta.smem[doff:doff + size] = data
+            if snap is not None:
+                bar.snap = cta.cluster.hb.merge(bar.snap, snap)
+            bar.complete_tx(size)
+        defer(w, land, remote=cta is not w.cta)
 
 
 _IGN = {"tile", "L2::cache_hint", "cta_group::1", "cta_group::2", "bulk_group", "im2col_no_offs"}
@@ -268,7 +333,11 @@ def dec_cp(ctx, ins, mods, ops):
             for mm in rest[1:]:
                 if mm != "read":
                     ctx.unsupported(f"unsupported modifier .{mm}")
-            return lambda w, g, m: None
+            if rest[0] == "commit_group":
+                def commit(w, g, m):
+                    w.bulk_commits += 1
+                return commit
+            return _dec_bulk_wait(ctx, ins, "read" in rest, ops)
         if rest and rest[0] == "prefetch":
             return lambda w, g, m: None
         return _dec_bulk(ctx, ins, rest, ops)
@@ -378,12 +447,91 @@ def _dec_bulk(ctx, ins, mods, ops):
     return fn
 
 
+def _dec_bulk_wait(ctx, ins, read_only, ops):
+    """``cp.async.bulk.wait_group[.read] N``: the warp's bulk groups older than the N most recent
+    are complete (their source reads, and without .read their writes)."""
+    if len(ops) != 1 or ctx.operand(ops[0]).kind != "imm":
+        ctx.bad("cp.async.bulk.wait_group takes an immediate group count")
+    n = int(ctx.operand(ops[0]).value)
+
+    def fn(w, g, m):
+        done = w.bulk_commits - n
+        ch = w.launch.chaos
+        if ch is not None:
+            key = (w.cta.rank, w.wid)
+            kinds = ("bulkread",) if read_only else ("bulkread", "bulkwrite")
+            ch.flush(lambda t: t is not None and t[0] in kinds and t[1] == key and t[2] < done)
+        hb = w.cta.cluster.hb
+        if hb is not None:
+            a = hb.keys.get(("bulk", w.cta.rank, w.wid))
+            if a is not None:
+                hb.observe(w, a.idx, done)
+    return fn
+
+
+def _cp_agent(w):
+    hb = w.cta.cluster.hb
+    return hb.agent(("cpasync", w.cta.rank, w.wid), "cpasync", w.cta, w.wid, f"cp.async copies of warp {w.wid}")
+
+
+def _dec_cp_async_group(ctx, ins, op, mods, ops):
+    """cp.async.commit_group / wait_group N / wait_all / mbarrier.arrive[.noinc] (PTX ISA 9.7.9.4-8):
+    copies complete at issue here; the happens-before edges make them known to the thread."""
+    if op == "commit_group":
+        def fn(w, g, m):
+            w.cp_commits += 1
+        return fn
+    if op in ("wait_group", "wait_all"):
+        n = None
+        if op == "wait_group":
+            if len(ops) != 1 or ctx.operand(ops[0]).kind != "imm":
+                ctx.bad("cp.async.wait_group takes an immediate group count")
+            n = int(ctx.operand(ops[0]).value)
+
+        def fn(w, g, m):
+            hb = w.cta.cluster.hb
+            if hb is not None:
+                hb.observe(w, _cp_agent(w).idx, w.cp_commits + 1 if n is None else w.cp_commits - n)
+        return fn
+    # mbarrier.arrive: an arrive-on triggered when all prior cp.async of the thread completed
+    noinc = "noinc" in mods
+    space = "generic"
+    for mm in mods:
+        if mm in ("shared", "shared::cta"):
+            space = "shared::cta"
+        elif mm == "shared::cluster":
+            space = "shared::cluster"
+        elif mm not in ("noinc", "b64"):
+            ctx.unsupported(f"unsupported cp.async.mbarrier.arrive modifier .{mm}")
+    addr = ctx.addr(ops[0])
+
+    def fn(w, g, m):
+        from .sync import _lane_vals, mbar_targets
+        lanes = w._lanes(m)
+        hb = w.cta.cluster.hb
+        for cta, off, n in mbar_targets(w, _lane_vals(addr(w), lanes), space, ins, lanes):
+            b = get_mbar(cta, off, ins)
+            if hb is not None:
+                hb_check_init(w, b, ins)
+                b.snap = hb.merge(b.snap, hb.async_op([w], _cp_agent(w).idx, w.cp_commits + 1))
+            b.note(f"cp.async.mbarrier.arrive{'.noinc' if noinc else ''} x{n} at line {ins.line}")
+            if noinc:       # the pending count was not incremented: the arrive-on counts
+                b.arrive(n, ins)
+            else:
+                b.cta.launch.version += 1
+    return fn
+
+
 def _dec_cp_async(ctx, ins, mods, ops):
-    """Ampere ``cp.async`` (executed eagerly) and its group/arrive forms."""
-    if mods and mods[0] in ("commit_group", "wait_group", "wait_all"):
-        return lambda w, g, m: None
-    if mods and mods[0] == "mbarrier":
-        ctx.unsupported("cp.async.mbarrier.arrive is not supported")
+    """Ampere ``cp.async`` (executed eagerly; a generic-proxy write by the warp's ``cpasync``
+    agent for the race detector) and its group/arrive forms."""
+    if mods and mods[0] in ("commit_group", "wait_group", "wait_all", "mbarrier"):
+        rest = mods[1:]
+        if mods[0] == "mbarrier":
+            if not rest or rest[0] != "arrive":
+                ctx.unsupported("unsupported cp.async.mbarrier form")
+            rest = rest[1:]
+        return _dec_cp_async_group(ctx, ins, mods[0], rest, ops)
     for mm in mods:
         if mm not in ("ca", "cg", "shared", "shared::cta", "global", "L2::128B", "L2::256B", "L2::64B",
                       "L2::cache_hint"):
@@ -402,5 +550,14 @@ def _dec_cp_async(ctx, ins, mods, ops):
             if np.ndim(src(w)) == 0:
                 ss = ss[:1]
             v = np.where(np.arange(n)[None, :] < ss[:, None], v, 0).astype(np.uint8)
-        w.store("shared::cta", dst(w), m, 1, n, v, ins)
+        d = dst(w)
+        w.store("shared::cta", d, m, 1, n, v, ins, race=False)
+        sh = w.cta.shadow
+        if sh is not None:
+            a = _cp_agent(w)
+            clock = w.cp_commits + 1
+            lanes = w._lanes(m)
+            offs = np.broadcast_to(np.asarray(d, np.int64), (32,))[lanes]
+            sh.write(words_of(offs, n), a.idx, clock, sh.hb.async_op([w], a.idx, clock)[0], ins.pc, False,
+                     "cp.async")
     return fn

@@ -127,7 +127,8 @@ def test_unknown_instruction_fails_at_load_with_line():
 
 def test_instruction_budget():
     emu = Emulator(budget=5000)
-    prog = load_ptx(kernel("$L_spin:\n\tbra.uni $L_spin;\n"))
+    # a loop whose state changes every iteration: not a livelock, stopped by the budget
+    prog = load_ptx(kernel("$L_spin:\n\tadd.u32 %r1, %r1, 1;\n\tbra.uni $L_spin;\n"))
     with pytest.raises(InstructionBudgetExceeded, match="5000"):
         emu.launch(prog, 1, 32, [0])
 
