@@ -14,8 +14,8 @@ and groups whose PCs meet merge (reconvergence). A round in which no instruction
 a **deadlock**; every blocked lane group is listed in the :class:`DeadlockError`.
 
 **Livelock.** A round that changes no memory and no barrier state is fingerprinted (every
-warp's PCs, masks and registers); when a fingerprint repeats before anything changes, the
-cluster cycles forever and a :class:`DeadlockError` names the spinning warps and the PTX lines
+warp's PCs, masks and registers) and the next rounds run short quanta; when a fingerprint
+repeats before anything changes, the cluster cycles forever and a :class:`DeadlockError` names the spinning warps and the PTX lines
 of their loops. A wall-clock limit (``time_limit`` seconds, env ``CUTEDSL_SIM_TIME_LIMIT``)
 stops any launch with :class:`TimeLimitExceeded`.
 
@@ -218,7 +218,8 @@ class Launch:
                     chaos.step()
                     n = self._run_warp(w, chaos.quantum())
                 else:
-                    n = self._run_warp(w, self.quantum)
+                    # short runs while nothing changes, so a spinning loop repeats its state soon
+                    n = self._run_warp(w, 256 if seen else self.quantum)
                 executed += n
                 if self.insts > self.budget:
                     raise InstructionBudgetExceeded(

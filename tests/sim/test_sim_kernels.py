@@ -57,6 +57,7 @@ def run_gemm(name, a, b, be=None, ptx=None):
     return out, el, be
 
 
+@pytest.mark.sim_kernel
 def test_single_tile_sample_integer_inputs_bit_exact():
     from cutedsl.sim import Emulator, load_ptx
     ptx = (PTX_DIR / "gemm_128x128x64_f16.ptx").read_text()
@@ -95,6 +96,7 @@ def test_single_tile_sample_random_within_tolerance():
     assert np.all(C.reshape(-1)[100 * 120:] == 0)
 
 
+@pytest.mark.sim_kernel
 @pytest.mark.parametrize("name", ["gemm_ms_128x128_f16_tma", "gemm_ms_128x256_f16_tma",
                                   "gemm_ms_128x128_bf16_kmajor_bf16out", "gemm_ms_64x64_f16_global_s2"])
 def test_multistage_fixtures_bit_exact(name):
@@ -110,6 +112,7 @@ def test_multistage_fixtures_bit_exact(name):
     assert el < 10.0, f"{name}: {el:.2f} s"
 
 
+@pytest.mark.sim_kernel
 def test_saxpy_fixtures():
     be = SimBackend()
     n = 1000
