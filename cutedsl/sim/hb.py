@@ -33,19 +33,19 @@ from .errors import RaceError
 #: the edge that would have ordered a prior access of this kind before a conflicting one
 EDGE = {
     "tma": "an mbarrier try_wait/test_wait observing the phase that this TMA load's complete_tx "
-           "completes (PTX ISA 9.7.9.25 cp.async.bulk.tensor, 9.7.13.15 mbarrier), before the access",
+           "completes (PTX ISA: cp.async.bulk.tensor, mbarrier.test_wait/try_wait), before the access",
     "wgmma": "a wgmma.wait_group covering that wgmma group (in any warp of the warpgroup), then a "
              "release -> acquire (mbarrier arrive -> wait, or a barrier) to the writer "
-             "(PTX ISA 9.7.15.7 wgmma.wait_group)",
+             "(PTX ISA: wgmma.wait_group)",
     "bulk": "a cp.async.bulk.wait_group.read covering that bulk group by the issuing thread, then a "
-            "release -> acquire to the writer (PTX ISA 9.7.9.27 cp.async.bulk.wait_group)",
+            "release -> acquire to the writer (PTX ISA: cp.async.bulk.wait_group)",
     "cpasync": "cp.async.wait_group / wait_all (or cp.async.mbarrier.arrive) by the issuing thread, "
-               "then a barrier (PTX ISA 9.7.9.6-9.7.9.8)",
+               "then a barrier (PTX ISA: cp.async.wait_group, cp.async.mbarrier.arrive)",
     "warp": "a barrier between the two threads: bar.sync/barrier.sync (count), mbarrier arrive -> "
-            "try_wait, or barrier.cluster (PTX ISA 9.7.13.1, 9.7.13.15, 8 memory consistency model)",
+            "try_wait, or barrier.cluster (PTX ISA: bar/barrier, mbarrier, barrier.cluster; Memory Consistency Model)",
     "proxy": "a fence.proxy.async after the generic-proxy write (by the writer, or by a thread that "
-             "observed it through a barrier) and before the async-proxy read (PTX ISA 9.7.13.4 membar/"
-             "fence, 8.6 proxies)",
+             "observed it through a barrier) and before the async-proxy read (PTX ISA: membar/fence; "
+             "Memory Consistency Model, proxies)",
 }
 
 
@@ -278,7 +278,7 @@ class Shadow:
                     f"    read by {hb.describe(a, int(self.r_pc[c, word]), ln)} (bulk group {last - 1})\n"
                     f"    may still run when the CTA exits and its shared memory is reassigned; missing: "
                     f"cp.async.bulk.wait_group.read covering the group before the issuing thread exits "
-                    f"(PTX ISA 9.7.9.27)" + hb.seed_note())
+                    f"(PTX ISA: cp.async.bulk.wait_group)" + hb.seed_note())
 
     # -- reports -----------------------------------------------------------------------------
     def _report(self, word, agent, pc, what, mode, edge, col=None):
@@ -333,5 +333,5 @@ def acc_check(w, ins):
                 f"    written by {hb.describe(agent, pc, ln)} (group {clock - 1})\n"
                 f"    accessed by {hb.describe(w.agent, ins.pc, ln)}\n"
                 f"    are not ordered; missing: a wgmma.wait_group covering that group before the "
-                f"access (PTX ISA 9.7.15.5 wgmma.mma_async: accessing the accumulator before "
+                f"access (PTX ISA wgmma.mma_async: accessing the accumulator before "
                 f"wgmma.wait_group is undefined)" + hb.seed_note())

@@ -235,7 +235,7 @@ def hb_check_init(w, b, ins):
             f"data race on mbarrier {b.name}:\n    mbarrier.init by {hb.describe(agent, pc, c.launch)}\n"
             f"    use by {hb.describe(w.agent, ins.pc, c.launch)}\n    are not ordered by "
             f"synchronisation; missing: fence.mbarrier_init (or a release) and a barrier between the "
-            f"init and other threads' uses (PTX ISA 9.7.13.4 fence.mbarrier_init, 9.7.13.15.11)"
+            f"init and other threads' uses (PTX ISA: membar/fence (fence.mbarrier_init), mbarrier.init)"
             + hb.seed_note())
 
 
