@@ -1,9 +1,9 @@
-"""Tensor Memory Accelerator: tensor-map registry, box placement with swizzle, bulk copies.
+"""Tensor Memory Accelerator: box placement with swizzle, bulk copies, Ampere ``cp.async``.
 
-**Tensor maps.** :func:`register_tensor_map` stores a validated
-:class:`~cutedsl.device.backend.EncodedTensorMap` and returns the 128-byte blob the kernel
-receives (``MAGIC`` + registry id). TMA instructions read the blob through the generic
-address of their tensor-map operand (param, or global memory), so a wrong pointer is caught.
+**Tensor maps** (:mod:`cutedsl.sim.tensormap`). TMA instructions read the 128-byte object
+through the generic address of their tensor-map operand (param, or global memory), so a
+wrong pointer is caught, and decode it: a host-encoded blob (``MAGIC`` + registry id) or a
+map built on the device with ``tensormap.replace``, validated with the driver's rules.
 
 **Placement** (hopper-semantics.md §1.2-1.4). Box element ``x`` (innermost first) with
 coordinates ``c`` reads global element ``g = c + x`` (zero / NaN fill when any ``g_i`` is
@@ -22,66 +22,17 @@ bulk group), which ``cp.async.bulk.wait_group[.read]`` makes known to the waitin
 """
 from __future__ import annotations
 
-import itertools
-import struct
 from functools import lru_cache
 
 import numpy as np
 
+from ..errors import TensorMapError
 from .errors import MemoryAccessError, SimRuntimeError
 from .memory import OFF_MASK, PARAM_WIN, RANK_SHIFT, SHARED_WIN
 from .registry import handler
 from .hb import words_of
 from .sync import get_mbar, hb_check_init
-
-MAGIC = b"CUTEDSL-SIM-TMAP"
-_REGISTRY = {}
-_IDS = itertools.count(1)
-
-
-class TensorMap:
-    """Decoded tensor map: ``dims``/``box`` innermost first (elements), ``strides`` in bytes for
-    dims 0..rank-1 (``strides[0] = e``), ``esize`` bytes, ``swizzle`` span bytes, ``oob``."""
-    __slots__ = ("id", "address", "dims", "strides", "box", "esize", "swizzle", "oob", "dtype",
-                 "nan_bits", "enc")
-
-    def __init__(self, enc):
-        from ..dtypes import dtype as _dt
-        spec = enc.spec
-        dt = _dt(spec.dtype)
-        self.enc = enc
-        self.address = int(enc.address)
-        self.dims = tuple(int(d) for d in enc.dims)
-        self.esize = dt.nbytes
-        self.strides = (self.esize,) + tuple(int(s) for s in enc.strides)
-        self.box = tuple(int(b) for b in enc.box)
-        self.swizzle = int(spec.swizzle)
-        self.oob = spec.oob
-        self.dtype = dt.numpy
-        self.nan_bits = 0
-        if spec.oob == "nan":
-            self.nan_bits = int(np.array(np.nan, np.float64).astype(self.dtype).view(f"u{self.esize}"))
-
-    @property
-    def box_bytes(self):
-        return int(np.prod(self.box)) * self.esize
-
-
-def register_tensor_map(enc) -> bytes:
-    """Register an EncodedTensorMap; return its 128-byte blob."""
-    tm = TensorMap(enc)
-    tm.id = next(_IDS)
-    _REGISTRY[tm.id] = tm
-    return MAGIC + struct.pack("<QQ", tm.id, 0x5EED) + bytes(128 - 32)
-
-
-def decode_blob(blob: bytes) -> TensorMap | None:
-    if len(blob) != 128 or blob[:16] != MAGIC:
-        return None
-    tid, chk = struct.unpack_from("<QQ", blob, 16)
-    if chk != 0x5EED:
-        return None
-    return _REGISTRY.get(tid)
+from .tensormap import decode
 
 
 def swizzle(a, span):
@@ -124,11 +75,12 @@ def _goff(box, strides):
 
 def _tmap_of(w, tm_addr, ins):
     blob = w.read_generic_bytes(int(tm_addr), 128, ins)
-    tm = decode_blob(blob)
-    if tm is None:
-        raise SimRuntimeError(f"tensor-map operand at 0x{int(tm_addr):x} does not hold a tensor map encoded by "
-                              f"SimBackend.encode_tensor_map\n    at {ins.where()}")
-    return tm
+    try:
+        return decode(blob)
+    except TensorMapError as e:
+        raise SimRuntimeError(f"tensor-map operand at 0x{int(tm_addr):x} holds neither a tensor map encoded by "
+                              f"SimBackend.encode_tensor_map nor a valid device-built one ({e})\n"
+                              f"    at {ins.where()}") from None
 
 
 def _elements(w, tm, coords, ins):
@@ -522,6 +474,12 @@ def _dec_cp_async_group(ctx, ins, op, mods, ops):
     return fn
 
 
+def _mask_of(lanes):
+    m = np.zeros(32, bool)
+    m[lanes] = True
+    return m
+
+
 def _dec_cp_async(ctx, ins, mods, ops):
     """Ampere ``cp.async`` (executed eagerly; a generic-proxy write by the warp's ``cpasync``
     agent for the race detector) and its group/arrive forms."""
@@ -544,20 +502,36 @@ def _dec_cp_async(ctx, ins, mods, ops):
     rsrc = ctx.rd(ops[3], "u32") if len(ops) > 3 and ctx.operand(ops[3]).kind in ("imm", "reg") else None
 
     def fn(w, g, m):
-        v = w.load("global", src(w), m, 1, n, np.uint8, ins)
-        if rsrc is not None:
-            ss = np.broadcast_to(np.asarray(rsrc(w)), (32,))[w._lanes(m)]
-            if np.ndim(src(w)) == 0:
-                ss = ss[:1]
-            v = np.where(np.arange(n)[None, :] < ss[:, None], v, 0).astype(np.uint8)
-        d = dst(w)
-        w.store("shared::cta", d, m, 1, n, v, ins, race=False)
-        sh = w.cta.shadow
-        if sh is not None:
-            a = _cp_agent(w)
-            clock = w.cp_commits + 1
-            lanes = w._lanes(m)
-            offs = np.broadcast_to(np.asarray(d, np.int64), (32,))[lanes]
-            sh.write(words_of(offs, n), a.idx, clock, sh.hb.async_op([w], a.idx, clock)[0], ins.pc, False,
-                     "cp.async")
+        if rsrc is None:
+            _cp_store(w, dst(w), m, n, w.load("global", src(w), m, 1, n, np.uint8, ins), ins)
+            return
+        # PTX: only src-size bytes are read from global memory, the rest of cp-size is zero-filled;
+        # a lane with src-size 0 reads nothing (its address may point anywhere).
+        lanes = w._lanes(m)
+        ss = np.broadcast_to(np.asarray(rsrc(w), np.uint32), (32,))[lanes].astype(np.int64)
+        if (ss > n).any():
+            raise SimRuntimeError(f"cp.async src-size {int(ss.max())} exceeds cp-size {n}\n    at {ins.where()}")
+        a = np.broadcast_to(np.asarray(src(w), np.uint64), (32,))
+        v = np.zeros((len(lanes), n), np.uint8)
+        full = ss == n
+        if full.any():
+            v[full] = w.load("global", a, _mask_of(lanes[full]), 1, n, np.uint8, ins)
+        part = (ss > 0) & ~full
+        for j in range(int(ss[part].max()) if part.any() else 0):     # rare partial reads, bytewise
+            sel = part & (ss > j)
+            v[sel, j] = w.load("global", a + np.uint64(j), _mask_of(lanes[sel]), 1, 1, np.uint8, ins)[:, 0]
+        _cp_store(w, dst(w), m, n, v, ins)
     return fn
+
+
+def _cp_store(w, d, m, n, v, ins):
+    """cp.async's shared-memory write: a generic-proxy write by the warp's ``cpasync`` agent
+    (race detector), ordered for the warp by cp.async.wait_group / wait_all."""
+    w.store("shared::cta", d, m, 1, n, v, ins, race=False)
+    sh = w.cta.shadow
+    if sh is not None:
+        a = _cp_agent(w)
+        clock = w.cp_commits + 1
+        offs = np.broadcast_to(np.asarray(d, np.int64), (32,))[w._lanes(m)]
+        sh.write(words_of(offs, n), a.idx, clock, sh.hb.async_op([w], a.idx, clock)[0], ins.pc, False,
+                 "cp.async")
