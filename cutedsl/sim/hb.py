@@ -230,7 +230,11 @@ class Shadow:
         self.r_clock[c, words] = clock
         self.r_pc[c, words] = pc
 
-    def write(self, words, agent, clock, vc, pc, async_write, what):
+    def write(self, words, agent, clock, vc, pc, async_write, what, same=None):
+        """Record a write; ``same()`` (generic stores) tells whether it stores the bytes already
+        there: an unordered write-write pair that leaves memory unchanged is benign and not
+        reported (compilers emit such redundant stores from every warp, e.g. Triton's
+        warp-specialized kernels initialising shared flags)."""
         hb = self.hb
         wa = self.w_agent[words]
         vc = None if vc is None else vc
@@ -239,7 +243,7 @@ class Shadow:
             sel = (wa >= 0) & (wa != agent)
             if sel.any():
                 bad = self.w_clock[words][sel] > vc[wa[sel]]
-                if bad.any():
+                if bad.any() and not (same is not None and same()):
                     i = int(np.flatnonzero(bad)[0])
                     self._report(words[sel][i], agent, pc, what, "write", None)
         nc = self.ncols

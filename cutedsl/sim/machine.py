@@ -313,7 +313,11 @@ class Warp:
             if cta is not None:
                 cta.check_not_mbarrier(off, nb, self, ins)
                 if race and cta.shadow is not None:
-                    cta.race_access(off, nb, self, ins, True)
+                    def same(v=v, off=off, vv=vv):
+                        ix = off >> _SHIFT[esize]
+                        cur = v[esize][ix[:, None] + np.arange(n)]
+                        return np.array_equal(cur, vv)
+                    cta.race_access(off, nb, self, ins, True, same=same)
             idx = off >> _SHIFT[esize]
             if n == 1:
                 v[esize][idx] = vv[:, 0]
@@ -406,13 +410,14 @@ class CTA:
                         f"{self.launch.program.smem_symbol(o, self.dyn_base)} (CTA {self.ctaid})"
                         f"\n    at {ins.where()}\n    by warp {w.wid}")
 
-    def race_access(self, off, nb, w, ins, write, what=None):
-        """Record a generic-proxy access of warp ``w`` to this CTA's shared memory."""
+    def race_access(self, off, nb, w, ins, write, what=None, same=None):
+        """Record a generic-proxy access of warp ``w`` to this CTA's shared memory (``same``: a
+        write stores the bytes already there, see :meth:`hb.Shadow.write`)."""
         sh = self.shadow
         vc = sh.hb.warp_vc(w)
         words = words_of(off, nb)
         if write:
-            sh.write(words, w.agent, vc[w.agent], vc, ins.pc, False, what or "st.shared")
+            sh.write(words, w.agent, vc[w.agent], vc, ins.pc, False, what or "st.shared", same)
         else:
             sh.read(words, w.agent, vc[w.agent], vc, w.pvc, ins.pc, False, what or "ld.shared")
 
