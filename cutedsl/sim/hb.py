@@ -179,12 +179,12 @@ class Shadow:
         n = cta.smem_size // 4 + 4
         self.n = n
         self.w_agent = np.full(n, -1, np.int32)
-        self.w_clock = np.zeros(n, np.int64)
+        self.w_clock = np.zeros(n, np.int32)
         self.w_pc = np.zeros(n, np.int32)
         self.w_async = np.zeros(n, bool)       # written through the async proxy
         self.ncols = 0
         ncap = len(cta.warps) + 4
-        self.r_clock = np.zeros((ncap, n), np.int64)
+        self.r_clock = np.zeros((ncap, n), np.int32)
         self.r_pc = np.zeros((ncap, n), np.int32)
         self.col_agent = np.zeros(ncap, np.int64)
         self.cols = {}
@@ -195,7 +195,7 @@ class Shadow:
             c = self.ncols
             if c >= len(self.col_agent):
                 grow = len(self.col_agent)
-                self.r_clock = np.concatenate([self.r_clock, np.zeros((grow, self.n), np.int64)])
+                self.r_clock = np.concatenate([self.r_clock, np.zeros((grow, self.n), np.int32)])
                 self.r_pc = np.concatenate([self.r_pc, np.zeros((grow, self.n), np.int32)])
                 self.col_agent = np.concatenate([self.col_agent, np.zeros(grow, np.int64)])
             self.col_agent[c] = agent
@@ -237,7 +237,6 @@ class Shadow:
         warp-specialized kernels initialising shared flags)."""
         hb = self.hb
         wa = self.w_agent[words]
-        vc = None if vc is None else vc
         if (wa >= 0).any():
             vc = hb.fit(vc)
             sel = (wa >= 0) & (wa != agent)

@@ -1,5 +1,5 @@
 """Synchronisation: mbarriers, named barriers (``bar``/``barrier``), the cluster barrier,
-fences, and the race-checker shadow state.
+and fences.
 
 **mbarrier** (PTX ISA "mbarrier"): state ``(phase, pending, expected, tx)`` kept in a side
 table per CTA keyed by the shared-memory offset (the 8 bytes themselves are not written).
