@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cutedsl.sim import Emulator, RaceError, load_ptx
-from simkit import HEADER, REGS
+from simkit import HEADER, REGS, mbarrier_wait
 
 COPY = """
 \tmov.u32 %r1, %tid.x;
@@ -100,3 +100,52 @@ def test_mbarrier_use_must_be_ordered_after_its_init():
     with pytest.raises(RaceError, match=r"(?s)data race on mbarrier bars.*mbarrier\.init by .*warp 0.*"
                                         r"use by .*warp 1.*fence\.mbarrier_init"):
         Emulator().launch(load_ptx(init_kernel("")), 1, 64, [0])
+
+
+CPBAR = """
+\tmov.u32 %r1, %tid.x;
+\tmov.u32 %r2, bars;
+\tsetp.eq.u32 %p1, %r1, 0;
+\t@%p1 mbarrier.init.shared.b64 [%r2], 128;
+\tfence.mbarrier_init.release.cluster;
+\tbar.sync 0;
+\tld.param.u64 %rd1, [p_src];
+\tmul.wide.u32 %rd2, %r1, 16;
+\tadd.s64 %rd3, %rd1, %rd2;
+\tmov.u32 %r3, dyn;
+\tshl.b32 %r4, %r1, 4;
+\tadd.u32 %r5, %r3, %r4;
+\tcp.async.cg.shared.global [%r5], [%rd3], 16;
+\t@ARRIVE@
+""" + mbarrier_wait("%r2", 0) + """
+\tadd.u32 %r6, %r1, 32;
+\tand.b32 %r6, %r6, 127;
+\tshl.b32 %r6, %r6, 4;
+\tadd.u32 %r7, %r3, %r6;
+\tld.shared.v4.u32 {%r10, %r11, %r12, %r13}, [%r7];
+\tld.param.u64 %rd4, [p_out];
+\tadd.s64 %rd5, %rd4, %rd2;
+\tst.global.v4.u32 [%rd5], {%r10, %r11, %r12, %r13};
+"""
+
+
+def run_cpbar(arrive, seed=None):
+    ptx = (f"{HEADER}.visible .entry k(\n\t.param .u64 p_src,\n\t.param .u64 p_out\n)\n{{\n{REGS}"
+           f"\t.shared .align 8 .b8 bars[8];\n\t.extern .shared .align 1024 .b8 dyn[];\n" +
+           CPBAR.replace("@ARRIVE@", arrive) + "\n\tret;\n}\n")
+    emu = Emulator(chaos=seed)
+    src = np.arange(512, dtype=np.uint32)
+    ds, do = emu.to_device(src), emu.to_device(np.zeros(512, np.uint32))
+    emu.launch(load_ptx(ptx), 1, 128, [ds, do], smem=2048)
+    got = emu.to_host(do, (128, 4), np.uint32)
+    assert np.array_equal(got, np.roll(src.reshape(128, 4), -32, axis=0))
+
+
+@pytest.mark.parametrize("seed", [None, 1])
+def test_cp_async_mbarrier_arrive_orders_the_copies(seed):
+    run_cpbar("cp.async.mbarrier.arrive.noinc.shared.b64 [%r2];", seed)
+
+
+def test_plain_arrive_does_not_cover_cp_async():
+    with pytest.raises(RaceError, match=r"(?s)cp\.async copies of warp.*ld\.shared.*cp\.async\.wait_group"):
+        run_cpbar("mbarrier.arrive.shared.b64 %rd9, [%r2];")
