@@ -181,6 +181,9 @@ class GemmConfig:
         if kernel_cls is None:
             kernel_cls = SingleTileGemmKernel if self.schedule == "single_tile" else MultistageGemmKernel
         if "stages" not in inspect.signature(kernel_cls).parameters:
+            if self.stages not in ("auto", 1):
+                raise ConfigError(f"{kernel_cls.__name__} has no pipeline stages (its constructor takes no "
+                                  f"'stages'), got GemmConfig(stages={self.stages!r}): use 'auto' or 1")
             return self._make(kernel_cls, epilogue_cls=epi)
         k = self._make(kernel_cls, self.resolved_stages(kernel_cls, epi), epi)
         if hasattr(k, "smem_plan"):
