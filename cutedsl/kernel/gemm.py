@@ -98,7 +98,7 @@ class GemmKernel(Kernel):
 
     # -- shared pieces -----------------------------------------------------------------
     def params(self):
-        from ..ir import Param
+        from ..compiler.artifact import ParamSpec as Param   # no MLIR: Gemm calls this on GPU machines without it
         return ([Param("a", "tensormap"), Param("b", "tensormap"), self.epilogue.d_param()]
                 + self.epilogue.extra_params() + [Param("m", "i32"), Param("n", "i32"), Param("k", "i32")])
 
