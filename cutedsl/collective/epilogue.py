@@ -25,7 +25,10 @@ cir = lazy("cutedsl.ir")
 @attrs.define
 class EpilogueContext:
     """Where the tile goes: tile origin ``(m0, n0)`` and problem ``(m, n)`` (IR i32),
-    ``row_base`` rows added for this warpgroup (int), the kernel ``args`` and bound ``smem``."""
+    ``row_base`` rows added for this warpgroup (int), the kernel ``args`` and bound ``smem``.
+    ``sync``: emits the barrier among the threads storing this tile (default ``bar.sync 0``,
+    the whole CTA; warp-specialized kernels pass a named barrier over their consumer
+    threads); ``leader``: i1, the one thread that issues TMA stores (default thread 0)."""
     m0: object
     n0: object
     m: object
@@ -33,6 +36,14 @@ class EpilogueContext:
     args: object
     smem: object = None
     row_base: int = 0
+    sync: object = None
+    leader: object = None
+
+    def barrier(self) -> None:
+        if self.sync is None:
+            gpu.barrier()
+        else:
+            self.sync()
 
 
 class Epilogue:
@@ -134,7 +145,7 @@ class TmaStoreEpilogue(Epilogue):
         r0, c0 = base
         tma = TmaCopy(self.tensor_maps()[0], ctx.args.d)
         view = ctx.smem["epilogue"].view(0)
-        leader = cir.thread_idx().eq(0)
+        leader = ctx.leader if ctx.leader is not None else cir.thread_idx().eq(0)
         regs_per_sub = self.epi_n // 8 * 4         # 4 registers per 8 columns
         for sub in range(self.tile_n // self.epi_n):
             for b in range(acc.m_blocks):
@@ -144,9 +155,9 @@ class TmaStoreEpilogue(Epilogue):
                     col = cir.index(c0 + (dc - sub * self.epi_n))
                     memref.store(self._convert(acc.get(b, i)), view, [row, col])
             tma_store_fence()          # generic smem writes -> visible to the TMA (async proxy)
-            gpu.barrier()
+            ctx.barrier()
             with cir.If(leader):
                 tma.store(view, (ctx.m0, ctx.n0 + sub * self.epi_n))
                 bulk_commit_group()
                 bulk_wait_group(0, read=True)
-            gpu.barrier()              # the sub-tile buffer is reused by the next sub-tile
+            ctx.barrier()              # the sub-tile buffer is reused by the next sub-tile
