@@ -7,52 +7,185 @@ import sys
 import time
 
 TOLERANCE = {"f32": 2e-3, "f16": 4e-3, "bf16": 1.6e-2}   # max |D - ref| / max |ref|
+MAX_I32 = 2 ** 31 - 1
+
+
+# -- user mistakes: one line on stderr naming the option and what it accepts, exit status 2 ------
+# Every subcommand uses these: ``ArgParser`` (argparse's own errors, ``type=``/``choices=``
+# failures), the ``type=`` factories below, and ``UsageError`` for checks made after parsing.
+
+class UsageError(Exception):
+    """A user mistake found after parsing: ``option`` (e.g. ``"--tile"``) and what is wrong.
+    :func:`main` prints ``<prog>: error: argument <option>: <message>`` and returns 2."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(f"argument {option}: {message}")
+        self.option = option
+
+
+class ArgParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose errors are one line on stderr (no usage dump, no
+    traceback) with exit status 2; its subparsers are ``ArgParser`` too."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _num(v: int) -> str:
+    """``2147483647`` -> ``2^31-1`` (limits read better as powers of two)."""
+    return f"2^{(v + 1).bit_length() - 1}-1" if v > 2 ** 20 and (v + 1) & v == 0 else str(v)
+
+
+def int_in(lo: int, hi: int | None = None):
+    """``type=`` for an integer in ``lo..hi`` (``hi=None``: no upper bound); the error names
+    the accepted range."""
+    span = f"{_num(lo)}..{_num(hi)}" if hi is not None else f">= {_num(lo)}"
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text, 10)
+        except ValueError:
+            v = None
+        if v is None or v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"expected an integer {span if hi is None else 'in ' + span}, "
+                                             f"got {text!r}")
+        return v
+    return parse
+
+
+def stages_arg(text: str):
+    """``type=`` for ``--stages``: ``auto`` or an integer 1..7."""
+    if text == "auto":
+        return text
+    try:
+        return int_in(1, 7)(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer in 1..7, got {text!r}") from None
+
+
+def tile_arg(text: str) -> tuple:
+    """``type=`` for ``--tile``: ``BLOCK_MxBLOCK_NxBLOCK_K`` (the values are checked by GemmConfig)."""
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"expected BLOCK_MxBLOCK_NxBLOCK_K such as 128x128x64, got {text!r}")
+    return tuple(int(p) for p in parts)
+
+
+#: ``gemm`` options that set a GemmConfig field, in the order they are applied
+CONFIG_OPTIONS = (("dtype", "--dtype"), ("out_dtype", "--out-dtype"), ("tile", "--tile"),
+                  ("stages", "--stages"), ("schedule", "--schedule"), ("b_major", "--b-major"),
+                  ("epilogue", "--epilogue"))
+
+
+def gemm_config(args):
+    """The ``GemmConfig`` the ``gemm`` arguments describe. A ``ConfigError`` becomes a
+    ``UsageError`` naming the option that made the config invalid, or both options of a bad
+    combination (e.g. ``--schedule/--stages``)."""
+    from .device import GemmConfig
+    from .errors import ConfigError
+    def fails(**kw):
+        try:
+            return GemmConfig(**kw) and None
+        except ConfigError as e:
+            return e
+
+    fields = {}
+    for field, option in CONFIG_OPTIONS:
+        fields[field] = getattr(args, field)
+        err = fails(**fields)
+        if err is not None:
+            if fails(**{field: fields[field]}) is None:   # a bad combination: name the other option
+                option = next((f"{o}/{option}" for f, o in CONFIG_OPTIONS[:len(fields) - 1]
+                               if fails(**{f: fields[f], field: fields[field]})), option)
+            raise UsageError(option, str(err))
+    return GemmConfig(**fields)
 
 
 def _parser():
-    p = argparse.ArgumentParser(prog="python -m cutedsl", description=__doc__)
+    p = ArgParser(prog="python -m cutedsl", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("gemm", help="compile, run and report D = A @ B")
-    g.add_argument("--m", type=int, required=True)
-    g.add_argument("--n", type=int, required=True)
-    g.add_argument("--k", type=int, required=True)
+    size = int_in(1, MAX_I32)
+    g.add_argument("--m", type=size, required=True, help=f"rows of A and D, 1..{MAX_I32}")
+    g.add_argument("--n", type=size, required=True, help=f"columns of B and D, 1..{MAX_I32}")
+    g.add_argument("--k", type=size, required=True, help=f"columns of A, rows of B, 1..{MAX_I32}")
     g.add_argument("--dtype", choices=["f16", "bf16"], default="f16")
     g.add_argument("--out-dtype", choices=["f32", "f16", "bf16"], default="f32")
-    g.add_argument("--tile", default="128x128x64", help="BLOCK_MxBLOCK_NxBLOCK_K")
-    g.add_argument("--stages", default="auto", help="auto or 1..7")
+    g.add_argument("--tile", type=tile_arg, default=(128, 128, 64), help="BLOCK_MxBLOCK_NxBLOCK_K")
+    g.add_argument("--stages", type=stages_arg, default="auto", help="auto or 1..7")
     g.add_argument("--schedule", choices=["multistage", "single_tile"], default="multistage")
     g.add_argument("--b-major", choices=["N", "K"], default="N")
     g.add_argument("--epilogue", choices=["tma", "global"], default="tma")
     g.add_argument("--backend", choices=["auto", "cuda", "sim", "none"], default="auto")
     g.add_argument("--check", action="store_true", help="compare with a float64 numpy reference")
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--iters", type=int, default=50, help="timed launches on a GPU (median reported)")
+    g.add_argument("--seed", type=int_in(0, 2 ** 64 - 1), default=0, help="input seed, 0..2^64-1")
+    g.add_argument("--iters", type=int_in(1, 100_000), default=50,
+                   help="timed launches on a GPU (median reported), 1..100000")
     g.add_argument("--dump", metavar="DIR", help="write IR before/after lowering, PTX, SASS there")
     g.add_argument("--json", action="store_true", help="print one JSON object")
+    c = sub.add_parser("cache", help="show or clear the compiled-kernel cache ($CUTEDSL_CACHE_DIR)")
+    c.add_argument("action", choices=["info", "clear"])
+    _add_bench_commands(sub)
     return p
+
+
+def run_cache(action: str) -> int:
+    """``cache info``: location, entries, size, what the key covers; ``cache clear``: delete all."""
+    from .compiler.cache import KernelCache
+    cache = KernelCache()
+    if action == "clear":
+        print(f"removed {cache.clear()} entries from {cache.root}")
+        return 0
+    i = cache.info()
+    print(f"cache: {i['root']}{'' if i['enabled'] else '  (disabled: CUTEDSL_CACHE=off)'}")
+    print(f"entries: {i['entries']}, {i['bytes'] / 1e6:.2f} MB")
+    print(f"key covers: {i['key_covers']}")
+    tc = i["toolchain_versions"]
+    print(f"library sources: {i['library_hash']}, toolchain: {i['toolchain_hash'] or 'none (no MLIR here)'}"
+          + (f" ({', '.join(f'{k} {v}' for k, v in tc.items())})" if tc else ""))
+    for e in i["list"]:
+        user = f"  user code: {', '.join(e['user_modules'])}" if e["user_modules"] else ""
+        print(f"  {e['key']}/{e['toolchain']}  {e['kernel']}  {e['bytes'] / 1e3:.1f} kB  {json.dumps(e['config'])}{user}")
+    return 0
+
+
+def _add_bench_commands(sub):
+    """``bench`` and ``bundle`` (owner: the benchmark harness, ``cutedsl/bench``)."""
+    from .bench.cli import add_parsers
+    add_parsers(sub)
 
 
 def run_gemm(args) -> tuple:
     """Returns ``(report dict, exit status)``."""
     import numpy as np
-    from .device import Gemm, GemmConfig
+    from .device import Gemm
     from .device.backends import resolve
     from .dtypes import dtype as _dtype
-    from .errors import CuteDSLError
+    from .errors import ArgumentError, CuteDSLError, DumpError, NoDeviceError
 
-    stages = args.stages if args.stages == "auto" else int(args.stages)
-    cfg = GemmConfig(dtype=args.dtype, out_dtype=args.out_dtype, tile=GemmConfig.parse_tile(args.tile),
-                     stages=stages, schedule=args.schedule, b_major=args.b_major, epilogue=args.epilogue)
-    backend, why = resolve(args.backend)
+    cfg = gemm_config(args)
+    try:
+        backend, why, no_device = *resolve(args.backend), None
+    except NoDeviceError as e:                      # reported after the problem's own checks
+        backend, why, no_device = None, "", e
     gemm = Gemm(cfg, backend if backend is not None else "none", dump_dir=args.dump)
+    try:
+        grid = gemm.grid(args.m, args.n, args.k)       # hardware grid limits, before anything runs
+    except ArgumentError as e:
+        raise UsageError("--m/--n/--k", str(e)) from None
+    if no_device is not None:
+        raise UsageError("--backend", str(no_device))
     t0 = time.perf_counter()
-    kern = gemm.compiled
+    try:
+        kern = gemm.compiled
+    except DumpError as e:
+        raise UsageError("--dump", str(e)) from None
     compile_s = time.perf_counter() - t0
     r = kern.resources
     rep = {"backend": backend.name if backend is not None else "none", "m": args.m, "n": args.n, "k": args.k,
            "dtype": args.dtype, "out_dtype": args.out_dtype, "tile": list(cfg.tile),
            "stages": cfg.resolved_stages(), "schedule": cfg.schedule, "b_major": cfg.b_major,
-           "epilogue": cfg.epilogue, "threads": kern.block[0], "grid": list(gemm.kernel.grid(args.m, args.n)),
+           "epilogue": cfg.epilogue, "threads": kern.block[0], "grid": list(grid),
            "registers": r.registers, "spills": r.spill_stores + r.spill_loads, "stack": r.stack,
            "smem_bytes": r.smem_bytes, "sass": r.sass, "ptxas_messages": list(r.ptxas_messages),
            "compile_s": round(compile_s, 4), "cold_compile_s": round(kern.compile_seconds, 4),
@@ -125,14 +258,23 @@ def _print_text(rep):
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    from .errors import CuteDSLError
+    if args.cmd == "cache":
+        return run_cache(args.action)
+    if args.cmd in ("bench", "bundle"):
+        from .bench.cli import main as bench_main
+        return bench_main(args)
+    from .errors import CuteDSLError, NoDeviceError
+    prog = f"python -m cutedsl {args.cmd}"
     try:
         rep, status = run_gemm(args)
-    except CuteDSLError as e:
+    except (UsageError, CuteDSLError) as e:
+        if isinstance(e, NoDeviceError):
+            e = UsageError("--backend", str(e))
+        msg = str(e) if isinstance(e, UsageError) else f"{type(e).__name__}: {e}"
+        msg = " ".join(msg.split("\n")[:1])        # one line; details stay in --json
         if args.json:
-            print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
-        else:
-            print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+            print(json.dumps({"error": str(e) if isinstance(e, UsageError) else f"{type(e).__name__}: {e}"}))
+        print(f"{prog}: error: {msg}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(rep))

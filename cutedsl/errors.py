@@ -33,6 +33,12 @@ class SharedMemoryError(ConfigError):
     """A shared-memory plan exceeds the 232,448-byte (227 KB) opt-in limit of sm_90."""
 
 
+class LayoutError(CuteDSLError, ValueError):
+    """A shared-memory buffer's layout (dtype, swizzle, major, shape) disagrees with an atom
+    that uses it (a TMA tensor map, a WGMMA descriptor); raised while building the kernel and
+    naming both sides."""
+
+
 class IRError(CuteDSLError):
     """Building or verifying MLIR failed; the message names the op and the Python line that built it."""
 

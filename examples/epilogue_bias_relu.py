@@ -12,7 +12,7 @@ from cutedsl.ir import GlobalPtr, Param, select
 
 class BiasReluEpilogue(TmaStoreEpilogue):
     def extra_params(self):
-        return [Param("bias", "ptr")]                       # f32[N]
+        return [Param("bias", "ptr", shape=("n",), dtype="f32")]   # checked per call
 
     def visit(self, value, row, col):
         col = select(col < self.ctx.n.unsigned(), col, 0)   # partial tiles: never read past N

@@ -1,5 +1,6 @@
 """The main job runs as a user runs it (emulator backend here)."""
 import json
+import re
 import pathlib
 import subprocess
 import sys
@@ -27,3 +28,69 @@ def test_main_job_check_failure_sets_exit_status(monkeypatch):
                                      "--check", "--stages", "1"])
     rep, status = cli.run_gemm(args)
     assert status == 1 and rep["passed"] is False
+
+
+MISTAKES = [   # (arguments, option named, what the message must say)
+    (["--m", "-5"], "--m", r"expected an integer in 1\.\.2\^31-1, got '-5'"),
+    (["--m", "0"], "--m", r"1\.\.2\^31-1, got '0'"),
+    (["--n", "2147483648"], "--n", r"1\.\.2\^31-1, got '2147483648'"),
+    (["--k", "1.5"], "--k", r"expected an integer in 1\.\.2\^31-1, got '1.5'"),
+    (["--stages", "x"], "--stages", r"expected 'auto' or an integer in 1\.\.7, got 'x'"),
+    (["--stages", "9"], "--stages", r"1\.\.7, got '9'"),
+    (["--seed", "-1"], "--seed", r"expected an integer in 0\.\.2\^64-1, got '-1'"),
+    (["--iters", "0"], "--iters", r"1\.\.100000, got '0'"),
+    (["--tile", "big"], "--tile", r"expected BLOCK_MxBLOCK_NxBLOCK_K such as 128x128x64, got 'big'"),
+    (["--tile", "96x128x64"], "--tile", r"BLOCK_M must be 64 or 128, got 96"),
+    (["--tile", "128x256x64", "--stages", "5"], "--tile/--stages", r"past the 232448 B limit"),
+    (["--stages", "7"], "--stages", r"past the 232448 B limit"),
+    (["--schedule", "single_tile", "--stages", "3"], "--stages/--schedule", r"exactly one stage"),
+    (["--dtype", "f32"], "--dtype", r"invalid choice: 'f32' \(choose from 'f16', 'bf16'\)"),
+    (["--m", "10000000"], "--m/--n/--k", r"gridDim.y = 78125 CTAs; the hardware allows 1\.\.65535 on y"),
+    (["--dump", "/dev/null/x"], "--dump", r"cannot write dumps to '/dev/null/x'"),
+]
+
+
+@pytest.mark.parametrize("backend", ["none", "sim", "cuda", "auto"])
+@pytest.mark.parametrize("argv,option,match", MISTAKES, ids=[" ".join(m[0]) for m in MISTAKES])
+def test_user_mistakes_give_one_line_naming_the_option(argv, option, match, backend, capsys):
+    from cutedsl import cli
+    from cutedsl.device.cuda import CudaBackend
+    if option == "--dump" and backend == "cuda" and not CudaBackend.available()[0]:
+        option, match = "--backend", "CUDA backend unavailable"   # found first: nothing to compile for
+    full = ["gemm", "--m", "70", "--n", "64", "--k", "64", "--backend", backend]
+    try:
+        status = cli.main(full + argv)      # later options win: argv overrides the defaults above
+    except SystemExit as e:
+        status = e.code
+    out, err = capsys.readouterr()
+    assert status == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"python -m cutedsl gemm: error: argument {option}: "), lines[0]
+    assert re.search(match, lines[0]), lines[0]
+
+
+def test_missing_gpu_names_the_backend_option(capsys):
+    from cutedsl import cli
+    from cutedsl.device.cuda import CudaBackend
+    if CudaBackend.available()[0]:
+        pytest.skip("a GPU is present")
+    assert cli.main(["gemm", "--m", "70", "--n", "64", "--k", "64", "--backend", "cuda"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("python -m cutedsl gemm: error: argument --backend: "
+                                               "CUDA backend unavailable")
+
+
+def test_user_mistake_in_a_real_process_has_no_traceback():
+    r = subprocess.run([sys.executable, "-m", "cutedsl", "gemm", "--m", "-5", "--n", "8", "--k", "8",
+                        "--backend", "none"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == ("python -m cutedsl gemm: error: argument --m: expected an integer in 1..2^31-1, "
+                        "got '-5' (see --help)\n")
+
+
+def test_backend_none_reports_the_checked_grid(capsys):
+    from cutedsl import cli
+    assert cli.main(["gemm", "--m", "300", "--n", "200", "--k", "64", "--backend", "none", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["grid"] == [2, 3, 1] and rep["executed"] is False

@@ -7,7 +7,12 @@ by value (``__grid_constant__``). Device side, :class:`TmaCopy` wraps the kernel
 * ``load(dst, barriers, i, coords)``: tile load into shared memory, completing ``box_bytes``
   transaction bytes on mbarrier ``i`` (out-of-bounds elements are filled, and counted);
 * ``store(src, coords)``: tile store from shared memory; out-of-bounds elements are not
-  written. Before it: generic smem writes need :func:`tma_store_fence` and a CTA barrier;
+  written.
+
+The shared-memory side is an ``SmemTile`` (``smem["a"].tile(stage)``): its buffer's dtype and
+swizzle and the tile's shape must equal the tensor map's dtype, swizzle and box, else
+``LayoutError`` naming both (a 128-B-swizzled WGMMA operand filled through an unswizzled map
+would otherwise compute garbage silently). A raw ``memref`` is accepted unchecked. Before it: generic smem writes need :func:`tma_store_fence` and a CTA barrier;
   after it: :func:`bulk_commit_group` and :func:`bulk_wait_group`;
 * ``prefetch()``: ``prefetch.tensormap``; ``fence_descriptor()``: the acquire fence a
   tensor map written to global memory by the host needs (not needed for grid constants).
@@ -20,11 +25,13 @@ from __future__ import annotations
 from ..ir._lazy import lazy
 
 ir = lazy("mlir.ir")
+S = lazy("cutedsl.ir._smem_ir")
 builtin, nvgpu, nvvm = lazy("mlir.dialects.builtin"), lazy("mlir.dialects.nvgpu"), lazy("mlir.dialects.nvvm")
 V = lazy("cutedsl.ir.values")
 
 from ..compiler.artifact import TensorMapSpec
 from ..dtypes import dtype as _dtype
+from ..errors import LayoutError
 
 _SWZ = {0: "none", 32: "swizzle_32b", 64: "swizzle_64b", 128: "swizzle_128b"}
 _L2 = {0: "none", 64: "l2promo_64b", 128: "l2promo_128b", 256: "l2promo_256b"}
@@ -36,6 +43,25 @@ def descriptor_type(spec: TensorMapSpec) -> ir.Type:
         f"!nvgpu.tensormap.descriptor<tensor = memref<{shape}x{_dtype(spec.dtype).mlir}, "
         f"#gpu.address_space<workgroup>>, swizzle = {_SWZ[spec.swizzle]}, l2promo = {_L2[spec.l2promo]}, "
         f"oob = {spec.oob}, interleave = none>")
+
+
+def check_tile(spec: TensorMapSpec, tile, what: str = "TMA copy"):
+    """The ``memref`` of ``tile`` after checking it against ``spec`` (dtype, swizzle, box);
+    ``tile`` may also be a raw ``memref`` (returned unchecked). Raises ``LayoutError``."""
+    if not isinstance(tile, S.SmemTile):
+        return tile
+    bad = []
+    if _dtype(spec.dtype).name != tile.dtype:
+        bad.append(f"dtype {_dtype(spec.dtype).name} != {tile.dtype}")
+    if spec.swizzle != tile.swizzle:
+        bad.append(f"swizzle {spec.swizzle} B != {tile.swizzle} B")
+    if tuple(spec.box) != tile.shape:
+        bad.append(f"box {list(spec.box)} != tile {list(tile.shape)}")
+    if bad:
+        raise LayoutError(f"{what}: tensor map {spec.param!r} ({_dtype(spec.dtype).name} box "
+                          f"{list(spec.box)}, swizzle {spec.swizzle} B) does not match shared "
+                          f"{tile.describe()}: {'; '.join(bad)}")
+    return tile.memref()
 
 
 class TmaCopy:
@@ -57,14 +83,18 @@ class TmaCopy:
         return [V.index(c) for c in reversed(coords)]
 
     def load(self, dst, barriers, i, coords, multicast_mask=None, predicate=None) -> None:
-        """Load the box at ``coords`` into the shared ``memref`` ``dst`` (shape == box),
-        signalling mbarrier ``i`` of ``barriers`` (an ``MBarriers``). ``multicast_mask`` (i16)
-        writes the box into the same offset of every CTA of the cluster whose bit is set."""
+        """Load the box at ``coords`` into ``dst`` (an ``SmemTile`` checked against the tensor
+        map, or a raw ``memref`` of the box shape), signalling mbarrier ``i`` of ``barriers``
+        (an ``MBarriers``). ``multicast_mask`` (i16) writes the box into the same offset of
+        every CTA of the cluster whose bit is set."""
+        dst = check_tile(self.spec, dst, "TMA load")
         nvgpu.tma_async_load(dst, barriers.group, self.desc, self._coords(coords), barriers._idx(i),
                              multicast_mask=multicast_mask, predicate=predicate)
 
     def store(self, src, coords, predicate=None) -> None:
-        """Store the shared ``memref`` ``src`` (shape == box) to the box at ``coords``."""
+        """Store ``src`` (an ``SmemTile`` checked against the tensor map, or a raw ``memref``
+        of the box shape) to the box at ``coords``."""
+        src = check_tile(self.spec, src, "TMA store")
         nvgpu.tma_async_store(src, self.desc, self._coords(coords), predicate=predicate)
 
     def prefetch(self, predicate=None) -> None:

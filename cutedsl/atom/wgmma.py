@@ -10,6 +10,11 @@ Supported here: f16/bf16 inputs, f32 accumulators, 128-byte swizzle, K = 64 elem
 k-tile (one 128-byte swizzle row); A K-major; B MN-major (N-major, ``imm-trans-b = 1``) or
 K-major. Instruction shape m64nNk16; M = 64 x ``m_blocks`` per warpgroup.
 
+Operands are shared-memory tiles (``SmemTile``, ``smem["a"].tile(stage)``), never raw
+addresses: the descriptors (swizzle mode, LBO, SBO, B transpose) are derived from the buffer's
+declared layout (dtype, swizzle, major, shape), and a layout these descriptors cannot describe
+is a ``LayoutError`` at build time naming the operand and the buffer.
+
 Why ``nvvm.wgmma.mma_async`` and not ``nvgpu.warpgroup.mma``: LLVM 22's nvgpu lowering
 advances the B descriptor as if B were N-major even when it is K-major (silently wrong), and
 its ``warpgroup.mma.store`` misplaces rows for M > 64 unless N == 128 (see
@@ -28,9 +33,11 @@ Shared-memory layouts the descriptors assume (what a TMA box with 128-byte swizz
 from __future__ import annotations
 
 import attrs
+from ..errors import LayoutError
 from ..ir._lazy import lazy
 
 ir = lazy("mlir.ir")
+S = lazy("cutedsl.ir._smem_ir")
 llvm, nvvm = lazy("mlir.dialects.llvm"), lazy("mlir.dialects.nvvm")
 V = lazy("cutedsl.ir.values")
 
@@ -151,16 +158,44 @@ class Accumulator:
 
 class WarpgroupMMA:
     """``wgmma.mma_async`` for one warpgroup: ``m`` (64 or 128) x ``n`` (8..256, step 8) per
-    k-tile of 64, ``dtype`` f16/bf16 inputs, f32 accumulation; A K-major, B ``b_major``."""
+    k-tile of 64, ``dtype`` f16/bf16 inputs, f32 accumulation; A K-major; B ``b_major``
+    (``"MN"`` or ``"K"``; None: whatever the B buffer declares)."""
 
-    def __init__(self, m: int, n: int, dtype: str = "f16", b_major: str = "MN"):
+    def __init__(self, m: int, n: int, dtype: str = "f16", b_major: str | None = None):
         if m not in (64, 128):
             raise ValueError(f"warpgroup M must be 64 or 128, got {m}")
         if not (8 <= n <= 256 and n % 8 == 0):
             raise ValueError(f"WGMMA N must be a multiple of 8 in 8..256, got {n}")
-        self.m, self.n, self.dtype = m, n, dtype
-        self.a_layout = SmemMatrix(m, dtype, "K")
-        self.b_layout = SmemMatrix(n, dtype, b_major)
+        if b_major not in (None, "K", "MN"):
+            raise ValueError(f"b_major must be 'K', 'MN' or None, got {b_major!r}")
+        self.m, self.n, self.dtype, self.b_major = m, n, dtype, b_major
+
+    def operand_layout(self, tile, role: str) -> SmemMatrix:
+        """The descriptor layout of operand ``role`` (``"A"``: ``m x 64`` K-major; ``"B"``:
+        ``n x 64``, K- or MN-major) read from ``tile`` (an ``SmemTile``). Raises ``TypeError``
+        for a non-tile, ``LayoutError`` when the buffer's layout does not fit."""
+        if not isinstance(tile, S.SmemTile):
+            raise TypeError(f"WarpgroupMMA operand {role} must be a shared-memory tile "
+                            f"(smem[name].tile(stage)), not {type(tile).__name__}: the descriptor's "
+                            f"swizzle, LBO and SBO come from the buffer's layout")
+        rows = self.m if role == "A" else self.n
+        want = "K" if role == "A" else self.b_major
+        bad = []
+        if tile.dtype != self.dtype:
+            bad.append(f"dtype {tile.dtype} != {self.dtype}")
+        if tile.major is None:
+            bad.append("the buffer declares no major ('K' or 'MN')")
+        elif want is not None and tile.major != want:
+            bad.append(f"{tile.major}-major, needs {want}-major")
+        if tile.swizzle != 128:
+            bad.append(f"swizzle {tile.swizzle} B, these descriptors need 128 B (one 64-element K row)")
+        if tile.shape[-1] != K_TILE or tile.nbytes != rows * K_TILE * 2:
+            bad.append(f"tile {list(tile.shape)} is not {rows} x {K_TILE} elements in rows of {K_TILE}")
+        if bad:
+            raise LayoutError(f"WarpgroupMMA m{self.m}n{self.n}k{K_STEP} {self.dtype} operand {role} "
+                              f"({rows} x {K_TILE}, 128-B swizzle) does not match shared "
+                              f"{tile.describe()}: {'; '.join(bad)}")
+        return SmemMatrix(rows, tile.dtype, tile.major, tile.swizzle)
 
     @property
     def acc_type(self) -> ir.Type:
@@ -194,33 +229,35 @@ class WarpgroupMMA:
         """``wgmma.wait_group.sync.aligned n``: wait until at most ``n`` groups are pending."""
         nvvm.wgmma_wait_group_sync_aligned(n)
 
-    def mma(self, acc: Accumulator, a_address, b_address, accumulate=True) -> Accumulator:
+    def mma(self, acc: Accumulator, a, b, accumulate=True) -> Accumulator:
         """Issue one k-tile (64 of K): ``m_blocks x 4`` instructions m64n``n``k16, preceded by
         ``wgmma.fence`` and followed by ``commit``; the caller waits (:meth:`wait`).
 
-        ``a_address``/``b_address``: i64 shared byte addresses of the A tile ``[m x 64]``
-        (K-major) and the B tile (layout per ``b_major``). ``accumulate=False`` ignores the
-        incoming accumulator for the first k-step (``scale-d = 0``).
+        ``a``/``b``: ``SmemTile`` of the A tile ``[m x 64]`` (K-major) and the B tile
+        (``n x 64`` elements, K- or MN-major), checked by :meth:`operand_layout`.
+        ``accumulate=False`` ignores the incoming accumulator for the first k-step
+        (``scale-d = 0``).
         """
-        da = make_descriptor(a_address, self.a_layout)
-        db = make_descriptor(b_address, self.b_layout)
+        a_layout, b_layout = self.operand_layout(a, "A"), self.operand_layout(b, "B")
+        da = make_descriptor(a.address(), a_layout)
+        db = make_descriptor(b.address(), b_layout)
         shape = ir.Attribute.parse(f"#nvvm.shape<m = 64, n = {self.n}, k = {K_STEP}>")
         t = ir.Attribute.parse(f"#nvvm.wgmma_type<{self.dtype}>")
         f32 = ir.Attribute.parse("#nvvm.wgmma_type<f32>")
         one = ir.Attribute.parse("#nvvm.wgmma_scale_in<one>")
         la = ir.Attribute.parse("#nvvm.mma_layout<row>")          # A K-major
-        lb = ir.Attribute.parse("#nvvm.mma_layout<%s>" % ("row" if self.b_layout.major == "MN" else "col"))
+        lb = ir.Attribute.parse("#nvvm.mma_layout<%s>" % ("row" if b_layout.major == "MN" else "col"))
         self.fence()
         acc_type = self.acc_type
         structs = list(acc.structs)
         for j in range(K_TILE // K_STEP):
-            dbj = db + (self.b_layout.k_step_offset(j) >> 4) if j else db
-            for b in range(self.m_blocks):
-                off = self.a_layout.k_step_offset(j) + self.a_layout.block_offset(b)
+            dbj = db + (b_layout.k_step_offset(j) >> 4) if j else db
+            for blk in range(self.m_blocks):
+                off = a_layout.k_step_offset(j) + a_layout.block_offset(blk)
                 daj = da + (off >> 4) if off else da
                 scale = "one" if (accumulate or j) else "zero"
-                structs[b] = nvvm.wgmma_mma_async(
-                    acc_type, structs[b], daj, dbj, shape, t, t, f32,
+                structs[blk] = nvvm.wgmma_mma_async(
+                    acc_type, structs[blk], daj, dbj, shape, t, t, f32,
                     ir.Attribute.parse(f"#nvvm.wgmma_scale_out<{scale}>"), one, one, la, lb)
         self.commit()
         return Accumulator(structs, self.n)

@@ -6,16 +6,17 @@
 * :mod:`warp_specialized` — the warp-specialized mainloop (``producer_loop`` /
   ``consumer_loop``), clusters with TMA multicast; :class:`OrderedSequenceBarrier` (in
   :mod:`pipeline`) for ping-pong turn-taking.
-* :mod:`persistent_scheduler` — static persistent tile scheduler with rasterization.
 * :mod:`epilogue` — accumulator -> global (bounds-checked) and accumulator -> smem -> TMA store,
-  with an elementwise ``visit`` hook subclasses override.
+  with an elementwise ``visit`` hook subclasses override; an atomic-add epilogue for split-K.
+* :mod:`tile_scheduler` — which output tile(s) a CTA computes, and the launch grid: one tile
+  per CTA, or static persistent with rasterization and clusters.
 """
 from .pipeline import OrderedSequenceBarrier, PipelineState, TmaPipeline
 from .mainloop import MultistageMainloop
 from .warp_specialized import WarpSpecializedMainloop
-from .persistent_scheduler import PersistentTileScheduler
-from .epilogue import Epilogue, GlobalEpilogue, TmaStoreEpilogue, EpilogueContext
+from .epilogue import AtomicAddEpilogue, Epilogue, EpilogueContext, GlobalEpilogue, TmaStoreEpilogue
+from .tile_scheduler import PersistentTileScheduler, TileScheduler
 
 __all__ = ["PipelineState", "TmaPipeline", "OrderedSequenceBarrier", "MultistageMainloop",
-           "WarpSpecializedMainloop", "PersistentTileScheduler", "Epilogue", "GlobalEpilogue",
-           "TmaStoreEpilogue", "EpilogueContext"]
+           "WarpSpecializedMainloop", "Epilogue", "GlobalEpilogue", "TmaStoreEpilogue", "EpilogueContext",
+           "AtomicAddEpilogue", "TileScheduler", "PersistentTileScheduler"]

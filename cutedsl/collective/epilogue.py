@@ -5,7 +5,10 @@ called per element in f32 with global coordinates) and may add kernel parameters
 :meth:`Epilogue.extra_params` (e.g. a bias vector), read in ``visit`` via ``self.args``.
 
 * :class:`GlobalEpilogue` — registers -> global memory with per-element bounds checks
-  (``st.global``); no shared memory.
+  (``st.global``); no shared memory. Its per-element :meth:`GlobalEpilogue.write` is a hook.
+* :class:`AtomicAddEpilogue` — like ``GlobalEpilogue`` but adds into D with
+  ``red.global.add.f32`` (several CTAs may reduce into one tile: split-K without a workspace);
+  ``accumulates = True`` makes the Device layer zero-fill D before the launch.
 * :class:`TmaStoreEpilogue` — registers -> shared memory (sub-tiles of ``tile_m x epi_n``)
   -> ``fence.proxy.async`` + CTA barrier -> TMA store by one thread -> bulk commit/wait;
   the TMA unit clips elements outside ``M x N``.
@@ -47,7 +50,14 @@ class EpilogueContext:
 
 
 class Epilogue:
-    """Base epilogue. ``out_dtype``: f32, f16 or bf16; tile ``tile_m x tile_n``."""
+    """Base epilogue. ``out_dtype``: f32, f16 or bf16; tile ``tile_m x tile_n``.
+
+    Class attributes read by the Device layer: ``kind`` (``"global"``: D is a pointer
+    parameter, C-contiguous; ``"tma"``: D is a tensor map; must match ``GemmConfig.epilogue``)
+    and ``accumulates`` (True: the kernel adds into D, so D is zero-filled before the launch)."""
+
+    kind = None
+    accumulates = False
 
     def __init__(self, tile_m: int, tile_n: int, out_dtype: str = "f32"):
         if out_dtype not in ("f32", "f16", "bf16"):
@@ -94,6 +104,13 @@ class Epilogue:
 class GlobalEpilogue(Epilogue):
     """Registers -> global memory, each element guarded by ``row < M and col < N``."""
 
+    kind = "global"
+
+    def write(self, d, offset, value) -> None:
+        """Write one element: ``value`` (``out_dtype``) at element ``offset`` (i64) of D
+        (a ``GlobalPtr``); ``st.global`` here. Called under the bounds check."""
+        d.store(offset, value)
+
     def d_param(self) -> Param:
         return Param("d", "ptr")
 
@@ -110,7 +127,26 @@ class GlobalEpilogue(Epilogue):
                 dr, dc = acc.reg_offset(b, i)
                 row, col = grow + dr, gcol + dc
                 with cir.If((row < ctx.m.unsigned()) & (col < ctx.n.unsigned())):
-                    d.store(cir.i64(row.unsigned()) * ld + cir.i64(col.unsigned()), self._convert(acc.get(b, i)))
+                    self.write(d, cir.i64(row.unsigned()) * ld + cir.i64(col.unsigned()),
+                               self._convert(acc.get(b, i)))
+
+
+class AtomicAddEpilogue(GlobalEpilogue):
+    """``D += tile`` with ``red.global.add.f32`` per element (``GlobalPtr.atomic_add``): CTAs
+    that compute partial sums of the same tile (split-K) reduce into D without a workspace.
+    f32 output only (a pair-wise f16x2 reduction needs even, in-bounds column pairs).
+    The Device layer zero-fills D first (``accumulates``). Summation order across CTAs is not
+    fixed, so results may differ in the last bits from run to run."""
+
+    accumulates = True
+
+    def __init__(self, tile_m: int, tile_n: int, out_dtype: str = "f32"):
+        if out_dtype != "f32":
+            raise ValueError(f"AtomicAddEpilogue reduces in f32: out_dtype must be f32, got {out_dtype}")
+        super().__init__(tile_m, tile_n, out_dtype)
+
+    def write(self, d, offset, value) -> None:
+        d.atomic_add(offset, value)
 
 
 class TmaStoreEpilogue(Epilogue):
@@ -130,6 +166,8 @@ class TmaStoreEpilogue(Epilogue):
             raise ValueError(f"epi_n {epi_n} must divide tile_n {tile_n}, be <= 256 and span a multiple of 16 B")
         self.epi_n = epi_n
 
+    kind = "tma"
+
     def d_param(self) -> Param:
         return Param("d", "tensormap")
 
@@ -144,7 +182,8 @@ class TmaStoreEpilogue(Epilogue):
         acc = self._visit_all(acc, ctx, base)
         r0, c0 = base
         tma = TmaCopy(self.tensor_maps()[0], ctx.args.d)
-        view = ctx.smem["epilogue"].view(0)
+        tile = ctx.smem["epilogue"].tile(0)
+        view = tile.memref()
         leader = ctx.leader if ctx.leader is not None else cir.thread_idx().eq(0)
         regs_per_sub = self.epi_n // 8 * 4         # 4 registers per 8 columns
         for sub in range(self.tile_n // self.epi_n):
@@ -157,7 +196,7 @@ class TmaStoreEpilogue(Epilogue):
             tma_store_fence()          # generic smem writes -> visible to the TMA (async proxy)
             ctx.barrier()
             with cir.If(leader):
-                tma.store(view, (ctx.m0, ctx.n0 + sub * self.epi_n))
+                tma.store(tile, (ctx.m0, ctx.n0 + sub * self.epi_n))
                 bulk_commit_group()
                 bulk_wait_group(0, read=True)
             ctx.barrier()              # the sub-tile buffer is reused by the next sub-tile

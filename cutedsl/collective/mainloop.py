@@ -47,6 +47,7 @@ class MultistageMainloop:
         self.dtype, self.b_major, self.warpgroups = dtype, b_major, warpgroups
         self.wg_m = tile_m // warpgroups
         self.mma_atom = WarpgroupMMA(self.wg_m, tile_n, dtype, b_major)
+        self.k_first = 0          #: first k-tile of this CTA (set by ``run``)
 
     # -- static description --------------------------------------------------------
     @property
@@ -72,9 +73,9 @@ class MultistageMainloop:
 
     def plan(self, plan) -> None:
         """Declare this mainloop's shared memory in a ``SmemPlan``."""
-        plan.buffer("a", (self.tile_m, K_TILE), self.dtype, self.stages, align=1024)
+        plan.buffer("a", (self.tile_m, K_TILE), self.dtype, self.stages, swizzle=128, major="K")
         b_shape = (self.tile_n // 64 * K_TILE, 64) if self.b_major == "MN" else (self.tile_n, K_TILE)
-        plan.buffer("b", b_shape, self.dtype, self.stages, align=1024)
+        plan.buffer("b", b_shape, self.dtype, self.stages, swizzle=128, major=self.b_major)
         plan.barriers("full", self.stages)
         plan.barriers("empty", self.stages)
 
@@ -105,15 +106,15 @@ class MultistageMainloop:
         with cir.If(self.leader):
             self.pipeline.producer_acquire(state)
             self.pipeline.producer_expect(state)
-            k0 = k_tile * K_TILE
+            k0 = (k_tile + self.k_first) * K_TILE
             bar = self.pipeline.full
-            self.tma_a.load(self.smem["a"].view(state.index), bar, state.index, (m0, k0))
+            self.tma_a.load(self.smem["a"].tile(state.index), bar, state.index, (m0, k0))
             if self.b_major == "MN":
                 for j in range(self.b_boxes):
-                    dst = self.smem["b"].view(state.index, shape=self.b_box, byte_offset=j * self.tma_b.box_bytes)
+                    dst = self.smem["b"].tile(state.index, shape=self.b_box, byte_offset=j * self.tma_b.box_bytes)
                     self.tma_b.load(dst, bar, state.index, (k0, n0 + 64 * j))
             else:
-                self.tma_b.load(self.smem["b"].view(state.index), bar, state.index, (n0, k0))
+                self.tma_b.load(self.smem["b"].tile(state.index), bar, state.index, (n0, k0))
 
     def prologue(self, k_tiles, m0, n0) -> None:
         for s in range(self.stages):
@@ -123,11 +124,10 @@ class MultistageMainloop:
     def mma(self, acc, state: PipelineState):
         """Wait for slot ``state`` and issue the WGMMAs of one k-tile (committed, not waited)."""
         self.pipeline.consumer_wait(state)
-        a = self.smem["a"].address(state.index)
+        a = self.smem["a"].tile(state.index)
         if self.warpgroups > 1:
-            a = a + self.a_offset.to("i64")
-        b = self.smem["b"].address(state.index)
-        return self.mma_atom.mma(acc, a, b)
+            a = a.sub(self.a_offset, shape=(self.wg_m, K_TILE))
+        return self.mma_atom.mma(acc, a, self.smem["b"].tile(state.index))
 
     @property
     def lag(self) -> int:
@@ -160,8 +160,10 @@ class MultistageMainloop:
     def tail(self) -> None:
         self.mma_atom.wait(0)
 
-    def run(self, k_tiles, m0, n0):
-        """Prologue + mainloop + tail; returns the accumulator (zero when ``k_tiles == 0``)."""
+    def run(self, k_tiles, m0, n0, k_first=0):
+        """Prologue + mainloop + tail over k-tiles ``k_first .. k_first + k_tiles - 1`` (IR i32
+        or Python int); returns the accumulator (zero when ``k_tiles == 0``)."""
+        self.k_first = k_first
         acc = self.mma_atom.zero()
         self.prologue(k_tiles, m0, n0)
         acc = self.mainloop(acc, k_tiles, m0, n0)

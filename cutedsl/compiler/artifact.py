@@ -4,8 +4,8 @@ A :class:`CompiledKernel` holds the PTX text, the sm_90a cubin, the entry name, 
 kernel-parameter layout, launch metadata (block/cluster dims, dynamic shared memory in
 bytes), the TMA tensor-map specifications the host must encode per call, and the
 resource report (registers, spills, shared memory, SASS histogram). It is saved as a
-directory (``kernel.json`` + ``kernel.ptx`` + ``kernel.cubin``) with SHA-256 checksums so
-that a corrupt entry is detected on load.
+directory (``kernel.json`` + ``kernel.ptx`` + ``kernel.cubin``) with SHA-256 checksums of the
+two files and of the metadata itself, so that a corrupt or edited entry is detected on load.
 """
 from __future__ import annotations
 
@@ -23,6 +23,12 @@ from ..errors import ArgumentError, CacheError
 PARAM_KINDS = {"tensormap": (128, 64), "ptr": (8, 8), "i32": (4, 4), "u32": (4, 4),
                "i64": (8, 8), "f32": (4, 4)}
 SWIZZLES = (0, 32, 64, 128)
+FORMAT = 2      #: kernel.json layout; 2 added the metadata checksum
+
+
+def _meta_digest(meta: dict) -> str:
+    """SHA-256 of the metadata (canonical JSON, without its own checksum)."""
+    return hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()
 
 
 @attrs.frozen
@@ -31,9 +37,25 @@ class ParamSpec:
 
     ``kind`` is one of ``tensormap`` (128-byte ``CUtensorMap`` passed by value as a grid
     constant), ``ptr`` (64-bit global address), ``i32``/``u32``/``i64``/``f32`` (scalars).
+
+    A ``ptr`` parameter may declare what it points to, so that the Device layer checks arrays
+    passed for it like A and B: ``shape`` (numpy order; each entry an int or one of the
+    problem sizes ``"m"``, ``"n"``, ``"k"``), ``dtype`` (cutedsl name, e.g. ``"f32"``).
+    Undeclared (None) means unchecked. Not part of the compiled artifact.
     """
     name: str
     kind: str = attrs.field(validator=attrs.validators.in_(PARAM_KINDS))
+    shape: tuple = attrs.field(default=None, kw_only=True,
+                               converter=attrs.converters.optional(tuple))
+    dtype: str = attrs.field(default=None, kw_only=True)
+
+    def __attrs_post_init__(self):
+        if (self.shape is not None or self.dtype is not None) and self.kind != "ptr":
+            raise ValueError(f"parameter {self.name!r}: shape/dtype can only be declared for a ptr")
+        for s in self.shape or ():
+            if not (s in ("m", "n", "k") or (isinstance(s, int) and s > 0)):
+                raise ValueError(f"parameter {self.name!r}: shape entries are positive ints or "
+                                 f"'m', 'n', 'k', got {s!r}")
 
     @property
     def size(self) -> int:
@@ -154,7 +176,7 @@ class CompiledKernel:
         path.mkdir(parents=True, exist_ok=True)
         ptx = self.ptx.encode()
         meta = {
-            "format": 1, "entry": self.entry,
+            "format": FORMAT, "entry": self.entry,
             "params": [[p.name, p.kind] for p in self.params],
             "block": list(self.block), "cluster": list(self.cluster),
             "dynamic_smem": self.dynamic_smem,
@@ -164,6 +186,7 @@ class CompiledKernel:
             "sha256": {"kernel.ptx": hashlib.sha256(ptx).hexdigest(),
                        "kernel.cubin": hashlib.sha256(self.cubin).hexdigest()},
         }
+        meta["meta_sha256"] = _meta_digest(json.loads(json.dumps(meta)))   # as load() will see it
         tmp = path / f".kernel.json.{os.getpid()}"
         (path / "kernel.ptx").write_bytes(ptx)
         (path / "kernel.cubin").write_bytes(self.cubin)
@@ -185,8 +208,12 @@ class CompiledKernel:
         except (OSError, ValueError) as e:
             raise CacheError(f"cannot read compiled kernel at {path}: {e}") from e
         try:
-            if meta.get("format") != 1:
+            if not isinstance(meta, dict):
+                raise CacheError(f"{path}/kernel.json: expected an object, got {type(meta).__name__}")
+            if meta.get("format") != FORMAT:
                 raise CacheError(f"{path}: unknown artifact format {meta.get('format')!r}")
+            if meta.pop("meta_sha256", None) != _meta_digest(meta):
+                raise CacheError(f"{path}/kernel.json: checksum mismatch (corrupt or edited cache entry)")
             for name, data in (("kernel.ptx", ptx), ("kernel.cubin", cubin)):
                 if hashlib.sha256(data).hexdigest() != meta["sha256"][name]:
                     raise CacheError(f"{path}/{name}: checksum mismatch (corrupt cache entry)")

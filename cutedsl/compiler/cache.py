@@ -1,40 +1,68 @@
-"""On-disk cache of compiled kernels, keyed by config + library source + toolchain versions.
+"""On-disk cache of compiled kernels, keyed by the code identity of the kernel + toolchain versions.
 
-Layout: ``<root>/<key>/<toolchain>/kernel.{json,ptx,cubin}`` where ``key`` hashes the kernel
-config and the source of the code-generating packages (``ir``, ``compiler``, ``atom``,
-``collective``, ``kernel``) and ``toolchain`` hashes the MLIR/LLVM/ptxas/nvdisasm versions.
-On a machine without the toolchain (a GPU box without MLIR) any toolchain entry of the key is
-used, which is how kernels compiled elsewhere are run. A corrupt or unreadable entry is
-removed and rebuilt (when a builder is given). Root: ``$CUTEDSL_CACHE_DIR`` or
-``~/.cache/cutedsl``.
+Layout: ``<root>/<key>/<toolchain>/kernel.{json,ptx,cubin}``. ``key`` hashes the kernel name
+and config, the library's code-generating sources and the user code that builds the kernel
+(:mod:`cutedsl.compiler.identity`); ``toolchain`` hashes the MLIR/LLVM/ptxas/nvdisasm
+versions. On a machine without the toolchain (a GPU box without MLIR) any toolchain entry of
+the key is used, which is how kernels compiled elsewhere are run.
+
+Robustness: an entry is published atomically (written to a private temporary directory, then
+renamed into place), so readers see no entry or a complete one and concurrent writers (threads
+or processes) never fail — when a valid entry is already there the new copy is dropped. Every
+file and the metadata itself carry SHA-256 checksums; an entry that fails them is re-checked
+under a per-key ``flock`` (it may have just been replaced) and then removed and rebuilt (a
+``CacheError`` where no toolchain can rebuild it). A cache directory that cannot be written
+(read-only, a path under a file) makes the process keep kernels in memory, with one warning.
+
+Root: ``$CUTEDSL_CACHE_DIR`` or ``~/.cache/cutedsl``; ``CUTEDSL_CACHE=off`` turns caching off.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import hashlib
 import json
 import os
 import shutil
+import tempfile
+import threading
+import time
 import warnings
 from pathlib import Path
 
 from ..errors import CacheError
 from .artifact import CompiledKernel
+from .identity import library_hash
+
+try:
+    import fcntl
+except ImportError:             # pragma: no cover - not POSIX: no cross-process lock
+    fcntl = None
 
 CACHE_ENV = "CUTEDSL_CACHE_DIR"
-_PKG = Path(__file__).resolve().parent.parent
-_CODEGEN = ("ir", "compiler", "atom", "collective", "kernel")
+SWITCH_ENV = "CUTEDSL_CACHE"
+_OFF = ("off", "0", "false", "no")
+_STALE_S = 600                  # a private temp dir older than this belongs to a killed writer
+KEY_COVERS = ("kernel name and config; the library's code-generating sources (dtypes, ir, compiler, "
+              "atom, collective, kernel); every class outside cutedsl in the MRO of the kernel and "
+              "its collectives (mainloop, epilogue, tile scheduler), the source of their modules and "
+              "of the user modules those import; toolchain versions (MLIR, LLVM, ptxas, nvdisasm)")
+
+# process-wide state per cache root: kernels kept in memory once the root proved unwritable
+_LOCK = threading.Lock()
+_MEMORY: dict = {}              # (root, key) -> CompiledKernel
+_UNWRITABLE: dict = {}          # root -> reason
 
 
-@functools.lru_cache(maxsize=None)
 def source_hash() -> str:
-    """SHA-256 over the source files that determine generated code."""
-    h = hashlib.sha256()
-    files = [_PKG / "dtypes.py"] + sorted(p for d in _CODEGEN for p in (_PKG / d).rglob("*.py"))
-    for p in files:
-        h.update(str(p.relative_to(_PKG)).encode())
-        h.update(p.read_bytes())
-    return h.hexdigest()[:16]
+    """SHA-256 over the library sources that determine generated code (see ``identity``)."""
+    return library_hash()
+
+
+def caching_enabled() -> bool:
+    """False when ``CUTEDSL_CACHE`` is ``off`` (or 0/false/no): compile every time, write nothing."""
+    return os.environ.get(SWITCH_ENV, "on").strip().lower() not in _OFF
 
 
 @functools.lru_cache(maxsize=None)
@@ -52,69 +80,250 @@ def toolchain_hash() -> str | None:
 
 
 def config_key(config: dict) -> str:
-    blob = json.dumps({"config": config, "source": source_hash()}, sort_keys=True, default=str)
+    """Key of a plain config dict (no user code): config + library sources."""
+    blob = json.dumps({"config": config, "source": library_hash()}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
 class KernelCache:
-    """A cache directory; ``get_or_build(config, build)`` is the one call kernels use."""
+    """A cache directory; ``get_or_build(key, build)`` is the one call kernels use.
+
+    ``key`` is a key string (:func:`cutedsl.compiler.identity.kernel_key`) or a config dict."""
 
     def __init__(self, root=None):
         self.root = Path(root or os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "cutedsl")
 
-    def _entry_dir(self, key: str, tc: str | None) -> Path | None:
-        d = self.root / key
-        if tc is not None:
-            return d / tc
-        if not d.is_dir():
-            return None
-        cands = sorted((p for p in d.iterdir() if (p / "kernel.json").is_file()),
-                       key=lambda p: p.stat().st_mtime, reverse=True)
-        return cands[0] if cands else None
+    @staticmethod
+    def _key(key) -> str:
+        return key if isinstance(key, str) else config_key(key)
 
-    def get(self, config: dict) -> CompiledKernel | None:
-        """The cached kernel for ``config`` or None; a corrupt entry is deleted (warning)."""
-        key = config_key(config)
-        d = self._entry_dir(key, toolchain_hash())
-        if d is None or not (d / "kernel.json").is_file():
-            return None
+    # -- lookup --------------------------------------------------------------------
+    def _candidates(self, key: str, tc: str | None) -> list:
+        base = self.root / key
+        if tc is not None:
+            return [base / tc]
+        found = []
+        try:
+            for p in base.iterdir():
+                if not p.name.startswith("."):
+                    with contextlib.suppress(OSError):
+                        found.append((p.stat().st_mtime, p))
+        except OSError:
+            return []
+        return [p for _, p in sorted(found, reverse=True)]
+
+    def _lookup(self, key: str) -> tuple:
+        """``(kernel or None, problem or None)``."""
+        mem = _MEMORY.get((str(self.root), key))
+        if mem is not None:
+            return mem, None
+        problem = None
+        for d in self._candidates(key, toolchain_hash()):
+            try:
+                if not (d / "kernel.json").is_file():
+                    continue
+            except OSError:
+                continue
+            k, why = self._load(d, key)
+            if k is not None:
+                return k, None
+            problem = problem or why
+        return None, problem
+
+    def _load(self, d: Path, key: str) -> tuple:
         try:
             k = CompiledKernel.load(d)
+            if k.key != key:
+                raise CacheError(f"{d}: key mismatch (stale entry)")
+            return k, None
         except CacheError as e:
-            warnings.warn(f"discarding corrupt cache entry: {e}", stacklevel=2)
-            shutil.rmtree(d, ignore_errors=True)
-            return None
-        if k.key != key:
-            warnings.warn(f"discarding stale cache entry {d} (key mismatch)", stacklevel=2)
-            shutil.rmtree(d, ignore_errors=True)
-            return None
-        return k
+            if isinstance(e.__cause__, PermissionError):
+                return None, f"unreadable entry ({e})"
+            first = e
+        # the entry may have been replaced while we read it: look again under the key's lock
+        with self._lock(d.parent, quiet=True):
+            try:
+                k = CompiledKernel.load(d)
+                if k.key == key:
+                    return k, None
+            except CacheError:
+                pass
+            if not (d / "kernel.json").exists():
+                return None, None
+            warnings.warn(f"discarding corrupt cache entry: {first}", stacklevel=4)
+            self._remove(d)
+        return None, f"corrupt entry discarded ({first})"
 
-    def put(self, config: dict, kernel: CompiledKernel) -> CompiledKernel:
+    def get(self, key) -> CompiledKernel | None:
+        """The cached kernel for ``key`` or None; a corrupt entry is deleted (warning)."""
+        return self._lookup(self._key(key))[0]
+
+    # -- publish -------------------------------------------------------------------
+    def put(self, key, kernel: CompiledKernel) -> CompiledKernel:
+        """Store ``kernel`` under ``key``; returns it with its ``key`` set. Never fails for an
+        unwritable directory (the kernel is kept in memory, one warning per process)."""
         import attrs
-        key = config_key(config)
+        key = self._key(key)
         tc = toolchain_hash()
         if tc is None:
             raise CacheError("cannot store a kernel without a toolchain fingerprint")
         kernel = attrs.evolve(kernel, key=key)
-        tmp = self.root / key / f".tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        kernel.save(tmp)
-        dst = self.root / key / tc
-        shutil.rmtree(dst, ignore_errors=True)
-        os.replace(tmp, dst)
+        for attempt in (0, 1):
+            if str(self.root) in _UNWRITABLE:
+                break
+            try:
+                self._publish(key, tc, kernel)
+                return kernel
+            except FileNotFoundError as e:   # a concurrent ``clear`` removed the key's directory
+                if attempt:
+                    self._unwritable(e)
+            except OSError as e:
+                self._unwritable(e)
+        with _LOCK:
+            _MEMORY[(str(self.root), key)] = kernel
         return kernel
 
-    def get_or_build(self, config: dict, build) -> tuple:
-        """Return ``(kernel, hit)``; on a miss call ``build()`` (-> CompiledKernel) and store it."""
-        k = self.get(config)
+    def _publish(self, key: str, tc: str, kernel: CompiledKernel) -> None:
+        base = self.root / key
+        base.mkdir(parents=True, exist_ok=True)
+        self._sweep(base)
+        self._sweep(self.root)          # a killed ``clear`` leaves its .trash- dirs here
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=base))
+        try:
+            os.chmod(tmp, 0o755)        # mkdtemp makes 0700; a shared cache is read by others
+            kernel.save(tmp)
+            dst = base / tc
+            try:
+                os.rename(tmp, dst)     # atomic: readers see no entry or a complete one
+                return
+            except OSError as e:
+                if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+            with self._lock(base):      # dst exists: keep a valid one, replace a broken one
+                try:
+                    if CompiledKernel.load(dst).key == key:
+                        return          # a concurrent writer published the same kernel
+                except CacheError:
+                    pass
+                self._remove(dst)
+                os.rename(tmp, dst)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)   # nothing left when the rename happened
+
+    def _unwritable(self, err: OSError) -> None:
+        root = str(self.root)
+        with _LOCK:
+            if root in _UNWRITABLE:
+                return
+            _UNWRITABLE[root] = str(err)
+        warnings.warn(f"kernel cache directory {root} cannot be written ({err.strerror or err}); "
+                      f"compiled kernels are kept in memory for this process — set {CACHE_ENV} to a "
+                      f"writable directory", stacklevel=4)
+
+    @contextlib.contextmanager
+    def _lock(self, base: Path, quiet: bool = False):
+        """Exclusive ``flock`` on ``<base>/.lock`` (threads and processes); ``quiet``: go on
+        without the lock when the directory cannot hold one (read-only cache)."""
+        fd = None
+        if fcntl is not None:
+            try:
+                fd = os.open(base / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError:
+                if not quiet:
+                    raise
+        try:
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    @staticmethod
+    def _remove(d: Path) -> None:
+        """Move ``d`` aside atomically (readers never see half of it), then delete it."""
+        trash = d.parent / f".trash-{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}"
+        try:
+            os.rename(d, trash)
+        except OSError:
+            return
+        shutil.rmtree(trash, ignore_errors=True)
+
+    @staticmethod
+    def _sweep(base: Path) -> None:
+        """Delete temp/trash dirs of writers that were killed (older than ``_STALE_S``)."""
+        now = time.time()
+        with contextlib.suppress(OSError):
+            for p in base.iterdir():
+                if p.name.startswith((".tmp-", ".trash-")):
+                    with contextlib.suppress(OSError):
+                        if now - p.stat().st_mtime > _STALE_S:
+                            shutil.rmtree(p, ignore_errors=True)
+
+    # -- the call kernels use -------------------------------------------------------
+    def get_or_build(self, key, build) -> tuple:
+        """Return ``(kernel, hit)``; on a miss call ``build()`` (-> CompiledKernel) and store it.
+
+        Raises ``CacheError`` on a miss where no toolchain is installed."""
+        key = self._key(key)
+        k, problem = self._lookup(key)
         if k is not None:
             return k, True
         if toolchain_hash() is None:
-            raise CacheError(f"kernel {config} is not in the cache at {self.root} and this machine "
+            why = f" ({problem})" if problem else ""
+            raise CacheError(f"kernel {key} is not in the cache at {self.root}{why} and this machine "
                              f"has no MLIR toolchain to compile it: compile it elsewhere into the cache "
                              f"(CUTEDSL_CACHE_DIR) and copy the directory here")
-        return self.put(config, build()), False
+        return self.put(key, build()), False
+
+    # -- maintenance ----------------------------------------------------------------
+    def entries(self) -> list:
+        """One dict per stored entry: ``key``, ``toolchain``, ``kernel``, ``config``, ``bytes``,
+        ``path``, ``user_modules`` (user code in its key, recorded when it was built)."""
+        out = []
+        try:
+            keys = sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        except OSError:
+            return out
+        for kd in keys:
+            for d in self._candidates(kd.name, None):
+                try:
+                    meta = json.loads((d / "kernel.json").read_text())
+                    size = sum(f.stat().st_size for f in d.iterdir())
+                except (OSError, ValueError):
+                    meta, size = None, 0
+                ok = isinstance(meta, dict) and isinstance(meta.get("meta"), dict)
+                user = (meta["meta"].get("user_code") or {}) if ok else {}
+                out.append({"key": kd.name, "toolchain": d.name, "path": str(d), "bytes": size,
+                            "kernel": meta.get("entry") if ok else None,
+                            "config": meta["meta"].get("config") if ok else None,
+                            "user_modules": sorted(user.get("modules", {})) + sorted(user.get("code", {}))})
+        return out
+
+    def info(self) -> dict:
+        """Location, entries, total size and what the key covers (for ``python -m cutedsl cache info``)."""
+        ents = self.entries()
+        versions = None
+        if toolchain_hash() is not None:
+            from .toolchain import versions as _versions
+            versions = _versions()
+        return {"toolchain_versions": versions, "root": str(self.root), "enabled": caching_enabled(), "entries": len(ents),
+                "bytes": sum(e["bytes"] for e in ents), "library_hash": library_hash(),
+                "toolchain_hash": toolchain_hash(), "key_covers": KEY_COVERS, "list": ents}
+
+    def clear(self) -> int:
+        """Delete every entry (and leftovers of killed writers); returns the entries removed."""
+        n = len(self.entries())
+        try:
+            keys = [p for p in self.root.iterdir() if p.is_dir()]
+        except OSError:
+            return 0
+        for kd in keys:
+            self._remove(kd)
+        with _LOCK:
+            for k in [k for k in _MEMORY if k[0] == str(self.root)]:
+                del _MEMORY[k]
+        return n
 
 
 def default_cache() -> KernelCache:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -11,6 +12,12 @@ from .artifact import CompiledKernel, KernelResources
 from .pipeline import lower_to_ptx
 
 DUMP_ENV = "CUTEDSL_DUMP_DIR"
+
+#: Process-wide lock held while a kernel's IR is built and compiled. The MLIR Python bindings
+#: are not thread-safe (contexts, value casters and the forked lowering worker share process
+#: state): two threads building IR at once produce mismatched types. Reentrant, so a caller that
+#: already holds it (``Kernel.compile`` around ``define()``) can call :func:`compile_kernel`.
+COMPILE_LOCK = threading.RLock()
 
 
 def _dump_dir(dump_dir):
@@ -36,8 +43,14 @@ def compile_kernel(kb, *, dynamic_smem: int = 0, tensor_maps=(), meta=None, dump
     ``tensormap`` parameters; ``meta``: JSON-able dict stored with the artifact;
     ``dump_dir`` (or env ``CUTEDSL_DUMP_DIR``): write ``<entry>.before.mlir``,
     ``<entry>.after.mlir``, ``.ptx``, ``.sass``, ``.ptxas.log`` there (``DumpError`` if it
-    cannot). Raises ``CompileError`` for pipeline/ptxas/nvdisasm failures.
+    cannot). Raises ``CompileError`` for pipeline/ptxas/nvdisasm failures. Thread-safe: holds
+    :data:`COMPILE_LOCK`.
     """
+    with COMPILE_LOCK:
+        return _compile_kernel(kb, dynamic_smem, tensor_maps, meta, dump_dir, isolate)
+
+
+def _compile_kernel(kb, dynamic_smem, tensor_maps, meta, dump_dir, isolate) -> CompiledKernel:
     t0 = time.perf_counter()
     if kb.module is None:
         raise ValueError("the KernelBuilder has no module yet: build it first")

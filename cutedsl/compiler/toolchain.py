@@ -6,9 +6,11 @@ Tools are located inside site-packages (``nvidia/cu13/bin``) through
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -65,6 +67,54 @@ def versions() -> dict:
     return v
 
 
+class _File:
+    """A scratch file handed to a tool by path: ``path``, ``fd`` (memfd) or None, ``read()``."""
+
+    def __init__(self, path: str, fd=None):
+        self.path, self.fd = path, fd
+
+    def read(self) -> bytes:
+        if self.fd is None:
+            return Path(self.path).read_bytes()
+        with open(f"/proc/self/fd/{self.fd}", "rb") as fh:
+            return fh.read()
+
+
+@contextlib.contextmanager
+def _scratch():
+    """Factory of scratch files for ptxas/nvdisasm. On Linux they are anonymous memory files
+    (``memfd_create``, passed as ``/dev/fd/N``): nothing is ever written to disk, so a killed
+    process leaves nothing behind. Elsewhere a temporary directory removed on exit."""
+    fds, tmp = [], None
+
+    def make(name: str, data: bytes = b"") -> _File:
+        nonlocal tmp
+        if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+            fd = os.memfd_create(name)
+            fds.append(fd)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            return _File(f"/dev/fd/{fd}", fd)
+        if tmp is None:
+            tmp = tempfile.mkdtemp(prefix="cutedsl-tool-")
+        p = Path(tmp) / name
+        p.write_bytes(data)
+        return _File(str(p))
+    try:
+        yield make
+    finally:
+        for fd in fds:
+            os.close(fd)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(cmd: list, *files: _File):
+    return subprocess.run(cmd, capture_output=True, text=True,
+                          pass_fds=tuple(f.fd for f in files if f.fd is not None))
+
+
 def ptxas(ptx: str, *, opt_level: int = 3) -> tuple:
     """Assemble PTX for sm_90a. Returns ``(cubin bytes, info dict, messages)``.
 
@@ -73,15 +123,14 @@ def ptxas(ptx: str, *, opt_level: int = 3) -> tuple:
     "wgmma.wait_group is injected", C7519, C7508), which mean ptxas changed the program.
     Raises ``CompileError`` with ptxas's output on failure.
     """
-    with tempfile.TemporaryDirectory(prefix="cutedsl-ptxas-") as d:
-        src, out = Path(d) / "k.ptx", Path(d) / "k.cubin"
-        src.write_text(ptx)
-        r = subprocess.run([tool_path("ptxas"), f"-arch={ARCH}", f"-O{opt_level}", "-v",
-                            str(src), "-o", str(out)], capture_output=True, text=True)
+    with _scratch() as f:
+        src, out = f("k.ptx", ptx.encode()), f("k.cubin")
+        r = _run([tool_path("ptxas"), f"-arch={ARCH}", f"-O{opt_level}", "-v", src.path, "-o", out.path],
+                 src, out)
         log = (r.stdout + r.stderr).strip()
         if r.returncode != 0:
             raise CompileError(f"ptxas failed (exit {r.returncode}):\n{log}")
-        cubin = out.read_bytes()
+        cubin = out.read()
     return cubin, parse_ptxas_log(log), _messages(log), log
 
 
@@ -112,10 +161,9 @@ def sass(cubin: bytes) -> str:
 
     ``-ndf`` skips the branch-target dataflow analysis: same instructions, 0.13 s faster.
     """
-    with tempfile.TemporaryDirectory(prefix="cutedsl-nvdisasm-") as d:
-        p = Path(d) / "k.cubin"
-        p.write_bytes(cubin)
-        r = subprocess.run([tool_path("nvdisasm"), "-c", "-ndf", str(p)], capture_output=True, text=True)
+    with _scratch() as f:
+        p = f("k.cubin", cubin)
+        r = _run([tool_path("nvdisasm"), "-c", "-ndf", p.path], p)
         if r.returncode != 0:
             raise CompileError(f"nvdisasm failed (exit {r.returncode}):\n{r.stderr}")
         return r.stdout

@@ -4,21 +4,54 @@
 of backend memory. Foreign GPU arrays (torch, cupy, anything with
 ``__cuda_array_interface__`` or DLPack on a CUDA device) are described by
 :func:`describe`, without copies.
+
+**Ownership** (who frees what):
+
+* ``Backend.alloc`` returns a raw ``DeviceBuffer``; whoever called it frees it with
+  ``Backend.free`` (exactly once).
+* :func:`to_device` and :func:`empty` return a ``DeviceArray`` whose ``owner`` is an
+  :class:`OwnedBuffer`: the memory is freed when the last array or view sharing that owner is
+  garbage collected, or at once by :meth:`DeviceArray.free` (views then dangle).
+* Foreign arrays (torch, cupy, a ``DeviceArray`` you pass in) are never freed by cutedsl; a
+  ``DeviceArray`` wrapping one keeps it alive through ``owner``.
 """
 from __future__ import annotations
+
+import weakref
 
 import attrs
 import numpy as np
 
 from ..dtypes import DType, dtype as _dtype
-from ..errors import ArgumentTypeError
+from ..errors import ArgumentError, ArgumentTypeError
+
+
+class OwnedBuffer:
+    """A backend allocation of ``nbytes`` bytes (``buf``: its ``DeviceBuffer``) that frees itself:
+    on :meth:`release`, or when the last reference to this object is garbage collected."""
+
+    __slots__ = ("buf", "_fin", "__weakref__")
+
+    def __init__(self, backend, nbytes: int):
+        self.buf = backend.alloc(max(int(nbytes), 1))
+        self._fin = weakref.finalize(self, backend.free, self.buf)
+        self._fin.atexit = False          # at exit the process's device memory goes anyway
+
+    @property
+    def alive(self) -> bool:
+        return self._fin.alive
+
+    def release(self) -> None:
+        """Free the memory now (idempotent)."""
+        self._fin()
 
 
 @attrs.frozen
 class DeviceArray:
     """``shape`` (elements) and ``strides`` (bytes) view of backend memory at address ``ptr``.
 
-    ``owner`` keeps the allocation alive (a ``DeviceBuffer``, or the foreign array).
+    ``owner`` keeps the allocation alive: an :class:`OwnedBuffer` (memory cutedsl allocated,
+    freed with the last array referring to it), or the foreign array it describes.
     """
     ptr: int
     shape: tuple = attrs.field(converter=tuple)
@@ -58,6 +91,14 @@ class DeviceArray:
             expect *= s
         return True
 
+    def free(self) -> None:
+        """Free memory cutedsl allocated for this array now (idempotent); this array and its
+        views must not be used afterwards. ``ArgumentError`` for foreign memory (free it
+        through its own framework)."""
+        if not isinstance(self.owner, OwnedBuffer):
+            raise ArgumentError("free(): this DeviceArray views memory cutedsl did not allocate")
+        self.owner.release()
+
     def numpy(self) -> np.ndarray:
         """Copy to a new host array (the view must be C-contiguous)."""
         if not self.is_c_contiguous():
@@ -74,7 +115,8 @@ class _Buf:
 
 def to_device(backend, host, pitch_align: int = 1) -> DeviceArray:
     """Copy a numpy array to ``backend``; with ``pitch_align`` (bytes) the rows of a 2-D array
-    are padded so the row stride is a multiple of it (what TMA needs: 16)."""
+    are padded so the row stride is a multiple of it (what TMA needs: 16). The result owns
+    its memory (see the module docstring)."""
     host = np.asarray(host)
     dt = _dtype(host.dtype)
     if host.ndim == 2 and pitch_align > 1:
@@ -84,17 +126,18 @@ def to_device(backend, host, pitch_align: int = 1) -> DeviceArray:
         if pitch != row_bytes:
             staged = np.zeros((rows, pitch // dt.nbytes), dt.numpy)
             staged[:, :cols] = host
-            buf = backend.alloc(max(staged.nbytes, 1))
-            backend.copy_to_device(buf, staged)
-            return DeviceArray(buf.ptr, host.shape, (pitch, dt.nbytes), dt, backend, buf)
+            own = OwnedBuffer(backend, staged.nbytes)
+            backend.copy_to_device(own.buf, staged)
+            return DeviceArray(own.buf.ptr, host.shape, (pitch, dt.nbytes), dt, backend, own)
     host = np.ascontiguousarray(host)
-    buf = backend.alloc(max(host.nbytes, 1))
-    backend.copy_to_device(buf, host)
-    return DeviceArray(buf.ptr, host.shape, host.strides, dt, backend, buf)
+    own = OwnedBuffer(backend, host.nbytes)
+    backend.copy_to_device(own.buf, host)
+    return DeviceArray(own.buf.ptr, host.shape, host.strides, dt, backend, own)
 
 
 def empty(backend, shape, dt, pitch_align: int = 1) -> DeviceArray:
-    """Allocate an uninitialised 2-D/1-D device array (rows padded to ``pitch_align`` bytes)."""
+    """Allocate an uninitialised 2-D/1-D device array (rows padded to ``pitch_align`` bytes),
+    owning its memory."""
     dt = _dtype(dt)
     shape = tuple(shape)
     if len(shape) == 2:
@@ -104,8 +147,14 @@ def empty(backend, shape, dt, pitch_align: int = 1) -> DeviceArray:
     else:
         strides = (dt.nbytes,)
         nbytes = shape[0] * dt.nbytes
-    buf = backend.alloc(max(nbytes, 1))
-    return DeviceArray(buf.ptr, shape, strides, dt, backend, buf)
+    own = OwnedBuffer(backend, nbytes)
+    return DeviceArray(own.buf.ptr, shape, strides, dt, backend, own)
+
+
+def zero_fill(arr: DeviceArray) -> None:
+    """Set every byte of a 2-D/1-D device array (row padding included) to zero."""
+    nbytes = arr.strides[0] * arr.shape[0] if arr.ndim == 2 else arr.nbytes
+    arr.backend.copy_to_device(_Buf(arr.ptr), np.zeros(max(nbytes, 1), np.uint8))
 
 
 def to_host(arr: DeviceArray) -> np.ndarray:

@@ -9,13 +9,20 @@ rejected with the same messages before anything is launched.
 from __future__ import annotations
 
 import abc
+import operator
 
 import attrs
 
 from ..compiler.artifact import CompiledKernel, TensorMapSpec
 from ..dtypes import dtype as _dtype
-from ..errors import TensorMapError
-from ..ir.smem import SMEM_LIMIT  # noqa: F401 - re-exported: the per-CTA opt-in limit (bytes)
+from ..errors import LaunchError, TensorMapError
+from ..ir.smem import SMEM_LIMIT  # re-exported: the per-CTA opt-in limit (bytes)
+
+#: sm_90 launch limits (CUDA programming guide, "Features and Technical Specifications"):
+#: gridDim x/y/z, blockDim x/y/z, and threads per CTA.
+MAX_GRID = (2 ** 31 - 1, 65535, 65535)
+MAX_BLOCK = (1024, 1024, 64)
+MAX_THREADS_PER_CTA = 1024
 
 
 @attrs.frozen
@@ -97,6 +104,41 @@ def check_tensor_map(spec: TensorMapSpec, address: int, shape, strides) -> Encod
     return EncodedTensorMap(spec, address, dims, gstr, box, (1,) * rank)
 
 
+def _dim3(v, what) -> tuple:
+    try:
+        v = tuple(operator.index(x) for x in (v if hasattr(v, "__len__") else (v,)))
+    except TypeError:
+        raise LaunchError(f"launch refused: {what} must be 1 to 3 integers, got {v!r}") from None
+    if not 1 <= len(v) <= 3:
+        raise LaunchError(f"launch refused: {what} must be 1 to 3 integers, got {v!r}")
+    return v + (1,) * (3 - len(v))
+
+
+def check_launch(grid, block, cluster=(1, 1, 1), smem: int = 0) -> None:
+    """Refuse a launch the hardware would refuse (``cuLaunchKernel`` returns
+    ``CUDA_ERROR_INVALID_VALUE``): gridDim.x 1..2^31-1, gridDim.y/z 1..65535, blockDim
+    x/y 1..1024 and z 1..64 with at most 1024 threads, cluster dims >= 1 dividing the grid,
+    dynamic shared memory 0..``SMEM_LIMIT`` bytes. Every backend calls it before launching, so
+    the emulator rejects what a GPU rejects. Raises ``LaunchError`` naming the dimension and limit.
+    """
+    grid, block, cluster = _dim3(grid, "grid"), _dim3(block, "block"), _dim3(cluster, "cluster")
+    for name, v, lim in (("gridDim", grid, MAX_GRID), ("blockDim", block, MAX_BLOCK)):
+        for axis, x, hi in zip("xyz", v, lim):
+            if not 1 <= x <= hi:
+                raise LaunchError(f"launch refused: {name}.{axis} = {x} is outside the hardware range "
+                                  f"1..{hi} (a GPU returns CUDA_ERROR_INVALID_VALUE)")
+    if block[0] * block[1] * block[2] > MAX_THREADS_PER_CTA:
+        raise LaunchError(f"launch refused: block {block} has {block[0] * block[1] * block[2]} threads, "
+                          f"the limit is {MAX_THREADS_PER_CTA} per CTA")
+    for axis, g, c in zip("xyz", grid, cluster):
+        if c < 1 or g % c:
+            raise LaunchError(f"launch refused: clusterDim.{axis} = {c} must be >= 1 and divide "
+                              f"gridDim.{axis} = {g}")
+    if not 0 <= smem <= SMEM_LIMIT:
+        raise LaunchError(f"launch refused: {smem} B of dynamic shared memory, the sm_90 limit is "
+                          f"0..{SMEM_LIMIT} B per CTA")
+
+
 class Backend(abc.ABC):
     """Interface every device backend implements (all sizes in bytes, dims as (x, y, z))."""
 
@@ -111,7 +153,16 @@ class Backend(abc.ABC):
     def alloc(self, nbytes: int) -> DeviceBuffer: ...
 
     @abc.abstractmethod
-    def free(self, buf: DeviceBuffer) -> None: ...
+    def free(self, buf: DeviceBuffer) -> None:
+        """Release an allocation from :meth:`alloc` (once; a second free raises)."""
+
+    @abc.abstractmethod
+    def live_allocations(self) -> int:
+        """Number of allocations made by :meth:`alloc` and not yet freed (leak checks)."""
+
+    def release_tensor_map(self, blob: bytes) -> None:
+        """Forget a tensor map from :meth:`encode_tensor_map` once no launch will use it.
+        A no-op where the 128 bytes are self-contained (a GPU); the emulator drops its entry."""
 
     @abc.abstractmethod
     def copy_to_device(self, dst: DeviceBuffer, src, offset: int = 0) -> None:
@@ -133,7 +184,8 @@ class Backend(abc.ABC):
     def launch(self, handle, grid: tuple, params: list, *, block: tuple, cluster: tuple = (1, 1, 1),
                smem: int = 0, stream=None) -> None:
         """Launch ``grid`` CTAs of ``block`` threads; ``params`` is one ``bytes`` per kernel
-        parameter (``CompiledKernel.pack_params``); ``smem`` is dynamic shared memory in bytes."""
+        parameter (``CompiledKernel.pack_params``); ``smem`` is dynamic shared memory in bytes.
+        Implementations call :func:`check_launch` first (``LaunchError`` past hardware limits)."""
 
     @abc.abstractmethod
     def synchronize(self) -> None: ...

@@ -1,15 +1,30 @@
 """Backend selection: ``auto`` | ``cuda`` | ``sim`` | ``none``."""
 from __future__ import annotations
 
-import functools
+import threading
 
 from ..errors import NoDeviceError
 
 BACKENDS = ("auto", "cuda", "sim", "none")
 
+_instances = {}
+#: Serialises the first construction of each backend: concurrent first calls from several
+#: threads must share one backend object (memory allocated in one backend is unknown to another).
+_lock = threading.Lock()
 
-@functools.lru_cache(maxsize=None)
+
 def _make(name: str):
+    """The process-wide backend object for ``name`` (created once, thread-safe)."""
+    b = _instances.get(name)
+    if b is None:
+        with _lock:
+            b = _instances.get(name)
+            if b is None:
+                b = _instances[name] = _construct(name)
+    return b
+
+
+def _construct(name: str):
     if name == "cuda":
         from .cuda import CudaBackend
         return CudaBackend()

@@ -12,11 +12,12 @@ copy and no descriptor fence per launch.
 from __future__ import annotations
 
 import ctypes
+import threading
 
 from ..compiler.artifact import CompiledKernel, TensorMapSpec
 from ..dtypes import dtype as _dtype
-from ..errors import LaunchError, NoDeviceError
-from .backend import Backend, DeviceBuffer, check_tensor_map
+from ..errors import ArgumentError, LaunchError, NoDeviceError
+from .backend import Backend, DeviceBuffer, check_launch, check_tensor_map
 
 _SWZ = {0: 0, 32: 1, 64: 2, 128: 3}
 _L2 = {0: 0, 64: 1, 128: 2, 256: 3}
@@ -73,11 +74,23 @@ class CudaBackend(Backend):
         if not ok:
             raise NoDeviceError(f"CUDA backend unavailable: {why}")
         drv = _driver()
-        self.drv = drv
         self.device = _check(drv.cuDeviceGet(0), "cuDeviceGet")
-        self.context = _check(drv.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
-        _check(drv.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+        self._init_state(drv, _check(drv.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain"))
+        self._current()
+
+    def _init_state(self, drv, context):
+        self.drv, self.context = drv, context
         self._modules = {}
+        self._live = {}                     # device address -> bytes, for live_allocations()
+        self._lock = threading.Lock()       # guards _modules and _live across threads
+        self._tls = threading.local()
+
+    def _current(self):
+        """Make the primary context current in the calling thread: the driver's current context
+        is per thread, so a backend used from a new thread must set it before any call."""
+        if getattr(self._tls, "ctx", None) is not self.context:
+            _check(self.drv.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+            self._tls.ctx = self.context
 
     def device_name(self) -> str:
         name = _check(self.drv.cuDeviceGetName(256, self.device), "cuDeviceGetName")
@@ -88,16 +101,30 @@ class CudaBackend(Backend):
 
     # -- memory ------------------------------------------------------------------------
     def alloc(self, nbytes: int) -> DeviceBuffer:
-        ptr = _check(self.drv.cuMemAlloc(max(int(nbytes), 1)), f"cuMemAlloc({nbytes} B)")
-        return DeviceBuffer(int(ptr), int(nbytes), self)
+        self._current()
+        ptr = int(_check(self.drv.cuMemAlloc(max(int(nbytes), 1)), f"cuMemAlloc({nbytes} B)"))
+        with self._lock:
+            self._live[ptr] = int(nbytes)
+        return DeviceBuffer(ptr, int(nbytes), self)
 
     def free(self, buf: DeviceBuffer) -> None:
+        with self._lock:
+            if self._live.pop(int(buf.ptr), None) is None:
+                raise ArgumentError(f"free of device address 0x{int(buf.ptr):x}: not allocated by this "
+                                    f"backend, or already freed")
+        self._current()
         _check(self.drv.cuMemFree(buf.ptr), "cuMemFree")
 
+    def live_allocations(self) -> int:
+        with self._lock:
+            return len(self._live)
+
     def copy_to_device(self, dst, src, offset: int = 0) -> None:
+        self._current()
         _check(self.drv.cuMemcpyHtoD(dst.ptr + offset, src.ctypes.data, src.nbytes), "cuMemcpyHtoD")
 
     def copy_to_host(self, dst, src, offset: int = 0) -> None:
+        self._current()
         _check(self.drv.cuMemcpyDtoH(dst.ctypes.data, src.ptr + offset, dst.nbytes), "cuMemcpyDtoH")
 
     # -- tensor maps -------------------------------------------------------------------
@@ -117,19 +144,24 @@ class CudaBackend(Backend):
     # -- modules and launch --------------------------------------------------------------
     def load(self, kernel: CompiledKernel):
         key = (kernel.key or kernel.entry, hash(kernel.cubin))
-        if key in self._modules:
+        with self._lock:                    # load each module once, whichever thread asks first
+            if key in self._modules:
+                return self._modules[key]
+            self._current()
+            drv = self.drv
+            mod = _check(drv.cuModuleLoadData(kernel.cubin), f"cuModuleLoadData({kernel.entry})")
+            fn = _check(drv.cuModuleGetFunction(mod, kernel.entry.encode()),
+                        f"cuModuleGetFunction({kernel.entry})")
+            if kernel.dynamic_smem > 48 * 1024:
+                _check(drv.cuFuncSetAttribute(
+                    fn, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    kernel.dynamic_smem), "cuFuncSetAttribute(max dynamic smem)")
+            self._modules[key] = (mod, fn)
             return self._modules[key]
-        drv = self.drv
-        mod = _check(drv.cuModuleLoadData(kernel.cubin), f"cuModuleLoadData({kernel.entry})")
-        fn = _check(drv.cuModuleGetFunction(mod, kernel.entry.encode()), f"cuModuleGetFunction({kernel.entry})")
-        if kernel.dynamic_smem > 48 * 1024:
-            _check(drv.cuFuncSetAttribute(
-                fn, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                kernel.dynamic_smem), "cuFuncSetAttribute(max dynamic smem)")
-        self._modules[key] = (mod, fn)
-        return self._modules[key]
 
     def launch(self, handle, grid, params, *, block, cluster=(1, 1, 1), smem=0, stream=None) -> None:
+        check_launch(grid, block, cluster, smem)
+        self._current()
         drv = self.drv
         _, fn = handle
         # one buffer per parameter, each 64-B aligned (tensor maps need 64), and the void* array
@@ -157,13 +189,15 @@ class CudaBackend(Backend):
             cfg.attrs = [attr]
             cfg.numAttrs = 1
             _check(drv.cuLaunchKernelEx(cfg, fn, ctypes.addressof(argv), 0), "cuLaunchKernelEx")
-        self._keep = (bufs, argv)     # alive until the next launch; the driver copies params at launch
+        # bufs/argv may die now: the driver copies the parameter values during the launch call
 
     def synchronize(self) -> None:
+        self._current()
         _check(self.drv.cuCtxSynchronize(), "cuCtxSynchronize (kernel execution)")
 
     def time_launches(self, fn, iters: int) -> list:
         """Per-launch milliseconds from CUDA events around each ``fn()``."""
+        self._current()
         drv = self.drv
         start = _check(drv.cuEventCreate(0), "cuEventCreate")
         stop = _check(drv.cuEventCreate(0), "cuEventCreate")

@@ -14,7 +14,11 @@ row-major (``b = bt.T`` for a row-major ``bt`` of shape (N, K)).
 """
 from __future__ import annotations
 
+import inspect
+import numbers
+import threading
 import time
+import weakref
 
 import attrs
 import numpy as np
@@ -26,9 +30,47 @@ from . import arrays
 _MAX_I32 = 2 ** 31 - 1
 
 
-def _stages_ok(inst, attribute, v):
-    if v != "auto" and not (isinstance(v, int) and 1 <= v <= 7):
-        raise ConfigError(f"stages must be 'auto' or an int in 1..7, got {v!r}")
+def _check_backend_arg(backend):
+    """Validate ``Gemm(backend=...)`` at construction: a name from ``BACKENDS`` or an object
+    implementing the ``Backend`` interface."""
+    from .backends import BACKENDS
+    if isinstance(backend, str):
+        if backend not in BACKENDS:
+            raise ArgumentError(f"backend must be one of {', '.join(map(repr, BACKENDS))} or a Backend "
+                                f"object, got {backend!r}")
+        return backend
+    missing = [m for m in ("alloc", "free", "load", "launch", "encode_tensor_map") if not hasattr(backend, m)]
+    if missing:
+        raise ArgumentTypeError(f"backend must be one of {', '.join(map(repr, BACKENDS))} or a Backend "
+                                f"object; {type(backend).__name__} lacks {', '.join(missing)}")
+    return getattr(backend, "name", "?")
+
+
+def _is_int(v) -> bool:
+    """An integer that is not a bool (numpy integers included); floats such as 128.0 are not."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+
+def _tile(v) -> tuple:
+    """Converter of ``GemmConfig.tile``: a sequence of three ints, as plain ints."""
+    if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+        raise ConfigError(f"tile must be a tuple (BLOCK_M, BLOCK_N, BLOCK_K) of ints, got {v!r}")
+    v = tuple(v)
+    bad = [x for x in v if not _is_int(x)]
+    if bad:
+        raise ConfigError(f"tile must be a tuple (BLOCK_M, BLOCK_N, BLOCK_K) of ints, got {v!r} "
+                          f"({bad[0]!r} is a {type(bad[0]).__name__})")
+    return tuple(int(x) for x in v)
+
+
+def _stages(v):
+    """Converter of ``GemmConfig.stages``: ``"auto"`` or a plain int (bools and floats refused)."""
+    if isinstance(v, str) and v == "auto":
+        return v
+    if not _is_int(v) or not 1 <= v <= 7:
+        raise ConfigError(f"stages must be 'auto' or an int in 1..7, got {v!r}"
+                          + ("" if _is_int(v) or isinstance(v, str) else f" ({type(v).__name__})"))
+    return int(v)
 
 
 @attrs.frozen
@@ -48,13 +90,17 @@ class GemmConfig:
     """
     dtype: str = attrs.field(default="f16")
     out_dtype: str = attrs.field(default="f32")
-    tile: tuple = attrs.field(default=(128, 128, 64), converter=tuple)
-    stages: object = attrs.field(default="auto", validator=_stages_ok)
+    tile: tuple = attrs.field(default=(128, 128, 64), converter=_tile)
+    stages: object = attrs.field(default="auto", converter=_stages)
     schedule: str = attrs.field(default="multistage")
     b_major: str = attrs.field(default="N")
     epilogue: str = attrs.field(default="tma")
 
     def __attrs_post_init__(self):
+        for f in attrs.fields(type(self)):      # every field annotated ``str`` must be one
+            v = getattr(self, f.name)
+            if f.type in ("str", str) and not isinstance(v, str):
+                raise ConfigError(f"{f.name} must be a string, got {v!r} ({type(v).__name__})")
         if self.dtype not in ("f16", "bf16"):
             raise ConfigError(f"dtype must be 'f16' or 'bf16', got {self.dtype!r}")
         if self.out_dtype not in ("f32", "f16", "bf16"):
@@ -91,24 +137,39 @@ class GemmConfig:
             raise ConfigError(f"tile must look like 128x128x64, got {text!r}") from None
         return t
 
-    def resolved_stages(self) -> int:
-        """The stage count used: explicit, or the most (<= 7) that fit in shared memory."""
-        if self.schedule == "single_tile":
+    def resolved_stages(self, kernel_cls=None, epilogue_cls=None) -> int:
+        """The stage count used: explicit, or the most (<= 7) that fit in shared memory
+        (with ``kernel_cls``'s shared-memory plan, default ``MultistageGemmKernel``)."""
+        if self.schedule == "single_tile" and kernel_cls is None:
             return 1
         if self.stages != "auto":
             return self.stages
         from ..kernel.gemm import MultistageGemmKernel
         for s in range(7, 0, -1):
             try:
-                self._make(MultistageGemmKernel, s).smem_plan()
+                self._make(kernel_cls or MultistageGemmKernel, s, epilogue_cls).smem_plan()
                 return s
             except SharedMemoryError:
                 continue
         raise ConfigError(f"tile {self.tile} does not fit shared memory even with one stage")
 
-    def _epilogue_cls(self):
+    def _epilogue_cls(self, epilogue_cls=None, kernel_cls=None):
+        """The epilogue class: ``epilogue_cls``, else a user ``kernel_cls.epilogue_cls``, else
+        the config's. A class of the other kind than ``self.epilogue`` is a ``ConfigError``
+        (the config decides the output's layout and pointer-vs-tensor-map argument)."""
         from ..collective.epilogue import GlobalEpilogue, TmaStoreEpilogue
-        return TmaStoreEpilogue if self.epilogue == "tma" else GlobalEpilogue
+        default = TmaStoreEpilogue if self.epilogue == "tma" else GlobalEpilogue
+        where = "epilogue"
+        if epilogue_cls is None:
+            epilogue_cls = getattr(kernel_cls, "epilogue_cls", None)
+            where = f"{getattr(kernel_cls, '__name__', '?')}.epilogue_cls"
+            if epilogue_cls in (None, GlobalEpilogue, TmaStoreEpilogue):
+                return default
+        kind = getattr(epilogue_cls, "kind", None)
+        if kind is not None and kind != self.epilogue:
+            raise ConfigError(f"{where} {epilogue_cls.__name__} is a {kind!r} epilogue but "
+                              f"GemmConfig.epilogue is {self.epilogue!r}: use GemmConfig(epilogue={kind!r})")
+        return epilogue_cls
 
     def _make(self, cls, stages=None, epilogue_cls=None):
         bm, bn, _ = self.tile
@@ -118,49 +179,119 @@ class GemmConfig:
             kw["stages"] = stages
         return cls(**kw)
 
-    def kernel(self, epilogue_cls=None):
-        """The ``Kernel`` object this config builds (``SharedMemoryError`` if it cannot fit)."""
-        from ..kernel.gemm import MultistageGemmKernel, SingleTileGemmKernel
-        if self.schedule == "single_tile":
-            k = self._make(SingleTileGemmKernel, epilogue_cls=epilogue_cls)
-            return k
-        k = self._make(MultistageGemmKernel, self.resolved_stages(), epilogue_cls)
-        k.smem_plan()
+    def kernel(self, epilogue_cls=None, kernel_cls=None):
+        """The ``Kernel`` object this config builds (``SharedMemoryError`` if it cannot fit).
+
+        ``kernel_cls``: any ``GemmKernel`` subclass (it then decides the schedule; it gets
+        ``stages`` when its constructor takes them); ``epilogue_cls``: an ``Epilogue`` subclass
+        of the config's kind (``ConfigError`` otherwise)."""
+        from ..kernel.gemm import GemmKernel, MultistageGemmKernel, SingleTileGemmKernel
+        if kernel_cls is not None and not (isinstance(kernel_cls, type) and issubclass(kernel_cls, GemmKernel)):
+            raise ArgumentTypeError(f"kernel must be a GemmKernel subclass, got {kernel_cls!r}")
+        if epilogue_cls is not None:
+            from ..collective.epilogue import Epilogue
+            if not (isinstance(epilogue_cls, type) and issubclass(epilogue_cls, Epilogue)):
+                raise ArgumentTypeError(f"epilogue must be an Epilogue subclass, got {epilogue_cls!r}")
+        epi = self._epilogue_cls(epilogue_cls, kernel_cls)
+        if kernel_cls is None:
+            kernel_cls = SingleTileGemmKernel if self.schedule == "single_tile" else MultistageGemmKernel
+        if "stages" not in inspect.signature(kernel_cls).parameters:
+            return self._make(kernel_cls, epilogue_cls=epi)
+        k = self._make(kernel_cls, self.resolved_stages(kernel_cls, epi), epi)
+        if hasattr(k, "smem_plan"):
+            k.smem_plan()
         return k
+
+
+def _release(be, owned, tmaps):
+    for arr in owned:
+        arr.free()
+    release = getattr(be, "release_tensor_map", None)
+    for t in tmaps:
+        if release is not None:
+            release(t)
+    owned.clear()
+    tmaps.clear()
+
+
+class _Scratch:
+    """What one prepared call owns: device arrays cutedsl allocated for it (``arrays``) and the
+    tensor maps it encoded (``tmaps``); ``keep`` holds the caller's arrays for the launch.
+    Released once, by :meth:`release` or when garbage collected."""
+
+    __slots__ = ("arrays", "tmaps", "keep", "_fin", "__weakref__")
+
+    def __init__(self, be):
+        self.arrays, self.tmaps, self.keep = [], [], ()
+        self._fin = weakref.finalize(self, _release, be, self.arrays, self.tmaps)
+        self._fin.atexit = False
+
+    def release(self) -> None:
+        self._fin()
 
 
 class Gemm:
     """A compiled GEMM for one config, callable on any (M, N, K); see module docstring.
 
     ``backend``: ``"auto"`` (GPU, else emulator), ``"cuda"``, ``"sim"`` or a backend object.
-    ``epilogue``: an ``Epilogue`` subclass replacing the config's (e.g. bias + ReLU); its extra
-    kernel parameters are passed as keyword arguments of the call.
+    ``epilogue``: an ``Epilogue`` subclass replacing the config's (e.g. bias + ReLU), of the
+    config's kind (``GemmConfig.epilogue``: a ``TmaStoreEpilogue`` subclass for ``"tma"``, a
+    ``GlobalEpilogue`` subclass for ``"global"``; ``ConfigError`` otherwise); its extra kernel
+    parameters are passed as keyword arguments of the call.
+    ``kernel``: a ``GemmKernel`` subclass to run instead of the config's schedule (e.g. a
+    split-K kernel); it gets the config's tile, dtypes, B major, stages and epilogue, and the
+    call validates, allocates and launches ``kernel.grid(m, n, k)`` CTAs as for any GEMM.
+    ``cache``: a ``KernelCache``, ``None`` (``$CUTEDSL_CACHE_DIR``) or ``False`` (compile
+    without caching; as env ``CUTEDSL_CACHE=off``).
     """
 
-    def __init__(self, config: GemmConfig, backend="auto", *, epilogue=None, cache=None, dump_dir=None):
+    def __init__(self, config: GemmConfig, backend="auto", *, epilogue=None, kernel=None, cache=None,
+                 dump_dir=None):
         if not isinstance(config, GemmConfig):
             raise ArgumentTypeError(f"config must be a GemmConfig, got {type(config).__name__}")
         self.config = config
-        self.kernel = config.kernel(epilogue)
-        self._backend_name = backend
+        self.kernel = config.kernel(epilogue, kernel)
+        self._backend_name = _check_backend_arg(backend)
         self._backend = backend if not isinstance(backend, str) else None
         self._cache, self._dump = cache, dump_dir
         self._compiled = None
         self._handle = None
+        # One Gemm may be called from many threads: the lazy compile, backend and module load
+        # below happen once, under this lock (double-checked so warm calls never wait on it).
+        self._lock = threading.RLock()
 
     @property
     def compiled(self):
-        """The ``CompiledKernel`` (compiled or loaded from the cache on first use)."""
-        if self._compiled is None:
-            self._compiled = self.kernel.compile(cache=self._cache, dump_dir=self._dump)
-        return self._compiled
+        """The ``CompiledKernel`` (compiled or loaded from the cache on first use; thread-safe)."""
+        k = self._compiled
+        if k is None:
+            with self._lock:
+                if self._compiled is None:
+                    self._compiled = self.kernel.compile(cache=self._cache, dump_dir=self._dump)
+                k = self._compiled
+        return k
 
     @property
     def backend(self):
-        if self._backend is None:
-            from .backends import get_backend
-            self._backend = get_backend(self._backend_name)
-        return self._backend
+        """The backend object (resolved on first use; thread-safe). ``NoDeviceError`` if none."""
+        b = self._backend
+        if b is None:
+            with self._lock:
+                if self._backend is None:
+                    from .backends import get_backend
+                    self._backend = get_backend(self._backend_name)
+                b = self._backend
+        return b
+
+    def _module(self, be, kern):
+        """The loaded module handle of ``kern`` on ``be`` (loaded once; thread-safe)."""
+        h = self._handle
+        if h is None:
+            with self._lock:
+                if self._handle is None:
+                    self._handle = be.load(kern)
+                h = self._handle
+        return h
 
     # -- validation -----------------------------------------------------------------------
     def _check_operands(self, a, b):
@@ -195,10 +326,10 @@ class Gemm:
                 raise ArgumentError(f"{nm} = {v} exceeds the kernel's 32-bit size limit {_MAX_I32}")
         return m, n, k
 
-    def _operand(self, name, x, major_inner: bool):
+    @staticmethod
+    def _operand(be, x, major_inner: bool):
         """Device view of an operand in the layout the tensor map reads; numpy is copied."""
         dev = arrays.describe(x)
-        be = self.backend
         if dev is None:
             x = np.asarray(x)
             host = x if major_inner else x.T          # K-major B: device holds B^T row-major
@@ -222,6 +353,80 @@ class Gemm:
         if arr.ptr % 16:
             raise ArgumentError(f"{name}: global address 0x{arr.ptr:x} is not 16-byte aligned (TMA)")
 
+    def _check_extra_names(self, extra) -> list:
+        """The kernel's extra parameters (besides a, b, d, m, n, k); ``ArgumentError`` for an
+        unknown or missing keyword."""
+        fixed = {"a", "b", "d", "m", "n", "k"}
+        declared = [p for p in self.kernel.params() if p.name not in fixed]
+        names = [p.name for p in declared]
+        unknown = sorted(set(extra) - set(names))
+        if unknown:
+            accepted = ", ".join(["a", "b", "out"] + names)
+            raise ArgumentError(f"unknown keyword argument(s) {', '.join(map(repr, unknown))}; this GEMM "
+                                f"accepts: {accepted}")
+        for p in declared:
+            if p.name not in extra:
+                raise ArgumentError(f"missing epilogue argument {p.name!r} ({p.kind})")
+        return declared
+
+    def _extra_value(self, be, p, v, dims, keep, owned):
+        """Value of an extra parameter; a ``ptr`` takes an array (numpy: copied to the device
+        into ``owned``, freed with the call's scratch; device arrays: used in place and kept
+        alive in ``keep``), checked against the ``shape`` and ``dtype`` the parameter declares."""
+        if p.kind != "ptr":
+            return v
+        dev = arrays.describe(v)
+        if dev is None:
+            host = np.asarray(v)
+            shape = host.shape
+            try:
+                dt = _dtype(host.dtype).name
+            except ArgumentTypeError:
+                dt = str(host.dtype)
+        else:
+            shape, dt = dev[1], dev[3].name
+        if p.dtype is not None and dt != _dtype(p.dtype).name:
+            raise ArgumentTypeError(f"{p.name} has dtype {dt}, the kernel expects {p.dtype} "
+                                    f"(numpy: {_dtype(p.dtype).numpy})")
+        if p.shape is not None:
+            want = tuple(dims[s] if isinstance(s, str) else s for s in p.shape)
+            if tuple(shape) != want:
+                spelled = "(" + ", ".join(map(str, p.shape)) + ("," if len(p.shape) == 1 else "") + ")"
+                raise ArgumentError(f"{p.name} must have shape {spelled} = {want} for this problem, got {tuple(shape)}")
+        if dev is None:
+            arr = arrays.to_device(be, np.ascontiguousarray(host))
+            owned.append(arr)
+            return arr.ptr
+        if p.shape is not None:
+            st, acc = [], _dtype(dt).nbytes
+            for s in reversed(shape):
+                st.append(acc)
+                acc *= s
+            if tuple(dev[2]) != tuple(reversed(st)):
+                raise ArgumentError(f"{p.name} must be C-contiguous (strides {tuple(reversed(st))} B), "
+                                    f"got strides {tuple(dev[2])} B")
+        keep.append(v)
+        return dev[0]
+
+    def grid(self, m: int, n: int, k: int = 0) -> tuple:
+        """CTAs ``(x, y, z)`` launched for an (M, N, K) problem: ``kernel.grid(m, n, k)``,
+        checked against the hardware's grid limits (gridDim.x 1..2^31-1, y and z 1..65535).
+        Raises ``ArgumentError`` naming the problem, the grid dimension and the limit, before
+        anything is compiled, allocated or launched."""
+        from .backend import MAX_GRID
+        raw = self.kernel.grid(m=m, n=n, k=k)
+        g = tuple(int(x) for x in raw)
+        who = f"{type(self.kernel).__name__}.grid()"
+        if len(g) != 3:
+            raise ArgumentError(f"{who} must return (x, y, z), got {raw!r}")
+        for axis, v, hi in zip("xyz", g, MAX_GRID):
+            if not 1 <= v <= hi:
+                bm, bn, _ = self.config.tile
+                raise ArgumentError(f"M={m}, N={n}, K={k} with {bm}x{bn} tiles needs gridDim.{axis} = {v} "
+                                    f"CTAs ({who}); the hardware allows 1..{hi} on {axis}: split the "
+                                    f"problem into smaller GEMMs")
+        return g
+
     # -- call ---------------------------------------------------------------------------
     def __call__(self, a, b, out=None, **extra):
         """Compute ``a @ b``; returns a new array (numpy for numpy inputs) or fills ``out``."""
@@ -230,19 +435,43 @@ class Gemm:
 
     def prepare(self, a, b, out=None, **extra):
         """Validate, move operands, encode tensor maps; returns a ``launch()`` callable and the
-        result getter. Used by :meth:`run` and for timing repeated launches."""
+        result getter. Used by :meth:`run` and for timing repeated launches.
+
+        The device memory and tensor maps this call made (numpy operands' copies, a host
+        result's device buffer) live as long as either callable, and are released when both
+        are garbage collected or at once by ``launch.release()``. A device result returned to
+        the caller owns its memory (see :mod:`cutedsl.device.arrays`)."""
         m, n, k = self._check_operands(a, b)
-        cfg = self.config
+        declared = self._check_extra_names(extra)
+        grid = self.grid(m, n, k)
         kern = self.compiled
         be = self.backend
-        da, a_host = self._operand("a", a, True)
-        db, _ = self._operand("b", b, cfg.b_major == "N")
+        scratch = _Scratch(be)
+        try:
+            launch, result = self._prepare(scratch, kern, be, a, b, out, m, n, k, grid, extra, declared)
+        except BaseException:
+            scratch.release()          # nothing leaks from a call that fails before launch
+            raise
+        launch.keep = result.keep = scratch    # both callables keep the device memory alive
+        launch.release = result.release = scratch.release
+        return launch, result
+
+    def _prepare(self, scratch, kern, be, a, b, out, m, n, k, grid, extra, declared):
+        cfg = self.config
+        da, a_host = self._operand(be, a, True)
+        if a_host:
+            scratch.arrays.append(da)
+        db, b_host = self._operand(be, b, cfg.b_major == "N")
+        if b_host:
+            scratch.arrays.append(db)
         self._check_tma_layout("a", da)
         self._check_tma_layout("b", db)
         out_dt = _dtype(cfg.out_dtype)
-        host_out = a_host or arrays.describe(b) is None
+        host_out = a_host or b_host
         if out is None:
             dd = arrays.empty(be, (m, n), out_dt, pitch_align=16 if cfg.epilogue == "tma" else 1)
+            if host_out:               # copied back to a numpy result: the call's own buffer
+                scratch.arrays.append(dd)
         else:
             od = arrays.describe(out)
             if od is None:
@@ -260,30 +489,23 @@ class Gemm:
         for name, arr in (("a", da), ("b", db), ("d", dd)):
             if name in specs:
                 values[name] = be.encode_tensor_map(specs[name], arr.ptr, arr.shape, arr.strides)
+                scratch.tmaps.append(values[name])
             else:
                 if arr.strides != (arr.shape[1] * arr.dtype.nbytes, arr.dtype.nbytes):
                     raise ArgumentError(f"{name} must be C-contiguous for a pointer parameter")
                 values[name] = arr.ptr
-        keep = [da, db, dd]            # device memory must outlive the launch
-        for p in kern.params:
+        keep = [da, db, dd]            # device memory (ours or the caller's) must outlive the launch
+        dims = {"m": m, "n": n, "k": k}
+        for p in declared:
             if p.name not in values:
-                if p.name not in extra:
-                    raise ArgumentError(f"missing epilogue argument {p.name!r} ({p.kind})")
-                v = extra[p.name]
-                if p.kind == "ptr":
-                    dev = arrays.describe(v)
-                    if dev is None:
-                        v = arrays.to_device(be, np.ascontiguousarray(v))
-                        keep.append(v)
-                        v = v.ptr
-                    else:
-                        v = dev[0]
-                values[p.name] = v
+                values[p.name] = self._extra_value(be, p, extra[p.name], dims, keep, scratch.arrays)
         params = kern.pack_params(values)
-        handle = self._handle = self._handle or be.load(kern)
-        grid = self.kernel.grid(m=m, n=n, k=k)
+        handle = self._module(be, kern)
+        zero_d = getattr(self.kernel.epilogue, "accumulates", False)
 
         def launch():
+            if zero_d:                 # the epilogue adds into D: start from zeros every launch
+                arrays.zero_fill(dd)
             be.launch(handle, grid, params, block=kern.block, cluster=kern.cluster, smem=kern.dynamic_smem)
 
         def result():
@@ -293,16 +515,20 @@ class Gemm:
             if host_out:
                 return arrays.to_host(dd)
             return self._wrap_like(dd, a)
-        launch.keep = result.keep = keep   # both callables keep the device memory alive
+        scratch.keep = keep
         return launch, result
 
     def run(self, a, b, out=None, **extra):
-        """Launch once; returns ``(result, seconds)`` (wall time of launch + synchronize)."""
+        """Launch once; returns ``(result, seconds)`` (wall time of launch + synchronize).
+        The call's own device memory and tensor maps are released before it returns."""
         launch, result = self.prepare(a, b, out, **extra)
-        t0 = time.perf_counter()
-        launch()
-        r = result()
-        return r, time.perf_counter() - t0
+        try:
+            t0 = time.perf_counter()
+            launch()
+            r = result()
+            return r, time.perf_counter() - t0
+        finally:
+            launch.release()
 
     @staticmethod
     def _wrap_like(dd, like):

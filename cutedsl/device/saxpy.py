@@ -30,12 +30,19 @@ def saxpy(alpha: float, x, y, *, tma: bool = False, backend="auto"):
     kern = TmaSaxpyKernel() if tma else SaxpyKernel()
     ck = kern.compile()
     dx, dy = arrays.to_device(be, x), arrays.to_device(be, y)
-    if tma:
-        specs = {t.param: t for t in ck.tensor_maps}
-        vals = {"x": be.encode_tensor_map(specs["x"], dx.ptr, (n,), (4,)),
-                "y": be.encode_tensor_map(specs["y"], dy.ptr, (n,), (4,)), "alpha": alpha}
-    else:
-        vals = {"x": dx.ptr, "y": dy.ptr, "n": n, "alpha": alpha}
-    be.launch(be.load(ck), kern.grid(n), ck.pack_params(vals), block=ck.block, smem=ck.dynamic_smem)
-    be.synchronize()
-    return arrays.to_host(dy)
+    tmaps = []
+    try:
+        if tma:
+            specs = {t.param: t for t in ck.tensor_maps}
+            tmaps = [be.encode_tensor_map(specs[p], d.ptr, (n,), (4,)) for p, d in (("x", dx), ("y", dy))]
+            vals = {"x": tmaps[0], "y": tmaps[1], "alpha": alpha}
+        else:
+            vals = {"x": dx.ptr, "y": dy.ptr, "n": n, "alpha": alpha}
+        be.launch(be.load(ck), kern.grid(n), ck.pack_params(vals), block=ck.block, smem=ck.dynamic_smem)
+        be.synchronize()
+        return arrays.to_host(dy)
+    finally:                       # the call's device memory and tensor maps go with it
+        dx.free()
+        dy.free()
+        for t in tmaps:
+            be.release_tensor_map(t)

@@ -14,8 +14,71 @@ def memref_type(shape, dtype: str) -> ir.Type:
     return ir.Type.parse(f"memref<{'x'.join(map(str, shape))}x{_dt(dtype).mlir}, {_WG}>")
 
 
+class SmemTile:
+    """A tile of a declared shared-memory buffer, inside a kernel: the buffer's layout
+    (``buffer``: an ``SmemBuffer`` with dtype, swizzle, major) plus where the tile lies
+    (``offset``: index-typed bytes from the dynamic base) and its static row-major ``shape``.
+
+    This is what the atoms take (``TmaCopy.load/store``, ``WarpgroupMMA.mma``): they check the
+    layout against their tensor map / descriptor and derive addresses from it.
+    """
+
+    def __init__(self, bound, buffer, offset, shape):
+        self._bound, self.buffer, self.offset, self.shape = bound, buffer, offset, tuple(shape)
+
+    @property
+    def dtype(self) -> str:
+        return self.buffer.dtype
+
+    @property
+    def swizzle(self) -> int:
+        return self.buffer.swizzle
+
+    @property
+    def major(self):
+        return self.buffer.major
+
+    @property
+    def nbytes(self) -> int:
+        from ..dtypes import dtype as _dt
+        n = _dt(self.dtype).nbytes
+        for s in self.shape:
+            n *= s
+        return n
+
+    def describe(self) -> str:
+        """The buffer's description, with this tile's shape when it is a sub-tile."""
+        d = self.buffer.describe()
+        return d if self.shape == self.buffer.shape else f"{d} tile [{', '.join(map(str, self.shape))}]"
+
+    def sub(self, byte_offset=0, shape=None) -> "SmemTile":
+        """The tile ``byte_offset`` bytes further (Python int or IR integer), of ``shape``
+        (default: this tile's). A static offset into a swizzled buffer must be a multiple of
+        the swizzle atom (``8 * swizzle`` bytes) so that the pattern stays aligned
+        (``LayoutError`` otherwise)."""
+        from ..errors import LayoutError
+        if isinstance(byte_offset, int):
+            atom = 8 * self.swizzle
+            if atom and byte_offset % atom:
+                raise LayoutError(f"sub-tile at byte offset {byte_offset} of {self.describe()}: offsets into a "
+                                  f"{self.swizzle}-byte swizzled buffer must be multiples of {atom} B")
+            off = self.offset + index(byte_offset) if byte_offset else self.offset
+        else:
+            off = self.offset + index(byte_offset)
+        return SmemTile(self._bound, self.buffer, off, shape or self.shape)
+
+    def memref(self, dtype=None):
+        """A ``memref`` view of the tile (``memref<shape x dtype, workgroup>``)."""
+        return memref.view(memref_type(self.shape, dtype or self.dtype), self._bound.raw, self.offset, [])
+
+    def address(self) -> Scalar:
+        """The shared-window byte address (i64) of the tile."""
+        return to_type(self._bound.base_address + self.offset, "i64")
+
+
 class BoundBuffer:
-    """A declared buffer inside a kernel: typed views and addresses per stage."""
+    """A declared buffer inside a kernel: tiles (:class:`SmemTile`), typed views and
+    addresses per stage."""
 
     def __init__(self, bound, buf):
         self._bound, self.buf = bound, buf
@@ -28,6 +91,12 @@ class BoundBuffer:
                 raise IndexError(f"buffer {b.name!r} has {b.stages} stages, asked for {stage}")
             return self._bound.base + index(b.offset + stage * b.stage_bytes)
         return self._bound.base + index(b.offset) + index(stage) * index(b.stage_bytes)
+
+    def tile(self, stage=0, shape=None, byte_offset=0) -> SmemTile:
+        """The :class:`SmemTile` of ``stage`` (int or IR integer), ``byte_offset`` bytes in
+        (see :meth:`SmemTile.sub`), of ``shape`` (default: the declared tile shape)."""
+        t = SmemTile(self._bound, self.buf, self.byte_offset(stage), self.buf.shape)
+        return t.sub(byte_offset, shape) if (byte_offset or shape) else t
 
     def view(self, stage=0, shape=None, dtype=None, byte_offset: int = 0):
         """A ``memref`` view of one stage (static shape ``shape``/``dtype``, default the tile's).

@@ -1,4 +1,5 @@
-"""Global-memory access through ``!llvm.ptr<1>`` kernel parameters (``ld.global``/``st.global``)."""
+"""Global-memory access through ``!llvm.ptr<1>`` kernel parameters (``ld.global``/``st.global``,
+and reductions ``red.global.add``)."""
 from __future__ import annotations
 
 from mlir import ir
@@ -33,3 +34,41 @@ class GlobalPtr:
         if value.type != self.elem:
             raise TypeError(f"storing {value.type} into a {self.dtype.name} pointer; convert with .to()")
         llvm.store(value, self.address(idx))
+
+    #: element dtype -> (PTX reduction, inline-asm constraint of the value, values per op)
+    _RED = {"f32": ("red.global.add.f32", "f", 1),
+            "f16": ("red.global.add.noftz.f16x2", "r", 2),
+            "bf16": ("red.global.add.noftz.bf16x2", "r", 2)}
+
+    def atomic_add(self, idx, value) -> None:
+        """Atomically add ``value`` to element ``idx`` (PTX ``red.global.add``, relaxed, GPU
+        scope; no result is returned, so it is a reduction, not an ``atom``).
+
+        * f32 pointer: ``value`` is an f32 scalar -> ``red.global.add.f32``.
+        * f16 / bf16 pointer: ``value`` is a pair — a ``vector<2xf16|bf16>`` or a tuple of two
+          scalars of the element type — added to elements ``idx`` and ``idx + 1``
+          (``red.global.add.noftz.f16x2`` / ``.bf16x2``, sm_90 for bf16). ``idx`` must be even
+          (the pair is one 4-byte access).
+
+        Raises ``TypeError`` for other dtypes or a value of the wrong type.
+        """
+        from mlir.dialects import vector
+        name = self.dtype.name
+        if name not in self._RED:
+            raise TypeError(f"atomic_add supports f32, f16 and bf16 pointers, not {name}")
+        op, con, lanes = self._RED[name]
+        if lanes == 2:
+            vt = ir.VectorType.get([2], self.elem)
+            if isinstance(value, (tuple, list)):
+                lo, hi = value
+                if lo.type != self.elem or hi.type != self.elem:
+                    raise TypeError(f"atomic_add on a {name} pointer takes two {name} values, got "
+                                    f"{lo.type} and {hi.type}")
+                value = vector.from_elements(vt, [lo, hi])
+            if value.type != vt:
+                raise TypeError(f"atomic_add on a {name} pointer takes a vector<2x{name}> pair, got {value.type}")
+            value = llvm.bitcast(ir.IntegerType.get_signless(32), value)
+        elif value.type != self.elem:
+            raise TypeError(f"atomic_add of {value.type} into a {name} pointer; convert with .to()")
+        llvm.inline_asm(None, [self.address(idx), value], f"{op} [$0], $1;", f"l,{con}",
+                        has_side_effects=True)

@@ -3,14 +3,15 @@
 ::
 
     plan = SmemPlan()
-    a = plan.buffer("a", (128, 64), "f16", stages=4, align=1024)   # 4 x 16 KiB
+    a = plan.buffer("a", (128, 64), "f16", stages=4, swizzle=128, major="K")   # 4 x 16 KiB
     full = plan.barriers("full", 4)
     plan.total_bytes                                                # checked against 232,448 B
     ...
     with kb.build() as args:
         smem = plan.bind()
+        t = smem["a"].tile(stage)         # SmemTile: layout + place, what TMA and WGMMA take
         tile = smem["a"].view(stage)      # memref<128x64xf16, workgroup>, stage: int or IR value
-        addr = smem["a"].address(stage)   # i64 shared-window byte address (for WGMMA descriptors)
+        addr = smem["a"].address(stage)   # i64 shared-window byte address
         grp = smem.barriers("full")       # !nvgpu.mbarrier.group value (wrapped by atom.MBarriers)
 
 Buffers live in dynamic shared memory. Because PTX only guarantees 16-byte alignment of the
@@ -18,6 +19,11 @@ dynamic window (static shared variables such as mbarriers come first), the plan 
 ``max_align - 16`` bytes of slack and ``bind()`` rounds the base up at run time, so buffers
 declared with ``align=1024`` (128-byte-swizzled TMA/WGMMA tiles) really are 1024-B aligned.
 mbarriers are ``nvgpu`` barrier groups in static shared memory (8 bytes each).
+
+Layouts travel with buffers: a buffer declares its element type, its ``swizzle`` (bytes: the
+TMA/WGMMA swizzle span, 0 for none) and, for MMA operands, its ``major`` (``"K"`` or ``"MN"``).
+The atoms that touch a tile of it (``TmaCopy``, ``WarpgroupMMA``) check these against their own
+tensor map / descriptor and raise ``LayoutError`` naming both sides at build time.
 """
 from __future__ import annotations
 
@@ -25,6 +31,8 @@ import attrs
 
 from ..dtypes import dtype as _dtype
 from ..errors import SharedMemoryError
+
+SWIZZLES = (0, 32, 64, 128)   #: swizzle spans in bytes (TMA ``CU_TENSOR_MAP_SWIZZLE_*``)
 
 SMEM_LIMIT = 232448      #: sm_90 opt-in dynamic shared memory per CTA (bytes), 227 KiB
 _DYN_BASE_ALIGN = 16     #: alignment PTX gives ``__dynamic_shmem__0``
@@ -36,7 +44,9 @@ def _round_up(x: int, a: int) -> int:
 
 @attrs.frozen
 class SmemBuffer:
-    """A declared buffer: ``stages`` copies of a ``shape`` tile of ``dtype``; offsets in bytes."""
+    """A declared buffer: ``stages`` copies of a row-major ``shape`` tile of ``dtype``; offsets
+    in bytes. Its layout: ``swizzle`` (0/32/64/128 B) and ``major`` (``"K"``, ``"MN"`` or None
+    for a buffer that is no MMA operand)."""
     name: str
     shape: tuple
     dtype: str
@@ -44,6 +54,14 @@ class SmemBuffer:
     align: int
     offset: int          #: from the aligned base
     stage_bytes: int     #: distance between stages (tile bytes rounded up to ``align``)
+    swizzle: int = 0     #: swizzle span in bytes (0: none)
+    major: str = None    #: ``"K"`` / ``"MN"`` for WGMMA operands, else None
+
+    def describe(self) -> str:
+        """``buffer 'a' (f16 [128, 64], swizzle 128 B, K-major)``, for error messages."""
+        major = f", {self.major}-major" if self.major else ""
+        return (f"buffer {self.name!r} ({self.dtype} [{', '.join(map(str, self.shape))}], "
+                f"swizzle {self.swizzle} B{major})")
 
     @property
     def tile_bytes(self) -> int:
@@ -74,11 +92,31 @@ class SmemPlan:
         self._end = 0
         self._max_align = _DYN_BASE_ALIGN
 
-    def buffer(self, name: str, shape, dtype: str, stages: int = 1, align: int = 128) -> SmemBuffer:
-        """Declare ``stages`` tiles of ``shape`` x ``dtype``; ``align`` in bytes (power of two, >= 16).
+    def buffer(self, name: str, shape, dtype: str, stages: int = 1, align: int | None = None, *,
+               swizzle: int = 0, major: str | None = None) -> SmemBuffer:
+        """Declare ``stages`` tiles of ``shape`` x ``dtype``; ``align`` in bytes (power of two,
+        >= 16; default 128, and at least the 8-row swizzle atom ``8 * swizzle``: 1024 for 128 B).
 
-        Raises ``SharedMemoryError`` when the plan would exceed the limit.
+        ``swizzle``: 0, 32, 64 or 128 — the swizzle span in bytes of whatever writes the tile
+        (a TMA tensor map) and reads it (WGMMA descriptors); a swizzled tile's rows
+        (``shape[-1] * element size``) must not exceed the span. ``major``: ``"K"`` or ``"MN"``
+        for a WGMMA operand (which dimension is contiguous), None otherwise.
+
+        Raises ``ValueError`` for a bad declaration, ``SharedMemoryError`` when the plan would
+        exceed the limit.
         """
+        if swizzle not in SWIZZLES:
+            raise ValueError(f"buffer {name!r}: swizzle {swizzle} must be one of {SWIZZLES} (bytes)")
+        if major not in (None, "K", "MN"):
+            raise ValueError(f"buffer {name!r}: major must be 'K', 'MN' or None, got {major!r}")
+        if align is None:
+            align = max(128, 8 * swizzle)
+        elif align < 8 * swizzle:
+            raise ValueError(f"buffer {name!r}: a {swizzle}-byte swizzle repeats every {8 * swizzle} B; "
+                             f"align {align} must be at least that")
+        if swizzle and shape and int(shape[-1]) * _dtype(dtype).nbytes > swizzle:
+            raise ValueError(f"buffer {name!r}: rows of {int(shape[-1]) * _dtype(dtype).nbytes} B are wider "
+                             f"than the {swizzle}-byte swizzle span")
         if name in self._buffers or name in self._barriers:
             raise ValueError(f"shared-memory name {name!r} declared twice")
         if align < 16 or align & (align - 1):
@@ -89,7 +127,7 @@ class SmemPlan:
         if any(s < 1 for s in shape):
             raise ValueError(f"buffer {name!r}: shape {shape} has a non-positive dimension")
         off = _round_up(self._end, align)
-        tile = SmemBuffer(name, shape, _dtype(dtype).name, stages, align, off, 0)
+        tile = SmemBuffer(name, shape, _dtype(dtype).name, stages, align, off, 0, swizzle, major)
         buf = attrs.evolve(tile, stage_bytes=_round_up(tile.tile_bytes, align))
         old = (self._end, self._max_align)
         self._end = off + buf.nbytes

@@ -2,6 +2,7 @@
 multistage GEMM)."""
 from .base import Kernel
 from .saxpy import HelloKernel, SaxpyKernel, TmaSaxpyKernel
-from .gemm import MultistageGemmKernel, SingleTileGemmKernel
+from .gemm import GemmKernel, MultistageGemmKernel, SingleTileGemmKernel
 
-__all__ = ["Kernel", "HelloKernel", "SaxpyKernel", "TmaSaxpyKernel", "MultistageGemmKernel", "SingleTileGemmKernel"]
+__all__ = ["Kernel", "HelloKernel", "SaxpyKernel", "TmaSaxpyKernel", "GemmKernel", "MultistageGemmKernel",
+           "SingleTileGemmKernel"]

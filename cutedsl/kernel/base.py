@@ -11,8 +11,24 @@ class Kernel:
     name = "kernel"
 
     def config(self) -> dict:
-        """JSON-able description; with the library source and toolchain, the cache key."""
+        """JSON-able description; with the code identity and toolchain, the cache key."""
         raise NotImplementedError
+
+    def collectives(self) -> tuple:
+        """The objects (and classes) that generate code with this kernel — mainloop, epilogue,
+        tile scheduler. Their classes and the user modules behind them are part of the cache
+        key (``cutedsl.compiler.identity``). Default: every non-builtin object or class held in
+        the kernel's attributes, and the classes named by class attributes (``epilogue_cls``,
+        ``mainloop_cls``, ``scheduler_cls``...); override to name them explicitly."""
+        held = [v for v in vars(self).values() if isinstance(v, type) or type(v).__module__ != "builtins"]
+        named = [v for c in type(self).__mro__ for v in vars(c).values() if isinstance(v, type)]
+        return tuple(held + named)
+
+    def cache_key(self) -> tuple:
+        """``(key, identity)``: name + config + library sources + user code of this kernel and
+        its collectives (see :func:`cutedsl.compiler.identity.kernel_key`)."""
+        from ..compiler.identity import kernel_key
+        return kernel_key(self.name, self.config(), (self,) + tuple(self.collectives()))
 
     def define(self):
         """Build the module. Returns ``(KernelBuilder, dynamic_smem_bytes, tensor_map_specs)``."""
@@ -25,25 +41,34 @@ class Kernel:
     def compile(self, *, cache=None, dump_dir=None, use_cache: bool = True):
         """Return the ``CompiledKernel``, from the on-disk cache when possible.
 
-        The kernel's ``meta`` records ``build_seconds`` (IR construction) and whether it came
-        from the cache (``cache_hit``)."""
-        from ..compiler.cache import default_cache
+        ``cache``: a ``KernelCache`` (default: ``$CUTEDSL_CACHE_DIR``), or ``False`` to compile
+        without any cache (as ``use_cache=False``, a ``dump_dir`` or env ``CUTEDSL_CACHE=off``
+        do; nothing is read or written then). The artifact's ``meta`` records the config,
+        ``build_seconds`` (IR construction) and the user code in its key; ``last_cache_hit``
+        says whether it came from the cache. Raises ``CacheError`` on a miss where no MLIR
+        toolchain is installed."""
+        from ..compiler.cache import caching_enabled, default_cache
+
+        use = use_cache and cache is not False and dump_dir is None and caching_enabled()
+        key, ident = self.cache_key() if use else (None, None)
 
         def build():
             from ..compiler import compile_kernel
-            t0 = time.perf_counter()
-            kb, smem, tmaps = self.define()
-            t_build = time.perf_counter() - t0
-            k = compile_kernel(kb, dynamic_smem=smem, tensor_maps=tmaps, dump_dir=dump_dir,
-                               meta={"config": self.config(), "build_seconds": t_build})
+            from ..compiler.compile import COMPILE_LOCK
+            with COMPILE_LOCK:        # MLIR is not thread-safe: one thread builds IR at a time
+                t0 = time.perf_counter()
+                kb, smem, tmaps = self.define()
+                t_build = time.perf_counter() - t0
+                meta = {"config": self.config(), "build_seconds": t_build}
+                if ident is not None:
+                    meta["user_code"] = ident["user_code"]
+                k = compile_kernel(kb, dynamic_smem=smem, tensor_maps=tmaps, dump_dir=dump_dir, meta=meta)
             import attrs
             return attrs.evolve(k, compile_seconds=k.compile_seconds + t_build)
 
-        if not use_cache or dump_dir is not None:
-            k = build()
+        if not use:
             self.last_cache_hit = False
-            return k
-        cache = cache or default_cache()
-        k, hit = cache.get_or_build({"kernel": self.name, **self.config()}, build)
+            return build()
+        k, hit = (cache or default_cache()).get_or_build(key, build)
         self.last_cache_hit = hit
         return k

@@ -1,13 +1,14 @@
 """GEMM kernels: ``D[M, N] = A[M, K] @ B[K, N]`` (f16/bf16 in, f32 accumulate, f32/f16/bf16 out).
 
-One CTA (one warpgroup, 128 threads) per ``tile_m x tile_n`` output tile; grid
-``(ceil(N / tile_n), ceil(M / tile_m))``; M, N, K are kernel arguments, so one compiled kernel
-serves every shape; the tensor maps carry global shapes and strides, TMA zero-fills partial
-tiles and the epilogue clips them.
+By default one CTA (one warpgroup, 128 threads; two for a 128 x 256 tile) per
+``tile_m x tile_n`` output tile; grid ``(ceil(N / tile_n), ceil(M / tile_m), 1)``; M, N, K
+are kernel arguments, so one compiled kernel serves every shape; the tensor maps carry global
+shapes and strides, TMA zero-fills partial tiles and the epilogue clips them.
 
+* :class:`GemmKernel` — the base (CUTLASS ``GemmUniversal``): names its collectives as class
+  attributes and exposes the hooks a new algorithm overrides (see its docstring).
 * :class:`MultistageGemmKernel` — TMA + WGMMA software pipeline with ``stages`` slots
-  (``MultistageMainloop``) and a pluggable epilogue (NVDSL chapter 4, CUTLASS
-  ``KernelTma``).
+  (``MultistageMainloop``) and a pluggable epilogue (NVDSL chapter 4, CUTLASS ``KernelTma``).
 * :class:`SingleTileGemmKernel` — composed directly from atoms, no pipelining: per k-tile
   load -> wait -> WGMMA -> wait (NVDSL chapter 3; K = 64 is one k-tile).
 
@@ -16,28 +17,38 @@ epilogue extras, ``m``, ``n``, ``k`` (i32).
 """
 from __future__ import annotations
 
-import hashlib
-import inspect
-
+from ..atom.wgmma import K_TILE
 from ..collective.epilogue import Epilogue, EpilogueContext, GlobalEpilogue, TmaStoreEpilogue
+from ..collective.mainloop import MultistageMainloop
+from ..collective.tile_scheduler import TileScheduler
+from ..compiler.identity import qualname
 from .base import Kernel
 
 TILE_M = (64, 128)
 TILE_N = (64, 128, 256)
 
 
-def _epilogue_id(cls) -> str:
-    """Identity of an epilogue class for the cache key: qualified name + source hash."""
-    try:
-        src = inspect.getsource(cls)
-    except (OSError, TypeError):
-        src = cls.__qualname__
-    return f"{cls.__module__}.{cls.__qualname__}:{hashlib.sha256(src.encode()).hexdigest()[:12]}"
+class GemmKernel(Kernel):
+    """Base of the GEMM kernels; a new algorithm is a subclass overriding these hooks:
 
+    * class attributes ``mainloop_cls`` (e.g. ``MultistageMainloop``; ``None`` when the kernel
+      composes atoms itself), ``epilogue_cls`` (an ``Epilogue`` subclass; the constructor's
+      ``epilogue`` argument overrides it per instance) and ``scheduler_cls`` (a
+      ``TileScheduler``: which tile a CTA computes, and the launch grid);
+    * :meth:`k_tile_range` — the k-tiles (of 64) this CTA reduces over;
+    * :meth:`grid` — the CTAs to launch (the Device layer launches exactly this).
 
-class _GemmBase(Kernel):
-    def __init__(self, tile_m=128, tile_n=128, dtype="f16", out_dtype="f32", b_major="MN",
-                 epilogue=GlobalEpilogue):
+    ``tile_m`` in {64, 128}, ``tile_n`` in {64, 128, 256}; ``dtype`` f16/bf16 (A and B);
+    ``out_dtype`` f32/f16/bf16 (D); ``b_major`` "MN" (B is (K, N) row-major) or "K".
+    Raises ``ValueError``/``TypeError`` for values outside these sets.
+    """
+
+    name = "gemm"
+    mainloop_cls = None
+    epilogue_cls = GlobalEpilogue
+    scheduler_cls = TileScheduler
+
+    def __init__(self, tile_m=128, tile_n=128, dtype="f16", out_dtype="f32", b_major="MN", epilogue=None):
         if tile_m not in TILE_M:
             raise ValueError(f"tile_m must be one of {TILE_M}, got {tile_m}")
         if tile_n not in TILE_N:
@@ -46,43 +57,61 @@ class _GemmBase(Kernel):
             raise ValueError(f"dtype must be f16 or bf16, got {dtype}")
         if b_major not in ("MN", "K"):
             raise ValueError(f"b_major must be 'MN' or 'K', got {b_major}")
-        if not (isinstance(epilogue, type) and issubclass(epilogue, Epilogue)):
-            raise TypeError(f"epilogue must be an Epilogue subclass, got {epilogue!r}")
+        if epilogue is not None:
+            self.epilogue_cls = epilogue           # per instance, shadows the class attribute
+        if not (isinstance(self.epilogue_cls, type) and issubclass(self.epilogue_cls, Epilogue)):
+            raise TypeError(f"epilogue must be an Epilogue subclass, got {self.epilogue_cls!r}")
         self.tile_m, self.tile_n, self.dtype, self.out_dtype = tile_m, tile_n, dtype, out_dtype
-        self.b_major, self.epilogue_cls = b_major, epilogue
-        self.epilogue = epilogue(tile_m, tile_n, out_dtype)
+        self.b_major = b_major
+        self.epilogue = self.epilogue_cls(tile_m, tile_n, out_dtype)
+        self.scheduler = self.scheduler_cls(tile_m, tile_n)
 
     def config(self) -> dict:
-        return {"tile": [self.tile_m, self.tile_n, 64], "dtype": self.dtype, "out_dtype": self.out_dtype,
-                "b_major": self.b_major, "epilogue": _epilogue_id(self.epilogue_cls)}
+        # class identities by name: their source (user code included) is in the cache key
+        # through cutedsl.compiler.identity
+        return {"tile": [self.tile_m, self.tile_n, K_TILE], "dtype": self.dtype, "out_dtype": self.out_dtype,
+                "b_major": self.b_major, "class": qualname(type(self)),
+                "epilogue": qualname(self.epilogue_cls), "scheduler": qualname(type(self.scheduler)),
+                "mainloop": qualname(self.mainloop_cls) if self.mainloop_cls else None}
 
+    # -- hooks -----------------------------------------------------------------------
     def grid(self, m: int, n: int, k: int = 0) -> tuple:
-        return ((n + self.tile_n - 1) // self.tile_n, (m + self.tile_m - 1) // self.tile_m, 1)
+        """CTAs ``(x, y, z)`` for an ``m x n x k`` problem (the scheduler's grid by default)."""
+        return self.scheduler.grid(m, n, k)
 
+    def k_tile_range(self, k_tiles) -> tuple:
+        """IR: ``(first, count)`` — this CTA reduces k-tiles ``first .. first + count - 1``
+        (each 64 of K) of the ``k_tiles`` (unsigned i32) the problem has. Default ``(0, k_tiles)``;
+        ``first`` may be a Python int or an IR i32, ``count`` an IR i32 (may be 0: the
+        accumulator stays zero)."""
+        return 0, k_tiles
+
+    # -- shared pieces -----------------------------------------------------------------
     def params(self):
         from ..ir import Param
         return ([Param("a", "tensormap"), Param("b", "tensormap"), self.epilogue.d_param()]
                 + self.epilogue.extra_params() + [Param("m", "i32"), Param("n", "i32"), Param("k", "i32")])
 
-    def _tile_origin(self):
-        from ..ir import block_idx
-        return block_idx("y") * self.tile_m, block_idx("x") * self.tile_n
+    def k_tiles(self, args):
+        """IR: k-tiles of the problem, ``ceil(K / 64)`` (unsigned i32)."""
+        return (args.k.unsigned() + K_TILE - 1) // K_TILE
 
 
-class MultistageGemmKernel(_GemmBase):
+class MultistageGemmKernel(GemmKernel):
     """Pipelined GEMM; ``stages`` 1..7 smem slots; see module docstring."""
 
     name = "gemm_multistage"
+    mainloop_cls = MultistageMainloop
+    epilogue_cls = TmaStoreEpilogue
 
     def __init__(self, tile_m=128, tile_n=128, stages=4, dtype="f16", out_dtype="f32", b_major="MN",
-                 epilogue=TmaStoreEpilogue):
+                 epilogue=None):
         super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue)
-        from ..collective.mainloop import MultistageMainloop
         self.stages = stages
         # a 128 x 256 f32 accumulator is 256 registers per thread for one warpgroup (limit 255):
         # split it along M over two consumer warpgroups
         self.warpgroups = 2 if tile_m * tile_n > 128 * 128 else 1
-        self.mainloop = MultistageMainloop(tile_m, tile_n, stages, dtype, b_major, self.warpgroups)
+        self.mainloop = self.mainloop_cls(tile_m, tile_n, stages, dtype, b_major, self.warpgroups)
 
     @property
     def threads(self) -> int:
@@ -106,15 +135,15 @@ class MultistageGemmKernel(_GemmBase):
         with kb.build() as args:
             smem = plan.bind()
             self.mainloop.setup(smem, args)
-            m0, n0 = self._tile_origin()
-            k_tiles = (args.k.unsigned() + 63) // 64
-            acc = self.mainloop.run(k_tiles, m0, n0)
+            m0, n0 = self.scheduler.tile_origin()
+            first, count = self.k_tile_range(self.k_tiles(args))
+            acc = self.mainloop.run(count, m0, n0, first)
             row_base = (thread_idx() // 128) * self.mainloop.wg_m if self.warpgroups > 1 else 0
             self.epilogue.store(acc, EpilogueContext(m0, n0, args.m, args.n, args, smem, row_base))
         return kb, plan.dynamic_bytes, self.mainloop.tensor_maps() + self.epilogue.tensor_maps()
 
 
-class SingleTileGemmKernel(_GemmBase):
+class SingleTileGemmKernel(GemmKernel):
     """Unpipelined GEMM built straight from atoms (one smem slot, one mbarrier)."""
 
     name = "gemm_single_tile"
@@ -129,8 +158,8 @@ class SingleTileGemmKernel(_GemmBase):
         specs = [TensorMapSpec("a", self.dtype, (tm, 64), swizzle=128),
                  TensorMapSpec("b", self.dtype, b_box, swizzle=128)]
         plan = SmemPlan()
-        plan.buffer("a", (tm, 64), self.dtype, align=1024)
-        plan.buffer("b", (tn, 64), self.dtype, align=1024)
+        plan.buffer("a", (tm, 64), self.dtype, swizzle=128, major="K")
+        plan.buffer("b", (tn, 64), self.dtype, swizzle=128, major=self.b_major)
         plan.barriers("bar", 1)
         self.epilogue.plan(plan)
         kb = KernelBuilder(self.name, self.params(), block=(128, 1, 1))
@@ -142,22 +171,23 @@ class SingleTileGemmKernel(_GemmBase):
             bar.init(0, 1, predicate=leader)
             bar.fence_init()
             gpu.barrier()
-            m0, n0 = self._tile_origin()
+            m0, n0 = self.scheduler.tile_origin()
+            first, count = self.k_tile_range(self.k_tiles(args))
             mma = WarpgroupMMA(tm, tn, self.dtype, self.b_major)
-            loop = Loop(0, (args.k.unsigned() + 63) // 64, carry=mma.zero().structs)
+            loop = Loop(0, count, carry=mma.zero().structs)
             for kt, structs in loop:
-                k0 = kt * 64
+                k0 = (kt + first) * 64
                 with If(leader):
                     bar.arrive_expect_tx(0, (tm + tn) * 64 * 2)
-                    ta.load(smem["a"].view(), bar, 0, (m0, k0))
+                    ta.load(smem["a"].tile(), bar, 0, (m0, k0))
                     if self.b_major == "MN":
                         for j in range(tn // 64):
-                            dst = smem["b"].view(shape=b_box, byte_offset=j * tb.box_bytes)
+                            dst = smem["b"].tile(shape=b_box, byte_offset=j * tb.box_bytes)
                             tb.load(dst, bar, 0, (k0, n0 + 64 * j))
                     else:
-                        tb.load(smem["b"].view(), bar, 0, (n0, k0))
+                        tb.load(smem["b"].tile(), bar, 0, (n0, k0))
                 bar.wait(0, kt & 1)                 # the barrier completes one phase per k-tile
-                acc = mma.mma(Accumulator(structs, tn), smem["a"].address(), smem["b"].address())
+                acc = mma.mma(Accumulator(structs, tn), smem["a"].tile(), smem["b"].tile())
                 mma.wait(0)
                 gpu.barrier()                       # all reads of the slot done before it is refilled
                 loop.next(*acc.structs)

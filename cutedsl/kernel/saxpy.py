@@ -80,11 +80,12 @@ class TmaSaxpyKernel(Kernel):
             bar.fence_init()
             gpu.barrier()
             x0 = block_idx() * self.tile
-            xs, ys = smem["x"].view(), smem["y"].view()
+            xt, yt = smem["x"].tile(), smem["y"].tile()
+            xs, ys = xt.memref(), yt.memref()
             with If(leader):
                 bar.arrive_expect_tx(0, 2 * self.tile * 4)
-                tx.load(xs, bar, 0, (x0,))
-                ty.load(ys, bar, 0, (x0,))
+                tx.load(xt, bar, 0, (x0,))
+                ty.load(yt, bar, 0, (x0,))
             bar.wait(0, 0)
             for r in range(self.tile // self.block):
                 j = index(tid + r * self.block)
@@ -92,7 +93,7 @@ class TmaSaxpyKernel(Kernel):
             tma_store_fence()
             gpu.barrier()
             with If(leader):
-                ty.store(ys, (x0,))
+                ty.store(yt, (x0,))
                 bulk_commit_group()
                 bulk_wait_group(0)
         return kb, plan.dynamic_bytes, specs

@@ -13,6 +13,7 @@ Public API:
 
 See ``docs/emulator.md`` for the architecture, fidelity model and limits.
 """
+from . import handlers  # noqa: F401  (registers every instruction handler)
 from .backend import Emulator, SimBackend, SimModule, pack_arg
 from .errors import (DeadlockError, InstructionBudgetExceeded, MemoryAccessError, PTXParseError,
                      RaceError, SimError, SimLaunchError, SimRuntimeError, UnsupportedInstruction)

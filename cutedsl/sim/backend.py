@@ -10,18 +10,32 @@ Launches run synchronously; ``synchronize`` is a no-op.
 """
 from __future__ import annotations
 
+import functools
 import struct
+import threading
 import time
 
 import numpy as np
 
-from ..device.backend import Backend, DeviceBuffer, check_tensor_map
+from ..device.backend import Backend, DeviceBuffer, check_launch, check_tensor_map
 from ..errors import ArgumentError
 from .errors import MemoryAccessError, SimLaunchError
 from .memory import GlobalMemory
 from .program import Program, load_ptx
 from .scheduler import DEFAULT_BUDGET, Launch
+from . import tma as _tma
 from .tma import register_tensor_map
+
+
+def _locked(method):
+    """Run a SimBackend method under the backend's lock: global memory, the tensor-map registry
+    and launches are shared by every thread using the backend (the emulator is GIL-bound, so
+    serialising costs no parallelism)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return wrapper
 
 
 class SimModule:
@@ -55,18 +69,25 @@ class SimBackend(Backend):
         self.race_check = race_check
         self.dyn_smem_offset = dyn_smem_offset
         self.last_launch = {}
+        self._lock = threading.RLock()   # reentrant: a finalizer may free memory inside a locked call
+        self._tmaps = set()              # ids of the tensor maps this backend registered
 
     @classmethod
     def available(cls) -> tuple:
         return True, ""
 
     # -- memory ------------------------------------------------------------------------
+    @_locked
     def alloc(self, nbytes: int) -> DeviceBuffer:
         a = self.gmem.alloc(int(nbytes))
         return DeviceBuffer(a.base, int(nbytes), self)
 
+    @_locked
     def free(self, buf: DeviceBuffer) -> None:
         self.gmem.free(buf.ptr)
+
+    def live_allocations(self) -> int:
+        return len(self.gmem.allocs)
 
     def _span(self, buf, offset, n):
         al = self.gmem.allocs.get(int(buf.ptr))
@@ -76,12 +97,14 @@ class SimBackend(Backend):
             raise ArgumentError(f"copy of {n} B at offset {offset} exceeds the {al.nbytes}-byte buffer")
         return al
 
+    @_locked
     def copy_to_device(self, dst: DeviceBuffer, src, offset: int = 0) -> None:
         a = np.ascontiguousarray(src)
         raw = a.reshape(-1).view(np.uint8)
         al = self._span(dst, offset, raw.size)
         al.data[offset:offset + raw.size] = raw
 
+    @_locked
     def copy_to_host(self, dst, src: DeviceBuffer, offset: int = 0) -> None:
         if not (isinstance(dst, np.ndarray) and dst.flags.c_contiguous):
             raise ArgumentError("copy_to_host needs a C-contiguous numpy array")
@@ -90,9 +113,23 @@ class SimBackend(Backend):
         raw[...] = al.data[offset:offset + raw.size]
 
     # -- tensor maps ----------------------------------------------------------------------
+    @_locked
     def encode_tensor_map(self, spec, address: int, shape, strides) -> bytes:
         enc = check_tensor_map(spec, int(address), shape, strides)
-        return register_tensor_map(enc)
+        blob = register_tensor_map(enc)
+        self._tmaps.add(_tma.decode_blob(blob).id)
+        return blob
+
+    @_locked
+    def release_tensor_map(self, blob: bytes) -> None:
+        tm = _tma.decode_blob(bytes(blob))
+        if tm is not None and tm.id in self._tmaps:
+            self._tmaps.discard(tm.id)
+            _tma._REGISTRY.pop(tm.id, None)   # the registry is process-wide; drop this backend's entry
+
+    def live_tensor_maps(self) -> int:
+        """Tensor maps encoded by this backend and not yet released."""
+        return len(self._tmaps)
 
     # -- modules and launches ---------------------------------------------------------------
     def load(self, kernel) -> SimModule:
@@ -108,8 +145,10 @@ class SimBackend(Backend):
                                          f"but PTX parameter {p.name} is {p.size} B")
         return SimModule(prog, kernel)
 
+    @_locked
     def launch(self, handle, grid: tuple, params: list, *, block: tuple, cluster: tuple = (1, 1, 1),
                smem: int = 0, stream=None) -> None:
+        check_launch(grid, block, cluster, smem)      # refuse what a GPU's driver refuses
         if isinstance(handle, Program):
             handle = SimModule(handle)
         t = time.perf_counter()

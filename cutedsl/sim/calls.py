@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 from .errors import SimRuntimeError
-from .program import handler
+from .registry import handler
 
 _SPEC = re.compile(r"%([-+ #0]*)(\d+|\*)?(?:\.(\d+))?(hh|h|ll|l|z|j|t)?([diouxXeEfFgGcspa%])")
 

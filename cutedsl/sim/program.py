@@ -30,8 +30,7 @@ import numpy as np
 
 from .errors import PTXParseError, UnsupportedInstruction
 from .parser import TYPE_SIZES, Var, parse_module, parse_var, split_top
-
-JUMPED, BLOCKED, RESCHED, YIELD = 1, 2, 3, 4
+from .registry import BLOCKED, HANDLERS, JUMPED, RESCHED, YIELD  # noqa: F401  (re-exported)
 #: param-space offset of call-sequence parameters (per thread, for vprintf)
 CALLPARAM_BASE = 1 << 20
 
@@ -416,18 +415,6 @@ class DecodeCtx:
 
 # -- program -----------------------------------------------------------------------------
 
-HANDLERS = {}
-
-
-def handler(*names):
-    """Register a decode function ``f(ctx, ins, mods, ops) -> closure`` for opcode bases."""
-    def deco(f):
-        for n in names:
-            HANDLERS[n] = f
-        return f
-    return deco
-
-
 class Program:
     """A decoded entry.
 
@@ -494,7 +481,6 @@ def _decl_regs(scope: Scope, text: str, nregs: dict, line: int):
 
 def decode_entry(module, entry, key="") -> Program:
     """Decode one parsed entry into a :class:`Program` (see module docstring)."""
-    from . import alu, calls, memops, sync, tma, wgmma, warpops  # noqa: F401  (register handlers)
     prog = Program(module, entry, key)
     # symbols: params, module variables
     for p in entry.params:
@@ -581,8 +567,8 @@ def decode_entry(module, entry, key="") -> Program:
         code.append(ins)
     # sentinel: falling off the end behaves like ret
     end = Instr(len(code), stmts[-1][0].line if stmts else entry.line, "<end of entry>", "ret", 0)
-    from .alu import exit_fn
-    end.fn = exit_fn
+    ctx.ins = end
+    end.fn = HANDLERS["ret"](ctx, end, [], [])
     code.append(end)
     return prog
 

@@ -22,7 +22,7 @@ from .errors import (DeadlockError, InstructionBudgetExceeded, SimError, SimLaun
                      SimRuntimeError)
 from .machine import CTA, Cluster
 from .memory import views
-from .program import BLOCKED, JUMPED, RESCHED, YIELD
+from .registry import BLOCKED, JUMPED, RESCHED, YIELD
 
 DEFAULT_BUDGET = 200_000_000
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from .errors import RaceError, SimRuntimeError
 from .memory import OFF_MASK, RANK_SHIFT, SHARED_WIN
-from .program import BLOCKED, YIELD, handler
+from .registry import BLOCKED, YIELD, handler
 
 
 # -- mbarrier state ----------------------------------------------------------------------

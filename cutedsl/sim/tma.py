@@ -24,7 +24,7 @@ import numpy as np
 
 from .errors import MemoryAccessError, SimRuntimeError
 from .memory import OFF_MASK, PARAM_WIN, RANK_SHIFT, SHARED_WIN
-from .program import handler
+from .registry import handler
 from .sync import get_mbar
 
 MAGIC = b"CUTEDSL-SIM-TMAP"

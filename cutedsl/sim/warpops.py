@@ -10,7 +10,7 @@ import numpy as np
 
 from .errors import SimRuntimeError
 from .memory import OFF_MASK, RANK_SHIFT, SHARED_WIN
-from .program import BLOCKED, handler
+from .registry import BLOCKED, handler
 from .sync import Converge
 
 LANE = np.arange(32, dtype=np.uint32)

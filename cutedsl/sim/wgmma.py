@@ -28,7 +28,7 @@ import numpy as np
 
 from . import numerics as nm
 from .errors import SimRuntimeError
-from .program import BLOCKED, handler
+from .registry import BLOCKED, handler
 from .sync import need_converged
 from .tma import swizzle
 

@@ -4,7 +4,7 @@ emits, run on the emulator)."""
 import numpy as np
 import pytest
 
-from cutedsl.collective.persistent_scheduler import DEFAULT_SM_COUNT, PersistentTileScheduler
+from cutedsl.collective.tile_scheduler import DEFAULT_SM_COUNT, PersistentTileScheduler
 from cutedsl.collective.pipeline import PipelineState
 from cutedsl.ir import SmemPlan
 

@@ -48,7 +48,10 @@ def test_tensormap_params_become_byval_grid_constants():
     assert k.resources.sass["UTMALDG"] == 2 and k.resources.sass["UTMASTG"] == 1
 
 
-def test_mlir_abort_is_contained():
+def test_mlir_abort_is_contained(tmp_path):
+    """The child dies quietly: no "Fatal Python error" from a faulthandler the parent enabled."""
+    import faulthandler
+    import sys
     kb = saxpy_builder("boom")
     from mlir import ir
     with kb.context:
@@ -56,9 +59,17 @@ def test_mlir_abort_is_contained():
         # known_block_size + nvvm.maxntid makes MLIR assert (process abort) during lowering
         f.attributes["known_block_size"] = ir.Attribute.parse("array<i32: 128, 1, 1>")
         f.attributes["nvvm.maxntid"] = ir.Attribute.parse("array<i32: 128, 1, 1>")
-    with pytest.raises(CompileError, match="MLIR aborted.*SIGABRT") as e:
-        lower_to_ptx(kb.module, [])
+    report = tmp_path / "faulthandler.txt"
+    was_enabled = faulthandler.is_enabled()
+    with open(report, "w") as f:
+        faulthandler.enable(file=f)
+        try:
+            with pytest.raises(CompileError, match="MLIR aborted.*SIGABRT") as e:
+                lower_to_ptx(kb.module, [])
+        finally:
+            faulthandler.enable(file=sys.__stderr__) if was_enabled else faulthandler.disable()
     assert "DictionaryAttr element names must be unique" in str(e.value)
+    assert report.read_text() == "" and "Fatal Python error" not in str(e.value)
 
 
 def test_ptxas_failure_is_reported():

@@ -22,10 +22,53 @@ from cutedsl.errors import (ArgumentError, ArgumentTypeError, ConfigError, NoDev
     (dict(epilogue="smem"), "epilogue"),
     (dict(schedule="single_tile", tile=(128, 256, 64)), "255-register limit"),
     (dict(schedule="single_tile", stages=3), "exactly one stage"),
+    # wrong types name the field (they used to pass validation and fail deep in IR building)
+    (dict(stages=True), r"stages must be 'auto' or an int in 1..7, got True \(bool\)"),
+    (dict(stages=2.0), r"stages .* got 2.0 \(float\)"),
+    (dict(stages="3"), r"stages must be 'auto' or an int in 1..7, got '3'"),
+    (dict(stages=None), r"stages .* got None"),
+    (dict(tile=(128.0, 128, 64)), r"tile must be a tuple \(BLOCK_M, BLOCK_N, BLOCK_K\) of ints.*128.0 is a float"),
+    (dict(tile=(128, 128, True)), r"tile .* of ints.*True is a bool"),
+    (dict(tile=None), r"tile must be a tuple .* got None"),
+    (dict(tile="128x128x64"), r"tile must be a tuple .* got '128x128x64'"),
+    (dict(tile=128), r"tile must be a tuple .* got 128"),
+    (dict(dtype=16), r"dtype must be a string, got 16 \(int\)"),
+    (dict(dtype=np.array(["f16", "f16"])), r"dtype must be a string"),
+    (dict(out_dtype=None), r"out_dtype must be a string"),
+    (dict(epilogue=["tma"]), r"epilogue must be a string"),
+    (dict(b_major=b"N"), r"b_major must be a string"),
 ])
 def test_bad_configs(kw, match):
     with pytest.raises(ConfigError, match=match):
         GemmConfig(**kw)
+
+
+def test_numpy_integers_are_accepted_as_plain_ints():
+    c = GemmConfig(tile=np.array([64, 128, 64]), stages=np.int32(2))
+    assert c.tile == (64, 128, 64) and c.stages == 2
+    assert all(type(x) is int for x in c.tile) and type(c.stages) is int
+    assert c == GemmConfig(tile=(64, 128, 64), stages=2)
+
+
+def test_unknown_backend_fails_at_construction():
+    with pytest.raises(ArgumentError, match=r"backend must be one of 'auto', 'cuda', 'sim', 'none' .* got 'foo'"):
+        Gemm(GemmConfig(), backend="foo")
+    with pytest.raises(ArgumentTypeError, match="int lacks alloc"):
+        Gemm(GemmConfig(), backend=3)
+
+
+def test_grid_past_hardware_limits_is_refused_before_anything_runs():
+    """M = 10,000,000 with 128-row tiles needs 78,125 CTAs on gridDim.y (limit 65,535). The
+    check comes before compiling, allocating or touching a backend ('none' would raise)."""
+    g = Gemm(GemmConfig(), backend="none")
+    a = np.broadcast_to(np.float16(1), (10_000_000, 64))     # no memory behind it
+    b = np.ones((64, 64), np.float16)
+    with pytest.raises(ArgumentError, match=r"M=10000000, N=64, K=64 with 128x128 tiles needs "
+                                            r"gridDim.y = 78125 CTAs \(MultistageGemmKernel.grid\(\)\); the hardware allows 1..65535 on y"):
+        g(a, b)
+    assert g.grid(65535 * 128, 1000, 64) == (8, 65535, 1)
+    with pytest.raises(ArgumentError, match="gridDim.y = 65536"):
+        g.grid(65535 * 128 + 1, 1000, 64)
 
 
 def test_config_that_cannot_fit_shared_memory():

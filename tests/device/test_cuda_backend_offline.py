@@ -1,7 +1,9 @@
 """The CUDA backend's host-side logic, checked without a GPU against a recording fake of the
 driver API: kernel-parameter packing (the void** array the driver copies from), 64-byte
-alignment of by-value tensor maps, the >48 KiB dynamic shared-memory opt-in, cluster launch."""
+alignment of by-value tensor maps, the >48 KiB dynamic shared-memory opt-in, cluster launch,
+the per-thread current context, allocation accounting and hardware launch limits."""
 import ctypes
+import threading
 import types
 
 import pytest
@@ -28,9 +30,36 @@ class FakeDriver:
             self.value = types.SimpleNamespace(clusterDim=types.SimpleNamespace(x=0, y=0, z=0))
 
     CUstream = int
+    INVALID_CONTEXT = 201
 
     def __init__(self):
         self.calls = []
+        self._tls = threading.local()        # like the driver: the current context is per thread
+        self._next = 0x10000
+
+    def cuGetErrorName(self, err):
+        return 0, b"CUDA_ERROR_INVALID_CONTEXT" if err == self.INVALID_CONTEXT else b"?"
+
+    def cuGetErrorString(self, err):
+        return 0, b"invalid device context"
+
+    def cuCtxSetCurrent(self, ctx):
+        self.calls.append(("set_current", threading.get_ident()))
+        self._tls.ctx = ctx
+        return (0,)
+
+    def _ctx_ok(self):
+        return getattr(self._tls, "ctx", None) == "ctx"
+
+    def cuMemAlloc(self, n):
+        if not self._ctx_ok():
+            return self.INVALID_CONTEXT, 0
+        self._next += (n + 255) // 256 * 256
+        return 0, self._next
+
+    def cuMemFree(self, ptr):
+        self.calls.append(("free", ptr))
+        return (0,) if self._ctx_ok() else (self.INVALID_CONTEXT,)
 
     def cuModuleLoadData(self, image):
         self.calls.append(("load", len(image)))
@@ -49,6 +78,8 @@ class FakeDriver:
         return [(ptrs[i], ctypes.string_at(ptrs[i], n)) for i, n in enumerate(sizes)]
 
     def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, smem, stream, argv, extra):
+        if not self._ctx_ok():
+            return (self.INVALID_CONTEXT,)
         self.calls.append(("launch", (gx, gy, gz), (bx, by, bz), smem, self._read(argv, self.sizes)))
         return (0,)
 
@@ -64,7 +95,8 @@ def backend(monkeypatch):
     fake = FakeDriver()
     monkeypatch.setattr(cuda_mod, "_driver", lambda: fake)
     be = object.__new__(cuda_mod.CudaBackend)      # skip the device probe: there is no GPU
-    be.drv, be._modules = fake, {}
+    be._init_state(fake, "ctx")
+    be._current()
     return be, fake
 
 
@@ -99,3 +131,58 @@ def test_cluster_launch_uses_launch_ex(backend):
     be.launch(be.load(KERNEL), (4, 1, 1), params, block=(128, 1, 1), cluster=(2, 1, 1), smem=0)
     kind, grid, cluster, smem, got = fake.calls[-1]
     assert (kind, grid, cluster) == ("launch_ex", (4, 1, 1), (2, 1, 1)) and [b for _, b in got] == params
+
+
+def test_backend_used_from_another_thread_makes_its_context_current(backend):
+    """The driver's current context is per thread: a thread that never set it gets
+    CUDA_ERROR_INVALID_CONTEXT unless the backend sets it first."""
+    be, fake = backend
+    params = KERNEL.pack_params({"t": bytes(128), "p": 0, "n": 1, "x": 0.0})
+    fake.sizes = [len(p) for p in params]
+    errors = []
+
+    def work():
+        try:
+            buf = be.alloc(1000)
+            be.launch(be.load(KERNEL), (1, 1, 1), params, block=(128, 1, 1), smem=0)
+            be.free(buf)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert errors == []
+    assert ("set_current", t.ident) in fake.calls and fake.calls[-1][0] == "free"
+
+
+def test_allocations_are_counted_and_double_free_refused(backend):
+    from cutedsl.errors import ArgumentError
+    be, fake = backend
+    bufs = [be.alloc(n) for n in (1, 100, 4096)]
+    assert be.live_allocations() == 3
+    for b in bufs:
+        be.free(b)
+    assert be.live_allocations() == 0 and [c[1] for c in fake.calls if c[0] == "free"] == [b.ptr for b in bufs]
+    with pytest.raises(ArgumentError, match="already freed"):
+        be.free(bufs[0])
+
+
+@pytest.mark.parametrize("grid,block,match", [
+    ((1, 65536, 1), (128, 1, 1), r"gridDim.y = 65536 is outside the hardware range 1..65535"),
+    ((1, 1, 70000), (128, 1, 1), r"gridDim.z = 70000"),
+    ((2 ** 31, 1, 1), (128, 1, 1), r"gridDim.x = 2147483648 is outside the hardware range 1..2147483647"),
+    ((0, 1, 1), (128, 1, 1), r"gridDim.x = 0"),
+    ((1, 1, 1), (1, 1, 65), r"blockDim.z = 65 is outside the hardware range 1..64"),
+    ((1, 1, 1), (512, 4, 1), r"2048 threads, the limit is 1024"),
+])
+def test_launch_past_hardware_limits_is_refused_before_the_driver(backend, grid, block, match):
+    from cutedsl.errors import LaunchError
+    be, fake = backend
+    params = KERNEL.pack_params({"t": bytes(128), "p": 0, "n": 1, "x": 0.0})
+    fake.sizes = [len(p) for p in params]
+    h = be.load(KERNEL)
+    n = len(fake.calls)
+    with pytest.raises(LaunchError, match=match):
+        be.launch(h, grid, params, block=block, smem=0)
+    assert not [c for c in fake.calls[n:] if c[0].startswith("launch")]

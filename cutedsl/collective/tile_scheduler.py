@@ -1,4 +1,15 @@
-"""Static persistent tile scheduler with rasterization and clusters (CUTLASS
+"""Tile schedulers: which output tile(s) a CTA computes (CUTLASS ``TileScheduler``).
+
+:class:`TileScheduler` is the non-persistent one: one ``tile_m x tile_n`` output tile per CTA,
+found from ``%ctaid`` — ``x`` walks N, ``y`` walks M (so CTAs next to each other in launch order
+share A rows in L2), ``z`` is free for a kernel's own use (e.g. split-K). A GEMM kernel names
+its scheduler in ``GemmKernel.scheduler_cls``; the Device layer launches exactly ``grid()``.
+
+Host side: :meth:`TileScheduler.grid` (Python ints). IR side (inside a kernel body):
+:meth:`TileScheduler.tile_origin` gives the tile's first row and column ``(m0, n0)`` as
+unsigned i32 values.
+
+:class:`PersistentTileScheduler` — static persistent, with rasterization and clusters (CUTLASS
 ``PersistentTileSchedulerSm90``).
 
 Output tiles (``tile_m x tile_n``) are grouped into *cluster tiles* of ``cluster_m x
@@ -23,16 +34,39 @@ from ..ir._lazy import lazy
 
 cir = lazy("cutedsl.ir")
 
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class TileScheduler:
+    """One output tile per CTA: tile ``(blockIdx.y, blockIdx.x)`` of the ``M x N`` output.
+
+    ``tile_m``/``tile_n``: tile extent in elements (rows of D, columns of D)."""
+
+    def __init__(self, tile_m: int, tile_n: int):
+        self.tile_m, self.tile_n = tile_m, tile_n
+
+    def tiles(self, m: int, n: int) -> tuple:
+        """Output tiles ``(along M, along N)`` of an ``m x n`` problem."""
+        return ceil_div(m, self.tile_m), ceil_div(n, self.tile_n)
+
+    def grid(self, m: int, n: int, k: int = 0) -> tuple:
+        """CTAs ``(x, y, z)`` to launch: ``(tiles along N, tiles along M, 1)``."""
+        tm, tn = self.tiles(m, n)
+        return (tn, tm, 1)
+
+    def tile_origin(self) -> tuple:
+        """IR: ``(m0, n0)``, the first row and column of this CTA's tile (unsigned i32)."""
+        return cir.block_idx("y") * self.tile_m, cir.block_idx("x") * self.tile_n
+
+
 DEFAULT_SM_COUNT = 132      #: H100 SXM, used when no device reports its SM count
 RASTERS = ("M", "N")
 SWIZZLES = (1, 2, 4, 8)
 
 
-def _cdiv(a, b):
-    return (a + b - 1) // b
-
-
-class PersistentTileScheduler:
+class PersistentTileScheduler(TileScheduler):
     """See module docstring. ``tile_m``/``tile_n`` in elements; ``sm_count`` SMs (None:
     :data:`DEFAULT_SM_COUNT`); ``cluster`` ``(cluster_m, cluster_n)``; ``ctas_per_sm``
     co-resident CTAs per SM (1 for the large-smem GEMMs). Raises ``ValueError`` for a raster
@@ -46,7 +80,8 @@ class PersistentTileScheduler:
             raise ValueError(f"swizzle must be one of {SWIZZLES}, got {swizzle!r}")
         if sm_count is not None and (not isinstance(sm_count, int) or sm_count < 1):
             raise ValueError(f"sm_count must be a positive int, got {sm_count!r}")
-        self.tile_m, self.tile_n, self.raster, self.swizzle = tile_m, tile_n, raster, swizzle
+        super().__init__(tile_m, tile_n)
+        self.raster, self.swizzle = raster, swizzle
         self.sm_count = sm_count
         self.cluster_m, self.cluster_n = tuple(cluster)
         self.persistent, self.ctas_per_sm = persistent, ctas_per_sm
@@ -63,7 +98,7 @@ class PersistentTileScheduler:
     # -- host ----------------------------------------------------------------------
     def cluster_tiles(self, m: int, n: int) -> tuple:
         """``(cluster tiles along M, along N)`` for an ``m x n`` output."""
-        return (_cdiv(_cdiv(m, self.tile_m), self.cluster_m), _cdiv(_cdiv(n, self.tile_n), self.cluster_n))
+        return (ceil_div(ceil_div(m, self.tile_m), self.cluster_m), ceil_div(ceil_div(n, self.tile_n), self.cluster_n))
 
     def clusters(self, m: int, n: int) -> int:
         """Clusters launched for an ``m x n`` output."""
@@ -136,8 +171,8 @@ class PersistentTileScheduler:
             minor, major = strip * s + r % w, r // w
         return (major, minor) if self.raster == "M" else (minor, major)
 
-    def tile_origin(self, i):
-        """Element coordinates ``(m0, n0)`` (IR i32) of this CTA's ``i``-th tile."""
+    def tile_origin(self, i=0):
+        """Element coordinates ``(m0, n0)`` (IR i32) of this CTA's ``i``-th tile (IR i32 or 0)."""
         unit = self.cluster_id + i * self.n_clusters if self.persistent else self.cluster_id
         cm, cn = self._raster(unit)
         rm, rn = (self.rank % self.cluster_m, self.rank // self.cluster_m) if self.cluster_size > 1 else (0, 0)
@@ -156,4 +191,4 @@ class PersistentTileScheduler:
         return i < self.tile_count()
 
 
-__all__ = ["PersistentTileScheduler", "DEFAULT_SM_COUNT", "RASTERS", "SWIZZLES"]
+__all__ = ["TileScheduler", "PersistentTileScheduler", "DEFAULT_SM_COUNT", "RASTERS", "SWIZZLES", "ceil_div"]

@@ -1,0 +1,15 @@
+"""Benchmark harness and GPU bundle (a Device-level tool: imports ``cutedsl.device``; nothing in
+the library imports it).
+
+* :mod:`.shapes` — the problem sets (``square``, ``skinny``, ``paper``, ``stages``, ``tiny``).
+* :mod:`.configs` — the configs a sweep times (every schedule ``GemmConfig`` accepts).
+* :mod:`.timing` — CUDA-event and wall-clock timers, medians, geometric means.
+* :mod:`.libs` — the array library that holds the inputs and runs cuBLAS (torch, cupy) or the
+  host reference (emulator).
+* :mod:`.runner` — one sweep: same inputs for cutedsl and cuBLAS, rotation, L2 flush.
+* :mod:`.report` — text table, JSON, CSV, plot, progress bar.
+* :mod:`.bundle` — compile every kernel a GPU run needs into a cache directory; verify it.
+* :mod:`.identity` — integer inputs: GPU result bit-identical with the emulator.
+
+Entry points: ``python -m cutedsl bench ...`` and ``python -m cutedsl bundle ...``.
+"""

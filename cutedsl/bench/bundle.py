@@ -1,0 +1,179 @@
+"""The GPU bundle: every kernel a GPU run needs, compiled where MLIR is, into one directory
+that a GPU machine with only numpy + cuda-python runs from (``scripts/gpu_run.sh``).
+
+``DIR/cache/`` is a kernel cache (``CUTEDSL_CACHE_DIR``); ``DIR/manifest.json`` records the
+plan (the argument lists of each step of the run), the source hash the kernels were compiled
+from, and every cache entry. What the run needs is derived from the same argument lists the
+run uses, so a schedule ``GemmConfig`` accepts at bundle time is bundled without an edit:
+
+* the ``bench`` sets and the ``--identity`` check: :func:`cutedsl.bench.cli.selected_configs`;
+* the main job: :func:`cutedsl.cli.gemm_config`;
+* the ``gpu``-marked tests: run under :mod:`.capture` (compile, stop at the first launch).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from ..errors import CacheError
+
+#: hard limit on the bundle (it travels with the checkout to the GPU machine)
+MAX_BYTES = 30 * 1024 * 1024
+ROOT = Path(__file__).resolve().parents[2]
+
+PLANS = {
+    "gpu": {
+        "bench_args": ["--set", "all"],
+        "identity_args": ["--set", "square"],
+        "main_args": ["gemm", "--m", "1000", "--n", "1000", "--k", "1000", "--check"],
+        "tests": ["tests/device/test_gpu.py"],
+    },
+    # a few kernels: what the dry-run test of the bundle and the runner builds
+    "smoke": {
+        "bench_args": ["--set", "square", "--schedule", "multistage", "--tile", "128x128x64", "--stages", "2"],
+        "identity_args": ["--set", "square", "--schedule", "multistage", "--tile", "128x128x64", "--stages", "2"],
+        "main_args": ["gemm", "--m", "300", "--n", "200", "--k", "160", "--stages", "2", "--out-dtype", "f16",
+                      "--check"],
+        "tests": [],
+    },
+}
+
+
+def _bench_args(argv):
+    from .. import cli
+    return cli._parser().parse_args(["bench", *argv])
+
+
+def plan_configs(plan: dict) -> list:
+    """The ``GemmConfig`` s of the bench, identity and main-job steps of ``plan`` (unique)."""
+    from .. import cli
+    from .cli import selected_configs, set_names
+    out = []
+    for key in ("bench_args", "identity_args"):
+        args = _bench_args(plan[key])
+        for name in set_names(args):
+            out += selected_configs(args, name)
+    out.append(cli.gemm_config(cli._parser().parse_args(plan["main_args"])))
+    return list(dict.fromkeys(out))
+
+
+def _cache_config(cfg) -> dict:
+    """The cache's config dict for a GemmConfig (what ``Kernel.compile`` looks up)."""
+    k = cfg.kernel()
+    return {"kernel": k.name, **k.config()}
+
+
+def _entries(cache_dir: Path) -> set:
+    return {p.name for p in cache_dir.iterdir() if p.is_dir()} if cache_dir.is_dir() else set()
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def build(out: Path, plan_name: str = "gpu", log=print) -> dict:
+    """Compile every kernel of ``plan_name`` into ``out/cache``; write and return the manifest.
+    Raises ``CacheError`` when the bundle would pass :data:`MAX_BYTES` or a kernel fails."""
+    from ..compiler.cache import source_hash, toolchain_hash
+    from ..compiler.toolchain import versions
+    from ..device import Gemm
+    from .configs import accepted_schedules, label
+    plan = PLANS[plan_name]
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not (out / "manifest.json").exists():
+        raise CacheError(f"{out} exists, is not empty and holds no bundle manifest: refusing to overwrite it")
+    shutil.rmtree(out / "cache", ignore_errors=True)
+    cache_dir = out / "cache"
+    cache_dir.mkdir(parents=True)
+    if toolchain_hash() is None:
+        raise CacheError("building a bundle needs the MLIR toolchain (this machine has none)")
+    os.environ["CUTEDSL_CACHE_DIR"] = str(cache_dir)     # the public way: Gemm compiles into the default cache
+    cfgs = plan_configs(plan)
+    log(f"bundle {plan_name}: {len(cfgs)} configs (schedules: {', '.join(accepted_schedules())})")
+    kernels = []
+    for i, cfg in enumerate(cfgs, 1):
+        ck = Gemm(cfg, "none").compiled
+        kernels.append({"config": label(cfg), "key": ck.key})
+        log(f"  [{i}/{len(cfgs)}] {label(cfg)}  {ck.resources.registers} regs, {ck.resources.smem_bytes} B smem")
+    tests = []
+    for t in plan["tests"]:
+        before = _entries(cache_dir)
+        env = dict(os.environ, CUTEDSL_CACHE_DIR=str(cache_dir), PYTHONPATH=str(ROOT))
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "cutedsl.bench.capture", "-p",
+                            "no:cacheprovider", "-m", "gpu", t], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=3600)
+        if r.returncode not in (0, 5):
+            raise CacheError(f"compiling the kernels of {t} failed:\n{r.stdout[-4000:]}{r.stderr[-2000:]}")
+        new = sorted(_entries(cache_dir) - before)
+        tests.append({"file": t, "new_entries": new, "pytest": r.stdout.strip().splitlines()[-1:]})
+        log(f"  {t}: {len(new)} more kernels ({tests[-1]['pytest'][0] if tests[-1]['pytest'] else ''})")
+    size = _size(cache_dir)
+    manifest = {"plan": plan_name, **plan, "created_utc": datetime.datetime.now(datetime.timezone.utc)
+                .isoformat(timespec="seconds"), "source_hash": source_hash(), "toolchain": versions(),
+                "kernels": kernels, "tests_compiled": tests, "entries": sorted(_entries(cache_dir)),
+                "size_bytes": size}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    if size > MAX_BYTES:
+        raise CacheError(f"bundle is {size / 2**20:.1f} MiB, over the {MAX_BYTES / 2**20:.0f} MiB limit")
+    log(f"bundle written to {out}: {len(manifest['entries'])} kernels, {size / 2**20:.2f} MiB")
+    return manifest
+
+
+def verify(out: Path, log=print) -> list:
+    """Check, compiling nothing, that every kernel of the bundle loads from ``out/cache``:
+    the plan's configs by lookup and every recorded entry by checksum. Returns the problems
+    (empty: all there)."""
+    from ..compiler.artifact import CompiledKernel
+    from ..compiler.cache import KernelCache, source_hash
+    from .configs import label
+    out = Path(out)
+    try:
+        manifest = json.loads((out / "manifest.json").read_text())
+    except (OSError, ValueError) as e:
+        return [f"no readable manifest in {out}: {e}"]
+    problems = []
+    if manifest["source_hash"] != source_hash():
+        problems.append(f"the bundle was compiled from sources {manifest['source_hash']}, this checkout is "
+                        f"{source_hash()}: rebuild it from this checkout (python -m cutedsl bundle)")
+    found = 0
+    for cfg in plan_configs(manifest):
+        if KernelCache(out / "cache").get(_cache_config(cfg)) is None:
+            problems.append(f"missing from the cache: {label(cfg)}")
+        else:
+            found += 1
+    for name in manifest["entries"]:
+        d = out / "cache" / name
+        subs = [p for p in d.iterdir() if (p / "kernel.json").is_file()] if d.is_dir() else []
+        try:
+            if not subs:
+                raise CacheError("no kernel.json")
+            CompiledKernel.load(subs[0])
+        except (CacheError, OSError, ValueError) as e:
+            problems.append(f"cache entry {name} does not load: {e}")
+    log(f"bundle {out}: plan {manifest['plan']}, {found} plan configs found, {len(manifest['entries'])} entries "
+        f"checked, {manifest['size_bytes'] / 2**20:.2f} MiB, {len(problems)} problems")
+    for p in problems:
+        log(f"  PROBLEM: {p}")
+    return problems
+
+
+def main(args) -> int:
+    out = Path(args.out)
+    if args.print_key:
+        m = json.loads((out / "manifest.json").read_text())
+        v = m[args.print_key]
+        print(" ".join(v) if isinstance(v, list) else v)
+        return 0
+    if args.verify:
+        return 1 if verify(out) else 0
+    try:
+        build(out, args.plan)
+    except CacheError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0 if not verify(out) else 1

@@ -1,0 +1,173 @@
+"""``python -m cutedsl bench`` and ``python -m cutedsl bundle`` (argument parsing and driving)."""
+from __future__ import annotations
+
+import json
+import sys
+
+SET_NAMES = ("square", "skinny", "paper", "stages")
+
+
+def _csv_list(text):
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def add_parsers(sub) -> None:
+    """Add the ``bench`` and ``bundle`` subcommands to the main CLI's subparsers."""
+    b = sub.add_parser("bench", help="time GEMM configs against cuBLAS over shape sets",
+                       description="Time cutedsl GEMM configs against cuBLAS (same process, same inputs; "
+                                   "CUDA events, median of --iters launches, rotated inputs and L2 flush). "
+                                   "On --backend sim: tiny shapes, a test of the harness, no timings.")
+    b.add_argument("--set", default="square",
+                   help="comma list of " + ", ".join(SET_NAMES) + ", or 'all' (default square)")
+    b.add_argument("--config", action="append", default=[], metavar="SPEC",
+                   help="a config as key=value,... (GemmConfig fields, e.g. tile=128x256x64,stages=4); "
+                        "repeatable; replaces --tile/--stages/--schedule")
+    b.add_argument("--tile", default=None, help="comma list of tiles (default 128x128x64,128x256x64)")
+    b.add_argument("--stages", default=None, help="comma list of stage counts or auto "
+                                                  "(default auto; the stages set: 1..7)")
+    b.add_argument("--schedule", default=None, help="comma list (default: every schedule GemmConfig accepts)")
+    b.add_argument("--dtype", choices=["f16", "bf16"], default="f16")
+    b.add_argument("--out-dtype", choices=["f32", "f16", "bf16"], default="f16",
+                   help="output dtype (default f16, what cuBLAS writes for f16 inputs)")
+    b.add_argument("--b-major", choices=["N", "K"], default="N")
+    b.add_argument("--backend", choices=["auto", "cuda", "sim"], default="auto")
+    b.add_argument("--ref", choices=["auto", "torch", "cupy", "numpy"], default="auto",
+                   help="array library and reference: torch.matmul, cupy.matmul (cuBLAS) or numpy")
+    b.add_argument("--iters", type=int, default=30, help="timed launches per point (>= 20 on a GPU)")
+    b.add_argument("--warmup", type=int, default=5, help="untimed launches first")
+    b.add_argument("--max-sets", type=int, default=8, help="most input sets rotated between launches")
+    b.add_argument("--no-flush", action="store_true", help="no L2 flush between launches")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--json", metavar="FILE", help="write the full result as JSON ('-': stdout)")
+    b.add_argument("--csv", metavar="FILE", help="write one row per point as CSV ('-': stdout)")
+    b.add_argument("--plot", metavar="FILE.png", help="TFLOP/s vs shape, per config and cuBLAS (matplotlib)")
+    b.add_argument("--no-progress", action="store_true")
+    b.add_argument("--identity", action="store_true",
+                   help="instead: integer inputs, GPU result bit-identical with the emulator, per config")
+
+    u = sub.add_parser("bundle", help="compile every kernel a GPU run needs into a directory (no GPU needed)",
+                       description="Compile into DIR/cache every kernel that scripts/gpu_run.sh runs, and "
+                                   "write DIR/manifest.json; or --verify that DIR has them all (no MLIR needed).")
+    u.add_argument("--out", required=True, metavar="DIR")
+    u.add_argument("--plan", choices=["gpu", "smoke"], default="gpu",
+                   help="gpu: everything (tests, main job, identity, every bench set); smoke: a small plan "
+                        "for testing the bundle itself")
+    u.add_argument("--verify", action="store_true", help="check that every kernel of DIR's manifest loads "
+                                                          "from DIR/cache, compiling nothing")
+    u.add_argument("--print", dest="print_key", metavar="KEY", help="print a manifest entry (shell use)")
+
+
+def selected_configs(args, set_name: str) -> list:
+    """The configs ``args`` select for ``set_name``."""
+    from . import configs as C
+    from ..device import GemmConfig
+    base = {"dtype": args.dtype, "out_dtype": args.out_dtype, "b_major": args.b_major}
+    if args.config:
+        return [C.parse_config(s, base) for s in args.config]
+    tiles = [GemmConfig.parse_tile(t) for t in _csv_list(args.tile)] if args.tile else None
+    stages = [s if s == "auto" else int(s) for s in _csv_list(args.stages)] if args.stages else None
+    scheds = _csv_list(args.schedule) if args.schedule else None
+    if scheds:
+        ok = C.accepted_schedules()
+        bad = [s for s in scheds if s not in ok]
+        if bad:
+            raise SystemExit(_usage(f"--schedule: {', '.join(bad)} not accepted; choose from {', '.join(ok)}"))
+    return C.sweep_configs(set_name, tiles=tiles, schedules=scheds, stages=stages, base=base)
+
+
+def set_names(args) -> list:
+    names = list(SET_NAMES) if args.set == "all" else _csv_list(args.set)
+    bad = [n for n in names if n not in SET_NAMES]
+    if bad or not names:
+        raise SystemExit(_usage(f"--set: {', '.join(bad) or '(empty)'} unknown; choose from "
+                                f"{', '.join(SET_NAMES)} or all"))
+    return names
+
+
+def _usage(msg):
+    print(f"python -m cutedsl bench: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def run_bench(args) -> int:
+    from ..device.backends import get_backend
+    from ..errors import CuteDSLError
+    from . import libs, report
+    from .runner import Sweep, header
+    from .shapes import shapes_for
+    from .timing import EventTimer, WallTimer
+
+    names = set_names(args)
+    try:
+        plan = [(n, selected_configs(args, n)) for n in names]
+    except (CuteDSLError, ValueError) as e:
+        return _usage(f"{type(e).__name__}: {e}")
+    backend = get_backend(args.backend)
+    timed = backend.name == "cuda"
+    if timed and args.iters < 20:
+        return _usage(f"--iters must be >= 20 on a GPU (median of at least 20 launches), got {args.iters}")
+    if args.iters < 1 or args.warmup < 0:
+        return _usage("--iters must be >= 1 and --warmup >= 0")
+    if args.identity:
+        return run_identity(args, backend, plan)
+    lib, note = libs.pick(backend.name, args.ref, args.seed)
+    timer = EventTimer(backend.drv) if timed else WallTimer(backend.synchronize)
+    from ..device import Gemm
+    from .runner import device_attrs
+    l2 = device_attrs(backend).get("l2_bytes", 0) if timed else 0
+    iters, warmup = (args.iters, args.warmup) if timed else (min(args.iters, 2), min(args.warmup, 1))
+    total = sum(len(cfgs) * len(shapes_for(n, backend.name)) for n, cfgs in plan)
+    notes = [note]
+    if not timed:
+        notes.append("backend sim: tiny shapes, harness test only, NO TIMINGS CLAIMED")
+    with report.Progress(total, enabled=not args.no_progress) as bar:
+        sweep = Sweep(backend, lib, timer, lambda c: Gemm(c, backend), iters=iters, warmup=warmup, l2_bytes=l2,
+                      max_sets=args.max_sets, flush=not args.no_flush, progress=bar)
+        if bar.kind == "plain":
+            notes.append("no rich/tqdm: plain progress lines")
+        result = {"header": header(backend, lib, timer, sweep, notes), "sets": []}
+        for name, cfgs in plan:
+            result["sets"].append(sweep.run_set(name, cfgs))
+    timer.close()
+    if args.plot:
+        why = report.plot(result, args.plot)
+        if why:
+            result["header"].setdefault("notes", []).append(why)
+            print(why, file=sys.stderr)
+    if args.json:
+        report.write(args.json, report.to_json(result))
+    if args.csv:
+        report.write(args.csv, report.to_csv(result))
+    if args.json != "-" and args.csv != "-":
+        print(report.text(result), end="")
+    bad = sum(g["failed_checks"] for s in result["sets"] for g in s["summary"]["configs"].values())
+    return 1 if bad else 0
+
+
+def run_identity(args, backend, plan) -> int:
+    from ..device.backends import get_backend
+    from . import identity
+    from .configs import config_dict  # noqa: F401 - keeps the config fields in one place
+    cfgs = list(dict.fromkeys(c for _, cs in plan for c in cs))
+    emu = get_backend("sim")
+    rows = identity.check(cfgs, backend, emu, seed=args.seed)
+    res = {"identity": rows, "backend": backend.name}
+    if args.json:
+        from . import report
+        report.write(args.json, json.dumps(res, indent=1))
+    bad = 0
+    print(f"bit identity {backend.name} vs emulator, integer inputs {identity.SHAPE}:")
+    for r in rows:
+        ok = r["identical"] and r["exact"]
+        bad += not ok
+        print(f"  {r['config']:<40} {'PASS' if ok else 'FAIL'}  identical={r['identical']} exact={r['exact']}"
+              + (f"  {r['error']}" if r.get("error") else ""))
+    print(f"{len(rows) - bad} passed, {bad} failed")
+    return 1 if bad else 0
+
+
+def main(args) -> int:
+    if args.cmd == "bench":
+        return run_bench(args)
+    from . import bundle
+    return bundle.main(args)

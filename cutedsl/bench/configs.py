@@ -1,0 +1,101 @@
+"""Which ``GemmConfig`` s a sweep times.
+
+Schedules are discovered, not listed: every name in :data:`KNOWN_SCHEDULES` (and a
+``GemmConfig.SCHEDULES`` attribute, if the config class grows one) that ``GemmConfig`` accepts
+right now. A schedule added to the library is therefore benchmarked and bundled without an
+edit here.
+"""
+from __future__ import annotations
+
+from ..device import GemmConfig
+from ..errors import CuteDSLError
+from .shapes import STAGE_STUDY
+
+#: every schedule name the project has used or announced (CUTLASS's kernel schedules)
+KNOWN_SCHEDULES = ("multistage", "single_tile", "warp_specialized", "cooperative", "pingpong")
+
+#: tiles a default sweep times (BLOCK_M x BLOCK_N x BLOCK_K)
+DEFAULT_TILES = ((128, 128, 64), (128, 256, 64))
+
+
+def accepted_schedules() -> list:
+    """Schedule names ``GemmConfig`` accepts (with its default tile), in a stable order."""
+    names = list(KNOWN_SCHEDULES) + [s for s in getattr(GemmConfig, "SCHEDULES", ()) if s not in KNOWN_SCHEDULES]
+    out = []
+    for s in names:
+        try:
+            GemmConfig(schedule=s)
+        except CuteDSLError:
+            continue
+        out.append(s)
+    return out
+
+
+def try_config(**kw):
+    """``GemmConfig(**kw)`` or None when the library rejects the combination."""
+    try:
+        return GemmConfig(**kw)
+    except CuteDSLError:
+        return None
+
+
+def parse_config(spec: str, base: dict | None = None) -> GemmConfig:
+    """``"tile=128x256x64,stages=4,schedule=multistage"`` -> ``GemmConfig`` (keys are
+    ``GemmConfig`` fields; ``ConfigError`` for a bad value, ``ValueError`` for a bad key)."""
+    kw = dict(base or {})
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        key, sep, val = part.partition("=")
+        if not sep:
+            raise ValueError(f"--config item {part!r} must look like key=value")
+        key = key.strip().replace("-", "_")
+        if key not in attrs_fields():
+            raise ValueError(f"--config key {key!r} is not a GemmConfig field ({', '.join(attrs_fields())})")
+        if key == "tile":
+            kw[key] = GemmConfig.parse_tile(val)
+        elif key == "stages":
+            kw[key] = val if val == "auto" else int(val)
+        else:
+            kw[key] = val
+    return GemmConfig(**kw)
+
+
+def attrs_fields() -> list:
+    import attrs
+    return [f.name for f in attrs.fields(GemmConfig)]
+
+
+def sweep_configs(set_name: str, *, tiles=None, schedules=None, stages=None, base=None) -> list:
+    """The configs a set is timed with: tiles x schedules x stages, skipping combinations the
+    library rejects (e.g. single_tile with a 128x256 tile, 7 stages that do not fit).
+    For ``stages`` the stage counts default to 1..7, otherwise to ``"auto"``."""
+    tiles = list(tiles or DEFAULT_TILES)
+    schedules = list(schedules or accepted_schedules())
+    if stages is None:
+        stages = list(STAGE_STUDY) if set_name == "stages" else ["auto"]
+    base = dict(base or {})
+    out = []
+    for sched in schedules:
+        for tile in tiles:
+            for st in stages:
+                cfg = try_config(**{**base, "tile": tuple(tile), "schedule": sched, "stages": st})
+                if cfg is not None and cfg not in out:
+                    out.append(cfg)
+    return out
+
+
+def label(cfg: GemmConfig) -> str:
+    """Short readable name: ``multistage 128x256x64 s4`` (types shown unless f16 -> f16)."""
+    t = "x".join(map(str, cfg.tile))
+    extra = "".join(f" {k}={getattr(cfg, k)}" for k, d in (("b_major", "N"), ("epilogue", "tma"))
+                    if getattr(cfg, k) != d)
+    if (cfg.dtype, cfg.out_dtype) != ("f16", "f16"):      # the sweep's default types stay implicit
+        extra += f" {cfg.dtype}->{cfg.out_dtype}"
+    return f"{cfg.schedule} {t} s{cfg.resolved_stages()}{extra}"
+
+
+def config_dict(cfg: GemmConfig) -> dict:
+    import attrs
+    d = attrs.asdict(cfg)
+    d["tile"] = list(cfg.tile)
+    d["resolved_stages"] = cfg.resolved_stages()
+    return d

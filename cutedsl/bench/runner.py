@@ -1,0 +1,210 @@
+"""One sweep: every (problem, config) of a shape set timed against the reference on the same
+inputs.
+
+Per problem, ``n_sets`` input sets (A, B, and an output poisoned with NaN) are drawn from
+randn in the array library; together they exceed 3x L2, so rotating through them round-robin
+means no launch finds its inputs in L2 (:func:`.timing.sets_needed`). Before each timed launch
+an L2 flush (a memset of 2x L2) runs as well, which also keeps the GPU ahead of the host. Each
+config and the reference get ``warmup`` untimed launches and ``iters`` timed ones (CUDA
+events, one pair per launch); the median is reported, with TFLOP/s = 2MNK / median and the
+ratio cutedsl / reference TFLOP/s. The first input set's output is compared with the
+reference's (max |D - R| / max |R|), so a wrong kernel cannot post a time.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+
+from ..errors import CuteDSLError
+from . import configs as _configs
+from .shapes import shapes_for, x_label, x_value
+from .timing import geomean, median, rotation, sets_needed, tflops
+
+#: max |D - ref| / max |ref| accepted when checking against the reference, per output dtype
+#: (the main job's tolerances, the looser of the output's and the reference's dtype)
+def tolerance(dtype: str, out_dtype: str) -> float:
+    from ..cli import TOLERANCE
+    return max(TOLERANCE[out_dtype], TOLERANCE[dtype])
+
+
+class Sweep:
+    """Times configs over shape sets. Collaborators are injected so the logic is testable
+    without a GPU: ``backend`` (``.name``), ``lib`` (:mod:`.libs`), ``timer`` (:mod:`.timing`),
+    ``make_gemm(config)`` -> an object with ``prepare(a, b, out=)`` -> ``(launch, result)``."""
+
+    def __init__(self, backend, lib, timer, make_gemm, *, iters=30, warmup=5, l2_bytes=0,
+                 budget_bytes=4 << 30, max_sets=8, flush=True, progress=None):
+        if iters < 1 or warmup < 0:
+            raise ValueError(f"iters must be >= 1 and warmup >= 0, got {iters}, {warmup}")
+        self.backend, self.lib, self.timer, self.make_gemm = backend, lib, timer, make_gemm
+        self.iters, self.warmup, self.l2 = iters, warmup, l2_bytes
+        self.budget, self.max_sets = budget_bytes, max_sets
+        self.flush = lib.flusher(2 * l2_bytes) if flush and l2_bytes else None
+        self.progress = progress
+        self._gemms = {}
+        self.timed = backend.name == "cuda"
+
+    # -- pieces -----------------------------------------------------------------------------
+    def gemm(self, cfg):
+        if cfg not in self._gemms:
+            self._gemms[cfg] = self.make_gemm(cfg)
+        return self._gemms[cfg]
+
+    def _time(self, fns):
+        """Warm-up then timed launches over the rotated input sets; returns the timed ms."""
+        warm, timed = rotation(len(fns), self.warmup, self.iters)
+        for i in warm:
+            fns[i]()
+        self.lib.synchronize()
+        return self.timer.time([fns[i] for i in timed], between=self.flush)
+
+    def _inputs(self, m, n, k, dt, out_dt, b_major):
+        from ..dtypes import dtype as _dtype
+        lib = self.lib
+        per_set = (m * k + k * n) * _dtype(dt).nbytes + m * n * (_dtype(out_dt).nbytes + _dtype(dt).nbytes)
+        n_sets = sets_needed(per_set, self.l2, self.budget, self.max_sets) if lib.device_resident else 1
+        sets = []
+        for _ in range(n_sets):
+            a = lib.randn((m, k), dt)
+            b = lib.randn((k, n), dt) if b_major == "N" else lib.transpose(lib.randn((n, k), dt))
+            sets.append({"a": a, "b": b, "out": lib.empty((m, n), out_dt), "ref": lib.empty((m, n), dt)})
+        return sets
+
+    def _reference(self, sets, m, n, k):
+        """Run (and, on a GPU, time) the reference; returns (median ms or None, ref of set 0)."""
+        lib = self.lib
+        if lib.times_reference:
+            fns = [lambda s=s: lib.matmul(s["a"], s["b"], s["ref"]) for s in sets]
+            ms = median(self._time(fns))
+            return ms, sets[0]["ref"]
+        if lib.check_max_macs is not None and m * n * k > lib.check_max_macs:
+            return None, None
+        return None, lib.matmul(sets[0]["a"], sets[0]["b"], None)
+
+    def _one(self, cfg, sets, ref0, row):
+        gemm = self.gemm(cfg)
+        prepared = [gemm.prepare(s["a"], s["b"], out=s["out"]) for s in sets]
+        times = self._time([p[0] for p in prepared])
+        d0 = prepared[0][1]()
+        if ref0 is not None:
+            err = self.lib.max_rel_diff(d0, ref0)
+            tol = tolerance(cfg.dtype, cfg.out_dtype)
+            row.update(max_rel_diff=err, tolerance=tol, check="pass" if err <= tol else "FAIL")
+        else:
+            row["check"] = "skipped"
+        ms = median(times)
+        srt = sorted(times)
+        if self.timed:
+            row.update(ms=ms, ms_min=srt[0], ms_p90=srt[min(len(srt) - 1, int(0.9 * len(srt)))],
+                       tflops=tflops(row["m"], row["n"], row["k"], ms))
+        else:
+            row.update(ms=None, tflops=None, wall_ms=ms)
+
+    # -- a set -----------------------------------------------------------------------------
+    def run_set(self, set_name: str, cfgs: list) -> dict:
+        shapes = shapes_for(set_name, self.backend.name)
+        rows = []
+        for (m, n, k) in shapes:
+            groups = {}
+            for cfg in cfgs:
+                groups.setdefault((cfg.dtype, cfg.out_dtype, cfg.b_major), []).append(cfg)
+            for (dt, out_dt, b_major), group in groups.items():
+                sets = self._inputs(m, n, k, dt, out_dt, b_major)
+                try:
+                    ref_ms, ref0 = self._reference(sets, m, n, k)
+                except Exception as e:   # noqa: BLE001 - a reference failure must not end the sweep
+                    ref_ms, ref0 = None, None
+                    ref_err = f"{type(e).__name__}: {e}"
+                else:
+                    ref_err = None
+                for cfg in group:
+                    row = {"set": set_name, "m": m, "n": n, "k": k, "config": _configs.label(cfg),
+                           "schedule": cfg.schedule, "tile": "x".join(map(str, cfg.tile)),
+                           "stages": cfg.resolved_stages(), "dtype": dt, "out_dtype": out_dt,
+                           "x": x_value(set_name, m, n, k, cfg.resolved_stages()), "n_sets": len(sets),
+                           "iters": self.iters, "ref_ms": ref_ms,
+                           "ref_tflops": tflops(m, n, k, ref_ms) if self.timed else None}
+                    if ref_err:
+                        row["ref_error"] = ref_err
+                    try:
+                        self._one(cfg, sets, ref0, row)
+                    except CuteDSLError as e:
+                        row.update(error=f"{type(e).__name__}: {e}", ms=None, tflops=None, check="error")
+                    t, r = row.get("tflops"), row.get("ref_tflops")
+                    row["ratio"] = t / r if t and r else None
+                    rows.append(row)
+                    if self.progress is not None:
+                        self.progress(f"{set_name} {m}x{n}x{k} {row['config']}")
+                del sets
+                self.lib.release()
+        return {"set": set_name, "x_label": x_label(set_name), "rows": rows, "summary": summarize(rows)}
+
+
+def summarize(rows: list) -> dict:
+    """Per config: geometric means of TFLOP/s and of the ratio to the reference, failures;
+    and the reference's geometric-mean TFLOP/s (each problem counted once)."""
+    out = {}
+    for label in dict.fromkeys(r["config"] for r in rows):
+        rs = [r for r in rows if r["config"] == label]
+        out[label] = {"geomean_tflops": geomean(r.get("tflops") for r in rs),
+                      "geomean_ratio": geomean(r.get("ratio") for r in rs),
+                      "problems": len(rs),
+                      "failed_checks": sum(r.get("check") in ("FAIL", "error") for r in rs)}
+    ref = {(r["m"], r["n"], r["k"], r["dtype"]): r.get("ref_tflops") for r in rows}
+    return {"configs": out, "reference_geomean_tflops": geomean(ref.values())}
+
+
+def nvidia_smi() -> dict:
+    """Current clocks, power and temperature from ``nvidia-smi`` (empty where it is absent)."""
+    q = "name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem,power.draw,temperature.gpu,pstate"
+    try:
+        r = subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader"], capture_output=True,
+                           text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    if r.returncode != 0 or not r.stdout.strip():
+        return {}
+    vals = [v.strip() for v in r.stdout.strip().splitlines()[0].split(",")]
+    return dict(zip(q.split(","), vals))
+
+
+def device_attrs(backend) -> dict:
+    """Name, driver version, SM count, L2 bytes, clocks of the CUDA device (driver API)."""
+    if getattr(backend, "name", None) != "cuda":
+        return {"device": f"{getattr(backend, 'name', '?')} backend (no GPU)"}
+    drv, dev = backend.drv, backend.device
+    A = drv.CUdevice_attribute
+    out = {"device": backend.device_name(), "driver_version": backend.driver_version()}
+    for key, attr in (("sm_count", "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"),
+                      ("l2_bytes", "CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE"),
+                      ("max_sm_clock_khz", "CU_DEVICE_ATTRIBUTE_CLOCK_RATE"),
+                      ("max_mem_clock_khz", "CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE")):
+        try:
+            err, v = drv.cuDeviceGetAttribute(getattr(A, attr), dev)
+            if err == drv.CUresult.CUDA_SUCCESS:
+                out[key] = int(v)
+        except (AttributeError, TypeError):   # attribute removed from this CUDA version
+            pass
+    return out
+
+
+def header(backend, lib, timer, sweep: Sweep, notes=()) -> dict:
+    from ..compiler.cache import source_hash
+    h = {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+         "host": platform.node(), "python": platform.python_version(), "backend": backend.name,
+         "cutedsl_source_hash": source_hash(), "timer": timer.kind, "iters": sweep.iters,
+         "warmup": sweep.warmup, "l2_flush_bytes": 2 * sweep.l2 if sweep.flush else 0,
+         "reference": lib.ref_name, **lib.info(), **device_attrs(backend)}
+    smi = nvidia_smi()
+    if smi:
+        h["nvidia_smi"] = smi
+    if not sweep.timed:
+        h["timings"] = ("none claimed: the emulator runs tiny shapes to test the harness; wall_ms is "
+                        "host time of the emulator, not a kernel time")
+    if os.environ.get("CUTEDSL_CACHE_DIR"):
+        h["cache_dir"] = os.environ["CUTEDSL_CACHE_DIR"]
+    if notes:
+        h["notes"] = [n for n in notes if n]
+    return h

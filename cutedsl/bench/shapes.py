@@ -1,0 +1,34 @@
+"""Problem sets of the sweep: ``(M, N, K)`` lists, plus the set that varies pipeline stages."""
+from __future__ import annotations
+
+#: (M, N, K) per set. ``stages`` is one problem timed once per stage count 1..7.
+SETS = {
+    "square": [(s, s, s) for s in (2048, 3072, 4096, 6144, 8192, 12288, 16384)],
+    "skinny": [(m, 2112, 7168) for m in (128, 256, 512, 1024, 2048, 4096, 8192)],
+    "paper": [(7296, 256, k) for k in (1024, 2048, 4096, 8192, 16384)],
+    "stages": [(7296, 256, 8192)],
+}
+
+#: what the emulator runs instead of any set: it tests the harness, it is not a benchmark.
+#: Neither is a tile multiple.
+TINY = [(130, 70, 96), (64, 200, 128)]
+
+#: the stage counts of the ``stages`` set (the paper's stage study)
+STAGE_STUDY = tuple(range(1, 8))
+
+
+def shapes_for(set_name: str, backend_name: str) -> list:
+    """The problems of ``set_name``; on the emulator always :data:`TINY`."""
+    if set_name not in SETS:
+        raise ValueError(f"unknown shape set {set_name!r}; choose from {sorted(SETS)}")
+    return list(TINY) if backend_name == "sim" else list(SETS[set_name])
+
+
+def x_label(set_name: str) -> str:
+    """What varies along a set (the plot's x axis)."""
+    return {"square": "M = N = K", "skinny": "M (N=2112, K=7168)", "paper": "K (M=7296, N=256)",
+            "stages": "stages (7296 x 256 x 8192)"}[set_name]
+
+
+def x_value(set_name: str, m: int, n: int, k: int, stages: int) -> int:
+    return {"square": m, "skinny": m, "paper": k, "stages": stages}[set_name]

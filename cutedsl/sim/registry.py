@@ -1,0 +1,34 @@
+"""Instruction-handler registry of the emulator.
+
+Handler modules (``arith``, ``bitops``, ``compare``, ``convert``, ``control``, ``memops``,
+``sync``, ``tma``, ``wgmma``, ``warpops``, ``calls``) register a decode function per opcode base
+with :func:`handler`; the decoder (:mod:`cutedsl.sim.program`) looks them up in
+:data:`HANDLERS`. This module imports none of them: :mod:`cutedsl.sim.handlers` imports them all
+(once, from the package ``__init__``), so there is no import cycle between the decoder and its
+handlers. A new instruction family is a new small module listed in :mod:`cutedsl.sim.handlers`.
+
+It also defines the status codes an execution closure ``fn(warp, group, mask)`` returns:
+``None`` (fall through), ``JUMPED`` (it set ``group.pc``), ``BLOCKED`` (the group waits and
+re-executes the instruction when ready), ``RESCHED`` (lane groups changed; the scheduler
+re-picks) and ``YIELD`` (the closure advanced the PC and the warp should let others run).
+"""
+from __future__ import annotations
+
+JUMPED, BLOCKED, RESCHED, YIELD = 1, 2, 3, 4
+
+#: opcode base (text before the first dot) -> decode function ``f(ctx, ins, mods, ops)``
+HANDLERS: dict = {}
+
+
+def handler(*names):
+    """Register a decode function ``f(ctx, ins, mods, ops) -> closure`` for opcode bases.
+
+    Registering a name twice is a programming error (two modules claiming one opcode)."""
+    def deco(f):
+        for n in names:
+            if n in HANDLERS and HANDLERS[n] is not f:
+                raise RuntimeError(f"opcode {n!r} registered twice ({HANDLERS[n].__module__}, "
+                                   f"{f.__module__})")
+            HANDLERS[n] = f
+        return f
+    return deco

@@ -1,0 +1,100 @@
+"""Layouts travel with buffers: shared-memory buffers declare dtype, swizzle and major; TMA
+copies and WGMMA descriptors are checked against them while the kernel is built."""
+import pytest
+
+from cutedsl.atom import TmaCopy, WarpgroupMMA
+from cutedsl.compiler import TensorMapSpec
+from cutedsl.errors import LayoutError
+from cutedsl.ir import KernelBuilder, Param, SmemPlan
+
+
+def in_kernel(plan, body):
+    """Run ``body(smem, args)`` inside a kernel with tensor-map parameter ``t``."""
+    kb = KernelBuilder("k", [Param("t", "tensormap")], block=(128,))
+    with kb.build() as args:
+        body(plan.bind(), args)
+    return kb
+
+
+def operand_plan(a_swizzle=128, b_major="MN", b_dtype="f16"):
+    plan = SmemPlan()
+    plan.buffer("a", (64, 64), "f16", swizzle=a_swizzle, major="K")
+    plan.buffer("b", (64, 64), b_dtype, swizzle=128, major=b_major)
+    return plan
+
+
+def test_buffer_declares_its_layout():
+    plan = SmemPlan()
+    a = plan.buffer("a", (128, 64), "f16", stages=2, swizzle=128, major="K")
+    assert (a.swizzle, a.major, a.align, a.offset % 1024) == (128, "K", 1024, 0)   # swizzle atom alignment
+    assert a.describe() == "buffer 'a' (f16 [128, 64], swizzle 128 B, K-major)"
+    assert plan.buffer("e", (8, 8), "f32").swizzle == 0
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(swizzle=48), r"swizzle 48 must be one of \(0, 32, 64, 128\)"),
+    (dict(swizzle=128, align=128), "a 128-byte swizzle repeats every 1024 B; align 128"),
+    (dict(swizzle=64), "rows of 128 B are wider than the 64-byte swizzle span"),
+    (dict(major="N"), "major must be 'K', 'MN' or None"),
+])
+def test_bad_layout_declarations(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        SmemPlan().buffer("a", (64, 64), "f16", **kw)
+
+
+@pytest.mark.parametrize("spec,problem", [
+    (TensorMapSpec("t", "f16", (64, 64)), r"swizzle 0 B != 128 B"),
+    (TensorMapSpec("t", "bf16", (64, 64), swizzle=128), r"dtype bf16 != f16"),
+    (TensorMapSpec("t", "f16", (32, 64), swizzle=128), r"box \[32, 64\] != tile \[64, 64\]"),
+])
+def test_tma_load_checks_tensor_map_against_buffer(spec, problem):
+    def body(smem, args):
+        from cutedsl.atom import MBarriers  # noqa: F401 - the check fires before the barrier is used
+        TmaCopy(spec, args.t).load(smem["a"].tile(), None, 0, (0, 0))
+    with pytest.raises(LayoutError, match=rf"TMA load: tensor map 't' \(.*\) does not match shared buffer 'a' "
+                                          rf"\(f16 \[64, 64\], swizzle 128 B, K-major\): {problem}"):
+        in_kernel(operand_plan(), body)
+
+
+def test_tma_store_checks_too():
+    plan = SmemPlan()
+    plan.buffer("d", (64, 32), "f32")
+    with pytest.raises(LayoutError, match=r"TMA store: .* swizzle 128 B\) does not match shared buffer 'd'"):
+        in_kernel(plan, lambda smem, args: TmaCopy(TensorMapSpec("t", "f32", (64, 32), swizzle=128),
+                                                   args.t).store(smem["d"].tile(), (0, 0)))
+
+
+def test_wgmma_derives_descriptors_from_buffers():
+    def body(smem, args):
+        mma = WarpgroupMMA(64, 64, "f16")
+        assert mma.operand_layout(smem["b"].tile(), "B").major == "MN"
+        mma.mma(mma.zero(), smem["a"].tile(), smem["b"].tile())
+    ir = str(in_kernel(operand_plan(), body).module)
+    assert ir.count("nvvm.wgmma.mma_async") == 4 and ir.count("B[<f16>, <one>, <row>]") == 4   # MN-major B
+
+
+@pytest.mark.parametrize("plan_kw,problem", [
+    (dict(a_swizzle=0), r"operand A \(64 x 64, 128-B swizzle\) does not match shared buffer 'a' "
+                        r"\(f16 \[64, 64\], swizzle 0 B, K-major\): swizzle 0 B"),
+    (dict(b_major="K"), r"operand B .* buffer 'b' .*: K-major, needs MN-major"),
+    (dict(b_major=None), r"operand B .*: the buffer declares no major"),
+    (dict(b_dtype="bf16"), r"operand B .*: dtype bf16 != f16"),
+])
+def test_wgmma_layout_mismatch_is_a_build_time_error(plan_kw, problem):
+    def body(smem, args):
+        mma = WarpgroupMMA(64, 64, "f16", b_major="MN")
+        mma.mma(mma.zero(), smem["a"].tile(), smem["b"].tile())
+    with pytest.raises(LayoutError, match=problem):
+        in_kernel(operand_plan(**plan_kw), body)
+
+
+def test_wgmma_refuses_raw_addresses_and_misaligned_sub_tiles():
+    def body(smem, args):
+        mma = WarpgroupMMA(64, 64, "f16")
+        with pytest.raises(TypeError, match="operand A must be a shared-memory tile"):
+            mma.mma(mma.zero(), smem["a"].address(), smem["b"].tile())
+        with pytest.raises(LayoutError, match="offsets into a 128-byte swizzled buffer must be multiples of 1024 B"):
+            smem["a"].tile(byte_offset=512)
+        with pytest.raises(LayoutError, match=r"tile \[32, 64\] is not 64 x 64"):
+            mma.mma(mma.zero(), smem["a"].tile(shape=(32, 64)), smem["b"].tile())
+    in_kernel(operand_plan(), body)

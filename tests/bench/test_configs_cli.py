@@ -1,0 +1,53 @@
+"""Which configs a sweep and the bundle take, and the bench CLI's argument errors."""
+import pytest
+
+from cutedsl import GemmConfig
+from cutedsl import cli
+from cutedsl.bench import configs
+from cutedsl.errors import ConfigError
+
+
+def test_schedules_are_discovered_from_gemm_config(monkeypatch):
+    got = configs.accepted_schedules()
+    assert {"multistage", "single_tile"} <= set(got)
+    for s in got:
+        GemmConfig(schedule=s)                  # every one is accepted
+    monkeypatch.setattr(configs, "KNOWN_SCHEDULES", (*configs.KNOWN_SCHEDULES, "no_such_schedule"))
+    assert "no_such_schedule" not in configs.accepted_schedules()
+
+
+def test_stage_study_configs_skip_what_does_not_fit():
+    cfgs = configs.sweep_configs("stages", tiles=[(128, 256, 64)], schedules=["multistage", "single_tile"])
+    got = [c.resolved_stages() for c in cfgs]
+    fits = [s for s in range(1, 8) if configs.try_config(tile=(128, 256, 64), stages=s) is not None]
+    assert got == fits and 1 in got and 7 not in got       # 7 stages of 128x256 overflow shared memory
+    assert all(c.schedule == "multistage" for c in cfgs)     # single_tile cannot hold a 128x256 tile
+    sq = configs.sweep_configs("square", tiles=[(128, 128, 64)], schedules=["multistage", "single_tile"])
+    assert [(c.schedule, c.stages) for c in sq] == [("multistage", "auto"), ("single_tile", "auto")]
+
+
+def test_parse_config_and_labels():
+    c = configs.parse_config("tile=128x256x64, stages=3, schedule=multistage", {"out_dtype": "f16"})
+    assert c == GemmConfig(tile=(128, 256, 64), stages=3, out_dtype="f16")
+    assert configs.label(c) == "multistage 128x256x64 s3"
+    assert configs.label(GemmConfig(b_major="K", stages=2)) == "multistage 128x128x64 s2 b_major=K f16->f32"
+    with pytest.raises(ValueError, match="'colour' is not a GemmConfig field"):
+        configs.parse_config("colour=red")
+    with pytest.raises(ValueError, match="must look like key=value"):
+        configs.parse_config("tile")
+    with pytest.raises(ConfigError, match="BLOCK_N"):
+        configs.parse_config("tile=128x96x64")
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--set", "cubes"], "--set: cubes unknown"),
+    (["--schedule", "bogus"], "--schedule: bogus not accepted"),
+    (["--config", "tile=1x2x3"], "ConfigError"),
+    (["--iters", "0", "--backend", "sim"], "--iters must be >= 1"),
+])
+def test_bench_argument_errors_exit_2(argv, msg, capsys):
+    with pytest.raises(SystemExit) as e:
+        rc = cli.main(["bench", *argv])
+        raise SystemExit(rc)
+    assert e.value.code == 2
+    assert msg in capsys.readouterr().err

@@ -1,0 +1,89 @@
+"""GEMM kernel hooks: new algorithms as subclasses (collective class attributes, the k-tile
+range of a CTA, an overridden grid / tile scheduler) run through ``Gemm(config, kernel=...)``
+on the emulator, on shapes that are not tile multiples, bit-exact with small-integer inputs."""
+import numpy as np
+import pytest
+
+from cutedsl import Gemm, GemmConfig
+from cutedsl.collective import GlobalEpilogue, MultistageMainloop, TileScheduler, TmaStoreEpilogue
+from cutedsl.errors import ArgumentError, ArgumentTypeError
+from cutedsl.ir import block_idx
+from cutedsl.kernel import GemmKernel, MultistageGemmKernel, SingleTileGemmKernel
+
+
+def ints(rng, *shape):
+    return rng.integers(-4, 5, shape).astype(np.float16)
+
+
+class SecondHalfOfK(MultistageGemmKernel):
+    """Reduces only over the upper half of the k-tiles."""
+
+    def k_tile_range(self, k_tiles):
+        half = k_tiles // 2
+        return half, k_tiles - half
+
+
+class TilesDownColumns(TileScheduler):
+    """blockIdx.x walks M and blockIdx.y walks N (the transpose of the default)."""
+
+    def grid(self, m, n, k=0):
+        tiles_m, tiles_n = self.tiles(m, n)
+        return (tiles_m, tiles_n, 1)
+
+    def tile_origin(self):
+        return block_idx("x") * self.tile_m, block_idx("y") * self.tile_n
+
+
+class ColumnOrderSingleTile(SingleTileGemmKernel):
+    scheduler_cls = TilesDownColumns
+
+
+def test_class_attributes_name_the_collectives():
+    k = MultistageGemmKernel(64, 64, 2)
+    assert isinstance(k, GemmKernel)
+    assert type(k.mainloop) is MultistageGemmKernel.mainloop_cls is MultistageMainloop
+    assert type(k.epilogue) is TmaStoreEpilogue and type(k.scheduler) is TileScheduler
+    assert type(MultistageGemmKernel(64, 64, 2, epilogue=GlobalEpilogue).epilogue) is GlobalEpilogue
+    assert k.grid(150, 70, 10) == (2, 3, 1)
+
+
+@pytest.mark.parametrize("stages", [1, 3])
+def test_k_tile_range_override(stages, rng, sim):
+    m, n, k = 150, 70, 64 * 5 - 24                   # 5 k-tiles, the last partial: CTAs do tiles 2..4
+    a, b = ints(rng, m, k), ints(rng, k, n)
+    gemm = Gemm(GemmConfig(tile=(64, 64, 64), stages=stages), sim, kernel=SecondHalfOfK)
+    assert isinstance(gemm.kernel, SecondHalfOfK) and gemm.kernel.stages == stages
+    d = gemm(a, b)
+    assert np.array_equal(d, a[:, 128:].astype(np.float64) @ b[128:].astype(np.float64))
+
+
+@pytest.mark.parametrize("epilogue", ["global", "tma"])
+def test_overridden_scheduler_grid_is_launched(epilogue, rng, sim):
+    m, n, k = 150, 70, 100                            # 3 x 2 tiles: a wrong grid leaves tiles unwritten
+    a, b = ints(rng, m, k), ints(rng, k, n)
+    gemm = Gemm(GemmConfig(tile=(64, 64, 64), schedule="single_tile", epilogue=epilogue), sim,
+                kernel=ColumnOrderSingleTile)
+    assert gemm.kernel.grid(m, n, k) == (3, 2, 1)
+    assert np.array_equal(gemm(a, b), a.astype(np.float64) @ b.astype(np.float64))
+
+
+def test_subclass_does_not_share_the_base_cache_entry():
+    base = MultistageGemmKernel(64, 64, 2).config()
+    sub = SecondHalfOfK(64, 64, 2).config()
+    assert base["class"] != sub["class"]
+
+
+def test_kernel_argument_must_be_a_gemm_kernel():
+    with pytest.raises(ArgumentTypeError, match="kernel must be a GemmKernel subclass"):
+        Gemm(GemmConfig(), kernel=MultistageMainloop)
+
+
+class EmptyGrid(MultistageGemmKernel):
+    def grid(self, m, n, k=0):
+        return (0, 1, 1)
+
+
+def test_bad_grid_is_rejected_before_launch(rng, sim):
+    gemm = Gemm(GemmConfig(tile=(64, 64, 64), stages=2), sim, kernel=EmptyGrid)
+    with pytest.raises(ArgumentError, match=r"gridDim\.x = 0 CTAs \(EmptyGrid\.grid\(\)\); the hardware allows 1\.\.2147483647"):
+        gemm(ints(rng, 70, 64), ints(rng, 64, 70))
