@@ -121,13 +121,14 @@ class MultistageMainloop:
             with cir.If(k_tiles > s):
                 self.load(PipelineState(self.stages, s, 0), cir.i32(s), m0, n0)
 
-    def mma(self, acc, state: PipelineState):
-        """Wait for slot ``state`` and issue the WGMMAs of one k-tile (committed, not waited)."""
+    def mma(self, acc, state: PipelineState, accumulate=True):
+        """Wait for slot ``state`` and issue the WGMMAs of one k-tile (committed, not waited);
+        ``accumulate=False`` ignores ``acc`` (WGMMA scale-d 0: no zeroed registers needed)."""
         self.pipeline.consumer_wait(state)
         a = self.smem["a"].tile(state.index)
         if self.warpgroups > 1:
             a = a.sub(self.a_offset, shape=(self.wg_m, K_TILE))
-        return self.mma_atom.mma(acc, a, self.smem["b"].tile(state.index))
+        return self.mma_atom.mma(acc, a, self.smem["b"].tile(state.index), accumulate=accumulate)
 
     @property
     def lag(self) -> int:

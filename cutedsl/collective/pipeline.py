@@ -67,10 +67,12 @@ class PipelineState:
 class TmaPipeline:
     """Full (and optionally empty) barriers of a TMA-fed ring of slots.
 
-    ``tx_bytes``: transaction bytes one stage receives (all boxes of A and B);
-    ``consumers``: arrivals that release a slot on its empty barrier (0 = no empty barriers:
-    a single warpgroup that waits on its own WGMMA before refilling, as in the multistage
-    kernel).
+    ``tx_bytes``: transaction bytes one stage receives (all boxes of A and B, including
+    those multicast into it by cluster peers); ``consumers``: arrivals per CTA that release a
+    slot on its empty barrier (e.g. one per consumer warp); ``cluster``: ``(cluster_m,
+    cluster_n)`` — every CTA of this CTA's cluster row and column received slices of the slot,
+    so the empty barrier expects ``consumers x`` :attr:`peers` arrivals (CUTLASS
+    ``PipelineTmaAsync``).
     """
 
     def __init__(self, full: MBarriers, tx_bytes: int, empty: MBarriers | None = None, consumers: int = 0,

@@ -108,29 +108,17 @@ class WarpSpecializedMainloop(MultistageMainloop):
                 mask_a = multicast_mask(self.cluster, "y", (rm, rn))
             if self.cluster_m > 1:  # B slice rm goes to every CTA with this rn (along M)
                 mask_b = multicast_mask(self.cluster, "x", (rm, rn))
-        a_dst = self.smem["a"].view(s, shape=self.a_box, byte_offset=0) if self.cluster_n == 1 else \
-            self._slice_view("a", s, self.a_box, rn * (a_rows * row_bytes))
-        self.tma_a.load(a_dst, bar, s, (m0 + rn * a_rows, k0), multicast_mask=mask_a)
+        # this CTA's slices: A rows rn * a_rows.., B outer rows rm * b_rows.. of every box
+        a_off = rn * (a_rows * row_bytes) if self.cluster_n > 1 else 0
+        self.tma_a.load(self.smem["a"].tile(s).sub(a_off, self.a_box), bar, s,
+                        (m0 + rn * a_rows, k0), multicast_mask=mask_a)
         b_rows = self.b_box[0]
         for j in range(self.b_boxes):
             box_off = j * (64 * K_TILE * 2)          # MN-major: 64 columns x 64 K-rows per box
-            if self.cluster_m == 1:
-                dst = self.smem["b"].view(s, shape=self.b_box, byte_offset=box_off)
-            else:
-                dst = self._slice_view("b", s, self.b_box, rm * (b_rows * row_bytes) + box_off)
-            if self.b_major == "MN":
-                coords = (k0 + rm * b_rows, n0 + 64 * j)
-            else:
-                coords = (n0 + rm * b_rows, k0)
+            off = rm * (b_rows * row_bytes) + box_off if self.cluster_m > 1 else box_off
+            dst = self.smem["b"].tile(s).sub(off, self.b_box)
+            coords = (k0 + rm * b_rows, n0 + 64 * j) if self.b_major == "MN" else (n0 + rm * b_rows, k0)
             self.tma_b.load(dst, bar, s, coords, multicast_mask=mask_b)
-
-    def _slice_view(self, name, stage, shape, byte_offset):
-        """View of ``shape`` at an IR/int byte offset inside ``stage`` of buffer ``name``."""
-        from mlir.dialects import memref
-        from ..ir._smem_ir import memref_type
-        buf = self.smem[name]
-        off = buf.byte_offset(stage) + cir.index(byte_offset)
-        return memref.view(memref_type(shape, self.dtype), buf._bound.raw, off, [])
 
     def producer_loop(self, pipeline, state: PipelineState, k_first, k_tiles, m0, n0) -> PipelineState:
         """Fill ``k_tiles`` k-tiles starting at ``k_first`` (IR i32) of the tile at ``(m0, n0)``
@@ -149,13 +137,16 @@ class WarpSpecializedMainloop(MultistageMainloop):
     def release(self, state: PipelineState) -> None:
         self.pipeline.consumer_release_warp(state)
 
-    def consumer_loop(self, pipeline, state: PipelineState, acc: Accumulator, k_tiles):
-        """Accumulate ``k_tiles`` (IR, >= 1) k-tiles from ``state`` into ``acc``; every thread of
-        the consumer warpgroup(s) executes this (CUTLASS ``mma``). Every slot but the last is
-        released once the WGMMAs after it were issued. Returns ``(acc, next state, last
-        state)``; finish with :meth:`consumer_tail` on the last state before reading ``acc``."""
+    def consumer_loop(self, pipeline, state: PipelineState, k_tiles, acc: Accumulator | None = None):
+        """Accumulate ``k_tiles`` (IR, >= 1) k-tiles from ``state``, into ``acc`` or (None) into
+        a fresh accumulator (the first k-tile's WGMMAs use scale-d 0, CUTLASS ``ScaleOut::Zero``);
+        every thread of the consumer warpgroup(s) executes this (CUTLASS ``mma``). Every slot
+        but the last is released once the WGMMAs after it were issued. Returns ``(acc, next
+        state, last state)``; finish with :meth:`consumer_tail` on the last state before
+        reading ``acc``."""
         self.pipeline = pipeline
-        acc = self.mma(acc, state)                # k-tile 0: nothing to release yet
+        fresh = acc is None
+        acc = self.mma(self.mma_atom.undef() if fresh else acc, state, accumulate=not fresh)   # k-tile 0
         loop = cir.Loop(1, k_tiles, carry=list(acc.structs) + state.advance().carry() + state.carry())
         for _, carried in loop:
             acc_i = Accumulator(carried[:-4], acc.n)
