@@ -80,11 +80,14 @@ def cluster_arg(text: str) -> tuple:
     return c
 
 
-#: ``gemm`` options that set a GemmConfig field, in the order they are applied
-CONFIG_OPTIONS = (("dtype", "--dtype"), ("out_dtype", "--out-dtype"), ("tile", "--tile"),
-                  ("stages", "--stages"), ("schedule", "--schedule"), ("b_major", "--b-major"),
-                  ("epilogue", "--epilogue"), ("cluster", "--cluster"), ("raster", "--raster"),
-                  ("swizzle", "--swizzle"), ("sm_count", "--sm-count"))
+def config_options(args) -> tuple:
+    """``((field, option), ...)``: the GemmConfig fields ``args`` sets, in field order; the
+    option of field ``out_dtype`` is ``--out-dtype`` (a new config field with a same-named
+    option is picked up without changes here)."""
+    import attrs
+    from .device import GemmConfig
+    return tuple((f.name, "--" + f.name.replace("_", "-")) for f in attrs.fields(GemmConfig)
+                 if hasattr(args, f.name))
 
 
 def gemm_config(args):
@@ -99,13 +102,14 @@ def gemm_config(args):
         except ConfigError as e:
             return e
 
+    options = config_options(args)
     fields = {}
-    for field, option in CONFIG_OPTIONS:
+    for field, option in options:
         fields[field] = getattr(args, field)
         err = fails(**fields)
         if err is not None:
             if fails(**{field: fields[field]}) is None:   # a bad combination: name the other option
-                option = next((f"{o}/{option}" for f, o in CONFIG_OPTIONS[:len(fields) - 1]
+                option = next((f"{o}/{option}" for f, o in options[:len(fields) - 1]
                                if fails(**{f: fields[f], field: fields[field]})), option)
             raise UsageError(option, str(err))
     return GemmConfig(**fields)

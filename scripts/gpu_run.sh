@@ -14,7 +14,9 @@
 #
 # Environment: PYTHON (default python3), STEPS (default "env verify tests main identity bench"),
 # GPU_RUN_DRY=1 (no GPU: gpu steps run on the emulator or compile-free, for testing this script),
-# T_TESTS T_MAIN T_IDENTITY T_BENCH (seconds per step).
+# T_TESTS T_MAIN T_IDENTITY T_BENCH (seconds per step), T_TEST (seconds per gpu test, with
+# pytest-timeout). bench.json/bench.csv are rewritten after each shape set, so a step killed by
+# its limit keeps the sets it finished; the log shows one line per timed point.
 set -u
 if [ $# -ne 2 ]; then echo "usage: $0 BUNDLE OUT" >&2; exit 2; fi
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -62,22 +64,26 @@ read -r -a TESTS <<<"$(manifest tests)"
 
 step env 60 bash -c env_report
 step verify 120 "$PY" -m cutedsl bundle --out "$BUNDLE" --verify
+# -v: a test that hangs is named in the log; pytest-timeout (where installed) dumps its stack
+PYTEST_TIMEOUT=()
+"$PY" -c 'import pytest_timeout' 2>/dev/null && PYTEST_TIMEOUT=(--timeout "${T_TEST:-120}" --timeout-method thread)
 if [ ${#TESTS[@]} -gt 0 ]; then
-  step tests "${T_TESTS:-400}" "$PY" -m pytest -q -rs -p no:cacheprovider -m gpu --junitxml="$OUT/gpu_tests.xml" "${TESTS[@]}"
+  step tests "${T_TESTS:-400}" "$PY" -m pytest -v -rfEs -p no:cacheprovider -m gpu "${PYTEST_TIMEOUT[@]}" \
+    --junitxml="$OUT/gpu_tests.xml" "${TESTS[@]}"
 fi
 step main "${T_MAIN:-120}" "$PY" -m cutedsl "${MAIN_ARGS[@]}" --backend "$MAIN_BACKEND"
 step identity "${T_IDENTITY:-300}" "$PY" -m cutedsl bench --identity "${IDENTITY_ARGS[@]}" --backend "$BACKEND" \
   --json "$OUT/identity.json"
-step bench "${T_BENCH:-540}" "$PY" -m cutedsl bench "${BENCH_ARGS[@]}" --backend "$BACKEND" --no-progress \
+step bench "${T_BENCH:-540}" "$PY" -m cutedsl bench "${BENCH_ARGS[@]}" --backend "$BACKEND" \
   --json "$OUT/bench.json" --csv "$OUT/bench.csv" --plot "$OUT/bench.png"
 
 # what the GPU tool's reply shows (the end of stdout): the summary and the key lines of each step
 echo "--- summary ($OUT) ---"
 cat "$SUMMARY"
 echo "--- gpu tests: failures and totals ---"
-grep -E '^(FAILED|ERROR) |[0-9]+ (passed|failed|skipped)' "$LOG" | tail -n 40
+grep -E '^(FAILED|ERROR) |^=+ .*[0-9]+ (passed|failed|skipped)' "$LOG" | tail -n 40
 echo "--- main job and identity ---"
-grep -E 'check vs float64|GPU time|error:|PASS|FAIL|[0-9]+ passed, [0-9]+ failed' "$LOG" | grep -v '^  geomean' | tail -n 40
+grep -E 'check vs float64|GPU time|: error:|identical=|^bit identity|^[0-9]+ passed, [0-9]+ failed$' "$LOG" | tail -n 40
 echo "--- bench: geometric means ---"
 grep -E '^== |^  geomean|^cutedsl bench|nvidia-smi:' "$LOG" | tail -n 80
 ! grep -q -v ' exit   0 ' "$SUMMARY"

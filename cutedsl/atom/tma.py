@@ -7,15 +7,15 @@ by value (``__grid_constant__``). Device side, :class:`TmaCopy` wraps the kernel
 * ``load(dst, barriers, i, coords)``: tile load into shared memory, completing ``box_bytes``
   transaction bytes on mbarrier ``i`` (out-of-bounds elements are filled, and counted);
 * ``store(src, coords)``: tile store from shared memory; out-of-bounds elements are not
-  written.
+  written. Before it: generic smem writes need :func:`tma_store_fence` and a CTA barrier;
+  after it: :func:`bulk_commit_group` and :func:`bulk_wait_group`;
+* ``prefetch()``: ``prefetch.tensormap``; ``fence_descriptor()``: the acquire fence a
+  tensor map written to global memory by the host needs (not needed for grid constants).
 
 The shared-memory side is an ``SmemTile`` (``smem["a"].tile(stage)``): its buffer's dtype and
 swizzle and the tile's shape must equal the tensor map's dtype, swizzle and box, else
 ``LayoutError`` naming both (a 128-B-swizzled WGMMA operand filled through an unswizzled map
-would otherwise compute garbage silently). A raw ``memref`` is accepted unchecked. Before it: generic smem writes need :func:`tma_store_fence` and a CTA barrier;
-  after it: :func:`bulk_commit_group` and :func:`bulk_wait_group`;
-* ``prefetch()``: ``prefetch.tensormap``; ``fence_descriptor()``: the acquire fence a
-  tensor map written to global memory by the host needs (not needed for grid constants).
+would otherwise compute garbage silently). A raw ``memref`` is accepted unchecked.
 
 Coordinates are given outermost first (numpy order: ``(row, col)``), in elements; the atom
 reverses them into TMA's innermost-first order.

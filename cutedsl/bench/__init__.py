@@ -10,6 +10,8 @@ the library imports it).
 * :mod:`.report` — text table, JSON, CSV, plot, progress bar.
 * :mod:`.bundle` — compile every kernel a GPU run needs into a cache directory; verify it.
 * :mod:`.identity` — integer inputs: GPU result bit-identical with the emulator.
+* :mod:`.capture` — compile-only backend + pytest plugin: the kernels the gpu tests need.
+* :mod:`.overhead` — host overhead of ``Gemm.__call__`` measured over a null CUDA driver.
 
 Entry points: ``python -m cutedsl bench ...`` and ``python -m cutedsl bundle ...``.
 """

@@ -62,10 +62,9 @@ def plan_configs(plan: dict) -> list:
     return list(dict.fromkeys(out))
 
 
-def _cache_config(cfg) -> dict:
-    """The cache's config dict for a GemmConfig (what ``Kernel.compile`` looks up)."""
-    k = cfg.kernel()
-    return {"kernel": k.name, **k.config()}
+def _cache_config(cfg):
+    """The cache key of a GemmConfig's kernel (what ``Kernel.compile`` looks up)."""
+    return cfg.kernel().cache_key()[0]
 
 
 def _entries(cache_dir: Path) -> set:

@@ -30,14 +30,19 @@ class CompileOnlyBackend(Backend):
 
     def __init__(self):
         self._next = 1 << 32
+        self._live = set()
 
     def alloc(self, nbytes: int) -> DeviceBuffer:
         ptr = self._next
         self._next += -(-max(int(nbytes), 1) // 256) * 256
+        self._live.add(ptr)
         return DeviceBuffer(ptr, int(nbytes), self)
 
     def free(self, buf) -> None:
-        pass
+        self._live.discard(int(buf.ptr))
+
+    def live_allocations(self) -> int:
+        return len(self._live)
 
     def copy_to_device(self, dst, src, offset: int = 0) -> None:
         pass

@@ -13,6 +13,7 @@ def _csv_list(text):
 
 def add_parsers(sub) -> None:
     """Add the ``bench`` and ``bundle`` subcommands to the main CLI's subparsers."""
+    from ..cli import int_in
     b = sub.add_parser("bench", help="time GEMM configs against cuBLAS over shape sets",
                        description="Time cutedsl GEMM configs against cuBLAS (same process, same inputs; "
                                    "CUDA events, median of --iters launches, rotated inputs and L2 flush). "
@@ -33,11 +34,12 @@ def add_parsers(sub) -> None:
     b.add_argument("--backend", choices=["auto", "cuda", "sim"], default="auto")
     b.add_argument("--ref", choices=["auto", "torch", "cupy", "numpy"], default="auto",
                    help="array library and reference: torch.matmul, cupy.matmul (cuBLAS) or numpy")
-    b.add_argument("--iters", type=int, default=30, help="timed launches per point (>= 20 on a GPU)")
-    b.add_argument("--warmup", type=int, default=5, help="untimed launches first")
-    b.add_argument("--max-sets", type=int, default=8, help="most input sets rotated between launches")
+    b.add_argument("--iters", type=int_in(1, 100_000), default=30,
+                   help="timed launches per point, 1..100000 (>= 20 on a GPU)")
+    b.add_argument("--warmup", type=int_in(0, 10_000), default=5, help="untimed launches first, 0..10000")
+    b.add_argument("--max-sets", type=int_in(1, 64), default=8, help="most input sets rotated between launches")
     b.add_argument("--no-flush", action="store_true", help="no L2 flush between launches")
-    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--seed", type=int_in(0, 2 ** 63 - 1), default=0, help="input seed, 0..2^63-1")
     b.add_argument("--json", metavar="FILE", help="write the full result as JSON ('-': stdout)")
     b.add_argument("--csv", metavar="FILE", help="write one row per point as CSV ('-': stdout)")
     b.add_argument("--plot", metavar="FILE.png", help="TFLOP/s vs shape, per config and cuBLAS (matplotlib)")
@@ -58,56 +60,66 @@ def add_parsers(sub) -> None:
 
 
 def selected_configs(args, set_name: str) -> list:
-    """The configs ``args`` select for ``set_name``."""
+    """The configs ``args`` select for ``set_name`` (``UsageError`` naming the option)."""
+    import argparse
+
+    from ..cli import UsageError, stages_arg, tile_arg
+    from ..errors import ConfigError
     from . import configs as C
-    from ..device import GemmConfig
     base = {"dtype": args.dtype, "out_dtype": args.out_dtype, "b_major": args.b_major}
     if args.config:
-        return [C.parse_config(s, base) for s in args.config]
-    tiles = [GemmConfig.parse_tile(t) for t in _csv_list(args.tile)] if args.tile else None
-    stages = [s if s == "auto" else int(s) for s in _csv_list(args.stages)] if args.stages else None
+        try:
+            return [C.parse_config(s, base) for s in args.config]
+        except (ConfigError, ValueError) as e:
+            raise UsageError("--config", str(e)) from None
+    try:
+        tiles = [tile_arg(t) for t in _csv_list(args.tile)] if args.tile else None
+    except argparse.ArgumentTypeError as e:
+        raise UsageError("--tile", str(e)) from None
+    try:
+        stages = [stages_arg(s) for s in _csv_list(args.stages)] if args.stages else None
+    except argparse.ArgumentTypeError as e:
+        raise UsageError("--stages", str(e)) from None
     scheds = _csv_list(args.schedule) if args.schedule else None
     if scheds:
         ok = C.accepted_schedules()
         bad = [s for s in scheds if s not in ok]
         if bad:
-            raise SystemExit(_usage(f"--schedule: {', '.join(bad)} not accepted; choose from {', '.join(ok)}"))
-    return C.sweep_configs(set_name, tiles=tiles, schedules=scheds, stages=stages, base=base)
+            raise UsageError("--schedule", f"{', '.join(bad)} not accepted; choose from {', '.join(ok)}")
+    cfgs = C.sweep_configs(set_name, tiles=tiles, schedules=scheds, stages=stages, base=base)
+    if not cfgs:
+        raise UsageError("--tile/--stages/--schedule", f"no valid config for set {set_name!r} "
+                         f"(GemmConfig rejects every combination)")
+    return cfgs
 
 
 def set_names(args) -> list:
+    from ..cli import UsageError
     names = list(SET_NAMES) if args.set == "all" else _csv_list(args.set)
     bad = [n for n in names if n not in SET_NAMES]
     if bad or not names:
-        raise SystemExit(_usage(f"--set: {', '.join(bad) or '(empty)'} unknown; choose from "
-                                f"{', '.join(SET_NAMES)} or all"))
+        raise UsageError("--set", f"{', '.join(bad) or '(empty)'} unknown; choose from "
+                                  f"{', '.join(SET_NAMES)} or all")
     return names
 
 
-def _usage(msg):
-    print(f"python -m cutedsl bench: error: {msg}", file=sys.stderr)
-    return 2
-
-
 def run_bench(args) -> int:
+    from ..cli import UsageError
     from ..device.backends import get_backend
-    from ..errors import CuteDSLError
+    from ..errors import NoDeviceError
     from . import libs, report
     from .runner import Sweep, header
     from .shapes import shapes_for
     from .timing import EventTimer, WallTimer
 
-    names = set_names(args)
+    plan = [(n, selected_configs(args, n)) for n in set_names(args)]
     try:
-        plan = [(n, selected_configs(args, n)) for n in names]
-    except (CuteDSLError, ValueError) as e:
-        return _usage(f"{type(e).__name__}: {e}")
-    backend = get_backend(args.backend)
+        backend = get_backend(args.backend)
+    except NoDeviceError as e:
+        raise UsageError("--backend", str(e)) from None
     timed = backend.name == "cuda"
     if timed and args.iters < 20:
-        return _usage(f"--iters must be >= 20 on a GPU (median of at least 20 launches), got {args.iters}")
-    if args.iters < 1 or args.warmup < 0:
-        return _usage("--iters must be >= 1 and --warmup >= 0")
+        raise UsageError("--iters", f"a GPU run takes the median of at least 20 launches, got {args.iters}")
     if args.identity:
         return run_identity(args, backend, plan)
     lib, note = libs.pick(backend.name, args.ref, args.seed)
@@ -128,20 +140,29 @@ def run_bench(args) -> int:
         result = {"header": header(backend, lib, timer, sweep, notes), "sets": []}
         for name, cfgs in plan:
             result["sets"].append(sweep.run_set(name, cfgs))
+            _write_files(args, result, report)   # after each set: a run killed later keeps these
     timer.close()
     if args.plot:
         why = report.plot(result, args.plot)
         if why:
             result["header"].setdefault("notes", []).append(why)
             print(why, file=sys.stderr)
-    if args.json:
-        report.write(args.json, report.to_json(result))
-    if args.csv:
-        report.write(args.csv, report.to_csv(result))
-    if args.json != "-" and args.csv != "-":
+    _write_files(args, result, report)
+    if args.json == "-":
+        report.write("-", report.to_json(result))
+    elif args.csv == "-":
+        report.write("-", report.to_csv(result))
+    else:
         print(report.text(result), end="")
     bad = sum(g["failed_checks"] for s in result["sets"] for g in s["summary"]["configs"].values())
     return 1 if bad else 0
+
+
+def _write_files(args, result, report):
+    if args.json and args.json != "-":
+        report.write(args.json, report.to_json(result))
+    if args.csv and args.csv != "-":
+        report.write(args.csv, report.to_csv(result))
 
 
 def run_identity(args, backend, plan) -> int:
@@ -167,7 +188,13 @@ def run_identity(args, backend, plan) -> int:
 
 
 def main(args) -> int:
-    if args.cmd == "bench":
-        return run_bench(args)
-    from . import bundle
-    return bundle.main(args)
+    """Run ``bench`` or ``bundle``; a user mistake is one line on stderr and exit status 2."""
+    from ..cli import UsageError
+    try:
+        if args.cmd == "bench":
+            return run_bench(args)
+        from . import bundle
+        return bundle.main(args)
+    except UsageError as e:
+        print(f"python -m cutedsl {args.cmd}: error: {e}", file=sys.stderr)
+        return 2

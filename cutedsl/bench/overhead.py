@@ -2,7 +2,7 @@
 
 The CUDA backend runs against :class:`NullDriver`, a stand-in for ``cuda.bindings.driver``
 whose every function returns success at once (``cuTensorMapEncodeTiled`` hands back a
-zeroed 128-byte map), so what is timed is cutedsl's own Python on the launch path:
+128-byte map holding only the global address), so what is timed is cutedsl's own Python on the launch path:
 operand checks, tensor-map encoding glue, parameter packing, the launch call's argument
 buffer and the result. Each driver call costs the stand-in well under a microsecond; they
 are counted and reported, and their cost is measured and subtracted.
@@ -48,7 +48,7 @@ class NullDriver:
         self._map = _Map()
         ok = (0,)
         for name in ("cuFuncSetAttribute", "cuLaunchKernel", "cuLaunchKernelEx", "cuCtxSynchronize",
-                     "cuEventRecord", "cuEventSynchronize", "cuEventDestroy"):
+                     "cuEventRecord", "cuEventSynchronize", "cuEventDestroy", "cuCtxSetCurrent"):
             setattr(self, name, self._counted(name, lambda *a, _r=ok: _r))
         self.cuEventCreate = self._counted("cuEventCreate", lambda flags: (0, object()))
         self.cuEventElapsedTime = self._counted("cuEventElapsedTime", lambda a, b: (0, self.ELAPSED_MS))
@@ -58,10 +58,15 @@ class NullDriver:
         self.cuDriverGetVersion = self._counted("cuDriverGetVersion", lambda: (0, 13000))
         self.cuModuleLoadData = self._counted("cuModuleLoadData", lambda img: (0, "module"))
         self.cuModuleGetFunction = self._counted("cuModuleGetFunction", lambda m, n: (0, "function"))
-        self.cuTensorMapEncodeTiled = self._counted("cuTensorMapEncodeTiled", lambda *a: (0, self._map))
+        self.cuTensorMapEncodeTiled = self._counted("cuTensorMapEncodeTiled", self._encode)
         for t in ("CUtensorMapDataType", "cuuint64_t", "cuuint32_t", "CUtensorMapInterleave", "CUtensorMapSwizzle",
                   "CUtensorMapL2promotion", "CUtensorMapFloatOOBfill"):
             setattr(self, t, int)
+
+    def _encode(self, dtype, rank, address, *rest):
+        """A stand-in map holding what a real one encodes first: the global address."""
+        ctypes.memmove(self._map.getPtr(), int(address).to_bytes(8, "little"), 8)
+        return 0, self._map
 
     def _counted(self, name, fn):
         def call(*a):
@@ -77,9 +82,8 @@ def null_cuda_backend(monkeypatch_setattr=None):
     drv = NullDriver()
     (monkeypatch_setattr or setattr)(cuda_mod, "_driver", lambda: drv)
     be = object.__new__(cuda_mod.CudaBackend)       # skips the device probe: there is no GPU
-    be.drv, be._modules = drv, {}
-    for attr, val in (("device", 0), ("context", None)):
-        setattr(be, attr, val)
+    be.device = 0
+    be._init_state(drv, "context")
     return be, drv
 
 
@@ -91,10 +95,12 @@ def _device_array(be, ptr, shape, dt):
 
 
 def measure(config=None, shape=(4096, 4096, 4096), calls: int = 2000, repeats: int = 5,
-            monkeypatch_setattr=None) -> dict:
+            monkeypatch_setattr=None, cached: bool = True) -> dict:
     """Per-call host microseconds of ``Gemm.__call__(a, b, out=d)`` on device arrays (best of
     ``repeats`` runs of ``calls`` calls), the driver calls per call, and the stand-in's own
-    cost per call (subtracted in ``python_us``)."""
+    cost per call (subtracted in ``python_us``). ``cached=False`` empties the Gemm's launch
+    cache before every call: the cost of a call with new arguments (checks, tensor-map
+    encoding, parameter packing)."""
     from ..device import Gemm, GemmConfig
     be, drv = null_cuda_backend(monkeypatch_setattr)
     cfg = config or GemmConfig(out_dtype="f16")
@@ -109,23 +115,31 @@ def measure(config=None, shape=(4096, 4096, 4096), calls: int = 2000, repeats: i
     best = float("inf")
     for _ in range(repeats):
         t = time.perf_counter()
-        for _ in range(calls):
-            g(a, b, out=d)
+        if cached:
+            for _ in range(calls):
+                g(a, b, out=d)
+        else:
+            for _ in range(calls):
+                g._launches.clear()
+                g(a, b, out=d)
         best = min(best, (time.perf_counter() - t) / calls)
     per_call = {k: v / (calls * repeats) for k, v in drv.calls.items()}
-    # what the stand-in itself costs per call: the same number of calls, timed alone
-    enc = drv.cuTensorMapEncodeTiled
-    t = time.perf_counter()
-    for _ in range(calls):
-        for name, cnt in per_call.items():
-            fn = getattr(drv, name)
-            for _ in range(int(round(cnt))):
-                fn(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0) if fn is enc else fn(0, 0)
-    stub = (time.perf_counter() - t) / calls
+    # what the stand-in itself costs per call: the same driver calls with as many arguments
+    plan = []
+    for name, cnt in per_call.items():
+        nargs = {"cuLaunchKernel": 11, "cuTensorMapEncodeTiled": 11, "cuCtxSynchronize": 0}.get(name, 2)
+        plan += [(getattr(drv, name), (0,) * nargs)] * int(round(cnt))
+    stub = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(calls):
+            for fn, args in plan:
+                fn(*args)
+        stub = min(stub, (time.perf_counter() - t) / calls)
     return {"total_us": best * 1e6, "driver_stub_us": stub * 1e6, "python_us": (best - stub) * 1e6,
-            "driver_calls_per_call": per_call, "config": str(cfg), "shape": list(shape)}
+            "driver_calls_per_call": per_call, "config": str(cfg), "shape": list(shape), "cached": cached}
 
 
 if __name__ == "__main__":      # pragma: no cover - a measurement, printed
     import json
-    print(json.dumps(measure(), indent=1))
+    print(json.dumps([measure(repeats=15), measure(calls=300, repeats=5, cached=False)], indent=1))

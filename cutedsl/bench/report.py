@@ -127,7 +127,8 @@ def plot(result: dict, path: str) -> str | None:
 
 class Progress:
     """A progress bar over ``total`` steps on stderr: rich if installed, else tqdm, else one line
-    per step. Use as a context manager; call with a description to advance one step."""
+    per step (also when stderr is not a terminal). Use as a context manager; call with a
+    description to advance one step."""
 
     def __init__(self, total: int, enabled: bool = True):
         self.total, self.enabled = total, enabled
@@ -136,6 +137,8 @@ class Progress:
     def __enter__(self):
         if not self.enabled:
             self.kind = "off"
+            return self
+        if not sys.stderr.isatty():      # a log file: one line per step says where a run stopped
             return self
         try:
             from rich.progress import Progress as RichProgress

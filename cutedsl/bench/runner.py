@@ -22,9 +22,9 @@ from . import configs as _configs
 from .shapes import shapes_for, x_label, x_value
 from .timing import geomean, median, rotation, sets_needed, tflops
 
-#: max |D - ref| / max |ref| accepted when checking against the reference, per output dtype
-#: (the main job's tolerances, the looser of the output's and the reference's dtype)
 def tolerance(dtype: str, out_dtype: str) -> float:
+    """max |D - ref| / max |ref| accepted against the reference: the main job's tolerance of
+    the looser of the output dtype and the input dtype (the reference writes the latter)."""
     from ..cli import TOLERANCE
     return max(TOLERANCE[out_dtype], TOLERANCE[dtype])
 

@@ -8,7 +8,8 @@ the key is used, which is how kernels compiled elsewhere are run.
 
 Robustness: an entry is published atomically (written to a private temporary directory, then
 renamed into place), so readers see no entry or a complete one and concurrent writers (threads
-or processes) never fail — when a valid entry is already there the new copy is dropped. Every
+or processes) never fail — when a valid entry is already there the new copy is dropped — and
+callers missing the same key wait for one builder (a per-key ``flock``) instead of all compiling. Every
 file and the metadata itself carry SHA-256 checksums; an entry that fails them is re-checked
 under a per-key ``flock`` (it may have just been replaced) and then removed and rebuilt (a
 ``CacheError`` where no toolchain can rebuild it). A cache directory that cannot be written
@@ -44,6 +45,7 @@ CACHE_ENV = "CUTEDSL_CACHE_DIR"
 SWITCH_ENV = "CUTEDSL_CACHE"
 _OFF = ("off", "0", "false", "no")
 _STALE_S = 600                  # a private temp dir older than this belongs to a killed writer
+BUILD_WAIT_S = 600              # longest wait for another process compiling the same kernel
 KEY_COVERS = ("kernel name and config; the library's code-generating sources (dtypes, ir, compiler, "
               "atom, collective, kernel); every class outside cutedsl in the MRO of the kernel and "
               "its collectives (mainloop, epilogue, tile scheduler), the source of their modules and "
@@ -221,19 +223,30 @@ class KernelCache:
                       f"writable directory", stacklevel=4)
 
     @contextlib.contextmanager
-    def _lock(self, base: Path, quiet: bool = False):
-        """Exclusive ``flock`` on ``<base>/.lock`` (threads and processes); ``quiet``: go on
-        without the lock when the directory cannot hold one (read-only cache)."""
+    def _lock(self, base: Path, quiet: bool = False, name: str = ".lock", wait_s: float | None = None):
+        """Exclusive ``flock`` on ``<base>/<name>`` (threads and processes); ``quiet``: go on
+        without the lock when the directory cannot hold one (read-only cache); ``wait_s``: go
+        on without it after that many seconds (a holder that hangs cannot block us forever)."""
         fd = None
         if fcntl is not None:
             try:
-                fd = os.open(base / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+                fd = os.open(base / name, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError:
                 if not quiet:
                     raise
         try:
-            if fd is not None:
+            if fd is not None and wait_s is None:
                 fcntl.flock(fd, fcntl.LOCK_EX)
+            elif fd is not None:
+                deadline = time.monotonic() + wait_s
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() > deadline:
+                            break
+                        time.sleep(0.02)
             yield
         finally:
             if fd is not None:
@@ -263,6 +276,7 @@ class KernelCache:
     # -- the call kernels use -------------------------------------------------------
     def get_or_build(self, key, build) -> tuple:
         """Return ``(kernel, hit)``; on a miss call ``build()`` (-> CompiledKernel) and store it.
+        Concurrent callers for the same missing key (threads, processes) build it once.
 
         Raises ``CacheError`` on a miss where no toolchain is installed."""
         key = self._key(key)
@@ -274,7 +288,16 @@ class KernelCache:
             raise CacheError(f"kernel {key} is not in the cache at {self.root}{why} and this machine "
                              f"has no MLIR toolchain to compile it: compile it elsewhere into the cache "
                              f"(CUTEDSL_CACHE_DIR) and copy the directory here")
-        return self.put(key, build()), False
+        with contextlib.suppress(OSError):
+            self.root.mkdir(parents=True, exist_ok=True)
+        # one builder per key: processes (and threads) asking for the same missing kernel wait
+        # for the first one's entry instead of all compiling it. The lock is a file beside the
+        # key directories, so a failed build leaves no empty entry directory behind.
+        with self._lock(self.root, quiet=True, name=f".build-{key}.lock", wait_s=BUILD_WAIT_S):
+            k, _ = self._lookup(key)
+            if k is not None:
+                return k, True
+            return self.put(key, build()), False
 
     # -- maintenance ----------------------------------------------------------------
     def entries(self) -> list:
@@ -315,11 +338,15 @@ class KernelCache:
         """Delete every entry (and leftovers of killed writers); returns the entries removed."""
         n = len(self.entries())
         try:
-            keys = [p for p in self.root.iterdir() if p.is_dir()]
+            found = list(self.root.iterdir())
         except OSError:
             return 0
-        for kd in keys:
-            self._remove(kd)
+        for p in found:
+            if p.is_dir():
+                self._remove(p)
+            elif p.name.startswith(".build-"):
+                with contextlib.suppress(OSError):
+                    p.unlink()
         with _LOCK:
             for k in [k for k in _MEMORY if k[0] == str(self.root)]:
                 del _MEMORY[k]

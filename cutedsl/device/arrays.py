@@ -17,6 +17,7 @@ of backend memory. Foreign GPU arrays (torch, cupy, anything with
 """
 from __future__ import annotations
 
+import os
 import weakref
 
 import attrs
@@ -34,7 +35,7 @@ class OwnedBuffer:
 
     def __init__(self, backend, nbytes: int):
         self.buf = backend.alloc(max(int(nbytes), 1))
-        self._fin = weakref.finalize(self, backend.free, self.buf)
+        self._fin = weakref.finalize(self, _in_owner_process(os.getpid(), backend.free), self.buf)
         self._fin.atexit = False          # at exit the process's device memory goes anyway
 
     @property
@@ -43,6 +44,45 @@ class OwnedBuffer:
 
     def release(self) -> None:
         """Free the memory now (idempotent)."""
+        self._fin()
+
+
+def _in_owner_process(pid, fn):
+    """``fn`` as a finalizer that does nothing in a forked child (the compiler's lowering
+    worker): the memory is the parent's, and a backend lock held by another parent thread at
+    the fork would never be released in the child."""
+    def call(*args):
+        if os.getpid() == pid:
+            fn(*args)
+    return call
+
+
+def _release_call(backend, owned, tmaps):
+    for arr in owned:
+        arr.free()
+    release = getattr(backend, "release_tensor_map", None)
+    for t in tmaps:
+        if release is not None:
+            release(t)
+    owned.clear()
+    tmaps.clear()
+
+
+class CallScratch:
+    """What one prepared launch owns: device arrays cutedsl allocated for it (``arrays``:
+    staging copies, a result copied back to the host) and the tensor maps it encoded
+    (``tmaps``); ``keep`` holds the caller's arrays for as long as the launch may run.
+    Released once: by :meth:`release`, or when garbage collected."""
+
+    __slots__ = ("arrays", "tmaps", "keep", "_fin", "__weakref__")
+
+    def __init__(self, backend):
+        self.arrays, self.tmaps, self.keep = [], [], ()
+        self._fin = weakref.finalize(self, _in_owner_process(os.getpid(), _release_call), backend,
+                                     self.arrays, self.tmaps)
+        self._fin.atexit = False
+
+    def release(self) -> None:
         self._fin()
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import threading
 
-from ..errors import NoDeviceError
+from ..errors import ArgumentError, ArgumentTypeError, NoDeviceError
 
 BACKENDS = ("auto", "cuda", "sim", "none")
 
@@ -37,11 +37,26 @@ def _construct(name: str):
     raise ValueError(name)
 
 
+def check_backend_arg(backend) -> str:
+    """Validate a ``backend=`` argument up front: a name from ``BACKENDS`` (``ArgumentError``
+    otherwise) or an object implementing the ``Backend`` interface (``ArgumentTypeError``
+    otherwise). Returns the backend's name."""
+    if isinstance(backend, str):
+        if backend not in BACKENDS:
+            raise ArgumentError(f"backend must be one of {', '.join(map(repr, BACKENDS))} or a Backend "
+                                f"object, got {backend!r}")
+        return backend
+    missing = [m for m in ("alloc", "free", "load", "launch", "encode_tensor_map") if not hasattr(backend, m)]
+    if missing:
+        raise ArgumentTypeError(f"backend must be one of {', '.join(map(repr, BACKENDS))} or a Backend "
+                                f"object; {type(backend).__name__} lacks {', '.join(missing)}")
+    return getattr(backend, "name", "?")
+
+
 def resolve(name: str = "auto") -> tuple:
     """Return ``(backend or None, reason)``. ``auto``: a Hopper GPU if present, else the
     emulator, else None (nothing can execute)."""
-    if name not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
+    check_backend_arg(name)
     if name == "none":
         return None, "backend 'none' requested: nothing is executed"
     if name in ("cuda", "sim"):

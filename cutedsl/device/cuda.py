@@ -41,6 +41,20 @@ def _check(res, what):
     return None
 
 
+def _argv(params):
+    """The driver's ``void**`` kernel-parameter array: one buffer per parameter, each 64-byte
+    aligned (tensor maps need 64). Returns ``(buffers, argv)``; both must outlive the launch call
+    (the driver copies the values during it)."""
+    bufs = [ctypes.create_string_buffer(max(len(p), 64) + 64) for p in params]
+    ptrs = []
+    for b, p in zip(bufs, params):
+        addr = ctypes.addressof(b)
+        off = (-addr) % 64
+        ctypes.memmove(addr + off, bytes(p), len(p))
+        ptrs.append(addr + off)
+    return bufs, (ctypes.c_void_p * max(len(ptrs), 1))(*ptrs)
+
+
 class CudaBackend(Backend):
     """The first sm_90 GPU through the driver API's primary context."""
 
@@ -170,15 +184,7 @@ class CudaBackend(Backend):
         self._current()
         drv = self.drv
         _, fn = handle
-        # one buffer per parameter, each 64-B aligned (tensor maps need 64), and the void* array
-        bufs = [ctypes.create_string_buffer(bytes(p), max(len(p), 64) + 64) for p in params]
-        ptrs = []
-        for b, p in zip(bufs, params):
-            addr = ctypes.addressof(b)
-            off = (-addr) % 64
-            ctypes.memmove(addr + off, bytes(p), len(p))
-            ptrs.append(addr + off)
-        argv = (ctypes.c_void_p * max(len(ptrs), 1))(*ptrs)
+        bufs, argv = _argv(params)
         stream = drv.CUstream(stream or 0) if isinstance(stream or 0, int) else stream
         if tuple(cluster) == (1, 1, 1):
             _check(drv.cuLaunchKernel(fn, *grid, *block, smem, stream, ctypes.addressof(argv), 0),
@@ -196,6 +202,27 @@ class CudaBackend(Backend):
             cfg.numAttrs = 1
             _check(drv.cuLaunchKernelEx(cfg, fn, ctypes.addressof(argv), 0), "cuLaunchKernelEx")
         # bufs/argv may die now: the driver copies the parameter values during the launch call
+
+    def launcher(self, handle, grid, params, *, block, cluster=(1, 1, 1), smem=0):
+        """A zero-argument callable that launches like :meth:`launch` with the kernel-parameter
+        buffer built once (for repeated launches of the same arguments: ``Gemm``'s launch cache).
+        Checks the launch configuration now; the callable raises ``LaunchError`` on a driver
+        error. Clusters go through :meth:`launch` (``cuLaunchKernelEx``)."""
+        check_launch(grid, block, cluster, smem)
+        if tuple(cluster) != (1, 1, 1):
+            return lambda: self.launch(handle, grid, params, block=block, cluster=cluster, smem=smem)
+        bufs, argv = _argv(params)
+        drv, current, ok = self.drv, self._current, self.drv.CUresult.CUDA_SUCCESS
+        args = (handle[1], *grid, *block, smem, drv.CUstream(0), ctypes.addressof(argv), 0)
+        launch_kernel = drv.cuLaunchKernel
+
+        def run():
+            current()
+            res = launch_kernel(*args)
+            if res[0] != ok:
+                _check(res, "cuLaunchKernel")
+        run.keep = (bufs, argv)           # the parameter buffer lives as long as the callable
+        return run
 
     def synchronize(self) -> None:
         self._current()

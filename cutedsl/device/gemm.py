@@ -18,7 +18,6 @@ import inspect
 import numbers
 import threading
 import time
-import weakref
 
 import attrs
 import numpy as np
@@ -26,29 +25,14 @@ import numpy as np
 from ..dtypes import dtype as _dtype
 from ..errors import (ArgumentError, ArgumentTypeError, ConfigError, CuteDSLError, NoDeviceError,
                       SharedMemoryError)
-from . import arrays
+from . import arrays, extras
+from .backends import check_backend_arg
 
 _MAX_I32 = 2 ** 31 - 1
 #: the schedules a ``GemmConfig`` can name; the last three are warp-specialized
 SCHEDULES = ("multistage", "single_tile", "warp_specialized", "cooperative", "pingpong")
 WARP_SPECIALIZED = SCHEDULES[2:]
 CLUSTERS = ((1, 1), (2, 1), (1, 2))
-
-
-def _check_backend_arg(backend):
-    """Validate ``Gemm(backend=...)`` at construction: a name from ``BACKENDS`` or an object
-    implementing the ``Backend`` interface."""
-    from .backends import BACKENDS
-    if isinstance(backend, str):
-        if backend not in BACKENDS:
-            raise ArgumentError(f"backend must be one of {', '.join(map(repr, BACKENDS))} or a Backend "
-                                f"object, got {backend!r}")
-        return backend
-    missing = [m for m in ("alloc", "free", "load", "launch", "encode_tensor_map") if not hasattr(backend, m)]
-    if missing:
-        raise ArgumentTypeError(f"backend must be one of {', '.join(map(repr, BACKENDS))} or a Backend "
-                                f"object; {type(backend).__name__} lacks {', '.join(missing)}")
-    return getattr(backend, "name", "?")
 
 
 def _is_int(v) -> bool:
@@ -245,33 +229,6 @@ class GemmConfig:
         return k
 
 
-def _release(be, owned, tmaps):
-    for arr in owned:
-        arr.free()
-    release = getattr(be, "release_tensor_map", None)
-    for t in tmaps:
-        if release is not None:
-            release(t)
-    owned.clear()
-    tmaps.clear()
-
-
-class _Scratch:
-    """What one prepared call owns: device arrays cutedsl allocated for it (``arrays``) and the
-    tensor maps it encoded (``tmaps``); ``keep`` holds the caller's arrays for the launch.
-    Released once, by :meth:`release` or when garbage collected."""
-
-    __slots__ = ("arrays", "tmaps", "keep", "_fin", "__weakref__")
-
-    def __init__(self, be):
-        self.arrays, self.tmaps, self.keep = [], [], ()
-        self._fin = weakref.finalize(self, _release, be, self.arrays, self.tmaps)
-        self._fin.atexit = False
-
-    def release(self) -> None:
-        self._fin()
-
-
 class Gemm:
     """A compiled GEMM for one config, callable on any (M, N, K); see module docstring.
 
@@ -293,11 +250,12 @@ class Gemm:
             raise ArgumentTypeError(f"config must be a GemmConfig, got {type(config).__name__}")
         self.config = config
         self.kernel = config.kernel(epilogue, kernel)
-        self._backend_name = _check_backend_arg(backend)
+        self._backend_name = check_backend_arg(backend)
         self._backend = backend if not isinstance(backend, str) else None
         self._cache, self._dump = cache, dump_dir
         self._compiled = None
         self._handle = None
+        self._launches = {}      # launch cache of __call__, see _cached_call
         # One Gemm may be called from many threads: the lazy compile, backend and module load
         # below happen once, under this lock (double-checked so warm calls never wait on it).
         self._lock = threading.RLock()
@@ -395,61 +353,6 @@ class Gemm:
         if arr.ptr % 16:
             raise ArgumentError(f"{name}: global address 0x{arr.ptr:x} is not 16-byte aligned (TMA)")
 
-    def _check_extra_names(self, extra) -> list:
-        """The kernel's extra parameters (besides a, b, d, m, n, k); ``ArgumentError`` for an
-        unknown or missing keyword."""
-        fixed = {"a", "b", "d", "m", "n", "k"}
-        declared = [p for p in self.kernel.params() if p.name not in fixed]
-        names = [p.name for p in declared]
-        unknown = sorted(set(extra) - set(names))
-        if unknown:
-            accepted = ", ".join(["a", "b", "out"] + names)
-            raise ArgumentError(f"unknown keyword argument(s) {', '.join(map(repr, unknown))}; this GEMM "
-                                f"accepts: {accepted}")
-        for p in declared:
-            if p.name not in extra:
-                raise ArgumentError(f"missing epilogue argument {p.name!r} ({p.kind})")
-        return declared
-
-    def _extra_value(self, be, p, v, dims, keep, owned):
-        """Value of an extra parameter; a ``ptr`` takes an array (numpy: copied to the device
-        into ``owned``, freed with the call's scratch; device arrays: used in place and kept
-        alive in ``keep``), checked against the ``shape`` and ``dtype`` the parameter declares."""
-        if p.kind != "ptr":
-            return v
-        dev = arrays.describe(v)
-        if dev is None:
-            host = np.asarray(v)
-            shape = host.shape
-            try:
-                dt = _dtype(host.dtype).name
-            except ArgumentTypeError:
-                dt = str(host.dtype)
-        else:
-            shape, dt = dev[1], dev[3].name
-        if p.dtype is not None and dt != _dtype(p.dtype).name:
-            raise ArgumentTypeError(f"{p.name} has dtype {dt}, the kernel expects {p.dtype} "
-                                    f"(numpy: {_dtype(p.dtype).numpy})")
-        if p.shape is not None:
-            want = tuple(dims[s] if isinstance(s, str) else s for s in p.shape)
-            if tuple(shape) != want:
-                spelled = "(" + ", ".join(map(str, p.shape)) + ("," if len(p.shape) == 1 else "") + ")"
-                raise ArgumentError(f"{p.name} must have shape {spelled} = {want} for this problem, got {tuple(shape)}")
-        if dev is None:
-            arr = arrays.to_device(be, np.ascontiguousarray(host))
-            owned.append(arr)
-            return arr.ptr
-        if p.shape is not None:
-            st, acc = [], _dtype(dt).nbytes
-            for s in reversed(shape):
-                st.append(acc)
-                acc *= s
-            if tuple(dev[2]) != tuple(reversed(st)):
-                raise ArgumentError(f"{p.name} must be C-contiguous (strides {tuple(reversed(st))} B), "
-                                    f"got strides {tuple(dev[2])} B")
-        keep.append(v)
-        return dev[0]
-
     def _device_sm_count(self):
         """The backend's SM count (persistent schedules fill it), None without one."""
         try:
@@ -471,19 +374,60 @@ class Gemm:
         who = f"{type(self.kernel).__name__}.grid()"
         if len(g) != 3:
             raise ArgumentError(f"{who} must return (x, y, z), got {raw!r}")
+        user = "" if type(self.kernel).__module__.startswith("cutedsl.") else f" ({who})"
         for axis, v, hi in zip("xyz", g, MAX_GRID):
             if not 1 <= v <= hi:
                 bm, bn, _ = self.config.tile
+                hint = ": split the problem into smaller GEMMs" if v > hi else ""   # else a grid() bug
                 raise ArgumentError(f"M={m}, N={n}, K={k} with {bm}x{bn} tiles needs gridDim.{axis} = {v} "
-                                    f"CTAs ({who}); the hardware allows 1..{hi} on {axis}: split the "
-                                    f"problem into smaller GEMMs")
+                                    f"CTAs{user}; the hardware allows 1..{hi} on {axis}{hint}")
         return g
 
     # -- call ---------------------------------------------------------------------------
     def __call__(self, a, b, out=None, **extra):
         """Compute ``a @ b``; returns a new array (numpy for numpy inputs) or fills ``out``."""
+        if out is not None and not extra:
+            d = self._cached_call(a, b, out)
+            if d is not None:
+                return d
         d, _ = self.run(a, b, out=out, **extra)
         return d
+
+    #: most argument combinations whose launches ``__call__`` keeps ready
+    LAUNCH_CACHE_SIZE = 64
+
+    def _cached_call(self, a, b, out):
+        """The launch path for device arrays on a backend with ``launcher`` (CUDA): the first
+        call with given (address, shape, strides, dtype) of ``a``, ``b``, ``out`` validates and
+        encodes the tensor maps as usual, and keeps a launcher with the packed parameter buffer;
+        later calls with the same values launch it directly (nothing to re-check: the values
+        that were checked are the key). None when this path does not apply."""
+        be = self._backend
+        if be is None or not hasattr(be, "launcher"):
+            return None
+        describe = arrays.describe
+        da, db, dd = describe(a), describe(b), describe(out)
+        if da is None or db is None or dd is None:
+            return None
+        key = (*da[:3], da[3].name, *db[:3], db[3].name, *dd[:3], dd[3].name)
+        run = self._launches.get(key)
+        if run is None:
+            launch, _ = self.prepare(a, b, out)
+            try:
+                handle, grid, params, zero_d = launch.packed
+                if zero_d:                   # the launch does more than one kernel call
+                    return None
+                kern = self.compiled
+                run = be.launcher(handle, grid, params, block=kern.block, cluster=kern.cluster,
+                                  smem=kern.dynamic_smem)
+            finally:
+                launch.release()             # the tensor maps are in the packed parameters
+            if len(self._launches) >= self.LAUNCH_CACHE_SIZE:
+                self._launches.pop(next(iter(self._launches), None), None)
+            self._launches[key] = run
+        run()
+        be.synchronize()
+        return out
 
     def prepare(self, a, b, out=None, **extra):
         """Validate, move operands, encode tensor maps; returns a ``launch()`` callable and the
@@ -494,11 +438,11 @@ class Gemm:
         are garbage collected or at once by ``launch.release()``. A device result returned to
         the caller owns its memory (see :mod:`cutedsl.device.arrays`)."""
         m, n, k = self._check_operands(a, b)
-        declared = self._check_extra_names(extra)
+        declared = extras.check_names(self.kernel.params(), extra)
         grid = self.grid(m, n, k)
         kern = self.compiled
         be = self.backend
-        scratch = _Scratch(be)
+        scratch = arrays.CallScratch(be)
         try:
             launch, result = self._prepare(scratch, kern, be, a, b, out, m, n, k, grid, extra, declared)
         except BaseException:
@@ -519,9 +463,10 @@ class Gemm:
         self._check_tma_layout("a", da)
         self._check_tma_layout("b", db)
         out_dt = _dtype(cfg.out_dtype)
+        d_is_map = self.kernel.epilogue.d_param().kind == "tensormap"   # else a C-contiguous pointer
         host_out = a_host or b_host
         if out is None:
-            dd = arrays.empty(be, (m, n), out_dt, pitch_align=16 if cfg.epilogue == "tma" else 1)
+            dd = arrays.empty(be, (m, n), out_dt, pitch_align=16 if d_is_map else 1)
             if host_out:               # copied back to a numpy result: the call's own buffer
                 scratch.arrays.append(dd)
         else:
@@ -532,9 +477,9 @@ class Gemm:
             if tuple(shape) != (m, n) or dt.name != out_dt.name:
                 raise ArgumentError(f"out must have shape {(m, n)} and dtype {out_dt.name}, got {shape} {dt.name}")
             dd = arrays.DeviceArray(ptr, shape, strides, dt, be, out)
-            if cfg.epilogue == "global" and tuple(strides) != (n * out_dt.nbytes, out_dt.nbytes):
+            if not d_is_map and tuple(strides) != (n * out_dt.nbytes, out_dt.nbytes):
                 raise ArgumentError("out must be C-contiguous for the 'global' epilogue")
-        if cfg.epilogue == "tma":
+        if d_is_map:
             self._check_tma_layout("out", dd)
         values = {"m": m, "n": n, "k": k}
         specs = {t.param: t for t in kern.tensor_maps}
@@ -550,7 +495,7 @@ class Gemm:
         dims = {"m": m, "n": n, "k": k}
         for p in declared:
             if p.name not in values:
-                values[p.name] = self._extra_value(be, p, extra[p.name], dims, keep, scratch.arrays)
+                values[p.name] = extras.value(be, p, extra[p.name], dims, keep, scratch.arrays)
         params = kern.pack_params(values)
         handle = self._module(be, kern)
         zero_d = getattr(self.kernel.epilogue, "accumulates", False)
@@ -568,6 +513,7 @@ class Gemm:
                 return arrays.to_host(dd)
             return self._wrap_like(dd, a)
         scratch.keep = keep
+        launch.packed = (handle, grid, params, zero_d)     # for the launch cache of __call__
         return launch, result
 
     def run(self, a, b, out=None, **extra):

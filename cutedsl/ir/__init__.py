@@ -10,15 +10,19 @@ _EXPORTS = {
     "values": ["Scalar", "const", "index", "i32", "u32", "i64", "f32", "select", "to_type", "mlir_type",
                "thread_idx", "block_idx", "block_dim", "grid_dim", "lane_id", "warp_idx"],
     "control": ["Loop", "If"],
-    "kernel": ["KernelBuilder", "Param"],
+    "kernel": ["KernelBuilder"],
     "smem": ["SmemPlan", "SmemBuffer", "BarrierGroup"],
+    "_smem_ir": ["SmemTile"],
     "gmem": ["GlobalPtr"],
 }
 _WHERE = {n: m for m, names in _EXPORTS.items() for n in names}
-__all__ = sorted(_WHERE)
+__all__ = sorted([*_WHERE, "Param"])
 
 
 def __getattr__(name):
+    if name == "Param":         # a plain record (no MLIR): kernels list their parameters on GPU-only boxes too
+        from ..compiler.artifact import ParamSpec
+        return ParamSpec
     mod = _WHERE.get(name)
     if mod is None:
         raise AttributeError(f"module 'cutedsl.ir' has no attribute {name!r}")

@@ -23,8 +23,9 @@ class SmemTile:
     layout against their tensor map / descriptor and derive addresses from it.
     """
 
-    def __init__(self, bound, buffer, offset, shape):
+    def __init__(self, bound, buffer, offset, shape, within=0):
         self._bound, self.buffer, self.offset, self.shape = bound, buffer, offset, tuple(shape)
+        self._within = within      # static byte offset inside the stage, None once dynamic
 
     @property
     def dtype(self) -> str:
@@ -54,18 +55,25 @@ class SmemTile:
     def sub(self, byte_offset=0, shape=None) -> "SmemTile":
         """The tile ``byte_offset`` bytes further (Python int or IR integer), of ``shape``
         (default: this tile's). A static offset into a swizzled buffer must be a multiple of
-        the swizzle atom (``8 * swizzle`` bytes) so that the pattern stays aligned
-        (``LayoutError`` otherwise)."""
+        the swizzle atom (``8 * swizzle`` bytes) so that the pattern stays aligned, and a
+        statically placed sub-tile must lie inside the stage (``LayoutError`` otherwise)."""
         from ..errors import LayoutError
-        if isinstance(byte_offset, int):
-            atom = 8 * self.swizzle
-            if atom and byte_offset % atom:
-                raise LayoutError(f"sub-tile at byte offset {byte_offset} of {self.describe()}: offsets into a "
-                                  f"{self.swizzle}-byte swizzled buffer must be multiples of {atom} B")
-            off = self.offset + index(byte_offset) if byte_offset else self.offset
-        else:
-            off = self.offset + index(byte_offset)
-        return SmemTile(self._bound, self.buffer, off, shape or self.shape)
+        out = SmemTile(self._bound, self.buffer, self.offset, shape or self.shape, None)
+        if not isinstance(byte_offset, int):
+            out.offset = self.offset + index(byte_offset)
+            return out
+        atom = 8 * self.swizzle
+        if atom and byte_offset % atom:
+            raise LayoutError(f"sub-tile at byte offset {byte_offset} of {self.describe()}: offsets into a "
+                              f"{self.swizzle}-byte swizzled buffer must be multiples of {atom} B")
+        if self._within is not None:
+            out._within = self._within + byte_offset
+            if out._within < 0 or out._within + out.nbytes > self.buffer.tile_bytes:
+                raise LayoutError(f"sub-tile [{', '.join(map(str, out.shape))}] at byte {out._within} of "
+                                  f"{self.buffer.describe()} lies outside its {self.buffer.tile_bytes}-byte stage")
+        if byte_offset:
+            out.offset = self.offset + index(byte_offset)
+        return out
 
     def memref(self, dtype=None):
         """A ``memref`` view of the tile (``memref<shape x dtype, workgroup>``)."""

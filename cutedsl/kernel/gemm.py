@@ -64,7 +64,7 @@ class GemmKernel(Kernel):
         self.tile_m, self.tile_n, self.dtype, self.out_dtype = tile_m, tile_n, dtype, out_dtype
         self.b_major = b_major
         self.epilogue = self.epilogue_cls(tile_m, tile_n, out_dtype)
-        self.scheduler = self.scheduler_cls(tile_m, tile_n)
+        self.scheduler = self.make_scheduler()
 
     def config(self) -> dict:
         # class identities by name: their source (user code included) is in the cache key
@@ -75,6 +75,11 @@ class GemmKernel(Kernel):
                 "mainloop": qualname(self.mainloop_cls) if self.mainloop_cls else None}
 
     # -- hooks -----------------------------------------------------------------------
+    def make_scheduler(self):
+        """The tile scheduler instance: ``scheduler_cls(tile_m, tile_n)``; override to pass
+        more (e.g. rasterization, SM count)."""
+        return self.scheduler_cls(self.tile_m, self.tile_n)
+
     def grid(self, m: int, n: int, k: int = 0) -> tuple:
         """CTAs ``(x, y, z)`` for an ``m x n x k`` problem (the scheduler's grid by default)."""
         return self.scheduler.grid(m, n, k)
@@ -82,13 +87,18 @@ class GemmKernel(Kernel):
     def k_tile_range(self, k_tiles) -> tuple:
         """IR: ``(first, count)`` — this CTA reduces k-tiles ``first .. first + count - 1``
         (each 64 of K) of the ``k_tiles`` (unsigned i32) the problem has. Default ``(0, k_tiles)``;
-        ``first`` may be a Python int or an IR i32, ``count`` an IR i32 (may be 0: the
-        accumulator stays zero)."""
+        each may be a Python int or an IR i32; ``count`` may be 0 (the accumulator stays zero).
+        Tiles past ``k_tiles`` read as zeros (TMA fills out-of-bounds boxes)."""
         return 0, k_tiles
+
+    def _k_tile_range(self, args) -> tuple:
+        from ..ir import u32
+        first, count = self.k_tile_range(self.k_tiles(args))
+        return first, (u32(count) if isinstance(count, int) else count)
 
     # -- shared pieces -----------------------------------------------------------------
     def params(self):
-        from ..ir import Param
+        from ..compiler.artifact import ParamSpec as Param   # no MLIR: Gemm calls this on GPU machines without it
         return ([Param("a", "tensormap"), Param("b", "tensormap"), self.epilogue.d_param()]
                 + self.epilogue.extra_params() + [Param("m", "i32"), Param("n", "i32"), Param("k", "i32")])
 
@@ -136,7 +146,7 @@ class MultistageGemmKernel(GemmKernel):
             smem = plan.bind()
             self.mainloop.setup(smem, args)
             m0, n0 = self.scheduler.tile_origin()
-            first, count = self.k_tile_range(self.k_tiles(args))
+            first, count = self._k_tile_range(args)
             acc = self.mainloop.run(count, m0, n0, first)
             row_base = (thread_idx() // 128) * self.mainloop.wg_m if self.warpgroups > 1 else 0
             self.epilogue.store(acc, EpilogueContext(m0, n0, args.m, args.n, args, smem, row_base))
@@ -172,7 +182,7 @@ class SingleTileGemmKernel(GemmKernel):
             bar.fence_init()
             gpu.barrier()
             m0, n0 = self.scheduler.tile_origin()
-            first, count = self.k_tile_range(self.k_tiles(args))
+            first, count = self._k_tile_range(args)
             mma = WarpgroupMMA(tm, tn, self.dtype, self.b_major)
             loop = Loop(0, count, carry=mma.zero().structs)
             for kt, structs in loop:

@@ -23,8 +23,8 @@ from .errors import MemoryAccessError, SimLaunchError
 from .memory import GlobalMemory
 from .program import Program, load_ptx
 from .scheduler import DEFAULT_BUDGET, Launch
-from . import tma as _tma
-from .tma import register_tensor_map
+from . import tensormap as _tma
+from .tensormap import register_tensor_map
 
 
 def _locked(method):

@@ -1,9 +1,9 @@
-"""Tensor Memory Accelerator: tensor-map registry, box placement with swizzle, bulk copies.
+"""Tensor Memory Accelerator: box placement with swizzle, bulk copies, Ampere ``cp.async``.
 
-**Tensor maps.** :func:`register_tensor_map` stores a validated
-:class:`~cutedsl.device.backend.EncodedTensorMap` and returns the 128-byte blob the kernel
-receives (``MAGIC`` + registry id). TMA instructions read the blob through the generic
-address of their tensor-map operand (param, or global memory), so a wrong pointer is caught.
+**Tensor maps** (:mod:`cutedsl.sim.tensormap`). TMA instructions read the 128-byte object
+through the generic address of their tensor-map operand (param, or global memory), so a
+wrong pointer is caught, and decode it: a host-encoded blob (``MAGIC`` + registry id) or a
+map built on the device with ``tensormap.replace``, validated with the driver's rules.
 
 **Placement** (hopper-semantics.md §1.2-1.4). Box element ``x`` (innermost first) with
 coordinates ``c`` reads global element ``g = c + x`` (zero / NaN fill when any ``g_i`` is
@@ -16,65 +16,16 @@ Stores clip out-of-bounds elements. Copies complete at issue ("eager"); bulk gro
 """
 from __future__ import annotations
 
-import itertools
-import struct
 from functools import lru_cache
 
 import numpy as np
 
+from ..errors import TensorMapError
 from .errors import MemoryAccessError, SimRuntimeError
 from .memory import OFF_MASK, PARAM_WIN, RANK_SHIFT, SHARED_WIN
 from .registry import handler
 from .sync import get_mbar
-
-MAGIC = b"CUTEDSL-SIM-TMAP"
-_REGISTRY = {}
-_IDS = itertools.count(1)
-
-
-class TensorMap:
-    """Decoded tensor map: ``dims``/``box`` innermost first (elements), ``strides`` in bytes for
-    dims 0..rank-1 (``strides[0] = e``), ``esize`` bytes, ``swizzle`` span bytes, ``oob``."""
-    __slots__ = ("id", "address", "dims", "strides", "box", "esize", "swizzle", "oob", "dtype",
-                 "nan_bits", "enc")
-
-    def __init__(self, enc):
-        from ..dtypes import dtype as _dt
-        spec = enc.spec
-        dt = _dt(spec.dtype)
-        self.enc = enc
-        self.address = int(enc.address)
-        self.dims = tuple(int(d) for d in enc.dims)
-        self.esize = dt.nbytes
-        self.strides = (self.esize,) + tuple(int(s) for s in enc.strides)
-        self.box = tuple(int(b) for b in enc.box)
-        self.swizzle = int(spec.swizzle)
-        self.oob = spec.oob
-        self.dtype = dt.numpy
-        self.nan_bits = 0
-        if spec.oob == "nan":
-            self.nan_bits = int(np.array(np.nan, np.float64).astype(self.dtype).view(f"u{self.esize}"))
-
-    @property
-    def box_bytes(self):
-        return int(np.prod(self.box)) * self.esize
-
-
-def register_tensor_map(enc) -> bytes:
-    """Register an EncodedTensorMap; return its 128-byte blob."""
-    tm = TensorMap(enc)
-    tm.id = next(_IDS)
-    _REGISTRY[tm.id] = tm
-    return MAGIC + struct.pack("<QQ", tm.id, 0x5EED) + bytes(128 - 32)
-
-
-def decode_blob(blob: bytes) -> TensorMap | None:
-    if len(blob) != 128 or blob[:16] != MAGIC:
-        return None
-    tid, chk = struct.unpack_from("<QQ", blob, 16)
-    if chk != 0x5EED:
-        return None
-    return _REGISTRY.get(tid)
+from .tensormap import decode
 
 
 def swizzle(a, span):
@@ -116,11 +67,12 @@ def _goff(box, strides):
 
 def _tmap_of(w, tm_addr, ins):
     blob = w.read_generic_bytes(int(tm_addr), 128, ins)
-    tm = decode_blob(blob)
-    if tm is None:
-        raise SimRuntimeError(f"tensor-map operand at 0x{int(tm_addr):x} does not hold a tensor map encoded by "
-                              f"SimBackend.encode_tensor_map\n    at {ins.where()}")
-    return tm
+    try:
+        return decode(blob)
+    except TensorMapError as e:
+        raise SimRuntimeError(f"tensor-map operand at 0x{int(tm_addr):x} holds neither a tensor map encoded by "
+                              f"SimBackend.encode_tensor_map nor a valid device-built one ({e})\n"
+                              f"    at {ins.where()}") from None
 
 
 def _elements(w, tm, coords, ins):
@@ -378,6 +330,12 @@ def _dec_bulk(ctx, ins, mods, ops):
     return fn
 
 
+def _mask_of(lanes):
+    m = np.zeros(32, bool)
+    m[lanes] = True
+    return m
+
+
 def _dec_cp_async(ctx, ins, mods, ops):
     """Ampere ``cp.async`` (executed eagerly) and its group/arrive forms."""
     if mods and mods[0] in ("commit_group", "wait_group", "wait_all"):
@@ -396,11 +354,23 @@ def _dec_cp_async(ctx, ins, mods, ops):
     rsrc = ctx.rd(ops[3], "u32") if len(ops) > 3 and ctx.operand(ops[3]).kind in ("imm", "reg") else None
 
     def fn(w, g, m):
-        v = w.load("global", src(w), m, 1, n, np.uint8, ins)
-        if rsrc is not None:
-            ss = np.broadcast_to(np.asarray(rsrc(w)), (32,))[w._lanes(m)]
-            if np.ndim(src(w)) == 0:
-                ss = ss[:1]
-            v = np.where(np.arange(n)[None, :] < ss[:, None], v, 0).astype(np.uint8)
+        if rsrc is None:
+            w.store("shared::cta", dst(w), m, 1, n, w.load("global", src(w), m, 1, n, np.uint8, ins), ins)
+            return
+        # PTX: only src-size bytes are read from global memory, the rest of cp-size is zero-filled;
+        # a lane with src-size 0 reads nothing (its address may point anywhere).
+        lanes = w._lanes(m)
+        ss = np.broadcast_to(np.asarray(rsrc(w), np.uint32), (32,))[lanes].astype(np.int64)
+        if (ss > n).any():
+            raise SimRuntimeError(f"cp.async src-size {int(ss.max())} exceeds cp-size {n}\n    at {ins.where()}")
+        a = np.broadcast_to(np.asarray(src(w), np.uint64), (32,))
+        v = np.zeros((len(lanes), n), np.uint8)
+        full = ss == n
+        if full.any():
+            v[full] = w.load("global", a, _mask_of(lanes[full]), 1, n, np.uint8, ins)
+        part = (ss > 0) & ~full
+        for j in range(int(ss[part].max()) if part.any() else 0):     # rare partial reads, bytewise
+            sel = part & (ss > j)
+            v[sel, j] = w.load("global", a + np.uint64(j), _mask_of(lanes[sel]), 1, 1, np.uint8, ins)[:, 0]
         w.store("shared::cta", dst(w), m, 1, n, v, ins)
     return fn

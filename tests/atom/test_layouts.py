@@ -98,3 +98,18 @@ def test_wgmma_refuses_raw_addresses_and_misaligned_sub_tiles():
         with pytest.raises(LayoutError, match=r"tile \[32, 64\] is not 64 x 64"):
             mma.mma(mma.zero(), smem["a"].tile(shape=(32, 64)), smem["b"].tile())
     in_kernel(operand_plan(), body)
+
+
+def test_sub_tiles_stay_inside_their_stage():
+    def body(smem, args):
+        b = smem["b"].tile(1)
+        assert b.sub(8192, shape=(64, 64)).shape == (64, 64)          # the second 64x64 box
+        with pytest.raises(LayoutError, match=r"sub-tile \[64, 64\] at byte 16384 of buffer 'b' .* lies outside "
+                                              r"its 16384-byte stage"):
+            b.sub(16384, shape=(64, 64))
+        b.sub(args.s)                                                  # dynamic offsets are the caller's
+    plan = SmemPlan()
+    plan.buffer("b", (128, 64), "f16", stages=2, swizzle=128, major="MN")
+    kb = KernelBuilder("k", [Param("s", "i32")], block=(128,))
+    with kb.build() as args:
+        body(plan.bind(), args)

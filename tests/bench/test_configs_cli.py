@@ -40,14 +40,16 @@ def test_parse_config_and_labels():
 
 
 @pytest.mark.parametrize("argv,msg", [
-    (["--set", "cubes"], "--set: cubes unknown"),
-    (["--schedule", "bogus"], "--schedule: bogus not accepted"),
-    (["--config", "tile=1x2x3"], "ConfigError"),
-    (["--iters", "0", "--backend", "sim"], "--iters must be >= 1"),
+    (["--set", "cubes"], "argument --set: cubes unknown; choose from square, skinny, paper, stages or all"),
+    (["--schedule", "bogus"], "argument --schedule: bogus not accepted; choose from multistage"),
+    (["--config", "tile=128x96x64"], "argument --config: tile BLOCK_N must be 64, 128 or 256, got 96"),
+    (["--tile", "128x128"], "argument --tile: expected BLOCK_MxBLOCK_NxBLOCK_K"),
+    (["--stages", "9"], "argument --stages: expected 'auto' or an integer in 1..7, got '9'"),
+    (["--iters", "0", "--backend", "sim"], "argument --iters: expected an integer in 1..100000, got '0'"),
 ])
 def test_bench_argument_errors_exit_2(argv, msg, capsys):
     with pytest.raises(SystemExit) as e:
-        rc = cli.main(["bench", *argv])
-        raise SystemExit(rc)
+        raise SystemExit(cli.main(["bench", *argv]))
     assert e.value.code == 2
-    assert msg in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("python -m cutedsl bench: error: ") and msg in err and err.count("\n") == 1

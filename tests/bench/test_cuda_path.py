@@ -88,4 +88,4 @@ def test_bench_cli_on_the_cuda_path(monkeypatch, tmp_path, capsys):
 def test_iters_below_20_are_refused_on_a_gpu(monkeypatch, capsys):
     monkeypatch.setattr("cutedsl.device.backends.get_backend", lambda name: types.SimpleNamespace(name="cuda"))
     assert cli.main(["bench", "--iters", "10"]) == 2
-    assert "--iters must be >= 20 on a GPU" in capsys.readouterr().err
+    assert "argument --iters: a GPU run takes the median of at least 20 launches, got 10" in capsys.readouterr().err

@@ -215,6 +215,7 @@ def test_plot_writes_png_and_degrades_without_matplotlib(sweep, tmp_path, monkey
 
 
 def test_progress_falls_back_to_plain_lines(monkeypatch, capsys):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     monkeypatch.setitem(sys.modules, "rich.progress", None)
     monkeypatch.setitem(sys.modules, "tqdm", None)
     with report.Progress(2) as bar:
@@ -225,8 +226,16 @@ def test_progress_falls_back_to_plain_lines(monkeypatch, capsys):
     assert "neither rich nor tqdm" in err and "[1/2] one" in err and "[2/2] two" in err
 
 
-def test_progress_prefers_rich(capsys):
+def test_progress_prefers_rich(monkeypatch, capsys):
     pytest.importorskip("rich")
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     with report.Progress(1) as bar:
         bar("x")
     assert bar.kind == "rich"
+
+
+def test_progress_into_a_log_is_one_line_per_step(capsys):
+    with report.Progress(2) as bar:            # stderr captured: not a terminal
+        bar("square 2048x2048x2048 multistage")
+    assert bar.kind == "plain"
+    assert capsys.readouterr().err == "[1/2] square 2048x2048x2048 multistage\n"

@@ -58,6 +58,43 @@ def test_concurrent_writers_of_one_entry(tmp_path):
     assert KernelCache(tmp_path).get(CONFIG).ptx == "// ptx a\n"
 
 
+def _build_once(root, barrier, log, q):
+    import time
+
+    def build():
+        with open(log, "a") as f:
+            f.write("built\n")
+        time.sleep(0.3)                 # long enough for the others to ask meanwhile
+        return fake_kernel("b")
+    try:
+        barrier.wait()
+        k, hit = KernelCache(root).get_or_build(CONFIG, build)
+        q.put((k.ptx, hit))
+    except BaseException as e:   # noqa: BLE001 - reported to the parent
+        q.put((f"{type(e).__name__}: {e}", None))
+
+
+def test_concurrent_misses_build_once(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    barrier, q, log = ctx.Barrier(4), ctx.Queue(), tmp_path / "log"
+    procs = [ctx.Process(target=_build_once, args=(tmp_path / "c", barrier, log, q)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    results = sorted(q.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+    assert results == [("// ptx b\n", False)] + [("// ptx b\n", True)] * 3
+    assert log.read_text() == "built\n"
+
+
+def test_failed_build_leaves_no_entry_directory(tmp_path):
+    def build():
+        raise RuntimeError("define failed")
+    with pytest.raises(RuntimeError, match="define failed"):
+        KernelCache(tmp_path).get_or_build(CONFIG, build)
+    assert [p for p in tmp_path.iterdir() if p.is_dir()] == [] and KernelCache(tmp_path).entries() == []
+
+
 @pytest.mark.filterwarnings("error")     # a (false) corrupt-entry warning fails the thread
 def test_concurrent_writer_threads(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
@@ -239,7 +276,7 @@ def test_gemm_cache_false_writes_nothing(tmp_path, monkeypatch):
 def test_info_and_clear(tmp_path):
     c = KernelCache(tmp_path)
     c.put(CONFIG, fake_kernel("a"))
-    c.put({"kernel": "other"}, fake_kernel("b"))
+    c.get_or_build({"kernel": "other"}, lambda: fake_kernel("b"))   # leaves a .build-<key>.lock
     info = c.info()
     assert info["root"] == str(tmp_path) and info["entries"] == 2 and info["bytes"] > 2 * 256
     assert "MRO" in info["key_covers"] and len(info["library_hash"]) == 16

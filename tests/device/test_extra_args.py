@@ -32,7 +32,8 @@ def operands(rng, m=70, n=50, k=64):
 def test_unknown_keyword_lists_accepted_names(rng, sim):
     gemm = Gemm(GemmConfig(tile=(64, 64, 64), stages=2), sim, epilogue=AddBias)
     a, b = operands(rng)
-    with pytest.raises(ArgumentError, match=r"unknown keyword argument\(s\) 'bais'; this GEMM accepts: a, b, out, bias"):
+    with pytest.raises(ArgumentError,
+                       match=r"unknown keyword argument\(s\) 'bais'; this GEMM accepts: a, b, out, bias"):
         gemm(a, b, bais=np.zeros(50, np.float32))
     with pytest.raises(ArgumentError, match=r"unknown keyword argument\(s\) 'alpha'; this GEMM accepts: a, b, out$"):
         Gemm(GemmConfig(tile=(64, 64, 64), stages=2), sim)(a, b, alpha=2.0)
@@ -87,3 +88,29 @@ def test_kernel_epilogue_class_must_match_config(rng, sim):
     bias = rng.standard_normal(70, dtype=np.float32)
     ref = a.astype(np.float64) @ b.astype(np.float64) + bias
     assert np.max(np.abs(gemm(a, b, bias=bias) - ref)) / np.max(np.abs(ref)) < 2e-5
+
+
+class AddC(GlobalEpilogue):
+    """D = A @ B + C, C an (M, N) f32 array read through a declared pointer parameter."""
+
+    def extra_params(self):
+        return [Param("c", "ptr", shape=("m", "n"), dtype="f32")]
+
+    def visit(self, value, row, col):
+        m, n = self.ctx.m.unsigned(), self.ctx.n.unsigned()
+        inside = (row < m) & (col < n)                      # partial tiles: never read past C
+        idx = select(inside, row * n + col, 0)
+        return value + GlobalPtr(self.args.c, "f32").load(idx)
+
+
+def test_short_or_f16_c_is_refused_and_a_right_c_is_added(rng, sim):
+    gemm = Gemm(GemmConfig(tile=(64, 64, 64), stages=2, epilogue="global"), sim, epilogue=AddC)
+    a, b = operands(rng, 90, 70, 100)
+    with pytest.raises(ArgumentError,
+                       match=r"c must have shape \(m, n\) = \(90, 70\) for this problem, got \(89, 70\)"):
+        gemm(a, b, c=np.zeros((89, 70), np.float32))
+    with pytest.raises(ArgumentTypeError, match="c has dtype f16, the kernel expects f32"):
+        gemm(a, b, c=np.zeros((90, 70), np.float16))
+    c = rng.standard_normal((90, 70), dtype=np.float32)
+    ref = a.astype(np.float64) @ b.astype(np.float64) + c
+    assert np.max(np.abs(gemm(a, b, c=c) - ref)) / np.max(np.abs(ref)) < 2e-5

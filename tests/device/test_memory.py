@@ -9,7 +9,7 @@ from cutedsl.device import arrays
 from cutedsl.device.saxpy import saxpy
 from cutedsl.errors import ArgumentError
 from cutedsl.sim import SimBackend
-from cutedsl.sim import tma as sim_tma
+from cutedsl.sim import tensormap as sim_tma
 
 CFG = GemmConfig(tile=(64, 64, 64), stages=2)
 
@@ -103,3 +103,19 @@ def test_saxpy_calls_free_everything(be, rng):
     for tma in (False, True):
         np.testing.assert_allclose(saxpy(2.0, x, y, tma=tma, backend=be), 2.0 * x + y, rtol=1e-6)
         assert be.live_allocations() == 0 and be.live_tensor_maps() == 0
+
+
+def test_finalizers_do_nothing_in_a_forked_child(be, rng):
+    """The compiler forks a lowering worker; garbage collected there must not touch the
+    parent's backend (its lock may be held by another parent thread at the fork)."""
+    import os
+    arr = arrays.to_device(be, _ints(rng, (4, 8)))
+    pid = os.fork()
+    if pid == 0:                                   # child: drop the array, report the count
+        del arr
+        os._exit(0 if be.live_allocations() == 1 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert be.live_allocations() == 1
+    arr.free()
+    assert be.live_allocations() == 0

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from cutedsl import Gemm, GemmConfig
-from cutedsl.collective import GlobalEpilogue, MultistageMainloop, TileScheduler, TmaStoreEpilogue
+from cutedsl.collective import (AtomicAddEpilogue, GlobalEpilogue, MultistageMainloop, TileScheduler,
+                                TmaStoreEpilogue)
 from cutedsl.errors import ArgumentError, ArgumentTypeError
 from cutedsl.ir import block_idx
 from cutedsl.kernel import GemmKernel, MultistageGemmKernel, SingleTileGemmKernel
@@ -85,5 +86,39 @@ class EmptyGrid(MultistageGemmKernel):
 
 def test_bad_grid_is_rejected_before_launch(rng, sim):
     gemm = Gemm(GemmConfig(tile=(64, 64, 64), stages=2), sim, kernel=EmptyGrid)
-    with pytest.raises(ArgumentError, match=r"gridDim\.x = 0 CTAs \(EmptyGrid\.grid\(\)\); the hardware allows 1\.\.2147483647"):
+    with pytest.raises(ArgumentError,
+                       match=r"gridDim\.x = 0 CTAs \(EmptyGrid\.grid\(\)\); the hardware allows 1\.\.2147483647"):
         gemm(ints(rng, 70, 64), ints(rng, 64, 70))
+
+
+class OneKTilePerCta(MultistageGemmKernel):
+    """Split-K in the extreme: CTA z reduces k-tile z only and adds it into D atomically."""
+    epilogue_cls = AtomicAddEpilogue
+
+    def grid(self, m, n, k=0):
+        return (*super().grid(m, n, k)[:2], -(-k // 64))
+
+    def k_tile_range(self, k_tiles):
+        return block_idx("z"), 1
+
+
+def test_atomic_add_epilogue_reduces_split_k_partials(rng, sim):
+    from cutedsl.device import arrays
+    m, n, k = 100, 50, 64 * 3 - 7                     # 2 x 1 partial tiles, 3 partial sums per element
+    a, b = ints(rng, m, k), ints(rng, k, n)
+    gemm = Gemm(GemmConfig(tile=(64, 64, 64), stages=2, epilogue="global"), sim, kernel=OneKTilePerCta)
+    assert gemm.kernel.grid(m, n, k) == (1, 2, 3)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.array_equal(gemm(a, b), ref)
+    out = arrays.to_device(sim, np.full((m, n), 7.0, np.float32))        # D is zero-filled first
+    launch, result = gemm.prepare(a, b, out=out)
+    launch()
+    launch()                                                             # ... before every launch
+    assert np.array_equal(arrays.to_host(result()), ref)
+    sass = gemm.compiled.resources.sass
+    assert sass.get("REDG", 0) == 32 and "STG" not in sass                # 64x64 tile / 128 threads
+
+
+def test_atomic_add_epilogue_is_f32_only():
+    with pytest.raises(ValueError, match="AtomicAddEpilogue reduces in f32: out_dtype must be f32, got f16"):
+        Gemm(GemmConfig(out_dtype="f16", epilogue="global"), kernel=OneKTilePerCta)
