@@ -78,7 +78,7 @@ class WarpSpecializedMainloop(MultistageMainloop):
         self.smem, self.pipeline = smem, pipeline
         specs = self.tensor_maps()
         self.tma_a, self.tma_b = TmaCopy(specs[0], args.a), TmaCopy(specs[1], args.b)
-        self.a_offset = (cir.thread_idx() // 128) * (self.wg_m * 128) if self.warpgroups > 1 else 0
+        self.bind_operands(smem)
 
     def prefetch(self, predicate=None) -> None:
         """``prefetch.tensormap`` of A and B."""

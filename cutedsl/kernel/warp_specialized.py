@@ -62,6 +62,8 @@ class WarpSpecializedGemmKernel(GemmKernel):
         super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue)
         self.stages, self.cluster = stages, tuple(cluster)
         self.check()
+        if hasattr(self.epilogue, "configure"):     # TMA-store epilogue: buffers per consumer warpgroup
+            self.epilogue.configure(warpgroups=self.consumer_warpgroups, defer_tail=True)
         self.mainloop = self.mainloop_cls(tile_m, tile_n, stages, dtype, b_major, self.split_warpgroups,
                                           self.cluster)
         self.scheduler = self.scheduler_cls(tile_m, tile_n, raster, swizzle, sm_count, self.cluster,
@@ -173,24 +175,28 @@ class WarpSpecializedGemmKernel(GemmKernel):
             loop.next(*st.carry())
         pipeline.producer_tail(PipelineState.from_carry(s, loop.results))
 
-    def store(self, acc, args, smem, m0, n0, row_base, sync, leader) -> None:
-        """The epilogue of one tile (all threads that computed it)."""
-        self.epilogue.store(acc, EpilogueContext(m0, n0, args.m, args.n, args, smem, row_base,
-                                                 sync=sync.sync, leader=leader))
+    def store(self, acc, args, smem, m0, n0, row_base, wg) -> None:
+        """The epilogue of one tile by consumer warpgroup ``wg`` (its rows from ``row_base``)."""
+        self.epilogue.store(acc, EpilogueContext(m0, n0, args.m, args.n, args, smem, row_base, warpgroup=wg))
+
+    def store_tail(self) -> None:
+        """After a consumer warpgroup's last tile: its TMA stores finished reading shared
+        memory (the epilogue defers this wait out of the tile loop)."""
+        if hasattr(self.epilogue, "store_tail"):
+            self.epilogue.store_tail()
 
     def consumer(self, args, smem, pipeline, wg, k_tiles) -> None:
         """Consumer warpgroups: every tile of this CTA, split along M between them."""
-        from ..atom import NamedBarrier
         sch, s, ml = self.scheduler, self.stages, self.mainloop
-        sync = NamedBarrier(1, 128 * self.split_warpgroups)
         row_base = wg * ml.wg_m if self.split_warpgroups > 1 else 0
         loop = cir.Loop(0, sch.tile_count(), carry=PipelineState(s).carry())
         for i, carried in loop:
             m0, n0 = sch.tile_origin(i)
             acc, st, last = ml.consumer_loop(pipeline, PipelineState.from_carry(s, carried), k_tiles)
             ml.consumer_tail(last)
-            self.store(acc, args, smem, m0, n0, row_base, sync, cir.thread_idx().eq(0))
+            self.store(acc, args, smem, m0, n0, row_base, wg)
             loop.next(*st.carry())
+        self.store_tail()
 
 
 class CooperativeGemmKernel(WarpSpecializedGemmKernel):
@@ -230,10 +236,7 @@ class PingpongGemmKernel(WarpSpecializedGemmKernel):
         self.order.init(leader)
 
     def consumer(self, args, smem, pipeline, wg, k_tiles) -> None:
-        from ..atom import NamedBarrier
         sch, s, ml, order = self.scheduler, self.stages, self.mainloop, self.order
-        sync = NamedBarrier(wg + 1, 128)
-        leader = (cir.thread_idx() % 128).eq(0)
         # warpgroup 1 starts one tile (k_tiles fills) further along the ring
         start = PipelineState(s).advance_by(wg * k_tiles)
         loop = cir.Loop(wg, sch.tile_count(), step=2, carry=start.carry())
@@ -245,12 +248,10 @@ class PingpongGemmKernel(WarpSpecializedGemmKernel):
             order.arrive(0, wg)          # the other warpgroup's MMAs may start
             ml.consumer_tail(last)
             order.wait(1, wg, turn)
-            self.store(acc, args, smem, m0, n0, 0, sync, leader)
+            self.store(acc, args, smem, m0, n0, 0, wg)
             order.arrive(1, wg)
             loop.next(*st.advance_by(k_tiles).carry())   # skip the other warpgroup's tile
-
-    def check(self) -> None:
-        super().check()
+        self.store_tail()
 
 
 __all__ = ["WarpSpecializedGemmKernel", "CooperativeGemmKernel", "PingpongGemmKernel",

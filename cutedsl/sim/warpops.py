@@ -218,10 +218,10 @@ def _dec_matrix(ctx, ins, mods, ops, store):
                 v16[ad[:, j, 0] // 2] = (val & 0xFFFF).astype(np.uint16)
                 v16[ad[:, j, 1] // 2] = (val >> 16).astype(np.uint16)
             if cta.shadow is not None:
-                cta.shadow.generic_write(ad.reshape(-1), 2, w)
+                cta.race_access(ad.reshape(-1), 2, w, ins, True, "stmatrix")
         else:
             if cta.shadow is not None:
-                cta.shadow.check_read(ad.reshape(-1), 2, w, ins)
+                cta.race_access(ad.reshape(-1), 2, w, ins, False, "ldmatrix")
             for j, wr in enumerate(writers):
                 lo = v16[ad[:, j, 0] // 2].astype(np.uint32)
                 hi = v16[ad[:, j, 1] // 2].astype(np.uint32)

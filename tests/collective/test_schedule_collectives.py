@@ -67,8 +67,6 @@ def test_cluster_pipeline_empty_arrival_counts(cluster, count):
     from cutedsl.atom import MBarriers
     from cutedsl.collective import TmaPipeline
     from cutedsl.ir import thread_idx
-    if cluster != (1, 1):
-        pytest.importorskip("cutedsl.atom.cluster")     # until the cluster atoms are merged
     plan = SmemPlan()
     plan.barriers("full", 2)
     plan.barriers("empty", 2)

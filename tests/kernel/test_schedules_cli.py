@@ -2,9 +2,6 @@
 ``--swizzle``, ``--sm-count`` reach the kernel, and mistakes are one line naming the option."""
 import pytest
 
-# the kernels need the register/named-barrier/cluster atoms (being merged from the atoms branch)
-pytest.importorskip("cutedsl.atom.cluster", reason="the cluster and setmaxnreg atoms are not merged yet")
-
 from cutedsl import cli
 
 

@@ -5,11 +5,8 @@ loop per k-tile; configurations that cannot run are refused with a ConfigError n
 limit."""
 import pytest
 
-# the kernels need the register/named-barrier/cluster atoms (being merged from the atoms branch)
-pytest.importorskip("cutedsl.atom.cluster", reason="the cluster and setmaxnreg atoms are not merged yet")
-from sasskit import loop_instructions
-
 from cutedsl import GemmConfig
+from cutedsl.compiler.sass_loops import hot_loop
 from cutedsl.compiler.toolchain import sass, sass_histogram
 from cutedsl.errors import ConfigError, SharedMemoryError
 from cutedsl.kernel.warp_specialized import (CONSUMER_REGS, PRODUCER_REGS, CooperativeGemmKernel,
@@ -53,7 +50,7 @@ def test_schedule_sass(cls, tile, cluster, max_loop):
     assert h.get("UTMALDG.2D.MULTICAST", 0) == mc_a + mc_b, h
     assert h.get("UTMALDG.2D", 0) == 1 + b_boxes - mc_a - mc_b, h
     assert k.ptx.count(".multicast::cluster") == mc_a + mc_b
-    assert loop_instructions(text) <= max_loop
+    assert hot_loop(text)["instructions"] <= max_loop
 
 
 def test_config_refusals():

@@ -7,9 +7,6 @@ import inspect
 import numpy as np
 import pytest
 
-# the kernels need the register/named-barrier/cluster atoms (being merged from the atoms branch)
-pytest.importorskip("cutedsl.atom.cluster", reason="the cluster and setmaxnreg atoms are not merged yet")
-
 from cutedsl import Gemm, GemmConfig
 from cutedsl.dtypes import dtype as _dtype
 
@@ -112,5 +109,5 @@ def test_adversarial_interleavings(schedule, cluster, rng):
     mode) must not change the result: ordering bugs show up here as races, deadlocks or
     wrong numbers."""
     be = _chaos_backend(int(rng.integers(1, 2 ** 31)))
-    cfg = GemmConfig(tile=(64, 64, 64), stages=2, schedule=schedule, cluster=cluster, sm_count=2)
+    cfg = GemmConfig(tile=(128, 64, 64), stages=2, schedule=schedule, cluster=cluster, sm_count=2)
     run(cfg, 150 + int(rng.integers(0, 60)), 130 + int(rng.integers(0, 60)), 200, rng, be)
