@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..ir._lazy import lazy
 
+ir = lazy("mlir.ir")
 nvgpu, nvvm = lazy("mlir.dialects.nvgpu"), lazy("mlir.dialects.nvvm")
 V = lazy("cutedsl.ir.values")
 
@@ -49,6 +50,21 @@ class MBarriers:
     def arrive(self, i):
         """``mbarrier.arrive`` by each executing thread; returns the state token (i64)."""
         return nvgpu.mbarrier_arrive(self.group, self._idx(i))
+
+    def address(self, i):
+        """The 32-bit shared-window address of barrier ``i`` (unsigned i32)."""
+        return V.Scalar(nvgpu.mbarrier_get(ir.IntegerType.get_signless(32), self.group, self._idx(i)),
+                        signed=False)
+
+    def arrive_cluster(self, i, cta_rank) -> None:
+        """Arrive on barrier ``i`` of the CTA of cluster rank ``cta_rank`` (int or IR i32; may
+        be this CTA): ``mapa.shared::cluster`` + ``mbarrier.arrive.release.cluster.
+        shared::cluster.b64`` (CUTLASS ``ClusterBarrier::arrive(cta_id)``). Release at cluster
+        scope: this thread's prior accesses are ordered before the peer's wait returns. One
+        arrival per executing thread."""
+        from .cluster import mapa
+        remote = mapa(self.address(i), cta_rank)
+        nvvm.mbarrier_arrive(None, remote, scope=ir.Attribute.parse("#nvvm.mem_scope<cluster>"))
 
     def arrive_expect_tx(self, i, tx_bytes, predicate=None) -> None:
         """``mbarrier.arrive.expect_tx``: add ``tx_bytes`` expected transaction bytes and arrive."""

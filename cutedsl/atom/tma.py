@@ -32,6 +32,7 @@ V = lazy("cutedsl.ir.values")
 from ..compiler.artifact import TensorMapSpec
 from ..dtypes import dtype as _dtype
 from ..errors import LayoutError
+from .sync import fence_proxy_async
 
 _SWZ = {0: "none", 32: "swizzle_32b", 64: "swizzle_64b", 128: "swizzle_128b"}
 _L2 = {0: "none", 64: "l2promo_64b", 128: "l2promo_128b", 256: "l2promo_256b"}
@@ -85,8 +86,18 @@ class TmaCopy:
     def load(self, dst, barriers, i, coords, multicast_mask=None, predicate=None) -> None:
         """Load the box at ``coords`` into ``dst`` (an ``SmemTile`` checked against the tensor
         map, or a raw ``memref`` of the box shape), signalling mbarrier ``i`` of ``barriers``
-        (an ``MBarriers``). ``multicast_mask`` (i16) writes the box into the same offset of
-        every CTA of the cluster whose bit is set."""
+        (an ``MBarriers``).
+
+        ``multicast_mask`` (IR i16, or a Python int 1..0xFFFF; see
+        :func:`cutedsl.atom.cluster.multicast_mask`): ``.multicast::cluster`` — the box is
+        written into the same shared-memory offset of every CTA of the cluster whose rank bit
+        is set, and each of those CTAs' mbarrier ``i`` (same offset) receives the box's
+        transaction bytes; each receiver must have armed its own barrier with them."""
+        if isinstance(multicast_mask, int):
+            if not 1 <= multicast_mask <= 0xFFFF:
+                raise ValueError(f"TMA multicast mask 0x{multicast_mask:x} must name 1..16 CTA ranks "
+                                 f"(1..0xffff)")
+            multicast_mask = V.const(multicast_mask, "i16")
         dst = check_tile(self.spec, dst, "TMA load")
         nvgpu.tma_async_load(dst, barriers.group, self.desc, self._coords(coords), barriers._idx(i),
                              multicast_mask=multicast_mask, predicate=predicate)
@@ -106,9 +117,9 @@ class TmaCopy:
 
 def tma_store_fence() -> None:
     """``fence.proxy.async.shared::cta``: order this thread's generic shared-memory writes
-    before later async-proxy reads (TMA store, WGMMA operands)."""
-    nvvm.fence_proxy(ir.Attribute.parse("#nvvm.proxy_kind<async.shared>"),
-                     space=ir.Attribute.parse("#nvvm.shared_space<cta>"))
+    before later async-proxy reads (TMA store, WGMMA operands); see
+    :func:`cutedsl.atom.sync.fence_proxy_async`."""
+    fence_proxy_async()
 
 
 def bulk_commit_group() -> None:

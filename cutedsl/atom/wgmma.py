@@ -105,10 +105,57 @@ def _const_bits(layout: SmemMatrix) -> int:
             | (((layout.lbo & 0x3FFFF) >> 4) << 16))
 
 
+def descriptor_lo(address, layout: SmemMatrix) -> Scalar:
+    """Bits 0-31 of the matrix descriptor (start address >> 4, LBO >> 4) of the tile at shared
+    byte ``address`` (i32 or i64 IR value; only its low 18 bits matter), as an unsigned i32."""
+    a = V.u32(address) if str(address.type) != "i32" else address.unsigned()
+    return ((a & 0x3FFFF) >> 4) | (_const_bits(layout) & 0xFFFFFFFF)
+
+
+def assemble_descriptor(lo, layout: SmemMatrix) -> Scalar:
+    """The 64-bit descriptor from its low word ``lo`` (i32, see :func:`descriptor_lo`) and the
+    layout's constant high word (SBO, swizzle). Keeping the address arithmetic in 32 bits
+    with a constant high word lets ptxas build descriptors in uniform registers (no 64-bit
+    adds, no R2UR per WGMMA)."""
+    return V.to_type(lo, "i64", signed=False) | V.const(_const_bits(layout) >> 32 << 32, "i64")
+
+
 def make_descriptor(address, layout: SmemMatrix) -> Scalar:
-    """The 64-bit matrix descriptor of the tile at shared byte ``address`` (i64 IR value);
-    same bits as :func:`descriptor_bits`."""
-    return ((address & 0x3FFFF) >> 4) | V.const(_const_bits(layout), "i64")
+    """The 64-bit matrix descriptor of the tile at shared byte ``address`` (i32 or i64 IR
+    value); same bits as :func:`descriptor_bits`."""
+    return assemble_descriptor(descriptor_lo(address, layout), layout)
+
+
+@attrs.frozen
+class Descriptor:
+    """A WGMMA operand descriptor kept as its low word ``lo`` (unsigned i32 IR value: start
+    address >> 4 and LBO >> 4) and its ``layout`` (which fixes the constant high word).
+
+    From :meth:`WarpgroupMMA.descriptor` (layout checked against the buffer). A pipelined
+    mainloop computes stage 0's once and moves it with :meth:`stage` — one 32-bit
+    multiply-add in uniform registers instead of 64-bit address arithmetic per k-tile.
+    Shared addresses are below 2^18, so the 14-bit start field never overflows."""
+    lo: object
+    layout: SmemMatrix
+
+    def offset(self, nbytes) -> "Descriptor":
+        """The descriptor ``nbytes`` further (Python int or IR integer, a multiple of 16)."""
+        if isinstance(nbytes, int):
+            if nbytes % 16:
+                raise ValueError(f"descriptor offsets are multiples of 16 B, got {nbytes}")
+            return Descriptor(self.lo + (nbytes >> 4), self.layout) if nbytes else self
+        return Descriptor(self.lo + (V.u32(nbytes) >> 4), self.layout)
+
+    def stage(self, index, stage_bytes: int) -> "Descriptor":
+        """The descriptor of stage ``index`` (IR i32) of a ring whose stages are ``stage_bytes``
+        apart (a multiple of 16), this being stage 0's."""
+        if stage_bytes % 16:
+            raise ValueError(f"stage size {stage_bytes} B is not a multiple of 16")
+        return Descriptor(self.lo + V.u32(index) * (stage_bytes >> 4), self.layout)
+
+    def value(self) -> Scalar:
+        """The 64-bit descriptor (i64 IR value)."""
+        return assemble_descriptor(self.lo, self.layout)
 
 
 class Accumulator:
@@ -197,6 +244,12 @@ class WarpgroupMMA:
                               f"{tile.describe()}: {'; '.join(bad)}")
         return SmemMatrix(rows, tile.dtype, tile.major, tile.swizzle)
 
+    def descriptor(self, tile, role: str) -> Descriptor:
+        """The ``Descriptor`` of operand ``role`` (``"A"``/``"B"``) at ``tile`` (an
+        ``SmemTile``; layout checked by :meth:`operand_layout`)."""
+        layout = self.operand_layout(tile, role)
+        return Descriptor(descriptor_lo(tile.address(), layout), layout)
+
     @property
     def acc_type(self) -> ir.Type:
         """``!llvm.struct`` of ``n / 2`` f32: one 64-row block of the accumulator fragment."""
@@ -234,13 +287,14 @@ class WarpgroupMMA:
         ``wgmma.fence`` and followed by ``commit``; the caller waits (:meth:`wait`).
 
         ``a``/``b``: ``SmemTile`` of the A tile ``[m x 64]`` (K-major) and the B tile
-        (``n x 64`` elements, K- or MN-major), checked by :meth:`operand_layout`.
+        (``n x 64`` elements, K- or MN-major), checked by :meth:`operand_layout`; or
+        ``Descriptor`` values from :meth:`descriptor` (moved per stage by a mainloop).
         ``accumulate=False`` ignores the incoming accumulator for the first k-step
         (``scale-d = 0``).
         """
-        a_layout, b_layout = self.operand_layout(a, "A"), self.operand_layout(b, "B")
-        da = make_descriptor(a.address(), a_layout)
-        db = make_descriptor(b.address(), b_layout)
+        da = a if isinstance(a, Descriptor) else self.descriptor(a, "A")
+        db = b if isinstance(b, Descriptor) else self.descriptor(b, "B")
+        a_layout, b_layout = da.layout, db.layout
         shape = ir.Attribute.parse(f"#nvvm.shape<m = 64, n = {self.n}, k = {K_STEP}>")
         t = ir.Attribute.parse(f"#nvvm.wgmma_type<{self.dtype}>")
         f32 = ir.Attribute.parse("#nvvm.wgmma_type<f32>")
@@ -251,10 +305,10 @@ class WarpgroupMMA:
         acc_type = self.acc_type
         structs = list(acc.structs)
         for j in range(K_TILE // K_STEP):
-            dbj = db + (b_layout.k_step_offset(j) >> 4) if j else db
+            # k-step / m-block offsets move only the start-address field of the low word
+            dbj = db.offset(b_layout.k_step_offset(j)).value()
             for blk in range(self.m_blocks):
-                off = a_layout.k_step_offset(j) + a_layout.block_offset(blk)
-                daj = da + (off >> 4) if off else da
+                daj = da.offset(a_layout.k_step_offset(j) + a_layout.block_offset(blk)).value()
                 scale = "one" if (accumulate or j) else "zero"
                 structs[blk] = nvvm.wgmma_mma_async(
                     acc_type, structs[blk], daj, dbj, shape, t, t, f32,

@@ -9,26 +9,30 @@ called per element in f32 with global coordinates) and may add kernel parameters
 * :class:`AtomicAddEpilogue` — like ``GlobalEpilogue`` but adds into D with
   ``red.global.add.f32`` (several CTAs may reduce into one tile: split-K without a workspace);
   ``accumulates = True`` makes the Device layer zero-fill D before the launch.
-* :class:`TmaStoreEpilogue` — registers -> shared memory (sub-tiles of ``tile_m x epi_n``)
-  -> ``fence.proxy.async`` + CTA barrier -> TMA store by one thread -> bulk commit/wait;
-  the TMA unit clips elements outside ``M x N``.
+* :class:`TmaStoreEpilogue` — registers -> 128-byte-swizzled shared sub-tiles of
+  ``64 x (128 B)`` (``stmatrix`` for 16-bit outputs) -> ``fence.proxy.async`` + warpgroup
+  named barrier -> TMA store by one thread, pipelined over several sub-tile buffers; the
+  TMA unit clips elements outside ``M x N``.
 """
 from __future__ import annotations
 
 import attrs
-from ..atom.tma import TmaCopy, bulk_commit_group, bulk_wait_group, tma_store_fence
+from ..atom.tma import TmaCopy, bulk_commit_group, bulk_wait_group
 from ..compiler.artifact import ParamSpec as Param, TensorMapSpec
 from ..dtypes import dtype as _dtype
 from ..ir._lazy import lazy
 
 gpu, memref = lazy("mlir.dialects.gpu"), lazy("mlir.dialects.memref")
+ir, llvm, vector = lazy("mlir.ir"), lazy("mlir.dialects.llvm"), lazy("mlir.dialects.vector")
 cir = lazy("cutedsl.ir")
 
 
 @attrs.define
 class EpilogueContext:
     """Where the tile goes: tile origin ``(m0, n0)`` and problem ``(m, n)`` (IR i32),
-    ``row_base`` rows added for this warpgroup (int), the kernel ``args`` and bound ``smem``."""
+    ``row_base`` rows added for this warpgroup (int or IR i32), the kernel ``args`` and bound
+    ``smem``; ``warpgroup``: index (int or IR i32) of the storing warpgroup among those that
+    store concurrently (selects its epilogue buffers and named barrier)."""
     m0: object
     n0: object
     m: object
@@ -36,6 +40,7 @@ class EpilogueContext:
     args: object
     smem: object = None
     row_base: int = 0
+    warpgroup: object = 0
 
 
 class Epilogue:
@@ -139,53 +144,214 @@ class AtomicAddEpilogue(GlobalEpilogue):
 
 
 class TmaStoreEpilogue(Epilogue):
-    """Registers -> shared ``[tile_m x epi_n]`` sub-tiles -> TMA store (clipped at M, N).
+    """Registers -> swizzled shared-memory sub-tiles -> TMA store (CUTLASS sm90 TMA epilogue).
 
-    ``epi_n`` (columns per sub-tile) defaults to the widest of 64/128/256 dividing ``tile_n``
-    whose sub-tile fits 32 KiB.
+    The tile a warpgroup holds (``64 * m_blocks`` rows x ``tile_n``) is stored in sub-tiles of
+    ``64 x epi_n`` elements, ``epi_n`` = one 128-byte swizzle row (64 f16/bf16, 32 f32). Per
+    sub-tile, every thread of the warpgroup writes its fragment into a 128-byte-swizzled
+    buffer — ``stmatrix.m8n8.x4`` for 16-bit outputs, ``st.shared.v2.f32`` for f32, both
+    free of bank conflicts (each 8-row group of a write hits 8 different 16-byte chunks) —
+    then ``fence.proxy.async``, a named barrier over the warpgroup, and its thread 0 issues
+    the TMA store (the tensor map clips rows >= M and columns >= N) and commits it as one
+    bulk group. Sub-tiles rotate over ``buffers`` buffers per warpgroup: before the barrier
+    of sub-tile ``s`` thread 0 waits (``cp.async.bulk.wait_group.read buffers - 2``) until
+    the store of sub-tile ``s + 1 - buffers`` has read its buffer, the one sub-tile ``s + 1``
+    overwrites, so one barrier per sub-tile suffices (with ``buffers == 1``: a second wait +
+    barrier before each write). The ring continues across calls (a persistent kernel's next
+    tile), since the sub-tiles per call are a multiple of the buffer count.
+
+    Options (constructor keywords, or :meth:`configure` from a kernel):
+
+    * ``buffers`` (1..8): sub-tile buffers per warpgroup (at most; :attr:`ring` is the
+      largest count <= ``buffers`` dividing the sub-tiles per call);
+    * ``warpgroups``: warpgroups that store concurrently, each with its own buffers and
+      named barrier ``barrier_id + ctx.warpgroup``;
+    * ``alias``: name of a shared buffer of the kernel's plan (e.g. the mainloop's ``"a"``
+      stages) to place the sub-tile buffers in instead of a dedicated one. Only where the
+      schedule makes that safe: no TMA load or WGMMA may touch it any more (a non-persistent
+      kernel after its mainloop). The epilogue then first synchronises all ``warpgroups``
+      on named barrier ``barrier_id + warpgroups`` so no warpgroup overwrites operands
+      another one's WGMMAs still read;
+    * ``barrier_id``: first named barrier id used (default 8; ids below are the kernel's);
+    * ``defer_tail``: leave the final ``wait_group.read 0`` to the kernel
+      (:meth:`store_tail`, after a persistent tile loop); by default every :meth:`store`
+      ends with it, so no CTA exits while a TMA store still reads its shared memory.
+
+    Raises ``ValueError`` for options outside these rules; :meth:`plan` raises it when the
+    aliased buffer is missing or too small.
     """
 
-    def __init__(self, tile_m: int, tile_n: int, out_dtype: str = "f32", epi_n: int | None = None):
-        super().__init__(tile_m, tile_n, out_dtype)
-        e = _dtype(out_dtype).nbytes
-        if epi_n is None:
-            epi_n = max(c for c in (8, 16, 32, 64, 128, 256)
-                        if tile_n % c == 0 and tile_m * c * e <= 32768 and c * e % 16 == 0)
-        if tile_n % epi_n or epi_n > 256 or (epi_n * e) % 16:
-            raise ValueError(f"epi_n {epi_n} must divide tile_n {tile_n}, be <= 256 and span a multiple of 16 B")
-        self.epi_n = epi_n
-
     kind = "tma"
+    SUB_M = 64                    #: rows per sub-tile (one m64 block of the accumulator)
+    ROW_BYTES = 128               #: bytes per sub-tile row = the 128-byte swizzle span
+
+    def __init__(self, tile_m: int, tile_n: int, out_dtype: str = "f32", *, buffers: int = 2,
+                 warpgroups: int = 1, alias: str | None = None, barrier_id: int = 8, defer_tail: bool = False):
+        super().__init__(tile_m, tile_n, out_dtype)
+        self.epi_n = self.ROW_BYTES // _dtype(out_dtype).nbytes
+        if tile_n % self.epi_n:
+            raise ValueError(f"tile_n {tile_n} must be a multiple of the {self.epi_n}-column epilogue sub-tile")
+        self.buffers, self.warpgroups, self.alias = 2, 1, None
+        self.barrier_id, self.defer_tail = 8, False
+        self.configure(buffers=buffers, warpgroups=warpgroups, alias=alias, barrier_id=barrier_id,
+                       defer_tail=defer_tail)
+
+    def configure(self, *, buffers=None, warpgroups=None, alias=None, barrier_id=None, defer_tail=None):
+        """Set options (see the class docstring); ``None`` keeps the current value. Returns self."""
+        buffers = self.buffers if buffers is None else buffers
+        warpgroups = self.warpgroups if warpgroups is None else warpgroups
+        barrier_id = self.barrier_id if barrier_id is None else barrier_id
+        if not 1 <= buffers <= 8:
+            raise ValueError(f"epilogue buffers must be 1..8, got {buffers}")
+        if warpgroups not in (1, 2, 3):
+            raise ValueError(f"epilogue warpgroups must be 1..3, got {warpgroups}")
+        if not 0 <= barrier_id or barrier_id + warpgroups + (alias is not None) > 16:
+            raise ValueError(f"epilogue named barriers {barrier_id}..{barrier_id + warpgroups} exceed ids 0..15")
+        self.buffers, self.warpgroups, self.barrier_id = buffers, warpgroups, barrier_id
+        if alias is not None:
+            self.alias = alias or None        # "" clears it
+        if defer_tail is not None:
+            self.defer_tail = defer_tail
+        return self
+
+    # -- static description --------------------------------------------------------
+    @property
+    def sub_tile_bytes(self) -> int:
+        return self.SUB_M * self.ROW_BYTES
+
+    @property
+    def ring(self) -> int:
+        """Sub-tile buffers per warpgroup actually used: the largest count <= ``buffers``
+        dividing the sub-tiles of a warpgroup's ``tile_m / warpgroups`` rows (a warpgroup
+        storing more rows stores a multiple of that)."""
+        subs = max(1, self.tile_m // self.warpgroups // self.SUB_M) * (self.tile_n // self.epi_n)
+        return max(d for d in range(1, self.buffers + 1) if subs % d == 0)
+
+    @property
+    def smem_bytes(self) -> int:
+        """Shared memory the sub-tile buffers take (all warpgroups)."""
+        return self.warpgroups * self.ring * self.sub_tile_bytes
 
     def d_param(self) -> Param:
         return Param("d", "tensormap")
 
     def tensor_maps(self) -> list:
-        return [TensorMapSpec("d", self.out_dtype, (self.tile_m, self.epi_n), swizzle=0)]
+        return [TensorMapSpec("d", self.out_dtype, (self.SUB_M, self.epi_n), swizzle=self.ROW_BYTES)]
 
     def plan(self, plan) -> None:
-        plan.buffer("epilogue", (self.tile_m, self.epi_n), self.out_dtype, 1, align=128)
+        """A dedicated ``"epilogue"`` buffer (``warpgroups x buffers`` sub-tiles, 1024-B
+        aligned as the swizzle needs), or a check that the aliased buffer can hold them."""
+        if self.alias is None:
+            plan.buffer("epilogue", (self.SUB_M, self.epi_n), self.out_dtype, self.warpgroups * self.ring,
+                        swizzle=self.ROW_BYTES)
+            return
+        buf = plan.buffers.get(self.alias)
+        if buf is None:
+            raise ValueError(f"epilogue alias {self.alias!r} names no buffer of the plan ({sorted(plan.buffers)})")
+        if buf.nbytes < self.smem_bytes or buf.align < 1024:
+            raise ValueError(f"epilogue alias {self.alias!r} ({buf.nbytes} B, align {buf.align}) cannot hold "
+                             f"{self.smem_bytes} B of 1024-B aligned sub-tiles")
+
+    # -- IR ------------------------------------------------------------------------
+    def _sub_tiles(self, acc) -> list:
+        return [(b, c) for b in range(acc.m_blocks) for c in range(self.tile_n // self.epi_n)]
+
+    def _buffer(self, ctx, slot):
+        """(i64 shared address, TMA store source) of sub-tile buffer ``slot`` of this
+        warpgroup: a tile of the ``"epilogue"`` buffer (checked against the tensor map), or a
+        raw view into the aliased buffer (whose declared dtype is the mainloop's)."""
+        idx = ctx.warpgroup * self.ring + slot if self.warpgroups > 1 else slot
+        if self.alias is None:
+            buf = ctx.smem["epilogue"]
+            return buf.address(idx), buf.tile(idx)
+        buf = ctx.smem[self.alias]
+        off = idx * self.sub_tile_bytes
+        shape = (self.SUB_M, self.epi_n)
+        return buf.address(0) + cir.i64(off), buf.view(0, shape=shape, dtype=self.out_dtype, byte_offset=off)
 
     def store(self, acc, ctx: EpilogueContext) -> None:
+        from ..atom.sync import NamedBarrier, fence_proxy_async
         base = acc.thread_coords()
         acc = self._visit_all(acc, ctx, base)
-        r0, c0 = base
         tma = TmaCopy(self.tensor_maps()[0], ctx.args.d)
-        tile = ctx.smem["epilogue"].tile(0)
-        view = tile.memref()
-        leader = cir.thread_idx().eq(0)
-        regs_per_sub = self.epi_n // 8 * 4         # 4 registers per 8 columns
-        for sub in range(self.tile_n // self.epi_n):
-            for b in range(acc.m_blocks):
-                for i in range(sub * regs_per_sub, (sub + 1) * regs_per_sub):
-                    dr, dc = acc.reg_offset(b, i)
-                    row = cir.index(r0 + (ctx.row_base + dr))
-                    col = cir.index(c0 + (dc - sub * self.epi_n))
-                    memref.store(self._convert(acc.get(b, i)), view, [row, col])
-            tma_store_fence()          # generic smem writes -> visible to the TMA (async proxy)
-            gpu.barrier()
+        wt = cir.thread_idx() % 128
+        leader = wt.eq(0)
+        wg_bar = NamedBarrier(self.barrier_id + ctx.warpgroup if self.warpgroups > 1 else self.barrier_id, 128)
+        if self.alias is not None:     # every warpgroup's WGMMAs are done with the aliased operands
+            NamedBarrier(self.barrier_id + self.warpgroups, 128 * self.warpgroups).sync()
+        subs = self._sub_tiles(acc)
+        ring = self.ring
+        if len(subs) % ring:
+            raise ValueError(f"the epilogue's {ring} sub-tile buffers must divide the {len(subs)} sub-tiles of a "
+                             f"{64 * acc.m_blocks}-row accumulator (planned for {self.tile_m // self.warpgroups} rows)")
+        write = self._write_b16 if self.out_dtype in ("f16", "bf16") else self._write_f32
+        lane_base = self._lane_offsets(wt)
+        for s, (b, c) in enumerate(subs):
+            addr, view = self._buffer(ctx, s % ring)
+            if ring == 1:      # the only buffer: its previous store must have read it
+                with cir.If(leader):
+                    bulk_wait_group(0, read=True)
+                wg_bar.sync()
+            write(acc, b, c, addr, lane_base)
+            fence_proxy_async()        # generic smem writes -> visible to the TMA (async proxy)
+            if ring > 1:       # the buffer sub-tile s + 1 writes must have been read
+                with cir.If(leader):
+                    bulk_wait_group(ring - 2, read=True)
+            wg_bar.sync()
             with cir.If(leader):
-                tma.store(tile, (ctx.m0, ctx.n0 + sub * self.epi_n))
+                tma.store(view, (ctx.m0 + ctx.row_base + self.SUB_M * b, ctx.n0 + c * self.epi_n))
                 bulk_commit_group()
-                bulk_wait_group(0, read=True)
-            gpu.barrier()              # the sub-tile buffer is reused by the next sub-tile
+        if not self.defer_tail:
+            self.store_tail()
+
+    def store_tail(self) -> None:
+        """Thread 0 of each warpgroup waits until its TMA stores have read shared memory
+        (``cp.async.bulk.wait_group.read 0``); call once after the last :meth:`store` when
+        ``defer_tail`` is set."""
+        with cir.If((cir.thread_idx() % 128).eq(0)):
+            bulk_wait_group(0, read=True)
+
+    def _lane_offsets(self, wt):
+        """Per-thread constants of the swizzled write addresses: ``(row byte offset, chunk x)``.
+
+        16-bit (stmatrix x4): lane ``l`` addresses row ``16 w + 8 (q % 2) + l % 8`` (``q = l //
+        8``) and 16-byte chunk ``(2 j + q // 2) ^ (row % 8)`` for column group ``j``, i.e.
+        ``2 j ^ x`` with ``x = (q // 2) ^ (l % 8)``. f32: lane ``l`` writes row ``16 w + l // 4``
+        (and ``+ 8``), chunk ``(2 j + (l % 4) // 2) ^ (l // 4)`` = ``2 j ^ x`` plus ``8 (l % 2)``
+        bytes, for column block ``j`` of 8."""
+        w, lane = wt // 32, wt % 32
+        if self.out_dtype in ("f16", "bf16"):
+            q = lane // 8
+            row = w * 16 + (q % 2) * 8 + lane % 8
+            x = (q // 2) ^ (lane % 8)
+            return row * self.ROW_BYTES + x * 16, None
+        row = w * 16 + lane // 4
+        x = ((lane % 4) // 2) ^ (lane // 4)
+        return row * self.ROW_BYTES + (lane % 2) * 8, x * 16
+
+    def _write_b16(self, acc, b, c, addr, lane_base):
+        """Sub-tile (block ``b``, columns ``c * 64 ..``) of a 16-bit output: 4 ``stmatrix.x4``
+        per warp, one per 16-column group; register pairs ``8 J .. 8 J + 7`` of group ``J``."""
+        from ..atom.stmatrix import pack_b16x2, stmatrix
+        row_x = lane_base[0]
+        for j in range(self.epi_n // 16):
+            jj = c * (self.epi_n // 16) + j
+            regs = [pack_b16x2(acc.get(b, 8 * jj + 2 * k), acc.get(b, 8 * jj + 2 * k + 1), self.out_dtype)
+                    for k in range(4)]
+            # (row, chunk ^ 2j): the chunk XOR only flips bits 5-6 of the row's byte offset
+            stmatrix(addr + cir.i64(row_x ^ (32 * j)), regs)
+
+    def _write_f32(self, acc, b, c, addr, lane_base):
+        """Sub-tile (block ``b``, columns ``c * 32 ..``) of an f32 output: per 8-column block
+        ``j`` two ``st.shared.v2.f32`` (rows ``r`` and ``r + 8``)."""
+        row_off, x16 = lane_base
+        ptr_t = ir.Type.parse("!llvm.ptr<3>")
+        v2 = ir.VectorType.get([2], ir.F32Type.get())
+        for j in range(self.epi_n // 8):
+            cb = c * (self.epi_n // 8) + j
+            off = row_off + (x16 ^ (32 * j))
+            for half in range(2):
+                i = 4 * cb + 2 * half
+                vec = vector.from_elements(v2, [acc.get(b, i), acc.get(b, i + 1)])
+                a = addr + cir.i64(off + half * 8 * self.ROW_BYTES)
+                llvm.store(vec, llvm.inttoptr(ptr_t, cir.i32(a)), alignment=8)

@@ -229,12 +229,14 @@ class CudaBackend(Backend):
         start = _check(drv.cuEventCreate(0), "cuEventCreate")
         stop = _check(drv.cuEventCreate(0), "cuEventCreate")
         out = []
-        for _ in range(iters):
-            _check(drv.cuEventRecord(start, 0), "cuEventRecord")
-            fn()
-            _check(drv.cuEventRecord(stop, 0), "cuEventRecord")
-            _check(drv.cuEventSynchronize(stop), "cuEventSynchronize")
-            out.append(float(_check(drv.cuEventElapsedTime(start, stop), "cuEventElapsedTime")))
-        drv.cuEventDestroy(start)
-        drv.cuEventDestroy(stop)
+        try:
+            for _ in range(iters):
+                _check(drv.cuEventRecord(start, 0), "cuEventRecord")
+                fn()
+                _check(drv.cuEventRecord(stop, 0), "cuEventRecord")
+                _check(drv.cuEventSynchronize(stop), "cuEventSynchronize")
+                out.append(float(_check(drv.cuEventElapsedTime(start, stop), "cuEventElapsedTime")))
+        finally:                      # events are driver resources too: never leak them
+            drv.cuEventDestroy(start)
+            drv.cuEventDestroy(stop)
         return out

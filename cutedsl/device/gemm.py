@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import os
 import threading
 import time
 
@@ -180,6 +181,9 @@ class GemmConfig:
         if kernel_cls is None:
             kernel_cls = SingleTileGemmKernel if self.schedule == "single_tile" else MultistageGemmKernel
         if "stages" not in inspect.signature(kernel_cls).parameters:
+            if self.stages not in ("auto", 1):
+                raise ConfigError(f"{kernel_cls.__name__} has no pipeline stages (its constructor takes no "
+                                  f"'stages'), got GemmConfig(stages={self.stages!r}): use 'auto' or 1")
             return self._make(kernel_cls, epilogue_cls=epi)
         k = self._make(kernel_cls, self.resolved_stages(kernel_cls, epi), epi)
         if hasattr(k, "smem_plan"):
@@ -199,7 +203,11 @@ class Gemm:
     split-K kernel); it gets the config's tile, dtypes, B major, stages and epilogue, and the
     call validates, allocates and launches ``kernel.grid(m, n, k)`` CTAs as for any GEMM.
     ``cache``: a ``KernelCache``, ``None`` (``$CUTEDSL_CACHE_DIR``) or ``False`` (compile
-    without caching; as env ``CUTEDSL_CACHE=off``).
+    without caching; as env ``CUTEDSL_CACHE=off``). Wrong names or types raise at construction.
+
+    Thread-safe: one ``Gemm`` may be called from many threads; the kernel is compiled (or
+    loaded) and its module loaded once. Each call frees the device memory it allocated (see
+    :meth:`prepare` and :mod:`cutedsl.device.arrays` for who owns what).
     """
 
     def __init__(self, config: GemmConfig, backend="auto", *, epilogue=None, kernel=None, cache=None,
@@ -209,6 +217,11 @@ class Gemm:
         self.config = config
         self.kernel = config.kernel(epilogue, kernel)
         self._backend_name = check_backend_arg(backend)
+        if not (cache is None or cache is False or hasattr(cache, "get_or_build")):
+            raise ArgumentTypeError(f"cache must be a KernelCache, None or False, got {cache!r}")
+        if dump_dir is not None and not isinstance(dump_dir, (str, os.PathLike)):
+            raise ArgumentTypeError(f"dump_dir must be a directory path (str or os.PathLike) or None, "
+                                    f"got {dump_dir!r}")
         self._backend = backend if not isinstance(backend, str) else None
         self._cache, self._dump = cache, dump_dir
         self._compiled = None

@@ -109,13 +109,13 @@ class BoundBuffer:
     def view(self, stage=0, shape=None, dtype=None, byte_offset: int = 0):
         """A ``memref`` view of one stage (static shape ``shape``/``dtype``, default the tile's).
 
-        ``byte_offset`` (Python int, bytes) selects a sub-tile inside the stage.
+        ``byte_offset`` (Python int or IR integer, bytes) selects a sub-tile inside the stage.
         """
         b = self.buf
         shape = tuple(shape or b.shape)
         ty = memref_type(shape, dtype or b.dtype)
         off = self.byte_offset(stage)
-        if byte_offset:
+        if not isinstance(byte_offset, int) or byte_offset:
             off = off + index(byte_offset)
         return memref.view(ty, self._bound.raw, off, [])
 

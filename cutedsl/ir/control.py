@@ -22,7 +22,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import scf
 
-from .values import Scalar, index, mlir_type
+from .values import Scalar, const, index, mlir_type, to_type
 
 
 class Loop:
@@ -31,13 +31,20 @@ class Loop:
     The induction variable is an ``i32`` :class:`Scalar` (``signed`` as given, default unsigned
     since loop counters are non-negative). Carried values keep their types. Iterating the
     loop object yields exactly once (the body is traced, not executed).
+
+    ``counter``: the type the loop counts in, ``"index"`` (64-bit after lowering) or
+    ``"i32"`` (a 32-bit counter and compare: fewer instructions per iteration in hot loops;
+    the bounds must fit in i32).
     """
 
-    def __init__(self, start, stop=None, step=1, carry=(), signed=False):
+    def __init__(self, start, stop=None, step=1, carry=(), signed=False, counter="index"):
         if stop is None:
             start, stop = 0, start
+        if counter not in ("index", "i32"):
+            raise ValueError(f"Loop counter type must be 'index' or 'i32', got {counter!r}")
+        cv = index if counter == "index" else (lambda x: const(x, "i32") if isinstance(x, int) else to_type(x, "i32"))
         self._carry = list(carry)
-        self._op = scf.ForOp(index(start), index(stop), index(step), self._carry)
+        self._op = scf.ForOp(cv(start), cv(stop), cv(step), self._carry)
         self._signed = signed
         self._yielded = False
         self._entered = False

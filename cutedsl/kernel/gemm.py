@@ -122,6 +122,8 @@ class MultistageGemmKernel(GemmKernel):
         # split it along M over two consumer warpgroups
         self.warpgroups = 2 if tile_m * tile_n > 128 * 128 else 1
         self.mainloop = self.mainloop_cls(tile_m, tile_n, stages, dtype, b_major, self.warpgroups)
+        if isinstance(self.epilogue, TmaStoreEpilogue):
+            self.epilogue.configure(warpgroups=self.warpgroups)   # one set of sub-tile buffers each
 
     @property
     def threads(self) -> int:
@@ -148,8 +150,9 @@ class MultistageGemmKernel(GemmKernel):
             m0, n0 = self.scheduler.tile_origin()
             first, count = self._k_tile_range(args)
             acc = self.mainloop.run(count, m0, n0, first)
-            row_base = (thread_idx() // 128) * self.mainloop.wg_m if self.warpgroups > 1 else 0
-            self.epilogue.store(acc, EpilogueContext(m0, n0, args.m, args.n, args, smem, row_base))
+            wg = thread_idx() // 128 if self.warpgroups > 1 else 0
+            row_base = wg * self.mainloop.wg_m if self.warpgroups > 1 else 0
+            self.epilogue.store(acc, EpilogueContext(m0, n0, args.m, args.n, args, smem, row_base, wg))
         return kb, plan.dynamic_bytes, self.mainloop.tensor_maps() + self.epilogue.tensor_maps()
 
 

@@ -42,11 +42,14 @@ def test_pipeline_state_in_ir_and_wait():
 
 def test_epilogue_plans():
     e = TmaStoreEpilogue(128, 256, "f32")
-    assert e.epi_n == 64 and e.tensor_maps()[0].box == (128, 64)
-    assert TmaStoreEpilogue(64, 256, "f16").epi_n == 256
+    # sub-tiles are 64 rows x one 128-byte swizzle row; two buffers per warpgroup by default
+    assert e.epi_n == 32 and e.tensor_maps()[0].box == (64, 32) and e.tensor_maps()[0].swizzle == 128
+    assert TmaStoreEpilogue(64, 256, "f16").epi_n == 64
     plan = SmemPlan()
     e.plan(plan)
-    assert plan.buffers["epilogue"].nbytes == 128 * 64 * 4
+    assert plan.buffers["epilogue"].nbytes == 2 * 64 * 128 and plan.buffers["epilogue"].align == 1024
+    e.configure(warpgroups=2, buffers=4)
+    assert e.smem_bytes == 2 * 4 * 8192
     g = GlobalEpilogue(64, 64, "bf16")
     assert g.d_param().kind == "ptr" and g.tensor_maps() == []
     with pytest.raises(ValueError, match="f32, f16 or bf16"):

@@ -57,6 +57,16 @@ def test_unknown_backend_fails_at_construction():
         Gemm(GemmConfig(), backend=3)
 
 
+@pytest.mark.parametrize("kw,match", [
+    (dict(cache="dir"), r"cache must be a KernelCache, None or False, got 'dir'"),
+    (dict(cache=True), r"cache must be a KernelCache, None or False, got True"),
+    (dict(dump_dir=3), r"dump_dir must be a directory path \(str or os.PathLike\) or None, got 3"),
+])
+def test_bad_compile_arguments_fail_at_construction(kw, match):
+    with pytest.raises(ArgumentTypeError, match=match):
+        Gemm(GemmConfig(), backend="none", **kw)
+
+
 def test_grid_past_hardware_limits_is_refused_before_anything_runs():
     """M = 10,000,000 with 128-row tiles needs 78,125 CTAs on gridDim.y (limit 65,535). The
     check comes before compiling, allocating or touching a backend ('none' would raise)."""

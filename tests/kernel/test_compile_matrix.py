@@ -25,7 +25,7 @@ def test_multistage_gemm_configs(tile, stages):
         plan = kern.smem_plan()
     except SharedMemoryError as e:
         assert "232448 B limit" in str(e)
-        assert (tm * 64 + tn * 64) * 2 * stages + tm * kern.epilogue.epi_n * 4 > 200_000
+        assert (tm * 64 + tn * 64) * 2 * stages + kern.epilogue.smem_bytes > 200_000
         return
     k = kern.compile()
     r = check_clean(k)
@@ -36,7 +36,8 @@ def test_multistage_gemm_configs(tile, stages):
     assert r.sass["HGMMA"] in (per_ktile, 2 * per_ktile)
     boxes = 1 + tn // 64                                  # A box + B boxes per stage
     assert r.sass["UTMALDG"] == (stages + 1) * boxes      # prologue fills every stage, one refill site
-    assert r.sass["UTMASTG"] == (tn // kern.epilogue.epi_n) and k.block == (128 * wg, 1, 1)
+    # one TMA store per 64-row x 128-byte epilogue sub-tile of a warpgroup
+    assert r.sass["UTMASTG"] == (tm // wg // 64) * (tn // kern.epilogue.epi_n) and k.block == (128 * wg, 1, 1)
 
 
 def test_flagship_config_sass():

@@ -1,0 +1,116 @@
+"""Synchronisation and register atoms for warp-specialized kernels.
+
+* :func:`setmaxnreg` / :func:`warpgroup_reg_alloc` / :func:`warpgroup_reg_dealloc` — PTX
+  ``setmaxnreg.{inc,dec}.sync.aligned.u32 N``: warpgroup register reconfiguration (CUTLASS
+  ``cutlass::arch::warpgroup_reg_alloc/dealloc``). All four warps of a warpgroup execute it
+  together; a producer warpgroup gives registers back (``dec`` to e.g. 40) so that consumer
+  warpgroups can take them (``inc`` to e.g. 232). The kernel's launch budget
+  (``.maxnreg`` / ptxas' per-thread count) is the starting point for every warp.
+* :class:`NamedBarrier` — PTX ``barrier.sync id, count`` / ``barrier.arrive id, count``: one
+  of the CTA's 16 hardware barriers shared by a subset of ``count`` threads (whole warps).
+  Barrier 0 is the CTA-wide one ``gpu.barrier`` (``bar.sync 0``) uses; give sub-group barriers
+  ids 1..15 (CUTLASS reserves low ids for itself the same way, ``NamedBarrier``).
+* :func:`fence_proxy_async` — PTX ``fence.proxy.async.shared::cta``: orders this thread's
+  generic-proxy shared-memory writes before later async-proxy accesses (TMA store reading
+  the tile, WGMMA reading operands), and async-proxy writes before later generic reads.
+* :func:`elect_one` — PTX ``elect.sync``: true in exactly one active lane of the warp.
+"""
+from __future__ import annotations
+
+from ..ir._lazy import lazy
+
+ir = lazy("mlir.ir")
+nvvm = lazy("mlir.dialects.nvvm")
+V = lazy("cutedsl.ir.values")
+
+#: PTX ISA: setmaxnreg takes a multiple of 8 in [24, 256]
+MIN_REGS, MAX_REGS = 24, 256
+#: hardware named barriers per CTA (ids 0..15)
+NUM_BARRIERS = 16
+
+
+def _check_regs(count: int) -> None:
+    if not isinstance(count, int) or isinstance(count, bool):
+        raise TypeError(f"setmaxnreg register count must be a Python int, got {type(count).__name__}")
+    if count % 8 or not MIN_REGS <= count <= MAX_REGS:
+        raise ValueError(f"setmaxnreg register count {count} must be a multiple of 8 in "
+                         f"[{MIN_REGS}, {MAX_REGS}]")
+
+
+def setmaxnreg(count: int, increase: bool) -> None:
+    """``setmaxnreg.{inc,dec}.sync.aligned.u32 count``: set the per-thread register budget of
+    the executing warpgroup to ``count`` (Python int, multiple of 8 in 24..256). ``increase``
+    selects ``.inc`` (blocks until enough registers are free in the SM's pool) or ``.dec``
+    (releases registers). All threads of the warpgroup must execute it (``.sync.aligned``).
+
+    Raises ``ValueError`` for a count outside the PTX range, ``TypeError`` for a non-int."""
+    _check_regs(count)
+    action = ir.Attribute.parse("#nvvm<action increase>" if increase else "#nvvm<action decrease>")
+    nvvm.setmaxregister(count, action)
+
+
+def warpgroup_reg_alloc(count: int) -> None:
+    """Raise this warpgroup's register budget to ``count`` (``setmaxnreg.inc``); CUTLASS
+    ``warpgroup_reg_alloc<count>``. Consumer (MMA) warpgroups call it first thing."""
+    setmaxnreg(count, True)
+
+
+def warpgroup_reg_dealloc(count: int) -> None:
+    """Lower this warpgroup's register budget to ``count`` (``setmaxnreg.dec``); CUTLASS
+    ``warpgroup_reg_dealloc<count>``. Producer (TMA) warpgroups call it first thing."""
+    setmaxnreg(count, False)
+
+
+class NamedBarrier:
+    """One of the CTA's 16 named barriers, shared by ``threads`` threads (PTX ``barrier``).
+
+    ``barrier_id``: 0..15 (Python int, or an IR i32 chosen at run time, e.g. per warpgroup);
+    ``threads``: participating threads, a multiple of 32 in 32..1024 (Python int). A phase
+    completes when ``threads`` threads arrived through :meth:`sync` or :meth:`arrive`;
+    :meth:`sync` also waits for that completion, :meth:`arrive` does not (producer side of a
+    producer/consumer hand-off, CUTLASS ``NamedBarrier::arrive``). Memory ordering: writes
+    before ``arrive``/``sync`` are visible to the threads that return from ``sync``.
+
+    Raises ``ValueError`` for an id outside 0..15 or a thread count that is not a positive
+    multiple of 32 up to 1024.
+    """
+
+    def __init__(self, barrier_id, threads: int):
+        if isinstance(barrier_id, int) and not 0 <= barrier_id < NUM_BARRIERS:
+            raise ValueError(f"named barrier id {barrier_id} outside 0..{NUM_BARRIERS - 1}")
+        if not isinstance(threads, int) or threads % 32 or not 32 <= threads <= 1024:
+            raise ValueError(f"named barrier thread count {threads} must be a multiple of 32 in 32..1024")
+        self.barrier_id = barrier_id
+        self.threads = threads
+
+    def _operands(self):
+        return V.i32(self.barrier_id), V.i32(self.threads)
+
+    def sync(self) -> None:
+        """``barrier.sync id, threads`` (CUTLASS ``NamedBarrier::sync``): arrive and wait."""
+        bid, n = self._operands()
+        nvvm.barrier(None, barrier_id=bid, number_of_threads=n)
+
+    def arrive(self) -> None:
+        """``barrier.arrive id, threads`` (CUTLASS ``NamedBarrier::arrive``): arrive, no wait."""
+        bid, n = self._operands()
+        nvvm.barrier_arrive(n, barrier_id=bid)
+
+
+def fence_proxy_async() -> None:
+    """``fence.proxy.async.shared::cta``: order this thread's generic shared-memory accesses
+    with respect to later async-proxy ones (TMA, WGMMA) and vice versa. A TMA store of data
+    written by ``st.shared``/``stmatrix`` needs it in every writing thread, followed by a
+    barrier over the writers, before the one thread issues the store."""
+    nvvm.fence_proxy(ir.Attribute.parse("#nvvm.proxy_kind<async.shared>"),
+                     space=ir.Attribute.parse("#nvvm.shared_space<cta>"))
+
+
+def elect_one():
+    """``elect.sync _|p, 0xffffffff``: an i1 that is true in exactly one active lane of the
+    warp (the lowest); all lanes of the warp must execute it."""
+    return V.Scalar(nvvm.elect_sync(ir.IntegerType.get_signless(1)), signed=False)
+
+
+__all__ = ["setmaxnreg", "warpgroup_reg_alloc", "warpgroup_reg_dealloc", "NamedBarrier",
+           "fence_proxy_async", "elect_one", "MIN_REGS", "MAX_REGS", "NUM_BARRIERS"]

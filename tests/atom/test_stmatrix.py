@@ -1,0 +1,93 @@
+"""stmatrix atom: PTX/SASS of every form, and on the emulator: a warp stores a 16 x 16 block in
+the WGMMA accumulator fragment layout (plain and transposed), values rounded to f16/bf16."""
+import ml_dtypes
+import numpy as np
+import pytest
+from atomkit import build, norm, run
+
+from cutedsl.atom.stmatrix import accumulator_x4_rows, pack_b16x2, stmatrix
+from cutedsl.atom.wgmma import fragment_coords
+
+NP = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
+
+
+def _block_kernel(dtype, trans):
+    """Lane l holds, as accumulator registers 0..7, the values src[fragment_coords(l, i)] of a
+    16 x 16 block (f32 input); one x4 stmatrix writes the block row-major (pitch 32 B) into
+    shared memory (transposed with .trans); lanes copy it to global as i32 words."""
+    def body(args, smem):
+        from mlir.dialects import memref
+        import cutedsl.ir as cir
+        lane = cir.thread_idx()
+        src = cir.GlobalPtr(args.src, "f32")
+        vals = []
+        for i in range(8):
+            r = (lane % 32) // 4 + 8 * ((i // 2) % 2)
+            c = 8 * (i // 4) + 2 * (lane % 4) + (i % 2)
+            vals.append(src.load(cir.i64(r * 16 + c)))
+        regs = [pack_b16x2(vals[2 * k], vals[2 * k + 1], dtype) for k in range(4)]
+        row, col = accumulator_x4_rows(lane, trans)
+        addr = smem["blk"].address() + cir.i64(row * 32 + col * 2)
+        stmatrix(addr, regs, trans=trans)
+        gpu_sync()
+        out = cir.GlobalPtr(args.out, "i32")
+        words = smem["blk"].view(shape=(128,), dtype="i32")
+        for j in range(4):
+            e = lane * 4 + j
+            out.store(cir.i64(e), cir.Scalar(memref.load(words, [cir.index(e)])))
+
+    def gpu_sync():
+        from mlir.dialects import gpu
+        gpu.barrier()
+    return body
+
+
+@pytest.mark.sim_kernel
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("trans", [False, True])
+def test_stmatrix_block_on_emulator(dtype, trans, rng):
+    from cutedsl.ir import SmemPlan
+    plan = SmemPlan()
+    plan.buffer("blk", (16, 16), dtype)
+    k = build(_block_kernel(dtype, trans), params=(("src", "ptr"), ("out", "ptr")), block=(32, 1, 1), plan=plan)
+    form = "stmatrix.sync.aligned.m8n8.x4" + (".trans" if trans else "") + ".shared.b16"
+    assert form in norm(k.ptx) and k.resources.sass.get("STSM") == 1
+    cvt = {"f16": "cvt.rn.f16x2.f32", "bf16": "cvt.rn.bf16x2.f32"}[dtype]
+    assert norm(k.ptx).count(cvt) == 4
+    # fractional values exercise the rounding to 16 bits
+    src = (rng.standard_normal((16, 16)) * 100).astype(np.float32)
+    (_, d), emu = run(k, [src, np.zeros(128, np.int32)])
+    got = emu.to_host(d, (128,), np.int32).view(NP[dtype]).reshape(16, 16)
+    want = src.astype(NP[dtype])
+    assert np.array_equal(got.view(np.uint16), (want.T if trans else want).view(np.uint16))
+
+
+def test_fragment_pairs_are_stmatrix_registers():
+    # register k of the x4 store of column group j = accumulator pair (8j + 2k, 8j + 2k + 1):
+    # lane l's pair lies in matrix k at row l // 4, columns 2 (l % 4) + {0, 1}
+    for lane in range(32):
+        for j in range(2):
+            for k in range(4):
+                r0, c0 = fragment_coords(lane, 8 * j + 2 * k)
+                r1, c1 = fragment_coords(lane, 8 * j + 2 * k + 1)
+                assert (r0, c0 - 16 * j) == (8 * (k % 2) + lane // 4, 8 * (k // 2) + 2 * (lane % 4))
+                assert (r1, c1) == (r0, c0 + 1)
+
+
+def test_stmatrix_forms_and_errors():
+    def body(args, smem):
+        import cutedsl.ir as cir
+        a = smem["blk"].address()
+        r = cir.i32(cir.thread_idx())
+        stmatrix(a, [r])
+        stmatrix(a, [r, r], trans=True)
+    from cutedsl.ir import SmemPlan
+    plan = SmemPlan()
+    plan.buffer("blk", (16, 16), "f16")
+    ptx = norm(build(body, block=(32, 1, 1), plan=plan).ptx)
+    assert "stmatrix.sync.aligned.m8n8.x1.shared.b16" in ptx
+    assert "stmatrix.sync.aligned.m8n8.x2.trans.shared.b16" in ptx
+    with pytest.raises(ValueError, match="1, 2 or 4 matrices, got 3"):
+        stmatrix(None, [1, 2, 3])
+    with pytest.raises(ValueError, match="dtype must be f16 or bf16, got 'f32'"):
+        pack_b16x2(None, None, "f32")
