@@ -92,6 +92,7 @@ def run_device_map(t, box_np, coords, swizzle, es=1, emu=None):
     return emu.to_host(out, (img // 4 + 16,), np.uint32).view(np.uint8)[:img], emu.to_host(scratch, (128,), np.uint8)
 
 
+@pytest.mark.sim_kernel
 @pytest.mark.parametrize("swizzle,inner", [(0, 24), (64, 32), (128, 64)])
 def test_device_built_map_loads_like_a_host_map(swizzle, inner, rng):
     t = rng.integers(0, 60000, (40, 104)).astype(np.uint16).view(np.float16)
@@ -102,6 +103,7 @@ def test_device_built_map_loads_like_a_host_map(swizzle, inner, rng):
     assert (f.rank, f.global_dim[:2], f.global_stride[0], f.box_dim[:2]) == (1, [104, 40], 208, [inner, 16])
 
 
+@pytest.mark.sim_kernel
 def test_replace_on_a_host_map_keeps_the_other_fields():
     # Copy a host-encoded map to global memory, retarget it with .global replace, load through it.
     emu = Emulator()
