@@ -185,6 +185,12 @@ def test_misaligned_object_is_reported():
         Emulator().launch(load_ptx(kernel(body, decls=DECL)), 1, 1, [0], smem=1024)
 
 
+def test_replace_value_out_of_field_range_is_reported():
+    body = "\tmov.u32 %r1, tmap_smem;\n\tmov.u32 %r2, 300;\n\ttensormap.replace.tile.elemtype.shared::cta.b1024.b32 [%r1], %r2;"
+    with pytest.raises(SimRuntimeError, match=r"\.elemtype value 300 does not fit"):
+        Emulator().launch(load_ptx(kernel(body, decls=DECL)), 1, 1, [0], smem=1024)
+
+
 def test_fields_roundtrip_of_a_host_map():
     emu = Emulator()
     d = emu.alloc(64 * 96 * 2)
