@@ -288,16 +288,28 @@ class KernelCache:
             raise CacheError(f"kernel {key} is not in the cache at {self.root}{why} and this machine "
                              f"has no MLIR toolchain to compile it: compile it elsewhere into the cache "
                              f"(CUTEDSL_CACHE_DIR) and copy the directory here")
+        base = self.root / key
         with contextlib.suppress(OSError):
-            self.root.mkdir(parents=True, exist_ok=True)
+            base.mkdir(parents=True, exist_ok=True)
         # one builder per key: processes (and threads) asking for the same missing kernel wait
-        # for the first one's entry instead of all compiling it. The lock is a file beside the
-        # key directories, so a failed build leaves no empty entry directory behind.
-        with self._lock(self.root, quiet=True, name=f".build-{key}.lock", wait_s=BUILD_WAIT_S):
-            k, _ = self._lookup(key)
-            if k is not None:
-                return k, True
-            return self.put(key, build()), False
+        # for the first one's entry instead of all compiling it
+        try:
+            with self._lock(base, quiet=True, name=".build.lock", wait_s=BUILD_WAIT_S):
+                k, _ = self._lookup(key)
+                if k is not None:
+                    return k, True
+                return self.put(key, build()), False
+        except BaseException:
+            self._drop_if_empty(base)   # a failed build leaves no entry directory behind
+            raise
+
+    @staticmethod
+    def _drop_if_empty(base: Path) -> None:
+        with contextlib.suppress(OSError):
+            if all(p.name.startswith(".") and p.is_file() for p in base.iterdir()):
+                for p in base.iterdir():
+                    p.unlink()
+                base.rmdir()
 
     # -- maintenance ----------------------------------------------------------------
     def entries(self) -> list:
@@ -344,9 +356,6 @@ class KernelCache:
         for p in found:
             if p.is_dir():
                 self._remove(p)
-            elif p.name.startswith(".build-"):
-                with contextlib.suppress(OSError):
-                    p.unlink()
         with _LOCK:
             for k in [k for k in _MEMORY if k[0] == str(self.root)]:
                 del _MEMORY[k]

@@ -30,7 +30,7 @@ from pathlib import Path
 
 _PKG = Path(__file__).resolve().parent.parent
 _CODEGEN = ("ir", "compiler", "atom", "collective", "kernel")
-_FILE_CACHE: dict = {}   # path -> ((mtime_ns, size), digest, imported names)
+_FILE_CACHE: dict = {}   # (content digest, package) -> names of the modules the file imports
 
 
 @functools.lru_cache(maxsize=None)
@@ -87,13 +87,14 @@ def _kind(path: Path) -> str:
 
 
 def _file_info(path: Path, package: str | None) -> tuple:
-    """(digest, absolute names of the modules the file imports), cached per file version."""
-    st = path.stat()
-    stamp = (st.st_mtime_ns, st.st_size)
-    hit = _FILE_CACHE.get(path)
-    if hit is not None and hit[0] == stamp:
-        return hit[1], hit[2]
+    """(digest, absolute names of the modules the file imports). The file is read every time
+    (an edit within the file system's timestamp resolution must count); the parse is cached
+    per content."""
     data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    hit = _FILE_CACHE.get((digest, package))
+    if hit is not None:
+        return digest, hit
     names = []
     if path.suffix == ".py":
         try:
@@ -111,8 +112,7 @@ def _file_info(path: Path, package: str | None) -> tuple:
                     continue
                 names.append(base)
                 names += [f"{base}.{a.name}" for a in node.names]   # ``from pkg import submodule``
-    digest = hashlib.sha256(data).hexdigest()[:16]
-    _FILE_CACHE[path] = (stamp, digest, tuple(names))
+    _FILE_CACHE[(digest, package)] = tuple(names)
     return digest, tuple(names)
 
 
@@ -135,6 +135,8 @@ def _visit(name: str, out: dict, direct: bool) -> None:
     if name in out or name == "builtins":
         return
     mod = sys.modules.get(name)
+    if not isinstance(mod, types.ModuleType):
+        mod = None              # not imported (yet), or a stand-in object in sys.modules
     path = _module_file(mod) if mod is not None else _spec_file(name)
     if path is None:
         return

@@ -110,6 +110,12 @@ class CudaBackend(Backend):
         name = _check(self.drv.cuDeviceGetName(256, self.device), "cuDeviceGetName")
         return name.split(b"\0")[0].decode()
 
+    @property
+    def sm_count(self) -> int:
+        """Streaming multiprocessors of the device (what persistent tile schedulers fill)."""
+        a = self.drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+        return int(_check(self.drv.cuDeviceGetAttribute(a, self.device), "cuDeviceGetAttribute"))
+
     def driver_version(self) -> int:
         return _check(self.drv.cuDriverGetVersion(), "cuDriverGetVersion")
 
@@ -229,12 +235,14 @@ class CudaBackend(Backend):
         start = _check(drv.cuEventCreate(0), "cuEventCreate")
         stop = _check(drv.cuEventCreate(0), "cuEventCreate")
         out = []
-        for _ in range(iters):
-            _check(drv.cuEventRecord(start, 0), "cuEventRecord")
-            fn()
-            _check(drv.cuEventRecord(stop, 0), "cuEventRecord")
-            _check(drv.cuEventSynchronize(stop), "cuEventSynchronize")
-            out.append(float(_check(drv.cuEventElapsedTime(start, stop), "cuEventElapsedTime")))
-        drv.cuEventDestroy(start)
-        drv.cuEventDestroy(stop)
+        try:
+            for _ in range(iters):
+                _check(drv.cuEventRecord(start, 0), "cuEventRecord")
+                fn()
+                _check(drv.cuEventRecord(stop, 0), "cuEventRecord")
+                _check(drv.cuEventSynchronize(stop), "cuEventSynchronize")
+                out.append(float(_check(drv.cuEventElapsedTime(start, stop), "cuEventElapsedTime")))
+        finally:                      # events are driver resources too: never leak them
+            drv.cuEventDestroy(start)
+            drv.cuEventDestroy(stop)
         return out

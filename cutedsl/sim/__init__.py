@@ -9,18 +9,19 @@ Public API:
 * :func:`load_ptx` - parse + decode PTX text into a :class:`Program` (cached by hash).
 * Errors: :class:`PTXParseError`, :class:`UnsupportedInstruction`, :class:`SimLaunchError`,
   :class:`DeadlockError`, :class:`MemoryAccessError`, :class:`InstructionBudgetExceeded`,
-  :class:`RaceError`, :class:`SimRuntimeError` (all :class:`cutedsl.errors.CuteDSLError`).
+  :class:`RaceError`, :class:`TimeLimitExceeded`, :class:`SimRuntimeError` (all :class:`cutedsl.errors.CuteDSLError`).
 
 See ``docs/emulator.md`` for the architecture, fidelity model and limits.
 """
 from . import handlers  # noqa: F401  (registers every instruction handler)
 from .backend import Emulator, SimBackend, SimModule, pack_arg
 from .errors import (DeadlockError, InstructionBudgetExceeded, MemoryAccessError, PTXParseError,
-                     RaceError, SimError, SimLaunchError, SimRuntimeError, UnsupportedInstruction)
+                     RaceError, SimError, SimLaunchError, SimRuntimeError, TimeLimitExceeded,
+                     UnsupportedInstruction)
 from .program import Program, load_ptx
 from .scheduler import DEFAULT_BUDGET, Launch
 
 __all__ = ["SimBackend", "Emulator", "SimModule", "pack_arg", "load_ptx", "Program", "Launch",
            "DEFAULT_BUDGET", "SimError", "PTXParseError", "UnsupportedInstruction", "SimLaunchError",
            "SimRuntimeError", "DeadlockError", "MemoryAccessError", "InstructionBudgetExceeded",
-           "RaceError"]
+           "RaceError", "TimeLimitExceeded"]

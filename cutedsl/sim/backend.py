@@ -23,6 +23,7 @@ from .errors import MemoryAccessError, SimLaunchError
 from .memory import GlobalMemory
 from .program import Program, load_ptx
 from .scheduler import DEFAULT_BUDGET, Launch
+from .chaos import env_seed
 from . import tensormap as _tma
 from .tensormap import register_tensor_map
 
@@ -54,20 +55,31 @@ class SimBackend(Backend):
     """Backend running PTX on the CPU emulator.
 
     Options (keyword-only): ``budget`` - maximum warp-instructions per launch (default 200M,
-    raises :class:`InstructionBudgetExceeded`); ``race_check`` - shared-memory race checks
-    (default True, raises :class:`RaceError`); ``dyn_smem_offset`` - extra bytes added to the
-    1024-aligned dynamic shared-memory base (placement stress test; default 0).
+    raises :class:`InstructionBudgetExceeded`); ``race_check`` - the happens-before race
+    detector (default True, raises :class:`RaceError`; docs/emulator.md lists its rules);
+    ``dyn_smem_offset`` - extra bytes added to the 1024-aligned dynamic shared-memory base
+    (placement stress test; default 0); ``chaos`` - an integer seed for the adversarial mode
+    (random interleavings, late asynchronous completion; default: ``CUTEDSL_SIM_CHAOS`` if set,
+    else off); ``time_limit`` - wall-clock seconds per launch (default:
+    ``CUTEDSL_SIM_TIME_LIMIT`` if set, else 900; raises :class:`TimeLimitExceeded`).
     After each launch ``last_launch`` holds ``{"instructions", "seconds", "ctas", "printf"}``
     (``printf``: the lines ``vprintf`` produced, also written to stdout).
     """
 
     name = "sim"
 
-    def __init__(self, *, budget: int = DEFAULT_BUDGET, race_check: bool = True, dyn_smem_offset: int = 0):
+    def __init__(self, *, budget: int = DEFAULT_BUDGET, race_check: bool = True, dyn_smem_offset: int = 0,
+                 chaos: int | None = None, time_limit: float | None = None):
         self.gmem = GlobalMemory()
         self.budget = budget
         self.race_check = race_check
         self.dyn_smem_offset = dyn_smem_offset
+        if chaos is not None and (isinstance(chaos, bool) or not isinstance(chaos, (int, np.integer))):
+            raise ArgumentError(f"chaos must be an integer seed or None, got {chaos!r}")
+        if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
+            raise ArgumentError(f"time_limit must be a positive number of seconds or None, got {time_limit!r}")
+        self.chaos = chaos
+        self.time_limit = time_limit
         self.last_launch = {}
         self._lock = threading.RLock()   # reentrant: a finalizer may free memory inside a locked call
         self._tmaps = set()              # ids of the tensor maps this backend registered
@@ -154,10 +166,12 @@ class SimBackend(Backend):
         t = time.perf_counter()
         ln = Launch(handle.program, self.gmem, grid, block, params, cluster=cluster, smem=smem,
                     budget=self.budget, race_check=self.race_check, dyn_smem_offset=self.dyn_smem_offset,
-                    global_syms=handle.global_syms)
+                    global_syms=handle.global_syms, time_limit=self.time_limit,
+                    chaos=self.chaos if self.chaos is not None else env_seed())
         ln.run()
         self.last_launch = {"instructions": ln.insts, "seconds": time.perf_counter() - t,
-                            "ctas": ln.grid[0] * ln.grid[1] * ln.grid[2], "printf": ln.printf}
+                            "ctas": ln.grid[0] * ln.grid[1] * ln.grid[2], "printf": ln.printf,
+                            "chaos": ln.seed}
 
     def synchronize(self) -> None:
         return None

@@ -58,3 +58,7 @@ class InstructionBudgetExceeded(SimRuntimeError):
 
 class RaceError(SimRuntimeError):
     """An access that is not ordered by the required synchronisation (race checker)."""
+
+
+class TimeLimitExceeded(SimRuntimeError):
+    """A launch ran longer than the emulator's wall-clock limit (``time_limit`` seconds)."""

@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 
 from .errors import MemoryAccessError
+from .hb import words_of
 from .program import CALLPARAM_BASE
 from .memory import (GLOBAL_BASE, LOCAL_WIN, OFF_MASK, PARAM_WIN, RANK_SHIFT, SHARED_WIN,
                      WIN_SIZE, views)
@@ -52,9 +53,14 @@ class Warp:
         self.groups = [Group(0, valid.copy())]
         self.done = n == 0
         self.poll = False
-        self.observed = {}
-        self.fenced = False
-        self.wg_commits = 0
+        # happens-before state (cutedsl.sim.hb): agent index, vector clocks, group counters
+        self.agent = -1
+        self.vc = self.pvc = None
+        self.mbinit = None
+        self.wg_commits = self.bulk_commits = self.cp_commits = 0
+        self.acc_bits = 0           # 32-bit registers an unretired wgmma may still write
+        self.acc_pending = []       # (register bits, wgmma agent, group clock, pc)
+        self.spin_pcs = set()       # PCs seen at round ends while nothing changes (livelock report)
         self.insts = 0
         self.p = np.zeros((max(nregs["p"], 1), 32), bool)
         self.u16 = np.zeros((max(nregs["h"], 1), 32), np.uint16)
@@ -249,8 +255,9 @@ class Warp:
             self._fail(what, int(base_addr[i]) if np.ndim(base_addr) else int(base_addr), nb, space, ins,
                        int(lanes[i]), f"misaligned (needs {nb}-byte alignment)")
 
-    def load(self, space, addr, m, esize, n, dtype, ins):
-        """Load ``n`` elements of ``esize`` bytes per active lane -> array (k, n) of dtype."""
+    def load(self, space, addr, m, esize, n, dtype, ins, race=True):
+        """Load ``n`` elements of ``esize`` bytes per active lane -> array (k, n) of dtype.
+        ``race=False``: the caller records the access in the race detector itself."""
         lanes = self._lanes(m)
         a = np.asarray(addr, np.uint64)
         if a.ndim:
@@ -269,8 +276,8 @@ class Warp:
                 idx = off[:, None] + np.arange(nb)
                 r = v[1][idx].view(out.dtype).reshape(len(off), n)
             else:
-                if cta is not None and self.launch.race_check:
-                    cta.race_read(off, nb, self, ins)
+                if race and cta is not None and cta.shadow is not None:
+                    cta.race_access(off, nb, self, ins, False)
                 idx = off >> _SHIFT[esize]
                 if n == 1:
                     r = v[esize][idx][:, None]
@@ -282,7 +289,7 @@ class Warp:
                 out[sel] = r
         return out.view(dtype)
 
-    def store(self, space, addr, m, esize, n, vals, ins):
+    def store(self, space, addr, m, esize, n, vals, ins, race=True):
         """Store ``vals`` ((k, n) of unsigned esize-byte ints, or broadcastable) per active lane."""
         lanes = self._lanes(m)
         k = len(lanes)
@@ -292,6 +299,7 @@ class Warp:
         ut = np.dtype(f"u{esize}")
         vals = np.broadcast_to(np.asarray(vals).view(ut) if np.asarray(vals).dtype.itemsize == esize
                                else np.asarray(vals).astype(ut), (k, n))
+        self.launch.stores += 1
         for sel, v, off, limit, cta, space in self._targets(space, a, nb, ins, lanes, "store"):
             ll = lanes if sel is None else lanes[sel]
             vv = vals if sel is None else vals[sel]
@@ -304,8 +312,12 @@ class Warp:
                 continue
             if cta is not None:
                 cta.check_not_mbarrier(off, nb, self, ins)
-                if self.launch.race_check:
-                    cta.race_write_generic(off, nb, self)
+                if race and cta.shadow is not None:
+                    def same(v=v, off=off, vv=vv):
+                        ix = off >> _SHIFT[esize]
+                        cur = v[esize][ix[:, None] + np.arange(n)]
+                        return np.array_equal(cur, vv)
+                    cta.race_access(off, nb, self, ins, True, same=same)
             idx = off >> _SHIFT[esize]
             if n == 1:
                 v[esize][idx] = vv[:, 0]
@@ -327,7 +339,6 @@ class CTA:
     """One thread block: shared memory, mbarriers, named barriers, warps."""
 
     def __init__(self, launch, ctaid, cluster, rank, cluster_ctaid):
-        from .sync import RaceShadow
         prog = launch.program
         self.launch = launch
         self.ctaid = ctaid
@@ -370,13 +381,19 @@ class CTA:
         for wi in range((nthreads + 31) // 32):
             s = slice(32 * wi, min(32 * wi + 32, nthreads))
             self.warps.append(Warp(self, wi, (tx[s], ty[s], tz[s]), prog.nregs, prog.local_size))
-        self.shadow = RaceShadow(self) if launch.race_check else None
+        self.shadow = None          # hb.Shadow, set by the scheduler when race checks are on
 
     def on_exit(self, warp):
         from .sync import check_named_barriers
         check_named_barriers(self)
-        if all(w.done for w in self.warps):
+        if all(w.done for w in self.warps) and not self.exited:
             self.exited = True
+            if self.shadow is not None:
+                self.shadow.exit_check()
+            if self.launch.chaos is not None:
+                # the CTA's shared memory goes to the next CTA: reads that are still pending see garbage
+                self.launch.chaos.flush(lambda t: t is not None and t[0] == "wgmma" and t[1][0] == self.rank)
+                self.smem[:] = 0xFF
 
     def check_not_mbarrier(self, off, nb, w, ins):
         if not self.mbar:
@@ -393,13 +410,16 @@ class CTA:
                         f"{self.launch.program.smem_symbol(o, self.dyn_base)} (CTA {self.ctaid})"
                         f"\n    at {ins.where()}\n    by warp {w.wid}")
 
-    def race_read(self, off, nb, w, ins):
-        if self.shadow is not None:
-            self.shadow.check_read(off, nb, w, ins)
-
-    def race_write_generic(self, off, nb, w):
-        if self.shadow is not None:
-            self.shadow.generic_write(off, nb, w)
+    def race_access(self, off, nb, w, ins, write, what=None, same=None):
+        """Record a generic-proxy access of warp ``w`` to this CTA's shared memory (``same``: a
+        write stores the bytes already there, see :meth:`hb.Shadow.write`)."""
+        sh = self.shadow
+        vc = sh.hb.warp_vc(w)
+        words = words_of(off, nb)
+        if write:
+            sh.write(words, w.agent, vc[w.agent], vc, ins.pc, False, what or "st.shared", same)
+        else:
+            sh.read(words, w.agent, vc[w.agent], vc, w.pvc, ins.pc, False, what or "ld.shared")
 
 
 class Cluster:
@@ -410,3 +430,5 @@ class Cluster:
         self.ctas = []
         self.barrier_arrived = {}   # (cta rank, warp id) -> generation arrived
         self.barrier_gen = 0
+        self.barrier_snap = self.barrier_done = None    # happens-before snapshots
+        self.hb = None              # hb.HB when race checks are on

@@ -243,9 +243,11 @@ def dec_atom(ctx, ins, mods, ops):
             for ln in lanes:
                 lm = np.zeros(32, bool)
                 lm[ln] = True
-                old = w.load(space, a[ln], lm, esize, 1, dt, ins)[0, 0]
+                # atomics never race with each other (the detector does not track them)
+                old = w.load(space, a[ln], lm, esize, 1, dt, ins, race=False)[0, 0]
                 new = combine(old, b[ln], None if c is None else c[ln])
-                w.store(space, a[ln], lm, esize, 1, np.asarray(new, dt).view(ut).reshape(1, 1), ins)
+                w.store(space, a[ln], lm, esize, 1, np.asarray(new, dt).view(ut).reshape(1, 1), ins,
+                         race=False)
                 olds[ln] = old
         if wd is not None:
             wd(w, m, olds[lanes] if m is not None else olds)

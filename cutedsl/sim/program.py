@@ -77,11 +77,13 @@ def bits_of(t: str) -> int:
 
 class Instr:
     """One decoded instruction."""
-    __slots__ = ("pc", "line", "text", "opcode", "guard", "neg", "fn", "scope", "info")
+    __slots__ = ("pc", "line", "text", "opcode", "guard", "neg", "fn", "scope", "info", "rbits")
 
     def __init__(self, pc, line, text, opcode, scope):
         self.pc, self.line, self.text, self.opcode, self.scope = pc, line, text, opcode, scope
         self.guard, self.neg, self.fn, self.info = -1, False, None, None
+        #: bit i set when the instruction names 32-bit register i (wgmma accumulator checks)
+        self.rbits = 0
 
     def where(self) -> str:
         return f"PTX line {self.line}: {self.text}"
@@ -195,6 +197,8 @@ class DecodeCtx:
             self.unsupported("negated register operand")
         r = self.lookup_reg(s)
         if r is not None:
+            if r[0] == "r":
+                self.ins.rbits |= 1 << r[1]
             return Op("reg", cls=r[0], idx=r[1], name=s, neg=neg)
         if SPECIAL.match(s):
             return Op("sreg", name=s)
@@ -564,6 +568,8 @@ def decode_entry(module, entry, key="") -> Program:
         if h is None:
             raise UnsupportedInstruction(f"unsupported instruction '{segs[0]}'", it.line, it.text)
         ins.fn = h(ctx, ins, segs[1:], ops)
+        if segs[0] == "wgmma":
+            ins.rbits = 0       # wgmma's own accumulator accesses are ordered by the hardware
         code.append(ins)
     # sentinel: falling off the end behaves like ret
     end = Instr(len(code), stmts[-1][0].line if stmts else entry.line, "<end of entry>", "ret", 0)

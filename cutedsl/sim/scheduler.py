@@ -12,19 +12,49 @@ Within a cluster the scheduler visits warps round-robin and runs each until it b
 warp, lane groups follow the **min-PC** rule: the runnable group with the lowest PC runs,
 and groups whose PCs meet merge (reconvergence). A round in which no instruction executes is
 a **deadlock**; every blocked lane group is listed in the :class:`DeadlockError`.
+
+**Livelock.** A round that changes no memory and no barrier state is fingerprinted (every
+warp's PCs, masks and registers) and the next rounds run short quanta; when a fingerprint
+repeats before anything changes, the cluster cycles forever and a :class:`DeadlockError` names the spinning warps and the PTX lines
+of their loops. A wall-clock limit (``time_limit`` seconds, env ``CUTEDSL_SIM_TIME_LIMIT``)
+stops any launch with :class:`TimeLimitExceeded`.
+
+**Adversarial mode** (``chaos=SEED``, :mod:`cutedsl.sim.chaos`): random warp order and run
+lengths per round, deferred asynchronous operations; **race detection** (``race_check``,
+:mod:`cutedsl.sim.hb`): one happens-before state per cluster and one shadow per CTA.
 """
 from __future__ import annotations
+
+import os
+import time
 
 import numpy as np
 
 from ..device.backend import SMEM_LIMIT
+from .chaos import Chaos
 from .errors import (DeadlockError, InstructionBudgetExceeded, SimError, SimLaunchError,
-                     SimRuntimeError)
+                     SimRuntimeError, TimeLimitExceeded)
+from .hb import HB, Shadow, acc_check
 from .machine import CTA, Cluster
 from .memory import views
 from .registry import BLOCKED, JUMPED, RESCHED, YIELD
 
 DEFAULT_BUDGET = 200_000_000
+#: default wall-clock limit per launch in seconds (env CUTEDSL_SIM_TIME_LIMIT overrides)
+DEFAULT_TIME_LIMIT = 900.0
+
+
+def default_time_limit():
+    v = os.environ.get("CUTEDSL_SIM_TIME_LIMIT", "").strip()
+    if not v:
+        return DEFAULT_TIME_LIMIT
+    try:
+        t = float(v)
+    except ValueError:
+        raise SimLaunchError(f"CUTEDSL_SIM_TIME_LIMIT={v!r} is not a number of seconds") from None
+    if not t > 0:
+        raise SimLaunchError(f"CUTEDSL_SIM_TIME_LIMIT={v!r} must be > 0 seconds")
+    return t
 
 
 def _dims(d, name):
@@ -56,7 +86,7 @@ class Launch:
 
     def __init__(self, program, gmem, grid, block, params, *, cluster=(1, 1, 1), smem=0,
                  budget=DEFAULT_BUDGET, race_check=True, dyn_smem_offset=0, quantum=20000,
-                 global_syms=None):
+                 global_syms=None, chaos=None, time_limit=None):
         Launch.serial_counter += 1
         self.serial = Launch.serial_counter
         self.program = program
@@ -120,6 +150,10 @@ class Launch:
         self.budget = int(budget)
         self.race_check = bool(race_check)
         self.quantum = int(quantum)
+        self.chaos = Chaos(chaos) if chaos is not None else None
+        self.seed = chaos
+        self.time_limit = float(time_limit) if time_limit is not None else default_time_limit()
+        self.stores = 0
         self.insts = 0
         self.printf = []
         self.version = 0
@@ -141,6 +175,7 @@ class Launch:
 
     # -- running -----------------------------------------------------------------------
     def run(self):
+        self._t0 = time.perf_counter()
         gx, gy, gz = self.grid
         cx, cy, cz = self.cluster
         with np.errstate(all="ignore"):
@@ -160,33 +195,75 @@ class Launch:
                         cid += 1
 
     def _run_cluster(self, cl):
+        if self.race_check:
+            cl.hb = HB(cl, self.seed)
+            for c in cl.ctas:
+                c.shadow = Shadow(c, cl.hb)
         warps = [w for c in cl.ctas for w in c.warps]
-        idle = 0
+        chaos = self.chaos
+        seen = set()
+        t_end = self._t0 + self.time_limit
         while True:
             active = [w for w in warps if not w.done]
             if not active:
+                if chaos is not None:
+                    chaos.drain()
                 return
             executed = 0
-            v0 = self.version
-            polled = True
+            v0, s0 = self.version, self.stores
+            if chaos is not None:
+                active = chaos.order(active)
             for w in active:
-                n = self._run_warp(w)
+                if chaos is not None:
+                    chaos.step()
+                    n = self._run_warp(w, chaos.quantum())
+                else:
+                    # short runs while nothing changes, so a spinning loop repeats its state soon
+                    n = self._run_warp(w, 256 if seen else self.quantum)
                 executed += n
-                if n and not w.poll:
-                    polled = False
                 if self.insts > self.budget:
                     raise InstructionBudgetExceeded(
                         f"instruction budget of {self.budget} warp-instructions exceeded in kernel "
                         f"{self.program.name!r} (cluster {cl.cid}); last warp: CTA {w.cta.ctaid} warp {w.wid} "
-                        f"at {self._where(w)}")
+                        f"at {self._where(w)}" + self._seed_note())
+            if time.perf_counter() > t_end:
+                raise TimeLimitExceeded(
+                    f"kernel {self.program.name!r} ran longer than the emulator's wall-clock limit of "
+                    f"{self.time_limit:g} s (time_limit= / CUTEDSL_SIM_TIME_LIMIT) after {self.insts} "
+                    f"warp-instructions\n" + self.deadlock_report(cl, livelock=True, head=False))
             if executed == 0:
+                if chaos is not None and chaos.run_one():
+                    continue
                 raise DeadlockError(self.deadlock_report(cl))
-            if polled and self.version == v0:
-                idle += 1
-                if idle > 2000:
+            if self.version == v0 and self.stores == s0:
+                if chaos is not None and chaos.run_one():
+                    seen.clear()
+                    continue
+                fp = self._fingerprint(active)
+                if fp in seen:
                     raise DeadlockError(self.deadlock_report(cl, livelock=True))
-            else:
-                idle = 0
+                seen.add(fp)
+                for w in active:
+                    w.spin_pcs.update(g.pc for g in w.groups)
+            elif seen:
+                seen.clear()
+                for w in warps:
+                    w.spin_pcs.clear()
+
+    @staticmethod
+    def _fingerprint(active):
+        """State of the live warps: PCs, lane masks, blocking reasons and register files."""
+        parts = []
+        for w in sorted(active, key=lambda x: (x.cta.rank, x.wid)):
+            parts.append((w.cta.rank, w.wid, tuple((g.pc, g.mask.tobytes(), g.blocked is not None)
+                                                   for g in w.groups),
+                          hash(w.u32.tobytes()), hash(w.u64.tobytes()), hash(w.p.tobytes()),
+                          hash(w.u16.tobytes())))
+        return hash(tuple(parts))
+
+    def _seed_note(self):
+        return (f"\n    (adversarial mode, seed {self.seed}; replay with CUTEDSL_SIM_CHAOS={self.seed})"
+                if self.seed is not None else "")
 
     def _where(self, w):
         if not w.groups:
@@ -194,10 +271,9 @@ class Launch:
         g = min(w.groups, key=lambda x: x.pc)
         return self.code[g.pc].where()
 
-    def _run_warp(self, w):
+    def _run_warp(self, w, quantum):
         code = self.code
         n = 0
-        quantum = self.quantum
         w.poll = False
         groups = w.groups
         ins = None
@@ -243,6 +319,8 @@ class Launch:
                     else:
                         m = g.m
                         n += 1
+                    if w.acc_bits and ins.rbits & w.acc_bits:
+                        acc_check(w, ins)
                     r = ins.fn(w, g, m)
                     if r is None:
                         g.pc += 1
@@ -282,11 +360,13 @@ class Launch:
         w.groups.remove(o)
 
     # -- diagnostics ---------------------------------------------------------------------
-    def deadlock_report(self, cl, livelock=False):
-        head = ("livelock: warps only poll (test_wait / nanosleep) and nothing changes"
-                if livelock else "deadlock: no warp can make progress and no asynchronous operation is pending")
-        lines = [f"{head} in kernel {self.program.name!r}, cluster {cl.cid} "
-                 f"({len(cl.ctas)} CTA{'s' if len(cl.ctas) > 1 else ''}), after {self.insts} warp-instructions"]
+    def deadlock_report(self, cl, livelock=False, head=True):
+        text = ("livelock: the warps spin in loops that change neither memory nor barriers, and their "
+                "state repeats" if livelock else
+                "deadlock: no warp can make progress and no asynchronous operation is pending")
+        lines = [f"{text} in kernel {self.program.name!r}, cluster {cl.cid} "
+                 f"({len(cl.ctas)} CTA{'s' if len(cl.ctas) > 1 else ''}), after {self.insts} warp-instructions"
+                 + self._seed_note()] if head else []
         for c in cl.ctas:
             blocked = [(w, g) for w in c.warps if not w.done for g in w.groups]
             if not blocked:
@@ -303,7 +383,9 @@ class Launch:
                     if log:
                         lines.append("      barrier history: " + "; ".join(log[-6:]))
                 elif livelock:
-                    lines.append("      polling")
+                    pcs = sorted(w.spin_pcs | {g.pc})
+                    lo, hi = self.code[pcs[0]].line, self.code[pcs[-1]].line
+                    lines.append(f"      spinning (PTX lines {lo}-{hi})" if hi > lo else "      spinning")
             done = [w.wid for w in c.warps if w.done]
             if done:
                 lines.append(f"  exited warps: {done}")

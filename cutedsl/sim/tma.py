@@ -11,8 +11,14 @@ outside ``[0, dim_i)``) and lands at shared byte ``swz(dst + lin(x))`` with
 ``lin(x) = x_0*e + pitch*(x_1 + n_1*(x_2 + ...))``, ``pitch = S`` when swizzled else
 ``n_0*e``, ``swz(a) = a ^ (((a >> 7) & (S/16 - 1)) << 4)`` on the absolute address.
 The mbarrier gets ``complete_tx`` of the full box bytes (out-of-bounds elements included).
-Stores clip out-of-bounds elements. Copies complete at issue ("eager"); bulk groups
-(``commit_group``/``wait_group``) are therefore already complete when waited for.
+Stores clip out-of-bounds elements. Copies complete at issue ("eager"); under the adversarial
+mode (:mod:`cutedsl.sim.chaos`) loads land later in random order and stores read their source
+up to ``wait_group.read`` and write global memory up to ``wait_group``.
+
+Race detection (:mod:`cutedsl.sim.hb`): a load's shared-memory writes are recorded at issue as
+the epoch of its ``tma`` agent (issuing warp, mbarrier) and released into the mbarrier with
+its ``complete_tx``; a store's source reads as the epoch of the warp's ``bulk`` agent (clock =
+bulk group), which ``cp.async.bulk.wait_group[.read]`` makes known to the waiting warp.
 """
 from __future__ import annotations
 
@@ -24,7 +30,9 @@ from ..errors import TensorMapError
 from .errors import MemoryAccessError, SimRuntimeError
 from .memory import OFF_MASK, PARAM_WIN, RANK_SHIFT, SHARED_WIN
 from .registry import handler
-from .sync import get_mbar
+from .hb import words_of
+from .cp_async import dec_cp_async
+from .mbarrier import get_mbar, hb_check_init
 from .tensormap import decode
 
 
@@ -38,8 +46,8 @@ def swizzle(a, span):
 
 @lru_cache(maxsize=256)
 def box_layout(box, esize, span, dst_mod):
-    """(xs, rel, chunks): element coordinates (rank, n) innermost first, swizzled byte
-    offsets relative to ``dst - dst_mod`` (dst_mod = dst % 1024), and the 16-B chunk ids."""
+    """(xs, rel, words): element coordinates (rank, n) innermost first, swizzled byte
+    offsets relative to ``dst - dst_mod`` (dst_mod = dst % 1024), and the 4-B word ids."""
     r = len(box)
     idx = np.indices(box[::-1]).reshape(r, -1)[::-1].astype(np.int64)
     pitch = span if span else box[0] * esize
@@ -52,7 +60,8 @@ def box_layout(box, esize, span, dst_mod):
     rel = swizzle(dst_mod + lin, span)
     rel.flags.writeable = False
     idx.flags.writeable = False
-    ch = np.unique(rel >> 4)
+    ch = np.unique(rel >> 2)
+    ch.flags.writeable = False
     return idx, rel, ch
 
 
@@ -146,7 +155,7 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None):
                                   f"{len(cl.ctas)}-CTA cluster\n    at {ins.where()}")
         targets = [cl.ctas[i] for i in range(len(cl.ctas)) if mask >> i & 1]
     dmod = doff % 1024
-    _xs, rel, ch = box_layout(tm.box, tm.esize, tm.swizzle, dmod)
+    _xs, rel, words = box_layout(tm.box, tm.esize, tm.swizzle, dmod)
     base = doff - dmod
     sidx = (base + rel) // tm.esize
     nbytes = tm.box_bytes
@@ -155,11 +164,53 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None):
             raise MemoryAccessError(f"TMA load box ({nbytes} B) at smem offset {doff} overruns the CTA's "
                                     f"{cta.smem_size} B of shared memory\n    at {ins.where()}")
         bar = get_mbar(cta, moff, ins)
-        if cta.shadow is not None:
-            cta.shadow.tma_write(ch + (base >> 4), moff, bar.phase + 1, ins)
-        cta.sv[tm.esize][sidx] = vals
-        bar.note(f"complete_tx {nbytes} B (TMA load line {ins.line}, coords {tuple(coords)})")
-        bar.complete_tx(nbytes)
+        snap = async_write(w, cta, moff, words + (base >> 2), ins, "TMA load")
+        hb_check_init(w, bar, ins)
+
+        def land(cta=cta, bar=bar, snap=snap):
+            cta.sv[tm.esize][sidx] = vals
+            bar.note(f"complete_tx {nbytes} B (TMA load line {ins.line}, coords {tuple(coords)})")
+            if snap is not None:
+                bar.snap = cta.cluster.hb.merge(bar.snap, snap)
+            bar.complete_tx(nbytes)
+        defer(w, land, remote=cta is not w.cta)
+
+
+def defer(w, fn, tag=None, chain=None, remote=False):
+    """Run ``fn`` now (eager) or at a later scheduling point (adversarial mode)."""
+    ch = w.launch.chaos
+    if ch is None:
+        fn()
+    else:
+        ch.defer(fn, tag, chain)
+
+
+def async_write(w, cta, moff, words, ins, what):
+    """Record an async-proxy write of ``words`` in ``cta`` by the ``tma`` agent of warp ``w`` and
+    mbarrier ``moff``; returns the operation's (vc, pvc) to release with its complete_tx."""
+    sh = cta.shadow
+    if sh is None:
+        return None
+    hb = sh.hb
+    a = hb.agent(("tma", w.cta.rank, w.wid, cta.rank, moff), "tma", w.cta, w.wid,
+                 f"TMA unit (loads of warp {w.wid} completing on "
+                 f"{cta.launch.program.smem_symbol(moff, cta.dyn_base)})")
+    a.n += 1
+    snap = hb.async_op([w], a.idx, a.n)
+    sh.write(words, a.idx, a.n, snap[0], ins.pc, True, what)
+    return snap
+
+
+def bulk_read(w, cta, words, ins, what):
+    """Record an async-proxy read of ``words`` of ``cta`` by warp ``w``'s ``bulk`` agent."""
+    sh = cta.shadow
+    if sh is None:
+        return
+    hb = sh.hb
+    a = hb.agent(("bulk", w.cta.rank, w.wid), "bulk", w.cta, w.wid, f"bulk copies of warp {w.wid}")
+    clock = w.bulk_commits + 1
+    vc, pvc = hb.async_op([w], a.idx, clock)
+    sh.read(words, a.idx, clock, vc, pvc, ins.pc, True, what)
 
 
 def tma_store(w, ins, tm_addr, coords, src):
@@ -174,14 +225,22 @@ def tma_store(w, ins, tm_addr, coords, src):
     base = soff - dmod
     if base + int(rel.max()) + tm.esize > scta.smem_size:
         raise MemoryAccessError(f"TMA store box at smem offset {soff} overruns shared memory\n    at {ins.where()}")
-    if scta.shadow is not None:
-        scta.shadow.check_async_read(ch + (base >> 4), [w], ins, "TMA store")
-    vals = scta.sv[tm.esize][(base + rel) // tm.esize]
+    bulk_read(w, scta, ch + (base >> 2), ins, "TMA store source")
+    sidx = (base + rel) // tm.esize
     v = al.v[tm.esize]
-    if inb is None:
-        v[gidx] = vals
-    else:
-        v[gidx[inb]] = vals[inb]
+    group = w.bulk_commits
+    key = (w.cta.rank, w.wid)
+
+    def read():
+        vals = scta.sv[tm.esize][sidx]
+
+        def write():
+            if inb is None:
+                v[gidx] = vals
+            else:
+                v[gidx[inb]] = vals[inb]
+        defer(w, write, ("bulkwrite", key, group))
+    defer(w, read, ("bulkread", key, group))
 
 
 def _bulk_copy(w, ins, dst_space, dst, src_space, src, size, mbar=None, mask=None):
@@ -189,7 +248,10 @@ def _bulk_copy(w, ins, dst_space, dst, src_space, src, size, mbar=None, mask=Non
         raise SimRuntimeError(f"bulk copy size {size} is not a positive multiple of 16\n    at {ins.where()}")
     one = np.zeros(32, bool)
     one[int(np.flatnonzero(w.live)[0]) if w.live.any() else 0] = True
-    data = w.load(src_space, np.uint64(src), one, 1, size, np.uint8, ins)[0]
+    data = w.load(src_space, np.uint64(src), one, 1, size, np.uint8, ins, race=False)[0]
+    if src_space != "global":
+        scta, soff = _smem_dest(w, src, ins, "bulk copy source", 16)
+        bulk_read(w, scta, words_of(np.arange(soff, soff + size, 4), 4), ins, "bulk copy source")
     if dst_space == "global":
         w.store("global", np.uint64(dst), one, 1, size, data[None, :], ins)
         return
@@ -201,10 +263,14 @@ def _bulk_copy(w, ins, dst_space, dst, src_space, src, size, mbar=None, mask=Non
             raise MemoryAccessError(f"bulk copy of {size} B at smem offset {doff} overruns shared memory\n"
                                     f"    at {ins.where()}")
         bar = get_mbar(cta, moff, ins)
-        if cta.shadow is not None:
-            cta.shadow.tma_write(np.arange(doff >> 4, (doff + size + 15) >> 4), moff, bar.phase + 1, ins)
-        cta.smem[doff:doff + size] = data
-        bar.complete_tx(size)
+        snap = async_write(w, cta, moff, words_of(np.arange(doff, doff + size, 4), 4), ins, "bulk copy")
+
+        def land(cta=cta, bar=bar, snap=snap):
+            cta.smem[doff:doff + size] = data
+            if snap is not None:
+                bar.snap = cta.cluster.hb.merge(bar.snap, snap)
+            bar.complete_tx(size)
+        defer(w, land, remote=cta is not w.cta)
 
 
 _IGN = {"tile", "L2::cache_hint", "cta_group::1", "cta_group::2", "bulk_group", "im2col_no_offs"}
@@ -220,12 +286,16 @@ def dec_cp(ctx, ins, mods, ops):
             for mm in rest[1:]:
                 if mm != "read":
                     ctx.unsupported(f"unsupported modifier .{mm}")
-            return lambda w, g, m: None
+            if rest[0] == "commit_group":
+                def commit(w, g, m):
+                    w.bulk_commits += 1
+                return commit
+            return _dec_bulk_wait(ctx, ins, "read" in rest, ops)
         if rest and rest[0] == "prefetch":
             return lambda w, g, m: None
         return _dec_bulk(ctx, ins, rest, ops)
     if mods and mods[0] == "async":
-        return _dec_cp_async(ctx, ins, mods[1:], ops)
+        return dec_cp_async(ctx, ins, mods[1:], ops)
     ctx.unsupported("unsupported cp.* instruction")
 
 
@@ -330,47 +400,23 @@ def _dec_bulk(ctx, ins, mods, ops):
     return fn
 
 
-def _mask_of(lanes):
-    m = np.zeros(32, bool)
-    m[lanes] = True
-    return m
-
-
-def _dec_cp_async(ctx, ins, mods, ops):
-    """Ampere ``cp.async`` (executed eagerly) and its group/arrive forms."""
-    if mods and mods[0] in ("commit_group", "wait_group", "wait_all"):
-        return lambda w, g, m: None
-    if mods and mods[0] == "mbarrier":
-        ctx.unsupported("cp.async.mbarrier.arrive is not supported")
-    for mm in mods:
-        if mm not in ("ca", "cg", "shared", "shared::cta", "global", "L2::128B", "L2::256B", "L2::64B",
-                      "L2::cache_hint"):
-            ctx.unsupported(f"unsupported cp.async modifier .{mm}")
-    dst, src = ctx.addr(ops[0]), ctx.addr(ops[1])
-    size = ctx.operand(ops[2])
-    if size.kind != "imm" or size.value not in (4, 8, 16):
-        ctx.bad("cp.async size must be 4, 8 or 16")
-    n = size.value
-    rsrc = ctx.rd(ops[3], "u32") if len(ops) > 3 and ctx.operand(ops[3]).kind in ("imm", "reg") else None
+def _dec_bulk_wait(ctx, ins, read_only, ops):
+    """``cp.async.bulk.wait_group[.read] N``: the warp's bulk groups older than the N most recent
+    are complete (their source reads, and without .read their writes)."""
+    if len(ops) != 1 or ctx.operand(ops[0]).kind != "imm":
+        ctx.bad("cp.async.bulk.wait_group takes an immediate group count")
+    n = int(ctx.operand(ops[0]).value)
 
     def fn(w, g, m):
-        if rsrc is None:
-            w.store("shared::cta", dst(w), m, 1, n, w.load("global", src(w), m, 1, n, np.uint8, ins), ins)
-            return
-        # PTX: only src-size bytes are read from global memory, the rest of cp-size is zero-filled;
-        # a lane with src-size 0 reads nothing (its address may point anywhere).
-        lanes = w._lanes(m)
-        ss = np.broadcast_to(np.asarray(rsrc(w), np.uint32), (32,))[lanes].astype(np.int64)
-        if (ss > n).any():
-            raise SimRuntimeError(f"cp.async src-size {int(ss.max())} exceeds cp-size {n}\n    at {ins.where()}")
-        a = np.broadcast_to(np.asarray(src(w), np.uint64), (32,))
-        v = np.zeros((len(lanes), n), np.uint8)
-        full = ss == n
-        if full.any():
-            v[full] = w.load("global", a, _mask_of(lanes[full]), 1, n, np.uint8, ins)
-        part = (ss > 0) & ~full
-        for j in range(int(ss[part].max()) if part.any() else 0):     # rare partial reads, bytewise
-            sel = part & (ss > j)
-            v[sel, j] = w.load("global", a + np.uint64(j), _mask_of(lanes[sel]), 1, 1, np.uint8, ins)[:, 0]
-        w.store("shared::cta", dst(w), m, 1, n, v, ins)
+        done = w.bulk_commits - n
+        ch = w.launch.chaos
+        if ch is not None:
+            key = (w.cta.rank, w.wid)
+            kinds = ("bulkread",) if read_only else ("bulkread", "bulkwrite")
+            ch.flush(lambda t: t is not None and t[0] in kinds and t[1] == key and t[2] < done)
+        hb = w.cta.cluster.hb
+        if hb is not None:
+            a = hb.keys.get(("bulk", w.cta.rank, w.wid))
+            if a is not None:
+                hb.observe(w, a.idx, done)
     return fn

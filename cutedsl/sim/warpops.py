@@ -218,10 +218,10 @@ def _dec_matrix(ctx, ins, mods, ops, store):
                 v16[ad[:, j, 0] // 2] = (val & 0xFFFF).astype(np.uint16)
                 v16[ad[:, j, 1] // 2] = (val >> 16).astype(np.uint16)
             if cta.shadow is not None:
-                cta.shadow.generic_write(ad.reshape(-1), 2, w)
+                cta.race_access(ad.reshape(-1), 2, w, ins, True, "stmatrix")
         else:
             if cta.shadow is not None:
-                cta.shadow.check_read(ad.reshape(-1), 2, w, ins)
+                cta.race_access(ad.reshape(-1), 2, w, ins, False, "ldmatrix")
             for j, wr in enumerate(writers):
                 lo = v16[ad[:, j, 0] // 2].astype(np.uint32)
                 hi = v16[ad[:, j, 1] // 2].astype(np.uint32)
@@ -258,7 +258,7 @@ def dec_mapa(ctx, ins, mods, ops):
             a = a - np.uint64(SHARED_WIN)
         b = np.asarray(rb(w), np.uint64)
         n = len(w.cta.cluster.ctas)
-        if np.any(b >= n):
+        if np.any(b[m] >= n) if m is not None else np.any(b >= n):   # only the executing lanes
             raise SimRuntimeError(f"mapa to CTA rank {int(np.max(b))} in a {n}-CTA cluster\n    at {ins.where()}")
         r = ((b + np.uint64(1)) << np.uint64(RANK_SHIFT)) | (a & np.uint64(OFF_MASK))
         if generic:

@@ -16,8 +16,19 @@ the MMA once over the 128 lanes and releases the others.
   ``k = 8*(v>>2) + 2*(t%4) + (v&1)``, register v//2, half v%2.
 * Numerics ("exact" mode): products exact in float64, ``C + sum`` accumulated in float64 per
   instruction and rounded once to f32 (nearest-even); integer MMAs are exact (wrapping s32).
-  tf32 operands drop the 13 low mantissa bits. Computation happens at issue.
+  tf32 operands drop the 13 low mantissa bits. Computation happens at issue (eager); under
+  the adversarial mode (:mod:`cutedsl.sim.chaos`) the shared-memory operands are read and the
+  accumulator written at a random later point, at the latest by the first ``wait_group`` of
+  the warpgroup that covers the group (operations of a warpgroup stay in issue order).
+* Race detection (:mod:`cutedsl.sim.hb`): the operations of warpgroup ``g`` are the ``wgmma``
+  agent of ``g`` with clock ``1 + commit-group index``; their operand reads are recorded at
+  issue, and their accumulator (and register-A) registers are *pending* in each warp until
+  the warp knows the group complete. **Group rule**: ``wgmma.wait_group N`` in any one warp
+  makes every group older than its N most recent complete for that warp (the group is one
+  warpgroup-wide operation), so a release by that warp (e.g. an mbarrier arrive freeing a
+  pipeline stage) orders the group's operand reads before what the acquirer does next.
 """
+
 from __future__ import annotations
 
 import re
@@ -28,9 +39,10 @@ import numpy as np
 
 from . import numerics as nm
 from .errors import SimRuntimeError
+from .hb import acc_prune
 from .registry import BLOCKED, handler
 from .sync import need_converged
-from .tma import swizzle
+from .tma import defer, swizzle
 
 ETYPES = {"f16": (2, np.float16), "bf16": (2, ml_dtypes.bfloat16), "tf32": (4, np.uint32),
           "e4m3": (1, ml_dtypes.float8_e4m3fn), "e5m2": (1, ml_dtypes.float8_e5m2),
@@ -47,7 +59,7 @@ def decode_desc(d: int):
 
 @lru_cache(maxsize=1024)
 def operand_addrs(desc: int, rows: int, kelems: int, esize: int, mn_major: bool):
-    """(byte addresses (rows, kelems), sorted 16-B chunk ids, element indices, end byte) of an operand."""
+    """(byte addresses (rows, kelems), sorted 4-B word ids, element indices, end byte) of an operand."""
     start, lbo, sbo, base_off, span = decode_desc(desc)
     if base_off:
         raise SimRuntimeError(f"wgmma descriptor 0x{desc:x} has base_offset {base_off}; only 0 is supported")
@@ -70,10 +82,11 @@ def operand_addrs(desc: int, rows: int, kelems: int, esize: int, mn_major: bool)
             off = re_ * esize + rm * sbo + kr * 16 + kg * lbo
     a = swizzle(start + off, span)
     a.flags.writeable = False
-    ch = np.unique(a >> 4)
+    words = np.unique(a >> 2)
+    words.flags.writeable = False
     ei = a // esize
     ei.flags.writeable = False
-    return a, ch, ei, int(a.max()) + esize
+    return a, words, ei, int(a.max()) + esize
 
 
 @lru_cache(maxsize=64)
@@ -97,13 +110,10 @@ def a_reg_map():
 
 
 class WarpGroupState:
-    __slots__ = ("arrivals", "uncommitted", "groups", "ncommit")
+    __slots__ = ("arrivals",)
 
     def __init__(self):
         self.arrivals = {}
-        self.uncommitted = []
-        self.groups = []
-        self.ncommit = 0
 
 
 class Rendezvous:
@@ -168,12 +178,7 @@ def dec_wgmma(ctx, ins, mods, ops):
             ctx.unsupported(f"unsupported modifiers {rest}")
 
         def fn(w, g, m):
-            st = _wg(w.cta, w.wid // 4)
             w.wg_commits += 1
-            if w.wg_commits > st.ncommit:
-                st.ncommit += 1
-                st.groups.append((st.ncommit - 1, st.uncommitted, set()))
-                st.uncommitted = []
         return fn
     if op == "wait_group":
         if rest:
@@ -181,21 +186,18 @@ def dec_wgmma(ctx, ins, mods, ops):
         rn = ctx.rd(ops[0], "u32")
 
         def fn(w, g, m):
-            st = _wg(w.cta, w.wid // 4)
-            limit = w.wg_commits - int(np.asarray(rn(w)).flat[0])
-            keep = []
-            for grp in st.groups:
-                gi, chs, waited = grp
-                if gi < limit:
-                    waited.add(w.wid)
-                if len(waited) == 4:   # retired once all four warps of the warpgroup waited for it
-                    sh = w.cta.shadow
-                    if sh is not None:
-                        for ch in chs:
-                            sh.wg_read[ch] -= 1
-                else:
-                    keep.append(grp)
-            st.groups = keep
+            gi = w.wid // 4
+            done = w.wg_commits - int(np.asarray(rn(w)).flat[0])
+            key = (w.cta.rank, gi)
+            ch = w.launch.chaos
+            if ch is not None:
+                ch.flush(lambda t: t is not None and t[0] == "wgmma" and t[1] == key and t[2] < done)
+            hb = w.cta.cluster.hb
+            if hb is not None:
+                a = hb.keys.get(("wgmma",) + key)
+                if a is not None:
+                    hb.observe(w, a.idx, done)
+                    acc_prune(w)
         return fn
     if op != "mma_async":
         ctx.unsupported(f"unsupported wgmma operation .{op}")
@@ -265,17 +267,20 @@ def dec_wgmma(ctx, ins, mods, ops):
     dmap = d_map(N)
     sign = float(sa * sb)
 
+    rbits = 0
+    for i in didx.tolist() + (aidx.tolist() if a_regs else []):
+        rbits |= 1 << int(i)
+
     def execute(warps, cta):
-        # accumulator
-        regs = np.concatenate([w.u32[didx] for w in warps], axis=1).T      # (128, nd)
+        # issue: registers read now (scale-d, descriptors, register A), operand addresses
         scale_d = bool(_uniform(warps, rscale, ins, "scale-d"))
         b_desc = _uniform(warps, rb, ins, "B descriptor")
-        _b, b_ch, b_ei, b_end = operand_addrs(b_desc, N, K, eb, bool(trans_b))
+        _b, b_words, b_ei, b_end = operand_addrs(b_desc, N, K, eb, bool(trans_b))
         if b_end > cta.smem_size:
             raise SimRuntimeError(f"wgmma B operand (descriptor 0x{b_desc:x}) reaches past shared memory "
                                   f"({cta.smem_size} B)\n    at {ins.where()}")
-        chunks = [b_ch]
-        B = _load_operand(cta, b_ei, eb, dtb).T                              # (K, N)
+        words = [b_words]
+        A = a_ei = None
         if a_regs:
             ar = np.concatenate([w.u32[aidx] for w in warps], axis=1).T         # (128, 4)
             halves = np.stack([(ar & 0xFFFF), (ar >> 16)], axis=2).reshape(128, 8).astype(np.uint16)
@@ -284,20 +289,33 @@ def dec_wgmma(ctx, ins, mods, ops):
             A[mm, kk] = halves.view(dta).astype(np.float64)
         else:
             a_desc = _uniform(warps, ra, ins, "A descriptor")
-            _a, a_ch, a_ei, a_end = operand_addrs(a_desc, 64, K, ea, bool(trans_a))
+            _a, a_words, a_ei, a_end = operand_addrs(a_desc, 64, K, ea, bool(trans_a))
             if a_end > cta.smem_size:
                 raise SimRuntimeError(f"wgmma A operand (descriptor 0x{a_desc:x}) reaches past shared memory "
                                       f"({cta.smem_size} B)\n    at {ins.where()}")
-            chunks.append(a_ch)
-            A = _load_operand(cta, a_ei, ea, dta)                            # (64, K)
+            words.append(a_words)
+        group = warps[0].wg_commits
+        gi = warps[0].wid // 4
         sh = cta.shadow
         if sh is not None:
-            for ch in chunks:
-                sh.check_async_read(ch, warps, ins, f"wgmma of warpgroup {warps[0].wid // 4}")
-            st = _wg(cta, warps[0].wid // 4)
-            for ch in chunks:
-                sh.wg_read[ch] += 1
-            st.uncommitted.extend(chunks)
+            hb = sh.hb
+            ag = hb.agent(("wgmma", cta.rank, gi), "wgmma", cta, gi, f"wgmma of warpgroup {gi}")
+            vc, pvc = hb.async_op(warps, ag.idx, group + 1)
+            for wd in words:
+                sh.read(wd, ag.idx, group + 1, vc, pvc, ins.pc, True, "wgmma operand")
+            for w in warps:
+                w.acc_pending.append((rbits, ag.idx, group + 1, ins.pc))
+                w.acc_bits |= rbits
+
+        def perform():
+            regs = np.concatenate([w.u32[didx] for w in warps], axis=1).T      # (128, nd)
+            B = _load_operand(cta, b_ei, eb, dtb).T                              # (K, N)
+            Am = A if A is not None else _load_operand(cta, a_ei, ea, dta)       # (64, K)
+            compute(warps, regs, Am, B, scale_d)
+        key = (cta.rank, gi)
+        defer(warps[0], perform, ("wgmma", key, group), ("wgmma", key))
+
+    def compute(warps, regs, A, B, scale_d):
         if is_int:
             prod = A.astype(np.int64) @ B.astype(np.int64)
             flat = np.empty(64 * N, np.int64)
@@ -361,3 +379,4 @@ def dec_wgmma(ctx, ins, mods, ops):
         cta.launch.version += 1
         return None
     return fn
+

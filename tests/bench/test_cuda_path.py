@@ -61,6 +61,8 @@ def test_bench_cli_on_the_cuda_path(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr("cutedsl.device.backends.get_backend", lambda name: be)
     monkeypatch.setattr(libs, "pick", lambda backend, want, seed: (lib, ""))
     monkeypatch.setattr("cutedsl.bench.runner.nvidia_smi", lambda: {"clocks.sm": "1980 MHz"})
+    slow = []
+    monkeypatch.setattr(be, "launch", lambda *a, **k: slow.append(a))
     out = tmp_path / "r.json"
     rc = cli.main(["bench", "--set", "paper", "--schedule", "multistage", "--tile", "128x256x64",
                    "--iters", "20", "--warmup", "2", "--json", str(out), "--no-progress"])
@@ -79,6 +81,7 @@ def test_bench_cli_on_the_cuda_path(monkeypatch, tmp_path, capsys):
     # 2 warm-up + 20 timed launches per point (rotating over n_sets input sets); each timed one
     # bracketed by two event records
     assert drv.calls["cuLaunchKernel"] == 22 * len(rows) and max(r["n_sets"] for r in rows) > 1
+    assert slow == []          # every launch went through a prebuilt launcher, not CudaBackend.launch
     assert drv.calls["cuEventRecord"] == 2 * 20 * 2 * len(rows)          # cutedsl + reference
     assert drv.calls["cuTensorMapEncodeTiled"] == 3 * sets                 # A, B, D per prepared input set
     assert lib.refs == 22 * len(rows)

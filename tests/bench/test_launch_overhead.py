@@ -85,6 +85,6 @@ def test_the_cache_is_bounded_and_keeps_no_caller_array_alive(null):
 def test_host_overhead_per_call():
     r = overhead.measure(calls=300, repeats=5)
     assert r["driver_calls_per_call"] == {"cuLaunchKernel": 1.0, "cuCtxSynchronize": 1.0}
-    # issue target: <= 5 us excluding the driver call (measured 3-8 us on the loaded 2-core CI
+    # issue target: <= 5 us excluding the driver call (measured 1.8-8 us on the shared 2-core
     # machine; docs/measurements.md); 50 us leaves room for a slow, shared machine
     assert r["python_us"] < 50, r

@@ -17,7 +17,7 @@ from cutedsl.errors import (ArgumentError, ArgumentTypeError, ConfigError, NoDev
     (dict(tile=(128, 128)), r"\(BLOCK_M, BLOCK_N, BLOCK_K\)"),
     (dict(stages=0), "stages must be 'auto' or an int in 1..7"),
     (dict(stages=8), "1..7"),
-    (dict(schedule="pingpong"), "schedule"),
+    (dict(schedule="persistent"), "schedule"),
     (dict(b_major="M"), "b_major"),
     (dict(epilogue="smem"), "epilogue"),
     (dict(schedule="single_tile", tile=(128, 256, 64)), "255-register limit"),
@@ -55,6 +55,16 @@ def test_unknown_backend_fails_at_construction():
         Gemm(GemmConfig(), backend="foo")
     with pytest.raises(ArgumentTypeError, match="int lacks alloc"):
         Gemm(GemmConfig(), backend=3)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(cache="dir"), r"cache must be a KernelCache, None or False, got 'dir'"),
+    (dict(cache=True), r"cache must be a KernelCache, None or False, got True"),
+    (dict(dump_dir=3), r"dump_dir must be a directory path \(str or os.PathLike\) or None, got 3"),
+])
+def test_bad_compile_arguments_fail_at_construction(kw, match):
+    with pytest.raises(ArgumentTypeError, match=match):
+        Gemm(GemmConfig(), backend="none", **kw)
 
 
 def test_grid_past_hardware_limits_is_refused_before_anything_runs():

@@ -186,3 +186,18 @@ def test_launch_past_hardware_limits_is_refused_before_the_driver(backend, grid,
     with pytest.raises(LaunchError, match=match):
         be.launch(h, grid, params, block=block, smem=0)
     assert not [c for c in fake.calls[n:] if c[0].startswith("launch")]
+
+
+def test_timing_events_are_destroyed_when_the_timed_call_raises(backend):
+    be, fake = backend
+    events = []
+    fake.cuEventCreate = lambda flags: (events.append(len(events)) or 0, f"ev{len(events)}")
+    fake.cuEventRecord = lambda ev, stream: (0,)
+    fake.cuEventDestroy = lambda ev: fake.calls.append(("destroy", ev)) or (0,)
+
+    def boom():
+        raise RuntimeError("launch failed")
+
+    with pytest.raises(RuntimeError, match="launch failed"):
+        be.time_launches(boom, 3)
+    assert [c for c in fake.calls if c[0] == "destroy"] == [("destroy", "ev1"), ("destroy", "ev2")]

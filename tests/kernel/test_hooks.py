@@ -7,7 +7,7 @@ import pytest
 from cutedsl import Gemm, GemmConfig
 from cutedsl.collective import (AtomicAddEpilogue, GlobalEpilogue, MultistageMainloop, TileScheduler,
                                 TmaStoreEpilogue)
-from cutedsl.errors import ArgumentError, ArgumentTypeError
+from cutedsl.errors import ArgumentError, ArgumentTypeError, ConfigError
 from cutedsl.ir import block_idx
 from cutedsl.kernel import GemmKernel, MultistageGemmKernel, SingleTileGemmKernel
 
@@ -77,6 +77,8 @@ def test_subclass_does_not_share_the_base_cache_entry():
 def test_kernel_argument_must_be_a_gemm_kernel():
     with pytest.raises(ArgumentTypeError, match="kernel must be a GemmKernel subclass"):
         Gemm(GemmConfig(), kernel=MultistageMainloop)
+    with pytest.raises(ConfigError, match=r"ColumnOrderSingleTile has no pipeline stages .* got GemmConfig\(stages=3\)"):
+        Gemm(GemmConfig(stages=3), kernel=ColumnOrderSingleTile)
 
 
 class EmptyGrid(MultistageGemmKernel):

@@ -1,9 +1,13 @@
-"""Parsing, branches/divergence/reconvergence, exits, load-time errors, budgets."""
+"""Parsing, branches/divergence/reconvergence, exits, load-time errors, budgets, livelock and
+wall-clock limits."""
+import time
+
 import numpy as np
 import pytest
 
-from cutedsl.sim import (Emulator, InstructionBudgetExceeded, PTXParseError, UnsupportedInstruction,
-                         load_ptx)
+from cutedsl.errors import ArgumentError
+from cutedsl.sim import (DeadlockError, Emulator, InstructionBudgetExceeded, PTXParseError, SimLaunchError,
+                         TimeLimitExceeded, UnsupportedInstruction, load_ptx)
 from simkit import kernel
 
 PRE = """
@@ -127,7 +131,8 @@ def test_unknown_instruction_fails_at_load_with_line():
 
 def test_instruction_budget():
     emu = Emulator(budget=5000)
-    prog = load_ptx(kernel("$L_spin:\n\tbra.uni $L_spin;\n"))
+    # a loop whose state changes every iteration: not a livelock, stopped by the budget
+    prog = load_ptx(kernel("$L_spin:\n\tadd.u32 %r1, %r1, 1;\n\tbra.uni $L_spin;\n"))
     with pytest.raises(InstructionBudgetExceeded, match="5000"):
         emu.launch(prog, 1, 32, [0])
 
@@ -158,3 +163,54 @@ def test_warp_collectives():
     assert r[:32].tolist() == ((t ^ 1) * 1000 + down).tolist()
     assert r[32:64].tolist() == [(1 << 10) - 1] * 32
     assert r[64:96].tolist() == [1] + [0] * 31
+
+
+SPIN = """
+\tld.param.u64 %rd1, [p_out];
+$L_spin:
+\tld.volatile.global.u32 %r1, [%rd1];
+\tsetp.eq.u32 %p1, %r1, 0;
+\t@%p1 bra.uni $L_spin;
+"""
+
+
+@pytest.mark.parametrize("seed", [None, 4])
+def test_spinning_kernel_is_stopped_in_seconds(seed):
+    # four warps poll a flag nobody sets: no memory or barrier changes, the warp states repeat
+    emu = Emulator(chaos=seed)
+    prog = load_ptx(kernel(SPIN))
+    flag = emu.to_device(np.zeros(1, np.uint32))
+    t = time.perf_counter()
+    with pytest.raises(DeadlockError, match=r"(?s)livelock.*warp 0 lanes 0-31 at PTX line \d+: .*"
+                                            r"spinning \(PTX lines \d+-\d+\).*warp 3 lanes 0-31") as e:
+        emu.launch(prog, 1, 128, [flag])
+    assert time.perf_counter() - t < 5.0
+    assert ("seed 4" in str(e.value)) == (seed is not None)
+
+
+def test_wall_clock_limit():
+    # a loop that changes its registers forever is no livelock: the time limit stops it
+    emu = Emulator(time_limit=0.3, budget=10 ** 12)
+    prog = load_ptx(kernel("$L_spin:\n\tadd.u32 %r1, %r1, 1;\n\tbra.uni $L_spin;\n"))
+    t = time.perf_counter()
+    with pytest.raises(TimeLimitExceeded, match=r"(?s)wall-clock limit of 0.3 s.*CUTEDSL_SIM_TIME_LIMIT.*"
+                                                r"warp 0 lanes 0-31 at PTX line"):
+        emu.launch(prog, 1, 32, [0])
+    assert time.perf_counter() - t < 3.0
+
+
+def test_time_limit_and_chaos_options_are_validated(monkeypatch):
+    with pytest.raises(ArgumentError, match="time_limit"):
+        Emulator(time_limit=0)
+    with pytest.raises(ArgumentError, match="chaos must be an integer seed"):
+        Emulator(chaos="1")
+    prog = load_ptx(kernel(""))
+    monkeypatch.setenv("CUTEDSL_SIM_TIME_LIMIT", "soon")
+    with pytest.raises(SimLaunchError, match="CUTEDSL_SIM_TIME_LIMIT='soon'"):
+        Emulator().launch(prog, 1, 32, [0])
+    monkeypatch.delenv("CUTEDSL_SIM_TIME_LIMIT")
+    monkeypatch.setenv("CUTEDSL_SIM_CHAOS", "x")
+    with pytest.raises(SimLaunchError, match="CUTEDSL_SIM_CHAOS='x' is not an integer seed"):
+        Emulator().launch(prog, 1, 32, [0])
+    monkeypatch.setenv("CUTEDSL_SIM_CHAOS", "7")
+    assert Emulator().launch(prog, 1, 32, [0])["chaos"] == 7

@@ -57,10 +57,9 @@ def test_fixture_metadata_matches_ptx():
         assert meta["triton_version"].startswith("3.9"), name
 
 
-def run_pointer_matmul(emu, ptx=None, name="triton_mm_ptr", shape=(200, 72, 80), seed=12):
+def run_pointer_matmul(emu, rng, ptx=None, name="triton_mm_ptr", shape=(200, 72, 80)):
     _, meta = fixture(name)
     c = meta["constexprs"]
-    rng = np.random.default_rng(seed)
     m, n, k = shape
     a, bt, ref = operands(rng, m, n, k)
     out = emu.alloc(m * n * 4)
@@ -70,36 +69,34 @@ def run_pointer_matmul(emu, ptx=None, name="triton_mm_ptr", shape=(200, 72, 80),
     return emu.to_host(out, (m, n), np.float32), ref
 
 
-@pytest.mark.xfail(strict=True, raises=RaceError, reason="race checker (temporary, until the happens-before "
-                   "detector lands): it wants the cp.async-issuing warp itself to fence.proxy.async")
-def test_pointer_matmul_cp_async_bit_exact():
+@pytest.mark.sim_kernel
+def test_pointer_matmul_cp_async_bit_exact(rng, sim_seed):
+    # cp.async by other warps -> cp.async.wait_group -> bar.sync -> fence.proxy.async by the
+    # wgmma-issuing threads -> wgmma: race-free under the happens-before rules, in eager mode
+    # and under adversarial interleavings (--sim-seeds)
     ptx, meta = fixture("triton_mm_ptr")
     assert ptx.count("cp.async.cg.shared.global") and "wgmma.mma_async" in ptx and meta["block"][0] == 256
-    out, ref = run_pointer_matmul(Emulator())   # 200 x 72 x 80: ragged M and N tiles, K tail of 16
-    assert np.array_equal(out, ref)
+    out, ref = run_pointer_matmul(Emulator(), rng)   # 200 x 72 x 80: ragged M and N tiles, K tail of 16
+    assert np.array_equal(out, ref), f"input seed {rng.seed_value}, chaos seed {sim_seed}"
 
 
-def test_pointer_matmul_bit_exact_with_race_checks_off():
-    # Numerics of the same run while the race checker still rejects the (correct) fence pattern.
-    out, ref = run_pointer_matmul(Emulator(race_check=False))
-    assert np.array_equal(out, ref)
-
-
-def test_pointer_matmul_without_its_proxy_fence_is_a_race():
+@pytest.mark.sim_kernel
+def test_pointer_matmul_without_its_proxy_fence_is_a_race(rng):
     # The same PTX with Triton's only fence.proxy.async removed: wgmma (async proxy) then reads
     # what cp.async wrote through the generic proxy with nothing ordering the two proxies.
     ptx, _ = fixture("triton_mm_ptr")
     assert ptx.count("fence.proxy.async.shared::cta;") == 1
     with pytest.raises(RaceError, match="fence.proxy.async"):
-        run_pointer_matmul(Emulator(), ptx.replace("fence.proxy.async.shared::cta;", ""))
+        run_pointer_matmul(Emulator(), rng, ptx.replace("fence.proxy.async.shared::cta;", ""))
 
 
-def test_small_tile_matmul_mma_sync_bit_exact():
+@pytest.mark.sim_kernel
+def test_small_tile_matmul_mma_sync_bit_exact(rng):
     # 32 x 32 tiles: Triton uses ldmatrix + mma.sync.m16n8k16 instead of wgmma
     ptx, _ = fixture("triton_mm_ptr_small")
     assert "mma.sync.aligned.m16n8k16" in ptx and "ldmatrix" in ptx and "wgmma" not in ptx
-    out, ref = run_pointer_matmul(Emulator(), name="triton_mm_ptr_small", shape=(72, 40, 48), seed=15)
-    assert np.array_equal(out, ref)
+    out, ref = run_pointer_matmul(Emulator(), rng, name="triton_mm_ptr_small", shape=(72, 40, 48))
+    assert np.array_equal(out, ref), f"seed {rng.seed_value}"
 
 
 def host_descriptor(emu, meta, index, buf, shape, dtype):
@@ -109,11 +106,11 @@ def host_descriptor(emu, meta, index, buf, shape, dtype):
     return tmap, list(shape), [shape[1], 1]
 
 
-def test_tma_descriptor_matmul_bit_exact():
+@pytest.mark.sim_kernel
+def test_tma_descriptor_matmul_bit_exact(rng):
     ptx, meta = fixture("triton_mm_tma")
     assert "cp.async.bulk.tensor.2d.shared::cluster.global" in ptx or "cp.async.bulk.tensor.2d.shared" in ptx
     c = meta["constexprs"]
-    rng = np.random.default_rng(13)
     m, n, k = 100, 72, 88            # K tail of 24 zero-filled by TMA, C store clipped
     a, bt, ref = operands(rng, m, n, k)
     emu = Emulator()
@@ -127,18 +124,18 @@ def test_tma_descriptor_matmul_bit_exact():
         vals.update({f"{name}.shape{j}": sh[j] for j in range(2)})
         vals.update({f"{name}.stride{j}": st[j] for j in range(2)})
     launch(emu, "triton_mm_tma", (cdiv(m, c["BLOCK_M"]), cdiv(n, c["BLOCK_N"]), 1), vals, meta)
-    assert np.array_equal(emu.to_host(out, (m, n), np.float16).astype(np.float64), ref)
+    assert np.array_equal(emu.to_host(out, (m, n), np.float16).astype(np.float64), ref), f"seed {rng.seed_value}"
 
 
+@pytest.mark.sim_kernel
 @pytest.mark.parametrize("programs", [3, 1])
-def test_warp_specialized_persistent_device_descriptors_bit_exact(programs):
+def test_warp_specialized_persistent_device_descriptors_bit_exact(programs, rng):
     # 3 programs for 4 tiles: one program runs two; 1 program: every tile, the stage ring wraps
     ptx, meta = fixture("triton_mm_ws")
     for needle in ("setmaxnreg", "tensormap.replace", "barrier.sync", "wgmma.mma_async"):
         assert needle in ptx, needle
     assert meta["block"][0] == 384
     c = meta["constexprs"]
-    rng = np.random.default_rng(14 + programs)
     m, n, k = 200, 80, 96            # 2 x 2 tiles (ragged), K tail of 32
     a, bt, ref = operands(rng, m, n, k)
     assert cdiv(m, c["BLOCK_M"]) * cdiv(n, c["BLOCK_N"]) == 4
@@ -149,7 +146,7 @@ def test_warp_specialized_persistent_device_descriptors_bit_exact(programs):
     vals = {"a_ptr": emu.to_device(a), "b_ptr": emu.to_device(bt), "c_ptr": out, "M": m, "N": n, "K": k,
             "num_programs": programs, "global_scratch": scratch, "profile_scratch": 0}
     launch(emu, "triton_mm_ws", (programs, 1, 1), vals, meta)
-    assert np.array_equal(emu.to_host(out, (m, n), np.float32), ref)
+    assert np.array_equal(emu.to_host(out, (m, n), np.float32), ref), f"seed {rng.seed_value}"
 
 
 @pytest.mark.parametrize("name", ["triton_mm_ptr", "triton_mm_ptr_small", "triton_mm_tma", "triton_mm_ws"])
@@ -159,6 +156,7 @@ def test_fixture_parses_and_decodes(name):
     assert prog.name == meta["entry"]
 
 
+@pytest.mark.sim_kernel
 def test_warp_specialized_short_global_scratch_is_reported():
     # Triton's launcher gives every program global_scratch_size bytes for its tensor maps; one
     # program's worth too little is caught at the copy of the last program's map.

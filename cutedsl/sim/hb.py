@@ -1,0 +1,340 @@
+"""Happens-before race detector: vector clocks per warp and per asynchronous agent.
+
+The detector reports two conflicting accesses to the same shared-memory word (4 bytes) that
+no chain of synchronisation orders, in any single run (eager or under the adversarial mode),
+whatever the interleaving was. It follows FastTrack (Flanagan & Freund, PLDI 2009): every
+location keeps the *epoch* ``(agent, clock)`` of its last write and, per reading agent, the
+clock of its last read; a write clears the reads (it was checked to come after all of them).
+docs/emulator.md lists every edge with its PTX ISA section.
+
+**Agents.** One per warp (the lanes of a warp share its clock: intra-warp races are not
+reported) and one per asynchronous unit an access may come from:
+
+* ``tma``  - TMA / bulk loads issued by one warp that complete on one mbarrier of one CTA
+  (their clock counts the loads; observing a phase of that mbarrier covers every load the
+  warp issued to it before, because phases complete in order);
+* ``wgmma`` - the wgmma operations of one warpgroup, clock = 1 + commit-group index;
+* ``bulk`` - the TMA stores / bulk copies of one warp, clock = 1 + bulk-group index;
+* ``cpasync`` - the Ampere ``cp.async`` copies of one warp, clock = 1 + group index.
+
+**Proxies.** Every warp also carries ``pvc``: the part of its knowledge that a
+``fence.proxy.async`` made visible to the async proxy (``fence.proxy.async`` joins ``vc`` into
+``pvc``; both travel along every release/acquire edge). An async-proxy read (wgmma operand,
+TMA store source) of a word last written through the generic proxy (``st.shared``,
+``stmatrix``, ``cp.async``) needs that write in the issuing warps' ``pvc``; every other pair
+needs it in ``vc``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import RaceError
+
+#: the edge that would have ordered a prior access of this kind before a conflicting one
+EDGE = {
+    "tma": "an mbarrier try_wait/test_wait observing the phase that this TMA load's complete_tx "
+           "completes (PTX ISA: cp.async.bulk.tensor, mbarrier.test_wait/try_wait), before the access",
+    "wgmma": "a wgmma.wait_group covering that wgmma group (in any warp of the warpgroup), then a "
+             "release -> acquire (mbarrier arrive -> wait, or a barrier) to the writer "
+             "(PTX ISA: wgmma.wait_group)",
+    "bulk": "a cp.async.bulk.wait_group.read covering that bulk group by the issuing thread, then a "
+            "release -> acquire to the writer (PTX ISA: cp.async.bulk.wait_group)",
+    "cpasync": "cp.async.wait_group / wait_all (or cp.async.mbarrier.arrive) by the issuing thread, "
+               "then a barrier (PTX ISA: cp.async.wait_group, cp.async.mbarrier.arrive)",
+    "warp": "a barrier between the two threads: bar.sync/barrier.sync (count), mbarrier arrive -> "
+            "try_wait, or barrier.cluster (PTX ISA: bar/barrier, mbarrier, barrier.cluster; Memory Consistency Model)",
+    "proxy": "a fence.proxy.async after the generic-proxy write (by the writer, or by a thread that "
+             "observed it through a barrier) and before the async-proxy read (PTX ISA: membar/fence; "
+             "Memory Consistency Model, proxies)",
+}
+
+
+class Agent:
+    __slots__ = ("idx", "kind", "cta", "wid", "label", "n")
+
+    def __init__(self, idx, kind, cta, wid, label):
+        self.idx, self.kind, self.cta, self.wid, self.label = idx, kind, cta, wid, label
+        self.n = 0          # operations issued (tma agents)
+
+
+class HB:
+    """Vector-clock state of one cluster (all its CTAs, warps and asynchronous agents)."""
+
+    def __init__(self, cluster, seed=None):
+        self.cluster = cluster
+        self.seed = seed
+        self.agents = []
+        self.keys = {}
+        nw = sum(len(c.warps) for c in cluster.ctas)
+        self.cap = max(64, 4 * nw + 16)
+        for c in cluster.ctas:
+            for w in c.warps:
+                a = self.agent(("warp", c.rank, w.wid), "warp", c, w.wid, f"warp {w.wid}")
+                w.agent = a.idx
+                w.vc = self.zero()
+                w.vc[a.idx] = 1
+                w.pvc = self.zero()
+
+    # -- clocks ----------------------------------------------------------------------------
+    def zero(self):
+        return np.zeros(self.cap, np.int64)
+
+    def fit(self, v):
+        """``v`` padded to the current capacity (agents are created lazily)."""
+        if v is None:
+            return self.zero()
+        if len(v) < self.cap:
+            v = np.concatenate([v, np.zeros(self.cap - len(v), np.int64)])
+        return v
+
+    def join(self, a, b):
+        if a is None:
+            return None if b is None else self.fit(b).copy()
+        if b is None:
+            return a
+        a, b = self.fit(a), self.fit(b)
+        return np.maximum(a, b)
+
+    def agent(self, key, kind, cta, wid, label):
+        a = self.keys.get(key)
+        if a is None:
+            a = Agent(len(self.agents), kind, cta, wid, label)
+            self.agents.append(a)
+            self.keys[key] = a
+            if a.idx >= self.cap:
+                self.cap *= 2
+        return a
+
+    def warp_vc(self, w):
+        if len(w.vc) < self.cap:
+            w.vc, w.pvc = self.fit(w.vc), self.fit(w.pvc)
+        return w.vc
+
+    # -- edges -----------------------------------------------------------------------------
+    def release(self, w):
+        """(vc, pvc) snapshot released by warp ``w``; ``w`` then starts a new epoch."""
+        vc = self.warp_vc(w)
+        snap = (vc.copy(), w.pvc.copy())
+        vc[w.agent] += 1
+        return snap
+
+    def acquire(self, w, snap):
+        if snap is None:
+            return
+        vc = self.warp_vc(w)
+        s_vc, s_pvc = snap
+        np.maximum(vc, self.fit(s_vc), out=vc)
+        np.maximum(w.pvc, self.fit(s_pvc), out=w.pvc)
+
+    def merge(self, a, b):
+        """Join of two released snapshots (either may be None)."""
+        if a is None:
+            return None if b is None else (b[0].copy(), b[1].copy())
+        if b is None:
+            return a
+        return self.join(a[0], b[0]), self.join(a[1], b[1])
+
+    def observe(self, w, agent, clock):
+        """Warp ``w`` learns that ``agent``'s operations up to ``clock`` are complete."""
+        vc = self.warp_vc(w)
+        if vc[agent] < clock:
+            vc[agent] = clock
+
+    def fence_proxy(self, w):
+        vc = self.warp_vc(w)
+        np.maximum(w.pvc, vc, out=w.pvc)
+
+    def async_op(self, warps, agent, clock):
+        """(vc, pvc) of an asynchronous operation issued by ``warps`` as ``agent``'s ``clock``."""
+        vc = self.warp_vc(warps[0]).copy()
+        pvc = warps[0].pvc.copy()
+        for w in warps[1:]:
+            np.maximum(vc, self.warp_vc(w), out=vc)
+            np.maximum(pvc, w.pvc, out=pvc)
+        vc[agent] = max(vc[agent], clock)
+        return vc, pvc
+
+    def describe(self, a, pc, launch):
+        ag = self.agents[a]
+        ins = launch.code[pc] if 0 <= pc < len(launch.code) else None
+        kind = {"warp": "generic proxy", "tma": "async proxy", "wgmma": "async proxy",
+                "bulk": "async proxy", "cpasync": "generic proxy"}[ag.kind]
+        where = f"PTX line {ins.line}: {ins.text.strip()}" if ins is not None else "?"
+        who = f"CTA {ag.cta.ctaid} {ag.label}"
+        if ag.kind == "warp":
+            who += f" (threads {32 * ag.wid}-{32 * ag.wid + 31})"
+        return f"{who}, {kind}, at {where}"
+
+    def seed_note(self):
+        return f"\n    (adversarial mode, seed {self.seed}; replay with CUTEDSL_SIM_CHAOS={self.seed})" \
+            if self.seed is not None else ""
+
+
+class Shadow:
+    """Per-4-byte shadow of one CTA's shared memory (last write epoch, per-agent read clocks)."""
+
+    def __init__(self, cta, hb):
+        self.cta = cta
+        self.hb = hb
+        n = cta.smem_size // 4 + 4
+        self.n = n
+        self.w_agent = np.full(n, -1, np.int32)
+        self.w_clock = np.zeros(n, np.int32)
+        self.w_pc = np.zeros(n, np.int32)
+        self.w_async = np.zeros(n, bool)       # written through the async proxy
+        self.ncols = 0
+        ncap = len(cta.warps) + 4
+        self.r_clock = np.zeros((ncap, n), np.int32)
+        self.r_pc = np.zeros((ncap, n), np.int32)
+        self.col_agent = np.zeros(ncap, np.int64)
+        self.cols = {}
+
+    def _col(self, agent):
+        c = self.cols.get(agent)
+        if c is None:
+            c = self.ncols
+            if c >= len(self.col_agent):
+                grow = len(self.col_agent)
+                self.r_clock = np.concatenate([self.r_clock, np.zeros((grow, self.n), np.int32)])
+                self.r_pc = np.concatenate([self.r_pc, np.zeros((grow, self.n), np.int32)])
+                self.col_agent = np.concatenate([self.col_agent, np.zeros(grow, np.int64)])
+            self.col_agent[c] = agent
+            self.cols[agent] = c
+            self.ncols = c + 1
+        return c
+
+    # -- checks ------------------------------------------------------------------------------
+    def read(self, words, agent, clock, vc, pvc, pc, async_read, what):
+        """Record a read of ``words`` by ``agent`` at ``clock`` (knowledge ``vc``/``pvc``)."""
+        hb = self.hb
+        wa = self.w_agent[words]
+        if (wa >= 0).any():
+            vc = hb.fit(vc)
+            sel = wa >= 0
+            idx = wa[sel]
+            need = self.w_clock[words][sel]
+            have = vc[idx]
+            bad = need > have
+            if async_read:
+                gen = ~self.w_async[words][sel]
+                if gen.any():
+                    pv = hb.fit(pvc)[idx]
+                    badp = gen & (need > pv) & ~bad
+                    if badp.any():
+                        i = int(np.flatnonzero(badp)[0])
+                        self._report(words[sel][i], agent, pc, what, "read", "proxy")
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                self._report(words[sel][i], agent, pc, what, "read", None)
+        c = self._col(agent)
+        self.r_clock[c, words] = clock
+        self.r_pc[c, words] = pc
+
+    def write(self, words, agent, clock, vc, pc, async_write, what, same=None):
+        """Record a write; ``same()`` (generic stores) tells whether it stores the bytes already
+        there: an unordered write-write pair that leaves memory unchanged is benign and not
+        reported (compilers emit such redundant stores from every warp, e.g. Triton's
+        warp-specialized kernels initialising shared flags)."""
+        hb = self.hb
+        wa = self.w_agent[words]
+        if (wa >= 0).any():
+            vc = hb.fit(vc)
+            sel = (wa >= 0) & (wa != agent)
+            if sel.any():
+                bad = self.w_clock[words][sel] > vc[wa[sel]]
+                if bad.any() and not (same is not None and same()):
+                    i = int(np.flatnonzero(bad)[0])
+                    self._report(words[sel][i], agent, pc, what, "write", None)
+        nc = self.ncols
+        if nc:
+            rc = self.r_clock[:nc, words]
+            if rc.any():
+                vc = hb.fit(vc)
+                lim = vc[self.col_agent[:nc]]
+                lim[self.col_agent[:nc] == agent] = 1 << 60
+                bad = rc > lim[:, None]
+                if bad.any():
+                    ci, wi = np.argwhere(bad)[0]
+                    self._report(words[wi], agent, pc, what, "write", None, col=int(ci))
+                self.r_clock[:nc, words] = 0
+        self.w_agent[words] = agent
+        self.w_clock[words] = clock
+        self.w_pc[words] = pc
+        self.w_async[words] = async_write
+
+    def exit_check(self):
+        """The CTA exits: its shared memory may be reassigned, so every asynchronous read of it
+        (TMA store sources) must be known complete to the warp that issued it."""
+        hb = self.hb
+        for a, c in self.cols.items():
+            ag = hb.agents[a]
+            if ag.kind != "bulk" or ag.cta is not self.cta:
+                continue
+            w = ag.cta.warps[ag.wid]
+            last = int(self.r_clock[c].max())
+            if last > hb.warp_vc(w)[a]:
+                word = int(np.argmax(self.r_clock[c]))
+                ln = self.cta.launch
+                raise RaceError(
+                    f"data race on shared memory {ln.program.smem_symbol(4 * word, self.cta.dyn_base)} "
+                    f"(CTA {self.cta.ctaid}, byte offset {4 * word}):\n"
+                    f"    read by {hb.describe(a, int(self.r_pc[c, word]), ln)} (bulk group {last - 1})\n"
+                    f"    may still run when the CTA exits and its shared memory is reassigned; missing: "
+                    f"cp.async.bulk.wait_group.read covering the group before the issuing thread exits "
+                    f"(PTX ISA: cp.async.bulk.wait_group)" + hb.seed_note())
+
+    # -- reports -----------------------------------------------------------------------------
+    def _report(self, word, agent, pc, what, mode, edge, col=None):
+        hb = self.hb
+        cta = self.cta
+        ln = cta.launch
+        if col is None:
+            pa, ppc, pmode = int(self.w_agent[word]), int(self.w_pc[word]), "write"
+        else:
+            pa, ppc, pmode = int(self.col_agent[col]), int(self.r_pc[col, word]), "read"
+        pkind = hb.agents[pa].kind
+        if edge is None:
+            edge = pkind if pkind != "warp" or hb.agents[agent].kind == "warp" else "warp"
+            if pkind == "cpasync" and mode == "read" and hb.agents[agent].kind in ("wgmma", "bulk"):
+                edge = "cpasync"
+        loc = ln.program.smem_symbol(4 * int(word), cta.dyn_base)
+        raise RaceError(
+            f"data race on shared memory {loc} (CTA {cta.ctaid}, byte offset {4 * int(word)}):\n"
+            f"    {pmode} by {hb.describe(pa, ppc, ln)}\n"
+            f"    {mode} by {hb.describe(agent, pc, ln)} ({what})\n"
+            f"    are not ordered by synchronisation; missing: {EDGE[edge]}" + hb.seed_note())
+
+
+def words_of(off, nb):
+    """4-byte word indices touched by accesses of ``nb`` bytes at byte offsets ``off``."""
+    off = np.asarray(off, np.int64)
+    if nb <= 4:
+        return (off >> 2).reshape(-1)
+    return ((off.reshape(-1, 1) + np.arange(0, nb, 4)) >> 2).reshape(-1)
+
+
+def acc_prune(w):
+    """Drop the pending accumulator entries of warp ``w`` whose group ``w`` knows complete."""
+    vc = w.cta.cluster.hb.warp_vc(w)
+    keep = [e for e in w.acc_pending if vc[e[1]] < e[2]]
+    w.acc_pending = keep
+    bits = 0
+    for e in keep:
+        bits |= e[0]
+    w.acc_bits = bits
+    return keep
+
+
+def acc_check(w, ins):
+    """Race check: ``ins`` of warp ``w`` names a register an unretired wgmma may still write."""
+    for bits, agent, clock, pc in acc_prune(w):
+        if ins.rbits & bits:
+            hb = w.cta.cluster.hb
+            ln = w.launch
+            raise RaceError(
+                f"data race on wgmma accumulator registers of CTA {w.cta.ctaid} warp {w.wid}:\n"
+                f"    written by {hb.describe(agent, pc, ln)} (group {clock - 1})\n"
+                f"    accessed by {hb.describe(w.agent, ins.pc, ln)}\n"
+                f"    are not ordered; missing: a wgmma.wait_group covering that group before the "
+                f"access (PTX ISA wgmma.mma_async: accessing the accumulator before "
+                f"wgmma.wait_group is undefined)" + hb.seed_note())
