@@ -149,3 +149,30 @@ def test_cp_async_mbarrier_arrive_orders_the_copies(seed):
 def test_plain_arrive_does_not_cover_cp_async():
     with pytest.raises(RaceError, match=r"(?s)cp\.async copies of warp.*ld\.shared.*cp\.async\.wait_group"):
         run_cpbar("mbarrier.arrive.shared.b64 %rd9, [%r2];")
+
+
+def test_vector_clocks_grow_with_lazily_created_agents():
+    # agents (one per warp and mbarrier for TMA loads, ...) appear during the run: clocks made
+    # before must still compare and join correctly, and the shadow stays sized by shared memory
+    from cutedsl.sim.hb import HB, Shadow, words_of
+    from cutedsl.sim.machine import CTA, Cluster
+    from cutedsl.sim.scheduler import Launch
+    from simkit import kernel
+    ln = Launch(load_ptx(kernel("")), Emulator().backend.gmem, 1, 64, [bytes(8)], smem=4096)
+    cl = Cluster(0)
+    cl.ctas.append(CTA(ln, (0, 0, 0), cl, 0, (0, 0, 0)))
+    hb = cl.hb = HB(cl)
+    w0, w1 = cl.ctas[0].warps
+    sh = Shadow(cl.ctas[0], hb)
+    snap = hb.release(w0)                                  # made with the initial capacity
+    cap0 = hb.cap
+    late = [hb.agent(("tma", 0, 0, 0, 8 * i), "tma", cl.ctas[0], 0, f"unit {i}") for i in range(cap0 + 5)]
+    assert hb.cap > cap0 and late[-1].idx >= cap0
+    words = words_of(np.array([0, 64]), 16)
+    op = hb.async_op([w0], late[-1].idx, 1)
+    sh.write(words, late[-1].idx, 1, op[0], 0, True, "TMA load")
+    with pytest.raises(RaceError):                         # w1 has not observed the load
+        sh.read(words, w1.agent, 1, hb.warp_vc(w1), w1.pvc, 0, False, "ld.shared")
+    hb.acquire(w1, hb.merge(snap, op))                     # short and long snapshots join
+    sh.read(words, w1.agent, 1, hb.warp_vc(w1), w1.pvc, 0, False, "ld.shared")
+    assert len(w1.vc) == hb.cap and sh.w_clock.size == 4096 // 4 + 4
