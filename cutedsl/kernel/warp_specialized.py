@@ -63,7 +63,11 @@ class WarpSpecializedGemmKernel(GemmKernel):
         self.stages, self.cluster = stages, tuple(cluster)
         self.check()
         if hasattr(self.epilogue, "configure"):     # TMA-store epilogue: buffers per consumer warpgroup
-            self.epilogue.configure(warpgroups=self.consumer_warpgroups, defer_tail=True)
+            # one tile per CTA: once the consumers waited for every fill, no TMA load (own or a
+            # cluster peer's multicast) and no WGMMA touches the A stages again, so the epilogue
+            # sub-tiles may live there (one more pipeline stage fits)
+            self.epilogue.configure(warpgroups=self.consumer_warpgroups, defer_tail=True,
+                                    alias=None if self.persistent else "a")
         self.mainloop = self.mainloop_cls(tile_m, tile_n, stages, dtype, b_major, self.split_warpgroups,
                                           self.cluster)
         self.scheduler = self.scheduler_cls(tile_m, tile_n, raster, swizzle, sm_count, self.cluster,
