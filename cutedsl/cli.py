@@ -71,6 +71,15 @@ def tile_arg(text: str) -> tuple:
     return tuple(int(p) for p in parts)
 
 
+def cluster_arg(text: str) -> tuple:
+    """``type=`` for ``--cluster``: ``MxN`` CTAs per cluster, 1x1, 2x1 or 1x2."""
+    parts = text.lower().split("x")
+    c = tuple(int(p) for p in parts) if len(parts) == 2 and all(p.isdigit() for p in parts) else ()
+    if c not in ((1, 1), (2, 1), (1, 2)):
+        raise argparse.ArgumentTypeError(f"expected 1x1, 2x1 or 1x2 (cluster_m x cluster_n), got {text!r}")
+    return c
+
+
 def config_options(args) -> tuple:
     """``((field, option), ...)``: the GemmConfig fields ``args`` sets, in field order; the
     option of field ``out_dtype`` is ``--out-dtype`` (a new config field with a same-named
@@ -118,7 +127,14 @@ def _parser():
     g.add_argument("--out-dtype", choices=["f32", "f16", "bf16"], default="f32")
     g.add_argument("--tile", type=tile_arg, default=(128, 128, 64), help="BLOCK_MxBLOCK_NxBLOCK_K")
     g.add_argument("--stages", type=stages_arg, default="auto", help="auto or 1..7")
-    g.add_argument("--schedule", choices=["multistage", "single_tile"], default="multistage")
+    g.add_argument("--schedule", choices=["multistage", "single_tile", "warp_specialized", "cooperative", "pingpong"],
+                   default="multistage")
+    g.add_argument("--cluster", type=cluster_arg, default=(1, 1), metavar="MxN",
+                   help="CTAs per cluster, cluster_m x cluster_n: 1x1, 2x1 or 1x2 (warp-specialized schedules)")
+    g.add_argument("--raster", choices=["M", "N"], default="M", help="the tile scheduler walks along M or N first")
+    g.add_argument("--swizzle", type=int, choices=[1, 2, 4, 8], default=1, help="tiles per rasterization strip")
+    g.add_argument("--sm-count", type=int_in(1, 4096), default=None,
+                   help="SMs a persistent schedule fills, 1..4096 (default: the device's, else 132)")
     g.add_argument("--b-major", choices=["N", "K"], default="N")
     g.add_argument("--epilogue", choices=["tma", "global"], default="tma")
     g.add_argument("--backend", choices=["auto", "cuda", "sim", "none"], default="auto")
@@ -190,7 +206,8 @@ def run_gemm(args) -> tuple:
     rep = {"backend": backend.name if backend is not None else "none", "m": args.m, "n": args.n, "k": args.k,
            "dtype": args.dtype, "out_dtype": args.out_dtype, "tile": list(cfg.tile),
            "stages": cfg.resolved_stages(), "schedule": cfg.schedule, "b_major": cfg.b_major,
-           "epilogue": cfg.epilogue, "threads": kern.block[0], "grid": list(grid),
+           "epilogue": cfg.epilogue, "cluster": list(cfg.cluster), "raster": cfg.raster, "swizzle": cfg.swizzle,
+           "threads": kern.block[0], "grid": list(grid),
            "registers": r.registers, "spills": r.spill_stores + r.spill_loads, "stack": r.stack,
            "smem_bytes": r.smem_bytes, "sass": r.sass, "ptxas_messages": list(r.ptxas_messages),
            "compile_s": round(compile_s, 4), "cold_compile_s": round(kern.compile_seconds, 4),
@@ -237,11 +254,12 @@ def _print_text(rep):
     p = print
     p(f"cutedsl GEMM  M={rep['m']} N={rep['n']} K={rep['k']}  {rep['dtype']} -> {rep['out_dtype']}  "
       f"tile {'x'.join(map(str, rep['tile']))}  stages {rep['stages']}  {rep['schedule']}  "
-      f"B {rep['b_major']}-major  epilogue {rep['epilogue']}")
+      f"B {rep['b_major']}-major  epilogue {rep['epilogue']}"
+      + (f"  cluster {rep['cluster'][0]}x{rep['cluster'][1]}" if rep.get("cluster", [1, 1]) != [1, 1] else ""))
     p(f"  kernel: {rep['threads']} threads x grid {tuple(rep['grid'])}, {rep['registers']} registers, "
       f"{rep['spills']} spill bytes, {rep['smem_bytes']} B shared memory")
     p(f"  compile: {rep['compile_s']:.3f} s ({'cache hit; cold compile took ' + format(rep['cold_compile_s'], '.3f') + ' s' if rep['cached'] else 'cold'})")
-    keys = ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "BAR", "STG", "STS", "WARPGROUP")
+    keys = ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "BAR", "STG", "STS", "WARPGROUP", "USETMAXREG")
     p("  SASS: " + ", ".join(f"{k} {rep['sass'].get(k, 0)}" for k in keys)
       + f"  ({sum(rep['sass'].values())} instructions)")
     for m in rep["ptxas_messages"]:

@@ -3,14 +3,20 @@
 * :mod:`pipeline` — pipeline state (stage index + phase) and the TMA pipeline (full barriers
   armed with transaction bytes; empty barriers for warp-specialized producers/consumers).
 * :mod:`mainloop` — the multistage (software-pipelined) TMA + WGMMA mainloop.
+* :mod:`warp_specialized` — the warp-specialized mainloop (``producer_loop`` /
+  ``consumer_loop``), clusters with TMA multicast; :class:`OrderedSequenceBarrier` (in
+  :mod:`pipeline`) for ping-pong turn-taking.
 * :mod:`epilogue` — accumulator -> global (bounds-checked) and accumulator -> smem -> TMA store,
   with an elementwise ``visit`` hook subclasses override; an atomic-add epilogue for split-K.
-* :mod:`tile_scheduler` — which output tile a CTA computes, and the launch grid.
+* :mod:`tile_scheduler` — which output tile(s) a CTA computes, and the launch grid: one tile
+  per CTA, or static persistent with rasterization and clusters.
 """
-from .pipeline import PipelineState, TmaPipeline
+from .pipeline import OrderedSequenceBarrier, PipelineState, TmaPipeline
 from .mainloop import MultistageMainloop
+from .warp_specialized import WarpSpecializedMainloop
 from .epilogue import AtomicAddEpilogue, Epilogue, EpilogueContext, GlobalEpilogue, TmaStoreEpilogue
-from .tile_scheduler import TileScheduler
+from .tile_scheduler import PersistentTileScheduler, TileScheduler
 
-__all__ = ["PipelineState", "TmaPipeline", "MultistageMainloop", "Epilogue", "GlobalEpilogue",
-           "TmaStoreEpilogue", "EpilogueContext", "AtomicAddEpilogue", "TileScheduler"]
+__all__ = ["PipelineState", "TmaPipeline", "OrderedSequenceBarrier", "MultistageMainloop",
+           "WarpSpecializedMainloop", "Epilogue", "GlobalEpilogue", "TmaStoreEpilogue", "EpilogueContext",
+           "AtomicAddEpilogue", "TileScheduler", "PersistentTileScheduler"]

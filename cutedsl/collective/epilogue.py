@@ -201,15 +201,15 @@ class TmaStoreEpilogue(Epilogue):
         buffers = self.buffers if buffers is None else buffers
         warpgroups = self.warpgroups if warpgroups is None else warpgroups
         barrier_id = self.barrier_id if barrier_id is None else barrier_id
+        alias = self.alias if alias is None else (alias or None)      # "" clears it
         if not 1 <= buffers <= 8:
             raise ValueError(f"epilogue buffers must be 1..8, got {buffers}")
         if warpgroups not in (1, 2, 3):
             raise ValueError(f"epilogue warpgroups must be 1..3, got {warpgroups}")
-        if not 0 <= barrier_id or barrier_id + warpgroups + (alias is not None) > 16:
-            raise ValueError(f"epilogue named barriers {barrier_id}..{barrier_id + warpgroups} exceed ids 0..15")
-        self.buffers, self.warpgroups, self.barrier_id = buffers, warpgroups, barrier_id
-        if alias is not None:
-            self.alias = alias or None        # "" clears it
+        last = barrier_id + warpgroups - 1 + (alias is not None)      # per warpgroup (+ one over all)
+        if barrier_id < 0 or last > 15:
+            raise ValueError(f"epilogue named barriers {barrier_id}..{last} exceed ids 0..15")
+        self.buffers, self.warpgroups, self.barrier_id, self.alias = buffers, warpgroups, barrier_id, alias
         if defer_tail is not None:
             self.defer_tail = defer_tail
         return self

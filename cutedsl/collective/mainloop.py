@@ -95,19 +95,23 @@ class MultistageMainloop:
                                     MBarriers(smem.barriers("empty"), self.stages),
                                     consumers=4 * self.warpgroups)
         self.pipeline.init(self.leader)
-        # byte offset of this warpgroup's rows inside an A stage (K-major: 128 B per row)
-        self.a_offset = (cir.thread_idx() // 128) * (self.wg_m * 128) if self.warpgroups > 1 else 0
-        a0 = smem["a"].tile(0)
-        if self.warpgroups > 1:
-            a0 = a0.sub(self.a_offset, shape=(self.wg_m, K_TILE))
-        # stage 0's WGMMA descriptors (layouts checked against the buffers); stages move them
-        self._desc0 = {"a": self.mma_atom.descriptor(a0, "A"), "b": self.mma_atom.descriptor(smem["b"].tile(0), "B")}
+        self.bind_operands(smem)
         # the producer is warp 0 (a warp-uniform branch: ptxas keeps the loop's descriptor and
         # stage arithmetic in uniform registers); one elected lane issues
         self.producer_warp = cir.warp_idx().eq(0)
         self.tma_a.prefetch(predicate=self.leader)
         self.tma_b.prefetch(predicate=self.leader)
         gpu.barrier()
+
+    def bind_operands(self, smem) -> None:
+        """This warpgroup's A rows and stage 0's WGMMA descriptors (layouts checked against the
+        buffers; :meth:`stage_descriptor` moves them to other stages)."""
+        # byte offset of this warpgroup's rows inside an A stage (K-major: 128 B per row)
+        self.a_offset = (cir.thread_idx() // 128) * (self.wg_m * 128) if self.warpgroups > 1 else 0
+        a0 = smem["a"].tile(0)
+        if self.warpgroups > 1:
+            a0 = a0.sub(self.a_offset, shape=(self.wg_m, K_TILE))
+        self._desc0 = {"a": self.mma_atom.descriptor(a0, "A"), "b": self.mma_atom.descriptor(smem["b"].tile(0), "B")}
 
     def load(self, state: PipelineState, k_tile, m0, n0) -> None:
         """Fill slot ``state.index`` with ``k_tile``: warp 0 waits until the slot was released;
@@ -139,10 +143,12 @@ class MultistageMainloop:
         stages — one 32-bit multiply-add that ptxas keeps in uniform registers."""
         return self._desc0[name].stage(index, self.smem[name].buf.stage_bytes)
 
-    def mma(self, acc, state: PipelineState):
-        """Wait for slot ``state`` and issue the WGMMAs of one k-tile (committed, not waited)."""
+    def mma(self, acc, state: PipelineState, accumulate=True):
+        """Wait for slot ``state`` and issue the WGMMAs of one k-tile (committed, not waited);
+        ``accumulate=False`` ignores ``acc`` (WGMMA scale-d 0: no zeroed registers needed)."""
         self.pipeline.consumer_wait(state)
-        return self.mma_atom.mma(acc, self.stage_descriptor("a", state.index), self.stage_descriptor("b", state.index))
+        return self.mma_atom.mma(acc, self.stage_descriptor("a", state.index), self.stage_descriptor("b", state.index),
+                                 accumulate=accumulate)
 
     @property
     def lag(self) -> int:

@@ -8,6 +8,25 @@ its scheduler in ``GemmKernel.scheduler_cls``; the Device layer launches exactly
 Host side: :meth:`TileScheduler.grid` (Python ints). IR side (inside a kernel body):
 :meth:`TileScheduler.tile_origin` gives the tile's first row and column ``(m0, n0)`` as
 unsigned i32 values.
+
+:class:`PersistentTileScheduler` — static persistent, with rasterization and clusters (CUTLASS
+``PersistentTileSchedulerSm90``).
+
+Output tiles (``tile_m x tile_n``) are grouped into *cluster tiles* of ``cluster_m x
+cluster_n`` tiles; a cluster tile is the unit of work of one cluster (its CTAs work in
+lockstep on neighbouring tiles; tiles past the problem edge inside a cluster tile compute on
+TMA's zero fill and store nothing). The launch is one-dimensional: ``grid = (clusters x
+cluster size, 1, 1)``, clusters of ``(cluster size, 1, 1)`` CTAs; CTA rank ``r`` in its cluster
+sits at ``(rm, rn) = (r % cluster_m, r // cluster_m)``.
+
+* persistent (default): ``clusters = min(cluster tiles, sm_count * ctas_per_sm // cluster
+  size)``; cluster ``c`` runs cluster tiles ``c, c + clusters, c + 2 clusters, ...``.
+* ``persistent=False``: one cluster per cluster tile (each CTA runs exactly one tile).
+
+Rasterization: ``raster="M"`` walks along M (consecutive work units change the M tile
+first), ``"N"`` along N; ``swizzle`` ``s`` in {1, 2, 4, 8} walks strips of ``s`` tiles across
+the other dimension (offset inside the strip fastest), so ``s`` consecutive units share A or
+B tiles in L2. The last strip may be narrower.
 """
 from __future__ import annotations
 
@@ -40,3 +59,136 @@ class TileScheduler:
     def tile_origin(self) -> tuple:
         """IR: ``(m0, n0)``, the first row and column of this CTA's tile (unsigned i32)."""
         return cir.block_idx("y") * self.tile_m, cir.block_idx("x") * self.tile_n
+
+
+DEFAULT_SM_COUNT = 132      #: H100 SXM, used when no device reports its SM count
+RASTERS = ("M", "N")
+SWIZZLES = (1, 2, 4, 8)
+
+
+class PersistentTileScheduler(TileScheduler):
+    """See module docstring. ``tile_m``/``tile_n`` in elements; ``sm_count`` SMs (None:
+    :data:`DEFAULT_SM_COUNT`); ``cluster`` ``(cluster_m, cluster_n)``; ``ctas_per_sm``
+    co-resident CTAs per SM (1 for the large-smem GEMMs). Raises ``ValueError`` for a raster
+    or swizzle outside :data:`RASTERS` / :data:`SWIZZLES` or a non-positive SM count."""
+
+    def __init__(self, tile_m: int, tile_n: int, raster: str = "M", swizzle: int = 1, sm_count=None,
+                 cluster=(1, 1), persistent: bool = True, ctas_per_sm: int = 1):
+        if raster not in RASTERS:
+            raise ValueError(f"raster must be one of {RASTERS}, got {raster!r}")
+        if swizzle not in SWIZZLES:
+            raise ValueError(f"swizzle must be one of {SWIZZLES}, got {swizzle!r}")
+        if sm_count is not None and (not isinstance(sm_count, int) or sm_count < 1):
+            raise ValueError(f"sm_count must be a positive int, got {sm_count!r}")
+        super().__init__(tile_m, tile_n)
+        self.raster, self.swizzle = raster, swizzle
+        self.sm_count = sm_count
+        self.cluster_m, self.cluster_n = tuple(cluster)
+        self.persistent, self.ctas_per_sm = persistent, ctas_per_sm
+
+    @property
+    def cluster_size(self) -> int:
+        return self.cluster_m * self.cluster_n
+
+    def config(self) -> dict:
+        """What the generated code depends on (``sm_count`` only changes the grid)."""
+        return {"raster": self.raster, "swizzle": self.swizzle, "cluster": [self.cluster_m, self.cluster_n],
+                "persistent": self.persistent}
+
+    # -- host ----------------------------------------------------------------------
+    def cluster_tiles(self, m: int, n: int) -> tuple:
+        """``(cluster tiles along M, along N)`` for an ``m x n`` output."""
+        return (ceil_div(ceil_div(m, self.tile_m), self.cluster_m), ceil_div(ceil_div(n, self.tile_n), self.cluster_n))
+
+    def clusters(self, m: int, n: int) -> int:
+        """Clusters launched for an ``m x n`` output."""
+        cm, cn = self.cluster_tiles(m, n)
+        total = cm * cn
+        if not self.persistent:
+            return total
+        sms = self.sm_count or DEFAULT_SM_COUNT
+        return max(1, min(total, sms * self.ctas_per_sm // self.cluster_size))
+
+    def grid(self, m: int, n: int, k: int = 0) -> tuple:
+        return (self.clusters(m, n) * self.cluster_size, 1, 1)
+
+    def unit_coords(self, unit: int, m: int, n: int) -> tuple:
+        """Cluster-tile ``(m, n)`` of linear work unit ``unit`` (host reference of the
+        rasterization the kernel emits)."""
+        ctm, ctn = self.cluster_tiles(m, n)
+        minor_n, major_n = (ctn, ctm) if self.raster == "M" else (ctm, ctn)
+        s = self.swizzle
+        strip, r = divmod(unit, major_n * s)
+        w = min(s, minor_n - strip * s)
+        minor, major = strip * s + r % w, r // w
+        return (major, minor) if self.raster == "M" else (minor, major)
+
+    def cta_tiles(self, cta: int, m: int, n: int) -> list:
+        """Origins ``(m0, n0)`` of the tiles CTA ``cta`` (linear block index) runs, in order
+        (host reference of :meth:`tile_count` / :meth:`tile_origin`)."""
+        cs = self.cluster_size
+        cid, rank, ncl = cta // cs, cta % cs, self.clusters(m, n)
+        ctm, ctn = self.cluster_tiles(m, n)
+        units = range(cid, ctm * ctn, ncl) if self.persistent else [cid]
+        rm, rn = rank % self.cluster_m, rank // self.cluster_m
+        out = []
+        for u in units:
+            cm, cn = self.unit_coords(u, m, n)
+            out.append(((cm * self.cluster_m + rm) * self.tile_m, (cn * self.cluster_n + rn) * self.tile_n))
+        return out
+
+    # -- IR ------------------------------------------------------------------------
+    def bind(self, m, n) -> None:
+        """Emit this CTA's coordinates for problem ``m x n`` (IR i32); call once per kernel."""
+        cs = self.cluster_size
+        bid = cir.block_idx()
+        self.rank = bid % cs if cs > 1 else 0
+        self.cluster_id = bid // cs if cs > 1 else bid
+        self.n_clusters = cir.grid_dim() // cs if cs > 1 else cir.grid_dim()
+        tiles_m = (m.unsigned() + (self.tile_m - 1)) // self.tile_m
+        tiles_n = (n.unsigned() + (self.tile_n - 1)) // self.tile_n
+        self.ct_m = (tiles_m + (self.cluster_m - 1)) // self.cluster_m if self.cluster_m > 1 else tiles_m
+        self.ct_n = (tiles_n + (self.cluster_n - 1)) // self.cluster_n if self.cluster_n > 1 else tiles_n
+        self.total = self.ct_m * self.ct_n
+
+    def tile_count(self):
+        """Work units (tiles) this CTA runs (IR i32)."""
+        if not self.persistent:
+            return cir.i32(1)
+        return (self.total - self.cluster_id + (self.n_clusters - 1)) // self.n_clusters
+
+    def _raster(self, unit):
+        """Cluster-tile ``(m, n)`` coordinates of linear work unit ``unit``."""
+        minor_n, major_n = (self.ct_n, self.ct_m) if self.raster == "M" else (self.ct_m, self.ct_n)
+        if self.swizzle == 1:
+            minor, major = unit // major_n, unit % major_n
+        else:
+            s = self.swizzle
+            strip = unit // (major_n * s)
+            r = unit % (major_n * s)
+            left = minor_n - strip * s
+            w = cir.select(left < s, left, cir.u32(s))
+            minor, major = strip * s + r % w, r // w
+        return (major, minor) if self.raster == "M" else (minor, major)
+
+    def tile_origin(self, i=0):
+        """Element coordinates ``(m0, n0)`` (IR i32) of this CTA's ``i``-th tile (IR i32 or 0)."""
+        unit = self.cluster_id + i * self.n_clusters if self.persistent else self.cluster_id
+        cm, cn = self._raster(unit)
+        rm, rn = (self.rank % self.cluster_m, self.rank // self.cluster_m) if self.cluster_size > 1 else (0, 0)
+        tm = cm * self.cluster_m + rm if self.cluster_m > 1 else cm
+        tn = cn * self.cluster_n + rn if self.cluster_n > 1 else cn
+        return tm * self.tile_m, tn * self.tile_n
+
+    # CUTLASS-style names over the same linear work index
+    def initial_tile(self):
+        return cir.i32(0)
+
+    def next_tile(self, i, step: int = 1):
+        return i + step
+
+    def is_valid(self, i):
+        return i < self.tile_count()
+
+
+__all__ = ["TileScheduler", "PersistentTileScheduler", "DEFAULT_SM_COUNT", "RASTERS", "SWIZZLES", "ceil_div"]

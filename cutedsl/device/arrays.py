@@ -172,7 +172,10 @@ def to_device(backend, host, pitch_align: int = 1) -> DeviceArray:
     host = np.ascontiguousarray(host)
     own = OwnedBuffer(backend, host.nbytes)
     backend.copy_to_device(own.buf, host)
-    return DeviceArray(own.buf.ptr, host.shape, host.strides, dt, backend, own)
+    # numpy calls an array with a size-1 dimension contiguous whatever that dimension's stride
+    # (x.T of an (8, 1) array has strides (2, 2)): the device copy gets true C strides
+    strides = tuple(int(np.prod(host.shape[i + 1:], dtype=np.int64)) * dt.nbytes for i in range(host.ndim))
+    return DeviceArray(own.buf.ptr, host.shape, strides, dt, backend, own)
 
 
 def empty(backend, shape, dt, pitch_align: int = 1) -> DeviceArray:

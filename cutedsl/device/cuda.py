@@ -110,6 +110,12 @@ class CudaBackend(Backend):
         name = _check(self.drv.cuDeviceGetName(256, self.device), "cuDeviceGetName")
         return name.split(b"\0")[0].decode()
 
+    @property
+    def sm_count(self) -> int:
+        """Streaming multiprocessors of the device (what persistent tile schedulers fill)."""
+        a = self.drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+        return int(_check(self.drv.cuDeviceGetAttribute(a, self.device), "cuDeviceGetAttribute"))
+
     def driver_version(self) -> int:
         return _check(self.drv.cuDriverGetVersion(), "cuDriverGetVersion")
 

@@ -24,11 +24,16 @@ import attrs
 import numpy as np
 
 from ..dtypes import dtype as _dtype
-from ..errors import ArgumentError, ArgumentTypeError, ConfigError, NoDeviceError, SharedMemoryError
+from ..errors import (ArgumentError, ArgumentTypeError, ConfigError, CuteDSLError, NoDeviceError,
+                      SharedMemoryError)
 from . import arrays, extras
 from .backends import check_backend_arg
 
 _MAX_I32 = 2 ** 31 - 1
+#: the schedules a ``GemmConfig`` can name; the last three are warp-specialized
+SCHEDULES = ("multistage", "single_tile", "warp_specialized", "cooperative", "pingpong")
+WARP_SPECIALIZED = SCHEDULES[2:]
+CLUSTERS = ((1, 1), (2, 1), (1, 2))
 
 
 def _is_int(v) -> bool:
@@ -68,7 +73,16 @@ class GemmConfig:
       {64, 128, 256}, BLOCK_K = 64. A 128 x 256 tile uses two consumer warpgroups.
     * ``stages``: shared-memory pipeline stages 1..7, or ``"auto"`` (as many as fit beside
       the epilogue in 227 KiB).
-    * ``schedule``: ``"multistage"`` (pipelined) or ``"single_tile"`` (unpipelined, atoms only).
+    * ``schedule``: ``"multistage"`` (pipelined, one warpgroup issues TMA and WGMMA),
+      ``"single_tile"`` (unpipelined, atoms only), ``"warp_specialized"`` (a producer and
+      consumer warpgroups, NVDSL chapter 5), ``"cooperative"`` (persistent, two consumer
+      warpgroups split each tile along M; BLOCK_M 128) or ``"pingpong"`` (persistent, two
+      consumer warpgroups on alternate tiles; chapter 6). See the README's schedule table.
+    * ``cluster``: ``(cluster_m, cluster_n)`` CTAs per cluster, ``(1, 1)``, ``(2, 1)`` or
+      ``(1, 2)`` (warp-specialized schedules); A is multicast along the cluster's N, B along M.
+    * ``raster``: ``"M"`` or ``"N"``, the direction the tile scheduler walks first;
+      ``swizzle``: 1, 2, 4 or 8 tiles per strip across it (warp-specialized schedules).
+    * ``sm_count``: SMs a persistent schedule fills (None: the device's, else 132).
     * ``b_major``: ``"N"`` (B is (K, N) row-major) or ``"K"`` (B stored transposed).
     * ``epilogue``: ``"tma"`` (registers -> smem -> TMA store) or ``"global"`` (bounds-checked
       stores from registers).
@@ -80,6 +94,10 @@ class GemmConfig:
     schedule: str = attrs.field(default="multistage")
     b_major: str = attrs.field(default="N")
     epilogue: str = attrs.field(default="tma")
+    cluster: tuple = attrs.field(default=(1, 1), converter=tuple)
+    raster: str = attrs.field(default="M")
+    swizzle: int = attrs.field(default=1)
+    sm_count: object = attrs.field(default=None)
 
     def __attrs_post_init__(self):
         for f in attrs.fields(type(self)):      # every field annotated ``str`` must be one
@@ -99,8 +117,9 @@ class GemmConfig:
             raise ConfigError(f"tile BLOCK_N must be 64, 128 or 256, got {bn}")
         if bk != 64:
             raise ConfigError(f"tile BLOCK_K must be 64 (one 128-byte swizzle row of f16/bf16), got {bk}")
-        if self.schedule not in ("multistage", "single_tile"):
-            raise ConfigError(f"schedule must be 'multistage' or 'single_tile', got {self.schedule!r}")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"schedule must be one of {', '.join(map(repr, SCHEDULES))}, got {self.schedule!r}")
+        self._check_schedule_fields()
         if self.b_major not in ("N", "K"):
             raise ConfigError(f"b_major must be 'N' or 'K', got {self.b_major!r}")
         if self.epilogue not in ("tma", "global"):
@@ -113,6 +132,21 @@ class GemmConfig:
             raise ConfigError(f"single_tile has exactly one stage, got stages={self.stages!r}")
         self.kernel()   # fails now (SharedMemoryError) when explicit stages cannot fit
 
+    def _check_schedule_fields(self):
+        if self.cluster not in CLUSTERS:
+            raise ConfigError(f"cluster must be one of {', '.join(map(str, CLUSTERS))} (cluster_m, cluster_n), "
+                              f"got {self.cluster!r}")
+        if self.cluster != (1, 1) and self.schedule not in WARP_SPECIALIZED:
+            raise ConfigError(f"cluster {self.cluster} needs a warp-specialized schedule "
+                              f"({', '.join(WARP_SPECIALIZED)}), not {self.schedule!r}")
+        if self.raster not in ("M", "N"):
+            raise ConfigError(f"raster must be 'M' or 'N', got {self.raster!r}")
+        if self.swizzle not in (1, 2, 4, 8) or isinstance(self.swizzle, bool):
+            raise ConfigError(f"swizzle must be 1, 2, 4 or 8, got {self.swizzle!r}")
+        if self.sm_count is not None and (not isinstance(self.sm_count, int) or isinstance(self.sm_count, bool)
+                                          or not 1 <= self.sm_count <= 4096):
+            raise ConfigError(f"sm_count must be None or an int in 1..4096, got {self.sm_count!r}")
+
     @classmethod
     def parse_tile(cls, text: str) -> tuple:
         """``"128x128x64"`` -> ``(128, 128, 64)``."""
@@ -124,15 +158,14 @@ class GemmConfig:
 
     def resolved_stages(self, kernel_cls=None, epilogue_cls=None) -> int:
         """The stage count used: explicit, or the most (<= 7) that fit in shared memory
-        (with ``kernel_cls``'s shared-memory plan, default ``MultistageGemmKernel``)."""
+        (with ``kernel_cls``'s shared-memory plan, default the schedule's kernel)."""
         if self.schedule == "single_tile" and kernel_cls is None:
             return 1
         if self.stages != "auto":
             return self.stages
-        from ..kernel.gemm import MultistageGemmKernel
         for s in range(7, 0, -1):
             try:
-                self._make(kernel_cls or MultistageGemmKernel, s, epilogue_cls).smem_plan()
+                self._make(kernel_cls or self._kernel_cls(), s, epilogue_cls).smem_plan()
                 return s
             except SharedMemoryError:
                 continue
@@ -162,7 +195,16 @@ class GemmConfig:
                   b_major="MN" if self.b_major == "N" else "K", epilogue=epilogue_cls or self._epilogue_cls())
         if stages is not None:
             kw["stages"] = stages
+        if "cluster" in inspect.signature(cls).parameters:     # warp-specialized kernels
+            kw.update(cluster=self.cluster, raster=self.raster, swizzle=self.swizzle, sm_count=self.sm_count)
         return cls(**kw)
+
+    def _kernel_cls(self):
+        """The kernel class of ``schedule``."""
+        from ..kernel import gemm, warp_specialized as ws
+        return {"multistage": gemm.MultistageGemmKernel, "single_tile": gemm.SingleTileGemmKernel,
+                "warp_specialized": ws.WarpSpecializedGemmKernel, "cooperative": ws.CooperativeGemmKernel,
+                "pingpong": ws.PingpongGemmKernel}[self.schedule]
 
     def kernel(self, epilogue_cls=None, kernel_cls=None):
         """The ``Kernel`` object this config builds (``SharedMemoryError`` if it cannot fit).
@@ -170,7 +212,7 @@ class GemmConfig:
         ``kernel_cls``: any ``GemmKernel`` subclass (it then decides the schedule; it gets
         ``stages`` when its constructor takes them); ``epilogue_cls``: an ``Epilogue`` subclass
         of the config's kind (``ConfigError`` otherwise)."""
-        from ..kernel.gemm import GemmKernel, MultistageGemmKernel, SingleTileGemmKernel
+        from ..kernel.gemm import GemmKernel
         if kernel_cls is not None and not (isinstance(kernel_cls, type) and issubclass(kernel_cls, GemmKernel)):
             raise ArgumentTypeError(f"kernel must be a GemmKernel subclass, got {kernel_cls!r}")
         if epilogue_cls is not None:
@@ -179,7 +221,7 @@ class GemmConfig:
                 raise ArgumentTypeError(f"epilogue must be an Epilogue subclass, got {epilogue_cls!r}")
         epi = self._epilogue_cls(epilogue_cls, kernel_cls)
         if kernel_cls is None:
-            kernel_cls = SingleTileGemmKernel if self.schedule == "single_tile" else MultistageGemmKernel
+            kernel_cls = self._kernel_cls()
         if "stages" not in inspect.signature(kernel_cls).parameters:
             if self.stages not in ("auto", 1):
                 raise ConfigError(f"{kernel_cls.__name__} has no pipeline stages (its constructor takes no "
@@ -324,12 +366,22 @@ class Gemm:
         if arr.ptr % 16:
             raise ArgumentError(f"{name}: global address 0x{arr.ptr:x} is not 16-byte aligned (TMA)")
 
+    def _device_sm_count(self):
+        """The backend's SM count (persistent schedules fill it), None without one."""
+        try:
+            return getattr(self.backend, "sm_count", None)
+        except CuteDSLError:
+            return None
+
     def grid(self, m: int, n: int, k: int = 0) -> tuple:
         """CTAs ``(x, y, z)`` launched for an (M, N, K) problem: ``kernel.grid(m, n, k)``,
         checked against the hardware's grid limits (gridDim.x 1..2^31-1, y and z 1..65535).
         Raises ``ArgumentError`` naming the problem, the grid dimension and the limit, before
         anything is compiled, allocated or launched."""
         from .backend import MAX_GRID
+        sched = getattr(self.kernel, "scheduler", None)
+        if self.config.sm_count is None and getattr(sched, "persistent", False) and sched.sm_count is None:
+            sched.sm_count = self._device_sm_count()
         raw = self.kernel.grid(m=m, n=n, k=k)
         g = tuple(int(x) for x in raw)
         who = f"{type(self.kernel).__name__}.grid()"

@@ -21,10 +21,7 @@ from .tensormap import FIELDS, SIZE, fields_of
 # -- memory access of the 128-byte object ----------------------------------------------------
 
 def _space(mods):
-    sp = [m for m in mods if m in ("global", "shared::cta", "shared::cluster", "shared")]
-    if not sp:
-        return "generic"
-    return "shared::cta" if sp[0] in ("shared", "shared::cta") else sp[0]
+    return next((m for m in mods if m in ("global", "shared::cta")), "generic")
 
 
 def _lane_mask(lane):
@@ -95,8 +92,11 @@ def _dec_replace(ctx, ins, mods, ops):
             f = fields_of(read_object(w, space, int(a), int(lane), ins))
             if has_ord:
                 getattr(f, field)[ordinal] = int(v)
+            elif field == "global_address" or int(v) <= 0xFF:
+                setattr(f, field, int(v))
             else:
-                setattr(f, field, int(v) if field == "global_address" else int(v) & 0xFF)
+                raise SimRuntimeError(f"tensormap.replace .{field} value {int(v)} does not fit the field "
+                                      f"(0..255)\n    at {ins.where()}")
             write_object(w, space, int(a), int(lane), f.pack(), ins)
     return fn
 

@@ -258,7 +258,7 @@ def dec_mapa(ctx, ins, mods, ops):
             a = a - np.uint64(SHARED_WIN)
         b = np.asarray(rb(w), np.uint64)
         n = len(w.cta.cluster.ctas)
-        if np.any(b >= n):
+        if np.any(b[m] >= n) if m is not None else np.any(b >= n):   # only the executing lanes
             raise SimRuntimeError(f"mapa to CTA rank {int(np.max(b))} in a {n}-CTA cluster\n    at {ins.where()}")
         r = ((b + np.uint64(1)) << np.uint64(RANK_SHIFT)) | (a & np.uint64(OFF_MASK))
         if generic:

@@ -17,7 +17,7 @@ from cutedsl.errors import (ArgumentError, ArgumentTypeError, ConfigError, NoDev
     (dict(tile=(128, 128)), r"\(BLOCK_M, BLOCK_N, BLOCK_K\)"),
     (dict(stages=0), "stages must be 'auto' or an int in 1..7"),
     (dict(stages=8), "1..7"),
-    (dict(schedule="pingpong"), "schedule"),
+    (dict(schedule="persistent"), "schedule"),
     (dict(b_major="M"), "b_major"),
     (dict(epilogue="smem"), "epilogue"),
     (dict(schedule="single_tile", tile=(128, 256, 64)), "255-register limit"),

@@ -72,3 +72,20 @@ def test_one_shot_gemm_takes_the_dtype_from_a(sim, rng):
     assert d.dtype == np.float32 and np.max(np.abs(d - ref)) / np.max(np.abs(ref)) < 2e-5
     with pytest.raises(Exception, match="dtype must be 'f16' or 'bf16'"):
         gemm(a.astype(np.float32), b, backend=sim)
+
+
+def test_to_device_gives_true_c_strides_for_size_one_dimensions():
+    """x.T of an (8, 1) array is (1, 8) with numpy strides (2, 2): numpy calls it contiguous,
+    but a device copy must carry C strides (16, 2) or TMA's row-stride rule rejects it
+    (found by the property test: K-major B with N = 1)."""
+    from cutedsl.device import arrays
+    from cutedsl.sim import SimBackend
+    be = SimBackend()
+    x = np.arange(8, dtype=np.float16).reshape(8, 1).T
+    assert x.strides == (2, 2)
+    d = arrays.to_device(be, x, pitch_align=16)
+    assert d.strides == (16, 2)
+    np.testing.assert_array_equal(arrays.to_host(d), x)
+    d1 = arrays.to_device(be, x)
+    assert d1.strides == (16, 2)
+    np.testing.assert_array_equal(arrays.to_host(d1), x)

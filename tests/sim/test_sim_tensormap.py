@@ -92,6 +92,7 @@ def run_device_map(t, box_np, coords, swizzle, es=1, emu=None):
     return emu.to_host(out, (img // 4 + 16,), np.uint32).view(np.uint8)[:img], emu.to_host(scratch, (128,), np.uint8)
 
 
+@pytest.mark.sim_kernel
 @pytest.mark.parametrize("swizzle,inner", [(0, 24), (64, 32), (128, 64)])
 def test_device_built_map_loads_like_a_host_map(swizzle, inner, rng):
     t = rng.integers(0, 60000, (40, 104)).astype(np.uint16).view(np.float16)
@@ -102,6 +103,7 @@ def test_device_built_map_loads_like_a_host_map(swizzle, inner, rng):
     assert (f.rank, f.global_dim[:2], f.global_stride[0], f.box_dim[:2]) == (1, [104, 40], 208, [inner, 16])
 
 
+@pytest.mark.sim_kernel
 def test_replace_on_a_host_map_keeps_the_other_fields():
     # Copy a host-encoded map to global memory, retarget it with .global replace, load through it.
     emu = Emulator()
@@ -180,6 +182,12 @@ def test_misaligned_object_is_reported():
     body = ("\tmov.u32 %r1, tmap_smem;\n\tadd.s32 %r1, %r1, 16;\n"
             "\ttensormap.replace.tile.rank.shared::cta.b1024.b32 [%r1], 1;")
     with pytest.raises(SimRuntimeError, match="64-byte aligned"):
+        Emulator().launch(load_ptx(kernel(body, decls=DECL)), 1, 1, [0], smem=1024)
+
+
+def test_replace_value_out_of_field_range_is_reported():
+    body = "\tmov.u32 %r1, tmap_smem;\n\tmov.u32 %r2, 300;\n\ttensormap.replace.tile.elemtype.shared::cta.b1024.b32 [%r1], %r2;"
+    with pytest.raises(SimRuntimeError, match=r"\.elemtype value 300 does not fit"):
         Emulator().launch(load_ptx(kernel(body, decls=DECL)), 1, 1, [0], smem=1024)
 
 

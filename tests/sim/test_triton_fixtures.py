@@ -69,17 +69,18 @@ def run_pointer_matmul(emu, rng, ptx=None, name="triton_mm_ptr", shape=(200, 72,
     return emu.to_host(out, (m, n), np.float32), ref
 
 
-@pytest.mark.parametrize("seed", [None, 1, 2])
-def test_pointer_matmul_cp_async_bit_exact(seed, rng):
+@pytest.mark.sim_kernel
+def test_pointer_matmul_cp_async_bit_exact(rng, sim_seed):
     # cp.async by other warps -> cp.async.wait_group -> bar.sync -> fence.proxy.async by the
     # wgmma-issuing threads -> wgmma: race-free under the happens-before rules, in eager mode
-    # and under adversarial interleavings
+    # and under adversarial interleavings (--sim-seeds)
     ptx, meta = fixture("triton_mm_ptr")
     assert ptx.count("cp.async.cg.shared.global") and "wgmma.mma_async" in ptx and meta["block"][0] == 256
-    out, ref = run_pointer_matmul(Emulator(chaos=seed), rng)   # 200 x 72 x 80: ragged M and N tiles, K tail of 16
-    assert np.array_equal(out, ref), f"input seed {rng.seed_value}, chaos seed {seed}"
+    out, ref = run_pointer_matmul(Emulator(), rng)   # 200 x 72 x 80: ragged M and N tiles, K tail of 16
+    assert np.array_equal(out, ref), f"input seed {rng.seed_value}, chaos seed {sim_seed}"
 
 
+@pytest.mark.sim_kernel
 def test_pointer_matmul_without_its_proxy_fence_is_a_race(rng):
     # The same PTX with Triton's only fence.proxy.async removed: wgmma (async proxy) then reads
     # what cp.async wrote through the generic proxy with nothing ordering the two proxies.
@@ -89,6 +90,7 @@ def test_pointer_matmul_without_its_proxy_fence_is_a_race(rng):
         run_pointer_matmul(Emulator(), rng, ptx.replace("fence.proxy.async.shared::cta;", ""))
 
 
+@pytest.mark.sim_kernel
 def test_small_tile_matmul_mma_sync_bit_exact(rng):
     # 32 x 32 tiles: Triton uses ldmatrix + mma.sync.m16n8k16 instead of wgmma
     ptx, _ = fixture("triton_mm_ptr_small")
@@ -104,6 +106,7 @@ def host_descriptor(emu, meta, index, buf, shape, dtype):
     return tmap, list(shape), [shape[1], 1]
 
 
+@pytest.mark.sim_kernel
 def test_tma_descriptor_matmul_bit_exact(rng):
     ptx, meta = fixture("triton_mm_tma")
     assert "cp.async.bulk.tensor.2d.shared::cluster.global" in ptx or "cp.async.bulk.tensor.2d.shared" in ptx
@@ -124,6 +127,7 @@ def test_tma_descriptor_matmul_bit_exact(rng):
     assert np.array_equal(emu.to_host(out, (m, n), np.float16).astype(np.float64), ref), f"seed {rng.seed_value}"
 
 
+@pytest.mark.sim_kernel
 @pytest.mark.parametrize("programs", [3, 1])
 def test_warp_specialized_persistent_device_descriptors_bit_exact(programs, rng):
     # 3 programs for 4 tiles: one program runs two; 1 program: every tile, the stage ring wraps
@@ -152,6 +156,7 @@ def test_fixture_parses_and_decodes(name):
     assert prog.name == meta["entry"]
 
 
+@pytest.mark.sim_kernel
 def test_warp_specialized_short_global_scratch_is_reported():
     # Triton's launcher gives every program global_scratch_size bytes for its tensor maps; one
     # program's worth too little is caught at the copy of the last program's map.

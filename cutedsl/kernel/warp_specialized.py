@@ -1,0 +1,258 @@
+"""Warp-specialized GEMM kernels (NVDSL chapters 5-6; CUTLASS ``KernelTmaWarpSpecialized``,
+``...Cooperative``, ``...Pingpong``).
+
+Every kernel has one *producer* warpgroup (the last one; it lowers its register budget with
+``setmaxnreg.dec`` to 40 and one elected thread issues all TMA loads) and one or two
+*consumer* warpgroups (``setmaxnreg.inc`` to 232; WGMMA and the epilogue). They share one
+full/empty TMA pipeline (:class:`~cutedsl.collective.pipeline.TmaPipeline`), one mainloop
+collective (:class:`~cutedsl.collective.warp_specialized.WarpSpecializedMainloop`), one
+epilogue collective and one tile scheduler
+(:class:`~cutedsl.collective.persistent_scheduler.PersistentTileScheduler`); the kernels
+differ only in how consumers share tiles:
+
+============================ ============= ================================================
+kernel                       persistent    consumer warpgroups
+============================ ============= ================================================
+WarpSpecializedGemmKernel    no            1 (2 splitting M for a 128 x 256 tile)
+CooperativeGemmKernel        yes           2, splitting each tile along M (tile_m = 128)
+PingpongGemmKernel           yes           2 on alternate tiles; the epilogue of one
+                                           overlaps the MMAs of the other
+============================ ============= ================================================
+
+Clusters ``(cluster_m, cluster_n)`` in ``(1, 1), (2, 1), (1, 2)``: A is multicast across the
+cluster's N direction, B across M; each slot's empty barrier counts the releases of every
+CTA that received the slot; a cluster barrier follows barrier initialisation; the producer
+waits for every release of its slots (``producer_tail``) before its CTA may exit.
+
+Kernel parameters as the other GEMMs: ``a``, ``b`` (tensor maps), ``d``, epilogue extras,
+``m``, ``n``, ``k`` (i32). Launch: ``grid = (clusters x cluster size, 1, 1)`` (see the
+scheduler); threads ``128 x (consumer warpgroups + 1)``.
+"""
+from __future__ import annotations
+
+from ..collective.epilogue import EpilogueContext, TmaStoreEpilogue
+from ..collective.tile_scheduler import PersistentTileScheduler
+from ..collective.pipeline import OrderedSequenceBarrier, PipelineState, TmaPipeline
+from ..collective.warp_specialized import CLUSTERS, WarpSpecializedMainloop
+from ..errors import ConfigError
+from ..ir._lazy import lazy
+from .gemm import GemmKernel
+
+cir = lazy("cutedsl.ir")
+
+PRODUCER_REGS, CONSUMER_REGS = 40, 232     #: setmaxnreg budgets (CUTLASS 40 / 232)
+LAUNCH_REGS = 65536 // 384 // 8 * 8         #: 168: the launch budget of 384 threads
+MAX_ACC_REGS = 128                          #: f32 accumulator registers per consumer thread we allow
+
+
+class WarpSpecializedGemmKernel(GemmKernel):
+    """Chapter 5: a producer warpgroup and consumer warpgroup(s) per output tile, one CTA per
+    tile (not persistent). ``stages`` 1..7 smem slots; ``cluster`` ``(cluster_m, cluster_n)``;
+    ``raster``/``swizzle``/``sm_count`` go to the tile scheduler. Raises ``ConfigError`` for
+    combinations the schedule cannot run (see :meth:`check`)."""
+
+    name = "gemm_warp_specialized"
+    mainloop_cls = WarpSpecializedMainloop
+    epilogue_cls = TmaStoreEpilogue
+    scheduler_cls = PersistentTileScheduler
+    persistent = False
+
+    def __init__(self, tile_m=128, tile_n=128, stages=4, dtype="f16", out_dtype="f32", b_major="MN",
+                 epilogue=None, cluster=(1, 1), raster="M", swizzle=1, sm_count=None):
+        super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue)
+        self.stages, self.cluster = stages, tuple(cluster)
+        self.check()
+        if hasattr(self.epilogue, "configure"):     # TMA-store epilogue: buffers per consumer warpgroup
+            self.epilogue.configure(warpgroups=self.consumer_warpgroups, defer_tail=True)
+        self.mainloop = self.mainloop_cls(tile_m, tile_n, stages, dtype, b_major, self.split_warpgroups,
+                                          self.cluster)
+        self.scheduler = self.scheduler_cls(tile_m, tile_n, raster, swizzle, sm_count, self.cluster,
+                                            persistent=self.persistent)
+
+    # -- schedule description (subclasses override) -------------------------------------
+    @property
+    def consumer_warpgroups(self) -> int:
+        """Consumer (MMA) warpgroups per CTA."""
+        return self.split_warpgroups
+
+    @property
+    def split_warpgroups(self) -> int:
+        """Consumer warpgroups that share one tile, each owning ``tile_m / split`` rows."""
+        return 2 if self.tile_m * self.tile_n > 128 * 128 else 1
+
+    def check(self) -> None:
+        """``ConfigError`` naming the limit when the schedule cannot run this tile/cluster."""
+        if self.cluster not in CLUSTERS:
+            raise ConfigError(f"cluster must be one of {CLUSTERS} (cluster_m, cluster_n), got {self.cluster}")
+        if self.tile_m // self.split_warpgroups < 64:
+            raise ConfigError(f"{self.name}: tile_m {self.tile_m} is too small to split over "
+                              f"{self.split_warpgroups} consumer warpgroups (64 rows each at least)")
+        acc = self.tile_m // self.split_warpgroups * self.tile_n // 128
+        if acc > MAX_ACC_REGS:
+            raise ConfigError(f"{self.name}: a {self.tile_m}x{self.tile_n} tile needs {acc} f32 accumulator "
+                              f"registers per consumer thread, past the {MAX_ACC_REGS} that fit the "
+                              f"{CONSUMER_REGS}-register consumer budget; use a smaller tile")
+        if not 1 <= self.stages <= 7:
+            raise ConfigError(f"stages must be 1..7, got {self.stages}")
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.consumer_warpgroups + 1)
+
+    @property
+    def launch_registers(self) -> int:
+        """Registers per thread at launch (``.maxnreg``): 168, what 384 threads (a producer
+        and two consumer warpgroups) can have, <= the consumers' 232. ptxas allocates the
+        whole kernel within it (a 64 x 256 single-consumer tile needs more than the 136 a
+        256-thread average of 40 and 232 would give); ``setmaxnreg`` then moves registers
+        from the producer to the consumers within the CTA's pool."""
+        return LAUNCH_REGS
+
+    def config(self) -> dict:
+        return {**super().config(), "stages": self.stages, "consumers": self.consumer_warpgroups,
+                "scheduler": self.scheduler.config()}
+
+    def grid(self, m: int, n: int, k: int = 0) -> tuple:
+        return self.scheduler.grid(m, n, k)
+
+    def smem_plan(self):
+        """The shared-memory plan (raises ``SharedMemoryError`` when it cannot fit)."""
+        from ..ir.smem import SmemPlan
+        plan = SmemPlan()
+        self.mainloop.plan(plan)
+        self.epilogue.plan(plan)
+        self.plan_extra(plan)
+        return plan
+
+    def plan_extra(self, plan) -> None:
+        """Extra shared memory / barriers of a schedule (none here)."""
+
+    def init_extra(self, smem, leader) -> None:
+        """Initialise the extra barriers (before the pipeline's init fence)."""
+
+    # -- IR ------------------------------------------------------------------------
+    def define(self):
+        from ..atom import MBarriers, warpgroup_reg_alloc, warpgroup_reg_dealloc
+        from ..ir import If, KernelBuilder, thread_idx
+        plan = self.smem_plan()
+        cs = self.cluster[0] * self.cluster[1]
+        kb = KernelBuilder(self.name, self.params(), block=(self.threads, 1, 1),
+                           cluster=(cs, 1, 1) if cs > 1 else None, max_registers=self.launch_registers)
+        ml = self.mainloop
+        with kb.build() as args:
+            smem = plan.bind()
+            tid = thread_idx()
+            leader = tid.eq(0)
+            pipeline = TmaPipeline(MBarriers(smem.barriers("full"), self.stages), ml.stage_bytes,
+                                   MBarriers(smem.barriers("empty"), self.stages),
+                                   consumers=4 * self.split_warpgroups, cluster=self.cluster)
+            self.init_extra(smem, leader)
+            pipeline.init(leader)
+            ml.bind(smem, args, pipeline)
+            ml.prefetch(predicate=leader)
+            pipeline.sync_after_init()
+            self.scheduler.bind(args.m, args.n)
+            k_first, k_tiles = self.k_tile_range(self.k_tiles(args))
+            wg = tid // 128
+            with If(wg.eq(self.consumer_warpgroups)):
+                warpgroup_reg_dealloc(PRODUCER_REGS)
+                with If((tid % 128).eq(0)):
+                    self.producer(pipeline, k_first, k_tiles)
+            with If(wg < self.consumer_warpgroups):
+                warpgroup_reg_alloc(CONSUMER_REGS)
+                self.consumer(args, smem, pipeline, wg, k_tiles)
+        return kb, plan.dynamic_bytes, ml.tensor_maps() + self.epilogue.tensor_maps()
+
+    def producer(self, pipeline, k_first, k_tiles) -> None:
+        """One thread: fill the pipeline with every tile's k-tiles in scheduler order, then
+        wait for every release (``producer_tail``)."""
+        sch, s = self.scheduler, self.stages
+        loop = cir.Loop(0, sch.tile_count(), carry=PipelineState(s).carry())
+        for i, carried in loop:
+            m0, n0 = sch.tile_origin(i)
+            st = self.mainloop.producer_loop(pipeline, PipelineState.from_carry(s, carried), k_first, k_tiles,
+                                             m0, n0)
+            loop.next(*st.carry())
+        pipeline.producer_tail(PipelineState.from_carry(s, loop.results))
+
+    def store(self, acc, args, smem, m0, n0, row_base, wg) -> None:
+        """The epilogue of one tile by consumer warpgroup ``wg`` (its rows from ``row_base``)."""
+        self.epilogue.store(acc, EpilogueContext(m0, n0, args.m, args.n, args, smem, row_base, warpgroup=wg))
+
+    def store_tail(self) -> None:
+        """After a consumer warpgroup's last tile: its TMA stores finished reading shared
+        memory (the epilogue defers this wait out of the tile loop)."""
+        if hasattr(self.epilogue, "store_tail"):
+            self.epilogue.store_tail()
+
+    def consumer(self, args, smem, pipeline, wg, k_tiles) -> None:
+        """Consumer warpgroups: every tile of this CTA, split along M between them."""
+        sch, s, ml = self.scheduler, self.stages, self.mainloop
+        row_base = wg * ml.wg_m if self.split_warpgroups > 1 else 0
+        loop = cir.Loop(0, sch.tile_count(), carry=PipelineState(s).carry())
+        for i, carried in loop:
+            m0, n0 = sch.tile_origin(i)
+            acc, st, last = ml.consumer_loop(pipeline, PipelineState.from_carry(s, carried), k_tiles)
+            ml.consumer_tail(last)
+            self.store(acc, args, smem, m0, n0, row_base, wg)
+            loop.next(*st.carry())
+        self.store_tail()
+
+
+class CooperativeGemmKernel(WarpSpecializedGemmKernel):
+    """Persistent; two consumer warpgroups split every tile along M (``tile_m`` 128); the
+    producer prefetches the next tile while the consumers run the epilogue."""
+
+    name = "gemm_cooperative"
+    persistent = True
+
+    @property
+    def split_warpgroups(self) -> int:
+        return 2
+
+
+class PingpongGemmKernel(WarpSpecializedGemmKernel):
+    """Persistent; two consumer warpgroups take alternate tiles of the CTA. An ordered
+    barrier (depth 2: mainloop, epilogue) makes them take turns, so one warpgroup's epilogue
+    overlaps the other's MMAs and the pipeline's slots are read in fill order."""
+
+    name = "gemm_pingpong"
+    persistent = True
+
+    @property
+    def consumer_warpgroups(self) -> int:
+        return 2
+
+    @property
+    def split_warpgroups(self) -> int:
+        return 1
+
+    def plan_extra(self, plan) -> None:
+        plan.barriers("order", 4)
+
+    def init_extra(self, smem, leader) -> None:
+        from ..atom import MBarriers
+        self.order = OrderedSequenceBarrier(MBarriers(smem.barriers("order"), 4), depth=2, length=2, arrivals=128)
+        self.order.init(leader)
+
+    def consumer(self, args, smem, pipeline, wg, k_tiles) -> None:
+        sch, s, ml, order = self.scheduler, self.stages, self.mainloop, self.order
+        # warpgroup 1 starts one tile (k_tiles fills) further along the ring
+        start = PipelineState(s).advance_by(wg * k_tiles)
+        loop = cir.Loop(wg, sch.tile_count(), step=2, carry=start.carry())
+        for i, carried in loop:
+            turn = i // 2
+            m0, n0 = sch.tile_origin(i)
+            order.wait(0, wg, turn)
+            acc, st, last = ml.consumer_loop(pipeline, PipelineState.from_carry(s, carried), k_tiles)
+            order.arrive(0, wg)          # the other warpgroup's MMAs may start
+            ml.consumer_tail(last)
+            order.wait(1, wg, turn)
+            self.store(acc, args, smem, m0, n0, 0, wg)
+            order.arrive(1, wg)
+            loop.next(*st.advance_by(k_tiles).carry())   # skip the other warpgroup's tile
+        self.store_tail()
+
+
+__all__ = ["WarpSpecializedGemmKernel", "CooperativeGemmKernel", "PingpongGemmKernel",
+           "PRODUCER_REGS", "CONSUMER_REGS"]

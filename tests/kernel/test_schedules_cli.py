@@ -1,0 +1,37 @@
+"""The schedule options of the main job: ``--schedule``, ``--cluster``, ``--raster``,
+``--swizzle``, ``--sm-count`` reach the kernel, and mistakes are one line naming the option."""
+import pytest
+
+from cutedsl import cli
+
+
+def test_pingpong_cluster_from_the_command_line():
+    args = cli._parser().parse_args(["gemm", "--m", "150", "--n", "300", "--k", "100", "--schedule", "pingpong",
+                                     "--tile", "64x128x64", "--cluster", "2x1", "--raster", "N", "--swizzle", "2",
+                                     "--sm-count", "2", "--backend", "sim", "--check"])
+    rep, status = cli.run_gemm(args)
+    assert status == 0 and rep["passed"] is True and rep["max_rel_err"] < 1e-5, rep
+    assert rep["schedule"] == "pingpong" and rep["cluster"] == [2, 1] and rep["raster"] == "N"
+    assert rep["swizzle"] == 2 and rep["grid"] == [2, 1, 1] and rep["threads"] == 384
+    assert rep["sass"]["USETMAXREG"] == 2
+
+
+@pytest.mark.parametrize("argv,option,match", [
+    (["--cluster", "3x1"], "--cluster", r"expected 1x1, 2x1 or 1x2 \(cluster_m x cluster_n\), got '3x1'"),
+    (["--swizzle", "3"], "--swizzle", r"invalid choice: 3"),
+    (["--raster", "K"], "--raster", r"invalid choice: 'K'"),
+    (["--sm-count", "0"], "--sm-count", r"1\.\.4096, got '0'"),
+    (["--cluster", "2x1"], "--cluster", r"needs a warp-specialized schedule"),
+    (["--schedule", "cooperative", "--tile", "64x128x64"], "--tile/--schedule", r"too small to split"),
+])
+def test_schedule_option_mistakes(argv, option, match, capsys):
+    import re
+    try:
+        status = cli.main(["gemm", "--m", "70", "--n", "64", "--k", "64", "--backend", "none"] + argv)
+    except SystemExit as e:
+        status = e.code
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert status == 2 and out == "" and len(lines) == 1, err
+    assert lines[0].startswith(f"python -m cutedsl gemm: error: argument {option}: "), lines[0]
+    assert re.search(match, lines[0]), lines[0]
