@@ -94,3 +94,15 @@ def test_backend_none_reports_the_checked_grid(capsys):
     assert cli.main(["gemm", "--m", "300", "--n", "200", "--k", "64", "--backend", "none", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["grid"] == [2, 3, 1] and rep["executed"] is False
+
+
+def test_dump_dir_env_writes_dumps_also_when_the_kernel_is_cached(tmp_path, monkeypatch, capsys):
+    from cutedsl import cli
+    argv = ["gemm", "--m", "100", "--n", "64", "--k", "64", "--stages", "1", "--backend", "none", "--json"]
+    assert cli.main(argv) == 0                              # the kernel is now in the cache
+    monkeypatch.setenv("CUTEDSL_DUMP_DIR", str(tmp_path / "dumps"))
+    assert cli.main(argv) == 0
+    rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rep["cached"] is False
+    names = sorted(p.name for p in (tmp_path / "dumps").iterdir())
+    assert names == [f"gemm_multistage.{s}" for s in ("after.mlir", "before.mlir", "ptx", "ptxas.log", "sass")]

@@ -42,13 +42,16 @@ class Kernel:
         """Return the ``CompiledKernel``, from the on-disk cache when possible.
 
         ``cache``: a ``KernelCache`` (default: ``$CUTEDSL_CACHE_DIR``), or ``False`` to compile
-        without any cache (as ``use_cache=False``, a ``dump_dir`` or env ``CUTEDSL_CACHE=off``
-        do; nothing is read or written then). The artifact's ``meta`` records the config,
+        without any cache (as ``use_cache=False``, a ``dump_dir``, env ``CUTEDSL_DUMP_DIR`` or
+        env ``CUTEDSL_CACHE=off`` do; nothing is read or written then). The artifact's ``meta`` records the config,
         ``build_seconds`` (IR construction) and the user code in its key; ``last_cache_hit``
         says whether it came from the cache. Raises ``CacheError`` on a miss where no MLIR
         toolchain is installed."""
+        import os
         from ..compiler.cache import caching_enabled, default_cache
 
+        if dump_dir is None:          # env CUTEDSL_DUMP_DIR dumps too: it must bypass a cache hit
+            dump_dir = os.environ.get("CUTEDSL_DUMP_DIR") or None
         use = use_cache and cache is not False and dump_dir is None and caching_enabled()
         key, ident = self.cache_key() if use else (None, None)
 
