@@ -136,7 +136,7 @@ def run_bench(args) -> int:
         sweep = Sweep(backend, lib, timer, lambda c: Gemm(c, backend), iters=iters, warmup=warmup, l2_bytes=l2,
                       max_sets=args.max_sets, flush=not args.no_flush, progress=bar)
         if bar.kind == "plain":
-            notes.append("no rich/tqdm: plain progress lines")
+            notes.append(f"plain progress lines: {bar.why}")
         result = {"header": header(backend, lib, timer, sweep, notes), "sets": []}
         for name, cfgs in plan:
             result["sets"].append(sweep.run_set(name, cfgs))

@@ -133,12 +133,14 @@ class Progress:
     def __init__(self, total: int, enabled: bool = True):
         self.total, self.enabled = total, enabled
         self.kind, self._bar, self._ctx, self._n = "plain", None, None, 0
+        self.why = ""        # why the bar is plain lines, for the report's header
 
     def __enter__(self):
         if not self.enabled:
             self.kind = "off"
             return self
         if not sys.stderr.isatty():      # a log file: one line per step says where a run stopped
+            self.why = "stderr is not a terminal"
             return self
         try:
             from rich.progress import Progress as RichProgress
@@ -153,6 +155,7 @@ class Progress:
                 self._bar = tqdm(total=self.total, file=sys.stderr)
                 self.kind = "tqdm"
             except ImportError:
+                self.why = "neither rich nor tqdm is installed"
                 print("progress: neither rich nor tqdm is installed; printing one line per step",
                       file=sys.stderr)
         return self

@@ -221,7 +221,7 @@ def test_progress_falls_back_to_plain_lines(monkeypatch, capsys):
     with report.Progress(2) as bar:
         bar("one")
         bar("two")
-    assert bar.kind == "plain"
+    assert bar.kind == "plain" and bar.why == "neither rich nor tqdm is installed"
     err = capsys.readouterr().err
     assert "neither rich nor tqdm" in err and "[1/2] one" in err and "[2/2] two" in err
 
@@ -237,5 +237,5 @@ def test_progress_prefers_rich(monkeypatch, capsys):
 def test_progress_into_a_log_is_one_line_per_step(capsys):
     with report.Progress(2) as bar:            # stderr captured: not a terminal
         bar("square 2048x2048x2048 multistage")
-    assert bar.kind == "plain"
+    assert bar.kind == "plain" and bar.why == "stderr is not a terminal"
     assert capsys.readouterr().err == "[1/2] square 2048x2048x2048 multistage\n"
