@@ -133,7 +133,7 @@ class GemmConfig:
         self.kernel()   # fails now (SharedMemoryError) when explicit stages cannot fit
 
     def _check_schedule_fields(self):
-        if self.cluster not in CLUSTERS:
+        if self.cluster not in CLUSTERS or not all(_is_int(c) for c in self.cluster):
             raise ConfigError(f"cluster must be one of {', '.join(map(str, CLUSTERS))} (cluster_m, cluster_n), "
                               f"got {self.cluster!r}")
         if self.cluster != (1, 1) and self.schedule not in WARP_SPECIALIZED:
@@ -141,8 +141,11 @@ class GemmConfig:
                               f"({', '.join(WARP_SPECIALIZED)}), not {self.schedule!r}")
         if self.raster not in ("M", "N"):
             raise ConfigError(f"raster must be 'M' or 'N', got {self.raster!r}")
-        if self.swizzle not in (1, 2, 4, 8) or isinstance(self.swizzle, bool):
+        if not _is_int(self.swizzle) or self.swizzle not in (1, 2, 4, 8):      # 2.0 is refused
             raise ConfigError(f"swizzle must be 1, 2, 4 or 8, got {self.swizzle!r}")
+        # numpy integers become plain ints (the kernels mix them with IR values)
+        object.__setattr__(self, "cluster", tuple(int(c) for c in self.cluster))
+        object.__setattr__(self, "swizzle", int(self.swizzle))
         if self.sm_count is not None and (not isinstance(self.sm_count, int) or isinstance(self.sm_count, bool)
                                           or not 1 <= self.sm_count <= 4096):
             raise ConfigError(f"sm_count must be None or an int in 1..4096, got {self.sm_count!r}")

@@ -37,6 +37,9 @@ from cutedsl.errors import (ArgumentError, ArgumentTypeError, ConfigError, NoDev
     (dict(out_dtype=None), r"out_dtype must be a string"),
     (dict(epilogue=["tma"]), r"epilogue must be a string"),
     (dict(b_major=b"N"), r"b_major must be a string"),
+    (dict(schedule="pingpong", swizzle=2.0), r"swizzle must be 1, 2, 4 or 8, got 2.0"),
+    (dict(schedule="pingpong", swizzle=True), r"swizzle must be 1, 2, 4 or 8, got True"),
+    (dict(schedule="cooperative", cluster=(2.0, 1)), r"cluster must be one of .* got \(2.0, 1\)"),
 ])
 def test_bad_configs(kw, match):
     with pytest.raises(ConfigError, match=match):
@@ -48,6 +51,9 @@ def test_numpy_integers_are_accepted_as_plain_ints():
     assert c.tile == (64, 128, 64) and c.stages == 2
     assert all(type(x) is int for x in c.tile) and type(c.stages) is int
     assert c == GemmConfig(tile=(64, 128, 64), stages=2)
+    c = GemmConfig(schedule="pingpong", cluster=np.array([2, 1]), swizzle=np.int64(4))
+    assert type(c.swizzle) is int and all(type(x) is int for x in c.cluster)
+    assert c == GemmConfig(schedule="pingpong", cluster=(2, 1), swizzle=4)
 
 
 def test_unknown_backend_fails_at_construction():
