@@ -71,8 +71,8 @@ class GemmConfig:
     * ``out_dtype``: ``"f32"`` (default), ``"f16"`` or ``"bf16"``.
     * ``tile``: ``(BLOCK_M, BLOCK_N, BLOCK_K)`` with BLOCK_M in {64, 128}, BLOCK_N in
       {64, 128, 256}, BLOCK_K = 64. A 128 x 256 tile uses two consumer warpgroups.
-    * ``stages``: shared-memory pipeline stages 1..7, or ``"auto"`` (as many as fit beside
-      the epilogue in 227 KiB).
+    * ``stages``: shared-memory pipeline stages 1..7 (2..7 for the warp-specialized
+      schedules), or ``"auto"`` (as many as fit beside the epilogue in 227 KiB).
     * ``schedule``: ``"multistage"`` (pipelined, one warpgroup issues TMA and WGMMA),
       ``"single_tile"`` (unpipelined, atoms only), ``"warp_specialized"`` (a producer and
       consumer warpgroups, NVDSL chapter 5), ``"cooperative"`` (persistent, two consumer

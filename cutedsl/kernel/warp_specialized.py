@@ -96,8 +96,10 @@ class WarpSpecializedGemmKernel(GemmKernel):
             raise ConfigError(f"{self.name}: a {self.tile_m}x{self.tile_n} tile needs {acc} f32 accumulator "
                               f"registers per consumer thread, past the {MAX_ACC_REGS} that fit the "
                               f"{CONSUMER_REGS}-register consumer budget; use a smaller tile")
-        if not 1 <= self.stages <= 7:
-            raise ConfigError(f"stages must be 1..7, got {self.stages}")
+        if not 2 <= self.stages <= 7:     # one stage: a consumer releases a slot only after the
+            # next k-tile's WGMMAs were issued (wait_group 1), which needs that fill: deadlock
+            raise ConfigError(f"{self.name}: stages must be 2..7 (the producer fills one stage while "
+                              f"the consumers read another), got {self.stages}")
 
     @property
     def threads(self) -> int:

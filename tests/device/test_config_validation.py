@@ -40,6 +40,11 @@ from cutedsl.errors import (ArgumentError, ArgumentTypeError, ConfigError, NoDev
     (dict(schedule="pingpong", swizzle=2.0), r"swizzle must be 1, 2, 4 or 8, got 2.0"),
     (dict(schedule="pingpong", swizzle=True), r"swizzle must be 1, 2, 4 or 8, got True"),
     (dict(schedule="cooperative", cluster=(2.0, 1)), r"cluster must be one of .* got \(2.0, 1\)"),
+    # one stage deadlocked warp-specialized kernels (or failed to place the epilogue in A)
+    (dict(schedule="warp_specialized", stages=1), r"gemm_warp_specialized: stages must be 2..7 .* got 1"),
+    (dict(schedule="warp_specialized", tile=(128, 256, 64), stages=1), r"stages must be 2..7"),
+    (dict(schedule="cooperative", stages=1), r"gemm_cooperative: stages must be 2..7"),
+    (dict(schedule="pingpong", tile=(64, 128, 64), stages=1), r"gemm_pingpong: stages must be 2..7"),
 ])
 def test_bad_configs(kw, match):
     with pytest.raises(ConfigError, match=match):
