@@ -34,7 +34,7 @@ def try_config(**kw):
 
 
 def parse_config(spec: str, base: dict | None = None) -> GemmConfig:
-    """``"tile=128x256x64,stages=4,schedule=multistage"`` -> ``GemmConfig`` (keys are
+    """``"tile=128x256x64,stages=4,schedule=pingpong,cluster=2x1"`` -> ``GemmConfig`` (keys are
     ``GemmConfig`` fields; ``ConfigError`` for a bad value, ``ValueError`` for a bad key)."""
     kw = dict(base or {})
     for part in filter(None, (p.strip() for p in spec.split(","))):
@@ -48,6 +48,10 @@ def parse_config(spec: str, base: dict | None = None) -> GemmConfig:
             kw[key] = GemmConfig.parse_tile(val)
         elif key == "stages":
             kw[key] = val if val == "auto" else int(val)
+        elif key in ("swizzle", "sm_count"):
+            kw[key] = int(val)
+        elif key == "cluster":                          # 2x1, as the gemm CLI writes it
+            kw[key] = tuple(int(x) for x in val.lower().split("x"))
         else:
             kw[key] = val
     return GemmConfig(**kw)
@@ -80,8 +84,11 @@ def sweep_configs(set_name: str, *, tiles=None, schedules=None, stages=None, bas
 def label(cfg: GemmConfig) -> str:
     """Short readable name: ``multistage 128x256x64 s4`` (types shown unless f16 -> f16)."""
     t = "x".join(map(str, cfg.tile))
-    extra = "".join(f" {k}={getattr(cfg, k)}" for k, d in (("b_major", "N"), ("epilogue", "tma"))
+    extra = "".join(f" {k}={getattr(cfg, k)}" for k, d in (("b_major", "N"), ("epilogue", "tma"), ("raster", "M"),
+                                                         ("swizzle", 1), ("sm_count", None))
                     if getattr(cfg, k) != d)
+    if cfg.cluster != (1, 1):
+        extra += " cluster={}x{}".format(*cfg.cluster)
     if (cfg.dtype, cfg.out_dtype) != ("f16", "f16"):      # the sweep's default types stay implicit
         extra += f" {cfg.dtype}->{cfg.out_dtype}"
     return f"{cfg.schedule} {t} s{cfg.resolved_stages()}{extra}"

@@ -37,6 +37,11 @@ def test_parse_config_and_labels():
         configs.parse_config("tile")
     with pytest.raises(ConfigError, match="BLOCK_N"):
         configs.parse_config("tile=128x96x64")
+    c = configs.parse_config("schedule=pingpong,cluster=2x1,raster=N,swizzle=2,sm_count=4")
+    assert c == GemmConfig(schedule="pingpong", cluster=(2, 1), raster="N", swizzle=2, sm_count=4)
+    assert configs.label(c) == "pingpong 128x128x64 s6 raster=N swizzle=2 sm_count=4 cluster=2x1 f16->f32"
+    with pytest.raises(ValueError):
+        configs.parse_config("schedule=pingpong,swizzle=two")
 
 
 @pytest.mark.parametrize("argv,msg", [
