@@ -7,7 +7,7 @@ Every kernel has one *producer* warpgroup (the last one; it lowers its register 
 full/empty TMA pipeline (:class:`~cutedsl.collective.pipeline.TmaPipeline`), one mainloop
 collective (:class:`~cutedsl.collective.warp_specialized.WarpSpecializedMainloop`), one
 epilogue collective and one tile scheduler
-(:class:`~cutedsl.collective.persistent_scheduler.PersistentTileScheduler`); the kernels
+(:class:`~cutedsl.collective.tile_scheduler.PersistentTileScheduler`); the kernels
 differ only in how consumers share tiles:
 
 ============================ ============= ================================================
@@ -63,7 +63,11 @@ class WarpSpecializedGemmKernel(GemmKernel):
         self.stages, self.cluster = stages, tuple(cluster)
         self.check()
         if hasattr(self.epilogue, "configure"):     # TMA-store epilogue: buffers per consumer warpgroup
-            self.epilogue.configure(warpgroups=self.consumer_warpgroups, defer_tail=True)
+            # one tile per CTA: once the consumers waited for every fill, no TMA load (own or a
+            # cluster peer's multicast) and no WGMMA touches the A stages again, so the epilogue
+            # sub-tiles may live there (one more pipeline stage fits)
+            self.epilogue.configure(warpgroups=self.consumer_warpgroups, defer_tail=True,
+                                    alias=None if self.persistent else "a")
         self.mainloop = self.mainloop_cls(tile_m, tile_n, stages, dtype, b_major, self.split_warpgroups,
                                           self.cluster)
         self.scheduler = self.scheduler_cls(tile_m, tile_n, raster, swizzle, sm_count, self.cluster,

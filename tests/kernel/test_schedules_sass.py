@@ -74,9 +74,18 @@ def test_config_refusals():
         GemmConfig(tile=(128, 256, 64), schedule="warp_specialized", stages=6)
 
 
-@pytest.mark.parametrize("schedule,tile,stages", [("warp_specialized", (128, 128), 6),
+@pytest.mark.parametrize("schedule,tile,stages", [("warp_specialized", (128, 128), 7),
                                                   ("cooperative", (128, 256), 4), ("pingpong", (64, 128), 7)])
 def test_auto_stages_fill_shared_memory(schedule, tile, stages):
     cfg = GemmConfig(tile=(*tile, 64), schedule=schedule)
     assert cfg.resolved_stages() == stages
     assert cfg.kernel().smem_plan().total_bytes <= 232448
+
+
+@pytest.mark.parametrize("cls", [WarpSpecializedGemmKernel, CooperativeGemmKernel, PingpongGemmKernel])
+def test_16_bit_epilogue_uses_stmatrix(cls):
+    """The shared epilogue writes 16-bit sub-tiles with stmatrix (STSM), not st.shared."""
+    k = cls(128, 128, stages=3, out_dtype="bf16").compile()
+    h = k.resources.sass
+    assert h.get("STSM", 0) > 0 and h.get("STS", 0) == 0, h
+    assert k.resources.spill_stores == 0
