@@ -7,7 +7,7 @@ Every kernel has one *producer* warpgroup (the last one; it lowers its register 
 full/empty TMA pipeline (:class:`~cutedsl.collective.pipeline.TmaPipeline`), one mainloop
 collective (:class:`~cutedsl.collective.warp_specialized.WarpSpecializedMainloop`), one
 epilogue collective and one tile scheduler
-(:class:`~cutedsl.collective.persistent_scheduler.PersistentTileScheduler`); the kernels
+(:class:`~cutedsl.collective.tile_scheduler.PersistentTileScheduler`); the kernels
 differ only in how consumers share tiles:
 
 ============================ ============= ================================================
