@@ -156,7 +156,14 @@ class WarpSpecializedGemmKernel(GemmKernel):
             ml.prefetch(predicate=leader)
             pipeline.sync_after_init()
             self.scheduler.bind(args.m, args.n)
-            k_first, k_tiles = self.k_tile_range(self.k_tiles(args))
+            total = self.k_tiles(args)
+            k_first, k_tiles = self.k_tile_range(total)
+            # an empty range (a split-K slice with nothing to do) runs one k-tile past the end
+            # of K instead: TMA fills it with zeros, so the accumulator is zero and no consumer
+            # waits for a fill that never comes
+            empty = cir.u32(k_tiles).eq(0) if not isinstance(k_tiles, int) else k_tiles == 0
+            k_first = cir.select(empty, total, k_first if not isinstance(k_first, int) else cir.u32(k_first))
+            k_tiles = cir.select(empty, cir.u32(1), k_tiles)
             wg = tid // 128
             with If(wg.eq(self.consumer_warpgroups)):
                 warpgroup_reg_dealloc(PRODUCER_REGS)
