@@ -14,7 +14,7 @@ _LAZY = {
     "GemmConfig": "cutedsl.device.gemm",
     "Gemm": "cutedsl.device.gemm",
     "CompiledKernel": "cutedsl.compiler.artifact",
-    "get_backend": "cutedsl.device.backends",
+    "get_backend": "cutedsl.device.selection",
 }
 
 

@@ -180,7 +180,7 @@ def run_gemm(args) -> tuple:
     """Returns ``(report dict, exit status)``."""
     import numpy as np
     from .device import Gemm
-    from .device.backends import resolve
+    from .device.selection import resolve
     from .dtypes import dtype as _dtype
     from .errors import ArgumentError, CuteDSLError, DumpError, NoDeviceError
 

@@ -56,15 +56,30 @@ class MBarriers:
         return V.Scalar(nvgpu.mbarrier_get(ir.IntegerType.get_signless(32), self.group, self._idx(i)),
                         signed=False)
 
-    def arrive_cluster(self, i, cta_rank) -> None:
+    def arrive_cluster(self, i, cta_rank, predicate=None) -> None:
         """Arrive on barrier ``i`` of the CTA of cluster rank ``cta_rank`` (int or IR i32; may
         be this CTA): ``mapa.shared::cluster`` + ``mbarrier.arrive.release.cluster.
-        shared::cluster.b64`` (CUTLASS ``ClusterBarrier::arrive(cta_id)``). Release at cluster
-        scope: this thread's prior accesses are ordered before the peer's wait returns. One
-        arrival per executing thread."""
+        shared::cluster.b64`` (CUTLASS ``ClusterBarrier::arrive(cta_id, pred)``). Release at
+        cluster scope: this thread's prior accesses are ordered before the peer's wait returns.
+        One arrival per executing thread.
+
+        ``predicate`` (IR i1, per thread): arrive only where it holds, as a predicated
+        instruction (``@p``; the ``mapa`` too, so the ranks of threads that do not arrive are
+        never used) rather than a branch — e.g. lane ``r`` of a consumer warp signals CTA ``r``
+        of the cluster — so a consumer loop stays free of divergent branches (which would cost
+        ptxas' uniform datapath)."""
         from .cluster import mapa
-        remote = mapa(self.address(i), cta_rank)
-        nvvm.mbarrier_arrive(None, remote, scope=ir.Attribute.parse("#nvvm.mem_scope<cluster>"))
+        if predicate is None:
+            remote = mapa(self.address(i), cta_rank)
+            nvvm.mbarrier_arrive(None, remote, scope=ir.Attribute.parse("#nvvm.mem_scope<cluster>"))
+            return
+        from mlir.dialects import llvm
+        p = V.Scalar(predicate).to("i32", signed=False)
+        llvm.inline_asm(None, [self.address(i), V.i32(cta_rank), p],
+                        "{\n\t.reg .pred p;\n\t.reg .b32 remote;\n\tsetp.ne.b32 p, $2, 0;\n\t"
+                        "@p mapa.shared::cluster.u32 remote, $0, $1;\n\t"
+                        "@p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n\t}",
+                        "r,r,r", has_side_effects=True)
 
     def arrive_expect_tx(self, i, tx_bytes, predicate=None) -> None:
         """``mbarrier.arrive.expect_tx``: add ``tx_bytes`` expected transaction bytes and arrive."""

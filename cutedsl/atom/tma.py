@@ -25,7 +25,7 @@ from __future__ import annotations
 from ..ir._lazy import lazy
 
 ir = lazy("mlir.ir")
-S = lazy("cutedsl.ir._smem_ir")
+S = lazy("cutedsl.ir.smem_tile")
 builtin, nvgpu, nvvm = lazy("mlir.dialects.builtin"), lazy("mlir.dialects.nvgpu"), lazy("mlir.dialects.nvvm")
 V = lazy("cutedsl.ir.values")
 

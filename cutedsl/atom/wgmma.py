@@ -37,7 +37,7 @@ from ..errors import LayoutError
 from ..ir._lazy import lazy
 
 ir = lazy("mlir.ir")
-S = lazy("cutedsl.ir._smem_ir")
+S = lazy("cutedsl.ir.smem_tile")
 llvm, nvvm = lazy("mlir.dialects.llvm"), lazy("mlir.dialects.nvvm")
 V = lazy("cutedsl.ir.values")
 

@@ -105,7 +105,7 @@ def set_names(args) -> list:
 
 def run_bench(args) -> int:
     from ..cli import UsageError
-    from ..device.backends import get_backend
+    from ..device.selection import get_backend
     from ..errors import NoDeviceError
     from . import libs, report
     from .runner import Sweep, header
@@ -166,7 +166,7 @@ def _write_files(args, result, report):
 
 
 def run_identity(args, backend, plan) -> int:
-    from ..device.backends import get_backend
+    from ..device.selection import get_backend
     from . import identity
     from .configs import config_dict  # noqa: F401 - keeps the config fields in one place
     cfgs = list(dict.fromkeys(c for _, cs in plan for c in cs))

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import DumpError
 from . import toolchain
 from .artifact import CompiledKernel, KernelResources
-from .pipeline import lower_to_ptx
+from .lowering import lower_to_ptx
 
 DUMP_ENV = "CUTEDSL_DUMP_DIR"
 

@@ -27,7 +27,7 @@ from ..dtypes import dtype as _dtype
 from ..errors import (ArgumentError, ArgumentTypeError, ConfigError, CuteDSLError, NoDeviceError,
                       SharedMemoryError)
 from . import arrays, extras
-from .backends import check_backend_arg
+from .selection import check_backend_arg
 
 _MAX_I32 = 2 ** 31 - 1
 #: the schedules a ``GemmConfig`` can name; the last three are warp-specialized
@@ -291,7 +291,7 @@ class Gemm:
         if b is None:
             with self._lock:
                 if self._backend is None:
-                    from .backends import get_backend
+                    from .selection import get_backend
                     self._backend = get_backend(self._backend_name)
                 b = self._backend
         return b

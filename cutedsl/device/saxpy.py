@@ -14,7 +14,7 @@ def saxpy(alpha: float, x, y, *, tma: bool = False, backend="auto"):
     ``ArgumentTypeError``/``ArgumentError`` before any launch.
     """
     from ..kernel import SaxpyKernel, TmaSaxpyKernel
-    from .backends import get_backend
+    from .selection import get_backend
     x, y = np.asarray(x), np.asarray(y)
     for name, v in (("x", x), ("y", y)):
         if v.dtype != np.float32:

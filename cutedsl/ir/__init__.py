@@ -12,7 +12,7 @@ _EXPORTS = {
     "control": ["Loop", "If"],
     "kernel": ["KernelBuilder"],
     "smem": ["SmemPlan", "SmemBuffer", "BarrierGroup"],
-    "_smem_ir": ["SmemTile"],
+    "smem_tile": ["SmemTile"],
     "gmem": ["GlobalPtr"],
 }
 _WHERE = {n: m for m, names in _EXPORTS.items() for n in names}

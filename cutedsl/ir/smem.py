@@ -182,5 +182,5 @@ class SmemPlan:
 
         Must be called inside a kernel body (``KernelBuilder.build``).
         """
-        from ._smem_ir import bind
+        from .smem_tile import bind
         return bind(self)

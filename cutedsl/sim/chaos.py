@@ -14,7 +14,7 @@ reproducibly:
   its shared-memory operands and writes its accumulator at a random point up to the first
   ``wgmma.wait_group`` of its warpgroup that covers it (operations of one warpgroup, and the
   read and write stage of one store, stay in order); mbarrier arrivals on another CTA of the
-  cluster land later likewise.
+  cluster land later likewise (Ampere ``cp.async`` copies complete at issue).
 
 All of this is inside what the PTX ISA guarantees (an operation completes between issue and
 the wait that observes it), so a correct kernel gives bit-identical integer results under

@@ -18,6 +18,7 @@ def _plan():
     plan.buffer("x", (128,), "i32")
     plan.barriers("full", 1)
     plan.barriers("remote", 1)
+    plan.barriers("sig", 1)
     return plan
 
 
@@ -25,7 +26,8 @@ def _cluster_kernel(args, smem):
     """Per CTA of a (2, 1) cluster: init barriers, cluster sync; every thread stores
     ``tid + 1000 * rank + 1`` into the *peer's* x[tid] through mapa and arrives on the peer's
     "remote" barrier; rank 0 multicasts rows ``16 * clusterid ..`` of src to both CTAs (each CTA
-    arms its own full barrier); each CTA waits for both and copies tile and x to global; a
+    arms its own full barrier); lane r of every warp signals CTA r's "sig" barrier through a
+    predicated remote arrival; each CTA waits for all three and copies tile and x to global; a
     final cluster sync keeps both CTAs alive until the peer is done with their memory."""
     from mlir.dialects import llvm, memref
     import cutedsl.ir as cir
@@ -35,14 +37,18 @@ def _cluster_kernel(args, smem):
     rank = cluster.cta_rank()
     full = MBarriers(smem.barriers("full"), 1)
     remote = MBarriers(smem.barriers("remote"), 1)
+    sig = MBarriers(smem.barriers("sig"), 1)
     full.init(0, 1, predicate=leader)
     remote.init(0, 128, predicate=leader)
+    sig.init(0, 8, predicate=leader)              # lane r of each of the 2 x 4 warps signals CTA r
     MBarriers.fence_init()
     cluster.cluster_sync()                          # peers' barriers are initialised before use
     peer = rank ^ 1
     xaddr = smem["x"].address() + cir.i64(tid) * 4
     llvm.store(cir.i32(tid + rank * 1000 + 1), cluster.mapa(cir.i32(xaddr), peer))
     remote.arrive_cluster(0, peer)
+    lane = cir.lane_id()
+    sig.arrive_cluster(0, lane, predicate=lane < 2)   # predicated: lanes >= 2 (no such CTA) do not
     tma = TmaCopy(SPEC, args.src)
     with cir.If(leader):
         full.arrive_expect_tx(0, tma.box_bytes)
@@ -51,6 +57,7 @@ def _cluster_kernel(args, smem):
         tma.load(smem["tile"].view(), full, 0, (cluster.cluster_id("x") * BOX[0], 0), multicast_mask=mask)
     full.wait(0, 0)
     remote.wait(0, 0)
+    sig.wait(0, 0)
     cta = cir.block_idx()
     out, outx = cir.GlobalPtr(args.out, "f32"), cir.GlobalPtr(args.outx, "i32")
     tile = smem["tile"].view()
@@ -78,6 +85,8 @@ def test_cluster_ptx_and_sass(cluster_kernel):
     assert "%cluster_ctarank" in ptx and "%clusterid.x" in ptx and "%cluster_ctaid.y" in ptx
     assert "mapa.shared::cluster.u64" in ptx and "st.shared::cluster.b32" in ptx
     assert "mbarrier.arrive.release.cluster.shared::cluster.b64 _," in ptx
+    assert "@p mapa.shared::cluster.u32 remote" in ptx
+    assert "@p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];" in ptx
     assert ptx.count("barrier.cluster.arrive.aligned;") == 2 and ptx.count("barrier.cluster.wait.aligned;") == 2
     assert ("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
             in ptx)

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from cutedsl.compiler import CompiledKernel, KernelCache, compile_kernel
-from cutedsl.compiler.pipeline import lower_to_ptx
+from cutedsl.compiler.lowering import lower_to_ptx
 from cutedsl.compiler.toolchain import sass_histogram, tool_path
 from cutedsl.errors import CacheError, CompileError, DumpError
 from cutedsl.ir import If, KernelBuilder, Param, block_idx, thread_idx

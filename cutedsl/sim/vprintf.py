@@ -1,4 +1,4 @@
-"""``call``: only the ``vprintf`` builtin (what ``gpu.printf`` lowers to).
+"""``call`` of the ``vprintf`` builtin (what ``gpu.printf`` lowers to), the only call the emulator runs.
 
 ``call.uni (retval0), vprintf, (param0, param1);`` reads, per active lane in lane order, the
 generic address of the NUL-terminated format string (param0) and of the packed argument
