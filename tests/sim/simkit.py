@@ -103,3 +103,21 @@ def alu(instr: str, in_types, inputs, out_type, emu: Emulator | None = None):
         return raw[:, :4].copy().view(np.uint32)[:, 0].astype(bool)
     dt = np.dtype(out_type) if not isinstance(out_type, str) else None
     return raw[:, :ow].copy().view(dt)[:, 0]
+
+
+#: Copies ``%r22`` bytes of shared memory at ``%r41`` to the global pointer ``%rd1``, 4 bytes
+#: per thread per step with 128 threads (``%r1`` = tid.x); used to read back a TMA destination.
+COPY_OUT = """
+\tshl.b32 %r50, %r1, 2;
+$L_copy:
+\tsetp.ge.u32 %p5, %r50, %r22;
+\t@%p5 bra $L_copied;
+\tadd.s32 %r51, %r41, %r50;
+\tld.shared.u32 %r52, [%r51];
+\tcvt.u64.u32 %rd20, %r50;
+\tadd.s64 %rd21, %rd1, %rd20;
+\tst.global.u32 [%rd21], %r52;
+\tadd.s32 %r50, %r50, 512;
+\tbra.uni $L_copy;
+$L_copied:
+"""

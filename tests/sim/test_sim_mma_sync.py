@@ -23,6 +23,9 @@ CASES = {  # name: (ptx types, K, numpy operand dtype, bytes, A table, B table, 
     "bf16": ("f32.bf16.bf16.f32", 16, ml_dtypes.bfloat16, 2, A_F16_K16, B_F16_K16, 2),
     "tf32": ("f32.tf32.tf32.f32", 8, np.float32, 4, A_TF32_K8, B_TF32_K8, 1),
     "s8": ("s32.s8.s8.s32", 32, np.int8, 1, A_S8_K32, B_S8_K32, 4),
+    "s8sat": ("satfinite.s32.s8.s8.s32", 32, np.int8, 1, A_S8_K32, B_S8_K32, 4),
+    "e4m3": ("f32.e4m3.e4m3.f32", 32, ml_dtypes.float8_e4m3fn, 1, A_S8_K32, B_S8_K32, 4),
+    "e5m2": ("f32.e5m2.e5m2.f32", 32, ml_dtypes.float8_e5m2, 1, A_S8_K32, B_S8_K32, 4),
 }
 
 
@@ -70,7 +73,7 @@ def test_fragments_and_numerics_match_the_isa_tables(case, rng):
     types, k, dt, esize, at, bt, mult = CASES[case]
     a = rng.integers(-8, 9, (16, k)).astype(dt)
     b = rng.integers(-8, 9, (k, 8)).astype(dt)
-    acc = np.int32 if case == "s8" else np.float32
+    acc = np.int32 if case.startswith("s8") else np.float32
     c = rng.integers(-100, 100, (16, 8)).astype(acc)
     emu = Emulator()
     fa = pack(a, at, mult, dt, esize)

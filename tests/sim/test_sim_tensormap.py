@@ -6,7 +6,7 @@ import pytest
 from cutedsl.sim import (Emulator, MemoryAccessError, PTXParseError, SimRuntimeError, UnsupportedInstruction,
                          load_ptx)
 from cutedsl.sim.tensormap import Fields, decode_blob, decode_fields
-from simkit import kernel, mbarrier_wait
+from simkit import COPY_OUT, kernel, mbarrier_wait
 from test_sim_tma import reference_image
 
 DECL = ("\t.shared .align 8 .b8 bars[16];\n\t.shared .align 128 .b8 tmap_smem[128];\n"
@@ -54,26 +54,15 @@ BUILD = """
 \t@%p10 mbarrier.arrive.expect_tx.shared.b64 _, [%r40], %r22;
 \t@%p10 cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%r41], [%rd3, {{%r25, %r26}}], [%r40];
 {wait}
-\tshl.b32 %r50, %r1, 2;
-$L_copy:
-\tsetp.ge.u32 %p5, %r50, %r22;
-\t@%p5 bra $L_copied;
-\tadd.s32 %r51, %r41, %r50;
-\tld.shared.u32 %r52, [%r51];
-\tcvt.u64.u32 %rd20, %r50;
-\tadd.s64 %rd21, %rd1, %rd20;
-\tst.global.u32 [%rd21], %r52;
-\tadd.s32 %r50, %r50, 512;
-\tbra.uni $L_copy;
-$L_copied:
-"""
+{copy_out}"""
 PARAMS = ("out", "src", "scratch", "bytes", "d0", "d1", "stride1", "c0", "c1")
 PTYPES = {"bytes": ".u32", "d0": ".u32", "d1": ".u32", "stride1": ".u64", "c0": ".s32", "c1": ".s32"}
 ELEMTYPE = {np.dtype(np.float16): 6, np.dtype(np.float32): 7, np.dtype(np.uint8): 0}
 
 
 def build_kernel(b0, b1, elemtype, swizzle, es=1):
-    body = BUILD.format(b0=b0, b1=b1, elemtype=elemtype, swizzle=swizzle, es=es, wait=mbarrier_wait("%r40", 0))
+    body = BUILD.format(b0=b0, b1=b1, elemtype=elemtype, swizzle=swizzle, es=es, wait=mbarrier_wait("%r40", 0),
+                        copy_out=COPY_OUT)
     return kernel(body, params=PARAMS, decls=DECL, ptypes=PTYPES)
 
 

@@ -4,24 +4,10 @@ import numpy as np
 import pytest
 
 from cutedsl.sim import Emulator, RaceError, load_ptx
-from simkit import kernel, mbarrier_wait
+from simkit import COPY_OUT, kernel, mbarrier_wait
 
 DECL = "\t.shared .align 8 .b8 bars[16];\n\t.extern .shared .align 16 .b8 dyn[];\n"
 WAIT = mbarrier_wait("%r40", 0)
-COPY_OUT = """
-\tshl.b32 %r50, %r1, 2;
-$L_copy:
-\tsetp.ge.u32 %p5, %r50, %r22;
-\t@%p5 bra $L_copied;
-\tadd.s32 %r51, %r41, %r50;
-\tld.shared.u32 %r52, [%r51];
-\tcvt.u64.u32 %rd20, %r50;
-\tadd.s64 %rd21, %rd1, %rd20;
-\tst.global.u32 [%rd21], %r52;
-\tadd.s32 %r50, %r50, 512;
-\tbra.uni $L_copy;
-$L_copied:
-"""
 
 
 def load_kernel(rank, wait=True, multicast=False):
