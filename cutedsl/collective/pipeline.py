@@ -150,12 +150,9 @@ class TmaPipeline:
         from ..atom.cluster import cta_rank
         cm, cn = self.cluster
         lane, me = cir.lane_id(), cta_rank()
-        # the peer rank is taken modulo the cluster size: LLVM may hoist the (pure) mapa out
-        # of the branch, and it must name a real CTA in every lane
-        peer = lane % (cm * cn)
-        same_line = (peer % cm).eq(me % cm) | (peer // cm).eq(me // cm)
-        with cir.If((lane < cm * cn) & same_line):
-            self.empty.arrive_cluster(state.index, peer)
+        same_line = (lane % cm).eq(me % cm) | (lane // cm).eq(me // cm)
+        # a predicated arrival, not a branch: the consumer loop stays free of divergence
+        self.empty.arrive_cluster(state.index, lane, predicate=(lane < cm * cn) & same_line)
 
 
 class OrderedSequenceBarrier:

@@ -2,7 +2,7 @@
 ``...Cooperative``, ``...Pingpong``).
 
 Every kernel has one *producer* warpgroup (the last one; it lowers its register budget with
-``setmaxnreg.dec`` to 40 and one elected thread issues all TMA loads) and one or two
+``setmaxnreg.dec`` to 40 and its first thread issues all TMA loads) and one or two
 *consumer* warpgroups (``setmaxnreg.inc`` to 232; WGMMA and the epilogue). They share one
 full/empty TMA pipeline (:class:`~cutedsl.collective.pipeline.TmaPipeline`), one mainloop
 collective (:class:`~cutedsl.collective.warp_specialized.WarpSpecializedMainloop`), one
@@ -26,7 +26,8 @@ waits for every release of its slots (``producer_tail``) before its CTA may exit
 
 Kernel parameters as the other GEMMs: ``a``, ``b`` (tensor maps), ``d``, epilogue extras,
 ``m``, ``n``, ``k`` (i32). Launch: ``grid = (clusters x cluster size, 1, 1)`` (see the
-scheduler); threads ``128 x (consumer warpgroups + 1)``.
+scheduler); threads ``128 x (consumer warpgroups + 1)``. ``k_tile_range`` may split K (an
+empty range runs one zero-filled k-tile past the end of K).
 """
 from __future__ import annotations
 
@@ -63,11 +64,12 @@ class WarpSpecializedGemmKernel(GemmKernel):
         self.stages, self.cluster = stages, tuple(cluster)
         self.check()
         if hasattr(self.epilogue, "configure"):     # TMA-store epilogue: buffers per consumer warpgroup
-            # one tile per CTA: once the consumers waited for every fill, no TMA load (own or a
-            # cluster peer's multicast) and no WGMMA touches the A stages again, so the epilogue
-            # sub-tiles may live there (one more pipeline stage fits)
+            # one tile per CTA, stored by every consumer warpgroup: once they waited for every
+            # fill, no TMA load (own or a cluster peer's multicast) and no WGMMA touches the A
+            # stages again, so the epilogue sub-tiles may live there (one more stage fits)
+            alias = not self.persistent and self.consumer_warpgroups == self.split_warpgroups
             self.epilogue.configure(warpgroups=self.consumer_warpgroups, defer_tail=True,
-                                    alias=None if self.persistent else "a")
+                                    alias="a" if alias else None)
         self.mainloop = self.mainloop_cls(tile_m, tile_n, stages, dtype, b_major, self.split_warpgroups,
                                           self.cluster)
         self.scheduler = self.scheduler_cls(tile_m, tile_n, raster, swizzle, sm_count, self.cluster,
@@ -158,7 +160,14 @@ class WarpSpecializedGemmKernel(GemmKernel):
             ml.prefetch(predicate=leader)
             pipeline.sync_after_init()
             self.scheduler.bind(args.m, args.n)
-            k_first, k_tiles = self.k_tile_range(self.k_tiles(args))
+            total = self.k_tiles(args)
+            k_first, k_tiles = self.k_tile_range(total)
+            # an empty range (a split-K slice with nothing to do) runs one k-tile past the end
+            # of K instead: TMA fills it with zeros, so the accumulator is zero and no consumer
+            # waits for a fill that never comes
+            empty = cir.u32(k_tiles).eq(0) if not isinstance(k_tiles, int) else k_tiles == 0
+            k_first = cir.select(empty, total, k_first if not isinstance(k_first, int) else cir.u32(k_first))
+            k_tiles = cir.select(empty, cir.u32(1), k_tiles)
             wg = tid // 128
             with If(wg.eq(self.consumer_warpgroups)):
                 warpgroup_reg_dealloc(PRODUCER_REGS)

@@ -111,3 +111,33 @@ def test_adversarial_interleavings(schedule, cluster, rng):
     be = _chaos_backend(int(rng.integers(1, 2 ** 31)))
     cfg = GemmConfig(tile=(128, 64, 64), stages=2, schedule=schedule, cluster=cluster, sm_count=2)
     run(cfg, 150 + int(rng.integers(0, 60)), 130 + int(rng.integers(0, 60)), 200, rng, be)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_split_k_slices_by_subclassing(schedule, rng, sim):
+    """``k_tile_range`` splits K between CTAs (grid z) and ``AtomicAddEpilogue`` sums the
+    slices; a slice with no k-tiles (more slices than k-tiles) contributes zeros, no hang."""
+    from cutedsl.collective import AtomicAddEpilogue
+    from cutedsl.ir import block_idx, select
+
+    base = GemmConfig(schedule=schedule, epilogue="global")._kernel_cls()
+
+    class SplitK(base):
+        epilogue_cls = AtomicAddEpilogue
+        persistent = False                   # one tile per CTA, slices along grid z
+
+        def grid(self, m, n, k=0):
+            return (*self.scheduler.grid(m, n, k)[:2], 3)
+
+        def k_tile_range(self, k_tiles):
+            per = (k_tiles + 2) // 3
+            first = block_idx("z") * per
+            end = select(first + per < k_tiles, first + per, k_tiles)
+            return first, select(first < k_tiles, end - first, 0)
+
+    m, n, k = 150, 70, 64 * 2 - 5            # 2 k-tiles over 3 slices: the last slice is empty
+    a = rng.integers(-4, 5, (m, k)).astype(np.float16)
+    b = rng.integers(-4, 5, (k, n)).astype(np.float16)
+    d = Gemm(GemmConfig(tile=(128, 64, 64), stages=2, schedule=schedule, epilogue="global"), sim,
+             kernel=SplitK)(a, b)
+    assert np.array_equal(d, a.astype(np.float64) @ b.astype(np.float64)), f"seed {rng.seed_value}"
