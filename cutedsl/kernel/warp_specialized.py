@@ -48,7 +48,7 @@ MAX_ACC_REGS = 128                          #: f32 accumulator registers per con
 
 class WarpSpecializedGemmKernel(GemmKernel):
     """Chapter 5: a producer warpgroup and consumer warpgroup(s) per output tile, one CTA per
-    tile (not persistent). ``stages`` 1..7 smem slots; ``cluster`` ``(cluster_m, cluster_n)``;
+    tile (not persistent). ``stages`` 2..7 smem slots; ``cluster`` ``(cluster_m, cluster_n)``;
     ``raster``/``swizzle``/``sm_count`` go to the tile scheduler. Raises ``ConfigError`` for
     combinations the schedule cannot run (see :meth:`check`)."""
 
