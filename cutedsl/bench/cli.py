@@ -86,10 +86,11 @@ def selected_configs(args, set_name: str) -> list:
         bad = [s for s in scheds if s not in ok]
         if bad:
             raise UsageError("--schedule", f"{', '.join(bad)} not accepted; choose from {', '.join(ok)}")
-    cfgs = C.sweep_configs(set_name, tiles=tiles, schedules=scheds, stages=stages, base=base)
+    rejected = []
+    cfgs = C.sweep_configs(set_name, tiles=tiles, schedules=scheds, stages=stages, base=base, rejected=rejected)
     if not cfgs:
         raise UsageError("--tile/--stages/--schedule", f"no valid config for set {set_name!r} "
-                         f"(GemmConfig rejects every combination)")
+                         f"(GemmConfig rejects every combination; the first: {rejected[0]})")
     return cfgs
 
 
