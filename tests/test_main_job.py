@@ -96,6 +96,23 @@ def test_backend_none_reports_the_checked_grid(capsys):
     assert rep["grid"] == [2, 3, 1] and rep["executed"] is False
 
 
+def test_backend_none_says_once_that_nothing_ran(capsys):
+    from cutedsl import cli
+    assert cli.main(["gemm", "--m", "300", "--n", "200", "--k", "64", "--backend", "none"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "  note: backend 'none' requested: nothing is executed"
+    assert sum("execute" in line for line in out) == 1
+
+
+def test_output_into_a_closed_pipe_ends_quietly():
+    # as ``python -m cutedsl gemm ... | head -3`` once head has exited: no BrokenPipeError traceback
+    p = subprocess.Popen([sys.executable, "-m", "cutedsl", "gemm", "--m", "100", "--n", "64", "--k", "64",
+                          "--backend", "none"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    p.stdout.close()                                    # the reader is gone before anything is written
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141 and err == ""
+
+
 def test_dump_dir_env_writes_dumps_also_when_the_kernel_is_cached(tmp_path, monkeypatch, capsys):
     from cutedsl import cli
     argv = ["gemm", "--m", "100", "--n", "64", "--k", "64", "--stages", "1", "--backend", "none", "--json"]
