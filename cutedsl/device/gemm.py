@@ -200,7 +200,12 @@ class GemmConfig:
             kw["stages"] = stages
         if "cluster" in inspect.signature(cls).parameters:     # warp-specialized kernels
             kw.update(cluster=self.cluster, raster=self.raster, swizzle=self.swizzle, sm_count=self.sm_count)
-        return cls(**kw)
+        try:
+            return cls(**kw)
+        except ValueError as e:         # a kernel or collective refusing this config (ConfigError for users)
+            if isinstance(e, CuteDSLError):
+                raise
+            raise ConfigError(f"{cls.__name__}: {e}") from None
 
     def _kernel_cls(self):
         """The kernel class of ``schedule``."""
