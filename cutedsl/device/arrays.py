@@ -221,9 +221,10 @@ def to_host(arr: DeviceArray) -> np.ndarray:
     return arr.numpy()
 
 
-def describe(x):
+def describe(x, name: str = "array"):
     """Describe a foreign device array as ``(ptr, shape, strides_bytes, DType, framework)``;
-    None when ``x`` is not a device array (e.g. a numpy array)."""
+    None when ``x`` is not a device array (e.g. a numpy array). ``ArgumentTypeError`` naming
+    argument ``name`` for anything that is no array at all."""
     if isinstance(x, DeviceArray):
         return x.ptr, x.shape, x.strides, x.dtype, "cutedsl"
     if type(x).__module__.split(".")[0] == "torch":
@@ -249,5 +250,5 @@ def describe(x):
         return cai["data"][0], shape, tuple(strides), dt, fw
     if isinstance(x, np.ndarray) or hasattr(x, "__array__"):
         return None
-    raise ArgumentTypeError(f"unsupported array type {type(x).__name__}: pass a numpy array, a "
+    raise ArgumentTypeError(f"{name}: unsupported array type {type(x).__name__}: pass a numpy array, a "
                             f"cutedsl DeviceArray or a CUDA array (torch, cupy)")
