@@ -289,9 +289,11 @@ def main(argv=None) -> int:
     prog = f"python -m cutedsl {args.cmd}"
     try:
         rep, status = run_gemm(args)
-    except (UsageError, CuteDSLError) as e:
+    except (UsageError, CuteDSLError, MemoryError) as e:
         if isinstance(e, NoDeviceError):
             e = UsageError("--backend", str(e))
+        elif isinstance(e, MemoryError):        # operands (or the emulator's copy) too big for this machine
+            e = UsageError("--m/--n/--k", f"the problem does not fit in memory here: {e}")
         msg = str(e) if isinstance(e, UsageError) else f"{type(e).__name__}: {e}"
         msg = " ".join(msg.split("\n")[:1])        # one line; details stay in --json
         if args.json:

@@ -89,6 +89,17 @@ def test_user_mistake_in_a_real_process_has_no_traceback():
                         "got '-5' (see --help)\n")
 
 
+def test_problem_too_big_for_memory_is_one_line():
+    # 1 x (2^31-1) x 1 passes the grid limits but needs 8 GiB of operands: capped at 6 GB here
+    import resource
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (6 * 10 ** 9, 6 * 10 ** 9))  # noqa: E731
+    r = subprocess.run([sys.executable, "-m", "cutedsl", "gemm", "--m", "1", "--n", "2147483647", "--k", "1",
+                        "--backend", "sim"], capture_output=True, text=True, cwd=ROOT, timeout=120, preexec_fn=limit)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("python -m cutedsl gemm: error: argument --m/--n/--k: the problem does not fit "
+                               "in memory here: Unable to allocate 8.00 GiB")
+
+
 def test_backend_none_reports_the_checked_grid(capsys):
     from cutedsl import cli
     assert cli.main(["gemm", "--m", "300", "--n", "200", "--k", "64", "--backend", "none", "--json"]) == 0
