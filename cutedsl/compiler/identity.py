@@ -21,6 +21,7 @@ import functools
 import hashlib
 import importlib.util
 import json
+import numbers
 import os
 import site
 import sys
@@ -186,6 +187,12 @@ def _code_digest(h, obj, seen: set) -> None:
         f = glb.get(name)
         if isinstance(f, types.FunctionType) and not getattr(sys.modules.get(f.__module__), "__file__", None):
             _code_digest(h, f, seen)      # a helper defined beside the class (notebook cell, exec)
+        elif isinstance(f, (types.ModuleType, types.FunctionType, type)):
+            mods: dict = {}               # a user module (or its function, class) the code uses
+            _visit(f.__name__ if isinstance(f, types.ModuleType) else f.__module__, mods, direct=False)
+            h.update(json.dumps(mods, sort_keys=True).encode())
+        elif isinstance(f, (numbers.Number, str, bytes, tuple, type(None))):
+            h.update(f"{name}={f!r}".encode())    # a constant beside the class (SCALE = 2.0)
 
 
 def _class_code(cls) -> str:

@@ -153,6 +153,22 @@ def test_identity_of_classes_without_source_file():
     assert code_identity(h1) != code_identity(h2)   # a file-less helper called from visit counts
 
 
+def test_classes_without_source_file_see_their_globals(tmp_path, monkeypatch):
+    """A notebook cell: ``SCALE = 2.0`` or a user module beside the class, edited between runs."""
+    base = "from cutedsl.collective.epilogue import GlobalEpilogue\nSCALE = {}\nclass E(GlobalEpilogue):\n" \
+           "    def visit(self, v, r, c):\n        return v * SCALE\n"
+    assert code_identity(_classes(base.format(2.0))["E"]) == code_identity(_classes(base.format(2.0))["E"])
+    assert code_identity(_classes(base.format(2.0))["E"]) != code_identity(_classes(base.format(3.0))["E"])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cell = base.format(1.0).replace("v * SCALE", "nb_helpers.shift(v)") + "import nb_helpers\n"
+    ids = []
+    for c in ("5.0", "6.0"):
+        (tmp_path / "nb_helpers.py").write_text(f"def shift(v):\n    return v + {c}\n")
+        monkeypatch.delitem(sys.modules, "nb_helpers", raising=False)
+        ids.append(code_identity(_classes(cell)["E"]))
+    assert ids[0] != ids[1]                         # an edit of the imported user module counts
+
+
 def test_key_of_library_kernels_is_stable_and_distinct():
     from cutedsl.kernel.gemm import MultistageGemmKernel
     from cutedsl.collective.epilogue import GlobalEpilogue
