@@ -204,12 +204,23 @@ def _class_code(cls) -> str:
     return h.hexdigest()[:16]
 
 
+def _plain_attrs(cls) -> str:
+    """Digest of a class's own data attributes with plain values (numbers, strings, tuples of
+    them), as they are now; "" when it has none."""
+    def plain(v):
+        return isinstance(v, (numbers.Number, str, bytes, type(None))) or \
+            (isinstance(v, tuple) and all(map(plain, v)))
+    items = sorted((k, repr(v)) for k, v in vars(cls).items() if not k.startswith("__") and plain(v))
+    return hashlib.sha256(repr(items).encode()).hexdigest()[:16] if items else ""
+
+
 def code_identity(*objects) -> dict:
     """The user code behind ``objects`` (instances or classes), JSON-able.
 
     ``{"classes": [qualified names of the MRO classes outside builtins, in order],
     "modules": {user module name: source digest}, "code": {class without a source file:
-    bytecode digest}}``. Functions, classes and modules held in an instance's attributes
+    bytecode digest, "<class>:attrs": digest of a user class's plain data attributes as they
+    are now}}``. Functions, classes and modules held in an instance's attributes
     (e.g. a helper stored on an epilogue) count as used too."""
     classes, modules, code = [], {}, {}
     for obj in objects:
@@ -222,6 +233,10 @@ def code_identity(*objects) -> dict:
             if c.__module__ == "builtins":
                 continue
             classes.append(qualname(c))
+            if not c.__module__.startswith("cutedsl."):
+                values = _plain_attrs(c)
+                if values:                    # set at run time (``MyKernel.splits = 4``): not in the source
+                    code[qualname(c) + ":attrs"] = values
             mod = sys.modules.get(c.__module__)
             if mod is not None and getattr(mod, "__file__", None):
                 _visit(c.__module__, modules, direct=True)   # (extension modules are skipped)

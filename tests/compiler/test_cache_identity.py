@@ -169,6 +169,20 @@ def test_classes_without_source_file_see_their_globals(tmp_path, monkeypatch):
     assert ids[0] != ids[1]                         # an edit of the imported user module counts
 
 
+def test_class_attributes_set_at_run_time_count(tmp_path, monkeypatch):
+    """``SplitK.splits = 2`` in one run and 3 in the next (same source) are different kernels."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "sk_mod.py").write_text("from cutedsl.kernel import MultistageGemmKernel\n\n"
+                                       "class SK(MultistageGemmKernel):\n    splits = 3\n    tag = ('a', 1)\n")
+    from sk_mod import SK
+    before = code_identity(SK)
+    monkeypatch.setattr(SK, "splits", 2)
+    assert code_identity(SK) != before
+    monkeypatch.setattr(SK, "splits", 3)
+    assert code_identity(SK) == before and "sk_mod.SK:attrs" in before["code"]
+    assert not [k for k in code_identity(SK(stages=2))["code"] if k.startswith("cutedsl.")]
+
+
 def test_key_of_library_kernels_is_stable_and_distinct():
     from cutedsl.kernel.gemm import MultistageGemmKernel
     from cutedsl.collective.epilogue import GlobalEpilogue
