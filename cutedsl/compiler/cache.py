@@ -50,8 +50,8 @@ _STALE_S = 600                  # a private temp dir older than this belongs to 
 BUILD_WAIT_S = 600              # longest wait for another process compiling the same kernel
 KEY_COVERS = ("kernel name and config; the library's code-generating sources (dtypes, ir, compiler, "
               "atom, collective, kernel); every class outside cutedsl in the MRO of the kernel and "
-              "its collectives (mainloop, epilogue, tile scheduler), the source of their modules and "
-              "of the user modules those import; toolchain versions (MLIR, LLVM, ptxas, nvdisasm)")
+              "its collectives (mainloop, epilogue, tile scheduler), their plain data attributes, the source "
+              "of their modules and of the user modules those import; toolchain versions (MLIR, LLVM, ptxas, nvdisasm)")
 
 # process-wide state per cache root: kernels kept in memory once the root proved unwritable
 _LOCK = threading.Lock()
