@@ -124,3 +124,29 @@ def test_atomic_add_epilogue_reduces_split_k_partials(rng, sim):
 def test_atomic_add_epilogue_is_f32_only():
     with pytest.raises(ValueError, match="AtomicAddEpilogue reduces in f32: out_dtype must be f32, got f16"):
         Gemm(GemmConfig(out_dtype="f16", epilogue="global"), kernel=OneKTilePerCta)
+
+
+@pytest.mark.parametrize("schedule,cluster", [("multistage", (1, 1)), ("warp_specialized", (1, 1)),
+                                              ("pingpong", (2, 1))])
+def test_one_load_stage_hook_issues_every_stage_fill(schedule, cluster):
+    """``load_stage`` is the one place a stage's TMA boxes are issued, by the multistage and
+    the warp-specialized mainloops alike (clusters included): a subclass overriding it sees
+    every fill site, with the absolute k-tile."""
+    cfg = GemmConfig(tile=(128, 64, 64), stages=2, schedule=schedule, cluster=cluster)
+    base = cfg._kernel_cls()
+    calls = []
+
+    class Spy(base.mainloop_cls):
+        def load_stage(self, state, k_tile, m0, n0, predicate=None):
+            calls.append((type(state.index), predicate is not None))
+            super().load_stage(state, k_tile, m0, n0, predicate)
+
+    class Kernel(base):
+        mainloop_cls = Spy
+
+    k = cfg.kernel(kernel_cls=Kernel)
+    k.define()
+    # multistage: 2 prologue fills + the refill in the loop, each predicated on the elected
+    # lane; warp-specialized: the producer loop's one fill site (inside the producer thread's branch)
+    assert len(calls) == (3 if schedule == "multistage" else 1), calls
+    assert all(pred == (schedule == "multistage") for _, pred in calls), calls
