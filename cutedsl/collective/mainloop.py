@@ -55,6 +55,7 @@ class MultistageMainloop:
     # -- static description --------------------------------------------------------
     @property
     def cluster(self) -> tuple:
+        """``(cluster_m, cluster_n)``: ``(1, 1)`` here."""
         return (self.cluster_m, self.cluster_n)
 
     @property
@@ -76,6 +77,8 @@ class MultistageMainloop:
 
     @property
     def stage_bytes(self) -> int:
+        """Bytes one stage receives: the whole A and B k-tiles (also with a cluster, whose
+        peers multicast the other slices into it)."""
         return (self.tile_m + self.tile_n) * K_TILE * 2
 
     def tensor_maps(self) -> list:
@@ -171,6 +174,7 @@ class MultistageMainloop:
             self.tma_b.load(dst, bar, s, coords, multicast_mask=mask_b, predicate=predicate)
 
     def prologue(self, k_tiles, m0, n0) -> None:
+        """Fill the first ``min(stages, k_tiles)`` slots with k-tiles 0.. (phase 0)."""
         for s in range(self.stages):
             with cir.If(k_tiles > s):
                 self.load(PipelineState(self.stages, s, 0), cir.i32(s), m0, n0)
@@ -232,6 +236,7 @@ class MultistageMainloop:
         return type(acc)(res[:-4], acc.n)
 
     def tail(self) -> None:
+        """``wgmma.wait_group 0``: the accumulator is final."""
         self.mma_atom.wait(0)
 
     def run(self, k_tiles, m0, n0, k_first=0):

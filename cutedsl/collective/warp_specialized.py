@@ -79,6 +79,8 @@ class WarpSpecializedMainloop(MultistageMainloop):
         return PipelineState.from_carry(self.stages, loop.results)
 
     def release(self, state: PipelineState) -> None:
+        """Every consumer warp releases slot ``state`` (with a cluster, in every CTA that
+        received it: :meth:`TmaPipeline.consumer_release_warp`)."""
         self.pipeline.consumer_release_warp(state)
 
     def consumer_loop(self, pipeline, state: PipelineState, k_tiles, acc: Accumulator | None = None):
