@@ -115,6 +115,20 @@ def gemm_config(args):
     return GemmConfig(**fields)
 
 
+def warn_ignored_options(cfg) -> None:
+    """One line on stderr when ``--raster``/``--swizzle``/``--sm-count`` were set to something
+    other than their default for a schedule without the persistent tile scheduler
+    (``multistage``, ``single_tile``), which ignores them; the run goes on."""
+    from .device.gemm import WARP_SPECIALIZED
+    if cfg.schedule in WARP_SPECIALIZED:
+        return
+    set_ = [o for o, v, d in (("--raster", cfg.raster, "M"), ("--swizzle", cfg.swizzle, 1),
+                              ("--sm-count", cfg.sm_count, None)) if v != d]
+    if set_:
+        print(f"python -m cutedsl gemm: warning: {'/'.join(set_)} ignored: schedule {cfg.schedule!r} has one "
+              f"CTA per tile in launch order (only {', '.join(WARP_SPECIALIZED)} use them)", file=sys.stderr)
+
+
 def _parser():
     p = ArgParser(prog="python -m cutedsl", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -185,6 +199,7 @@ def run_gemm(args) -> tuple:
     from .errors import ArgumentError, CuteDSLError, DumpError, NoDeviceError
 
     cfg = gemm_config(args)
+    warn_ignored_options(cfg)
     try:
         backend, why, no_device = *resolve(args.backend), None
     except NoDeviceError as e:                      # reported after the problem's own checks

@@ -39,6 +39,8 @@ _L2 = {0: "none", 64: "l2promo_64b", 128: "l2promo_128b", 256: "l2promo_256b"}
 
 
 def descriptor_type(spec: TensorMapSpec) -> ir.Type:
+    """The ``!nvgpu.tensormap.descriptor`` type of ``spec`` (box as a workgroup memref,
+    swizzle, L2 promotion, OOB fill)."""
     shape = "x".join(map(str, spec.box))
     return ir.Type.parse(
         f"!nvgpu.tensormap.descriptor<tensor = memref<{shape}x{_dtype(spec.dtype).mlir}, "
@@ -109,9 +111,13 @@ class TmaCopy:
         nvgpu.tma_async_store(src, self.desc, self._coords(coords), predicate=predicate)
 
     def prefetch(self, predicate=None) -> None:
+        """``prefetch.tensormap``: bring the descriptor into the cache before the first load
+        (where ``predicate``, IR i1, holds; usually one thread)."""
         nvgpu.tma_prefetch_descriptor(self.desc, predicate=predicate)
 
     def fence_descriptor(self) -> None:
+        """``fence.proxy.tensormap::generic.acquire``: needed before using a tensor map that
+        was written to global memory (not for the ``__grid_constant__`` parameters here)."""
         nvgpu.tma_fence_descriptor(self.desc)
 
 

@@ -50,14 +50,25 @@ class MultistageMainloop:
         self.mma_atom = WarpgroupMMA(self.wg_m, tile_n, dtype, b_major)
         self.k_first = 0          #: first k-tile of this CTA (set by ``run``)
 
+    cluster_m = cluster_n = 1     #: CTAs per cluster along M / N (see ``WarpSpecializedMainloop``)
+
     # -- static description --------------------------------------------------------
     @property
+    def cluster(self) -> tuple:
+        """``(cluster_m, cluster_n)``: ``(1, 1)`` here."""
+        return (self.cluster_m, self.cluster_n)
+
+    @property
     def a_box(self) -> tuple:
-        return (self.tile_m, K_TILE)
+        """A box: this CTA's ``1/cluster_n`` slice (rows) of the ``tile_m x 64`` A tile."""
+        return (self.tile_m // self.cluster_n, K_TILE)
 
     @property
     def b_box(self) -> tuple:
-        return (K_TILE, 64) if self.b_major == "MN" else (self.tile_n, K_TILE)
+        """B box: this CTA's ``1/cluster_m`` slice (outer rows) of one B box (MN-major:
+        ``64 x 64``, ``tile_n / 64`` of them; K-major: ``tile_n x 64``)."""
+        outer = K_TILE if self.b_major == "MN" else self.tile_n
+        return (outer // self.cluster_m, K_TILE if self.b_major == "K" else 64)
 
     @property
     def b_boxes(self) -> int:
@@ -66,6 +77,8 @@ class MultistageMainloop:
 
     @property
     def stage_bytes(self) -> int:
+        """Bytes one stage receives: the whole A and B k-tiles (also with a cluster, whose
+        peers multicast the other slices into it)."""
         return (self.tile_m + self.tile_n) * K_TILE * 2
 
     def tensor_maps(self) -> list:
@@ -122,17 +135,46 @@ class MultistageMainloop:
             one = elect_one()
             self.pipeline.producer_acquire(state)
             self.pipeline.producer_expect(state, predicate=one)
-            k0 = (k_tile + self.k_first) * K_TILE
-            bar = self.pipeline.full
-            self.tma_a.load(self.smem["a"].tile(state.index), bar, state.index, (m0, k0), predicate=one)
-            if self.b_major == "MN":
-                for j in range(self.b_boxes):
-                    dst = self.smem["b"].tile(state.index, shape=self.b_box, byte_offset=j * self.tma_b.box_bytes)
-                    self.tma_b.load(dst, bar, state.index, (k0, n0 + 64 * j), predicate=one)
-            else:
-                self.tma_b.load(self.smem["b"].tile(state.index), bar, state.index, (n0, k0), predicate=one)
+            self.load_stage(state, k_tile + self.k_first, m0, n0, predicate=one)
+
+    def _cluster_coords(self):
+        """``(rm, rn)`` of this CTA in its cluster (Python 0s without a cluster)."""
+        if self.cluster == (1, 1):
+            return 0, 0
+        from ..atom.cluster import cta_rank
+        rank = cta_rank()
+        return rank % self.cluster_m, rank // self.cluster_m
+
+    def load_stage(self, state: PipelineState, k_tile, m0, n0, predicate=None) -> None:
+        """Issue the TMA boxes of k-tile ``k_tile`` (absolute, IR i32) of the tile at ``(m0,
+        n0)`` into slot ``state.index``, completing on its full barrier (armed by the caller);
+        only where ``predicate`` (IR i1) holds. The one place a stage's boxes are issued, for
+        every mainloop: with a cluster (``cluster_m`` x ``cluster_n`` > 1) this CTA loads its
+        A/B slices (:attr:`a_box`, :attr:`b_box`) and multicasts them to the CTAs sharing them
+        (the cluster as ``(x, y) = (M, N)``: rank = ``rm + cluster_m * rn``)."""
+        k0 = k_tile * K_TILE
+        bar, s = self.pipeline.full, state.index
+        rm, rn = self._cluster_coords()
+        mask_a = mask_b = None
+        if self.cluster != (1, 1):
+            from ..atom.cluster import multicast_mask
+            if self.cluster_n > 1:  # A slice rn goes to every CTA with this rm (along N)
+                mask_a = multicast_mask(self.cluster, "y", (rm, rn))
+            if self.cluster_m > 1:  # B slice rm goes to every CTA with this rn (along M)
+                mask_b = multicast_mask(self.cluster, "x", (rm, rn))
+        a_rows, b_rows, row_bytes = self.a_box[0], self.b_box[0], K_TILE * 2
+        a_off = rn * (a_rows * row_bytes) if self.cluster_n > 1 else 0
+        self.tma_a.load(self.smem["a"].tile(s).sub(a_off, self.a_box), bar, s, (m0 + rn * a_rows, k0),
+                        multicast_mask=mask_a, predicate=predicate)
+        for j in range(self.b_boxes):
+            box_off = j * (64 * K_TILE * 2)          # MN-major: 64 columns x 64 K-rows per box
+            off = rm * (b_rows * row_bytes) + box_off if self.cluster_m > 1 else box_off
+            dst = self.smem["b"].tile(s).sub(off, self.b_box)
+            coords = (k0 + rm * b_rows, n0 + 64 * j) if self.b_major == "MN" else (n0 + rm * b_rows, k0)
+            self.tma_b.load(dst, bar, s, coords, multicast_mask=mask_b, predicate=predicate)
 
     def prologue(self, k_tiles, m0, n0) -> None:
+        """Fill the first ``min(stages, k_tiles)`` slots with k-tiles 0.. (phase 0)."""
         for s in range(self.stages):
             with cir.If(k_tiles > s):
                 self.load(PipelineState(self.stages, s, 0), cir.i32(s), m0, n0)
@@ -194,6 +236,7 @@ class MultistageMainloop:
         return type(acc)(res[:-4], acc.n)
 
     def tail(self) -> None:
+        """``wgmma.wait_group 0``: the accumulator is final."""
         self.mma_atom.wait(0)
 
     def run(self, k_tiles, m0, n0, k_first=0):

@@ -35,6 +35,8 @@ class PipelineState:
         return cls(stages, it % stages, (it // stages) & 1)
 
     def advance(self) -> "PipelineState":
+        """The next slot; the phase flips when the index wraps to 0 (Python ints stay ints,
+        IR values give IR ``select``s, no division)."""
         if isinstance(self.index, int) and isinstance(self.phase, int):
             nxt = self.index + 1
             return PipelineState(self.stages, nxt % self.stages, self.phase ^ (nxt == self.stages))
@@ -61,6 +63,7 @@ class PipelineState:
 
     @classmethod
     def from_carry(cls, stages, values) -> "PipelineState":
+        """The state from the two values :meth:`carry` gave (e.g. a loop's carried values)."""
         return cls(stages, values[0], values[1])
 
 

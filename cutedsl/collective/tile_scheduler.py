@@ -36,6 +36,7 @@ cir = lazy("cutedsl.ir")
 
 
 def ceil_div(a: int, b: int) -> int:
+    """``ceil(a / b)`` for Python ints (``b`` > 0)."""
     return -(-a // b)
 
 
@@ -88,6 +89,7 @@ class PersistentTileScheduler(TileScheduler):
 
     @property
     def cluster_size(self) -> int:
+        """CTAs per cluster, ``cluster_m * cluster_n``."""
         return self.cluster_m * self.cluster_n
 
     def config(self) -> dict:
@@ -179,16 +181,6 @@ class PersistentTileScheduler(TileScheduler):
         tm = cm * self.cluster_m + rm if self.cluster_m > 1 else cm
         tn = cn * self.cluster_n + rn if self.cluster_n > 1 else cn
         return tm * self.tile_m, tn * self.tile_n
-
-    # CUTLASS-style names over the same linear work index
-    def initial_tile(self):
-        return cir.i32(0)
-
-    def next_tile(self, i, step: int = 1):
-        return i + step
-
-    def is_valid(self, i):
-        return i < self.tile_count()
 
 
 __all__ = ["TileScheduler", "PersistentTileScheduler", "DEFAULT_SM_COUNT", "RASTERS", "SWIZZLES", "ceil_div"]

@@ -26,8 +26,7 @@ every CTA's full barrier still receives a whole stage of bytes. CTA rank inside 
 from __future__ import annotations
 
 from ..atom.tma import TmaCopy
-from ..atom.wgmma import K_TILE, Accumulator
-from ..compiler.artifact import TensorMapSpec
+from ..atom.wgmma import Accumulator
 from ..ir._lazy import lazy
 from .mainloop import MultistageMainloop
 from .pipeline import PipelineState
@@ -51,26 +50,6 @@ class WarpSpecializedMainloop(MultistageMainloop):
             raise ValueError(f"cluster must be one of {CLUSTERS}, got {cluster}")
         self.cluster_m, self.cluster_n = cluster
 
-    # -- static description (multicast slices) ---------------------------------------
-    @property
-    def cluster(self) -> tuple:
-        return (self.cluster_m, self.cluster_n)
-
-    @property
-    def a_box(self) -> tuple:
-        """A box: this CTA's ``1/cluster_n`` slice of the ``tile_m x 64`` A tile."""
-        return (self.tile_m // self.cluster_n, K_TILE)
-
-    @property
-    def b_box(self) -> tuple:
-        """B box: this CTA's ``1/cluster_m`` slice (outer rows) of one B box."""
-        outer = K_TILE if self.b_major == "MN" else self.tile_n
-        return (outer // self.cluster_m, K_TILE if self.b_major == "K" else 64)
-
-    def tensor_maps(self) -> list:
-        return [TensorMapSpec("a", self.dtype, self.a_box, swizzle=128),
-                TensorMapSpec("b", self.dtype, self.b_box, swizzle=128)]
-
     # -- IR ------------------------------------------------------------------------
     def bind(self, smem, args, pipeline) -> None:
         """Bind the bound shared memory, the tensor maps and the kernel's pipeline (no IR
@@ -84,41 +63,6 @@ class WarpSpecializedMainloop(MultistageMainloop):
         """``prefetch.tensormap`` of A and B."""
         self.tma_a.prefetch(predicate=predicate)
         self.tma_b.prefetch(predicate=predicate)
-
-    def _cluster_coords(self):
-        """``(rm, rn)`` of this CTA in its cluster (Python 0s without a cluster)."""
-        if self.cluster == (1, 1):
-            return 0, 0
-        from ..atom.cluster import cta_rank
-        rank = cta_rank()
-        return rank % self.cluster_m, rank // self.cluster_m
-
-    def load_stage(self, state: PipelineState, k_tile, m0, n0) -> None:
-        """Issue the TMA boxes of ``k_tile`` into slot ``state.index`` (one thread; the full
-        barrier was armed by the caller). With a cluster, this CTA's slices are multicast."""
-        k0 = k_tile * K_TILE
-        bar, s = self.pipeline.full, state.index
-        rm, rn = self._cluster_coords()
-        a_rows, row_bytes = self.a_box[0], K_TILE * 2
-        mask_a = mask_b = None
-        if self.cluster != (1, 1):
-            from ..atom.cluster import multicast_mask
-            # the cluster as (x, y) = (M, N): rank = rm + cluster_m * rn
-            if self.cluster_n > 1:  # A slice rn goes to every CTA with this rm (along N)
-                mask_a = multicast_mask(self.cluster, "y", (rm, rn))
-            if self.cluster_m > 1:  # B slice rm goes to every CTA with this rn (along M)
-                mask_b = multicast_mask(self.cluster, "x", (rm, rn))
-        # this CTA's slices: A rows rn * a_rows.., B outer rows rm * b_rows.. of every box
-        a_off = rn * (a_rows * row_bytes) if self.cluster_n > 1 else 0
-        self.tma_a.load(self.smem["a"].tile(s).sub(a_off, self.a_box), bar, s,
-                        (m0 + rn * a_rows, k0), multicast_mask=mask_a)
-        b_rows = self.b_box[0]
-        for j in range(self.b_boxes):
-            box_off = j * (64 * K_TILE * 2)          # MN-major: 64 columns x 64 K-rows per box
-            off = rm * (b_rows * row_bytes) + box_off if self.cluster_m > 1 else box_off
-            dst = self.smem["b"].tile(s).sub(off, self.b_box)
-            coords = (k0 + rm * b_rows, n0 + 64 * j) if self.b_major == "MN" else (n0 + rm * b_rows, k0)
-            self.tma_b.load(dst, bar, s, coords, multicast_mask=mask_b)
 
     def producer_loop(self, pipeline, state: PipelineState, k_first, k_tiles, m0, n0) -> PipelineState:
         """Fill ``k_tiles`` k-tiles starting at ``k_first`` (IR i32) of the tile at ``(m0, n0)``
@@ -135,6 +79,8 @@ class WarpSpecializedMainloop(MultistageMainloop):
         return PipelineState.from_carry(self.stages, loop.results)
 
     def release(self, state: PipelineState) -> None:
+        """Every consumer warp releases slot ``state`` (with a cluster, in every CTA that
+        received it: :meth:`TmaPipeline.consumer_release_warp`)."""
         self.pipeline.consumer_release_warp(state)
 
     def consumer_loop(self, pipeline, state: PipelineState, k_tiles, acc: Accumulator | None = None):

@@ -146,9 +146,10 @@ class GemmConfig:
         # numpy integers become plain ints (the kernels mix them with IR values)
         object.__setattr__(self, "cluster", tuple(int(c) for c in self.cluster))
         object.__setattr__(self, "swizzle", int(self.swizzle))
-        if self.sm_count is not None and (not isinstance(self.sm_count, int) or isinstance(self.sm_count, bool)
-                                          or not 1 <= self.sm_count <= 4096):
+        if self.sm_count is not None and (not _is_int(self.sm_count) or not 1 <= self.sm_count <= 4096):
             raise ConfigError(f"sm_count must be None or an int in 1..4096, got {self.sm_count!r}")
+        if self.sm_count is not None:
+            object.__setattr__(self, "sm_count", int(self.sm_count))
 
     @classmethod
     def parse_tile(cls, text: str) -> tuple:

@@ -91,6 +91,21 @@ class GemmKernel(Kernel):
         Tiles past ``k_tiles`` read as zeros (TMA fills out-of-bounds boxes)."""
         return 0, k_tiles
 
+    def smem_plan(self):
+        """The shared-memory plan: the mainloop's buffers and barriers (if it has a mainloop),
+        the epilogue's, then :meth:`plan_extra`'s. Raises ``SharedMemoryError`` when it cannot
+        fit (227 KiB per CTA on sm_90)."""
+        from ..ir.smem import SmemPlan
+        plan = SmemPlan()
+        if getattr(self, "mainloop", None) is not None:
+            self.mainloop.plan(plan)
+        self.epilogue.plan(plan)
+        self.plan_extra(plan)
+        return plan
+
+    def plan_extra(self, plan) -> None:
+        """Hook: declare a subclass's own shared memory / barriers in ``plan`` (none here)."""
+
     def _k_tile_range(self, args) -> tuple:
         from ..ir import u32
         first, count = self.k_tile_range(self.k_tiles(args))
@@ -132,14 +147,6 @@ class MultistageGemmKernel(GemmKernel):
     def config(self) -> dict:
         return {**super().config(), "stages": self.stages, "warpgroups": self.warpgroups}
 
-    def smem_plan(self):
-        """The shared-memory plan (raises ``SharedMemoryError`` when it cannot fit)."""
-        from ..ir.smem import SmemPlan
-        plan = SmemPlan()
-        self.mainloop.plan(plan)
-        self.epilogue.plan(plan)
-        return plan
-
     def define(self):
         from ..ir import KernelBuilder, thread_idx
         plan = self.smem_plan()
@@ -161,20 +168,22 @@ class SingleTileGemmKernel(GemmKernel):
 
     name = "gemm_single_tile"
 
+    def plan_extra(self, plan) -> None:
+        """One slot for A and B (128-byte swizzled) and its mbarrier."""
+        plan.buffer("a", (self.tile_m, 64), self.dtype, swizzle=128, major="K")
+        plan.buffer("b", (self.tile_n, 64), self.dtype, swizzle=128, major=self.b_major)
+        plan.barriers("bar", 1)
+
     def define(self):
         from mlir.dialects import gpu
         from ..atom import Accumulator, MBarriers, TmaCopy, WarpgroupMMA
         from ..compiler.artifact import TensorMapSpec
-        from ..ir import If, KernelBuilder, Loop, SmemPlan, thread_idx
+        from ..ir import If, KernelBuilder, Loop, thread_idx
         tm, tn = self.tile_m, self.tile_n
         b_box = (64, 64) if self.b_major == "MN" else (tn, 64)
         specs = [TensorMapSpec("a", self.dtype, (tm, 64), swizzle=128),
                  TensorMapSpec("b", self.dtype, b_box, swizzle=128)]
-        plan = SmemPlan()
-        plan.buffer("a", (tm, 64), self.dtype, swizzle=128, major="K")
-        plan.buffer("b", (tn, 64), self.dtype, swizzle=128, major=self.b_major)
-        plan.barriers("bar", 1)
-        self.epilogue.plan(plan)
+        plan = self.smem_plan()
         kb = KernelBuilder(self.name, self.params(), block=(128, 1, 1))
         with kb.build() as args:
             smem = plan.bind()

@@ -123,18 +123,6 @@ class WarpSpecializedGemmKernel(GemmKernel):
     def grid(self, m: int, n: int, k: int = 0) -> tuple:
         return self.scheduler.grid(m, n, k)
 
-    def smem_plan(self):
-        """The shared-memory plan (raises ``SharedMemoryError`` when it cannot fit)."""
-        from ..ir.smem import SmemPlan
-        plan = SmemPlan()
-        self.mainloop.plan(plan)
-        self.epilogue.plan(plan)
-        self.plan_extra(plan)
-        return plan
-
-    def plan_extra(self, plan) -> None:
-        """Extra shared memory / barriers of a schedule (none here)."""
-
     def init_extra(self, smem, leader) -> None:
         """Initialise the extra barriers (before the pipeline's init fence)."""
 

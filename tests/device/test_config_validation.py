@@ -59,6 +59,11 @@ def test_numpy_integers_are_accepted_as_plain_ints():
     c = GemmConfig(schedule="pingpong", cluster=np.array([2, 1]), swizzle=np.int64(4))
     assert type(c.swizzle) is int and all(type(x) is int for x in c.cluster)
     assert c == GemmConfig(schedule="pingpong", cluster=(2, 1), swizzle=4)
+    c = GemmConfig(schedule="pingpong", sm_count=np.int64(3))
+    assert type(c.sm_count) is int and c == GemmConfig(schedule="pingpong", sm_count=3)
+    for bad in (np.float64(3), True, np.bool_(True), 3.0):
+        with pytest.raises(ConfigError, match="sm_count must be None or an int in 1..4096"):
+            GemmConfig(schedule="pingpong", sm_count=bad)
 
 
 def test_unknown_backend_fails_at_construction():

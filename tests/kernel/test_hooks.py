@@ -125,3 +125,57 @@ def test_atomic_add_epilogue_is_f32_only():
     with pytest.raises(ConfigError, match="^OneKTilePerCta: AtomicAddEpilogue reduces in f32: out_dtype must be f32, "
                                           "got f16$"):
         Gemm(GemmConfig(out_dtype="f16", epilogue="global"), kernel=OneKTilePerCta)
+
+
+@pytest.mark.parametrize("schedule,cluster", [("multistage", (1, 1)), ("warp_specialized", (1, 1)),
+                                              ("pingpong", (2, 1))])
+def test_one_load_stage_hook_issues_every_stage_fill(schedule, cluster):
+    """``load_stage`` is the one place a stage's TMA boxes are issued, by the multistage and
+    the warp-specialized mainloops alike (clusters included): a subclass overriding it sees
+    every fill site, with the absolute k-tile."""
+    cfg = GemmConfig(tile=(128, 64, 64), stages=2, schedule=schedule, cluster=cluster)
+    base = cfg._kernel_cls()
+    calls = []
+
+    class Spy(base.mainloop_cls):
+        def load_stage(self, state, k_tile, m0, n0, predicate=None):
+            calls.append((type(state.index), predicate is not None))
+            super().load_stage(state, k_tile, m0, n0, predicate)
+
+    class Kernel(base):
+        mainloop_cls = Spy
+
+    k = cfg.kernel(kernel_cls=Kernel)
+    k.define()
+    # multistage: 2 prologue fills + the refill in the loop, each predicated on the elected
+    # lane; warp-specialized: the producer loop's one fill site (inside the producer thread's branch)
+    assert len(calls) == (3 if schedule == "multistage" else 1), calls
+    assert all(pred == (schedule == "multistage") for _, pred in calls), calls
+
+
+@pytest.mark.parametrize("base", [MultistageGemmKernel, SingleTileGemmKernel],
+                         ids=lambda c: c.__name__)
+def test_plan_extra_hook_and_one_smem_plan(base):
+    """Every GEMM kernel has one ``smem_plan`` (mainloop + epilogue + ``plan_extra``), so a
+    subclass's own buffers are planned (and checked against the 227 KiB limit) the same way
+    for every schedule; the single-tile kernel declares its slot there too."""
+    from cutedsl.errors import SharedMemoryError
+    from cutedsl.kernel.warp_specialized import PingpongGemmKernel
+
+    class Extra(base):
+        extra = 4096
+
+        def plan_extra(self, plan):
+            super().plan_extra(plan)
+            plan.buffer("scratch", (self.extra,), "f32")
+
+    k = Extra(128, 128, epilogue=TmaStoreEpilogue)
+    plan = k.smem_plan()
+    assert "scratch" in plan.buffers and "epilogue" in plan.buffers
+    assert {"a", "b"} <= set(plan.buffers)
+    assert plan.total_bytes >= base(128, 128, epilogue=TmaStoreEpilogue).smem_plan().total_bytes + 4 * 4096
+    Extra.extra = 60 * 1024                    # 240 KiB more: past the limit
+    with pytest.raises(SharedMemoryError, match="232448 B limit"):
+        Extra(128, 128).smem_plan()
+    # the ping-pong kernel's ordered barrier (4 mbarriers) beside 3 full + 3 empty ones
+    assert PingpongGemmKernel(128, 128, stages=3).smem_plan().static_bytes == 8 * (3 + 3 + 4)

@@ -1,5 +1,7 @@
 """The schedule options of the main job: ``--schedule``, ``--cluster``, ``--raster``,
 ``--swizzle``, ``--sm-count`` reach the kernel, and mistakes are one line naming the option."""
+import json
+
 import pytest
 
 from cutedsl import cli
@@ -35,3 +37,21 @@ def test_schedule_option_mistakes(argv, option, match, capsys):
     assert status == 2 and out == "" and len(lines) == 1, err
     assert lines[0].startswith(f"python -m cutedsl gemm: error: argument {option}: "), lines[0]
     assert re.search(match, lines[0]), lines[0]
+
+
+@pytest.mark.parametrize("schedule,argv,warned", [
+    ("multistage", ["--raster", "N", "--sm-count", "4"], "--raster/--sm-count"),
+    ("single_tile", ["--swizzle", "2"], "--swizzle"),
+    ("multistage", ["--raster", "M", "--swizzle", "1"], None),       # defaults: nothing to say
+    ("cooperative", ["--raster", "N", "--swizzle", "2", "--sm-count", "4"], None),
+])
+def test_scheduler_options_ignored_by_a_schedule_are_warned_about(schedule, argv, warned, capsys):
+    status = cli.main(["gemm", "--m", "70", "--n", "64", "--k", "64", "--backend", "none", "--json",
+                       "--schedule", schedule, "--tile", "128x128x64"] + argv)
+    out, err = capsys.readouterr()
+    assert status == 0 and json.loads(out)["schedule"] == schedule      # stdout stays one JSON object
+    if warned is None:
+        assert err == "", err
+    else:
+        assert err == (f"python -m cutedsl gemm: warning: {warned} ignored: schedule {schedule!r} has one CTA "
+                       f"per tile in launch order (only warp_specialized, cooperative, pingpong use them)\n")
