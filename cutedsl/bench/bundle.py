@@ -137,6 +137,7 @@ def verify(out: Path, log=print) -> list:
     try:
         manifest = json.loads((out / "manifest.json").read_text())
     except (OSError, ValueError) as e:
+        log(f"  PROBLEM: no readable manifest in {out}: {e}")
         return [f"no readable manifest in {out}: {e}"]
     problems = []
     if manifest["source_hash"] != source_hash():
@@ -167,8 +168,11 @@ def verify(out: Path, log=print) -> list:
 def main(args) -> int:
     out = Path(args.out)
     if args.print_key:
-        m = json.loads((out / "manifest.json").read_text())
-        v = m[args.print_key]
+        try:
+            v = json.loads((out / "manifest.json").read_text())[args.print_key]
+        except (OSError, ValueError, KeyError) as e:    # one line, no traceback (shell use)
+            print(f"error: no manifest entry {args.print_key!r} in {out}: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
         print(" ".join(v) if isinstance(v, list) else v)
         return 0
     if args.verify:

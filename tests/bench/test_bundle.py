@@ -122,3 +122,13 @@ def test_bundle_into_a_path_that_cannot_be_created_is_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "cutedsl", "bundle", "--out", str(tmp_path / "file" / "b")],
                        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and r.stderr == f"error: cannot create {tmp_path}/file/b/cache: Not a directory\n"
+
+
+def test_print_and_verify_without_a_bundle_say_so(tmp_path):
+    run = lambda *a: subprocess.run([sys.executable, "-m", "cutedsl", "bundle", "--out", str(tmp_path), *a],  # noqa: E731
+                                    cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+    r = run("--print", "source_hash")
+    assert r.returncode == 1 and r.stderr.startswith(f"error: no manifest entry 'source_hash' in {tmp_path}: "
+                                                     "FileNotFoundError") and r.stderr.count("\n") == 1
+    r = run("--verify")
+    assert r.returncode == 1 and f"PROBLEM: no readable manifest in {tmp_path}" in r.stdout
