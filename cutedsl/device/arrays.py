@@ -204,6 +204,15 @@ def empty(backend, shape, dt, pitch_align: int = 1) -> DeviceArray:
     return DeviceArray(own.buf.ptr, shape, strides, dt, backend, own)
 
 
+def check_backend_of(x, backend, name: str) -> None:
+    """``ArgumentError`` when ``x`` is a ``DeviceArray`` of another backend object than
+    ``backend`` (its address means nothing there: a fault, or garbage read on a GPU)."""
+    if isinstance(x, DeviceArray) and x.backend is not backend:
+        raise ArgumentError(f"{name} is a DeviceArray of another backend object ({getattr(x.backend, 'name', '?')}) "
+                            f"than this call's ({getattr(backend, 'name', '?')}): allocate it with that backend, "
+                            f"e.g. arrays.to_device(gemm.backend, x)")
+
+
 def zero_fill(arr: DeviceArray) -> None:
     """Set every byte of a 2-D/1-D device array (row padding included) to zero."""
     nbytes = arr.strides[0] * arr.shape[0] if arr.ndim == 2 else arr.nbytes

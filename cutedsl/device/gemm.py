@@ -464,6 +464,8 @@ class Gemm:
         grid = self.grid(m, n, k)
         kern = self.compiled
         be = self.backend
+        for name, x in (("a", a), ("b", b), ("out", out), *extra.items()):
+            arrays.check_backend_of(x, be, name)
         scratch = arrays.CallScratch(be)
         try:
             launch, result = self._prepare(scratch, kern, be, a, b, out, m, n, k, grid, extra, declared)

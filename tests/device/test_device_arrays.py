@@ -99,3 +99,16 @@ def test_swapped_arguments_are_named(sim):
         arrays.to_device(x, sim)
     with pytest.raises(ArgumentTypeError, match=r"^empty\(backend, shape, dtype\): backend expected first"):
         arrays.empty((4, 8), sim, "f16")
+
+
+def test_device_array_of_another_backend_object_is_refused(sim, rng):
+    from cutedsl.sim import SimBackend
+    other = SimBackend()
+    a, b = rng.standard_normal((70, 64)).astype(np.float16), rng.standard_normal((64, 50)).astype(np.float16)
+    g = Gemm(GemmConfig(tile=(64, 64, 64), stages=2), sim)
+    for kw, name in ((dict(a=arrays.to_device(other, a, 16), b=b), "a"),
+                     (dict(a=a, b=b, out=arrays.empty(other, (70, 50), "f32", 16)), "out")):
+        with pytest.raises(ArgumentError, match=rf"^{name} is a DeviceArray of another backend object \(sim\) than "
+                                                r"this call's \(sim\)"):
+            g(**kw)
+    assert sim.live_allocations() == 0
