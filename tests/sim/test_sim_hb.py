@@ -79,6 +79,13 @@ def test_fence_before_the_generic_write_does_not_count():
         run_copy(copy_kernel(writer_fence=FENCE))
 
 
+def test_proxy_fence_on_global_memory_does_not_order_shared_memory():
+    # fence.proxy.async.global acts on the global state space only (PTX ISA membar/fence: .space
+    # restricts a proxy fence); the shared-memory source of the TMA store is still unfenced
+    with pytest.raises(RaceError, match="fence.proxy.async after the generic-proxy write"):
+        run_copy(copy_kernel(issuer_fence="\t@%p1 fence.proxy.async.global;"))
+
+
 INIT = """
 \tmov.u32 %r1, %tid.x;
 \tsetp.eq.u32 %p1, %r1, 0;
