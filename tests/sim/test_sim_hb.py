@@ -8,6 +8,14 @@ import pytest
 from cutedsl.sim import Emulator, RaceError, load_ptx
 from simkit import HEADER, REGS, mbarrier_wait
 
+
+@pytest.fixture(autouse=True)
+def _modes_chosen_per_run(monkeypatch):
+    # every launch here names its mode (chaos=None is eager): a process-wide CUTEDSL_SIM_CHAOS
+    # must not turn the eager runs into adversarial ones
+    monkeypatch.delenv("CUTEDSL_SIM_CHAOS", raising=False)
+
+
 COPY = """
 \tmov.u32 %r1, %tid.x;
 \tld.param.u64 %rd1, [p_src];
