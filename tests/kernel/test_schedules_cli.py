@@ -35,3 +35,12 @@ def test_schedule_option_mistakes(argv, option, match, capsys):
     assert status == 2 and out == "" and len(lines) == 1, err
     assert lines[0].startswith(f"python -m cutedsl gemm: error: argument {option}: "), lines[0]
     assert re.search(match, lines[0]), lines[0]
+
+
+def test_adversarial_mode_seed_from_the_environment_is_reported(monkeypatch, capsys):
+    # CUTEDSL_SIM_CHAOS reaches the CLI's launches; the report names the seed to replay them
+    monkeypatch.setenv("CUTEDSL_SIM_CHAOS", "3")
+    status = cli.main(["gemm", "--m", "70", "--n", "72", "--k", "40", "--backend", "sim", "--check"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "adversarial mode, seed 3 (CUTEDSL_SIM_CHAOS=3)" in out and "PASS" in out
