@@ -282,10 +282,9 @@ def _print_text(rep):
       + f"  ({sum(rep['sass'].values())} instructions)")
     for m in rep["ptxas_messages"]:
         p(f"  ptxas: {m}")
-    if "note" in rep:
+    if "note" in rep:               # when nothing ran, the note says why (one line)
         p(f"  note: {rep['note']}")
     if not rep["executed"]:
-        p("  nothing was executed (no GPU and no emulator available, or --backend none)")
         return
     if "error" in rep:
         p(f"  error: {rep['error']}")
@@ -310,9 +309,11 @@ def main(argv=None) -> int:
     prog = f"python -m cutedsl {args.cmd}"
     try:
         rep, status = run_gemm(args)
-    except (UsageError, CuteDSLError) as e:
+    except (UsageError, CuteDSLError, MemoryError) as e:
         if isinstance(e, NoDeviceError):
             e = UsageError("--backend", str(e))
+        elif isinstance(e, MemoryError):        # operands (or the emulator's copy) too big for this machine
+            e = UsageError("--m/--n/--k", f"the problem does not fit in memory here: {e}")
         msg = str(e) if isinstance(e, UsageError) else f"{type(e).__name__}: {e}"
         msg = " ".join(msg.split("\n")[:1])        # one line; details stay in --json
         if args.json:
