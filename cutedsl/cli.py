@@ -254,6 +254,9 @@ def run_gemm(args) -> tuple:
         ms = times[len(times) // 2]
     else:
         ms = first * 1e3
+        seed = (getattr(backend, "last_launch", None) or {}).get("chaos")
+        if seed is not None:
+            rep["chaos"] = seed     # the emulator's adversarial-mode seed (replay with it)
     rep["time_ms"] = round(ms, 4)
     rep["tflops"] = round(flops / (ms * 1e-3) / 1e12, 6)
     if args.check:
@@ -288,6 +291,8 @@ def _print_text(rep):
         return
     what = "GPU time (median)" if rep["backend"] == "cuda" else "emulator wall time"
     p(f"  backend {rep['backend']}: {what} {rep['time_ms']:.3f} ms, {rep['tflops']:.4g} TFLOP/s")
+    if rep.get("chaos") is not None:
+        p(f"  emulator: adversarial mode, seed {rep['chaos']} (CUTEDSL_SIM_CHAOS={rep['chaos']})")
     if "passed" in rep:
         p(f"  check vs float64 numpy: max rel err {rep['max_rel_err']:.3e} (tolerance {rep['tolerance']:.1e}) "
           f"-> {'PASS' if rep['passed'] else 'FAIL'}")
