@@ -172,7 +172,9 @@ def run_cache(action: str) -> int:
         print(f"removed {cache.clear()} entries from {cache.root}")
         return 0
     i = cache.info()
-    print(f"cache: {i['root']}{'' if i['enabled'] else '  (disabled: CUTEDSL_CACHE=off)'}")
+    print(f"cache: {i['root']}{'' if i['enabled'] else '  (disabled: CUTEDSL_CACHE=off)'}"
+          + (f"  (cannot be written: {i['unwritable']}; kernels are kept in memory per process)"
+             if i["unwritable"] else ""))
     print(f"entries: {i['entries']}, {i['bytes'] / 1e6:.2f} MB")
     print(f"key covers: {i['key_covers']}")
     tc = i["toolchain_versions"]

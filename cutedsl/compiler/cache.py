@@ -353,9 +353,20 @@ class KernelCache:
         if toolchain_hash() is not None:
             from .toolchain import versions as _versions
             versions = _versions()
-        return {"toolchain_versions": versions, "root": str(self.root), "enabled": caching_enabled(), "entries": len(ents),
+        return {"toolchain_versions": versions, "root": str(self.root), "enabled": caching_enabled(),
+                "unwritable": self._why_unwritable(), "entries": len(ents),
                 "bytes": sum(e["bytes"] for e in ents), "library_hash": library_hash(),
                 "toolchain_hash": toolchain_hash(), "key_covers": KEY_COVERS, "list": ents}
+
+    def _why_unwritable(self) -> str | None:
+        """Why this root cannot be written (its nearest existing ancestor is no writable
+        directory), without creating anything; None when it can."""
+        p = self.root.absolute()
+        while not p.exists() and p != p.parent:
+            p = p.parent
+        if not p.is_dir():
+            return f"{p} is not a directory"
+        return None if os.access(p, os.W_OK | os.X_OK) else f"{p} is not writable"
 
     def clear(self) -> int:
         """Delete every entry (and leftovers of killed writers); returns the entries removed."""

@@ -310,3 +310,8 @@ def test_cli_cache_info_and_clear(tmp_path):
     r = run("clear")
     assert r.returncode == 0 and "removed 1" in r.stdout, r.stderr
     assert "entries: 0" in run("info").stdout
+    (tmp_path / "file").write_text("")
+    env["CUTEDSL_CACHE_DIR"] = str(tmp_path / "file" / "cache")          # a path under a regular file
+    assert run("info").stdout.splitlines()[0] == (f"cache: {tmp_path}/file/cache  (cannot be written: "
+                                                  f"{tmp_path}/file is not a directory; kernels are kept "
+                                                  "in memory per process)")
