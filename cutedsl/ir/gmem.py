@@ -50,7 +50,8 @@ class GlobalPtr:
           (``red.global.add.noftz.f16x2`` / ``.bf16x2``, sm_90 for bf16). ``idx`` must be even
           (the pair is one 4-byte access).
 
-        Raises ``TypeError`` for other dtypes or a value of the wrong type.
+        Raises ``TypeError`` for other dtypes or a value of the wrong type, ``ValueError`` for a
+        Python-int ``idx`` that is odd on an f16/bf16 pointer.
         """
         from mlir.dialects import vector
         name = self.dtype.name
@@ -58,6 +59,8 @@ class GlobalPtr:
             raise TypeError(f"atomic_add supports f32, f16 and bf16 pointers, not {name}")
         op, con, lanes = self._RED[name]
         if lanes == 2:
+            if isinstance(idx, int) and idx % 2:        # a known odd index: a misaligned 4-byte access
+                raise ValueError(f"atomic_add on a {name} pointer adds a pair at an even index, got {idx}")
             vt = ir.VectorType.get([2], self.elem)
             if isinstance(value, (tuple, list)):
                 lo, hi = value

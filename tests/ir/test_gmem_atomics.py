@@ -48,3 +48,5 @@ def test_type_errors():
             GlobalPtr(args.x, "f16").atomic_add(0, (f32(1.0), f32(2.0)))
         with pytest.raises(TypeError, match="atomic_add supports f32, f16 and bf16 pointers, not i32"):
             GlobalPtr(args.x, "i32").atomic_add(0, thread_idx())
+        with pytest.raises(ValueError, match="adds a pair at an even index, got 3"):
+            GlobalPtr(args.x, "bf16").atomic_add(3, (f32(1.0).to("bf16"), f32(2.0).to("bf16")))
