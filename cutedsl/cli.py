@@ -254,6 +254,9 @@ def run_gemm(args) -> tuple:
         ms = times[len(times) // 2]
     else:
         ms = first * 1e3
+        seed = (getattr(backend, "last_launch", None) or {}).get("chaos")
+        if seed is not None:
+            rep["chaos"] = seed     # the emulator's adversarial-mode seed (replay with it)
     rep["time_ms"] = round(ms, 4)
     rep["tflops"] = round(flops / (ms * 1e-3) / 1e12, 6)
     if args.check:
@@ -279,16 +282,17 @@ def _print_text(rep):
       + f"  ({sum(rep['sass'].values())} instructions)")
     for m in rep["ptxas_messages"]:
         p(f"  ptxas: {m}")
-    if "note" in rep:
+    if "note" in rep:               # when nothing ran, the note says why (one line)
         p(f"  note: {rep['note']}")
     if not rep["executed"]:
-        p("  nothing was executed (no GPU and no emulator available, or --backend none)")
         return
     if "error" in rep:
         p(f"  error: {rep['error']}")
         return
     what = "GPU time (median)" if rep["backend"] == "cuda" else "emulator wall time"
     p(f"  backend {rep['backend']}: {what} {rep['time_ms']:.3f} ms, {rep['tflops']:.4g} TFLOP/s")
+    if rep.get("chaos") is not None:
+        p(f"  emulator: adversarial mode, seed {rep['chaos']} (CUTEDSL_SIM_CHAOS={rep['chaos']})")
     if "passed" in rep:
         p(f"  check vs float64 numpy: max rel err {rep['max_rel_err']:.3e} (tolerance {rep['tolerance']:.1e}) "
           f"-> {'PASS' if rep['passed'] else 'FAIL'}")
@@ -305,9 +309,11 @@ def main(argv=None) -> int:
     prog = f"python -m cutedsl {args.cmd}"
     try:
         rep, status = run_gemm(args)
-    except (UsageError, CuteDSLError) as e:
+    except (UsageError, CuteDSLError, MemoryError) as e:
         if isinstance(e, NoDeviceError):
             e = UsageError("--backend", str(e))
+        elif isinstance(e, MemoryError):        # operands (or the emulator's copy) too big for this machine
+            e = UsageError("--m/--n/--k", f"the problem does not fit in memory here: {e}")
         msg = str(e) if isinstance(e, UsageError) else f"{type(e).__name__}: {e}"
         msg = " ".join(msg.split("\n")[:1])        # one line; details stay in --json
         if args.json:

@@ -89,11 +89,39 @@ def test_user_mistake_in_a_real_process_has_no_traceback():
                         "got '-5' (see --help)\n")
 
 
+def test_problem_too_big_for_memory_is_one_line():
+    # 1 x (2^31-1) x 1 passes the grid limits but needs 8 GiB of operands: capped at 6 GB here
+    import resource
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (6 * 10 ** 9, 6 * 10 ** 9))  # noqa: E731
+    r = subprocess.run([sys.executable, "-m", "cutedsl", "gemm", "--m", "1", "--n", "2147483647", "--k", "1",
+                        "--backend", "sim"], capture_output=True, text=True, cwd=ROOT, timeout=120, preexec_fn=limit)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("python -m cutedsl gemm: error: argument --m/--n/--k: the problem does not fit "
+                               "in memory here: Unable to allocate 8.00 GiB")
+
+
 def test_backend_none_reports_the_checked_grid(capsys):
     from cutedsl import cli
     assert cli.main(["gemm", "--m", "300", "--n", "200", "--k", "64", "--backend", "none", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["grid"] == [2, 3, 1] and rep["executed"] is False
+
+
+def test_backend_none_says_once_that_nothing_ran(capsys):
+    from cutedsl import cli
+    assert cli.main(["gemm", "--m", "300", "--n", "200", "--k", "64", "--backend", "none"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "  note: backend 'none' requested: nothing is executed"
+    assert sum("execute" in line for line in out) == 1
+
+
+def test_output_into_a_closed_pipe_ends_quietly():
+    # as ``python -m cutedsl gemm ... | head -3`` once head has exited: no BrokenPipeError traceback
+    p = subprocess.Popen([sys.executable, "-m", "cutedsl", "gemm", "--m", "100", "--n", "64", "--k", "64",
+                          "--backend", "none"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    p.stdout.close()                                    # the reader is gone before anything is written
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141 and err == ""
 
 
 def test_dump_dir_env_writes_dumps_also_when_the_kernel_is_cached(tmp_path, monkeypatch, capsys):

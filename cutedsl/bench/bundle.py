@@ -88,7 +88,10 @@ def build(out: Path, plan_name: str = "gpu", log=print) -> dict:
         raise CacheError(f"{out} exists, is not empty and holds no bundle manifest: refusing to overwrite it")
     shutil.rmtree(out / "cache", ignore_errors=True)
     cache_dir = out / "cache"
-    cache_dir.mkdir(parents=True)
+    try:
+        cache_dir.mkdir(parents=True)
+    except OSError as e:                # a path under a file, a read-only place: say so, no traceback
+        raise CacheError(f"cannot create {cache_dir}: {e.strerror or e}") from None
     if toolchain_hash() is None:
         raise CacheError("building a bundle needs the MLIR toolchain (this machine has none)")
     os.environ["CUTEDSL_CACHE_DIR"] = str(cache_dir)     # the public way: Gemm compiles into the default cache

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 SET_NAMES = ("square", "skinny", "paper", "stages")
@@ -86,10 +87,11 @@ def selected_configs(args, set_name: str) -> list:
         bad = [s for s in scheds if s not in ok]
         if bad:
             raise UsageError("--schedule", f"{', '.join(bad)} not accepted; choose from {', '.join(ok)}")
-    cfgs = C.sweep_configs(set_name, tiles=tiles, schedules=scheds, stages=stages, base=base)
+    rejected = []
+    cfgs = C.sweep_configs(set_name, tiles=tiles, schedules=scheds, stages=stages, base=base, rejected=rejected)
     if not cfgs:
         raise UsageError("--tile/--stages/--schedule", f"no valid config for set {set_name!r} "
-                         f"(GemmConfig rejects every combination)")
+                         f"(GemmConfig rejects every combination; the first: {rejected[0]})")
     return cfgs
 
 
@@ -113,6 +115,7 @@ def run_bench(args) -> int:
     from .timing import EventTimer, WallTimer
 
     plan = [(n, selected_configs(args, n)) for n in set_names(args)]
+    check_output_paths(args)
     try:
         backend = get_backend(args.backend)
     except NoDeviceError as e:
@@ -156,6 +159,19 @@ def run_bench(args) -> int:
         print(report.text(result), end="")
     bad = sum(g["failed_checks"] for s in result["sets"] for g in s["summary"]["configs"].values())
     return 1 if bad else 0
+
+
+def check_output_paths(args) -> None:
+    """``UsageError`` before anything runs when ``--json``/``--csv``/``--plot`` name a file in a
+    directory that is missing or not writable (not a traceback after the whole sweep)."""
+    from ..cli import UsageError
+    for option in ("--json", "--csv", "--plot"):
+        path = getattr(args, option[2:], None)
+        if path and path != "-":
+            parent = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+                raise UsageError(option, f"cannot write {path!r}: directory {parent!r} "
+                                         f"{'is not writable' if os.path.isdir(parent) else 'does not exist'}")
 
 
 def _write_files(args, result, report):

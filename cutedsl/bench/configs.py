@@ -62,9 +62,10 @@ def attrs_fields() -> list:
     return [f.name for f in attrs.fields(GemmConfig)]
 
 
-def sweep_configs(set_name: str, *, tiles=None, schedules=None, stages=None, base=None) -> list:
+def sweep_configs(set_name: str, *, tiles=None, schedules=None, stages=None, base=None, rejected=None) -> list:
     """The configs a set is timed with: tiles x schedules x stages, skipping combinations the
-    library rejects (e.g. single_tile with a 128x256 tile, 7 stages that do not fit).
+    library rejects (e.g. single_tile with a 128x256 tile, 7 stages that do not fit); a list
+    passed as ``rejected`` receives each rejection's ``CuteDSLError``.
     For ``stages`` the stage counts default to 1..7, otherwise to ``"auto"``."""
     tiles = list(tiles or DEFAULT_TILES)
     schedules = list(schedules or accepted_schedules())
@@ -75,8 +76,13 @@ def sweep_configs(set_name: str, *, tiles=None, schedules=None, stages=None, bas
     for sched in schedules:
         for tile in tiles:
             for st in stages:
-                cfg = try_config(**{**base, "tile": tuple(tile), "schedule": sched, "stages": st})
-                if cfg is not None and cfg not in out:
+                try:
+                    cfg = GemmConfig(**{**base, "tile": tuple(tile), "schedule": sched, "stages": st})
+                except CuteDSLError as e:
+                    if rejected is not None:
+                        rejected.append(e)
+                    continue
+                if cfg not in out:
                     out.append(cfg)
     return out
 

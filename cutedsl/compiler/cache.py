@@ -44,12 +44,14 @@ except ImportError:             # pragma: no cover - not POSIX: no cross-process
 CACHE_ENV = "CUTEDSL_CACHE_DIR"
 SWITCH_ENV = "CUTEDSL_CACHE"
 _OFF = ("off", "0", "false", "no")
+_ON = ("on", "1", "true", "yes", "")
+_WARNED_SWITCH: set = set()     # CUTEDSL_CACHE values already warned about
 _STALE_S = 600                  # a private temp dir older than this belongs to a killed writer
 BUILD_WAIT_S = 600              # longest wait for another process compiling the same kernel
 KEY_COVERS = ("kernel name and config; the library's code-generating sources (dtypes, ir, compiler, "
               "atom, collective, kernel); every class outside cutedsl in the MRO of the kernel and "
-              "its collectives (mainloop, epilogue, tile scheduler), the source of their modules and "
-              "of the user modules those import; toolchain versions (MLIR, LLVM, ptxas, nvdisasm)")
+              "its collectives (mainloop, epilogue, tile scheduler), their plain data attributes, the source "
+              "of their modules and of the user modules those import; toolchain versions (MLIR, LLVM, ptxas, nvdisasm)")
 
 # process-wide state per cache root: kernels kept in memory once the root proved unwritable
 _LOCK = threading.Lock()
@@ -63,8 +65,17 @@ def source_hash() -> str:
 
 
 def caching_enabled() -> bool:
-    """False when ``CUTEDSL_CACHE`` is ``off`` (or 0/false/no): compile every time, write nothing."""
-    return os.environ.get(SWITCH_ENV, "on").strip().lower() not in _OFF
+    """False when ``CUTEDSL_CACHE`` is ``off`` (or 0/false/no): compile every time, write nothing.
+    ``on``/1/true/yes or unset: on. Any other value: on, with one warning naming the accepted values."""
+    raw = os.environ.get(SWITCH_ENV, "on")
+    v = raw.strip().lower()
+    if v in _OFF:
+        return False
+    if v not in _ON and raw not in _WARNED_SWITCH:
+        _WARNED_SWITCH.add(raw)
+        warnings.warn(f"{SWITCH_ENV}={raw!r} is not understood (accepted: on, off, 1, 0, true, false); "
+                      f"caching stays on", stacklevel=3)
+    return True
 
 
 @functools.lru_cache(maxsize=None)

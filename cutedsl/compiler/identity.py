@@ -21,6 +21,7 @@ import functools
 import hashlib
 import importlib.util
 import json
+import numbers
 import os
 import site
 import sys
@@ -186,6 +187,12 @@ def _code_digest(h, obj, seen: set) -> None:
         f = glb.get(name)
         if isinstance(f, types.FunctionType) and not getattr(sys.modules.get(f.__module__), "__file__", None):
             _code_digest(h, f, seen)      # a helper defined beside the class (notebook cell, exec)
+        elif isinstance(f, (types.ModuleType, types.FunctionType, type)):
+            mods: dict = {}               # a user module (or its function, class) the code uses
+            _visit(f.__name__ if isinstance(f, types.ModuleType) else f.__module__, mods, direct=False)
+            h.update(json.dumps(mods, sort_keys=True).encode())
+        elif isinstance(f, (numbers.Number, str, bytes, tuple, type(None))):
+            h.update(f"{name}={f!r}".encode())    # a constant beside the class (SCALE = 2.0)
 
 
 def _class_code(cls) -> str:
@@ -197,12 +204,23 @@ def _class_code(cls) -> str:
     return h.hexdigest()[:16]
 
 
+def _plain_attrs(cls) -> str:
+    """Digest of a class's own data attributes with plain values (numbers, strings, tuples of
+    them), as they are now; "" when it has none."""
+    def plain(v):
+        return isinstance(v, (numbers.Number, str, bytes, type(None))) or \
+            (isinstance(v, tuple) and all(map(plain, v)))
+    items = sorted((k, repr(v)) for k, v in vars(cls).items() if not k.startswith("__") and plain(v))
+    return hashlib.sha256(repr(items).encode()).hexdigest()[:16] if items else ""
+
+
 def code_identity(*objects) -> dict:
     """The user code behind ``objects`` (instances or classes), JSON-able.
 
     ``{"classes": [qualified names of the MRO classes outside builtins, in order],
     "modules": {user module name: source digest}, "code": {class without a source file:
-    bytecode digest}}``. Functions, classes and modules held in an instance's attributes
+    bytecode digest, "<class>:attrs": digest of a user class's plain data attributes as they
+    are now}}``. Functions, classes and modules held in an instance's attributes
     (e.g. a helper stored on an epilogue) count as used too."""
     classes, modules, code = [], {}, {}
     for obj in objects:
@@ -215,6 +233,10 @@ def code_identity(*objects) -> dict:
             if c.__module__ == "builtins":
                 continue
             classes.append(qualname(c))
+            if not c.__module__.startswith("cutedsl."):
+                values = _plain_attrs(c)
+                if values:                    # set at run time (``MyKernel.splits = 4``): not in the source
+                    code[qualname(c) + ":attrs"] = values
             mod = sys.modules.get(c.__module__)
             if mod is not None and getattr(mod, "__file__", None):
                 _visit(c.__module__, modules, direct=True)   # (extension modules are skipped)

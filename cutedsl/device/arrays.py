@@ -153,10 +153,19 @@ class _Buf:
     ptr: int
 
 
+def _check_backend(fn: str, backend, other) -> None:
+    """``ArgumentTypeError`` unless ``backend`` is a Backend (the usual slip: arguments swapped)."""
+    if not hasattr(backend, "alloc"):
+        swapped = " (arguments swapped?)" if hasattr(other, "alloc") else ""
+        raise ArgumentTypeError(f"{fn}: backend expected first, got {type(backend).__name__}{swapped}")
+
+
 def to_device(backend, host, pitch_align: int = 1) -> DeviceArray:
     """Copy a numpy array to ``backend``; with ``pitch_align`` (bytes) the rows of a 2-D array
     are padded so the row stride is a multiple of it (what TMA needs: 16). The result owns
-    its memory (see the module docstring)."""
+    its memory (see the module docstring). ``ArgumentTypeError`` when ``backend`` is not a
+    Backend (e.g. the arguments swapped)."""
+    _check_backend("to_device(backend, host)", backend, host)
     host = np.asarray(host)
     dt = _dtype(host.dtype)
     if host.ndim == 2 and pitch_align > 1:
@@ -180,7 +189,8 @@ def to_device(backend, host, pitch_align: int = 1) -> DeviceArray:
 
 def empty(backend, shape, dt, pitch_align: int = 1) -> DeviceArray:
     """Allocate an uninitialised 2-D/1-D device array (rows padded to ``pitch_align`` bytes),
-    owning its memory."""
+    owning its memory. ``ArgumentTypeError`` when ``backend`` is not a Backend."""
+    _check_backend("empty(backend, shape, dtype)", backend, shape)
     dt = _dtype(dt)
     shape = tuple(shape)
     if len(shape) == 2:
@@ -211,9 +221,10 @@ def to_host(arr: DeviceArray) -> np.ndarray:
     return arr.numpy()
 
 
-def describe(x):
+def describe(x, name: str = "array"):
     """Describe a foreign device array as ``(ptr, shape, strides_bytes, DType, framework)``;
-    None when ``x`` is not a device array (e.g. a numpy array)."""
+    None when ``x`` is not a device array (e.g. a numpy array). ``ArgumentTypeError`` naming
+    argument ``name`` for anything that is no array at all."""
     if isinstance(x, DeviceArray):
         return x.ptr, x.shape, x.strides, x.dtype, "cutedsl"
     if type(x).__module__.split(".")[0] == "torch":
@@ -239,5 +250,5 @@ def describe(x):
         return cai["data"][0], shape, tuple(strides), dt, fw
     if isinstance(x, np.ndarray) or hasattr(x, "__array__"):
         return None
-    raise ArgumentTypeError(f"unsupported array type {type(x).__name__}: pass a numpy array, a "
+    raise ArgumentTypeError(f"{name}: unsupported array type {type(x).__name__}: pass a numpy array, a "
                             f"cutedsl DeviceArray or a CUDA array (torch, cupy)")

@@ -39,7 +39,7 @@ def value(be, p, v, dims, keep, owned):
     declares: ``ArgumentError`` / ``ArgumentTypeError`` naming the parameter otherwise."""
     if p.kind != "ptr":
         return v
-    dev = arrays.describe(v)
+    dev = arrays.describe(v, p.name)
     if dev is None:
         host = np.asarray(v)
         shape = host.shape

@@ -201,7 +201,12 @@ class GemmConfig:
             kw["stages"] = stages
         if "cluster" in inspect.signature(cls).parameters:     # warp-specialized kernels
             kw.update(cluster=self.cluster, raster=self.raster, swizzle=self.swizzle, sm_count=self.sm_count)
-        return cls(**kw)
+        try:
+            return cls(**kw)
+        except ValueError as e:         # a kernel or collective refusing this config (ConfigError for users)
+            if isinstance(e, CuteDSLError):
+                raise
+            raise ConfigError(f"{cls.__name__}: {e}") from None
 
     def _kernel_cls(self):
         """The kernel class of ``schedule``."""
@@ -316,7 +321,7 @@ class Gemm:
         want = _dtype(cfg.dtype)
         shapes = {}
         for name, x in (("a", a), ("b", b)):
-            dev = arrays.describe(x)
+            dev = arrays.describe(x, name)
             if dev is None:
                 x = np.asarray(x)
                 shape, dt = x.shape, x.dtype
@@ -423,7 +428,7 @@ class Gemm:
         if be is None or not hasattr(be, "launcher"):
             return None
         describe = arrays.describe
-        da, db, dd = describe(a), describe(b), describe(out)
+        da, db, dd = describe(a, "a"), describe(b, "b"), describe(out, "out")
         if da is None or db is None or dd is None:
             return None
         key = (*da[:3], da[3].name, *db[:3], db[3].name, *dd[:3], dd[3].name)
@@ -487,7 +492,7 @@ class Gemm:
             if host_out:               # copied back to a numpy result: the call's own buffer
                 scratch.arrays.append(dd)
         else:
-            od = arrays.describe(out)
+            od = arrays.describe(out, "out")
             if od is None:
                 raise ArgumentTypeError("out must be a device array (numpy results are returned, not filled)")
             ptr, shape, strides, dt, _ = od
@@ -560,7 +565,7 @@ class Gemm:
 def gemm(a, b, config: GemmConfig | None = None, backend="auto"):
     """One-shot ``a @ b`` with ``config`` (default: ``GemmConfig`` for ``a``'s dtype)."""
     if config is None:
-        dev = arrays.describe(a)
+        dev = arrays.describe(a, "a")
         config = GemmConfig(dtype=(dev[3] if dev else _dtype(np.asarray(a).dtype)).name)
     return Gemm(config, backend)(a, b)
 

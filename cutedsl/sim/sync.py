@@ -267,6 +267,10 @@ def dec_fence(ctx, ins, mods, ops):
     if ops:
         ctx.addr(ops[0])
     if "proxy" in mods and "async" in mods:
+        if "global" in mods:
+            # .global restricts the proxy fence to global memory, which the detector does not track
+            return lambda w, g, m: None
+
         def fn(w, g, m):
             hb = w.cta.cluster.hb
             if hb is not None:

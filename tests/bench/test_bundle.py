@@ -115,3 +115,10 @@ def test_capture_plugin_compiles_gpu_tests_and_keeps_real_failures(tmp_path):
                        text=True, timeout=600)
     assert "1 failed, 1 skipped" in r.stdout, r.stdout + r.stderr
     assert len([p for p in cache.iterdir() if p.is_dir()]) == 1     # the kernel is in the cache
+
+
+def test_bundle_into_a_path_that_cannot_be_created_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("")
+    r = subprocess.run([sys.executable, "-m", "cutedsl", "bundle", "--out", str(tmp_path / "file" / "b")],
+                       cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and r.stderr == f"error: cannot create {tmp_path}/file/b/cache: Not a directory\n"

@@ -51,6 +51,12 @@ def test_parse_config_and_labels():
     (["--tile", "128x128"], "argument --tile: expected BLOCK_MxBLOCK_NxBLOCK_K"),
     (["--stages", "9"], "argument --stages: expected 'auto' or an integer in 1..7, got '9'"),
     (["--iters", "0", "--backend", "sim"], "argument --iters: expected an integer in 1..100000, got '0'"),
+    (["--backend", "sim", "--tile", "100x100x64"],      # says why, not only that every combination failed
+     "rejects every combination; the first: tile BLOCK_M must be 64 or 128, got 100)"),
+    (["--backend", "sim", "--json", "/nonexistent-dir/r.json"],   # refused before the sweep runs
+     "argument --json: cannot write '/nonexistent-dir/r.json': directory '/nonexistent-dir' does not exist"),
+    (["--backend", "sim", "--plot", "/nonexistent-dir/r.png"],
+     "argument --plot: cannot write '/nonexistent-dir/r.png': directory '/nonexistent-dir' does not exist"),
 ])
 def test_bench_argument_errors_exit_2(argv, msg, capsys):
     with pytest.raises(SystemExit) as e:

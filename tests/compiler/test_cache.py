@@ -265,6 +265,21 @@ def test_cache_off_by_argument_and_environment(tmp_path, monkeypatch):
     assert k.last_cache_hit is True
 
 
+def test_cache_switch_value_not_understood_warns_once(monkeypatch):
+    from cutedsl.compiler import cache as C
+    monkeypatch.setattr(C, "_WARNED_SWITCH", set())
+    monkeypatch.setenv("CUTEDSL_CACHE", "maybe")
+    with pytest.warns(UserWarning, match=r"^CUTEDSL_CACHE='maybe' is not understood \(accepted: on, off, 1, 0, "
+                                         r"true, false\); caching stays on$"):
+        assert C.caching_enabled() is True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")              # once per value: the second read is silent
+        assert C.caching_enabled() is True
+        for v, on in (("OFF", False), ("0", False), ("false", False), ("True", True), ("1", True)):
+            monkeypatch.setenv("CUTEDSL_CACHE", v)
+            assert C.caching_enabled() is on
+
+
 def test_gemm_cache_false_writes_nothing(tmp_path, monkeypatch):
     from cutedsl import Gemm, GemmConfig
     monkeypatch.setenv("CUTEDSL_CACHE_DIR", str(tmp_path))

@@ -153,6 +153,36 @@ def test_identity_of_classes_without_source_file():
     assert code_identity(h1) != code_identity(h2)   # a file-less helper called from visit counts
 
 
+def test_classes_without_source_file_see_their_globals(tmp_path, monkeypatch):
+    """A notebook cell: ``SCALE = 2.0`` or a user module beside the class, edited between runs."""
+    base = "from cutedsl.collective.epilogue import GlobalEpilogue\nSCALE = {}\nclass E(GlobalEpilogue):\n" \
+           "    def visit(self, v, r, c):\n        return v * SCALE\n"
+    assert code_identity(_classes(base.format(2.0))["E"]) == code_identity(_classes(base.format(2.0))["E"])
+    assert code_identity(_classes(base.format(2.0))["E"]) != code_identity(_classes(base.format(3.0))["E"])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cell = base.format(1.0).replace("v * SCALE", "nb_helpers.shift(v)") + "import nb_helpers\n"
+    ids = []
+    for c in ("5.0", "6.0"):
+        (tmp_path / "nb_helpers.py").write_text(f"def shift(v):\n    return v + {c}\n")
+        monkeypatch.delitem(sys.modules, "nb_helpers", raising=False)
+        ids.append(code_identity(_classes(cell)["E"]))
+    assert ids[0] != ids[1]                         # an edit of the imported user module counts
+
+
+def test_class_attributes_set_at_run_time_count(tmp_path, monkeypatch):
+    """``SplitK.splits = 2`` in one run and 3 in the next (same source) are different kernels."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "sk_mod.py").write_text("from cutedsl.kernel import MultistageGemmKernel\n\n"
+                                       "class SK(MultistageGemmKernel):\n    splits = 3\n    tag = ('a', 1)\n")
+    from sk_mod import SK
+    before = code_identity(SK)
+    monkeypatch.setattr(SK, "splits", 2)
+    assert code_identity(SK) != before
+    monkeypatch.setattr(SK, "splits", 3)
+    assert code_identity(SK) == before and "sk_mod.SK:attrs" in before["code"]
+    assert not [k for k in code_identity(SK(stages=2))["code"] if k.startswith("cutedsl.")]
+
+
 def test_key_of_library_kernels_is_stable_and_distinct():
     from cutedsl.kernel.gemm import MultistageGemmKernel
     from cutedsl.collective.epilogue import GlobalEpilogue

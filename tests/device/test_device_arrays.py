@@ -89,3 +89,13 @@ def test_to_device_gives_true_c_strides_for_size_one_dimensions():
     d1 = arrays.to_device(be, x)
     assert d1.strides == (16, 2)
     np.testing.assert_array_equal(arrays.to_host(d1), x)
+
+
+def test_swapped_arguments_are_named(sim):
+    from cutedsl.errors import ArgumentTypeError
+    x = np.ones((4, 8), np.float16)
+    with pytest.raises(ArgumentTypeError, match=r"^to_device\(backend, host\): backend expected first, "
+                                                r"got ndarray \(arguments swapped\?\)$"):
+        arrays.to_device(x, sim)
+    with pytest.raises(ArgumentTypeError, match=r"^empty\(backend, shape, dtype\): backend expected first"):
+        arrays.empty((4, 8), sim, "f16")

@@ -52,6 +52,16 @@ def test_declared_shape_and_dtype_of_a_pointer_parameter(rng, sim):
     assert np.max(np.abs(d - ref)) / np.max(np.abs(ref)) < 2e-5
 
 
+def test_a_value_that_is_no_array_names_its_argument(rng, sim):
+    gemm = Gemm(GemmConfig(tile=(64, 64, 64), stages=2), sim, epilogue=AddBias)
+    a, b = operands(rng)
+    for kw, name, typ in ((dict(a=None, b=b, bias=np.zeros(50, np.float32)), "a", "NoneType"),
+                          (dict(a=a, b=3.0, bias=np.zeros(50, np.float32)), "b", "float"),
+                          (dict(a=a, b=b, bias=1.0), "bias", "float")):
+        with pytest.raises(ArgumentTypeError, match=rf"^{name}: unsupported array type {typ}: pass a numpy array"):
+            gemm(**kw)
+
+
 def test_declared_parameter_rejects_strided_device_array(rng, sim):
     from cutedsl.device import arrays
     gemm = Gemm(GemmConfig(tile=(64, 64, 64), stages=2), sim, epilogue=AddBias)

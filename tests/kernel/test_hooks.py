@@ -122,7 +122,8 @@ def test_atomic_add_epilogue_reduces_split_k_partials(rng, sim):
 
 
 def test_atomic_add_epilogue_is_f32_only():
-    with pytest.raises(ValueError, match="AtomicAddEpilogue reduces in f32: out_dtype must be f32, got f16"):
+    with pytest.raises(ConfigError, match="^OneKTilePerCta: AtomicAddEpilogue reduces in f32: out_dtype must be f32, "
+                                          "got f16$"):
         Gemm(GemmConfig(out_dtype="f16", epilogue="global"), kernel=OneKTilePerCta)
 
 

@@ -55,3 +55,12 @@ def test_scheduler_options_ignored_by_a_schedule_are_warned_about(schedule, argv
     else:
         assert err == (f"python -m cutedsl gemm: warning: {warned} ignored: schedule {schedule!r} has one CTA "
                        f"per tile in launch order (only warp_specialized, cooperative, pingpong use them)\n")
+
+
+def test_adversarial_mode_seed_from_the_environment_is_reported(monkeypatch, capsys):
+    # CUTEDSL_SIM_CHAOS reaches the CLI's launches; the report names the seed to replay them
+    monkeypatch.setenv("CUTEDSL_SIM_CHAOS", "3")
+    status = cli.main(["gemm", "--m", "70", "--n", "72", "--k", "40", "--backend", "sim", "--check"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "adversarial mode, seed 3 (CUTEDSL_SIM_CHAOS=3)" in out and "PASS" in out

@@ -8,6 +8,14 @@ import pytest
 from cutedsl.sim import Emulator, RaceError, load_ptx
 from simkit import HEADER, REGS, mbarrier_wait
 
+
+@pytest.fixture(autouse=True)
+def _modes_chosen_per_run(monkeypatch):
+    # every launch here names its mode (chaos=None is eager): a process-wide CUTEDSL_SIM_CHAOS
+    # must not turn the eager runs into adversarial ones
+    monkeypatch.delenv("CUTEDSL_SIM_CHAOS", raising=False)
+
+
 COPY = """
 \tmov.u32 %r1, %tid.x;
 \tld.param.u64 %rd1, [p_src];
@@ -77,6 +85,13 @@ def test_fence_before_the_generic_write_does_not_count():
     # a fence orders only the writes before it: fencing first and writing afterwards is a race
     with pytest.raises(RaceError, match="fence.proxy.async after the generic-proxy write"):
         run_copy(copy_kernel(writer_fence=FENCE))
+
+
+def test_proxy_fence_on_global_memory_does_not_order_shared_memory():
+    # fence.proxy.async.global acts on the global state space only (PTX ISA membar/fence: .space
+    # restricts a proxy fence); the shared-memory source of the TMA store is still unfenced
+    with pytest.raises(RaceError, match="fence.proxy.async after the generic-proxy write"):
+        run_copy(copy_kernel(issuer_fence="\t@%p1 fence.proxy.async.global;"))
 
 
 INIT = """

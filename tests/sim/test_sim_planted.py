@@ -13,6 +13,15 @@ from simkit import fixture
 from test_sim_kernels import NP, run_gemm
 
 NAME = "gemm_ms_128x128_f16_tma"
+
+
+@pytest.fixture(autouse=True)
+def _modes_chosen_per_run(monkeypatch):
+    # every launch here names its mode (chaos=None is eager): a process-wide CUTEDSL_SIM_CHAOS
+    # must not turn the eager runs into adversarial ones
+    monkeypatch.delenv("CUTEDSL_SIM_CHAOS", raising=False)
+
+
 SEEDS = range(1, 9)
 
 
