@@ -72,11 +72,15 @@ def tile_arg(text: str) -> tuple:
 
 
 def cluster_arg(text: str) -> tuple:
-    """``type=`` for ``--cluster``: ``MxN`` CTAs per cluster, 1x1, 2x1 or 1x2."""
+    """``type=`` for ``--cluster``: ``MxN`` CTAs per cluster, one of ``GemmConfig``'s clusters
+    (1x1, 2x1 or 1x2)."""
+    from .device.gemm import CLUSTERS
     parts = text.lower().split("x")
     c = tuple(int(p) for p in parts) if len(parts) == 2 and all(p.isdigit() for p in parts) else ()
-    if c not in ((1, 1), (2, 1), (1, 2)):
-        raise argparse.ArgumentTypeError(f"expected 1x1, 2x1 or 1x2 (cluster_m x cluster_n), got {text!r}")
+    if c not in CLUSTERS:
+        names = [f"{m}x{n}" for m, n in CLUSTERS]
+        raise argparse.ArgumentTypeError(f"expected {', '.join(names[:-1])} or {names[-1]} (cluster_m x cluster_n), "
+                                         f"got {text!r}")
     return c
 
 
@@ -141,8 +145,8 @@ def _parser():
     g.add_argument("--out-dtype", choices=["f32", "f16", "bf16"], default="f32")
     g.add_argument("--tile", type=tile_arg, default=(128, 128, 64), help="BLOCK_MxBLOCK_NxBLOCK_K")
     g.add_argument("--stages", type=stages_arg, default="auto", help="auto or 1..7")
-    g.add_argument("--schedule", choices=["multistage", "single_tile", "warp_specialized", "cooperative", "pingpong"],
-                   default="multistage")
+    from .device.gemm import SCHEDULES       # the config's list: a new schedule is an option at once
+    g.add_argument("--schedule", choices=list(SCHEDULES), default="multistage")
     g.add_argument("--cluster", type=cluster_arg, default=(1, 1), metavar="MxN",
                    help="CTAs per cluster, cluster_m x cluster_n: 1x1, 2x1 or 1x2 (warp-specialized schedules)")
     g.add_argument("--raster", choices=["M", "N"], default="M", help="the tile scheduler walks along M or N first")

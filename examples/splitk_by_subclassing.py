@@ -1,22 +1,23 @@
-"""Split-K GEMM written only by subclassing: each output tile is reduced by SPLITS CTAs (grid
-z), each over its own range of k-tiles, and they add their partial tiles into D atomically
-(``red.global.add.f32``, ``AtomicAddEpilogue``: no workspace, D zero-filled by ``Gemm``).
+"""Split-K GEMM written only by subclassing collectives: each output tile is reduced by SPLITS
+CTAs (grid z), each over its own range of k-tiles — a tile scheduler's decision — and they add
+their partial tiles into D atomically (``red.global.add.f32``, ``AtomicAddEpilogue``: no
+workspace, D zero-filled by ``Gemm``).
 
 Everything else (argument checks, TMA descriptors, the pipelined mainloop, output allocation,
-launch) is the library's: ``Gemm(config, kernel=SplitKGemmKernel)``.
+launch) is the library's: the kernel subclass only names the two collectives, and
+``Gemm(config, kernel=SplitKGemmKernel)`` runs it.
 """
 import numpy as np
 
 from cutedsl import Gemm, GemmConfig
-from cutedsl.collective import AtomicAddEpilogue
+from cutedsl.collective import AtomicAddEpilogue, TileScheduler
 from cutedsl.ir import block_idx, select
 from cutedsl.kernel import MultistageGemmKernel
 
 
 # -- split-K: the whole algorithm ---------------------------------------------------------
-class SplitKGemmKernel(MultistageGemmKernel):
+class SplitKScheduler(TileScheduler):
     splits = 3                                        # CTAs per output tile (grid z)
-    epilogue_cls = AtomicAddEpilogue                  # partial tiles are added into D
 
     def grid(self, m, n, k=0):
         x, y, _ = super().grid(m, n, k)
@@ -27,6 +28,11 @@ class SplitKGemmKernel(MultistageGemmKernel):
         first = block_idx("z") * per
         left = select(k_tiles > first, k_tiles - first, 0)  # 0: a split past the end adds zeros
         return first, select(left < per, left, per)
+
+
+class SplitKGemmKernel(MultistageGemmKernel):
+    scheduler_cls = SplitKScheduler                   # which tile and which k-tiles a CTA runs
+    epilogue_cls = AtomicAddEpilogue                  # partial tiles are added into D
 # -- end of split-K ------------------------------------------------------------------------
 
 
@@ -40,5 +46,5 @@ d = gemm(a, b)
 ref = a.astype(np.float64) @ b.astype(np.float64)
 err = np.max(np.abs(d - ref)) / np.max(np.abs(ref))
 assert err < 2e-5, err
-print(f"checked: split-K ({SplitKGemmKernel.splits} splits) {m}x{n}x{k}, max rel err {err:.2e}, "
+print(f"checked: split-K ({SplitKScheduler.splits} splits) {m}x{n}x{k}, max rel err {err:.2e}, "
       f"{gemm.compiled.resources.sass.get('REDG', 0)} REDG in SASS")

@@ -61,6 +61,13 @@ class TileScheduler:
         """IR: ``(m0, n0)``, the first row and column of this CTA's tile (unsigned i32)."""
         return cir.block_idx("y") * self.tile_m, cir.block_idx("x") * self.tile_n
 
+    def k_tile_range(self, k_tiles) -> tuple:
+        """IR: ``(first, count)``, the k-tiles (of 64) this CTA reduces out of the problem's
+        ``k_tiles`` (unsigned i32): all of them here. A split-K scheduler overrides it (e.g.
+        from ``blockIdx.z``, with :meth:`grid` launching the splits; CUTLASS's split-K / stream-K
+        schedulers own the k ranges the same way); ``GemmKernel.k_tile_range`` asks it."""
+        return 0, k_tiles
+
 
 DEFAULT_SM_COUNT = 132      #: H100 SXM, used when no device reports its SM count
 RASTERS = ("M", "N")

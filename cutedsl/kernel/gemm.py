@@ -86,10 +86,12 @@ class GemmKernel(Kernel):
 
     def k_tile_range(self, k_tiles) -> tuple:
         """IR: ``(first, count)`` — this CTA reduces k-tiles ``first .. first + count - 1``
-        (each 64 of K) of the ``k_tiles`` (unsigned i32) the problem has. Default ``(0, k_tiles)``;
-        each may be a Python int or an IR i32; ``count`` may be 0 (the accumulator stays zero).
-        Tiles past ``k_tiles`` read as zeros (TMA fills out-of-bounds boxes)."""
-        return 0, k_tiles
+        (each 64 of K) of the ``k_tiles`` (unsigned i32) the problem has; each may be a Python
+        int or an IR i32; ``count`` may be 0 (the accumulator stays zero). Tiles past ``k_tiles``
+        read as zeros (TMA fills out-of-bounds boxes). Default: the tile scheduler's
+        :meth:`~cutedsl.collective.tile_scheduler.TileScheduler.k_tile_range` (all k-tiles,
+        ``(0, k_tiles)``, unless a split-K scheduler says otherwise)."""
+        return self.scheduler.k_tile_range(k_tiles)
 
     def smem_plan(self):
         """The shared-memory plan: the mainloop's buffers and barriers (if it has a mainloop),

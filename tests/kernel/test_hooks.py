@@ -179,3 +179,25 @@ def test_plan_extra_hook_and_one_smem_plan(base):
         Extra(128, 128).smem_plan()
     # the ping-pong kernel's ordered barrier (4 mbarriers) beside 3 full + 3 empty ones
     assert PingpongGemmKernel(128, 128, stages=3).smem_plan().static_bytes == 8 * (3 + 3 + 4)
+
+
+class UpperHalfOfKScheduler(TileScheduler):
+    """A scheduler that gives every CTA the upper half of the k-tiles only."""
+
+    def k_tile_range(self, k_tiles):
+        half = k_tiles // 2
+        return half, k_tiles - half
+
+
+@pytest.mark.parametrize("base", [MultistageGemmKernel, SingleTileGemmKernel], ids=lambda c: c.__name__)
+def test_scheduler_decides_the_k_tile_range(base, rng, sim):
+    """``GemmKernel.k_tile_range`` asks the tile scheduler, so split-K-like schedules are
+    scheduler subclasses (``examples/splitk_by_subclassing.py``)."""
+    class Kernel(base):
+        scheduler_cls = UpperHalfOfKScheduler
+
+    m, n, k = 70, 100, 64 * 5 - 24                   # 5 k-tiles, the last partial: tiles 2..4 count
+    a, b = ints(rng, m, k), ints(rng, k, n)
+    schedule = "multistage" if base is MultistageGemmKernel else "single_tile"
+    d = Gemm(GemmConfig(tile=(64, 64, 64), stages=1, schedule=schedule), sim, kernel=Kernel)(a, b)
+    assert np.array_equal(d, a[:, 128:].astype(np.float64) @ b[128:].astype(np.float64))

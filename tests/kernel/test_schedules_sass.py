@@ -40,6 +40,10 @@ def test_schedule_sass(cls, tile, cluster, max_loop):
     text = sass(k.cubin)
     h = sass_histogram(text, detailed=True)
     assert h.get("USETMAXREG.DEALLOC.CTAPOOL") == 1 and h.get("USETMAXREG.TRY_ALLOC.CTAPOOL") == 1, h
+    # ... and the SASS carries the intended budgets as its immediates (40 = 0x28, 232 = 0xe8)
+    setmax = {line.split()[1]: line.split()[-2] for line in text.splitlines() if "USETMAXREG" in line}
+    assert setmax == {"USETMAXREG.DEALLOC.CTAPOOL": f"{PRODUCER_REGS:#x}",
+                      "USETMAXREG.TRY_ALLOC.CTAPOOL": f"{CONSUMER_REGS:#x}"}, setmax
     # HGMMA: m64nNk16 x (rows per consumer warpgroup / 64) x 4 k-steps, first k-tile peeled
     wg_rows = tile[0] // kern.split_warpgroups
     assert h.get(f"HGMMA.64x{tile[1]}x16.F32") == 2 * (wg_rows // 64) * 4, h
