@@ -74,7 +74,7 @@ def tile_arg(text: str) -> tuple:
 def cluster_arg(text: str) -> tuple:
     """``type=`` for ``--cluster``: ``MxN`` CTAs per cluster, one of ``GemmConfig``'s clusters
     (1x1, 2x1 or 1x2)."""
-    from .device.gemm import CLUSTERS
+    from .device.config import CLUSTERS
     parts = text.lower().split("x")
     c = tuple(int(p) for p in parts) if len(parts) == 2 and all(p.isdigit() for p in parts) else ()
     if c not in CLUSTERS:
@@ -123,7 +123,7 @@ def warn_ignored_options(cfg) -> None:
     """One line on stderr when ``--raster``/``--swizzle``/``--sm-count`` were set to something
     other than their default for a schedule without the persistent tile scheduler
     (``multistage``, ``single_tile``), which ignores them; the run goes on."""
-    from .device.gemm import WARP_SPECIALIZED
+    from .device.config import WARP_SPECIALIZED
     if cfg.schedule in WARP_SPECIALIZED:
         return
     set_ = [o for o, v, d in (("--raster", cfg.raster, "M"), ("--swizzle", cfg.swizzle, 1),
@@ -145,7 +145,7 @@ def _parser():
     g.add_argument("--out-dtype", choices=["f32", "f16", "bf16"], default="f32")
     g.add_argument("--tile", type=tile_arg, default=(128, 128, 64), help="BLOCK_MxBLOCK_NxBLOCK_K")
     g.add_argument("--stages", type=stages_arg, default="auto", help="auto or 1..7")
-    from .device.gemm import SCHEDULES       # the config's list: a new schedule is an option at once
+    from .device.config import SCHEDULES       # the config's list: a new schedule is an option at once
     g.add_argument("--schedule", choices=list(SCHEDULES), default="multistage")
     g.add_argument("--cluster", type=cluster_arg, default=(1, 1), metavar="MxN",
                    help="CTAs per cluster, cluster_m x cluster_n: 1x1, 2x1 or 1x2 (warp-specialized schedules)")

@@ -68,10 +68,9 @@ def test_adversarial_mode_seed_from_the_environment_is_reported(monkeypatch, cap
 
 def test_schedule_and_cluster_choices_are_the_configs(monkeypatch):
     """The CLI takes its schedules and clusters from ``GemmConfig``'s lists (one source)."""
-    import importlib
-    gemm = importlib.import_module("cutedsl.device.gemm")      # (the package's ``gemm`` is the function)
-    monkeypatch.setattr(gemm, "SCHEDULES", (*gemm.SCHEDULES, "stream_k"))
-    monkeypatch.setattr(gemm, "CLUSTERS", (*gemm.CLUSTERS, (2, 2)))
+    from cutedsl.device import config
+    monkeypatch.setattr(config, "SCHEDULES", (*config.SCHEDULES, "stream_k"))
+    monkeypatch.setattr(config, "CLUSTERS", (*config.CLUSTERS, (2, 2)))
     args = cli._parser().parse_args(["gemm", "--m", "1", "--n", "1", "--k", "1", "--schedule", "stream_k",
                                      "--cluster", "2x2"])
     assert args.schedule == "stream_k" and args.cluster == (2, 2)

@@ -1,0 +1,223 @@
+"""``GemmConfig``: a validated GEMM configuration (schedule, tile, stages, cluster, dtypes);
+``GemmConfig.kernel()`` builds the kernel it names. Imports no MLIR."""
+from __future__ import annotations
+
+import inspect
+import numbers
+
+import attrs
+import numpy as np
+
+from ..errors import ArgumentTypeError, ConfigError, CuteDSLError, SharedMemoryError
+
+_MAX_I32 = 2 ** 31 - 1
+#: the schedules a ``GemmConfig`` can name; the last three are warp-specialized
+SCHEDULES = ("multistage", "single_tile", "warp_specialized", "cooperative", "pingpong")
+WARP_SPECIALIZED = SCHEDULES[2:]
+CLUSTERS = ((1, 1), (2, 1), (1, 2))
+
+
+def _is_int(v) -> bool:
+    """An integer that is not a bool (numpy integers included); floats such as 128.0 are not."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+
+def _tile(v) -> tuple:
+    """Converter of ``GemmConfig.tile``: a sequence of three ints, as plain ints."""
+    if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+        raise ConfigError(f"tile must be a tuple (BLOCK_M, BLOCK_N, BLOCK_K) of ints, got {v!r}")
+    v = tuple(v)
+    bad = [x for x in v if not _is_int(x)]
+    if bad:
+        raise ConfigError(f"tile must be a tuple (BLOCK_M, BLOCK_N, BLOCK_K) of ints, got {v!r} "
+                          f"({bad[0]!r} is a {type(bad[0]).__name__})")
+    return tuple(int(x) for x in v)
+
+
+def _stages(v):
+    """Converter of ``GemmConfig.stages``: ``"auto"`` or a plain int (bools and floats refused)."""
+    if isinstance(v, str) and v == "auto":
+        return v
+    if not _is_int(v) or not 1 <= v <= 7:
+        raise ConfigError(f"stages must be 'auto' or an int in 1..7, got {v!r}"
+                          + ("" if _is_int(v) or isinstance(v, str) else f" ({type(v).__name__})"))
+    return int(v)
+
+
+@attrs.frozen
+class GemmConfig:
+    """A GEMM configuration, validated on construction (``ConfigError``).
+
+    * ``dtype``: input element type, ``"f16"`` or ``"bf16"``; accumulation is f32.
+    * ``out_dtype``: ``"f32"`` (default), ``"f16"`` or ``"bf16"``.
+    * ``tile``: ``(BLOCK_M, BLOCK_N, BLOCK_K)`` with BLOCK_M in {64, 128}, BLOCK_N in
+      {64, 128, 256}, BLOCK_K = 64. A 128 x 256 tile uses two consumer warpgroups.
+    * ``stages``: shared-memory pipeline stages 1..7 (2..7 for the warp-specialized
+      schedules), or ``"auto"`` (as many as fit beside the epilogue in 227 KiB).
+    * ``schedule``: ``"multistage"`` (pipelined, one warpgroup issues TMA and WGMMA),
+      ``"single_tile"`` (unpipelined, atoms only), ``"warp_specialized"`` (a producer and
+      consumer warpgroups, NVDSL chapter 5), ``"cooperative"`` (persistent, two consumer
+      warpgroups split each tile along M; BLOCK_M 128) or ``"pingpong"`` (persistent, two
+      consumer warpgroups on alternate tiles; chapter 6). See the README's schedule table.
+    * ``cluster``: ``(cluster_m, cluster_n)`` CTAs per cluster, ``(1, 1)``, ``(2, 1)`` or
+      ``(1, 2)`` (warp-specialized schedules); A is multicast along the cluster's N, B along M.
+    * ``raster``: ``"M"`` or ``"N"``, the direction the tile scheduler walks first;
+      ``swizzle``: 1, 2, 4 or 8 tiles per strip across it (warp-specialized schedules).
+    * ``sm_count``: SMs a persistent schedule fills (None: the device's, else 132).
+    * ``b_major``: ``"N"`` (B is (K, N) row-major) or ``"K"`` (B stored transposed).
+    * ``epilogue``: ``"tma"`` (registers -> smem -> TMA store) or ``"global"`` (bounds-checked
+      stores from registers).
+    """
+    dtype: str = attrs.field(default="f16")
+    out_dtype: str = attrs.field(default="f32")
+    tile: tuple = attrs.field(default=(128, 128, 64), converter=_tile)
+    stages: object = attrs.field(default="auto", converter=_stages)
+    schedule: str = attrs.field(default="multistage")
+    b_major: str = attrs.field(default="N")
+    epilogue: str = attrs.field(default="tma")
+    cluster: tuple = attrs.field(default=(1, 1), converter=tuple)
+    raster: str = attrs.field(default="M")
+    swizzle: int = attrs.field(default=1)
+    sm_count: object = attrs.field(default=None)
+
+    def __attrs_post_init__(self):
+        for f in attrs.fields(type(self)):      # every field annotated ``str`` must be one
+            v = getattr(self, f.name)
+            if f.type in ("str", str) and not isinstance(v, str):
+                raise ConfigError(f"{f.name} must be a string, got {v!r} ({type(v).__name__})")
+        if self.dtype not in ("f16", "bf16"):
+            raise ConfigError(f"dtype must be 'f16' or 'bf16', got {self.dtype!r}")
+        if self.out_dtype not in ("f32", "f16", "bf16"):
+            raise ConfigError(f"out_dtype must be 'f32', 'f16' or 'bf16', got {self.out_dtype!r}")
+        if len(self.tile) != 3:
+            raise ConfigError(f"tile must be (BLOCK_M, BLOCK_N, BLOCK_K), got {self.tile!r}")
+        bm, bn, bk = self.tile
+        if bm not in (64, 128):
+            raise ConfigError(f"tile BLOCK_M must be 64 or 128, got {bm}")
+        if bn not in (64, 128, 256):
+            raise ConfigError(f"tile BLOCK_N must be 64, 128 or 256, got {bn}")
+        if bk != 64:
+            raise ConfigError(f"tile BLOCK_K must be 64 (one 128-byte swizzle row of f16/bf16), got {bk}")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"schedule must be one of {', '.join(map(repr, SCHEDULES))}, got {self.schedule!r}")
+        self._check_schedule_fields()
+        if self.b_major not in ("N", "K"):
+            raise ConfigError(f"b_major must be 'N' or 'K', got {self.b_major!r}")
+        if self.epilogue not in ("tma", "global"):
+            raise ConfigError(f"epilogue must be 'tma' or 'global', got {self.epilogue!r}")
+        if self.schedule == "single_tile" and bm * bn > 128 * 128:
+            raise ConfigError(f"single_tile uses one warpgroup: a {bm}x{bn} f32 accumulator needs "
+                              f"{bm * bn // 128} registers per thread, past the 255-register limit; "
+                              f"use schedule='multistage' (two consumer warpgroups)")
+        if self.schedule == "single_tile" and self.stages not in ("auto", 1):
+            raise ConfigError(f"single_tile has exactly one stage, got stages={self.stages!r}")
+        self.kernel()   # fails now (SharedMemoryError) when explicit stages cannot fit
+
+    def _check_schedule_fields(self):
+        if self.cluster not in CLUSTERS or not all(_is_int(c) for c in self.cluster):
+            raise ConfigError(f"cluster must be one of {', '.join(map(str, CLUSTERS))} (cluster_m, cluster_n), "
+                              f"got {self.cluster!r}")
+        if self.cluster != (1, 1) and self.schedule not in WARP_SPECIALIZED:
+            raise ConfigError(f"cluster {self.cluster} needs a warp-specialized schedule "
+                              f"({', '.join(WARP_SPECIALIZED)}), not {self.schedule!r}")
+        if self.raster not in ("M", "N"):
+            raise ConfigError(f"raster must be 'M' or 'N', got {self.raster!r}")
+        if not _is_int(self.swizzle) or self.swizzle not in (1, 2, 4, 8):      # 2.0 is refused
+            raise ConfigError(f"swizzle must be 1, 2, 4 or 8, got {self.swizzle!r}")
+        # numpy integers become plain ints (the kernels mix them with IR values)
+        object.__setattr__(self, "cluster", tuple(int(c) for c in self.cluster))
+        object.__setattr__(self, "swizzle", int(self.swizzle))
+        if self.sm_count is not None and (not _is_int(self.sm_count) or not 1 <= self.sm_count <= 4096):
+            raise ConfigError(f"sm_count must be None or an int in 1..4096, got {self.sm_count!r}")
+        if self.sm_count is not None:
+            object.__setattr__(self, "sm_count", int(self.sm_count))
+
+    @classmethod
+    def parse_tile(cls, text: str) -> tuple:
+        """``"128x128x64"`` -> ``(128, 128, 64)``."""
+        try:
+            t = tuple(int(x) for x in text.lower().split("x"))
+        except ValueError:
+            raise ConfigError(f"tile must look like 128x128x64, got {text!r}") from None
+        return t
+
+    def resolved_stages(self, kernel_cls=None, epilogue_cls=None) -> int:
+        """The stage count used: explicit, or the most (<= 7) that fit in shared memory
+        (with ``kernel_cls``'s shared-memory plan, default the schedule's kernel)."""
+        if self.schedule == "single_tile" and kernel_cls is None:
+            return 1
+        if self.stages != "auto":
+            return self.stages
+        for s in range(7, 0, -1):
+            try:
+                self._make(kernel_cls or self._kernel_cls(), s, epilogue_cls).smem_plan()
+                return s
+            except SharedMemoryError:
+                continue
+        raise ConfigError(f"tile {self.tile} does not fit shared memory even with one stage")
+
+    def _epilogue_cls(self, epilogue_cls=None, kernel_cls=None):
+        """The epilogue class: ``epilogue_cls``, else a user ``kernel_cls.epilogue_cls``, else
+        the config's. A class of the other kind than ``self.epilogue`` is a ``ConfigError``
+        (the config decides the output's layout and pointer-vs-tensor-map argument)."""
+        from ..collective.epilogue import GlobalEpilogue, TmaStoreEpilogue
+        default = TmaStoreEpilogue if self.epilogue == "tma" else GlobalEpilogue
+        where = "epilogue"
+        if epilogue_cls is None:
+            epilogue_cls = getattr(kernel_cls, "epilogue_cls", None)
+            where = f"{getattr(kernel_cls, '__name__', '?')}.epilogue_cls"
+            if epilogue_cls in (None, GlobalEpilogue, TmaStoreEpilogue):
+                return default
+        kind = getattr(epilogue_cls, "kind", None)
+        if kind is not None and kind != self.epilogue:
+            raise ConfigError(f"{where} {epilogue_cls.__name__} is a {kind!r} epilogue but "
+                              f"GemmConfig.epilogue is {self.epilogue!r}: use GemmConfig(epilogue={kind!r})")
+        return epilogue_cls
+
+    def _make(self, cls, stages=None, epilogue_cls=None):
+        bm, bn, _ = self.tile
+        kw = dict(tile_m=bm, tile_n=bn, dtype=self.dtype, out_dtype=self.out_dtype,
+                  b_major="MN" if self.b_major == "N" else "K", epilogue=epilogue_cls or self._epilogue_cls())
+        if stages is not None:
+            kw["stages"] = stages
+        if "cluster" in inspect.signature(cls).parameters:     # warp-specialized kernels
+            kw.update(cluster=self.cluster, raster=self.raster, swizzle=self.swizzle, sm_count=self.sm_count)
+        try:
+            return cls(**kw)
+        except ValueError as e:         # a kernel or collective refusing this config (ConfigError for users)
+            if isinstance(e, CuteDSLError):
+                raise
+            raise ConfigError(f"{cls.__name__}: {e}") from None
+
+    def _kernel_cls(self):
+        """The kernel class of ``schedule``."""
+        from ..kernel import gemm, warp_specialized as ws
+        return {"multistage": gemm.MultistageGemmKernel, "single_tile": gemm.SingleTileGemmKernel,
+                "warp_specialized": ws.WarpSpecializedGemmKernel, "cooperative": ws.CooperativeGemmKernel,
+                "pingpong": ws.PingpongGemmKernel}[self.schedule]
+
+    def kernel(self, epilogue_cls=None, kernel_cls=None):
+        """The ``Kernel`` object this config builds (``SharedMemoryError`` if it cannot fit).
+
+        ``kernel_cls``: any ``GemmKernel`` subclass (it then decides the schedule; it gets
+        ``stages`` when its constructor takes them); ``epilogue_cls``: an ``Epilogue`` subclass
+        of the config's kind (``ConfigError`` otherwise)."""
+        from ..kernel.gemm import GemmKernel
+        if kernel_cls is not None and not (isinstance(kernel_cls, type) and issubclass(kernel_cls, GemmKernel)):
+            raise ArgumentTypeError(f"kernel must be a GemmKernel subclass, got {kernel_cls!r}")
+        if epilogue_cls is not None:
+            from ..collective.epilogue import Epilogue
+            if not (isinstance(epilogue_cls, type) and issubclass(epilogue_cls, Epilogue)):
+                raise ArgumentTypeError(f"epilogue must be an Epilogue subclass, got {epilogue_cls!r}")
+        epi = self._epilogue_cls(epilogue_cls, kernel_cls)
+        if kernel_cls is None:
+            kernel_cls = self._kernel_cls()
+        if "stages" not in inspect.signature(kernel_cls).parameters:
+            if self.stages not in ("auto", 1):
+                raise ConfigError(f"{kernel_cls.__name__} has no pipeline stages (its constructor takes no "
+                                  f"'stages'), got GemmConfig(stages={self.stages!r}): use 'auto' or 1")
+            return self._make(kernel_cls, epilogue_cls=epi)
+        k = self._make(kernel_cls, self.resolved_stages(kernel_cls, epi), epi)
+        if hasattr(k, "smem_plan"):
+            k.smem_plan()
+        return k
