@@ -8,13 +8,13 @@ import numbers
 import attrs
 import numpy as np
 
+from ..collective.warp_specialized import CLUSTERS   # the cluster shapes the mainloop supports: one list
 from ..errors import ArgumentTypeError, ConfigError, CuteDSLError, SharedMemoryError
 
 _MAX_I32 = 2 ** 31 - 1
 #: the schedules a ``GemmConfig`` can name; the last three are warp-specialized
 SCHEDULES = ("multistage", "single_tile", "warp_specialized", "cooperative", "pingpong")
 WARP_SPECIALIZED = SCHEDULES[2:]
-CLUSTERS = ((1, 1), (2, 1), (1, 2))
 
 
 def _is_int(v) -> bool:
