@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import numerics as nm
-from .program import NP
+from .ptxtypes import NP
 
 INT_TYPES = {"u8", "s8", "b8", "u16", "s16", "b16", "u32", "s32", "b32", "u64", "s64", "b64"}
 FLOAT_TYPES = {"f32", "f64", "f16", "bf16"}

@@ -12,7 +12,7 @@ from . import numerics as nm
 from .alu import (FLOAT_TYPES, INT_TYPES, PACKED, RND, binary, float_binop, float_post, need_ops,
                   pack2, split_mods, unary, unpack2, utype)
 from .registry import handler
-from .program import NP
+from .ptxtypes import NP
 
 
 def _sat_s32(r64):

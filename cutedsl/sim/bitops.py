@@ -11,7 +11,7 @@ import numpy as np
 from . import numerics as nm
 from .alu import INT_TYPES, binary, need_ops, split_mods, unary
 from .registry import handler
-from .program import NP
+from .ptxtypes import NP
 
 
 # -- logic, shifts, bit manipulation ----------------------------------------------------

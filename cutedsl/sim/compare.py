@@ -10,7 +10,7 @@ import numpy as np
 from . import numerics as nm
 from .alu import ALL_TYPES, INT_TYPES, PACKED, need_ops, split_mods
 from .registry import handler
-from .program import NP
+from .ptxtypes import NP
 
 
 # -- compare / select ------------------------------------------------------------------------

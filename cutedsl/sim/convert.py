@@ -11,7 +11,7 @@ from . import numerics as nm
 from .alu import (ALL_TYPES, FLOAT_TYPES, INT_TYPES, IRND, PACKED, RND, need_ops, pack2,
                   split_mods, utype)
 from .registry import handler
-from .program import NP
+from .ptxtypes import NP
 
 
 # -- mov ----------------------------------------------------------------------------------
@@ -161,7 +161,6 @@ def dec_cvt(ctx, ins, mods, ops):
             a = np.asarray(a)
             if sat:
                 if S.kind == "u" and D.kind == "i" or S.itemsize >= 8 or D.itemsize >= 8:
-                    a64 = a.astype(np.float64) if S.itemsize < 8 else a
                     return np.clip(a, max(lo, np.iinfo(S).min), min(hi, np.iinfo(S).max)).astype(D)
                 return np.clip(a.astype(np.int64), lo, hi).astype(D)
             return a.astype(D)

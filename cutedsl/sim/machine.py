@@ -14,7 +14,7 @@ import numpy as np
 
 from .errors import MemoryAccessError
 from .hb import words_of
-from .program import CALLPARAM_BASE
+from .ptxtypes import CALLPARAM_BASE
 from .memory import (GLOBAL_BASE, LOCAL_WIN, OFF_MASK, PARAM_WIN, RANK_SHIFT, SHARED_WIN,
                      WIN_SIZE, views)
 

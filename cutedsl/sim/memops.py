@@ -7,7 +7,7 @@ import numpy as np
 from . import numerics as nm
 from .alu import PACKED, pack2, unpack2
 from .memory import LOCAL_WIN, PARAM_WIN, SHARED_WIN
-from .program import CALLPARAM_BASE, NP
+from .ptxtypes import CALLPARAM_BASE, NP
 from .registry import handler
 from .parser import TYPE_SIZES
 
