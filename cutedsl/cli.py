@@ -169,17 +169,29 @@ def _parser():
 
 
 def run_cache(action: str) -> int:
-    """``cache info``: location, entries, size, what the key covers; ``cache clear``: delete all."""
+    """``cache info``: location, entries, size, what the key covers, what is not an entry;
+    ``cache clear``: delete the entries (only in a directory carrying the cache's marker)."""
     from .compiler.cache import KernelCache
     cache = KernelCache()
     if action == "clear":
-        print(f"removed {cache.clear()} entries from {cache.root}")
+        r = cache.clear()
+        if r.refused:
+            print(f"error: {r.refused}", file=sys.stderr)
+            return 1
+        print(f"removed {r.removed} entries from {cache.root}")
+        if r.kept:
+            print(f"left {len(r.kept)} paths that are not cache entries: {', '.join(r.kept[:10])}"
+                  + (" ..." if len(r.kept) > 10 else ""))
         return 0
     i = cache.info()
     print(f"cache: {i['root']}{'' if i['enabled'] else '  (disabled: CUTEDSL_CACHE=off)'}"
           + (f"  (cannot be written: {i['unwritable']}; kernels are kept in memory per process)"
              if i["unwritable"] else ""))
     print(f"entries: {i['entries']}, {i['bytes'] / 1e6:.2f} MB")
+    if i["not_entries"]:
+        print(f"not cache entries (left untouched by clear): {len(i['not_entries'])}")
+        for path in i["not_entries"][:20]:
+            print(f"  {path}")
     print(f"key covers: {i['key_covers']}")
     tc = i["toolchain_versions"]
     print(f"library sources: {i['library_hash']}, toolchain: {i['toolchain_hash'] or 'none (no MLIR here)'}"

@@ -15,6 +15,14 @@ under a per-key ``flock`` (it may have just been replaced) and then removed and 
 ``CacheError`` where no toolchain can rebuild it). A cache directory that cannot be written
 (read-only, a path under a file) makes the process keep kernels in memory, with one warning.
 
+Ownership: the cache deletes only what it wrote. The root carries a marker file
+(``CUTEDSL_CACHE``) written with the first entry; an entry is recognised by its layout alone — a
+directory ``<24 hex digits>/<16 hex digits>/`` (never a symlink) holding ``kernel.json`` and no file
+but the artifact's own. ``clear``, the sweep of killed writers' leftovers and ``info`` act on those
+alone; anything else in the root (files, folders, dot-folders, symlinks) is listed by ``info`` as
+"not cache entries" and never followed, renamed or removed. ``clear`` on a directory without the
+marker removes nothing and says why.
+
 Root: ``$CUTEDSL_CACHE_DIR`` or ``~/.cache/cutedsl``; ``CUTEDSL_CACHE=off`` turns caching off.
 """
 from __future__ import annotations
@@ -25,12 +33,15 @@ import functools
 import hashlib
 import json
 import os
-import shutil
+import re
+import stat
 import tempfile
 import threading
 import time
 import warnings
 from pathlib import Path
+
+import attrs
 
 from ..errors import CacheError
 from .artifact import CompiledKernel
@@ -46,6 +57,15 @@ SWITCH_ENV = "CUTEDSL_CACHE"
 _OFF = ("off", "0", "false", "no")
 _ON = ("on", "1", "true", "yes", "")
 _WARNED_SWITCH: set = set()     # CUTEDSL_CACHE values already warned about
+MARKER = "CUTEDSL_CACHE"        # root marker: written with the first entry, required by ``clear``
+_MARKER_TEXT = ("cutedsl kernel cache. Entries are <key>/<toolchain>/kernel.{json,ptx,cubin};\n"
+                "`python -m cutedsl cache clear` removes those and nothing else in this directory.\n")
+_KEY_RE = re.compile(r"[0-9a-f]{24}")        # identity.kernel_key / config_key
+_TC_RE = re.compile(r"[0-9a-f]{16}")         # toolchain_hash
+_ENTRY_FILES = frozenset({"kernel.json", "kernel.ptx", "kernel.cubin"})
+_PARTIAL_JSON = re.compile(r"\.kernel\.json\.\d+")   # CompiledKernel.save's temporary json
+_LOCKS = frozenset({".lock", ".build.lock"})
+_TMP, _TRASH = ".cutedsl-tmp-", ".cutedsl-trash-"   # private names: a user's ``.tmp-x`` is never ours
 _STALE_S = 600                  # a private temp dir older than this belongs to a killed writer
 BUILD_WAIT_S = 600              # longest wait for another process compiling the same kernel
 KEY_COVERS = ("kernel name and config; the library's code-generating sources (dtypes, ir, compiler, "
@@ -98,6 +118,77 @@ def config_key(config: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
+def _real_dir(p: Path) -> bool:
+    """A directory that is not a symlink (``lstat``: links are never followed)."""
+    try:
+        return stat.S_ISDIR(os.lstat(p).st_mode)
+    except OSError:
+        return False
+
+
+def _real_file(p: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(p).st_mode)
+    except OSError:
+        return False
+
+
+def _holds_only_artifact_files(d: Path, need_json: bool) -> bool:
+    """``d`` is a real directory whose children are all regular files of a compiled-kernel
+    artifact (``kernel.{json,ptx,cubin}`` and ``save``'s temporary json); ``need_json``: and it
+    has ``kernel.json``."""
+    if not _real_dir(d):
+        return False
+    try:
+        with os.scandir(d) as it:
+            kids = list(it)
+    except OSError:
+        return False
+    for e in kids:
+        if not (e.name in _ENTRY_FILES or _PARTIAL_JSON.fullmatch(e.name)) or not e.is_file(follow_symlinks=False):
+            return False
+    return not need_json or any(e.name == "kernel.json" for e in kids)
+
+
+def is_entry_dir(d: Path) -> bool:
+    """True when ``d`` has a cache entry's layout: a real directory named by a toolchain hash
+    (16 hex digits) holding ``kernel.json`` and no file but the artifact's own."""
+    return bool(_TC_RE.fullmatch(d.name)) and _holds_only_artifact_files(d, need_json=True)
+
+
+def _is_scratch(p: Path) -> bool:
+    """A writer's temporary directory or a removed entry awaiting deletion (our names, our files)."""
+    return p.name.startswith((_TMP, _TRASH)) and _holds_only_artifact_files(p, need_json=False)
+
+
+def _delete_artifact_dir(d: Path) -> bool:
+    """Unlink the artifact's own files in ``d`` and remove it; anything else keeps it (False)."""
+    with contextlib.suppress(OSError), os.scandir(d) as it:
+        for e in it:
+            if (e.name in _ENTRY_FILES or _PARTIAL_JSON.fullmatch(e.name)) and e.is_file(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.unlink(e.path)
+    try:
+        os.rmdir(d)
+        return True
+    except OSError:
+        return False
+
+
+class _Blocked(OSError):
+    """The path of one entry is taken by something the cache did not write (a symlink, a foreign
+    directory): that kernel is kept in memory, the rest of the cache works."""
+
+
+@attrs.frozen
+class ClearReport:
+    """What :meth:`KernelCache.clear` did: ``removed`` entries; ``kept``: paths in the root that
+    are not cache entries (left untouched); ``refused``: why nothing was removed, or None."""
+    removed: int
+    kept: list
+    refused: str | None = None
+
+
 class KernelCache:
     """A cache directory; ``get_or_build(key, build)`` is the one call kernels use.
 
@@ -118,9 +209,9 @@ class KernelCache:
         found = []
         try:
             for p in base.iterdir():
-                if not p.name.startswith("."):
+                if _TC_RE.fullmatch(p.name) and _real_dir(p):
                     with contextlib.suppress(OSError):
-                        found.append((p.stat().st_mtime, p))
+                        found.append((p.lstat().st_mtime, p))
         except OSError:
             return []
         return [p for _, p in sorted(found, reverse=True)]
@@ -132,10 +223,9 @@ class KernelCache:
             return mem, None
         problem = None
         for d in self._candidates(key, toolchain_hash()):
-            try:
-                if not (d / "kernel.json").is_file():
-                    continue
-            except OSError:
+            if not is_entry_dir(d):
+                if os.path.lexists(d):
+                    problem = problem or f"{d} is not a cache entry"
                 continue
             k, why = self._load(d, key)
             if k is not None:
@@ -187,6 +277,11 @@ class KernelCache:
             try:
                 self._publish(key, tc, kernel)
                 return kernel
+            except _Blocked as e:
+                warnings.warn(f"kernel cache entry {e.filename} is taken by something the cache did not "
+                              f"write ({e.strerror}); it is left alone and this kernel is kept in memory "
+                              f"for this process", stacklevel=3)
+                break
             except FileNotFoundError as e:   # a concurrent ``clear`` removed the key's directory
                 if attempt:
                     self._unwritable(e)
@@ -198,19 +293,26 @@ class KernelCache:
 
     def _publish(self, key: str, tc: str, kernel: CompiledKernel) -> None:
         base = self.root / key
-        base.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._mark()
+        self._clear_blocker(base)
+        if os.path.lexists(base) and not _real_dir(base):
+            raise _Blocked(errno.EEXIST, "a symlink or special file", str(base))
+        base.mkdir(exist_ok=True)
         self._sweep(base)
-        self._sweep(self.root)          # a killed ``clear`` leaves its .trash- dirs here
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=base))
+        tmp = Path(tempfile.mkdtemp(prefix=_TMP, dir=base))
         try:
             os.chmod(tmp, 0o755)        # mkdtemp makes 0700; a shared cache is read by others
             kernel.save(tmp)
             dst = base / tc
+            self._clear_blocker(dst)
+            if os.path.lexists(dst) and not is_entry_dir(dst):
+                raise _Blocked(errno.EEXIST, "not a cache entry", str(dst))
             try:
                 os.rename(tmp, dst)     # atomic: readers see no entry or a complete one
                 return
             except OSError as e:
-                if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                if e.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
                     raise
             with self._lock(base):      # dst exists: keep a valid one, replace a broken one
                 try:
@@ -218,10 +320,40 @@ class KernelCache:
                         return          # a concurrent writer published the same kernel
                 except CacheError:
                     pass
-                self._remove(dst)
+                if not self._remove(dst):
+                    raise _Blocked(errno.EEXIST, "a broken entry that cannot be removed", str(dst))
                 os.rename(tmp, dst)
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)   # nothing left when the rename happened
+            if os.path.lexists(tmp):    # nothing left when the rename happened
+                _delete_artifact_dir(tmp)
+
+    def _mark(self) -> None:
+        """Write the root marker once: ``clear`` acts only on a root that has it."""
+        m = self.root / MARKER
+        if not os.path.lexists(m):
+            with contextlib.suppress(FileExistsError):
+                fd = os.open(m, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                with os.fdopen(fd, "w") as f:
+                    f.write(_MARKER_TEXT)
+
+    def _clear_blocker(self, p: Path) -> None:
+        """A regular file (or an empty directory) at an entry's own path in a marked root is a
+        broken entry of ours: discard it with a warning naming it. Symlinks are never touched."""
+        if not _real_file(self.root / MARKER):
+            return
+        try:
+            if _real_file(p):
+                remove = os.unlink
+            elif _real_dir(p) and p.parent != self.root and not os.listdir(p):
+                remove = os.rmdir
+            else:
+                return
+        except OSError:             # unreadable: left alone, reported as taken by _publish
+            return
+        with contextlib.suppress(FileNotFoundError):
+            remove(p)
+            warnings.warn(f"kernel cache entry {p} was blocked by an empty {'file' if remove is os.unlink else 'directory'}; "
+                          f"discarded and rebuilt", stacklevel=5)
 
     def _unwritable(self, err: OSError) -> None:
         root = str(self.root)
@@ -264,25 +396,28 @@ class KernelCache:
                 os.close(fd)
 
     @staticmethod
-    def _remove(d: Path) -> None:
-        """Move ``d`` aside atomically (readers never see half of it), then delete it."""
-        trash = d.parent / f".trash-{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}"
+    def _remove(d: Path) -> bool:
+        """Move the entry ``d`` aside atomically (readers never see half of it), then delete its
+        files. Only a directory with an entry's layout is touched; returns whether it went."""
+        if not is_entry_dir(d):
+            return False
+        trash = d.parent / f"{_TRASH}{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}"
         try:
             os.rename(d, trash)
         except OSError:
-            return
-        shutil.rmtree(trash, ignore_errors=True)
+            return False
+        _delete_artifact_dir(trash)
+        return True
 
     @staticmethod
-    def _sweep(base: Path) -> None:
-        """Delete temp/trash dirs of writers that were killed (older than ``_STALE_S``)."""
+    def _sweep(base: Path, max_age_s: float = _STALE_S) -> None:
+        """Delete the temp/trash dirs of writers that were killed (older than ``max_age_s``)."""
         now = time.time()
         with contextlib.suppress(OSError):
             for p in base.iterdir():
-                if p.name.startswith((".tmp-", ".trash-")):
-                    with contextlib.suppress(OSError):
-                        if now - p.stat().st_mtime > _STALE_S:
-                            shutil.rmtree(p, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    if _is_scratch(p) and now - p.lstat().st_mtime >= max_age_s:
+                        _delete_artifact_dir(p)
 
     # -- the call kernels use -------------------------------------------------------
     def get_or_build(self, key, build) -> tuple:
@@ -316,39 +451,63 @@ class KernelCache:
 
     @staticmethod
     def _drop_if_empty(base: Path) -> None:
+        """Remove a key directory that holds nothing but the cache's own lock files."""
         with contextlib.suppress(OSError):
-            if all(p.name.startswith(".") and p.is_file() for p in base.iterdir()):
+            if _real_dir(base) and all(p.name in _LOCKS and _real_file(p) for p in base.iterdir()):
                 for p in base.iterdir():
                     p.unlink()
                 base.rmdir()
 
     # -- maintenance ----------------------------------------------------------------
+    def scan(self) -> tuple:
+        """``(entry directories, paths that are not cache entries)`` under the root. Entries are
+        recognised by layout (:func:`is_entry_dir` under a key directory of 24 hex digits); the
+        marker, lock files and writers' scratch are the cache's own and in neither list."""
+        entries, other = [], []
+        try:
+            kids = sorted(self.root.iterdir())
+        except OSError:
+            return entries, other
+        for p in kids:
+            if (p.name == MARKER and _real_file(p)) or _is_scratch(p):
+                continue
+            if not (_KEY_RE.fullmatch(p.name) and _real_dir(p)):
+                other.append(p)
+                continue
+            try:
+                sub = sorted(p.iterdir())
+            except OSError:
+                other.append(p)
+                continue
+            for q in sub:
+                if is_entry_dir(q):
+                    entries.append(q)
+                elif not ((q.name in _LOCKS and _real_file(q)) or _is_scratch(q)):
+                    other.append(q)
+        return entries, other
+
     def entries(self) -> list:
         """One dict per stored entry: ``key``, ``toolchain``, ``kernel``, ``config``, ``bytes``,
         ``path``, ``user_modules`` (user code in its key, recorded when it was built)."""
         out = []
-        try:
-            keys = sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
-        except OSError:
-            return out
-        for kd in keys:
-            for d in self._candidates(kd.name, None):
-                try:
-                    meta = json.loads((d / "kernel.json").read_text())
-                    size = sum(f.stat().st_size for f in d.iterdir())
-                except (OSError, ValueError):
-                    meta, size = None, 0
-                ok = isinstance(meta, dict) and isinstance(meta.get("meta"), dict)
-                user = (meta["meta"].get("user_code") or {}) if ok else {}
-                out.append({"key": kd.name, "toolchain": d.name, "path": str(d), "bytes": size,
-                            "kernel": meta.get("entry") if ok else None,
-                            "config": meta["meta"].get("config") if ok else None,
-                            "user_modules": sorted(user.get("modules", {})) + sorted(user.get("code", {}))})
+        for d in self.scan()[0]:
+            try:
+                meta = json.loads((d / "kernel.json").read_text())
+                size = sum(f.lstat().st_size for f in d.iterdir())
+            except (OSError, ValueError):
+                meta, size = None, 0
+            ok = isinstance(meta, dict) and isinstance(meta.get("meta"), dict)
+            user = (meta["meta"].get("user_code") or {}) if ok else {}
+            out.append({"key": d.parent.name, "toolchain": d.name, "path": str(d), "bytes": size,
+                        "kernel": meta.get("entry") if ok else None,
+                        "config": meta["meta"].get("config") if ok else None,
+                        "user_modules": sorted(user.get("modules", {})) + sorted(user.get("code", {}))})
         return out
 
     def info(self) -> dict:
         """Location, entries, total size and what the key covers (for ``python -m cutedsl cache info``)."""
         ents = self.entries()
+        other = [str(p) for p in self.scan()[1]]
         versions = None
         if toolchain_hash() is not None:
             from .toolchain import versions as _versions
@@ -356,7 +515,8 @@ class KernelCache:
         return {"toolchain_versions": versions, "root": str(self.root), "enabled": caching_enabled(),
                 "unwritable": self._why_unwritable(), "entries": len(ents),
                 "bytes": sum(e["bytes"] for e in ents), "library_hash": library_hash(),
-                "toolchain_hash": toolchain_hash(), "key_covers": KEY_COVERS, "list": ents}
+                "toolchain_hash": toolchain_hash(), "key_covers": KEY_COVERS, "list": ents,
+                "marked": _real_file(self.root / MARKER), "not_entries": other}
 
     def _why_unwritable(self) -> str | None:
         """Why this root cannot be written (its nearest existing ancestor is no writable
@@ -368,20 +528,37 @@ class KernelCache:
             return f"{p} is not a directory"
         return None if os.access(p, os.W_OK | os.X_OK) else f"{p} is not writable"
 
-    def clear(self) -> int:
-        """Delete every entry (and leftovers of killed writers); returns the entries removed."""
-        n = len(self.entries())
-        try:
-            found = list(self.root.iterdir())
-        except OSError:
-            return 0
-        for p in found:
-            if p.is_dir():
-                self._remove(p)
+    def clear(self) -> ClearReport:
+        """Delete every cache entry (and killed writers' leftovers); nothing else is touched.
+
+        A root without the ``CUTEDSL_CACHE`` marker is not treated as a cache: nothing is removed
+        and ``refused`` says why. Paths that are not entries are listed in ``kept``."""
         with _LOCK:
             for k in [k for k in _MEMORY if k[0] == str(self.root)]:
                 del _MEMORY[k]
-        return n
+        entries, other = self.scan()
+        if not _real_file(self.root / MARKER):
+            if not entries and not other:
+                return ClearReport(0, [])
+            return ClearReport(0, [str(p) for p in other + entries],
+                               refused=f"{self.root} has no {MARKER} marker file, so it is not a cutedsl kernel "
+                                       f"cache (or one written before cutedsl kept a marker): nothing removed; "
+                                       f"delete it by hand if it is one")
+        removed = sum(self._remove(d) for d in entries)
+        for kd in {d.parent for d in entries} | {p for p in self._key_dirs()}:
+            self._sweep(kd, max_age_s=0)
+            self._drop_if_empty(kd)
+        self._sweep(self.root, max_age_s=0)
+        entries_left, other = self.scan()
+        with contextlib.suppress(OSError):
+            if not entries_left and [p.name for p in self.root.iterdir()] == [MARKER]:
+                os.unlink(self.root / MARKER)   # an empty cache leaves an empty directory
+        return ClearReport(removed, [str(p) for p in other])
+
+    def _key_dirs(self) -> list:
+        with contextlib.suppress(OSError):
+            return [p for p in self.root.iterdir() if _KEY_RE.fullmatch(p.name) and _real_dir(p)]
+        return []
 
 
 def default_cache() -> KernelCache:

@@ -14,6 +14,14 @@ of backend memory. Foreign GPU arrays (torch, cupy, anything with
   garbage collected, or at once by :meth:`DeviceArray.free` (views then dangle).
 * Foreign arrays (torch, cupy, a ``DeviceArray`` you pass in) are never freed by cutedsl; a
   ``DeviceArray`` wrapping one keeps it alive through ``owner``.
+
+**Checked before every launch** (:meth:`DeviceArray.check_allocation`): an array cutedsl
+allocated knows its allocation (base address, size in bytes, alive or freed), so a freed array,
+or a view whose first or last byte lies outside its allocation, is an ``ArgumentError`` naming
+the operand and the allocation before anything runs; :meth:`DeviceArray.view` checks offset,
+shape and strides when the view is made. Foreign arrays (``__cuda_array_interface__``, torch)
+carry no allocation bounds cutedsl can see: their device, dtype, alignment and strides are
+checked (the TMA rules), their extent and lifetime are the caller's to keep right.
 """
 from __future__ import annotations
 
@@ -31,10 +39,11 @@ class OwnedBuffer:
     """A backend allocation of ``nbytes`` bytes (``buf``: its ``DeviceBuffer``) that frees itself:
     on :meth:`release`, or when the last reference to this object is garbage collected."""
 
-    __slots__ = ("buf", "_fin", "__weakref__")
+    __slots__ = ("buf", "nbytes", "_fin", "__weakref__")
 
     def __init__(self, backend, nbytes: int):
-        self.buf = backend.alloc(max(int(nbytes), 1))
+        self.nbytes = max(int(nbytes), 1)
+        self.buf = backend.alloc(self.nbytes)
         self._fin = weakref.finalize(self, _in_owner_process(os.getpid(), backend.free), self.buf)
         self._fin.atexit = False          # at exit the process's device memory goes anyway
 
@@ -85,6 +94,11 @@ class CallScratch:
     def release(self) -> None:
         self._fin()
 
+    @property
+    def alive(self) -> bool:
+        """False once released: what it owned (parameter block, tensor maps) is gone."""
+        return self._fin.alive
+
 
 @attrs.frozen
 class DeviceArray:
@@ -119,9 +133,53 @@ class DeviceArray:
                 "data": (self.ptr, False), "version": 3}
 
     def view(self, offset: int = 0, shape=None, strides=None) -> "DeviceArray":
-        """A view starting ``offset`` bytes further (shape/strides default to this array's)."""
-        return attrs.evolve(self, ptr=self.ptr + offset, shape=shape or self.shape,
-                            strides=strides or self.strides)
+        """A view starting ``offset`` bytes further (shape in elements, strides in bytes; both
+        default to this array's). ``ArgumentTypeError`` for non-integer values, ``ArgumentError``
+        for negative sizes, a rank mismatch, or a view of memory cutedsl allocated that would
+        reach outside that allocation or that was freed."""
+        shape = self.shape if shape is None else _int_tuple("view(): shape", shape)
+        strides = self.strides if strides is None else _int_tuple("view(): strides", strides)
+        if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
+            raise ArgumentTypeError(f"view(): offset must be an int number of bytes, got {type(offset).__name__}")
+        if len(shape) != len(strides):
+            raise ArgumentError(f"view(): shape {shape} and strides {strides} differ in rank")
+        if any(d < 0 for d in shape):
+            raise ArgumentError(f"view(): shape {shape} has a negative size")
+        v = attrs.evolve(self, ptr=self.ptr + int(offset), shape=shape, strides=strides)
+        v.check_allocation("view()")
+        return v
+
+    def byte_span(self) -> tuple | None:
+        """``(first, end)``: byte offsets from ``ptr`` of the lowest byte the view covers and one
+        past its highest (negative strides included); None for an empty view."""
+        if any(d == 0 for d in self.shape):
+            return None
+        lo = sum(min(0, st * (d - 1)) for d, st in zip(self.shape, self.strides))
+        hi = sum(max(0, st * (d - 1)) for d, st in zip(self.shape, self.strides))
+        return lo, hi + self.dtype.nbytes
+
+    def check_allocation(self, name: str = "array") -> None:
+        """``ArgumentError`` naming ``name`` when this array's memory (allocated by cutedsl) was
+        freed, or when its first or last byte lies outside that allocation. Foreign memory is not
+        checked here (see the module docstring)."""
+        own = self.owner
+        while isinstance(own, DeviceArray):          # a wrapper of one of ours
+            own = own.owner
+        if not isinstance(own, OwnedBuffer):
+            return
+        base, size = own.buf.ptr, own.nbytes
+        if not own.alive:
+            raise ArgumentError(f"{name}: its device memory ({size} bytes at 0x{base:x}) was freed "
+                                f"(DeviceArray.free()); a freed array or a view of it cannot be used")
+        span = self.byte_span()
+        if span is None:
+            return
+        first, end = self.ptr + span[0] - base, self.ptr + span[1] - base
+        if first < 0 or end > size:
+            where = "starts before" if first < 0 else "runs past the end of"
+            raise ArgumentError(f"{name}: shape {self.shape} with strides {self.strides} (bytes) at offset "
+                                f"{self.ptr - base} covers bytes [{first}, {end}) and {where} its allocation "
+                                f"of {size} bytes at 0x{base:x}")
 
     def is_c_contiguous(self) -> bool:
         expect = self.dtype.nbytes
@@ -146,6 +204,16 @@ class DeviceArray:
         out = np.empty(self.shape, self.dtype.numpy)
         self.backend.copy_to_host(out, _Buf(self.ptr), 0)
         return out
+
+
+def _int_tuple(what: str, v) -> tuple:
+    try:
+        t = tuple(v)
+    except TypeError:
+        raise ArgumentTypeError(f"{what} must be a tuple of ints, got {type(v).__name__}") from None
+    if not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in t):
+        raise ArgumentTypeError(f"{what} must be a tuple of ints, got {t!r}")
+    return tuple(int(x) for x in t)
 
 
 @attrs.frozen
@@ -206,7 +274,10 @@ def empty(backend, shape, dt, pitch_align: int = 1) -> DeviceArray:
 
 def check_backend_of(x, backend, name: str) -> None:
     """``ArgumentError`` when ``x`` is a ``DeviceArray`` of another backend object than
-    ``backend`` (its address means nothing there: a fault, or garbage read on a GPU)."""
+    ``backend`` (its address means nothing there: a fault, or garbage read on a GPU), or one
+    whose memory was freed or does not cover it (:meth:`DeviceArray.check_allocation`)."""
+    if isinstance(x, DeviceArray):
+        x.check_allocation(name)
     if isinstance(x, DeviceArray) and x.backend is not backend:
         raise ArgumentError(f"{name} is a DeviceArray of another backend object ({getattr(x.backend, 'name', '?')}) "
                             f"than this call's ({getattr(backend, 'name', '?')}): allocate it with that backend, "

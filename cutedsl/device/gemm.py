@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from ..dtypes import dtype as _dtype
-from ..errors import ArgumentError, ArgumentTypeError, CuteDSLError, NoDeviceError
+from ..errors import ArgumentError, ArgumentTypeError, CuteDSLError, LaunchError, NoDeviceError
 from . import arrays, extras
 from .selection import check_backend_arg
 
@@ -218,6 +218,9 @@ class Gemm:
             return None
         key = (*da[:3], da[3].name, *db[:3], db[3].name, *dd[:3], dd[3].name)
         run = self._launches.get(key)
+        for name, x in (("a", a), ("b", b), ("out", out)):
+            if isinstance(x, arrays.DeviceArray):
+                x.check_allocation(name)     # same address and shape, but freed since?
         if run is None:
             launch, _ = self.prepare(a, b, out)
             try:
@@ -310,6 +313,9 @@ class Gemm:
         zero_d = getattr(self.kernel.epilogue, "accumulates", False)
 
         def launch():
+            if not scratch.alive:      # its parameter block and tensor maps are gone
+                raise LaunchError("this launch was released (launch.release()); call Gemm.prepare() "
+                                  "again for a new one")
             if zero_d:                 # the epilogue adds into D: start from zeros every launch
                 arrays.zero_fill(dd)
             be.launch(handle, grid, params, block=kern.block, cluster=kern.cluster, smem=kern.dynamic_smem)

@@ -53,8 +53,8 @@ def test_concurrent_writers_of_one_entry(tmp_path):
         p.join(timeout=60)
     assert [r for r in results if r[0] != "ok"] == []
     assert [m for r in results for m in r[1]] == [], "no (false) corrupt-entry warnings"
-    leftovers = [p.name for p in tmp_path.rglob(".t*") if p.is_dir()]
-    assert leftovers == [], "no .tmp-/.trash- directories left behind"
+    leftovers = [p.name for p in tmp_path.rglob(".cutedsl-*") if p.is_dir()]
+    assert leftovers == [], "no temp/trash directories left behind"
     assert KernelCache(tmp_path).get(CONFIG).ptx == "// ptx a\n"
 
 
@@ -106,7 +106,7 @@ def test_concurrent_writer_threads(tmp_path):
             assert c.get(CONFIG).ptx == "// ptx a\n"
     with ThreadPoolExecutor(4) as ex:
         list(ex.map(work, range(4)))
-    assert [p.name for p in tmp_path.rglob(".t*")] == []
+    assert [p.name for p in tmp_path.rglob(".cutedsl-*")] == []
 
 
 def test_writer_keeps_a_valid_entry_and_replaces_a_broken_one(tmp_path):
@@ -296,7 +296,7 @@ def test_info_and_clear(tmp_path):
     assert info["root"] == str(tmp_path) and info["entries"] == 2 and info["bytes"] > 2 * 256
     assert "MRO" in info["key_covers"] and len(info["library_hash"]) == 16
     assert {e["kernel"] for e in info["list"]} == {"fake"}
-    assert c.clear() == 2 and c.info()["entries"] == 0 and list(tmp_path.iterdir()) == []
+    assert c.clear().removed == 2 and c.info()["entries"] == 0 and list(tmp_path.iterdir()) == []
 
 
 def test_cli_cache_info_and_clear(tmp_path):
