@@ -79,6 +79,17 @@ def _lanes_text(mask):
     return "lanes " + ",".join(runs)
 
 
+def _dispose(cl) -> None:
+    """Break the cluster's reference cycles (warp <-> CTA <-> cluster <-> race-check state) once
+    it has run, so its memory (shared memory, register files, shadows) goes by reference
+    counting when the launch returns instead of waiting for Python's cyclic collector."""
+    for c in cl.ctas:
+        for w in c.warps:
+            w.__dict__.clear()
+        c.__dict__.clear()
+    cl.__dict__.clear()
+
+
 class Launch:
     """One kernel launch on the emulator (see module docstring)."""
 
@@ -191,7 +202,10 @@ class Launch:
                                     rank = x + cx * (y + cy * z)
                                     cl.ctas.append(CTA(self, ctaid, cl, rank, (x, y, z)))
                                     self.cta_serial += 1
-                        self._run_cluster(cl)
+                        try:
+                            self._run_cluster(cl)
+                        finally:
+                            _dispose(cl)
                         cid += 1
 
     def _run_cluster(self, cl):

@@ -1,6 +1,8 @@
 """Device-memory lifetime (issue 7 item 2): every allocation a call makes is freed, tensor maps
 are released, and ownership of returned device arrays is the caller's. Runs on the emulator,
 counting live allocations in the backend."""
+import os
+
 import numpy as np
 import pytest
 
@@ -118,4 +120,43 @@ def test_finalizers_do_nothing_in_a_forked_child(be, rng):
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     assert be.live_allocations() == 1
     arr.free()
+    assert be.live_allocations() == 0
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+
+
+@pytest.mark.parametrize("cfg", [CFG, GemmConfig(tile=(128, 128, 64), schedule="cooperative", cluster=(2, 1))],
+                         ids=["multistage", "cooperative-2x1"])
+def test_nothing_of_a_call_outlives_it(be, rng, cfg, monkeypatch):
+    """Issue 29 item 3: with the cyclic collector off, 50 calls leave the live-object count and the
+    RSS flat (each call used to leave ~660 objects in cycles holding its arrays), and the
+    emulator's launch state is gone when the call returns."""
+    import gc
+    import weakref
+
+    from cutedsl.sim import scheduler
+    launches = []
+    real_run = scheduler.Launch.run
+    monkeypatch.setattr(scheduler.Launch, "run", lambda self: (launches.append(weakref.ref(self)), real_run(self))[1])
+    g = Gemm(cfg, be)
+    a, b = _ints(rng, (150, 64)), _ints(rng, (64, 130))
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    for _ in range(3):                          # warm: compile, module load, first-call caches
+        np.testing.assert_array_equal(g(a, b), ref)     # (its first use makes importlib cycles)
+    gc.collect()
+    gc.disable()
+    try:
+        objs0, rss0 = len(gc.get_objects()), _rss_kib()
+        for i in range(50):
+            np.testing.assert_array_equal(g(a, b), ref)
+            assert launches[-1]() is None, f"call {i}: the emulator's launch state outlived the call"
+        objs1, rss1 = len(gc.get_objects()), _rss_kib()
+        assert gc.collect() == 0, "the calls left reference cycles"
+    finally:
+        gc.enable()
+    assert objs1 - objs0 < 100, (objs0, objs1)
+    assert rss1 - rss0 < 8 * 1024, f"RSS grew {rss1 - rss0} KiB over 50 calls"
     assert be.live_allocations() == 0
