@@ -20,8 +20,9 @@ from .errors import (DeadlockError, InstructionBudgetExceeded, MemoryAccessError
                      UnsupportedInstruction)
 from .program import Program, load_ptx
 from .scheduler import DEFAULT_BUDGET, Launch
+from .limits import DEFAULT_LIMITS, SimLimits
 
 __all__ = ["SimBackend", "Emulator", "SimModule", "pack_arg", "load_ptx", "Program", "Launch",
-           "DEFAULT_BUDGET", "SimError", "PTXParseError", "UnsupportedInstruction", "SimLaunchError",
+           "DEFAULT_BUDGET", "DEFAULT_LIMITS", "SimLimits", "SimError", "PTXParseError", "UnsupportedInstruction", "SimLaunchError",
            "SimRuntimeError", "DeadlockError", "MemoryAccessError", "InstructionBudgetExceeded",
            "RaceError", "TimeLimitExceeded"]

@@ -18,8 +18,9 @@ import time
 import numpy as np
 
 from ..device.backend import Backend, DeviceBuffer, check_launch, check_tensor_map
-from ..errors import ArgumentError
+from ..errors import ArgumentError, ArgumentTypeError
 from .errors import MemoryAccessError, SimLaunchError
+from .limits import DEFAULT_LIMITS, SimLimits
 from .memory import GlobalMemory
 from .program import Program, load_ptx
 from .scheduler import DEFAULT_BUDGET, Launch
@@ -61,7 +62,9 @@ class SimBackend(Backend):
     (placement stress test; default 0); ``chaos`` - an integer seed for the adversarial mode
     (random interleavings, late asynchronous completion; default: ``CUTEDSL_SIM_CHAOS`` if set,
     else off); ``time_limit`` - wall-clock seconds per launch (default:
-    ``CUTEDSL_SIM_TIME_LIMIT`` if set, else 900; raises :class:`TimeLimitExceeded`).
+    ``CUTEDSL_SIM_TIME_LIMIT`` if set, else 900; raises :class:`TimeLimitExceeded`);
+    ``limits`` - a :class:`~cutedsl.sim.limits.SimLimits` bounding what a launch may allocate
+    (checked before allocating: :class:`SimLaunchError`).
     After each launch ``last_launch`` holds ``{"instructions", "seconds", "ctas", "printf"}``
     (``printf``: the lines ``vprintf`` produced, also written to stdout).
     """
@@ -69,8 +72,13 @@ class SimBackend(Backend):
     name = "sim"
 
     def __init__(self, *, budget: int = DEFAULT_BUDGET, race_check: bool = True, dyn_smem_offset: int = 0,
-                 chaos: int | None = None, time_limit: float | None = None):
+                 chaos: int | None = None, time_limit: float | None = None, limits: SimLimits | None = None):
         self.gmem = GlobalMemory()
+        if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget <= 0:
+            raise ArgumentError(f"budget must be a positive int number of warp-instructions, got {budget!r}")
+        if limits is not None and not isinstance(limits, SimLimits):
+            raise ArgumentTypeError(f"limits must be a cutedsl.sim.SimLimits, got {type(limits).__name__}")
+        self.limits = limits or DEFAULT_LIMITS
         self.budget = budget
         self.race_check = race_check
         self.dyn_smem_offset = dyn_smem_offset
@@ -145,7 +153,7 @@ class SimBackend(Backend):
 
     # -- modules and launches ---------------------------------------------------------------
     def load(self, kernel) -> SimModule:
-        prog = load_ptx(kernel.ptx, getattr(kernel, "entry", None))
+        prog = load_ptx(kernel.ptx, getattr(kernel, "entry", None), limits=self.limits)
         specs = getattr(kernel, "params", None)
         if specs is not None:
             if len(specs) != len(prog.params):
@@ -167,7 +175,7 @@ class SimBackend(Backend):
         ln = Launch(handle.program, self.gmem, grid, block, params, cluster=cluster, smem=smem,
                     budget=self.budget, race_check=self.race_check, dyn_smem_offset=self.dyn_smem_offset,
                     global_syms=handle.global_syms, time_limit=self.time_limit,
-                    chaos=self.chaos if self.chaos is not None else env_seed())
+                    chaos=self.chaos if self.chaos is not None else env_seed(), limits=self.limits)
         ln.run()
         self.last_launch = {"instructions": ln.insts, "seconds": time.perf_counter() - t,
                             "ctas": ln.grid[0] * ln.grid[1] * ln.grid[2], "printf": ln.printf,
@@ -192,9 +200,19 @@ def pack_arg(param, value) -> bytes:
            "s32": "<i", "u64": "<Q", "b64": "<Q", "s64": "<q", "f32": "<f", "f64": "<d"}.get(t)
     if fmt is None:
         raise SimLaunchError(f"cannot pack a value for parameter {param.name} of type .{t}")
-    if fmt[-1] in "BHIQ" and isinstance(value, (int, np.integer)) and value < 0:
+    if fmt[-1] in "fd":
+        ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+    if not ok:
+        want = "a float" if fmt[-1] in "fd" else "an int (or a DeviceBuffer for a pointer)"
+        raise ArgumentTypeError(f"parameter {param.name} (.{t}) needs {want}, got {type(value).__name__} {value!r:.40}")
+    if fmt[-1] in "BHIQ" and value < 0:
         value = int(value) & ((1 << (8 * struct.calcsize(fmt))) - 1)
-    return struct.pack(fmt, value)
+    try:
+        return struct.pack(fmt, value)
+    except (struct.error, OverflowError) as e:
+        raise ArgumentError(f"parameter {param.name} (.{t}): {value!r} does not fit ({e})") from None
 
 
 class Emulator:
@@ -215,7 +233,9 @@ class Emulator:
         self.backend = backend or SimBackend(**opts)
 
     def load(self, ptx: str, entry: str | None = None) -> Program:
-        return load_ptx(ptx, entry)
+        """Decode PTX text (``str``, or UTF-8 ``bytes``) with this backend's limits.
+        :class:`PTXParseError` for anything that is not PTX the emulator can run."""
+        return load_ptx(ptx, entry, limits=self.backend.limits)
 
     def alloc(self, nbytes):
         return self.backend.alloc(nbytes)

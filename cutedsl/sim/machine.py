@@ -299,7 +299,7 @@ class Warp:
         ut = np.dtype(f"u{esize}")
         vals = np.broadcast_to(np.asarray(vals).view(ut) if np.asarray(vals).dtype.itemsize == esize
                                else np.asarray(vals).astype(ut), (k, n))
-        self.launch.stores += 1
+        launch = self.launch
         for sel, v, off, limit, cta, space in self._targets(space, a, nb, ins, lanes, "store"):
             ll = lanes if sel is None else lanes[sel]
             vv = vals if sel is None else vals[sel]
@@ -308,7 +308,10 @@ class Warp:
                 raise MemoryAccessError(f"store to kernel parameter space at {ins.where()}")
             if space == "local" or space == "callparam":
                 idx = off[:, None] + np.arange(nb)
-                v[1][idx] = np.ascontiguousarray(vv).view(np.uint8).reshape(len(off), nb)
+                new = np.ascontiguousarray(vv).view(np.uint8).reshape(len(off), nb)
+                if not launch.changed and not np.array_equal(v[1][idx], new):
+                    launch.changed = True       # progress: an equal value written is none
+                v[1][idx] = new
                 continue
             if cta is not None:
                 cta.check_not_mbarrier(off, nb, self, ins)
@@ -320,9 +323,14 @@ class Warp:
                     cta.race_access(off, nb, self, ins, True, same=same)
             idx = off >> _SHIFT[esize]
             if n == 1:
+                if not launch.changed and not np.array_equal(v[esize][idx], vv[:, 0]):
+                    launch.changed = True
                 v[esize][idx] = vv[:, 0]
             else:
-                v[esize][idx[:, None] + np.arange(n)] = vv
+                ix = idx[:, None] + np.arange(n)
+                if not launch.changed and not np.array_equal(v[esize][ix], vv):
+                    launch.changed = True
+                v[esize][ix] = vv
 
     def read_generic_bytes(self, addr: int, n: int, ins, lane: int = 0) -> bytes:
         """Read ``n`` bytes at one generic address as seen by ``lane`` (tensor maps, printf)."""

@@ -26,7 +26,9 @@ import re
 
 import numpy as np
 
+from ..device.backend import SMEM_LIMIT
 from .errors import PTXParseError, UnsupportedInstruction
+from .limits import DEFAULT_LIMITS
 from .parser import Var, parse_module, parse_var, split_top
 from .registry import BLOCKED, HANDLERS, JUMPED, RESCHED, YIELD  # noqa: F401  (re-exported)
 from .ptxtypes import (CALLPARAM_BASE, CLASS_BITS, NP, REG_CLASS, SPECIAL, VIEW, Instr, Op, _F32_RE, _F64_RE,
@@ -367,7 +369,7 @@ class Program:
         return f"{best[0]}+{offset - best[1]}" if offset != best[1] else best[0]
 
 
-def _decl_regs(scope: Scope, text: str, nregs: dict, line: int):
+def _decl_regs(scope: Scope, text: str, nregs: dict, line: int, limit: int):
     m = re.match(r"\.reg\s+(?:\.v\d\s+)?\.(\w+)\s+(.*)$", text)
     if not m or m.group(1) not in REG_CLASS:
         raise UnsupportedInstruction("unsupported register declaration", line, text)
@@ -376,6 +378,9 @@ def _decl_regs(scope: Scope, text: str, nregs: dict, line: int):
         mm = re.fullmatch(r"([%$\w]+)\s*<\s*(\d+)\s*>", part)
         if mm:
             base, n = mm.group(1), int(mm.group(2))
+            if nregs[cls] + n > limit:      # checked before a single name is made
+                raise PTXParseError(f"{nregs[cls] + n} .{m.group(1)} registers declared; the emulator's "
+                                    f"limit is {limit} per register class (SimLimits.registers)", line, text)
             for i in range(n):
                 scope.regs[f"{base}{i}"] = (cls, nregs[cls])
                 nregs[cls] += 1
@@ -384,9 +389,25 @@ def _decl_regs(scope: Scope, text: str, nregs: dict, line: int):
             nregs[cls] += 1
 
 
-def decode_entry(module, entry, key="") -> Program:
-    """Decode one parsed entry into a :class:`Program` (see module docstring)."""
+def _check_local(prog, v, used: int, limits, line: int, text: str) -> None:
+    if used > limits.local_bytes:
+        raise PTXParseError(f"{used} bytes of per-thread {v} memory declared; the emulator's limit is "
+                            f"{limits.local_bytes} bytes (SimLimits.local_bytes)", line, text)
+
+
+def decode_entry(module, entry, key="", limits=DEFAULT_LIMITS) -> Program:
+    """Decode one parsed entry into a :class:`Program` (see module docstring). Declarations
+    beyond ``limits`` (:class:`~cutedsl.sim.limits.SimLimits`) are a :class:`PTXParseError`."""
     prog = Program(module, entry, key)
+    gvars = sum(v.size for v in module.variables if v.space in ("global", "const"))
+    if gvars > limits.global_var_bytes:
+        big = max((v for v in module.variables if v.space in ("global", "const")), key=lambda v: v.size)
+        raise PTXParseError(f"module variables take {gvars} bytes (largest: {big.space} {big.name}, {big.size} "
+                            f"bytes); the emulator's limit is {limits.global_var_bytes} bytes "
+                            f"(SimLimits.global_var_bytes)")
+    for v in module.variables:
+        if v.space == "shared" and v.size > SMEM_LIMIT:
+            raise PTXParseError(f".shared variable {v.name} is {v.size} bytes; a CTA has at most {SMEM_LIMIT}")
     # symbols: params, module variables
     for p in entry.params:
         prog.symbols[p.name] = ("param", p.offset)
@@ -416,15 +437,20 @@ def decode_entry(module, entry, key="") -> Program:
         elif it.kind == "dir":
             t = it.text
             if t.startswith(".reg"):
-                _decl_regs(sc, t, prog.nregs, it.line)
+                _decl_regs(sc, t, prog.nregs, it.line, limits.registers)
             elif t.startswith(".shared") or t.startswith(".extern .shared"):
-                _add_shared(prog, parse_var(t, it.line))
+                v = parse_var(t, it.line)
+                if v.size > SMEM_LIMIT:
+                    raise PTXParseError(f".shared variable {v.name} is {v.size} bytes; a CTA has at most "
+                                        f"{SMEM_LIMIT}", it.line, t)
+                _add_shared(prog, v)
             elif t.startswith(".local"):
                 v = parse_var(t, it.line)
                 off = (prog.local_size + v.align - 1) // v.align * v.align
                 prog.local_vars[v.name] = (off, v.size)
                 prog.symbols[v.name] = ("local", off)
                 prog.local_size = off + v.size
+                _check_local(prog, "local", prog.local_size + prog.callparam_size, limits, it.line, t)
             elif t.startswith((".pragma", ".loc", ".maxnreg")):
                 pass
             elif t.startswith(".param"):
@@ -433,6 +459,7 @@ def decode_entry(module, entry, key="") -> Program:
                 off = (prog.callparam_size + v.align - 1) // v.align * v.align
                 prog.symbols[v.name] = ("param", CALLPARAM_BASE + off)
                 prog.callparam_size = off + v.size
+                _check_local(prog, "call-parameter", prog.local_size + prog.callparam_size, limits, it.line, t)
             else:
                 raise UnsupportedInstruction("unsupported directive in body", it.line, t)
         else:
@@ -498,16 +525,26 @@ def _add_shared(prog: Program, v: Var):
 _CACHE = {}
 
 
-def load_ptx(text: str, entry: str | None = None) -> Program:
+def load_ptx(text: str, entry: str | None = None, limits=None) -> Program:
     """Parse and decode PTX ``text``; returns the :class:`Program` of ``entry`` (default: the
     only/first entry). Cached by the SHA-256 of the text. Raises :class:`PTXParseError` /
-    :class:`UnsupportedInstruction` with the PTX line."""
+    :class:`UnsupportedInstruction` with the PTX line, also for declarations beyond ``limits``
+    (:class:`~cutedsl.sim.limits.SimLimits`, default ``DEFAULT_LIMITS``) and for text that is
+    no PTX module the emulator can decode (the error names the line it reached)."""
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise PTXParseError(f"PTX text is not UTF-8: {e}") from None
+    if not isinstance(text, str):
+        raise PTXParseError(f"PTX text must be a str, got {type(text).__name__}")
+    limits = DEFAULT_LIMITS if limits is None else limits
     key = hashlib.sha256(text.encode()).hexdigest()
-    ck = (key, entry)
+    ck = (key, entry, limits)
     p = _CACHE.get(ck)
     if p is not None:
         return p
-    mod = parse_module(text)
+    mod = _guarded(parse_module, text)
     if not mod.entries:
         raise PTXParseError("no .entry in PTX text")
     if entry is None:
@@ -516,8 +553,37 @@ def load_ptx(text: str, entry: str | None = None) -> Program:
         ent = mod.entries[entry]
     else:
         raise PTXParseError(f"no entry {entry!r}; entries: {', '.join(mod.entries)}")
-    p = decode_entry(mod, ent, key)
+    p = _guarded(decode_entry, mod, ent, key, limits)
     if len(_CACHE) > 64:
         _CACHE.clear()
     _CACHE[ck] = p
     return p
+
+
+def _guarded(fn, *args):
+    """Run a parse/decode step; a Python error inside it (malformed operands the decoder did
+    not anticipate) becomes a :class:`PTXParseError`: untrusted text never escapes as
+    ``IndexError``/``KeyError``/``ValueError``. The error names the innermost PTX line the
+    decoder had reached (from the traceback's ``it``/``ins``/``line`` locals)."""
+    try:
+        return fn(*args)
+    except PTXParseError:
+        raise
+    except (IndexError, KeyError, ValueError, TypeError, AttributeError, OverflowError, ZeroDivisionError,
+            RecursionError, UnicodeError) as e:
+        line, text = _where(e.__traceback__)
+        raise PTXParseError(f"cannot decode ({type(e).__name__}: {e})", line, text) from None
+
+
+def _where(tb) -> tuple:
+    line, text = 0, ""
+    while tb is not None:
+        loc = tb.tb_frame.f_locals
+        for name in ("ins", "it"):
+            o = loc.get(name)
+            if o is not None and isinstance(getattr(o, "line", None), int) and getattr(o, "text", None):
+                line, text = o.line, o.text
+        if isinstance(loc.get("ln"), int) and callable(loc.get("line_text")):
+            line, text = loc["ln"], loc["line_text"](loc["ln"])
+        tb = tb.tb_next
+    return line, text

@@ -35,6 +35,7 @@ from .chaos import Chaos
 from .errors import (DeadlockError, InstructionBudgetExceeded, SimError, SimLaunchError,
                      SimRuntimeError, TimeLimitExceeded)
 from .hb import HB, Shadow, acc_check
+from .limits import DEFAULT_LIMITS, fmt_bytes, warp_bytes
 from .machine import CTA, Cluster
 from .memory import views
 from .registry import BLOCKED, JUMPED, RESCHED, YIELD
@@ -97,7 +98,7 @@ class Launch:
 
     def __init__(self, program, gmem, grid, block, params, *, cluster=(1, 1, 1), smem=0,
                  budget=DEFAULT_BUDGET, race_check=True, dyn_smem_offset=0, quantum=20000,
-                 global_syms=None, chaos=None, time_limit=None):
+                 global_syms=None, chaos=None, time_limit=None, limits=None):
         Launch.serial_counter += 1
         self.serial = Launch.serial_counter
         self.program = program
@@ -158,19 +159,34 @@ class Launch:
         al = program.dyn_align
         self.dyn_base = (static + al - 1) // al * al + int(dyn_smem_offset)
         self.smem_total = self.dyn_base + smem
+        self._check_memory(limits or DEFAULT_LIMITS, nthreads, ncl, race_check)
         self.budget = int(budget)
         self.race_check = bool(race_check)
         self.quantum = int(quantum)
         self.chaos = Chaos(chaos) if chaos is not None else None
         self.seed = chaos
         self.time_limit = float(time_limit) if time_limit is not None else default_time_limit()
-        self.stores = 0
+        self.changed = False     # a store changed memory this round (see _run_cluster)
         self.insts = 0
         self.printf = []
         self.version = 0
         self.cta_serial = 0
         self.global_syms = global_syms if global_syms is not None else {}
         self.code = program.code
+
+    def _check_memory(self, limits, nthreads, ncl, race_check) -> None:
+        """Refuse, before allocating, a launch whose live CTAs (one cluster: register files,
+        local memory, shared memory and its race-check shadow) exceed ``limits.memory_bytes``."""
+        p = self.program
+        per_warp = warp_bytes(p.nregs, p.local_size, getattr(p, "callparam_size", 0))
+        per_cta = -(-nthreads // 32) * per_warp + self.smem_total * (1 + (13 if race_check else 0))
+        need = ncl * per_cta
+        if need > limits.memory_bytes:
+            raise SimLaunchError(
+                f"kernel {p.name!r}: {ncl} CTA(s) of {nthreads} threads would need {fmt_bytes(need)} of emulator "
+                f"memory ({sum(p.nregs.values())} registers, {p.local_size} local bytes per thread, "
+                f"{self.smem_total} shared bytes per CTA); the limit is {fmt_bytes(limits.memory_bytes)} "
+                f"(SimLimits.memory_bytes)")
 
     def global_addr(self, name):
         a = self.global_syms.get(name)
@@ -224,7 +240,8 @@ class Launch:
                     chaos.drain()
                 return
             executed = 0
-            v0, s0 = self.version, self.stores
+            v0 = self.version
+            self.changed = False
             if chaos is not None:
                 active = chaos.order(active)
             for w in active:
@@ -249,7 +266,7 @@ class Launch:
                 if chaos is not None and chaos.run_one():
                     continue
                 raise DeadlockError(self.deadlock_report(cl))
-            if self.version == v0 and self.stores == s0:
+            if self.version == v0 and not self.changed:     # nothing observable changed
                 if chaos is not None and chaos.run_one():
                     seen.clear()
                     continue
