@@ -27,7 +27,12 @@ class ArgParser(argparse.ArgumentParser):
     """``argparse.ArgumentParser`` whose errors are one line on stderr (no usage dump, no
     traceback) with exit status 2; its subparsers are ``ArgParser`` too."""
 
+    #: set by :func:`main` for ``gemm --json``: errors are also one JSON object on stdout
+    json_errors = False
+
     def error(self, message):
+        if ArgParser.json_errors:
+            print(json.dumps({"error": message}))
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
@@ -254,14 +259,17 @@ def run_gemm(args) -> tuple:
     npd = _dtype(args.dtype).numpy
     a = rng.standard_normal((args.m, args.k), dtype=np.float32).astype(npd)
     b = rng.standard_normal((args.k, args.n), dtype=np.float32).astype(npd)
+    launched = False
     try:
         launch, result = gemm.prepare(a, b)
         t = time.perf_counter()
+        launched = True
         launch()
         d = result()
         first = time.perf_counter() - t
     except CuteDSLError as e:
         rep["error"] = f"{type(e).__name__}: {e}"
+        rep["executed"] = launched              # failed before the launch: nothing executed
         return rep, 2
     flops = 2.0 * args.m * args.n * args.k
     if backend.name == "cuda":
@@ -302,10 +310,10 @@ def _print_text(rep):
         p(f"  ptxas: {m}")
     if "note" in rep:               # when nothing ran, the note says why (one line)
         p(f"  note: {rep['note']}")
-    if not rep["executed"]:
-        return
     if "error" in rep:
         p(f"  error: {rep['error']}")
+        return
+    if not rep["executed"]:
         return
     what = "GPU time (median)" if rep["backend"] == "cuda" else "emulator wall time"
     p(f"  backend {rep['backend']}: {what} {rep['time_ms']:.3f} ms, {rep['tflops']:.4g} TFLOP/s")
@@ -317,7 +325,23 @@ def _print_text(rep):
 
 
 def main(argv=None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    ArgParser.json_errors = bool(words) and words[0] == "gemm" and "--json" in words
     args = _parser().parse_args(argv)
+    from .envvars import EnvVarError, check_all
+    try:
+        check_all()                 # every CUTEDSL_* variable, before anything is compiled
+    except EnvVarError as e:
+        if getattr(args, "json", None) is True:
+            print(json.dumps({"error": str(e)}))
+        print(f"python -m cutedsl {args.cmd}: error: environment: {e}", file=sys.stderr)
+        return 2
+    if args.cmd == "gemm" and args.check and args.backend == "none":
+        msg = "argument --check/--backend: --check compares a result, and --backend none runs nothing"
+        if args.json:
+            print(json.dumps({"error": msg}))
+        print(f"python -m cutedsl gemm: error: {msg}", file=sys.stderr)
+        return 2
     if args.cmd == "cache":
         return run_cache(args.action)
     if args.cmd in ("bench", "bundle"):
@@ -342,4 +366,6 @@ def main(argv=None) -> int:
         print(json.dumps(rep))
     else:
         _print_text(rep)
+    if "error" in rep:              # the one line on stderr every failure gets
+        print(f"{prog}: error: {rep['error'].splitlines()[0]}", file=sys.stderr)
     return status

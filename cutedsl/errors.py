@@ -14,6 +14,10 @@ class ConfigError(CuteDSLError, ValueError):
     """A kernel configuration cannot be built (tile, stages, dtype, shared memory, registers)."""
 
 
+class ConfigTypeError(ConfigError, TypeError):
+    """A configuration names a field that does not exist, or gives too many positional values."""
+
+
 class ArgumentError(CuteDSLError, ValueError):
     """A launch argument is invalid (shape, dtype, stride, alignment, TMA limits).
 
@@ -61,3 +65,29 @@ class NoDeviceError(CuteDSLError, RuntimeError):
 
 class LaunchError(CuteDSLError, RuntimeError):
     """A driver or emulator call failed during module load, launch or copy."""
+
+
+def checked_arguments(error=None):
+    """Decorator for a public callable (a function or an ``__init__``): arguments that do not
+    bind to its signature (an unknown keyword, too many positional values, a missing one) raise
+    ``error`` (default :class:`ArgumentTypeError`) naming the callable and its accepted names,
+    instead of Python's bare ``TypeError``."""
+    import functools
+    import inspect
+
+    def deco(fn):
+        sig = inspect.signature(fn)
+        names = [p for p in sig.parameters if p != "self" and sig.parameters[p].kind not in (
+            inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+        owner = fn.__qualname__.removesuffix(".__init__")
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            try:
+                sig.bind(*args, **kwargs)
+            except TypeError as e:
+                why = str(e).split("() ", 1)[-1] if "() " in str(e) else str(e)
+                raise (error or ArgumentTypeError)(f"{owner}(): {why}; it accepts {', '.join(names)}") from None
+            return fn(*args, **kwargs)
+        return wrapper
+    return deco

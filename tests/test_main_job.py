@@ -134,3 +134,67 @@ def test_dump_dir_env_writes_dumps_also_when_the_kernel_is_cached(tmp_path, monk
     assert rep["cached"] is False
     names = sorted(p.name for p in (tmp_path / "dumps").iterdir())
     assert names == [f"gemm_multistage.{s}" for s in ("after.mlir", "before.mlir", "ptx", "ptxas.log", "sass")]
+
+
+BAD_ENV = [("CUTEDSL_SIM_TIME_LIMIT", "soon", "is not a number of seconds"),
+           ("CUTEDSL_SIM_TIME_LIMIT", "-3", "must be a finite number of seconds > 0"),
+           ("CUTEDSL_SIM_CHAOS", "x", "is not an integer seed"),
+           ("CUTEDSL_CACHE", "maybe", r"is not understood \(accepted: on, off")]
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+@pytest.mark.parametrize("name,value,match", BAD_ENV, ids=[f"{n}={v}" for n, v, _ in BAD_ENV])
+def test_bad_environment_is_refused_before_compiling(name, value, match, json_out, monkeypatch, capsys):
+    """Issue 29 item 5: reported at start-up (nothing compiled), one line on stderr, exit 2; with
+    --json also one JSON object with "error" on stdout (never "executed": true)."""
+    from cutedsl import cli
+    from cutedsl.device.gemm import Gemm
+    monkeypatch.setenv(name, value)
+    monkeypatch.setattr(Gemm, "compiled", property(lambda self: pytest.fail("compiled before the check")))
+    status = cli.main(["gemm", "--m", "70", "--n", "64", "--k", "64", "--backend", "sim"] + ["--json"] * json_out)
+    out, err = capsys.readouterr()
+    assert status == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"python -m cutedsl gemm: error: environment: {name}={value!r} ")
+    assert re.search(match, lines[0])
+    if json_out:
+        assert list(json.loads(out)) == ["error"] and name in json.loads(out)["error"]
+    else:
+        assert out == ""
+
+
+def test_check_with_backend_none_is_a_usage_error(capsys):
+    from cutedsl import cli
+    assert cli.main(["gemm", "--m", "70", "--n", "64", "--k", "64", "--backend", "none", "--check"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == ("python -m cutedsl gemm: error: argument --check/--backend: --check compares a "
+                                 "result, and --backend none runs nothing\n")
+
+
+@pytest.mark.parametrize("argv", [["--m", "-5"], ["--dtype", "f32"], ["--m", "10000000"]])
+def test_json_argument_errors_print_one_json_object(argv, capsys):
+    from cutedsl import cli
+    full = ["gemm", "--m", "70", "--n", "64", "--k", "64", "--backend", "none", "--json"] + argv
+    try:
+        status = cli.main(full)
+    except SystemExit as e:
+        status = e.code
+    out, err = capsys.readouterr()
+    assert status == 2 and len(err.strip().splitlines()) == 1
+    obj = json.loads(out)
+    assert list(obj) == ["error"] and argv[0] in obj["error"]
+
+
+def test_failure_before_launch_is_not_executed(monkeypatch, capsys):
+    from cutedsl import cli
+    from cutedsl.device.gemm import Gemm
+    from cutedsl.errors import ArgumentError
+
+    def refuse(self, *a, **k):
+        raise ArgumentError("a: refused before launch")
+    monkeypatch.setattr(Gemm, "prepare", refuse)
+    status = cli.main(["gemm", "--m", "70", "--n", "64", "--k", "64", "--stages", "1", "--backend", "sim", "--json"])
+    out, err = capsys.readouterr()
+    rep = json.loads(out)
+    assert status == 2 and rep["executed"] is False and rep["error"] == "ArgumentError: a: refused before launch"
+    assert err == "python -m cutedsl gemm: error: ArgumentError: a: refused before launch\n"

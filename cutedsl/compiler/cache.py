@@ -43,6 +43,7 @@ from pathlib import Path
 
 import attrs
 
+from .. import envvars
 from ..errors import CacheError
 from .artifact import CompiledKernel
 from .identity import library_hash
@@ -54,8 +55,6 @@ except ImportError:             # pragma: no cover - not POSIX: no cross-process
 
 CACHE_ENV = "CUTEDSL_CACHE_DIR"
 SWITCH_ENV = "CUTEDSL_CACHE"
-_OFF = ("off", "0", "false", "no")
-_ON = ("on", "1", "true", "yes", "")
 _WARNED_SWITCH: set = set()     # CUTEDSL_CACHE values already warned about
 MARKER = "CUTEDSL_CACHE"        # root marker: written with the first entry, required by ``clear``
 _MARKER_TEXT = ("cutedsl kernel cache. Entries are <key>/<toolchain>/kernel.{json,ptx,cubin};\n"
@@ -87,15 +86,15 @@ def source_hash() -> str:
 def caching_enabled() -> bool:
     """False when ``CUTEDSL_CACHE`` is ``off`` (or 0/false/no): compile every time, write nothing.
     ``on``/1/true/yes or unset: on. Any other value: on, with one warning naming the accepted values."""
-    raw = os.environ.get(SWITCH_ENV, "on")
-    v = raw.strip().lower()
-    if v in _OFF:
-        return False
-    if v not in _ON and raw not in _WARNED_SWITCH:
-        _WARNED_SWITCH.add(raw)
-        warnings.warn(f"{SWITCH_ENV}={raw!r} is not understood (accepted: on, off, 1, 0, true, false); "
-                      f"caching stays on", stacklevel=3)
-    return True
+    try:
+        on = envvars.get(SWITCH_ENV)
+    except envvars.EnvVarError as e:
+        raw = os.environ.get(SWITCH_ENV)
+        if raw not in _WARNED_SWITCH:
+            _WARNED_SWITCH.add(raw)
+            warnings.warn(f"{e}; caching stays on", stacklevel=3)
+        return True
+    return on is not False
 
 
 @functools.lru_cache(maxsize=None)

@@ -19,7 +19,7 @@ import attrs
 
 from ..compiler.artifact import CompiledKernel, TensorMapSpec
 from ..dtypes import dtype as _dtype
-from ..errors import LaunchError, TensorMapError
+from ..errors import ArgumentError, ArgumentTypeError, LaunchError, TensorMapError
 from ..ir.smem import SMEM_LIMIT  # re-exported: the per-CTA opt-in limit (bytes)
 
 #: sm_90 launch limits (CUDA programming guide, "Features and Technical Specifications"):
@@ -116,6 +116,14 @@ def _dim3(v, what) -> tuple:
     if not 1 <= len(v) <= 3:
         raise LaunchError(f"launch refused: {what} must be 1 to 3 integers, got {v!r}")
     return v + (1,) * (3 - len(v))
+
+
+def check_nbytes(nbytes) -> None:
+    """``Backend.alloc``'s argument: ``ArgumentTypeError`` unless an int, ``ArgumentError`` if negative."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) and not hasattr(nbytes, "__index__"):
+        raise ArgumentTypeError(f"alloc(nbytes): nbytes must be an int number of bytes, got {type(nbytes).__name__}")
+    if int(nbytes) < 0:
+        raise ArgumentError(f"alloc(nbytes): nbytes must be >= 0, got {int(nbytes)}")
 
 
 def check_launch(grid, block, cluster=(1, 1, 1), smem: int = 0) -> None:

@@ -9,7 +9,7 @@ import attrs
 import numpy as np
 
 from ..collective.warp_specialized import CLUSTERS   # the cluster shapes the mainloop supports: one list
-from ..errors import ArgumentTypeError, ConfigError, CuteDSLError, SharedMemoryError
+from ..errors import ArgumentTypeError, ConfigError, ConfigTypeError, CuteDSLError, SharedMemoryError, checked_arguments
 
 _MAX_I32 = 2 ** 31 - 1
 #: the schedules a ``GemmConfig`` can name; the last three are warp-specialized
@@ -221,3 +221,8 @@ class GemmConfig:
         if hasattr(k, "smem_plan"):
             k.smem_plan()
         return k
+
+
+# an unknown field name or too many values is a ConfigTypeError naming the fields (attrs' own
+# __init__ raises a bare TypeError)
+GemmConfig.__init__ = checked_arguments(ConfigTypeError)(GemmConfig.__init__)

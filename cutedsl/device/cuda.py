@@ -17,7 +17,7 @@ import threading
 from ..compiler.artifact import CompiledKernel, TensorMapSpec
 from ..dtypes import dtype as _dtype
 from ..errors import ArgumentError, LaunchError, NoDeviceError
-from .backend import Backend, DeviceBuffer, check_launch, check_tensor_map
+from .backend import Backend, DeviceBuffer, check_launch, check_nbytes, check_tensor_map
 
 _SWZ = {0: 0, 32: 1, 64: 2, 128: 3}
 _L2 = {0: 0, 64: 1, 128: 2, 256: 3}
@@ -121,6 +121,7 @@ class CudaBackend(Backend):
 
     # -- memory ------------------------------------------------------------------------
     def alloc(self, nbytes: int) -> DeviceBuffer:
+        check_nbytes(nbytes)
         self._current()
         ptr = int(_check(self.drv.cuMemAlloc(max(int(nbytes), 1)), f"cuMemAlloc({nbytes} B)"))
         with self._lock:

@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from ..dtypes import dtype as _dtype
-from ..errors import ArgumentError, ArgumentTypeError, CuteDSLError, LaunchError, NoDeviceError
+from ..errors import ArgumentError, ArgumentTypeError, CuteDSLError, LaunchError, NoDeviceError, checked_arguments
 from . import arrays, extras
 from .selection import check_backend_arg
 
@@ -46,6 +46,7 @@ class Gemm:
     :meth:`prepare` and :mod:`cutedsl.device.arrays` for who owns what).
     """
 
+    @checked_arguments()
     def __init__(self, config: GemmConfig, backend="auto", *, epilogue=None, kernel=None, cache=None,
                  dump_dir=None):
         if not isinstance(config, GemmConfig):

@@ -15,6 +15,8 @@ def saxpy(alpha: float, x, y, *, tma: bool = False, backend="auto"):
     """
     from ..kernel import SaxpyKernel, TmaSaxpyKernel
     from .selection import get_backend
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)):
+        raise ArgumentTypeError(f"alpha must be a float, got {type(alpha).__name__}")
     x, y = np.asarray(x), np.asarray(y)
     for name, v in (("x", x), ("y", y)):
         if v.dtype != np.float32:

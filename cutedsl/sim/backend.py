@@ -17,8 +17,8 @@ import time
 
 import numpy as np
 
-from ..device.backend import Backend, DeviceBuffer, check_launch, check_tensor_map
-from ..errors import ArgumentError, ArgumentTypeError
+from ..device.backend import Backend, DeviceBuffer, check_launch, check_nbytes, check_tensor_map
+from ..errors import ArgumentError, ArgumentTypeError, checked_arguments
 from .errors import MemoryAccessError, SimLaunchError
 from .limits import DEFAULT_LIMITS, SimLimits
 from .memory import GlobalMemory
@@ -71,6 +71,7 @@ class SimBackend(Backend):
 
     name = "sim"
 
+    @checked_arguments()
     def __init__(self, *, budget: int = DEFAULT_BUDGET, race_check: bool = True, dyn_smem_offset: int = 0,
                  chaos: int | None = None, time_limit: float | None = None, limits: SimLimits | None = None):
         self.gmem = GlobalMemory()
@@ -99,6 +100,7 @@ class SimBackend(Backend):
     # -- memory ------------------------------------------------------------------------
     @_locked
     def alloc(self, nbytes: int) -> DeviceBuffer:
+        check_nbytes(nbytes)
         a = self.gmem.alloc(int(nbytes))
         return DeviceBuffer(a.base, int(nbytes), self)
 

@@ -23,9 +23,9 @@ or spinning, pending operations run before a deadlock or livelock is reported.
 """
 from __future__ import annotations
 
-import os
 import random
 
+from .. import envvars
 from .errors import SimLaunchError
 
 ENV = "CUTEDSL_SIM_CHAOS"
@@ -34,13 +34,10 @@ ENV = "CUTEDSL_SIM_CHAOS"
 def env_seed():
     """The seed from ``CUTEDSL_SIM_CHAOS`` (None when unset or empty); SimLaunchError if it is not
     an integer."""
-    v = os.environ.get(ENV, "").strip()
-    if not v:
-        return None
     try:
-        return int(v)
-    except ValueError:
-        raise SimLaunchError(f"{ENV}={v!r} is not an integer seed") from None
+        return envvars.get(ENV)
+    except envvars.EnvVarError as e:
+        raise SimLaunchError(str(e)) from None
 
 
 class Chaos:

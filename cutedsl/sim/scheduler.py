@@ -30,6 +30,7 @@ import time
 
 import numpy as np
 
+from .. import envvars
 from ..device.backend import SMEM_LIMIT
 from .chaos import Chaos
 from .errors import (DeadlockError, InstructionBudgetExceeded, SimError, SimLaunchError,
@@ -46,16 +47,12 @@ DEFAULT_TIME_LIMIT = 900.0
 
 
 def default_time_limit():
-    v = os.environ.get("CUTEDSL_SIM_TIME_LIMIT", "").strip()
-    if not v:
-        return DEFAULT_TIME_LIMIT
+    """``CUTEDSL_SIM_TIME_LIMIT`` (validated by :mod:`cutedsl.envvars`) or the default."""
     try:
-        t = float(v)
-    except ValueError:
-        raise SimLaunchError(f"CUTEDSL_SIM_TIME_LIMIT={v!r} is not a number of seconds") from None
-    if not t > 0:
-        raise SimLaunchError(f"CUTEDSL_SIM_TIME_LIMIT={v!r} must be > 0 seconds")
-    return t
+        t = envvars.get("CUTEDSL_SIM_TIME_LIMIT")
+    except envvars.EnvVarError as e:
+        raise SimLaunchError(str(e)) from None
+    return DEFAULT_TIME_LIMIT if t is None else t
 
 
 def _dims(d, name):

@@ -270,7 +270,7 @@ def test_cache_switch_value_not_understood_warns_once(monkeypatch):
     monkeypatch.setattr(C, "_WARNED_SWITCH", set())
     monkeypatch.setenv("CUTEDSL_CACHE", "maybe")
     with pytest.warns(UserWarning, match=r"^CUTEDSL_CACHE='maybe' is not understood \(accepted: on, off, 1, 0, "
-                                         r"true, false\); caching stays on$"):
+                                         r"true, false, yes, no\); caching stays on$"):
         assert C.caching_enabled() is True
     with warnings.catch_warnings():
         warnings.simplefilter("error")              # once per value: the second read is silent
