@@ -103,3 +103,41 @@ def valid_configs(draw):
 def test_any_config_is_exact(cfg, m, n, k, la, seed):
     """Configurations vary (dtype, output dtype, tile, stages, B major, epilogue, schedule)."""
     _check(cfg, m, n, k, la, "C", seed)
+
+
+#: examples per run of the every-schedule test: a few in CI, many with CUTEDSL_PROPERTY_EXAMPLES=N
+#: (e.g. ``CUTEDSL_PROPERTY_EXAMPLES=200 pytest tests/test_properties.py``)
+import os  # noqa: E402
+SCHEDULE_EXAMPLES = int(os.environ.get("CUTEDSL_PROPERTY_EXAMPLES", "8"))
+SCHEDULE_TILES = {"multistage": [(64, 64, 64), (128, 128, 64), (128, 256, 64)], "single_tile": [(64, 64, 64), (128, 128, 64)],
+                  "warp_specialized": [(128, 128, 64), (64, 128, 64)], "cooperative": [(128, 128, 64), (128, 256, 64)],
+                  "pingpong": [(64, 128, 64), (128, 128, 64)]}
+
+
+@st.composite
+def every_schedule_configs(draw):
+    """Any config the library accepts, over every schedule: tiles, dtypes, B major, epilogue,
+    clusters (warp-specialized schedules), raster and swizzle of the persistent scheduler. A
+    combination GemmConfig refuses is drawn again."""
+    from hypothesis import assume
+    from cutedsl.device.config import SCHEDULES, WARP_SPECIALIZED
+    from cutedsl.errors import ConfigError
+    sched = draw(st.sampled_from(SCHEDULES))
+    kw = dict(schedule=sched, tile=draw(st.sampled_from(SCHEDULE_TILES[sched])),
+              dtype=draw(st.sampled_from(["f16", "bf16"])), out_dtype=draw(st.sampled_from(["f32", "f16", "bf16"])),
+              b_major=draw(st.sampled_from("NK")), epilogue=draw(st.sampled_from(["tma", "global"])))
+    if sched in WARP_SPECIALIZED:
+        kw.update(cluster=draw(st.sampled_from([(1, 1), (2, 1), (1, 2)])), raster=draw(st.sampled_from("MN")),
+                  swizzle=draw(st.sampled_from([1, 2])), sm_count=draw(st.sampled_from([None, 3])))
+    try:
+        return GemmConfig(**kw)
+    except ConfigError:
+        assume(False)
+
+
+@settings(max_examples=SCHEDULE_EXAMPLES, **SETTINGS)
+@given(cfg=every_schedule_configs(), m=dims, n=dims, k=dims, seed=seeds)
+def test_every_schedule_is_exact(cfg, m, n, k, seed):
+    """Issue 29: every schedule x dtype x cluster x epilogue the config accepts, shapes including 1
+    and non-multiples of the tile, bit-exact against float64 numpy."""
+    _check(cfg, m, n, k, "C", "C", seed)
