@@ -33,7 +33,9 @@ Shared-memory layouts the descriptors assume (what a TMA box with 128-byte swizz
 from __future__ import annotations
 
 import attrs
-from ..errors import LayoutError
+from ..arch import DEFAULT
+from ..errors import ConfigError, LayoutError
+from .mma_traits import ATOM_M, DEFAULT_SWIZZLE, MmaTraits, mma_traits
 from ..ir._lazy import lazy
 
 ir = lazy("mlir.ir")
@@ -42,8 +44,11 @@ llvm, nvvm = lazy("mlir.dialects.llvm"), lazy("mlir.dialects.nvvm")
 V = lazy("cutedsl.ir.values")
 
 SWIZZLE_FIELD = {128: 1, 64: 2, 32: 3, 0: 0}     # descriptor bits 62-63
-K_TILE = 64                                       # elements of K per k-tile (16-bit types)
-K_STEP = 16                                       # K per wgmma instruction (16-bit types)
+ADDR_MASK = 0x3FFFF                               # descriptor address fields: 18 bits, in 16-byte units
+ADDR_SHIFT = 4
+# the accumulator fragment of m64nNk* (PTX ISA "wgmma D fragment"): each warp owns 16 rows,
+# each lane quad 2 adjacent columns of 8-column groups, registers alternate rows r and r + 8
+FRAG_WARP_ROWS, FRAG_QUAD, FRAG_PAIR, FRAG_COLS, FRAG_ROW_STEP = 16, 4, 2, 8, 8
 
 
 def fragment_coords(t: int, i: int) -> tuple:
@@ -52,64 +57,80 @@ def fragment_coords(t: int, i: int) -> tuple:
     PTX ISA "wgmma 64xNx16 D fragment": row = 16*(t//32) + (t%32)//4 + 8*((i//2)%2),
     col = 8*(i//4) + 2*(t%4) + i%2, for t in [0, 128), i in [0, N/2).
     """
-    return 16 * (t // 32) + (t % 32) // 4 + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * (t % 4) + (i % 2)
+    w, lane = divmod(t, DEFAULT.warp_threads)
+    return (FRAG_WARP_ROWS * w + lane // FRAG_QUAD + FRAG_ROW_STEP * ((i // FRAG_PAIR) % 2),
+            FRAG_COLS * (i // (2 * FRAG_PAIR)) + FRAG_PAIR * (t % FRAG_QUAD) + (i % FRAG_PAIR))
 
 
 @attrs.frozen
 class SmemMatrix:
     """A WGMMA operand tile in shared memory: ``rows`` is its M (A) or N (B) extent, ``major``
-    ``"K"`` or ``"MN"``; 16-bit ``dtype``; 128-byte swizzle; K = 64 elements."""
+    ``"K"`` or ``"MN"``; its element type and swizzle fix every offset through
+    :class:`~cutedsl.atom.mma_traits.MmaTraits` (one k-tile of K per tile)."""
     rows: int
     dtype: str = "f16"
     major: str = attrs.field(default="K", validator=attrs.validators.in_(("K", "MN")))
-    swizzle: int = 128
+    swizzle: int = DEFAULT_SWIZZLE
 
     def __attrs_post_init__(self):
-        if self.dtype not in ("f16", "bf16"):
-            raise ValueError(f"WGMMA operands must be f16 or bf16 here, got {self.dtype}")
-        if self.swizzle != 128:
-            raise ValueError("only 128-byte swizzled WGMMA operands are supported")
-        if self.major == "MN" and self.rows % 64:
-            raise ValueError(f"an MN-major operand needs a multiple of 64 rows, got {self.rows}")
+        t = self.traits
+        if self.swizzle != DEFAULT_SWIZZLE:
+            raise ValueError(f"only {DEFAULT_SWIZZLE}-byte swizzled WGMMA operands are supported")
+        if self.major == "MN" and self.rows % t.mn_box:
+            raise ValueError(f"an MN-major operand needs a multiple of {t.mn_box} rows, got {self.rows}")
+
+    @property
+    def traits(self) -> MmaTraits:
+        try:
+            return mma_traits(self.dtype, self.swizzle)
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
 
     @property
     def lbo(self) -> int:
-        return 16 if self.major == "K" else 64 * 128
+        """Leading byte offset: K-major swizzled layouts ignore it (the ISA's value 1, i.e. 16 B);
+        MN-major: the next box of ``mn_box`` columns."""
+        return (1 << ADDR_SHIFT) if self.major == "K" else self.traits.mn_box_bytes
 
     @property
     def sbo(self) -> int:
-        return 1024
+        """Stride byte offset: the next 8-row core-matrix group."""
+        return self.traits.core_group_bytes
 
     def k_step_offset(self, j: int) -> int:
-        """Byte offset of k-step ``j`` (16 elements of K) from the tile start."""
-        return 32 * j if self.major == "K" else 2048 * j
+        """Byte offset of k-step ``j`` (``k_step`` elements of K) from the tile start."""
+        t = self.traits
+        return t.k_step_bytes * j if self.major == "K" else t.k_step * t.row_bytes * j
 
     def block_offset(self, b: int) -> int:
-        """Byte offset of the ``b``-th 64-row block (K-major only)."""
+        """Byte offset of the ``b``-th ``atom_m``-row block (K-major only)."""
         if self.major != "K":
-            raise ValueError("64-row blocks of an MN-major tile are addressed through LBO")
-        return 8192 * b
+            raise ValueError("row blocks of an MN-major tile are addressed through LBO")
+        t = self.traits
+        return t.tile_bytes(t.atom_m) * b
 
     @property
     def tile_bytes(self) -> int:
-        return self.rows * K_TILE * 2
+        return self.traits.tile_bytes(self.rows)
 
 
 def descriptor_bits(address: int, layout: SmemMatrix) -> int:
     """The 64-bit matrix descriptor (Python int) of the tile at shared byte ``address``."""
-    return _const_bits(layout) | ((address & 0x3FFFF) >> 4)
+    return _const_bits(layout) | ((address & ADDR_MASK) >> ADDR_SHIFT)
 
 
 def _const_bits(layout: SmemMatrix) -> int:
-    return ((SWIZZLE_FIELD[layout.swizzle] << 62) | (((layout.sbo & 0x3FFFF) >> 4) << 32)
-            | (((layout.lbo & 0x3FFFF) >> 4) << 16))
+    # PTX ISA "Matrix Descriptor Format": start address bits 0-13, LBO 16-29, SBO 32-45,
+    # swizzle mode 62-63; addresses and offsets in 16-byte units
+    return ((SWIZZLE_FIELD[layout.swizzle] << 62) | (((layout.sbo & ADDR_MASK) >> ADDR_SHIFT) << 32)
+            | (((layout.lbo & ADDR_MASK) >> ADDR_SHIFT) << 16))
 
 
 def descriptor_lo(address, layout: SmemMatrix) -> Scalar:
     """Bits 0-31 of the matrix descriptor (start address >> 4, LBO >> 4) of the tile at shared
     byte ``address`` (i32 or i64 IR value; only its low 18 bits matter), as an unsigned i32."""
     a = V.u32(address) if str(address.type) != "i32" else address.unsigned()
-    return ((a & 0x3FFFF) >> 4) | (_const_bits(layout) & 0xFFFFFFFF)
+    return ((a & ADDR_MASK) >> ADDR_SHIFT) | (_const_bits(layout) & 0xFFFFFFFF)
 
 
 def assemble_descriptor(lo, layout: SmemMatrix) -> Scalar:
@@ -140,18 +161,19 @@ class Descriptor:
 
     def offset(self, nbytes) -> "Descriptor":
         """The descriptor ``nbytes`` further (Python int or IR integer, a multiple of 16)."""
+        unit = 1 << ADDR_SHIFT
         if isinstance(nbytes, int):
-            if nbytes % 16:
-                raise ValueError(f"descriptor offsets are multiples of 16 B, got {nbytes}")
-            return Descriptor(self.lo + (nbytes >> 4), self.layout) if nbytes else self
-        return Descriptor(self.lo + (V.u32(nbytes) >> 4), self.layout)
+            if nbytes % unit:
+                raise ValueError(f"descriptor offsets are multiples of {unit} B, got {nbytes}")
+            return Descriptor(self.lo + (nbytes >> ADDR_SHIFT), self.layout) if nbytes else self
+        return Descriptor(self.lo + (V.u32(nbytes) >> ADDR_SHIFT), self.layout)
 
     def stage(self, index, stage_bytes: int) -> "Descriptor":
         """The descriptor of stage ``index`` (IR i32) of a ring whose stages are ``stage_bytes``
         apart (a multiple of 16), this being stage 0's."""
-        if stage_bytes % 16:
-            raise ValueError(f"stage size {stage_bytes} B is not a multiple of 16")
-        return Descriptor(self.lo + V.u32(index) * (stage_bytes >> 4), self.layout)
+        if stage_bytes % (1 << ADDR_SHIFT):
+            raise ValueError(f"stage size {stage_bytes} B is not a multiple of {1 << ADDR_SHIFT}")
+        return Descriptor(self.lo + V.u32(index) * (stage_bytes >> ADDR_SHIFT), self.layout)
 
     def value(self) -> Scalar:
         """The 64-bit descriptor (i64 IR value)."""
@@ -161,7 +183,8 @@ class Descriptor:
 class Accumulator:
     """The f32 accumulator fragment of one warpgroup: ``m_blocks`` LLVM structs of ``n // 2``
     f32 registers per thread; register ``i`` of block ``b`` holds element
-    ``(64*b + row, col)`` with ``(row, col) = fragment_coords(t, i)``, ``t = tid % 128``."""
+    ``(64*b + row, col)`` with ``(row, col) = fragment_coords(t, i)``, ``t = tid % 128``
+    (the warpgroup's thread)."""
 
     def __init__(self, structs, n: int):
         self.structs = list(structs)
@@ -181,13 +204,16 @@ class Accumulator:
     def thread_coords(self, warpgroup_thread=None) -> tuple:
         """IR (row, col) base of this thread: add ``fragment_coords(0, i)``-style constants per
         register (see :meth:`coords`). ``warpgroup_thread`` defaults to ``tid.x % 128``."""
-        t = V.thread_idx() % 128 if warpgroup_thread is None else warpgroup_thread
-        return ((t // 32) * 16 + (t % 32) // 4, (t % 4) * 2)
+        a = DEFAULT
+        t = V.thread_idx() % a.warpgroup_threads if warpgroup_thread is None else warpgroup_thread
+        return ((t // a.warp_threads) * FRAG_WARP_ROWS + (t % a.warp_threads) // FRAG_QUAD,
+                (t % FRAG_QUAD) * FRAG_PAIR)
 
     @staticmethod
     def reg_offset(b: int, i: int) -> tuple:
         """Constant (row, col) offset of register ``i`` of block ``b`` from the thread base."""
-        return 64 * b + 8 * ((i // 2) % 2), 8 * (i // 4) + (i % 2)
+        return (ATOM_M * b + FRAG_ROW_STEP * ((i // FRAG_PAIR) % 2),
+                FRAG_COLS * (i // (2 * FRAG_PAIR)) + (i % FRAG_PAIR))
 
     def map(self, fn, base=None) -> "Accumulator":
         """New accumulator with ``fn(value, row, col)`` applied to every element (f32 -> f32);
@@ -208,13 +234,21 @@ class WarpgroupMMA:
     k-tile of 64, ``dtype`` f16/bf16 inputs, f32 accumulation; A K-major; B ``b_major``
     (``"MN"`` or ``"K"``; None: whatever the B buffer declares)."""
 
+    #: M per warpgroup: one or two m64 blocks (more would exceed the register file)
+    M_BLOCKS = (1, 2)
+    N_STEP, N_MAX = 8, 256      #: PTX ISA: n = 8..256 in steps of 8 (f16/bf16 with f32 accumulators)
+
     def __init__(self, m: int, n: int, dtype: str = "f16", b_major: str | None = None):
-        if m not in (64, 128):
-            raise ValueError(f"warpgroup M must be 64 or 128, got {m}")
-        if not (8 <= n <= 256 and n % 8 == 0):
-            raise ValueError(f"WGMMA N must be a multiple of 8 in 8..256, got {n}")
+        if m % ATOM_M or m // ATOM_M not in self.M_BLOCKS:
+            raise ValueError(f"warpgroup M must be {' or '.join(str(ATOM_M * b) for b in self.M_BLOCKS)}, got {m}")
+        if not (self.N_STEP <= n <= self.N_MAX and n % self.N_STEP == 0):
+            raise ValueError(f"WGMMA N must be a multiple of {self.N_STEP} in {self.N_STEP}..{self.N_MAX}, got {n}")
         if b_major not in (None, "K", "MN"):
             raise ValueError(f"b_major must be 'K', 'MN' or None, got {b_major!r}")
+        try:
+            self.traits = mma_traits(dtype)     #: K tile, K step, swizzle, majors of this dtype
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
         self.m, self.n, self.dtype, self.b_major = m, n, dtype, b_major
 
     def operand_layout(self, tile, role: str) -> SmemMatrix:
@@ -227,6 +261,7 @@ class WarpgroupMMA:
                             f"swizzle, LBO and SBO come from the buffer's layout")
         rows = self.m if role == "A" else self.n
         want = "K" if role == "A" else self.b_major
+        tr = self.traits
         bad = []
         if tile.dtype != self.dtype:
             bad.append(f"dtype {tile.dtype} != {self.dtype}")
@@ -234,13 +269,15 @@ class WarpgroupMMA:
             bad.append("the buffer declares no major ('K' or 'MN')")
         elif want is not None and tile.major != want:
             bad.append(f"{tile.major}-major, needs {want}-major")
-        if tile.swizzle != 128:
-            bad.append(f"swizzle {tile.swizzle} B, these descriptors need 128 B (one 64-element K row)")
-        if tile.shape[-1] != K_TILE or tile.nbytes != rows * K_TILE * 2:
-            bad.append(f"tile {list(tile.shape)} is not {rows} x {K_TILE} elements in rows of {K_TILE}")
+        if tile.swizzle != tr.swizzle:
+            bad.append(f"swizzle {tile.swizzle} B, these descriptors need {tr.swizzle} B "
+                       f"(one {tr.k_tile}-element K row)")
+        last = tr.mn_box if tile.major == "MN" else tr.k_tile
+        if tile.shape[-1] != last or tile.nbytes != tr.tile_bytes(rows):
+            bad.append(f"tile {list(tile.shape)} is not {rows} x {tr.k_tile} elements in rows of {tr.k_tile}")
         if bad:
-            raise LayoutError(f"WarpgroupMMA m{self.m}n{self.n}k{K_STEP} {self.dtype} operand {role} "
-                              f"({rows} x {K_TILE}, 128-B swizzle) does not match shared "
+            raise LayoutError(f"WarpgroupMMA m{self.m}n{self.n}k{tr.k_step} {self.dtype} operand {role} "
+                              f"({rows} x {tr.k_tile}, {tr.swizzle}-B swizzle) does not match shared "
                               f"{tile.describe()}: {'; '.join(bad)}")
         return SmemMatrix(rows, tile.dtype, tile.major, tile.swizzle)
 
@@ -253,11 +290,11 @@ class WarpgroupMMA:
     @property
     def acc_type(self) -> ir.Type:
         """``!llvm.struct`` of ``n / 2`` f32: one 64-row block of the accumulator fragment."""
-        return ir.Type.parse("!llvm.struct<(" + ", ".join(["f32"] * (self.n // 2)) + ")>")
+        return ir.Type.parse("!llvm.struct<(" + ", ".join(["f32"] * (self.n // FRAG_PAIR)) + ")>")
 
     @property
     def m_blocks(self) -> int:
-        return self.m // 64
+        return self.m // ATOM_M
 
     def zero(self) -> Accumulator:
         """An all-zero accumulator (``llvm.mlir.zero``)."""
@@ -295,7 +332,8 @@ class WarpgroupMMA:
         da = a if isinstance(a, Descriptor) else self.descriptor(a, "A")
         db = b if isinstance(b, Descriptor) else self.descriptor(b, "B")
         a_layout, b_layout = da.layout, db.layout
-        shape = ir.Attribute.parse(f"#nvvm.shape<m = 64, n = {self.n}, k = {K_STEP}>")
+        tr = self.traits
+        shape = ir.Attribute.parse(f"#nvvm.shape<m = {ATOM_M}, n = {self.n}, k = {tr.k_step}>")
         t = ir.Attribute.parse(f"#nvvm.wgmma_type<{self.dtype}>")
         f32 = ir.Attribute.parse("#nvvm.wgmma_type<f32>")
         one = ir.Attribute.parse("#nvvm.wgmma_scale_in<one>")
@@ -304,7 +342,7 @@ class WarpgroupMMA:
         self.fence()
         acc_type = self.acc_type
         structs = list(acc.structs)
-        for j in range(K_TILE // K_STEP):
+        for j in range(tr.k_steps):
             # k-step / m-block offsets move only the start-address field of the low word
             dbj = db.offset(b_layout.k_step_offset(j)).value()
             for blk in range(self.m_blocks):

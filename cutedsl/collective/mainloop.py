@@ -23,7 +23,8 @@ from __future__ import annotations
 from ..atom.mbarrier import MBarriers
 from ..atom.sync import elect_one
 from ..atom.tma import TmaCopy
-from ..atom.wgmma import K_TILE, WarpgroupMMA
+from ..arch import DEFAULT
+from ..atom.wgmma import WarpgroupMMA
 from ..compiler.artifact import TensorMapSpec
 from ..ir._lazy import lazy
 from .pipeline import PipelineState, TmaPipeline
@@ -38,16 +39,21 @@ class MultistageMainloop:
     one, the empty barriers make sure every warpgroup finished reading a slot before it is
     refilled."""
 
+    STAGES = range(1, 8)          #: pipeline depths this mainloop supports
+    WARPGROUPS = (1, 2)           #: consumer warpgroups splitting the tile along M
+
     def __init__(self, tile_m: int, tile_n: int, stages: int, dtype: str = "f16", b_major: str = "MN",
-                 warpgroups: int = 1):
-        if not 1 <= stages <= 7:
-            raise ValueError(f"stages must be 1..7, got {stages}")
-        if warpgroups not in (1, 2) or tile_m // warpgroups < 64:
-            raise ValueError(f"warpgroups must be 1 or 2 with >= 64 rows each (tile_m {tile_m})")
+                 warpgroups: int = 1, arch=DEFAULT):
+        if stages not in self.STAGES:
+            raise ValueError(f"stages must be {self.STAGES.start}..{self.STAGES.stop - 1}, got {stages}")
+        self.mma_atom = WarpgroupMMA(tile_m // warpgroups, tile_n, dtype, b_major)
+        self.traits = self.mma_atom.traits    #: K tile, element bytes, swizzle: every size below
+        self.arch = arch
+        if warpgroups not in self.WARPGROUPS or tile_m // warpgroups < self.traits.atom_m:
+            raise ValueError(f"warpgroups must be 1 or 2 with >= {self.traits.atom_m} rows each (tile_m {tile_m})")
         self.tile_m, self.tile_n, self.stages = tile_m, tile_n, stages
         self.dtype, self.b_major, self.warpgroups = dtype, b_major, warpgroups
         self.wg_m = tile_m // warpgroups
-        self.mma_atom = WarpgroupMMA(self.wg_m, tile_n, dtype, b_major)
         self.k_first = 0          #: first k-tile of this CTA (set by ``run``)
 
     cluster_m = cluster_n = 1     #: CTAs per cluster along M / N (see ``WarpSpecializedMainloop``)
@@ -61,35 +67,38 @@ class MultistageMainloop:
     @property
     def a_box(self) -> tuple:
         """A box: this CTA's ``1/cluster_n`` slice (rows) of the ``tile_m x 64`` A tile."""
-        return (self.tile_m // self.cluster_n, K_TILE)
+        return (self.tile_m // self.cluster_n, self.traits.k_tile)
 
     @property
     def b_box(self) -> tuple:
         """B box: this CTA's ``1/cluster_m`` slice (outer rows) of one B box (MN-major:
         ``64 x 64``, ``tile_n / 64`` of them; K-major: ``tile_n x 64``)."""
-        outer = K_TILE if self.b_major == "MN" else self.tile_n
-        return (outer // self.cluster_m, K_TILE if self.b_major == "K" else 64)
+        t = self.traits
+        outer = t.k_tile if self.b_major == "MN" else self.tile_n
+        return (outer // self.cluster_m, t.k_tile if self.b_major == "K" else t.mn_box)
 
     @property
     def b_boxes(self) -> int:
         """TMA boxes per stage for B."""
-        return self.tile_n // 64 if self.b_major == "MN" else 1
+        return self.tile_n // self.traits.mn_box if self.b_major == "MN" else 1
 
     @property
     def stage_bytes(self) -> int:
         """Bytes one stage receives: the whole A and B k-tiles (also with a cluster, whose
         peers multicast the other slices into it)."""
-        return (self.tile_m + self.tile_n) * K_TILE * 2
+        return self.traits.tile_bytes(self.tile_m + self.tile_n)
 
     def tensor_maps(self) -> list:
-        return [TensorMapSpec("a", self.dtype, self.a_box, swizzle=128),
-                TensorMapSpec("b", self.dtype, self.b_box, swizzle=128)]
+        sw = self.traits.swizzle
+        return [TensorMapSpec("a", self.dtype, self.a_box, swizzle=sw),
+                TensorMapSpec("b", self.dtype, self.b_box, swizzle=sw)]
 
     def plan(self, plan) -> None:
         """Declare this mainloop's shared memory in a ``SmemPlan``."""
-        plan.buffer("a", (self.tile_m, K_TILE), self.dtype, self.stages, swizzle=128, major="K")
-        b_shape = (self.tile_n // 64 * K_TILE, 64) if self.b_major == "MN" else (self.tile_n, K_TILE)
-        plan.buffer("b", b_shape, self.dtype, self.stages, swizzle=128, major=self.b_major)
+        t = self.traits
+        plan.buffer("a", (self.tile_m, t.k_tile), self.dtype, self.stages, swizzle=t.swizzle, major="K")
+        b_shape = (self.b_boxes * t.k_tile, t.mn_box) if self.b_major == "MN" else (self.tile_n, t.k_tile)
+        plan.buffer("b", b_shape, self.dtype, self.stages, swizzle=t.swizzle, major=self.b_major)
         plan.barriers("full", self.stages)
         plan.barriers("empty", self.stages)
 
@@ -106,7 +115,7 @@ class MultistageMainloop:
         # the empty barrier of a slot completes when every consumer warp released it
         self.pipeline = TmaPipeline(MBarriers(smem.barriers("full"), self.stages), self.stage_bytes,
                                     MBarriers(smem.barriers("empty"), self.stages),
-                                    consumers=4 * self.warpgroups)
+                                    consumers=self.arch.warps_per_warpgroup * self.warpgroups)
         self.pipeline.init(self.leader)
         self.bind_operands(smem)
         # the producer is warp 0 (a warp-uniform branch: ptxas keeps the loop's descriptor and
@@ -119,11 +128,13 @@ class MultistageMainloop:
     def bind_operands(self, smem) -> None:
         """This warpgroup's A rows and stage 0's WGMMA descriptors (layouts checked against the
         buffers; :meth:`stage_descriptor` moves them to other stages)."""
-        # byte offset of this warpgroup's rows inside an A stage (K-major: 128 B per row)
-        self.a_offset = (cir.thread_idx() // 128) * (self.wg_m * 128) if self.warpgroups > 1 else 0
+        # byte offset of this warpgroup's rows inside an A stage (K-major: one swizzle row per row)
+        t = self.traits
+        wg = cir.thread_idx() // self.arch.warpgroup_threads
+        self.a_offset = wg * t.tile_bytes(self.wg_m) if self.warpgroups > 1 else 0
         a0 = smem["a"].tile(0)
         if self.warpgroups > 1:
-            a0 = a0.sub(self.a_offset, shape=(self.wg_m, K_TILE))
+            a0 = a0.sub(self.a_offset, shape=(self.wg_m, t.k_tile))
         self._desc0 = {"a": self.mma_atom.descriptor(a0, "A"), "b": self.mma_atom.descriptor(smem["b"].tile(0), "B")}
 
     def load(self, state: PipelineState, k_tile, m0, n0) -> None:
@@ -152,7 +163,8 @@ class MultistageMainloop:
         every mainloop: with a cluster (``cluster_m`` x ``cluster_n`` > 1) this CTA loads its
         A/B slices (:attr:`a_box`, :attr:`b_box`) and multicasts them to the CTAs sharing them
         (the cluster as ``(x, y) = (M, N)``: rank = ``rm + cluster_m * rn``)."""
-        k0 = k_tile * K_TILE
+        t = self.traits
+        k0 = k_tile * t.k_tile
         bar, s = self.pipeline.full, state.index
         rm, rn = self._cluster_coords()
         mask_a = mask_b = None
@@ -162,15 +174,15 @@ class MultistageMainloop:
                 mask_a = multicast_mask(self.cluster, "y", (rm, rn))
             if self.cluster_m > 1:  # B slice rm goes to every CTA with this rn (along M)
                 mask_b = multicast_mask(self.cluster, "x", (rm, rn))
-        a_rows, b_rows, row_bytes = self.a_box[0], self.b_box[0], K_TILE * 2
+        a_rows, b_rows, row_bytes = self.a_box[0], self.b_box[0], t.row_bytes
         a_off = rn * (a_rows * row_bytes) if self.cluster_n > 1 else 0
         self.tma_a.load(self.smem["a"].tile(s).sub(a_off, self.a_box), bar, s, (m0 + rn * a_rows, k0),
                         multicast_mask=mask_a, predicate=predicate)
         for j in range(self.b_boxes):
-            box_off = j * (64 * K_TILE * 2)          # MN-major: 64 columns x 64 K-rows per box
+            box_off = j * t.mn_box_bytes             # MN-major: mn_box columns x k_tile K-rows per box
             off = rm * (b_rows * row_bytes) + box_off if self.cluster_m > 1 else box_off
             dst = self.smem["b"].tile(s).sub(off, self.b_box)
-            coords = (k0 + rm * b_rows, n0 + 64 * j) if self.b_major == "MN" else (n0 + rm * b_rows, k0)
+            coords = (k0 + rm * b_rows, n0 + t.mn_box * j) if self.b_major == "MN" else (n0 + rm * b_rows, k0)
             self.tma_b.load(dst, bar, s, coords, multicast_mask=mask_b, predicate=predicate)
 
     def prologue(self, k_tiles, m0, n0) -> None:

@@ -6,6 +6,7 @@ import threading
 import time
 from pathlib import Path
 
+from ..arch import DEFAULT
 from ..errors import DumpError
 from . import toolchain
 from .artifact import CompiledKernel, KernelResources
@@ -59,9 +60,10 @@ def _compile_kernel(kb, dynamic_smem, tensor_maps, meta, dump_dir, isolate) -> C
     if dd:
         (dd / f"{name}.before.mlir").write_text(str(kb.module))
     byval = [i for i, p in enumerate(kb.params) if p.kind == "tensormap"]
-    lowered = lower_to_ptx(kb.module, byval, want_ir=dd is not None, isolate=isolate)
+    arch = getattr(kb, "arch", None) or DEFAULT
+    lowered = lower_to_ptx(kb.module, byval, want_ir=dd is not None, isolate=isolate, arch=arch)
     ptx = lowered["ptx"]
-    cubin, info, messages, log = toolchain.ptxas(ptx)
+    cubin, info, messages, log = toolchain.ptxas(ptx, arch=arch)
     sass_text = toolchain.sass(cubin)
     hist = toolchain.sass_histogram(sass_text)
     if dd:

@@ -25,18 +25,18 @@ import signal
 import tempfile
 import time
 
+from ..arch import DEFAULT
 from ..errors import CompileError
 
-PTX_FEATURES = "+ptx83"
 STAGE1 = ("builtin.module(convert-nvgpu-to-nvvm, gpu-kernel-outlining, convert-vector-to-scf, "
           "convert-scf-to-cf, convert-nvvm-to-llvm, convert-func-to-llvm, expand-strided-metadata, "
-          "nvvm-attach-target{{chip=sm_90a features={feat} O=3}}, lower-affine, convert-arith-to-llvm, "
+          "nvvm-attach-target{{chip={chip} features={feat} O=3}}, lower-affine, convert-arith-to-llvm, "
           "convert-index-to-llvm{{index-bitwidth=64}}, canonicalize, cse, "
           "gpu.module(convert-gpu-to-nvvm, canonicalize, cse, reconcile-unrealized-casts))")
 STAGE2 = "builtin.module(gpu-module-to-binary{format=isa}, canonicalize, cse, reconcile-unrealized-casts)"
 
 
-def _lower(module, byval_args, want_ir: bool) -> dict:
+def _lower(module, byval_args, want_ir: bool, arch=DEFAULT) -> dict:
     """Run the pipeline on ``module`` in this process; returns ``{"ptx", "ir_after"?}``."""
     from mlir import ir, passmanager
     from mlir.dialects import gpu
@@ -44,7 +44,7 @@ def _lower(module, byval_args, want_ir: bool) -> dict:
     ctx = module.context
     with ctx:
         try:
-            passmanager.PassManager.parse(STAGE1.format(feat=PTX_FEATURES)).run(module.operation)
+            passmanager.PassManager.parse(STAGE1.format(chip=arch.chip, feat=arch.ptx_features)).run(module.operation)
             gmod = module.body.operations[0]
             funcs = [op for op in gmod.regions[0].blocks[0].operations if op.operation.name == "llvm.func"
                      and "gpu.kernel" in op.attributes]
@@ -74,10 +74,10 @@ def _num_args(func) -> int:
     return len(func.regions[0].blocks[0].arguments)
 
 
-def lower_to_ptx(module, byval_args=(), *, want_ir=False, isolate=True) -> dict:
+def lower_to_ptx(module, byval_args=(), *, want_ir=False, isolate=True, arch=DEFAULT) -> dict:
     """Lower a verified kernel module to PTX.
 
-    ``byval_args``: indices of tensor-map arguments. With ``isolate`` (default) the passes run
+    ``byval_args``: indices of tensor-map arguments; ``arch``: the target (:mod:`cutedsl.arch`). With ``isolate`` (default) the passes run
     in a forked child: if MLIR aborts (assertions, ``LLVM ERROR``) the child dies, and a
     ``CompileError`` carries its stderr; the caller's process is unharmed. The caller's
     module is left unchanged in that case (lowering happens on the child's copy).
@@ -85,7 +85,7 @@ def lower_to_ptx(module, byval_args=(), *, want_ir=False, isolate=True) -> dict:
     """
     t0 = time.perf_counter()
     if not isolate or not hasattr(os, "fork"):
-        out = _lower(module, set(byval_args), want_ir)
+        out = _lower(module, set(byval_args), want_ir, arch)
         out["seconds"] = time.perf_counter() - t0
         return out
     with tempfile.TemporaryFile() as errf, tempfile.TemporaryFile() as outf:
@@ -98,7 +98,7 @@ def lower_to_ptx(module, byval_args=(), *, want_ir=False, isolate=True) -> dict:
                 # a faulthandler the parent enabled (pytest does) on the parent's stderr
                 faulthandler.disable()
                 try:
-                    res = {"ok": True, **_lower(module, set(byval_args), want_ir)}
+                    res = {"ok": True, **_lower(module, set(byval_args), want_ir, arch)}
                 except CompileError as e:
                     res = {"ok": False, "error": str(e)}
                 except BaseException as e:  # noqa: BLE001 - report anything to the parent

@@ -15,9 +15,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ..arch import DEFAULT
 from ..errors import CompileError
 
-ARCH = "sm_90a"
+ARCH = DEFAULT.chip      #: the default ``ptxas -arch`` (see :mod:`cutedsl.arch`)
 
 
 @functools.lru_cache(maxsize=None)
@@ -115,8 +116,8 @@ def _run(cmd: list, *files: _File):
                           pass_fds=tuple(f.fd for f in files if f.fd is not None))
 
 
-def ptxas(ptx: str, *, opt_level: int = 3) -> tuple:
-    """Assemble PTX for sm_90a. Returns ``(cubin bytes, info dict, messages)``.
+def ptxas(ptx: str, *, opt_level: int = 3, arch=DEFAULT) -> tuple:
+    """Assemble PTX for ``arch`` (an :class:`~cutedsl.arch.Arch`, default sm_90a). Returns ``(cubin bytes, info dict, messages)``.
 
     ``info``: registers, spill_stores, spill_loads (bytes), stack (bytes), static_smem (bytes).
     ``messages``: ptxas info/warning lines that are not the routine summary (e.g. C7517
@@ -125,7 +126,7 @@ def ptxas(ptx: str, *, opt_level: int = 3) -> tuple:
     """
     with _scratch() as f:
         src, out = f("k.ptx", ptx.encode()), f("k.cubin")
-        r = _run([tool_path("ptxas"), f"-arch={ARCH}", f"-O{opt_level}", "-v", src.path, "-o", out.path],
+        r = _run([tool_path("ptxas"), f"-arch={arch.chip}", f"-O{opt_level}", "-v", src.path, "-o", out.path],
                  src, out)
         log = (r.stdout + r.stderr).strip()
         if r.returncode != 0:

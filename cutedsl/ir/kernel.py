@@ -23,6 +23,7 @@ import types
 from mlir import ir
 from mlir.dialects import gpu
 
+from ..arch import DEFAULT, get_arch
 from ..compiler.artifact import ParamSpec
 from ..compiler.diagnostics import format_diagnostics
 from ..errors import IRError
@@ -41,12 +42,14 @@ class KernelBuilder:
 
     ``block`` is threads per CTA (x, y, z), at most 1024 in total; ``cluster`` CTAs per
     cluster or ``None``; ``min_ctas_per_sm`` sets ``.minnctapersm``; ``max_registers`` sets
-    ``.maxnreg``. Raises ``IRError`` when the finished module does not verify.
+    ``.maxnreg``; ``arch`` (an :class:`~cutedsl.arch.Arch` or its name, default sm_90a) is the
+    target :func:`~cutedsl.compiler.compile_kernel` lowers and assembles for. Raises ``IRError`` when the finished module does not verify.
     """
 
     def __init__(self, name: str, params, *, block=(128, 1, 1), cluster=None,
-                 min_ctas_per_sm=None, max_registers=None):
+                 min_ctas_per_sm=None, max_registers=None, arch=None):
         self.name = name
+        self.arch = get_arch(arch or DEFAULT)     #: the target the compiler lowers for
         self.params = tuple(p if isinstance(p, Param) else Param(*p) for p in params)
         names = [p.name for p in self.params]
         if len(set(names)) != len(names):

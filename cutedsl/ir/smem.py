@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import attrs
 
+from ..arch import DEFAULT
 from ..dtypes import dtype as _dtype
 from ..errors import SharedMemoryError
 
 SWIZZLES = (0, 32, 64, 128)   #: swizzle spans in bytes (TMA ``CU_TENSOR_MAP_SWIZZLE_*``)
 
-SMEM_LIMIT = 232448      #: sm_90 opt-in dynamic shared memory per CTA (bytes), 227 KiB
+SMEM_LIMIT = DEFAULT.smem_per_cta   #: sm_90a opt-in dynamic shared memory per CTA (bytes), 227 KiB
 _DYN_BASE_ALIGN = 16     #: alignment PTX gives ``__dynamic_shmem__0``
 
 

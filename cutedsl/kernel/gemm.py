@@ -17,7 +17,8 @@ epilogue extras, ``m``, ``n``, ``k`` (i32).
 """
 from __future__ import annotations
 
-from ..atom.wgmma import K_TILE
+from ..arch import DEFAULT
+from ..atom.mma_traits import mma_traits
 from ..collective.epilogue import Epilogue, EpilogueContext, GlobalEpilogue, TmaStoreEpilogue
 from ..collective.mainloop import MultistageMainloop
 from ..collective.tile_scheduler import TileScheduler
@@ -26,6 +27,9 @@ from .base import Kernel
 
 TILE_M = (64, 128)
 TILE_N = (64, 128, 256)
+#: f32 accumulator registers per thread one consumer warpgroup holds; a larger tile is split
+#: along M over two warpgroups (128 x 256 would be 256 of the 255 a thread may have)
+MAX_ACC_REGS = 128
 
 
 class GemmKernel(Kernel):
@@ -53,8 +57,12 @@ class GemmKernel(Kernel):
             raise ValueError(f"tile_m must be one of {TILE_M}, got {tile_m}")
         if tile_n not in TILE_N:
             raise ValueError(f"tile_n must be one of {TILE_N}, got {tile_n}")
-        if dtype not in ("f16", "bf16"):
-            raise ValueError(f"dtype must be f16 or bf16, got {dtype}")
+        from ..errors import ConfigError
+        try:
+            self.traits = mma_traits(dtype)    #: K tile, element bytes, swizzle of the operands
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
+        self.arch = DEFAULT
         if b_major not in ("MN", "K"):
             raise ValueError(f"b_major must be 'MN' or 'K', got {b_major}")
         if epilogue is not None:
@@ -69,7 +77,7 @@ class GemmKernel(Kernel):
     def config(self) -> dict:
         # class identities by name: their source (user code included) is in the cache key
         # through cutedsl.compiler.identity
-        return {"tile": [self.tile_m, self.tile_n, K_TILE], "dtype": self.dtype, "out_dtype": self.out_dtype,
+        return {"tile": [self.tile_m, self.tile_n, self.traits.k_tile], "dtype": self.dtype, "out_dtype": self.out_dtype,
                 "b_major": self.b_major, "class": qualname(type(self)),
                 "epilogue": qualname(self.epilogue_cls), "scheduler": qualname(type(self.scheduler)),
                 "mainloop": qualname(self.mainloop_cls) if self.mainloop_cls else None}
@@ -120,8 +128,9 @@ class GemmKernel(Kernel):
                 + self.epilogue.extra_params() + [Param("m", "i32"), Param("n", "i32"), Param("k", "i32")])
 
     def k_tiles(self, args):
-        """IR: k-tiles of the problem, ``ceil(K / 64)`` (unsigned i32)."""
-        return (args.k.unsigned() + K_TILE - 1) // K_TILE
+        """IR: k-tiles of the problem, ``ceil(K / k_tile)`` (unsigned i32)."""
+        kt = self.traits.k_tile
+        return (args.k.unsigned() + kt - 1) // kt
 
 
 class MultistageGemmKernel(GemmKernel):
@@ -137,14 +146,14 @@ class MultistageGemmKernel(GemmKernel):
         self.stages = stages
         # a 128 x 256 f32 accumulator is 256 registers per thread for one warpgroup (limit 255):
         # split it along M over two consumer warpgroups
-        self.warpgroups = 2 if tile_m * tile_n > 128 * 128 else 1
-        self.mainloop = self.mainloop_cls(tile_m, tile_n, stages, dtype, b_major, self.warpgroups)
+        self.warpgroups = 2 if tile_m * tile_n // self.arch.warpgroup_threads > MAX_ACC_REGS else 1
+        self.mainloop = self.mainloop_cls(tile_m, tile_n, stages, dtype, b_major, self.warpgroups, arch=self.arch)
         if isinstance(self.epilogue, TmaStoreEpilogue):
             self.epilogue.configure(warpgroups=self.warpgroups)   # one set of sub-tile buffers each
 
     @property
     def threads(self) -> int:
-        return 128 * self.warpgroups
+        return self.arch.warpgroup_threads * self.warpgroups
 
     def config(self) -> dict:
         return {**super().config(), "stages": self.stages, "warpgroups": self.warpgroups}
@@ -159,7 +168,7 @@ class MultistageGemmKernel(GemmKernel):
             m0, n0 = self.scheduler.tile_origin()
             first, count = self._k_tile_range(args)
             acc = self.mainloop.run(count, m0, n0, first)
-            wg = thread_idx() // 128 if self.warpgroups > 1 else 0
+            wg = thread_idx() // self.arch.warpgroup_threads if self.warpgroups > 1 else 0
             row_base = wg * self.mainloop.wg_m if self.warpgroups > 1 else 0
             self.epilogue.store(acc, EpilogueContext(m0, n0, args.m, args.n, args, smem, row_base, wg))
         return kb, plan.dynamic_bytes, self.mainloop.tensor_maps() + self.epilogue.tensor_maps()
@@ -171,9 +180,10 @@ class SingleTileGemmKernel(GemmKernel):
     name = "gemm_single_tile"
 
     def plan_extra(self, plan) -> None:
-        """One slot for A and B (128-byte swizzled) and its mbarrier."""
-        plan.buffer("a", (self.tile_m, 64), self.dtype, swizzle=128, major="K")
-        plan.buffer("b", (self.tile_n, 64), self.dtype, swizzle=128, major=self.b_major)
+        """One slot for A and B (swizzled as the MMA traits say) and its mbarrier."""
+        t = self.traits
+        plan.buffer("a", (self.tile_m, t.k_tile), self.dtype, swizzle=t.swizzle, major="K")
+        plan.buffer("b", (self.tile_n, t.k_tile), self.dtype, swizzle=t.swizzle, major=self.b_major)
         plan.barriers("bar", 1)
 
     def define(self):
@@ -181,12 +191,12 @@ class SingleTileGemmKernel(GemmKernel):
         from ..atom import Accumulator, MBarriers, TmaCopy, WarpgroupMMA
         from ..compiler.artifact import TensorMapSpec
         from ..ir import If, KernelBuilder, Loop, thread_idx
-        tm, tn = self.tile_m, self.tile_n
-        b_box = (64, 64) if self.b_major == "MN" else (tn, 64)
-        specs = [TensorMapSpec("a", self.dtype, (tm, 64), swizzle=128),
-                 TensorMapSpec("b", self.dtype, b_box, swizzle=128)]
+        tm, tn, t = self.tile_m, self.tile_n, self.traits
+        b_box = (t.k_tile, t.mn_box) if self.b_major == "MN" else (tn, t.k_tile)
+        specs = [TensorMapSpec("a", self.dtype, (tm, t.k_tile), swizzle=t.swizzle),
+                 TensorMapSpec("b", self.dtype, b_box, swizzle=t.swizzle)]
         plan = self.smem_plan()
-        kb = KernelBuilder(self.name, self.params(), block=(128, 1, 1))
+        kb = KernelBuilder(self.name, self.params(), block=(self.arch.warpgroup_threads, 1, 1))
         with kb.build() as args:
             smem = plan.bind()
             ta, tb = TmaCopy(specs[0], args.a), TmaCopy(specs[1], args.b)
@@ -200,14 +210,14 @@ class SingleTileGemmKernel(GemmKernel):
             mma = WarpgroupMMA(tm, tn, self.dtype, self.b_major)
             loop = Loop(0, count, carry=mma.zero().structs)
             for kt, structs in loop:
-                k0 = (kt + first) * 64
+                k0 = (kt + first) * t.k_tile
                 with If(leader):
-                    bar.arrive_expect_tx(0, (tm + tn) * 64 * 2)
+                    bar.arrive_expect_tx(0, t.tile_bytes(tm + tn))
                     ta.load(smem["a"].tile(), bar, 0, (m0, k0))
                     if self.b_major == "MN":
-                        for j in range(tn // 64):
+                        for j in range(tn // t.mn_box):
                             dst = smem["b"].tile(shape=b_box, byte_offset=j * tb.box_bytes)
-                            tb.load(dst, bar, 0, (k0, n0 + 64 * j))
+                            tb.load(dst, bar, 0, (k0, n0 + t.mn_box * j))
                     else:
                         tb.load(smem["b"].tile(), bar, 0, (n0, k0))
                 bar.wait(0, kt & 1)                 # the barrier completes one phase per k-tile

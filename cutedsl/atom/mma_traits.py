@@ -1,0 +1,111 @@
+"""MMA operand traits: every shared-memory number of a tensor-core operand, from its element type.
+
+CUTLASS derives an MMA's shapes and transaction bytes from ``sizeof_bits`` of its element
+types (``MMA_Traits``); Mosaic GPU derives the K tile as ``swizzle // element bytes``. Here one
+:class:`MmaTraits` per (element type, swizzle) is the only source of: the K tile (one swizzle
+row of a K-major operand), the K step of one instruction, the MN-major box width, the bytes
+of a tile, the core-matrix group stride (SBO) and the majors the instruction accepts. Buffers,
+WGMMA descriptors, TMA boxes and expect-tx byte counts are derived from it, so a new element
+type (fp8: k_tile 128; tf32: 32) is a new entry in :data:`ELEMENT_BYTES` plus the atom's
+instruction spelling, not an edit across layers.
+
+PTX ISA sources: "Asynchronous Warpgroup Level Matrix Multiply-Accumulate" — shapes
+m64nNk16 (f16/bf16), m64nNk8 (tf32), m64nNk32 (e4m3/e5m2): every shape consumes 32 bytes of K
+per instruction; "Matrix Descriptor" / "Shared Memory Matrix Layout" — 8-row core-matrix
+groups, swizzle modes of 32/64/128 bytes; 8-bit and tf32 operands must be K-major.
+"""
+from __future__ import annotations
+
+import attrs
+
+from ..errors import ConfigError
+
+#: bytes per element of the operand types the WGMMA atom is built for (more to come: e4m3/e5m2
+#: = 1, tf32 = 4, with their instruction kinds in ``atom/wgmma.py``)
+ELEMENT_BYTES = {"f16": 2, "bf16": 2}
+#: the majors each operand may have, per element width (8-bit and tf32: K-major only)
+MAJORS = {2: (("K",), ("K", "MN"))}
+SWIZZLES = (128, 64, 32)
+DEFAULT_SWIZZLE = 128   #: the widest swizzle: conflict-free WGMMA reads and TMA writes
+K_STEP_BYTES = 32       #: K bytes one wgmma instruction consumes (k16 x 2 B, k8 x 4 B, k32 x 1 B)
+ATOM_M = 64             #: rows of one wgmma instruction (m64nNkK)
+CORE_ROWS = 8           #: rows of a core-matrix group: the swizzle pattern repeats every 8 rows
+
+
+@attrs.frozen
+class MmaTraits:
+    """Operand traits for element type ``dtype`` in ``swizzle``-byte swizzled shared memory.
+    Sizes: elements unless named ``*_bytes``."""
+    dtype: str
+    swizzle: int = DEFAULT_SWIZZLE
+
+    def __attrs_post_init__(self):
+        if self.dtype not in ELEMENT_BYTES:
+            raise ConfigError(f"the WGMMA atom takes {', '.join(ELEMENT_BYTES)} operands, got {self.dtype!r}")
+        if self.swizzle not in SWIZZLES:
+            raise ConfigError(f"operand swizzle must be one of {SWIZZLES} bytes, got {self.swizzle!r}")
+
+    @property
+    def elem_bytes(self) -> int:
+        return ELEMENT_BYTES[self.dtype]
+
+    @property
+    def k_tile(self) -> int:
+        """K elements of one k-tile: one swizzle row of a K-major operand (64 for 16-bit)."""
+        return self.swizzle // self.elem_bytes
+
+    @property
+    def k_step(self) -> int:
+        """K elements of one MMA instruction (16 for 16-bit types)."""
+        return K_STEP_BYTES // self.elem_bytes
+
+    @property
+    def k_steps(self) -> int:
+        """Instructions per k-tile along K."""
+        return self.k_tile // self.k_step
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one K-major operand row of a k-tile (= one MN-major K row of a box)."""
+        return self.swizzle
+
+    @property
+    def mn_box(self) -> int:
+        """MN elements of one box of an MN-major operand (one swizzle row wide)."""
+        return self.swizzle // self.elem_bytes
+
+    @property
+    def mn_box_bytes(self) -> int:
+        """Bytes of one MN-major box: ``k_tile`` K rows of ``row_bytes``."""
+        return self.k_tile * self.row_bytes
+
+    @property
+    def atom_m(self) -> int:
+        return ATOM_M
+
+    @property
+    def core_group_bytes(self) -> int:
+        """Bytes of an 8-row core-matrix group (the descriptors' stride byte offset, SBO)."""
+        return CORE_ROWS * self.swizzle
+
+    @property
+    def k_step_bytes(self) -> int:
+        """Bytes of K one instruction consumes in a K-major row."""
+        return K_STEP_BYTES
+
+    @property
+    def majors_a(self) -> tuple:
+        return MAJORS[self.elem_bytes][0]
+
+    @property
+    def majors_b(self) -> tuple:
+        return MAJORS[self.elem_bytes][1]
+
+    def tile_bytes(self, rows: int) -> int:
+        """Bytes of one k-tile of an operand with ``rows`` rows (M or N): ``rows`` swizzle rows."""
+        return rows * self.row_bytes
+
+
+def mma_traits(dtype: str, swizzle: int = DEFAULT_SWIZZLE) -> MmaTraits:
+    """The :class:`MmaTraits` of operand type ``dtype`` (``ConfigError`` for a type the atom lacks)."""
+    return MmaTraits(dtype, swizzle)
