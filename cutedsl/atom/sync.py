@@ -17,6 +17,7 @@
 """
 from __future__ import annotations
 
+from ..arch import DEFAULT
 from ..ir._lazy import lazy
 
 ir = lazy("mlir.ir")
@@ -78,8 +79,9 @@ class NamedBarrier:
     def __init__(self, barrier_id, threads: int):
         if isinstance(barrier_id, int) and not 0 <= barrier_id < NUM_BARRIERS:
             raise ValueError(f"named barrier id {barrier_id} outside 0..{NUM_BARRIERS - 1}")
-        if not isinstance(threads, int) or threads % 32 or not 32 <= threads <= 1024:
-            raise ValueError(f"named barrier thread count {threads} must be a multiple of 32 in 32..1024")
+        warp, most = DEFAULT.warp_threads, DEFAULT.max_threads_per_cta
+        if not isinstance(threads, int) or threads % warp or not warp <= threads <= most:
+            raise ValueError(f"named barrier thread count {threads} must be a multiple of {warp} in {warp}..{most}")
         self.barrier_id = barrier_id
         self.threads = threads
 

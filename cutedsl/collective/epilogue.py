@@ -17,7 +17,10 @@ called per element in f32 with global coordinates) and may add kernel parameters
 from __future__ import annotations
 
 import attrs
+from ..arch import DEFAULT
+from ..atom.mma_traits import ATOM_M, CORE_ROWS, DEFAULT_SWIZZLE
 from ..atom.tma import TmaCopy, bulk_commit_group, bulk_wait_group
+from ..atom.wgmma import FRAG_COLS, FRAG_QUAD, FRAG_ROW_STEP, FRAG_WARP_ROWS
 from ..compiler.artifact import ParamSpec as Param, TensorMapSpec
 from ..dtypes import dtype as _dtype
 from ..ir._lazy import lazy
@@ -182,8 +185,11 @@ class TmaStoreEpilogue(Epilogue):
     """
 
     kind = "tma"
-    SUB_M = 64                    #: rows per sub-tile (one m64 block of the accumulator)
-    ROW_BYTES = 128               #: bytes per sub-tile row = the 128-byte swizzle span
+    SUB_M = ATOM_M                #: rows per sub-tile (one m64 block of the accumulator)
+    ROW_BYTES = DEFAULT_SWIZZLE   #: bytes per sub-tile row = the 128-byte swizzle span
+    CHUNK = 16                    #: bytes of one swizzle chunk (the XOR permutes 16-B chunks)
+    STMATRIX_COLS = 16            #: 16-bit columns one stmatrix.x4 stores (two 8x8 matrices wide)
+    arch = DEFAULT
 
     def __init__(self, tile_m: int, tile_n: int, out_dtype: str = "f32", *, buffers: int = 2,
                  warpgroups: int = 1, alias: str | None = None, barrier_id: int = 8, defer_tail: bool = False):
@@ -248,9 +254,10 @@ class TmaStoreEpilogue(Epilogue):
         buf = plan.buffers.get(self.alias)
         if buf is None:
             raise ValueError(f"epilogue alias {self.alias!r} names no buffer of the plan ({sorted(plan.buffers)})")
-        if buf.nbytes < self.smem_bytes or buf.align < 1024:
+        atom = CORE_ROWS * self.ROW_BYTES       # the swizzle pattern repeats every 8 rows
+        if buf.nbytes < self.smem_bytes or buf.align < atom:
             raise ValueError(f"epilogue alias {self.alias!r} ({buf.nbytes} B, align {buf.align}) cannot hold "
-                             f"{self.smem_bytes} B of 1024-B aligned sub-tiles")
+                             f"{self.smem_bytes} B of {atom}-B aligned sub-tiles")
 
     # -- IR ------------------------------------------------------------------------
     def _sub_tiles(self, acc) -> list:
@@ -274,16 +281,18 @@ class TmaStoreEpilogue(Epilogue):
         base = acc.thread_coords()
         acc = self._visit_all(acc, ctx, base)
         tma = TmaCopy(self.tensor_maps()[0], ctx.args.d)
-        wt = cir.thread_idx() % 128
+        wg_threads = self.arch.warpgroup_threads
+        wt = cir.thread_idx() % wg_threads
         leader = wt.eq(0)
-        wg_bar = NamedBarrier(self.barrier_id + ctx.warpgroup if self.warpgroups > 1 else self.barrier_id, 128)
+        wg_bar = NamedBarrier(self.barrier_id + ctx.warpgroup if self.warpgroups > 1 else self.barrier_id, wg_threads)
         if self.alias is not None:     # every warpgroup's WGMMAs are done with the aliased operands
-            NamedBarrier(self.barrier_id + self.warpgroups, 128 * self.warpgroups).sync()
+            NamedBarrier(self.barrier_id + self.warpgroups, wg_threads * self.warpgroups).sync()
         subs = self._sub_tiles(acc)
         ring = self.ring
         if len(subs) % ring:
             raise ValueError(f"the epilogue's {ring} sub-tile buffers must divide the {len(subs)} sub-tiles of a "
-                             f"{64 * acc.m_blocks}-row accumulator (planned for {self.tile_m // self.warpgroups} rows)")
+                             f"{self.SUB_M * acc.m_blocks}-row accumulator (planned for "
+                             f"{self.tile_m // self.warpgroups} rows)")
         write = self._write_b16 if self.out_dtype in ("f16", "bf16") else self._write_f32
         lane_base = self._lane_offsets(wt)
         for s, (b, c) in enumerate(subs):
@@ -308,7 +317,7 @@ class TmaStoreEpilogue(Epilogue):
         """Thread 0 of each warpgroup waits until its TMA stores have read shared memory
         (``cp.async.bulk.wait_group.read 0``); call once after the last :meth:`store` when
         ``defer_tail`` is set."""
-        with cir.If((cir.thread_idx() % 128).eq(0)):
+        with cir.If((cir.thread_idx() % self.arch.warpgroup_threads).eq(0)):
             bulk_wait_group(0, read=True)
 
     def _lane_offsets(self, wt):
@@ -319,27 +328,29 @@ class TmaStoreEpilogue(Epilogue):
         ``2 j ^ x`` with ``x = (q // 2) ^ (l % 8)``. f32: lane ``l`` writes row ``16 w + l // 4``
         (and ``+ 8``), chunk ``(2 j + (l % 4) // 2) ^ (l // 4)`` = ``2 j ^ x`` plus ``8 (l % 2)``
         bytes, for column block ``j`` of 8."""
-        w, lane = wt // 32, wt % 32
+        w, lane = wt // self.arch.warp_threads, wt % self.arch.warp_threads
+        rows_w, ck = FRAG_WARP_ROWS, self.CHUNK
         if self.out_dtype in ("f16", "bf16"):
-            q = lane // 8
-            row = w * 16 + (q % 2) * 8 + lane % 8
-            x = (q // 2) ^ (lane % 8)
-            return row * self.ROW_BYTES + x * 16, None
-        row = w * 16 + lane // 4
-        x = ((lane % 4) // 2) ^ (lane // 4)
-        return row * self.ROW_BYTES + (lane % 2) * 8, x * 16
+            q = lane // CORE_ROWS
+            row = w * rows_w + (q % 2) * CORE_ROWS + lane % CORE_ROWS
+            x = (q // 2) ^ (lane % CORE_ROWS)
+            return row * self.ROW_BYTES + x * ck, None
+        row = w * rows_w + lane // FRAG_QUAD
+        x = ((lane % FRAG_QUAD) // 2) ^ (lane // FRAG_QUAD)
+        return row * self.ROW_BYTES + (lane % 2) * (ck // 2), x * ck
 
     def _write_b16(self, acc, b, c, addr, lane_base):
         """Sub-tile (block ``b``, columns ``c * 64 ..``) of a 16-bit output: 4 ``stmatrix.x4``
         per warp, one per 16-column group; register pairs ``8 J .. 8 J + 7`` of group ``J``."""
         from ..atom.stmatrix import pack_b16x2, stmatrix
         row_x = lane_base[0]
-        for j in range(self.epi_n // 16):
-            jj = c * (self.epi_n // 16) + j
+        groups = self.epi_n // self.STMATRIX_COLS
+        for j in range(groups):
+            jj = c * groups + j
             regs = [pack_b16x2(acc.get(b, 8 * jj + 2 * k), acc.get(b, 8 * jj + 2 * k + 1), self.out_dtype)
                     for k in range(4)]
             # (row, chunk ^ 2j): the chunk XOR only flips bits 5-6 of the row's byte offset
-            stmatrix(addr + cir.i64(row_x ^ (32 * j)), regs)
+            stmatrix(addr + cir.i64(row_x ^ (2 * self.CHUNK * j)), regs)
 
     def _write_f32(self, acc, b, c, addr, lane_base):
         """Sub-tile (block ``b``, columns ``c * 32 ..``) of an f32 output: per 8-column block
@@ -347,11 +358,12 @@ class TmaStoreEpilogue(Epilogue):
         row_off, x16 = lane_base
         ptr_t = ir.Type.parse("!llvm.ptr<3>")
         v2 = ir.VectorType.get([2], ir.F32Type.get())
-        for j in range(self.epi_n // 8):
-            cb = c * (self.epi_n // 8) + j
-            off = row_off + (x16 ^ (32 * j))
+        blocks = self.epi_n // FRAG_COLS
+        for j in range(blocks):
+            cb = c * blocks + j
+            off = row_off + (x16 ^ (2 * self.CHUNK * j))
             for half in range(2):
                 i = 4 * cb + 2 * half
                 vec = vector.from_elements(v2, [acc.get(b, i), acc.get(b, i + 1)])
-                a = addr + cir.i64(off + half * 8 * self.ROW_BYTES)
+                a = addr + cir.i64(off + half * FRAG_ROW_STEP * self.ROW_BYTES)
                 llvm.store(vec, llvm.inttoptr(ptr_t, cir.i32(a)), alignment=8)

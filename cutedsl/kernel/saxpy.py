@@ -4,6 +4,9 @@ from __future__ import annotations
 from .base import Kernel
 
 
+SMEM_ALIGN = 128    #: bytes; TMA destinations need 16, 128 keeps each buffer on its own cache line
+
+
 class SaxpyKernel(Kernel):
     """One element per thread, ``block`` threads per CTA, bounds-checked (``ld/st.global``).
 
@@ -64,8 +67,8 @@ class TmaSaxpyKernel(Kernel):
         from ..atom import MBarriers, TmaCopy, bulk_commit_group, bulk_wait_group, tma_store_fence
         from ..ir import If, KernelBuilder, Param, SmemPlan, block_idx, index, thread_idx
         plan = SmemPlan()
-        plan.buffer("x", (self.tile,), "f32", align=128)
-        plan.buffer("y", (self.tile,), "f32", align=128)
+        plan.buffer("x", (self.tile,), "f32", align=SMEM_ALIGN)
+        plan.buffer("y", (self.tile,), "f32", align=SMEM_ALIGN)
         plan.barriers("bar", 1)
         specs = self.tensor_maps()
         kb = KernelBuilder(self.name, [Param("x", "tensormap"), Param("y", "tensormap"),
@@ -83,7 +86,7 @@ class TmaSaxpyKernel(Kernel):
             xt, yt = smem["x"].tile(), smem["y"].tile()
             xs, ys = xt.memref(), yt.memref()
             with If(leader):
-                bar.arrive_expect_tx(0, 2 * self.tile * 4)
+                bar.arrive_expect_tx(0, xt.nbytes + yt.nbytes)
                 tx.load(xt, bar, 0, (x0,))
                 ty.load(yt, bar, 0, (x0,))
             bar.wait(0, 0)

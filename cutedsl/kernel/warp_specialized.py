@@ -37,13 +37,14 @@ from ..collective.pipeline import OrderedSequenceBarrier, PipelineState, TmaPipe
 from ..collective.warp_specialized import CLUSTERS, WarpSpecializedMainloop
 from ..errors import ConfigError
 from ..ir._lazy import lazy
-from .gemm import GemmKernel
+from ..arch import DEFAULT
+from .gemm import MAX_ACC_REGS, GemmKernel
 
 cir = lazy("cutedsl.ir")
 
-PRODUCER_REGS, CONSUMER_REGS = 40, 232     #: setmaxnreg budgets (CUTLASS 40 / 232)
-LAUNCH_REGS = 65536 // 384 // 8 * 8         #: 168: the launch budget of 384 threads
-MAX_ACC_REGS = 128                          #: f32 accumulator registers per consumer thread we allow
+PRODUCER_REGS, CONSUMER_REGS = DEFAULT.producer_regs, DEFAULT.consumer_regs   #: setmaxnreg budgets (40 / 232)
+#: 168: the launch budget of 384 threads (a producer and two consumer warpgroups)
+LAUNCH_REGS = DEFAULT.launch_regs(3 * DEFAULT.warpgroup_threads)
 
 
 class WarpSpecializedGemmKernel(GemmKernel):
@@ -84,16 +85,17 @@ class WarpSpecializedGemmKernel(GemmKernel):
     @property
     def split_warpgroups(self) -> int:
         """Consumer warpgroups that share one tile, each owning ``tile_m / split`` rows."""
-        return 2 if self.tile_m * self.tile_n > 128 * 128 else 1
+        return 2 if self.tile_m * self.tile_n // self.arch.warpgroup_threads > MAX_ACC_REGS else 1
 
     def check(self) -> None:
         """``ConfigError`` naming the limit when the schedule cannot run this tile/cluster."""
         if self.cluster not in CLUSTERS:
             raise ConfigError(f"cluster must be one of {CLUSTERS} (cluster_m, cluster_n), got {self.cluster}")
-        if self.tile_m // self.split_warpgroups < 64:
+        atom_m = self.traits.atom_m
+        if self.tile_m // self.split_warpgroups < atom_m:
             raise ConfigError(f"{self.name}: tile_m {self.tile_m} is too small to split over "
-                              f"{self.split_warpgroups} consumer warpgroups (64 rows each at least)")
-        acc = self.tile_m // self.split_warpgroups * self.tile_n // 128
+                              f"{self.split_warpgroups} consumer warpgroups ({atom_m} rows each at least)")
+        acc = self.tile_m // self.split_warpgroups * self.tile_n // self.arch.warpgroup_threads
         if acc > MAX_ACC_REGS:
             raise ConfigError(f"{self.name}: a {self.tile_m}x{self.tile_n} tile needs {acc} f32 accumulator "
                               f"registers per consumer thread, past the {MAX_ACC_REGS} that fit the "
@@ -105,7 +107,7 @@ class WarpSpecializedGemmKernel(GemmKernel):
 
     @property
     def threads(self) -> int:
-        return 128 * (self.consumer_warpgroups + 1)
+        return self.arch.warpgroup_threads * (self.consumer_warpgroups + 1)
 
     @property
     def launch_registers(self) -> int:
@@ -141,7 +143,8 @@ class WarpSpecializedGemmKernel(GemmKernel):
             leader = tid.eq(0)
             pipeline = TmaPipeline(MBarriers(smem.barriers("full"), self.stages), ml.stage_bytes,
                                    MBarriers(smem.barriers("empty"), self.stages),
-                                   consumers=4 * self.split_warpgroups, cluster=self.cluster)
+                                   consumers=self.arch.warps_per_warpgroup * self.split_warpgroups,
+                                   cluster=self.cluster)
             self.init_extra(smem, leader)
             pipeline.init(leader)
             ml.bind(smem, args, pipeline)
@@ -156,13 +159,14 @@ class WarpSpecializedGemmKernel(GemmKernel):
             empty = cir.u32(k_tiles).eq(0) if not isinstance(k_tiles, int) else k_tiles == 0
             k_first = cir.select(empty, total, k_first if not isinstance(k_first, int) else cir.u32(k_first))
             k_tiles = cir.select(empty, cir.u32(1), k_tiles)
-            wg = tid // 128
+            wg_threads = self.arch.warpgroup_threads
+            wg = tid // wg_threads
             with If(wg.eq(self.consumer_warpgroups)):
-                warpgroup_reg_dealloc(PRODUCER_REGS)
-                with If((tid % 128).eq(0)):
+                warpgroup_reg_dealloc(self.arch.producer_regs)
+                with If((tid % wg_threads).eq(0)):
                     self.producer(pipeline, k_first, k_tiles)
             with If(wg < self.consumer_warpgroups):
-                warpgroup_reg_alloc(CONSUMER_REGS)
+                warpgroup_reg_alloc(self.arch.consumer_regs)
                 self.consumer(args, smem, pipeline, wg, k_tiles)
         return kb, plan.dynamic_bytes, ml.tensor_maps() + self.epilogue.tensor_maps()
 
@@ -235,7 +239,8 @@ class PingpongGemmKernel(WarpSpecializedGemmKernel):
 
     def init_extra(self, smem, leader) -> None:
         from ..atom import MBarriers
-        self.order = OrderedSequenceBarrier(MBarriers(smem.barriers("order"), 4), depth=2, length=2, arrivals=128)
+        self.order = OrderedSequenceBarrier(MBarriers(smem.barriers("order"), 4), depth=2, length=2,
+                                            arrivals=self.arch.warpgroup_threads)
         self.order.init(leader)
 
     def consumer(self, args, smem, pipeline, wg, k_tiles) -> None:
