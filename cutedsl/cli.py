@@ -100,11 +100,15 @@ def config_options(args) -> tuple:
 
 
 def gemm_config(args):
-    """The ``GemmConfig`` the ``gemm`` arguments describe. A ``ConfigError`` becomes a
-    ``UsageError`` naming the option that made the config invalid, or both options of a bad
-    combination (e.g. ``--schedule/--stages``)."""
+    """The ``GemmConfig`` the ``gemm`` arguments describe, validated as a whole (so
+    ``--stages 7 --schedule warp_specialized`` is accepted although 7 stages do not fit the
+    default schedule). When it is invalid, the ``UsageError`` names the options responsible:
+    those whose reset to the default makes the config valid (``--tile/--stages`` for a
+    combination), else the first option, in field order, from which on the config fails."""
+    import attrs
     from .device import GemmConfig
     from .errors import ConfigError
+
     def fails(**kw):
         try:
             return GemmConfig(**kw) and None
@@ -112,16 +116,21 @@ def gemm_config(args):
             return e
 
     options = config_options(args)
-    fields = {}
-    for field, option in options:
-        fields[field] = getattr(args, field)
-        err = fails(**fields)
-        if err is not None:
-            if fails(**{field: fields[field]}) is None:   # a bad combination: name the other option
-                option = next((f"{o}/{option}" for f, o in options[:len(fields) - 1]
-                               if fails(**{f: fields[f], field: fields[field]})), option)
-            raise UsageError(option, str(err))
-    return GemmConfig(**fields)
+    fields = {f: getattr(args, f) for f, _ in options}
+    err = fails(**fields)
+    if err is None:
+        return GemmConfig(**fields)
+    defaults = {f.name: f.default for f in attrs.fields(GemmConfig)}
+    given = [(f, o) for f, o in options if fields[f] != defaults[f]]
+    culprits = [o for f, o in given if fails(**{**fields, f: defaults[f]}) is None]
+    if not culprits:                    # no single option to blame: where it starts to fail
+        sofar = {}
+        for f, o in options:
+            sofar[f] = fields[f]
+            if fails(**sofar) is not None:
+                culprits = [o]
+                break
+    raise UsageError("/".join(culprits) or options[0][1], str(err))
 
 
 def warn_ignored_options(cfg) -> None:

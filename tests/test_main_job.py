@@ -198,3 +198,14 @@ def test_failure_before_launch_is_not_executed(monkeypatch, capsys):
     rep = json.loads(out)
     assert status == 2 and rep["executed"] is False and rep["error"] == "ArgumentError: a: refused before launch"
     assert err == "python -m cutedsl gemm: error: ArgumentError: a: refused before launch\n"
+
+
+@pytest.mark.parametrize("argv", [["--stages", "7", "--schedule", "warp_specialized"],
+                                  ["--schedule", "warp_specialized", "--stages", "7"]])
+def test_a_valid_config_is_accepted_whatever_the_option_order(argv, capsys):
+    """Issue 19: the CLI validated field by field in option order and refused this valid config
+    with the multistage kernel's shared-memory error."""
+    from cutedsl import cli
+    assert cli.main(["gemm", "--m", "70", "--n", "64", "--k", "64", "--backend", "none", "--json"] + argv) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["schedule"] == "warp_specialized" and rep["stages"] == 7

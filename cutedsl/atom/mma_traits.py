@@ -41,7 +41,9 @@ class MmaTraits:
 
     def __attrs_post_init__(self):
         if self.dtype not in ELEMENT_BYTES:
-            raise ConfigError(f"the WGMMA atom takes {', '.join(ELEMENT_BYTES)} operands, got {self.dtype!r}")
+            names = list(ELEMENT_BYTES)
+            raise ConfigError(f"the WGMMA atom takes {', '.join(names[:-1])} or {names[-1]} operands, "
+                              f"got {self.dtype!r}")
         if self.swizzle not in SWIZZLES:
             raise ConfigError(f"operand swizzle must be one of {SWIZZLES} bytes, got {self.swizzle!r}")
 

@@ -68,3 +68,31 @@ def test_wgmma_ptx_layouts(b_major, trans_b):
     assert "wgmma.fence.sync.aligned" in k.ptx and "wgmma.commit_group.sync.aligned" in k.ptx
     assert "wgmma.wait_group.sync.aligned 0" in _norm(k.ptx)
     assert k.resources.sass["HGMMA"] == 4 and k.resources.ptxas_messages == ()
+
+
+def test_mma_traits_derive_every_operand_size():
+    """Issue 19: K tile = swizzle bytes / element bytes; the sizes the layers used to write down."""
+    from cutedsl.atom.mma_traits import mma_traits
+    from cutedsl.errors import ConfigError
+    t = mma_traits("bf16")
+    assert (t.elem_bytes, t.k_tile, t.k_step, t.k_steps, t.mn_box) == (2, 64, 16, 4, 64)
+    assert (t.row_bytes, t.mn_box_bytes, t.core_group_bytes, t.tile_bytes(128)) == (128, 8192, 1024, 16384)
+    assert (t.majors_a, t.majors_b) == (("K",), ("K", "MN"))
+    assert (mma_traits("f16", 64).k_tile, mma_traits("f16", 32).k_tile) == (32, 16)
+    lay = SmemMatrix(128, "f16", "MN")
+    assert (lay.lbo, lay.sbo, lay.k_step_offset(1), lay.tile_bytes) == (8192, 1024, 2048, 16384)
+    assert (SmemMatrix(128).k_step_offset(3), SmemMatrix(128).block_offset(1)) == (96, 8192)
+    with pytest.raises(ConfigError, match="takes f16 or bf16 operands, got 'e4m3'"):
+        mma_traits("e4m3")
+    with pytest.raises(ConfigError, match="swizzle must be one of"):
+        mma_traits("f16", 16)
+
+
+def test_arch_object():
+    from cutedsl.arch import SM90A, get_arch
+    from cutedsl.errors import ConfigError
+    assert get_arch("sm_90a") is SM90A and SM90A.launch_regs(384) == 168 and SM90A.warps_per_warpgroup == 4
+    with pytest.raises(ConfigError, match="arch must be one of 'sm_90a', got 'sm_100a'"):
+        get_arch("sm_100a")
+    with pytest.raises(ConfigError, match="needs tcgen05, which sm_90a does not have"):
+        SM90A.require("tcgen05")
