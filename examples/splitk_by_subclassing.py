@@ -13,14 +13,15 @@ from cutedsl import Gemm, GemmConfig
 from cutedsl.collective import AtomicAddEpilogue, TileScheduler
 from cutedsl.ir import block_idx, select
 from cutedsl.kernel import MultistageGemmKernel
+from cutedsl.problem import GemmProblem
 
 
 # -- split-K: the whole algorithm ---------------------------------------------------------
 class SplitKScheduler(TileScheduler):
     splits = 3                                        # CTAs per output tile (grid z)
 
-    def grid(self, m, n, k=0):
-        x, y, _ = super().grid(m, n, k)
+    def grid(self, problem):                         # problem: a GemmProblem (M, N, K, L)
+        x, y, _ = super().grid(problem)
         return (x, y, self.splits)
 
     def k_tile_range(self, k_tiles):
@@ -41,7 +42,7 @@ m, n, k = 150, 100, 64 * 7 - 20                       # 2 x 2 partial tiles; 7 k
 a = rng.standard_normal((m, k), dtype=np.float32).astype(np.float16)
 b = rng.standard_normal((k, n), dtype=np.float32).astype(np.float16)
 gemm = Gemm(GemmConfig(tile=(128, 64, 64), stages=2, epilogue="global"), kernel=SplitKGemmKernel)
-assert gemm.kernel.grid(m, n, k) == (2, 2, 3)
+assert gemm.kernel.grid(GemmProblem(m, n, k)) == (2, 2, 3)
 d = gemm(a, b)
 ref = a.astype(np.float64) @ b.astype(np.float64)
 err = np.max(np.abs(d - ref)) / np.max(np.abs(ref))

@@ -35,7 +35,9 @@ class EpilogueContext:
     """Where the tile goes: tile origin ``(m0, n0)`` and problem ``(m, n)`` (IR i32),
     ``row_base`` rows added for this warpgroup (int or IR i32), the kernel ``args`` and bound
     ``smem``; ``warpgroup``: index (int or IR i32) of the storing warpgroup among those that
-    store concurrently (selects its epilogue buffers and named barrier)."""
+    store concurrently (selects its epilogue buffers and named barrier); ``l``: the batch index
+    of the tile (0 today); ``problem``: the whole ``GemmProblem`` (M, N, K, L) when the kernel
+    knows it."""
     m0: object
     n0: object
     m: object
@@ -44,6 +46,8 @@ class EpilogueContext:
     smem: object = None
     row_base: int = 0
     warpgroup: object = 0
+    l: object = 0
+    problem: object = None
 
 
 class Epilogue:

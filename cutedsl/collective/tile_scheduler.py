@@ -5,9 +5,18 @@ found from ``%ctaid`` — ``x`` walks N, ``y`` walks M (so CTAs next to each oth
 share A rows in L2), ``z`` is free for a kernel's own use (e.g. split-K). A GEMM kernel names
 its scheduler in ``GemmKernel.scheduler_cls``; the Device layer launches exactly ``grid()``.
 
-Host side: :meth:`TileScheduler.grid` (Python ints). IR side (inside a kernel body):
-:meth:`TileScheduler.tile_origin` gives the tile's first row and column ``(m0, n0)`` as
-unsigned i32 values.
+**One protocol for every scheduler** (plain, persistent, split-K; CUTLASS's
+``get_grid_shape`` / ``get_current_work`` / ``WorkTileInfo``):
+
+* host: :meth:`~TileScheduler.grid` ``(problem)`` — the CTAs to launch for a
+  :class:`~cutedsl.problem.GemmProblem` (M, N, K, L as Python ints);
+* IR: :meth:`~TileScheduler.bind` ``(problem, k_tiles)`` once per kernel, then
+  :meth:`~TileScheduler.work_count` units of work for this CTA, and for unit ``i`` one
+  :class:`WorkTile` from :meth:`~TileScheduler.work_tile` — tile origin ``(m0, n0)``, batch
+  ``l``, k-tile range ``(k_first, k_count)`` and ``valid``. A kernel asks for the work tile once
+  per unit of work, so a scheduler that varies the K range per unit (stream-K) is a subclass.
+  The pieces a subclass overrides: :meth:`~TileScheduler.tile_origin` (which tile) and
+  :meth:`~TileScheduler.k_tile_range` (which k-tiles).
 
 :class:`PersistentTileScheduler` — static persistent, with rasterization and clusters (CUTLASS
 ``PersistentTileSchedulerSm90``).
@@ -30,9 +39,25 @@ B tiles in L2. The last strip may be narrower.
 """
 from __future__ import annotations
 
+import attrs
+
 from ..ir._lazy import lazy
 
 cir = lazy("cutedsl.ir")
+
+
+@attrs.frozen
+class WorkTile:
+    """One unit of work (CUTLASS ``WorkTileInfo``): output tile origin ``(m0, n0)`` in elements,
+    batch index ``l``, the k-tiles ``k_first .. k_first + k_count - 1`` to reduce (``k_count``
+    may be 0: the accumulator stays zero) and ``valid`` (False: past the last unit, nothing to
+    do). Each field is an IR i32/i1 value or a Python int/bool."""
+    m0: object
+    n0: object
+    l: object = 0
+    k_first: object = 0
+    k_count: object = 0
+    valid: object = True
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -52,20 +77,47 @@ class TileScheduler:
         """Output tiles ``(along M, along N)`` of an ``m x n`` problem."""
         return ceil_div(m, self.tile_m), ceil_div(n, self.tile_n)
 
-    def grid(self, m: int, n: int, k: int = 0) -> tuple:
-        """CTAs ``(x, y, z)`` to launch: ``(tiles along N, tiles along M, 1)``."""
-        tm, tn = self.tiles(m, n)
+    # -- host ----------------------------------------------------------------------
+    def grid(self, problem) -> tuple:
+        """CTAs ``(x, y, z)`` to launch for ``problem`` (a ``GemmProblem``): ``(tiles along N,
+        tiles along M, 1)``."""
+        tm, tn = self.tiles(problem.m, problem.n)
         return (tn, tm, 1)
 
-    def tile_origin(self) -> tuple:
+    # -- IR ------------------------------------------------------------------------
+    def bind(self, problem, k_tile: int) -> None:
+        """Once per kernel: ``problem`` (``GemmProblem`` of IR i32 values) and the K extent of a
+        k-tile (elements); :attr:`k_tiles` is emitted where first needed."""
+        self.problem, self.k_tile, self._k_tiles = problem, k_tile, None
+
+    @property
+    def k_tiles(self):
+        """IR: k-tiles of the problem, ``ceil(K / k_tile)`` (unsigned i32)."""
+        if self._k_tiles is None:
+            kt = self.k_tile
+            self._k_tiles = (self.problem.k.unsigned() + kt - 1) // kt
+        return self._k_tiles
+
+    def work_count(self):
+        """Units of work this CTA runs (IR i32 or Python int): one tile here."""
+        return 1
+
+    def work_tile(self, i=0, k_tile_range=None) -> WorkTile:
+        """The :class:`WorkTile` of this CTA's unit ``i``; ``k_tile_range`` (a kernel's hook,
+        default :meth:`k_tile_range`) decides its k-tiles."""
+        m0, n0 = self.tile_origin(i)
+        first, count = (k_tile_range or self.k_tile_range)(self.k_tiles)
+        return WorkTile(m0, n0, 0, first, count, True)
+
+    def tile_origin(self, i=0) -> tuple:
         """IR: ``(m0, n0)``, the first row and column of this CTA's tile (unsigned i32)."""
         return cir.block_idx("y") * self.tile_m, cir.block_idx("x") * self.tile_n
 
     def k_tile_range(self, k_tiles) -> tuple:
-        """IR: ``(first, count)``, the k-tiles (of 64) this CTA reduces out of the problem's
-        ``k_tiles`` (unsigned i32): all of them here. A split-K scheduler overrides it (e.g.
-        from ``blockIdx.z``, with :meth:`grid` launching the splits; CUTLASS's split-K / stream-K
-        schedulers own the k ranges the same way); ``GemmKernel.k_tile_range`` asks it."""
+        """IR: ``(first, count)``, the k-tiles this CTA reduces out of the problem's ``k_tiles``
+        (unsigned i32): all of them here. A split-K scheduler overrides it (e.g. from
+        ``blockIdx.z``, with :meth:`grid` launching the splits; CUTLASS's split-K / stream-K
+        schedulers own the k ranges the same way)."""
         return 0, k_tiles
 
 
@@ -118,8 +170,8 @@ class PersistentTileScheduler(TileScheduler):
         sms = self.sm_count or DEFAULT_SM_COUNT
         return max(1, min(total, sms * self.ctas_per_sm // self.cluster_size))
 
-    def grid(self, m: int, n: int, k: int = 0) -> tuple:
-        return (self.clusters(m, n) * self.cluster_size, 1, 1)
+    def grid(self, problem) -> tuple:
+        return (self.clusters(problem.m, problem.n) * self.cluster_size, 1, 1)
 
     def unit_coords(self, unit: int, m: int, n: int) -> tuple:
         """Cluster-tile ``(m, n)`` of linear work unit ``unit`` (host reference of the
@@ -134,7 +186,7 @@ class PersistentTileScheduler(TileScheduler):
 
     def cta_tiles(self, cta: int, m: int, n: int) -> list:
         """Origins ``(m0, n0)`` of the tiles CTA ``cta`` (linear block index) runs, in order
-        (host reference of :meth:`tile_count` / :meth:`tile_origin`)."""
+        (host reference of :meth:`work_count` / :meth:`tile_origin`)."""
         cs = self.cluster_size
         cid, rank, ncl = cta // cs, cta % cs, self.clusters(m, n)
         ctm, ctn = self.cluster_tiles(m, n)
@@ -147,8 +199,10 @@ class PersistentTileScheduler(TileScheduler):
         return out
 
     # -- IR ------------------------------------------------------------------------
-    def bind(self, m, n) -> None:
-        """Emit this CTA's coordinates for problem ``m x n`` (IR i32); call once per kernel."""
+    def bind(self, problem, k_tile: int) -> None:
+        """Emit this CTA's coordinates for ``problem`` (IR i32 ``m``, ``n``); call once per kernel."""
+        super().bind(problem, k_tile)
+        m, n = problem.m, problem.n
         cs = self.cluster_size
         bid = cir.block_idx()
         self.rank = bid % cs if cs > 1 else 0
@@ -160,7 +214,7 @@ class PersistentTileScheduler(TileScheduler):
         self.ct_n = (tiles_n + (self.cluster_n - 1)) // self.cluster_n if self.cluster_n > 1 else tiles_n
         self.total = self.ct_m * self.ct_n
 
-    def tile_count(self):
+    def work_count(self):
         """Work units (tiles) this CTA runs (IR i32)."""
         if not self.persistent:
             return cir.i32(1)
@@ -190,4 +244,5 @@ class PersistentTileScheduler(TileScheduler):
         return tm * self.tile_m, tn * self.tile_n
 
 
-__all__ = ["TileScheduler", "PersistentTileScheduler", "DEFAULT_SM_COUNT", "RASTERS", "SWIZZLES", "ceil_div"]
+__all__ = ["TileScheduler", "PersistentTileScheduler", "WorkTile", "DEFAULT_SM_COUNT", "RASTERS", "SWIZZLES",
+           "ceil_div"]

@@ -25,6 +25,7 @@ from ..errors import ArgumentError, ArgumentTypeError, CuteDSLError, LaunchError
 from . import arrays, extras
 from .selection import check_backend_arg
 
+from ..problem import GemmProblem
 from .config import GemmConfig, _MAX_I32
 
 class Gemm:
@@ -37,7 +38,7 @@ class Gemm:
     parameters are passed as keyword arguments of the call.
     ``kernel``: a ``GemmKernel`` subclass to run instead of the config's schedule (e.g. a
     split-K kernel); it gets the config's tile, dtypes, B major, stages and epilogue, and the
-    call validates, allocates and launches ``kernel.grid(m, n, k)`` CTAs as for any GEMM.
+    call validates, allocates and launches ``kernel.grid(GemmProblem(m, n, k))`` CTAs as for any GEMM.
     ``cache``: a ``KernelCache``, ``None`` (``$CUTEDSL_CACHE_DIR``) or ``False`` (compile
     without caching; as env ``CUTEDSL_CACHE=off``). Wrong names or types raise at construction.
 
@@ -168,8 +169,8 @@ class Gemm:
         except CuteDSLError:
             return None
 
-    def grid(self, m: int, n: int, k: int = 0) -> tuple:
-        """CTAs ``(x, y, z)`` launched for an (M, N, K) problem: ``kernel.grid(m, n, k)``,
+    def grid(self, m: int, n: int, k: int = 0, l: int = 1) -> tuple:
+        """CTAs ``(x, y, z)`` launched for an (M, N, K, L) problem: ``kernel.grid(GemmProblem(...))``,
         checked against the hardware's grid limits (gridDim.x 1..2^31-1, y and z 1..65535).
         Raises ``ArgumentError`` naming the problem, the grid dimension and the limit, before
         anything is compiled, allocated or launched."""
@@ -177,7 +178,7 @@ class Gemm:
         sched = getattr(self.kernel, "scheduler", None)
         if self.config.sm_count is None and getattr(sched, "persistent", False) and sched.sm_count is None:
             sched.sm_count = self._device_sm_count()
-        raw = self.kernel.grid(m=m, n=n, k=k)
+        raw = self.kernel.grid(GemmProblem(m, n, k, l))
         g = tuple(int(x) for x in raw)
         who = f"{type(self.kernel).__name__}.grid()"
         if len(g) != 3:

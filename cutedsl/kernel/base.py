@@ -34,8 +34,8 @@ class Kernel:
         """Build the module. Returns ``(KernelBuilder, dynamic_smem_bytes, tensor_map_specs)``."""
         raise NotImplementedError
 
-    def grid(self, **problem) -> tuple:
-        """CTAs (x, y, z) for a problem."""
+    def grid(self, problem) -> tuple:
+        """CTAs (x, y, z) for a problem (a ``GemmProblem`` for GEMM kernels)."""
         raise NotImplementedError
 
     def compile(self, *, cache=None, dump_dir=None, use_cache: bool = True):

@@ -23,6 +23,7 @@ from ..collective.epilogue import Epilogue, EpilogueContext, GlobalEpilogue, Tma
 from ..collective.mainloop import MultistageMainloop
 from ..collective.tile_scheduler import TileScheduler
 from ..compiler.identity import qualname
+from ..problem import GemmProblem
 from .base import Kernel
 
 TILE_M = (64, 128)
@@ -32,6 +33,17 @@ TILE_N = (64, 128, 256)
 MAX_ACC_REGS = 128
 
 
+def _check_grid_protocol(obj) -> None:
+    """``ConfigError`` for a ``grid`` override written for the old ``grid(m, n, k)`` protocol:
+    it would receive a ``GemmProblem`` as ``m`` and fail far from here."""
+    import inspect
+    from ..errors import ConfigError
+    params = list(inspect.signature(type(obj).grid).parameters)
+    if params[1:3] == ["m", "n"]:
+        raise ConfigError(f"{type(obj).__name__}.grid(self, m, n, k) uses the old protocol: grid() now takes "
+                          f"one GemmProblem, e.g. 'def grid(self, problem): ... problem.m, problem.n, problem.k'")
+
+
 class GemmKernel(Kernel):
     """Base of the GEMM kernels; a new algorithm is a subclass overriding these hooks:
 
@@ -39,8 +51,12 @@ class GemmKernel(Kernel):
       composes atoms itself), ``epilogue_cls`` (an ``Epilogue`` subclass; the constructor's
       ``epilogue`` argument overrides it per instance) and ``scheduler_cls`` (a
       ``TileScheduler``: which tile a CTA computes, and the launch grid);
-    * :meth:`k_tile_range` — the k-tiles (of 64) this CTA reduces over;
-    * :meth:`grid` — the CTAs to launch (the Device layer launches exactly this).
+    * :meth:`k_tile_range` — the k-tiles (of ``k_tile``) a unit of work reduces over;
+    * :meth:`grid` — the CTAs to launch for a ``GemmProblem`` (the Device layer launches
+      exactly this).
+
+    The body asks the scheduler for one :class:`~cutedsl.collective.tile_scheduler.WorkTile`
+    per unit of work (:meth:`work_tile`): tile origin, batch, k-tile range, valid.
 
     ``tile_m`` in {64, 128}, ``tile_n`` in {64, 128, 256}; ``dtype`` f16/bf16 (A and B);
     ``out_dtype`` f32/f16/bf16 (D); ``b_major`` "MN" (B is (K, N) row-major) or "K".
@@ -73,6 +89,8 @@ class GemmKernel(Kernel):
         self.b_major = b_major
         self.epilogue = self.epilogue_cls(tile_m, tile_n, out_dtype)
         self.scheduler = self.make_scheduler()
+        _check_grid_protocol(self)
+        _check_grid_protocol(self.scheduler)
 
     def config(self) -> dict:
         # class identities by name: their source (user code included) is in the cache key
@@ -88,13 +106,18 @@ class GemmKernel(Kernel):
         more (e.g. rasterization, SM count)."""
         return self.scheduler_cls(self.tile_m, self.tile_n)
 
-    def grid(self, m: int, n: int, k: int = 0) -> tuple:
-        """CTAs ``(x, y, z)`` for an ``m x n x k`` problem (the scheduler's grid by default)."""
-        return self.scheduler.grid(m, n, k)
+    def grid(self, problem) -> tuple:
+        """CTAs ``(x, y, z)`` for ``problem`` (a ``GemmProblem``; the scheduler's grid by default)."""
+        return self.scheduler.grid(problem)
+
+    def work_tile(self, i=0):
+        """IR: the ``WorkTile`` of this CTA's unit of work ``i``, its k-tiles decided by
+        :meth:`k_tile_range` (the scheduler's unless a subclass overrides it)."""
+        return self.scheduler.work_tile(i, self.k_tile_range)
 
     def k_tile_range(self, k_tiles) -> tuple:
-        """IR: ``(first, count)`` — this CTA reduces k-tiles ``first .. first + count - 1``
-        (each 64 of K) of the ``k_tiles`` (unsigned i32) the problem has; each may be a Python
+        """IR: ``(first, count)`` — a unit of work reduces k-tiles ``first .. first + count - 1``
+        (each ``k_tile`` of K) of the ``k_tiles`` (unsigned i32) the problem has; each may be a Python
         int or an IR i32; ``count`` may be 0 (the accumulator stays zero). Tiles past ``k_tiles``
         read as zeros (TMA fills out-of-bounds boxes). Default: the tile scheduler's
         :meth:`~cutedsl.collective.tile_scheduler.TileScheduler.k_tile_range` (all k-tiles,
@@ -116,10 +139,17 @@ class GemmKernel(Kernel):
     def plan_extra(self, plan) -> None:
         """Hook: declare a subclass's own shared memory / barriers in ``plan`` (none here)."""
 
-    def _k_tile_range(self, args) -> tuple:
+    def bind_problem(self, args):
+        """IR: the ``GemmProblem`` of the kernel's arguments, bound to the tile scheduler with
+        its k-tile count; returns it."""
+        problem = GemmProblem.from_args(args)
+        self.scheduler.bind(problem, self.traits.k_tile)
+        return problem
+
+    @staticmethod
+    def _count(count):
         from ..ir import u32
-        first, count = self.k_tile_range(self.k_tiles(args))
-        return first, (u32(count) if isinstance(count, int) else count)
+        return u32(count) if isinstance(count, int) else count
 
     # -- shared pieces -----------------------------------------------------------------
     def params(self):
@@ -165,12 +195,13 @@ class MultistageGemmKernel(GemmKernel):
         with kb.build() as args:
             smem = plan.bind()
             self.mainloop.setup(smem, args)
-            m0, n0 = self.scheduler.tile_origin()
-            first, count = self._k_tile_range(args)
-            acc = self.mainloop.run(count, m0, n0, first)
+            problem = self.bind_problem(args)
+            wt = self.work_tile(0)
+            acc = self.mainloop.run(self._count(wt.k_count), wt.m0, wt.n0, wt.k_first)
             wg = thread_idx() // self.arch.warpgroup_threads if self.warpgroups > 1 else 0
             row_base = wg * self.mainloop.wg_m if self.warpgroups > 1 else 0
-            self.epilogue.store(acc, EpilogueContext(m0, n0, args.m, args.n, args, smem, row_base, wg))
+            self.epilogue.store(acc, EpilogueContext(wt.m0, wt.n0, args.m, args.n, args, smem, row_base, wg,
+                                                     l=wt.l, problem=problem))
         return kb, plan.dynamic_bytes, self.mainloop.tensor_maps() + self.epilogue.tensor_maps()
 
 
@@ -205,8 +236,9 @@ class SingleTileGemmKernel(GemmKernel):
             bar.init(0, 1, predicate=leader)
             bar.fence_init()
             gpu.barrier()
-            m0, n0 = self.scheduler.tile_origin()
-            first, count = self._k_tile_range(args)
+            problem = self.bind_problem(args)
+            wt = self.work_tile(0)
+            m0, n0, first, count = wt.m0, wt.n0, wt.k_first, self._count(wt.k_count)
             mma = WarpgroupMMA(tm, tn, self.dtype, self.b_major)
             loop = Loop(0, count, carry=mma.zero().structs)
             for kt, structs in loop:
@@ -226,5 +258,5 @@ class SingleTileGemmKernel(GemmKernel):
                 gpu.barrier()                       # all reads of the slot done before it is refilled
                 loop.next(*acc.structs)
             acc = Accumulator(loop.results, tn)
-            self.epilogue.store(acc, EpilogueContext(m0, n0, args.m, args.n, args, smem))
+            self.epilogue.store(acc, EpilogueContext(m0, n0, args.m, args.n, args, smem, l=wt.l, problem=problem))
         return kb, plan.dynamic_bytes, specs + self.epilogue.tensor_maps()

@@ -122,8 +122,6 @@ class WarpSpecializedGemmKernel(GemmKernel):
         return {**super().config(), "stages": self.stages, "consumers": self.consumer_warpgroups,
                 "scheduler": self.scheduler.config()}
 
-    def grid(self, m: int, n: int, k: int = 0) -> tuple:
-        return self.scheduler.grid(m, n, k)
 
     def init_extra(self, smem, leader) -> None:
         """Initialise the extra barriers (before the pipeline's init fence)."""
@@ -150,41 +148,46 @@ class WarpSpecializedGemmKernel(GemmKernel):
             ml.bind(smem, args, pipeline)
             ml.prefetch(predicate=leader)
             pipeline.sync_after_init()
-            self.scheduler.bind(args.m, args.n)
-            total = self.k_tiles(args)
-            k_first, k_tiles = self.k_tile_range(total)
-            # an empty range (a split-K slice with nothing to do) runs one k-tile past the end
-            # of K instead: TMA fills it with zeros, so the accumulator is zero and no consumer
-            # waits for a fill that never comes
-            empty = cir.u32(k_tiles).eq(0) if not isinstance(k_tiles, int) else k_tiles == 0
-            k_first = cir.select(empty, total, k_first if not isinstance(k_first, int) else cir.u32(k_first))
-            k_tiles = cir.select(empty, cir.u32(1), k_tiles)
+            self.problem = self.bind_problem(args)
+            self.scheduler.k_tiles      # emitted here: the producer and consumer branches both use it
             wg_threads = self.arch.warpgroup_threads
             wg = tid // wg_threads
             with If(wg.eq(self.consumer_warpgroups)):
                 warpgroup_reg_dealloc(self.arch.producer_regs)
                 with If((tid % wg_threads).eq(0)):
-                    self.producer(pipeline, k_first, k_tiles)
+                    self.producer(pipeline)
             with If(wg < self.consumer_warpgroups):
                 warpgroup_reg_alloc(self.arch.consumer_regs)
-                self.consumer(args, smem, pipeline, wg, k_tiles)
+                self.consumer(args, smem, pipeline, wg)
         return kb, plan.dynamic_bytes, ml.tensor_maps() + self.epilogue.tensor_maps()
 
-    def producer(self, pipeline, k_first, k_tiles) -> None:
-        """One thread: fill the pipeline with every tile's k-tiles in scheduler order, then
-        wait for every release (``producer_tail``)."""
+    def k_range(self, wt) -> tuple:
+        """IR ``(k_first, k_count)`` the pipeline runs for work tile ``wt``: its range, except
+        that an empty one (a split-K slice with nothing to do) runs one k-tile past the end of
+        K instead: TMA fills it with zeros, so the accumulator is zero and no consumer waits
+        for a fill that never comes."""
+        total, k_first, k_tiles = self.scheduler.k_tiles, wt.k_first, wt.k_count
+        empty = cir.u32(k_tiles).eq(0) if not isinstance(k_tiles, int) else k_tiles == 0
+        k_first = cir.select(empty, total, k_first if not isinstance(k_first, int) else cir.u32(k_first))
+        return k_first, cir.select(empty, cir.u32(1), k_tiles)
+
+    def producer(self, pipeline) -> None:
+        """One thread: fill the pipeline with every work tile's k-tiles in scheduler order,
+        then wait for every release (``producer_tail``)."""
         sch, s = self.scheduler, self.stages
-        loop = cir.Loop(0, sch.tile_count(), carry=PipelineState(s).carry())
+        loop = cir.Loop(0, sch.work_count(), carry=PipelineState(s).carry())
         for i, carried in loop:
-            m0, n0 = sch.tile_origin(i)
+            wt = self.work_tile(i)
+            k_first, k_tiles = self.k_range(wt)
             st = self.mainloop.producer_loop(pipeline, PipelineState.from_carry(s, carried), k_first, k_tiles,
-                                             m0, n0)
+                                             wt.m0, wt.n0)
             loop.next(*st.carry())
         pipeline.producer_tail(PipelineState.from_carry(s, loop.results))
 
-    def store(self, acc, args, smem, m0, n0, row_base, wg) -> None:
-        """The epilogue of one tile by consumer warpgroup ``wg`` (its rows from ``row_base``)."""
-        self.epilogue.store(acc, EpilogueContext(m0, n0, args.m, args.n, args, smem, row_base, warpgroup=wg))
+    def store(self, acc, args, smem, wt, row_base, wg) -> None:
+        """The epilogue of work tile ``wt`` by consumer warpgroup ``wg`` (its rows from ``row_base``)."""
+        self.epilogue.store(acc, EpilogueContext(wt.m0, wt.n0, args.m, args.n, args, smem, row_base, warpgroup=wg,
+                                                 l=wt.l, problem=self.problem))
 
     def store_tail(self) -> None:
         """After a consumer warpgroup's last tile: its TMA stores finished reading shared
@@ -192,16 +195,17 @@ class WarpSpecializedGemmKernel(GemmKernel):
         if hasattr(self.epilogue, "store_tail"):
             self.epilogue.store_tail()
 
-    def consumer(self, args, smem, pipeline, wg, k_tiles) -> None:
-        """Consumer warpgroups: every tile of this CTA, split along M between them."""
+    def consumer(self, args, smem, pipeline, wg) -> None:
+        """Consumer warpgroups: every work tile of this CTA, split along M between them."""
         sch, s, ml = self.scheduler, self.stages, self.mainloop
         row_base = wg * ml.wg_m if self.split_warpgroups > 1 else 0
-        loop = cir.Loop(0, sch.tile_count(), carry=PipelineState(s).carry())
+        loop = cir.Loop(0, sch.work_count(), carry=PipelineState(s).carry())
         for i, carried in loop:
-            m0, n0 = sch.tile_origin(i)
+            wt = self.work_tile(i)
+            _, k_tiles = self.k_range(wt)
             acc, st, last = ml.consumer_loop(pipeline, PipelineState.from_carry(s, carried), k_tiles)
             ml.consumer_tail(last)
-            self.store(acc, args, smem, m0, n0, row_base, wg)
+            self.store(acc, args, smem, wt, row_base, wg)
             loop.next(*st.carry())
         self.store_tail()
 
@@ -243,20 +247,23 @@ class PingpongGemmKernel(WarpSpecializedGemmKernel):
                                             arrivals=self.arch.warpgroup_threads)
         self.order.init(leader)
 
-    def consumer(self, args, smem, pipeline, wg, k_tiles) -> None:
+    def consumer(self, args, smem, pipeline, wg) -> None:
         sch, s, ml, order = self.scheduler, self.stages, self.mainloop, self.order
-        # warpgroup 1 starts one tile (k_tiles fills) further along the ring
+        # warpgroup 1 starts one tile (k_tiles fills) further along the ring; every tile of the
+        # CTA has the same k-tile count here (a per-tile count, as stream-K has, would carry
+        # the other warpgroup's count instead)
+        _, k_tiles = self.k_range(self.work_tile(0))
         start = PipelineState(s).advance_by(wg * k_tiles)
-        loop = cir.Loop(wg, sch.tile_count(), step=2, carry=start.carry())
+        loop = cir.Loop(wg, sch.work_count(), step=2, carry=start.carry())
         for i, carried in loop:
             turn = i // 2
-            m0, n0 = sch.tile_origin(i)
+            wt = self.work_tile(i)
             order.wait(0, wg, turn)
             acc, st, last = ml.consumer_loop(pipeline, PipelineState.from_carry(s, carried), k_tiles)
             order.arrive(0, wg)          # the other warpgroup's MMAs may start
             ml.consumer_tail(last)
             order.wait(1, wg, turn)
-            self.store(acc, args, smem, m0, n0, 0, wg)
+            self.store(acc, args, smem, wt, 0, wg)
             order.arrive(1, wg)
             loop.next(*st.advance_by(k_tiles).carry())   # skip the other warpgroup's tile
         self.store_tail()

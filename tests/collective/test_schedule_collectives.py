@@ -7,6 +7,7 @@ import pytest
 from cutedsl.collective.tile_scheduler import DEFAULT_SM_COUNT, PersistentTileScheduler
 from cutedsl.collective.pipeline import PipelineState
 from cutedsl.ir import SmemPlan
+from cutedsl.problem import GemmProblem
 
 
 @pytest.mark.parametrize("stages", [1, 3, 4, 7])
@@ -140,7 +141,7 @@ def test_ordered_sequence_barrier_alternates_groups_on_the_emulator():
 def test_host_rasterization_covers_every_tile_once(raster, swizzle, cluster):
     for m, n, sms in ((1000, 700, 5), (64, 64, 132), (900, 2000, 7), (130, 70, 1)):
         s = PersistentTileScheduler(64, 128, raster, swizzle, sms, cluster)
-        grid = s.grid(m, n)
+        grid = s.grid(GemmProblem(m, n, 1))
         assert grid[1:] == (1, 1) and grid[0] % s.cluster_size == 0
         tiles = [t for c in range(grid[0]) for t in s.cta_tiles(c, m, n)]
         ctm, ctn = s.cluster_tiles(m, n)
@@ -150,10 +151,10 @@ def test_host_rasterization_covers_every_tile_once(raster, swizzle, cluster):
 
 def test_grid_sizes_and_raster_orders():
     s = PersistentTileScheduler(128, 128)
-    assert s.grid(128 * 20, 128 * 20) == (DEFAULT_SM_COUNT, 1, 1)      # 400 tiles, 132 SMs
-    assert s.grid(100, 100) == (1, 1, 1)
-    assert PersistentTileScheduler(128, 128, persistent=False).grid(128 * 20, 128 * 20) == (400, 1, 1)
-    assert PersistentTileScheduler(128, 128, sm_count=7, cluster=(2, 1)).grid(10 ** 4, 10 ** 4) == (6, 1, 1)
+    assert s.grid(GemmProblem(128 * 20, 128 * 20, 1)) == (DEFAULT_SM_COUNT, 1, 1)      # 400 tiles, 132 SMs
+    assert s.grid(GemmProblem(100, 100, 1)) == (1, 1, 1)
+    assert PersistentTileScheduler(128, 128, persistent=False).grid(GemmProblem(128 * 20, 128 * 20, 1)) == (400, 1, 1)
+    assert PersistentTileScheduler(128, 128, sm_count=7, cluster=(2, 1)).grid(GemmProblem(10 ** 4, 10 ** 4, 1)) == (6, 1, 1)
     # raster M walks down M first; raster N with swizzle 2 walks a 2-row strip along N
     assert [PersistentTileScheduler(64, 64, "M", persistent=False).cta_tiles(c, 192, 128)[0] for c in range(4)] \
         == [(0, 0), (64, 0), (128, 0), (0, 64)]
@@ -171,21 +172,21 @@ def test_grid_sizes_and_raster_orders():
     ("M", 1, (1, 1), True), ("N", 2, (1, 1), True), ("M", 4, (2, 1), True), ("N", 8, (1, 2), True),
     ("N", 1, (2, 1), False)])
 def test_emitted_schedule_matches_host_reference(raster, swizzle, cluster, persistent, rng):
-    """The kernel-side tile_count/tile_origin give exactly the host reference's tiles, in
+    """The kernel-side work_count/tile_origin give exactly the host reference's tiles, in
     order, for every CTA (random problem size, small SM count so CTAs loop)."""
     from cutedsl.ir import GlobalPtr, If, Loop, block_idx, i32, thread_idx
     sms = int(rng.integers(1, 6))
     m, n = int(rng.integers(1, 700)), int(rng.integers(1, 700))
     s = PersistentTileScheduler(64, 64, raster, swizzle, sms, cluster, persistent=persistent)
-    grid = s.grid(m, n)[0]
+    grid = s.grid(GemmProblem(m, n, 1))[0]
     most = max(len(s.cta_tiles(c, m, n)) for c in range(grid)) + 1     # room for one stray write
 
     def body(a, _):
-        s.bind(a.m, a.n)
+        s.bind(GemmProblem(a.m, a.n, None), 64)
         out = GlobalPtr(a.out, "i32")
         cta = block_idx() * (2 * most)
         with If(thread_idx().eq(0)):
-            loop = Loop(0, s.tile_count())
+            loop = Loop(0, s.work_count())
             for i in loop:
                 m0, n0 = s.tile_origin(i)
                 out.store(cta + i * 2, i32(m0))

@@ -10,6 +10,7 @@ from cutedsl.collective import (AtomicAddEpilogue, GlobalEpilogue, MultistageMai
 from cutedsl.errors import ArgumentError, ArgumentTypeError, ConfigError
 from cutedsl.ir import block_idx
 from cutedsl.kernel import GemmKernel, MultistageGemmKernel, SingleTileGemmKernel
+from cutedsl.problem import GemmProblem
 
 
 def ints(rng, *shape):
@@ -27,11 +28,11 @@ class SecondHalfOfK(MultistageGemmKernel):
 class TilesDownColumns(TileScheduler):
     """blockIdx.x walks M and blockIdx.y walks N (the transpose of the default)."""
 
-    def grid(self, m, n, k=0):
-        tiles_m, tiles_n = self.tiles(m, n)
+    def grid(self, problem):
+        tiles_m, tiles_n = self.tiles(problem.m, problem.n)
         return (tiles_m, tiles_n, 1)
 
-    def tile_origin(self):
+    def tile_origin(self, i=0):
         return block_idx("x") * self.tile_m, block_idx("y") * self.tile_n
 
 
@@ -45,7 +46,7 @@ def test_class_attributes_name_the_collectives():
     assert type(k.mainloop) is MultistageGemmKernel.mainloop_cls is MultistageMainloop
     assert type(k.epilogue) is TmaStoreEpilogue and type(k.scheduler) is TileScheduler
     assert type(MultistageGemmKernel(64, 64, 2, epilogue=GlobalEpilogue).epilogue) is GlobalEpilogue
-    assert k.grid(150, 70, 10) == (2, 3, 1)
+    assert k.grid(GemmProblem(150, 70, 10)) == (2, 3, 1)
 
 
 @pytest.mark.parametrize("stages", [1, 3])
@@ -64,7 +65,7 @@ def test_overridden_scheduler_grid_is_launched(epilogue, rng, sim):
     a, b = ints(rng, m, k), ints(rng, k, n)
     gemm = Gemm(GemmConfig(tile=(64, 64, 64), schedule="single_tile", epilogue=epilogue), sim,
                 kernel=ColumnOrderSingleTile)
-    assert gemm.kernel.grid(m, n, k) == (3, 2, 1)
+    assert gemm.kernel.grid(GemmProblem(m, n, k)) == (3, 2, 1)
     assert np.array_equal(gemm(a, b), a.astype(np.float64) @ b.astype(np.float64))
 
 
@@ -82,7 +83,7 @@ def test_kernel_argument_must_be_a_gemm_kernel():
 
 
 class EmptyGrid(MultistageGemmKernel):
-    def grid(self, m, n, k=0):
+    def grid(self, problem):
         return (0, 1, 1)
 
 
@@ -97,8 +98,8 @@ class OneKTilePerCta(MultistageGemmKernel):
     """Split-K in the extreme: CTA z reduces k-tile z only and adds it into D atomically."""
     epilogue_cls = AtomicAddEpilogue
 
-    def grid(self, m, n, k=0):
-        return (*super().grid(m, n, k)[:2], -(-k // 64))
+    def grid(self, problem):
+        return (*super().grid(problem)[:2], -(-problem.k // 64))
 
     def k_tile_range(self, k_tiles):
         return block_idx("z"), 1
@@ -109,7 +110,7 @@ def test_atomic_add_epilogue_reduces_split_k_partials(rng, sim):
     m, n, k = 100, 50, 64 * 3 - 7                     # 2 x 1 partial tiles, 3 partial sums per element
     a, b = ints(rng, m, k), ints(rng, k, n)
     gemm = Gemm(GemmConfig(tile=(64, 64, 64), stages=2, epilogue="global"), sim, kernel=OneKTilePerCta)
-    assert gemm.kernel.grid(m, n, k) == (1, 2, 3)
+    assert gemm.kernel.grid(GemmProblem(m, n, k)) == (1, 2, 3)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     assert np.array_equal(gemm(a, b), ref)
     out = arrays.to_device(sim, np.full((m, n), 7.0, np.float32))        # D is zero-filled first
@@ -201,3 +202,32 @@ def test_scheduler_decides_the_k_tile_range(base, rng, sim):
     schedule = "multistage" if base is MultistageGemmKernel else "single_tile"
     d = Gemm(GemmConfig(tile=(64, 64, 64), stages=1, schedule=schedule), sim, kernel=Kernel)(a, b)
     assert np.array_equal(d, a[:, 128:].astype(np.float64) @ b[128:].astype(np.float64))
+
+
+def test_one_scheduler_protocol_hands_out_work_tiles():
+    """Issue 19: every scheduler takes a GemmProblem on the host and hands the kernel one
+    WorkTile (m0, n0, l, k range, valid) per unit of work."""
+    from cutedsl.collective.tile_scheduler import PersistentTileScheduler, WorkTile
+    p = GemmProblem(300, 200, 130)
+    assert (p.m, p.n, p.k, p.l) == (300, 200, 130, 1) and tuple(p) == (300, 200, 130, 1)
+    assert p.tiles(128, 64) == (3, 4)
+    assert TileScheduler(128, 64).grid(p) == (4, 3, 1)
+    assert PersistentTileScheduler(128, 64, sm_count=5).grid(p) == (5, 1, 1)
+    s = TileScheduler(128, 64)
+    s.bind(GemmProblem(None, None, None), 64)
+    s._k_tiles = 7                                   # as if emitted: a Python stand-in for the IR value
+    s.tile_origin = lambda i=0: (10 * i, 20 * i)
+    assert s.work_tile(2) == WorkTile(20, 40, 0, 0, 7, True)
+    assert s.work_tile(1, lambda kt: (kt - 3, 3)) == WorkTile(10, 20, 0, 4, 3, True)
+
+
+def test_a_grid_override_of_the_old_protocol_is_a_clear_error():
+    class OldGrid(TileScheduler):
+        def grid(self, m, n, k=0):
+            return (1, 1, 1)
+
+    class K(MultistageGemmKernel):
+        scheduler_cls = OldGrid
+    with pytest.raises(ConfigError, match=r"OldGrid.grid\(self, m, n, k\) uses the old protocol: grid\(\) now "
+                                          r"takes one GemmProblem"):
+        K(64, 64, 2)

@@ -7,6 +7,7 @@ import pytest
 
 from cutedsl import Gemm, GemmConfig
 from cutedsl.dtypes import dtype as _dtype
+from cutedsl.problem import GemmProblem
 
 SCHEDULES = ["warp_specialized", "cooperative", "pingpong"]
 CLUSTERS = [(1, 1), (2, 1), (1, 2)]
@@ -53,7 +54,7 @@ def test_schedule_and_cluster(schedule, cluster, rng, sim):
     n = 256 + int(rng.integers(1, 128))
     k = 128 + int(rng.integers(1, 64))
     cfg = GemmConfig(tile=(128, 128, 64), stages=2, schedule=schedule, cluster=cluster, sm_count=2)
-    grid = Gemm(cfg, sim).kernel.grid(m, n, k)
+    grid = Gemm(cfg, sim).kernel.grid(GemmProblem(m, n, k))
     if schedule == "warp_specialized":        # one CTA per tile, cluster tiles rounded up
         assert grid == (-(-3 // cm) * cm * -(-3 // cn) * cn, 1, 1)
     else:                                     # persistent: 2 SMs' worth of CTAs
@@ -92,7 +93,7 @@ def test_one_tile_many_ctas_and_tiny_problem(rng, sim):
     """A 1 x 1 problem on a 2x1 cluster: one CTA of the cluster has no tile in range (it still
     loads zeros and multicasts its A/B slices); grid never exceeds the cluster tiles."""
     cfg = GemmConfig(tile=(64, 64, 64), stages=2, schedule="pingpong", cluster=(2, 1))
-    assert Gemm(cfg, sim).kernel.grid(1, 1, 1) == (2, 1, 1)
+    assert Gemm(cfg, sim).kernel.grid(GemmProblem(1, 1, 1)) == (2, 1, 1)
     run(cfg, 1, 1, 1, rng, sim)
 
 
@@ -125,8 +126,8 @@ def test_split_k_slices_by_subclassing(schedule, rng, sim):
         epilogue_cls = AtomicAddEpilogue
         persistent = False                   # one tile per CTA, slices along grid z
 
-        def grid(self, m, n, k=0):
-            return (*self.scheduler.grid(m, n, k)[:2], 3)
+        def grid(self, problem):
+            return (*self.scheduler.grid(problem)[:2], 3)
 
         def k_tile_range(self, k_tiles):
             per = (k_tiles + 2) // 3
