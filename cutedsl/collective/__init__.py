@@ -2,6 +2,8 @@
 
 * :mod:`pipeline` — pipeline state (stage index + phase) and the TMA pipeline (full barriers
   armed with transaction bytes; empty barriers for warp-specialized producers/consumers).
+* :mod:`tma_wgmma` — what every TMA + WGMMA mainloop shares: the operand ring (boxes,
+  buffers, stage bytes), bound operands, the stage loads (with cluster multicast), the MMA step.
 * :mod:`mainloop` — the multistage (software-pipelined) TMA + WGMMA mainloop.
 * :mod:`warp_specialized` — the warp-specialized mainloop (``producer_loop`` /
   ``consumer_loop``), clusters with TMA multicast; :class:`OrderedSequenceBarrier` (in
@@ -12,11 +14,13 @@
   per CTA, or static persistent with rasterization and clusters.
 """
 from .pipeline import OrderedSequenceBarrier, PipelineState, TmaPipeline
+from .tma_wgmma import MainloopOperands, TmaWgmmaMainloop
 from .mainloop import MultistageMainloop
 from .warp_specialized import WarpSpecializedMainloop
 from .epilogue import AtomicAddEpilogue, Epilogue, EpilogueContext, GlobalEpilogue, TmaStoreEpilogue
 from .tile_scheduler import PersistentTileScheduler, TileScheduler
 
-__all__ = ["PipelineState", "TmaPipeline", "OrderedSequenceBarrier", "MultistageMainloop",
+__all__ = ["PipelineState", "TmaPipeline", "OrderedSequenceBarrier", "TmaWgmmaMainloop", "MainloopOperands",
+           "MultistageMainloop",
            "WarpSpecializedMainloop", "Epilogue", "GlobalEpilogue", "TmaStoreEpilogue", "EpilogueContext",
            "AtomicAddEpilogue", "TileScheduler", "PersistentTileScheduler"]

@@ -194,10 +194,10 @@ class MultistageGemmKernel(GemmKernel):
         kb = KernelBuilder(self.name, self.params(), block=(self.threads, 1, 1))
         with kb.build() as args:
             smem = plan.bind()
-            self.mainloop.setup(smem, args)
+            ops, pipeline = self.mainloop.setup(smem, args)
             problem = self.bind_problem(args)
             wt = self.work_tile(0)
-            acc = self.mainloop.run(self._count(wt.k_count), wt.m0, wt.n0, wt.k_first)
+            acc = self.mainloop.run(ops, pipeline, self._count(wt.k_count), wt.m0, wt.n0, wt.k_first)
             wg = thread_idx() // self.arch.warpgroup_threads if self.warpgroups > 1 else 0
             row_base = wg * self.mainloop.wg_m if self.warpgroups > 1 else 0
             self.epilogue.store(acc, EpilogueContext(wt.m0, wt.n0, args.m, args.n, args, smem, row_base, wg,

@@ -145,8 +145,8 @@ class WarpSpecializedGemmKernel(GemmKernel):
                                    cluster=self.cluster)
             self.init_extra(smem, leader)
             pipeline.init(leader)
-            ml.bind(smem, args, pipeline)
-            ml.prefetch(predicate=leader)
+            ops = ml.bind(smem, args)
+            ml.prefetch(ops, predicate=leader)
             pipeline.sync_after_init()
             self.problem = self.bind_problem(args)
             self.scheduler.k_tiles      # emitted here: the producer and consumer branches both use it
@@ -155,10 +155,10 @@ class WarpSpecializedGemmKernel(GemmKernel):
             with If(wg.eq(self.consumer_warpgroups)):
                 warpgroup_reg_dealloc(self.arch.producer_regs)
                 with If((tid % wg_threads).eq(0)):
-                    self.producer(pipeline)
+                    self.producer(ops, pipeline)
             with If(wg < self.consumer_warpgroups):
                 warpgroup_reg_alloc(self.arch.consumer_regs)
-                self.consumer(args, smem, pipeline, wg)
+                self.consumer(ops, args, smem, pipeline, wg)
         return kb, plan.dynamic_bytes, ml.tensor_maps() + self.epilogue.tensor_maps()
 
     def k_range(self, wt) -> tuple:
@@ -171,7 +171,7 @@ class WarpSpecializedGemmKernel(GemmKernel):
         k_first = cir.select(empty, total, k_first if not isinstance(k_first, int) else cir.u32(k_first))
         return k_first, cir.select(empty, cir.u32(1), k_tiles)
 
-    def producer(self, pipeline) -> None:
+    def producer(self, ops, pipeline) -> None:
         """One thread: fill the pipeline with every work tile's k-tiles in scheduler order,
         then wait for every release (``producer_tail``)."""
         sch, s = self.scheduler, self.stages
@@ -179,7 +179,7 @@ class WarpSpecializedGemmKernel(GemmKernel):
         for i, carried in loop:
             wt = self.work_tile(i)
             k_first, k_tiles = self.k_range(wt)
-            st = self.mainloop.producer_loop(pipeline, PipelineState.from_carry(s, carried), k_first, k_tiles,
+            st = self.mainloop.producer_loop(ops, pipeline, PipelineState.from_carry(s, carried), k_first, k_tiles,
                                              wt.m0, wt.n0)
             loop.next(*st.carry())
         pipeline.producer_tail(PipelineState.from_carry(s, loop.results))
@@ -195,7 +195,7 @@ class WarpSpecializedGemmKernel(GemmKernel):
         if hasattr(self.epilogue, "store_tail"):
             self.epilogue.store_tail()
 
-    def consumer(self, args, smem, pipeline, wg) -> None:
+    def consumer(self, ops, args, smem, pipeline, wg) -> None:
         """Consumer warpgroups: every work tile of this CTA, split along M between them."""
         sch, s, ml = self.scheduler, self.stages, self.mainloop
         row_base = wg * ml.wg_m if self.split_warpgroups > 1 else 0
@@ -203,8 +203,8 @@ class WarpSpecializedGemmKernel(GemmKernel):
         for i, carried in loop:
             wt = self.work_tile(i)
             _, k_tiles = self.k_range(wt)
-            acc, st, last = ml.consumer_loop(pipeline, PipelineState.from_carry(s, carried), k_tiles)
-            ml.consumer_tail(last)
+            acc, st, last = ml.consumer_loop(ops, pipeline, PipelineState.from_carry(s, carried), k_tiles)
+            ml.consumer_tail(pipeline, last)
             self.store(acc, args, smem, wt, row_base, wg)
             loop.next(*st.carry())
         self.store_tail()
@@ -247,7 +247,7 @@ class PingpongGemmKernel(WarpSpecializedGemmKernel):
                                             arrivals=self.arch.warpgroup_threads)
         self.order.init(leader)
 
-    def consumer(self, args, smem, pipeline, wg) -> None:
+    def consumer(self, ops, args, smem, pipeline, wg) -> None:
         sch, s, ml, order = self.scheduler, self.stages, self.mainloop, self.order
         # warpgroup 1 starts one tile (k_tiles fills) further along the ring; every tile of the
         # CTA has the same k-tile count here (a per-tile count, as stream-K has, would carry
@@ -259,9 +259,9 @@ class PingpongGemmKernel(WarpSpecializedGemmKernel):
             turn = i // 2
             wt = self.work_tile(i)
             order.wait(0, wg, turn)
-            acc, st, last = ml.consumer_loop(pipeline, PipelineState.from_carry(s, carried), k_tiles)
+            acc, st, last = ml.consumer_loop(ops, pipeline, PipelineState.from_carry(s, carried), k_tiles)
             order.arrive(0, wg)          # the other warpgroup's MMAs may start
-            ml.consumer_tail(last)
+            ml.consumer_tail(pipeline, last)
             order.wait(1, wg, turn)
             self.store(acc, args, smem, wt, 0, wg)
             order.arrive(1, wg)

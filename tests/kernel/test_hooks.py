@@ -139,9 +139,9 @@ def test_one_load_stage_hook_issues_every_stage_fill(schedule, cluster):
     calls = []
 
     class Spy(base.mainloop_cls):
-        def load_stage(self, state, k_tile, m0, n0, predicate=None):
+        def load_stage(self, ops, pipeline, state, k_tile, m0, n0, predicate=None):
             calls.append((type(state.index), predicate is not None))
-            super().load_stage(state, k_tile, m0, n0, predicate)
+            super().load_stage(ops, pipeline, state, k_tile, m0, n0, predicate)
 
     class Kernel(base):
         mainloop_cls = Spy
@@ -231,3 +231,17 @@ def test_a_grid_override_of_the_old_protocol_is_a_clear_error():
     with pytest.raises(ConfigError, match=r"OldGrid.grid\(self, m, n, k\) uses the old protocol: grid\(\) now "
                                           r"takes one GemmProblem"):
         K(64, 64, 2)
+
+
+def test_collectives_keep_no_launch_state():
+    """Issue 19: mainloop device methods take the bound operands, the pipeline and the state and
+    return the state; building a kernel leaves nothing of the launch on the collective objects,
+    and the warp-specialized mainloop has none of the multistage loop's methods."""
+    from cutedsl.collective import MultistageMainloop, WarpSpecializedMainloop
+    for cfg in (GemmConfig(tile=(128, 64, 64), stages=2), GemmConfig(schedule="pingpong", cluster=(2, 1))):
+        k = cfg.kernel()
+        before = dict(vars(k.mainloop))
+        k.define()
+        assert vars(k.mainloop) == before
+    for name in ("setup", "load", "prologue", "mainloop", "run", "tail"):
+        assert hasattr(MultistageMainloop, name) and not hasattr(WarpSpecializedMainloop, name), name

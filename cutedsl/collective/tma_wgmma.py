@@ -1,0 +1,209 @@
+"""What every TMA + WGMMA mainloop shares (CUTLASS ``CollectiveMma`` for sm90 TMA operands).
+
+:class:`TmaWgmmaMainloop` describes the operand ring — the TMA boxes of a stage, the bytes
+each stage receives, the shared-memory buffers and barriers (:meth:`~TmaWgmmaMainloop.plan`)
+— and has the three device pieces both schedules use: :meth:`~TmaWgmmaMainloop.bind` (tensor
+maps and stage 0's WGMMA descriptors, returned as :class:`MainloopOperands`),
+:meth:`~TmaWgmmaMainloop.load_stage` (the one place a stage's TMA boxes are issued, with
+cluster multicast) and :meth:`~TmaWgmmaMainloop.mma` (wait for a slot, issue its WGMMAs).
+The schedules compose these (``mainloop.MultistageMainloop``: prologue + pipelined loop in one
+warpgroup; ``warp_specialized.WarpSpecializedMainloop``: producer and consumer loops).
+
+Explicit state, as CUTLASS collectives have it: device methods take the bound operands, the
+pipeline and its :class:`~cutedsl.collective.pipeline.PipelineState` and return the new state;
+nothing of a launch is kept on the collective object. Every size derives from the MMA atom's
+traits (``atom/mma_traits.py``) and the architecture object.
+
+Shared memory: A ``stages x [tile_m x k_tile]`` K-major and B ``stages x`` (MN-major:
+``tile_n / mn_box`` boxes ``[k_tile x mn_box]``; K-major: ``[tile_n x k_tile]``), swizzled and
+aligned as the traits say; one full and one empty mbarrier per stage. Global operands (numpy
+order): A ``(M, K)`` row-major; B ``(K, N)`` row-major for ``b_major="MN"`` or ``(N, K)``
+row-major (B transposed) for ``b_major="K"``.
+
+Clusters ``(cluster_m, cluster_n)``: the CTAs of a cluster with the same M coordinate need the
+same A tile, those with the same N coordinate the same B tile. Each CTA loads a
+``1/cluster_n`` slice of A (rows) and a ``1/cluster_m`` slice of B (outer box rows) and
+multicasts it to the CTAs that share it, so every CTA's full barrier still receives a whole
+stage of bytes. CTA rank inside the cluster is ``rank = rm + cluster_m * rn``.
+"""
+from __future__ import annotations
+
+import attrs
+
+from ..arch import DEFAULT
+from ..atom.tma import TmaCopy
+from ..atom.wgmma import WarpgroupMMA
+from ..compiler.artifact import TensorMapSpec
+from ..ir._lazy import lazy
+from .pipeline import PipelineState
+
+cir = lazy("cutedsl.ir")
+
+CLUSTERS = ((1, 1), (2, 1), (1, 2))     #: (cluster_m, cluster_n) shapes the operand ring supports
+
+
+@attrs.frozen
+class MainloopOperands:
+    """A mainloop's operands bound inside a kernel body (from :meth:`TmaWgmmaMainloop.bind`):
+    the bound shared memory, the A and B ``TmaCopy`` atoms, stage 0's WGMMA descriptors
+    (``desc0["a"]``: this warpgroup's rows), the byte offset of this warpgroup's A rows, and
+    ``producer``: the predicate (IR i1) of the threads that issue loads, where a schedule has one."""
+    smem: object
+    tma_a: object
+    tma_b: object
+    desc0: dict
+    a_offset: object = 0
+    producer: object = None
+
+
+class TmaWgmmaMainloop:
+    """See module docstring. ``tile_m`` in {64, 128}, ``tile_n`` in {64, 128, 256}, ``stages``
+    in :attr:`STAGES`, ``dtype`` an MMA operand type, ``b_major`` "MN" or "K"; ``warpgroups``
+    consumer warpgroups split the tile along M (each owns ``tile_m / warpgroups`` rows);
+    ``cluster`` ``(cluster_m, cluster_n)`` in :data:`CLUSTERS`. Raises ``ValueError``."""
+
+    STAGES = range(1, 8)          #: pipeline depths
+    WARPGROUPS = (1, 2)           #: consumer warpgroups splitting the tile along M
+
+    def __init__(self, tile_m: int, tile_n: int, stages: int, dtype: str = "f16", b_major: str = "MN",
+                 warpgroups: int = 1, cluster=(1, 1), arch=DEFAULT):
+        if stages not in self.STAGES:
+            raise ValueError(f"stages must be {self.STAGES.start}..{self.STAGES.stop - 1}, got {stages}")
+        self.mma_atom = WarpgroupMMA(tile_m // warpgroups, tile_n, dtype, b_major)
+        self.traits = self.mma_atom.traits    #: K tile, element bytes, swizzle: every size below
+        self.arch = arch
+        if warpgroups not in self.WARPGROUPS or tile_m // warpgroups < self.traits.atom_m:
+            raise ValueError(f"warpgroups must be 1 or 2 with >= {self.traits.atom_m} rows each (tile_m {tile_m})")
+        cluster = tuple(cluster)
+        if cluster not in CLUSTERS:
+            raise ValueError(f"cluster must be one of {CLUSTERS}, got {cluster}")
+        self.tile_m, self.tile_n, self.stages = tile_m, tile_n, stages
+        self.dtype, self.b_major, self.warpgroups = dtype, b_major, warpgroups
+        self.wg_m = tile_m // warpgroups
+        self.cluster_m, self.cluster_n = cluster
+
+    # -- static description --------------------------------------------------------
+    @property
+    def cluster(self) -> tuple:
+        """``(cluster_m, cluster_n)``."""
+        return (self.cluster_m, self.cluster_n)
+
+    @property
+    def a_box(self) -> tuple:
+        """A box: this CTA's ``1/cluster_n`` slice (rows) of the ``tile_m x k_tile`` A tile."""
+        return (self.tile_m // self.cluster_n, self.traits.k_tile)
+
+    @property
+    def b_box(self) -> tuple:
+        """B box: this CTA's ``1/cluster_m`` slice (outer rows) of one B box (MN-major:
+        ``k_tile x mn_box``, ``tile_n / mn_box`` of them; K-major: ``tile_n x k_tile``)."""
+        t = self.traits
+        outer = t.k_tile if self.b_major == "MN" else self.tile_n
+        return (outer // self.cluster_m, t.k_tile if self.b_major == "K" else t.mn_box)
+
+    @property
+    def b_boxes(self) -> int:
+        """TMA boxes per stage for B."""
+        return self.tile_n // self.traits.mn_box if self.b_major == "MN" else 1
+
+    @property
+    def stage_bytes(self) -> int:
+        """Bytes one stage receives: the whole A and B k-tiles (also with a cluster, whose
+        peers multicast the other slices into it)."""
+        return self.traits.tile_bytes(self.tile_m + self.tile_n)
+
+    def tensor_maps(self) -> list:
+        sw = self.traits.swizzle
+        return [TensorMapSpec("a", self.dtype, self.a_box, swizzle=sw),
+                TensorMapSpec("b", self.dtype, self.b_box, swizzle=sw)]
+
+    def plan(self, plan) -> None:
+        """Declare the operand ring's shared memory and barriers in a ``SmemPlan``."""
+        t = self.traits
+        plan.buffer("a", (self.tile_m, t.k_tile), self.dtype, self.stages, swizzle=t.swizzle, major="K")
+        b_shape = (self.b_boxes * t.k_tile, t.mn_box) if self.b_major == "MN" else (self.tile_n, t.k_tile)
+        plan.buffer("b", b_shape, self.dtype, self.stages, swizzle=t.swizzle, major=self.b_major)
+        plan.barriers("full", self.stages)
+        plan.barriers("empty", self.stages)
+
+    # -- IR ------------------------------------------------------------------------
+    def tma_atoms(self, args) -> tuple:
+        """The A and B ``TmaCopy`` atoms over the kernel's ``a``/``b`` tensor maps."""
+        specs = self.tensor_maps()
+        return TmaCopy(specs[0], args.a), TmaCopy(specs[1], args.b)
+
+    def bind(self, smem, args, tmas=None) -> MainloopOperands:
+        """The operands bound in a kernel body: tensor maps (``tmas``: already made by the
+        caller) and stage 0's WGMMA descriptors (layouts checked against the buffers;
+        :meth:`stage_descriptor` moves them to other stages)."""
+        tma_a, tma_b = tmas or self.tma_atoms(args)
+        # byte offset of this warpgroup's rows inside an A stage (K-major: one swizzle row per row)
+        t = self.traits
+        a_offset = 0
+        if self.warpgroups > 1:
+            wg = cir.thread_idx() // self.arch.warpgroup_threads
+            a_offset = wg * t.tile_bytes(self.wg_m)
+        a0 = smem["a"].tile(0)
+        if self.warpgroups > 1:
+            a0 = a0.sub(a_offset, shape=(self.wg_m, t.k_tile))
+        desc0 = {"a": self.mma_atom.descriptor(a0, "A"), "b": self.mma_atom.descriptor(smem["b"].tile(0), "B")}
+        return MainloopOperands(smem, tma_a, tma_b, desc0, a_offset)
+
+    @staticmethod
+    def prefetch(ops: MainloopOperands, predicate=None) -> None:
+        """``prefetch.tensormap`` of A and B."""
+        ops.tma_a.prefetch(predicate=predicate)
+        ops.tma_b.prefetch(predicate=predicate)
+
+    def _cluster_coords(self):
+        """``(rm, rn)`` of this CTA in its cluster (Python 0s without a cluster)."""
+        if self.cluster == (1, 1):
+            return 0, 0
+        from ..atom.cluster import cta_rank
+        rank = cta_rank()
+        return rank % self.cluster_m, rank // self.cluster_m
+
+    def load_stage(self, ops: MainloopOperands, pipeline, state: PipelineState, k_tile, m0, n0,
+                   predicate=None) -> None:
+        """Issue the TMA boxes of k-tile ``k_tile`` (absolute, IR i32) of the tile at ``(m0,
+        n0)`` into slot ``state.index``, completing on its full barrier in ``pipeline`` (armed
+        by the caller); only where ``predicate`` (IR i1) holds. The one place a stage's boxes
+        are issued, for every mainloop: with a cluster this CTA loads its A/B slices
+        (:attr:`a_box`, :attr:`b_box`) and multicasts them to the CTAs sharing them."""
+        t = self.traits
+        k0 = k_tile * t.k_tile
+        bar, s, smem = pipeline.full, state.index, ops.smem
+        rm, rn = self._cluster_coords()
+        mask_a = mask_b = None
+        if self.cluster != (1, 1):
+            from ..atom.cluster import multicast_mask
+            if self.cluster_n > 1:  # A slice rn goes to every CTA with this rm (along N)
+                mask_a = multicast_mask(self.cluster, "y", (rm, rn))
+            if self.cluster_m > 1:  # B slice rm goes to every CTA with this rn (along M)
+                mask_b = multicast_mask(self.cluster, "x", (rm, rn))
+        a_rows, b_rows, row_bytes = self.a_box[0], self.b_box[0], t.row_bytes
+        a_off = rn * (a_rows * row_bytes) if self.cluster_n > 1 else 0
+        ops.tma_a.load(smem["a"].tile(s).sub(a_off, self.a_box), bar, s, (m0 + rn * a_rows, k0),
+                       multicast_mask=mask_a, predicate=predicate)
+        for j in range(self.b_boxes):
+            box_off = j * t.mn_box_bytes             # MN-major: mn_box columns x k_tile K-rows per box
+            off = rm * (b_rows * row_bytes) + box_off if self.cluster_m > 1 else box_off
+            dst = smem["b"].tile(s).sub(off, self.b_box)
+            coords = (k0 + rm * b_rows, n0 + t.mn_box * j) if self.b_major == "MN" else (n0 + rm * b_rows, k0)
+            ops.tma_b.load(dst, bar, s, coords, multicast_mask=mask_b, predicate=predicate)
+
+    def stage_descriptor(self, ops: MainloopOperands, name: str, index):
+        """The WGMMA ``Descriptor`` of stage ``index`` (IR i32) of buffer ``name`` (``"a"``:
+        this warpgroup's rows): stage 0's plus ``index`` stages — one 32-bit multiply-add that
+        ptxas keeps in uniform registers."""
+        return ops.desc0[name].stage(index, ops.smem[name].buf.stage_bytes)
+
+    def mma(self, ops: MainloopOperands, pipeline, acc, state: PipelineState, accumulate=True):
+        """Wait for slot ``state`` and issue the WGMMAs of one k-tile (committed, not waited);
+        ``accumulate=False`` ignores ``acc`` (WGMMA scale-d 0: no zeroed registers needed)."""
+        pipeline.consumer_wait(state)
+        return self.mma_atom.mma(acc, self.stage_descriptor(ops, "a", state.index),
+                                 self.stage_descriptor(ops, "b", state.index), accumulate=accumulate)
+
+
+__all__ = ["TmaWgmmaMainloop", "MainloopOperands", "CLUSTERS"]
