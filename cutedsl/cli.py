@@ -59,13 +59,15 @@ def int_in(lo: int, hi: int | None = None):
 
 
 def stages_arg(text: str):
-    """``type=`` for ``--stages``: ``auto`` or an integer 1..7."""
+    """``type=`` for ``--stages``: ``auto`` or a pipeline depth the mainloops support (1..7)."""
+    from .device.config import STAGES
+    lo, hi = STAGES.start, STAGES.stop - 1
     if text == "auto":
         return text
     try:
-        return int_in(1, 7)(text)
+        return int_in(lo, hi)(text)
     except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer in 1..7, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer in {lo}..{hi}, got {text!r}") from None
 
 
 def tile_arg(text: str) -> tuple:
@@ -155,10 +157,12 @@ def _parser():
     g.add_argument("--m", type=size, required=True, help=f"rows of A and D, 1..{MAX_I32}")
     g.add_argument("--n", type=size, required=True, help=f"columns of B and D, 1..{MAX_I32}")
     g.add_argument("--k", type=size, required=True, help=f"columns of A, rows of B, 1..{MAX_I32}")
-    g.add_argument("--dtype", choices=["f16", "bf16"], default="f16")
-    g.add_argument("--out-dtype", choices=["f32", "f16", "bf16"], default="f32")
+    from .device.config import DTYPES, OUT_DTYPES      # what the atom and the epilogues implement
+    g.add_argument("--dtype", choices=list(DTYPES), default="f16")
+    g.add_argument("--out-dtype", choices=list(OUT_DTYPES), default="f32")
     g.add_argument("--tile", type=tile_arg, default=(128, 128, 64), help="BLOCK_MxBLOCK_NxBLOCK_K")
-    g.add_argument("--stages", type=stages_arg, default="auto", help="auto or 1..7")
+    from .device.config import STAGES
+    g.add_argument("--stages", type=stages_arg, default="auto", help=f"auto or {STAGES.start}..{STAGES.stop - 1}")
     from .device.config import SCHEDULES       # the config's list: a new schedule is an option at once
     g.add_argument("--schedule", choices=list(SCHEDULES), default="multistage")
     g.add_argument("--cluster", type=cluster_arg, default=(1, 1), metavar="MxN",

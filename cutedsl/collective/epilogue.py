@@ -59,10 +59,13 @@ class Epilogue:
 
     kind = None
     accumulates = False
+    OUT_DTYPES = ("f32", "f16", "bf16")      #: output element types this epilogue writes
+    KINDS = ("tma", "global")                #: the ``kind`` values an epilogue can have
 
     def __init__(self, tile_m: int, tile_n: int, out_dtype: str = "f32"):
-        if out_dtype not in ("f32", "f16", "bf16"):
-            raise ValueError(f"epilogue output dtype must be f32, f16 or bf16, got {out_dtype}")
+        if out_dtype not in self.OUT_DTYPES:
+            raise ValueError(f"epilogue output dtype must be {', '.join(self.OUT_DTYPES[:-1])} or "
+                             f"{self.OUT_DTYPES[-1]}, got {out_dtype}")
         self.tile_m, self.tile_n, self.out_dtype = tile_m, tile_n, out_dtype
 
     # -- extension points ----------------------------------------------------------

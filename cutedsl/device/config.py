@@ -8,13 +8,26 @@ import numbers
 import attrs
 import numpy as np
 
-from ..collective.warp_specialized import CLUSTERS   # the cluster shapes the mainloop supports: one list
+from ..atom.mma_traits import ELEMENT_BYTES
+from ..collective.epilogue import Epilogue
+from ..collective.tile_scheduler import RASTERS, SWIZZLES
+from ..collective.tma_wgmma import CLUSTERS, TmaWgmmaMainloop   # what the mainloop supports: one list
 from ..errors import ArgumentTypeError, ConfigError, ConfigTypeError, CuteDSLError, SharedMemoryError, checked_arguments
 
 _MAX_I32 = 2 ** 31 - 1
 #: the schedules a ``GemmConfig`` can name; the last three are warp-specialized
 SCHEDULES = ("multistage", "single_tile", "warp_specialized", "cooperative", "pingpong")
 WARP_SPECIALIZED = SCHEDULES[2:]
+DTYPES = tuple(ELEMENT_BYTES)                   #: operand types of the MMA atom
+OUT_DTYPES = Epilogue.OUT_DTYPES                #: what the epilogues write
+EPILOGUE_KINDS = Epilogue.KINDS
+STAGES = TmaWgmmaMainloop.STAGES                #: pipeline depths of the mainloops
+
+
+def _alternatives(values) -> str:
+    """``'a', 'b' or 'c'``."""
+    q = [repr(v) for v in values]
+    return q[0] if len(q) == 1 else f"{', '.join(q[:-1])} or {q[-1]}"
 
 
 def _is_int(v) -> bool:
@@ -38,8 +51,8 @@ def _stages(v):
     """Converter of ``GemmConfig.stages``: ``"auto"`` or a plain int (bools and floats refused)."""
     if isinstance(v, str) and v == "auto":
         return v
-    if not _is_int(v) or not 1 <= v <= 7:
-        raise ConfigError(f"stages must be 'auto' or an int in 1..7, got {v!r}"
+    if not _is_int(v) or v not in STAGES:
+        raise ConfigError(f"stages must be 'auto' or an int in {STAGES.start}..{STAGES.stop - 1}, got {v!r}"
                           + ("" if _is_int(v) or isinstance(v, str) else f" ({type(v).__name__})"))
     return int(v)
 
@@ -85,32 +98,24 @@ class GemmConfig:
             v = getattr(self, f.name)
             if f.type in ("str", str) and not isinstance(v, str):
                 raise ConfigError(f"{f.name} must be a string, got {v!r} ({type(v).__name__})")
-        if self.dtype not in ("f16", "bf16"):
-            raise ConfigError(f"dtype must be 'f16' or 'bf16', got {self.dtype!r}")
-        if self.out_dtype not in ("f32", "f16", "bf16"):
-            raise ConfigError(f"out_dtype must be 'f32', 'f16' or 'bf16', got {self.out_dtype!r}")
+        # the values come from the layers that implement them (the MMA atom's operand types, the
+        # epilogue's output types, the kernel's tiles and schedule rules): no copies here
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"dtype must be {_alternatives(DTYPES)}, got {self.dtype!r}")
+        if self.out_dtype not in OUT_DTYPES:
+            raise ConfigError(f"out_dtype must be {_alternatives(OUT_DTYPES)}, got {self.out_dtype!r}")
         if len(self.tile) != 3:
             raise ConfigError(f"tile must be (BLOCK_M, BLOCK_N, BLOCK_K), got {self.tile!r}")
-        bm, bn, bk = self.tile
-        if bm not in (64, 128):
-            raise ConfigError(f"tile BLOCK_M must be 64 or 128, got {bm}")
-        if bn not in (64, 128, 256):
-            raise ConfigError(f"tile BLOCK_N must be 64, 128 or 256, got {bn}")
-        if bk != 64:
-            raise ConfigError(f"tile BLOCK_K must be 64 (one 128-byte swizzle row of f16/bf16), got {bk}")
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"schedule must be one of {', '.join(map(repr, SCHEDULES))}, got {self.schedule!r}")
         self._check_schedule_fields()
         if self.b_major not in ("N", "K"):
             raise ConfigError(f"b_major must be 'N' or 'K', got {self.b_major!r}")
-        if self.epilogue not in ("tma", "global"):
-            raise ConfigError(f"epilogue must be 'tma' or 'global', got {self.epilogue!r}")
-        if self.schedule == "single_tile" and bm * bn > 128 * 128:
-            raise ConfigError(f"single_tile uses one warpgroup: a {bm}x{bn} f32 accumulator needs "
-                              f"{bm * bn // 128} registers per thread, past the 255-register limit; "
-                              f"use schedule='multistage' (two consumer warpgroups)")
-        if self.schedule == "single_tile" and self.stages not in ("auto", 1):
-            raise ConfigError(f"single_tile has exactly one stage, got stages={self.stages!r}")
+        if self.epilogue not in EPILOGUE_KINDS:
+            raise ConfigError(f"epilogue must be {_alternatives(EPILOGUE_KINDS)}, got {self.epilogue!r}")
+        why = self._kernel_cls().can_implement(self)     # the schedule's own rules, all at once
+        if why:
+            raise ConfigError(why)
         self.kernel()   # fails now (SharedMemoryError) when explicit stages cannot fit
 
     def _check_schedule_fields(self):
@@ -120,10 +125,11 @@ class GemmConfig:
         if self.cluster != (1, 1) and self.schedule not in WARP_SPECIALIZED:
             raise ConfigError(f"cluster {self.cluster} needs a warp-specialized schedule "
                               f"({', '.join(WARP_SPECIALIZED)}), not {self.schedule!r}")
-        if self.raster not in ("M", "N"):
-            raise ConfigError(f"raster must be 'M' or 'N', got {self.raster!r}")
-        if not _is_int(self.swizzle) or self.swizzle not in (1, 2, 4, 8):      # 2.0 is refused
-            raise ConfigError(f"swizzle must be 1, 2, 4 or 8, got {self.swizzle!r}")
+        if self.raster not in RASTERS:
+            raise ConfigError(f"raster must be {_alternatives(RASTERS)}, got {self.raster!r}")
+        if not _is_int(self.swizzle) or self.swizzle not in SWIZZLES:      # 2.0 is refused
+            raise ConfigError(f"swizzle must be {', '.join(map(str, SWIZZLES[:-1]))} or {SWIZZLES[-1]}, "
+                              f"got {self.swizzle!r}")
         # numpy integers become plain ints (the kernels mix them with IR values)
         object.__setattr__(self, "cluster", tuple(int(c) for c in self.cluster))
         object.__setattr__(self, "swizzle", int(self.swizzle))
@@ -148,7 +154,7 @@ class GemmConfig:
             return 1
         if self.stages != "auto":
             return self.stages
-        for s in range(7, 0, -1):
+        for s in reversed(STAGES):
             try:
                 self._make(kernel_cls or self._kernel_cls(), s, epilogue_cls).smem_plan()
                 return s
@@ -180,7 +186,8 @@ class GemmConfig:
                   b_major="MN" if self.b_major == "N" else "K", epilogue=epilogue_cls or self._epilogue_cls())
         if stages is not None:
             kw["stages"] = stages
-        if "cluster" in inspect.signature(cls).parameters:     # warp-specialized kernels
+        takes = self._fields_of(cls)
+        if "cluster" in takes:          # warp-specialized kernels
             kw.update(cluster=self.cluster, raster=self.raster, swizzle=self.swizzle, sm_count=self.sm_count)
         try:
             return cls(**kw)
@@ -188,6 +195,13 @@ class GemmConfig:
             if isinstance(e, CuteDSLError):
                 raise
             raise ConfigError(f"{cls.__name__}: {e}") from None
+
+    @staticmethod
+    def _fields_of(cls) -> tuple:
+        """The config fields a kernel class takes: its ``CONFIG_FIELDS`` (every ``GemmKernel``
+        has them; a subclass whose constructor takes other keywords sets its own), else its
+        constructor's parameter names."""
+        return getattr(cls, "CONFIG_FIELDS", None) or tuple(inspect.signature(cls).parameters)
 
     def _kernel_cls(self):
         """The kernel class of ``schedule``."""
@@ -212,7 +226,7 @@ class GemmConfig:
         epi = self._epilogue_cls(epilogue_cls, kernel_cls)
         if kernel_cls is None:
             kernel_cls = self._kernel_cls()
-        if "stages" not in inspect.signature(kernel_cls).parameters:
+        if "stages" not in self._fields_of(kernel_cls):
             if self.stages not in ("auto", 1):
                 raise ConfigError(f"{kernel_cls.__name__} has no pipeline stages (its constructor takes no "
                                   f"'stages'), got GemmConfig(stages={self.stages!r}): use 'auto' or 1")

@@ -67,6 +67,33 @@ class GemmKernel(Kernel):
     mainloop_cls = None
     epilogue_cls = GlobalEpilogue
     scheduler_cls = TileScheduler
+    #: the values this kernel implements (``GemmConfig`` and the CLI ask these, keeping no copy)
+    TILE_M, TILE_N = TILE_M, TILE_N
+    #: the GemmConfig fields, as constructor keywords, a config passes to this kernel
+    CONFIG_FIELDS = ("tile_m", "tile_n", "dtype", "out_dtype", "b_major", "epilogue")
+
+    @classmethod
+    def can_implement(cls, config) -> str | None:
+        """Why this kernel cannot run ``config`` (a ``GemmConfig``), or None: the tile lists it
+        publishes, the K tile of the MMA traits of ``config.dtype``, the output types of its
+        epilogue. Subclasses add their schedule's rules (and call this first)."""
+        from ..errors import ConfigError
+        bm, bn, bk = config.tile
+        names = lambda xs: ", ".join(map(str, xs[:-1])) + f" or {xs[-1]}"   # noqa: E731
+        if bm not in cls.TILE_M:
+            return f"tile BLOCK_M must be {names(cls.TILE_M)}, got {bm}"
+        if bn not in cls.TILE_N:
+            return f"tile BLOCK_N must be {names(cls.TILE_N)}, got {bn}"
+        try:
+            t = mma_traits(config.dtype)
+        except ConfigError as e:
+            return str(e)
+        if bk != t.k_tile:
+            return (f"tile BLOCK_K must be {t.k_tile} (one {t.swizzle}-byte swizzle row of {config.dtype}), "
+                    f"got {bk}")
+        if config.out_dtype not in Epilogue.OUT_DTYPES:
+            return f"out_dtype must be {names(list(map(repr, Epilogue.OUT_DTYPES)))}, got {config.out_dtype!r}"
+        return None
 
     def __init__(self, tile_m=128, tile_n=128, dtype="f16", out_dtype="f32", b_major="MN", epilogue=None):
         if tile_m not in TILE_M:
@@ -169,6 +196,7 @@ class MultistageGemmKernel(GemmKernel):
     name = "gemm_multistage"
     mainloop_cls = MultistageMainloop
     epilogue_cls = TmaStoreEpilogue
+    CONFIG_FIELDS = GemmKernel.CONFIG_FIELDS + ("stages",)
 
     def __init__(self, tile_m=128, tile_n=128, stages=4, dtype="f16", out_dtype="f32", b_major="MN",
                  epilogue=None):
@@ -209,6 +237,22 @@ class SingleTileGemmKernel(GemmKernel):
     """Unpipelined GEMM built straight from atoms (one smem slot, one mbarrier)."""
 
     name = "gemm_single_tile"
+
+    @classmethod
+    def can_implement(cls, config) -> str | None:
+        """One warpgroup holds the whole accumulator; one stage."""
+        why = super().can_implement(config)
+        if why:
+            return why
+        bm, bn, _ = config.tile
+        acc = bm * bn // DEFAULT.warpgroup_threads
+        if acc > MAX_ACC_REGS:
+            return (f"single_tile uses one warpgroup: a {bm}x{bn} f32 accumulator needs {acc} registers per "
+                    f"thread, past the {DEFAULT.max_regs_per_thread}-register limit; use schedule='multistage' "
+                    f"(two consumer warpgroups)")
+        if config.stages not in ("auto", 1):
+            return f"single_tile has exactly one stage, got stages={config.stages!r}"
+        return None
 
     def plan_extra(self, plan) -> None:
         """One slot for A and B (swizzled as the MMA traits say) and its mbarrier."""

@@ -38,6 +38,7 @@ from ..collective.warp_specialized import CLUSTERS, WarpSpecializedMainloop
 from ..errors import ConfigError
 from ..ir._lazy import lazy
 from ..arch import DEFAULT
+from ..atom.mma_traits import ATOM_M
 from .gemm import MAX_ACC_REGS, GemmKernel
 
 cir = lazy("cutedsl.ir")
@@ -58,6 +59,10 @@ class WarpSpecializedGemmKernel(GemmKernel):
     epilogue_cls = TmaStoreEpilogue
     scheduler_cls = PersistentTileScheduler
     persistent = False
+    CONFIG_FIELDS = GemmKernel.CONFIG_FIELDS + ("stages", "cluster", "raster", "swizzle", "sm_count")
+    #: one stage cannot work: a consumer releases a slot only after the next k-tile's WGMMAs were
+    #: issued (wait_group 1), which needs that fill -- a deadlock
+    STAGES = range(2, 8)
 
     def __init__(self, tile_m=128, tile_n=128, stages=4, dtype="f16", out_dtype="f32", b_major="MN",
                  epilogue=None, cluster=(1, 1), raster="M", swizzle=1, sm_count=None):
@@ -77,33 +82,56 @@ class WarpSpecializedGemmKernel(GemmKernel):
                                             persistent=self.persistent)
 
     # -- schedule description (subclasses override) -------------------------------------
+    @classmethod
+    def split_for(cls, tile_m: int, tile_n: int) -> int:
+        """Consumer warpgroups that share one tile, each owning ``tile_m / split`` rows: two
+        when one warpgroup's accumulator would pass :data:`MAX_ACC_REGS` registers per thread."""
+        return 2 if tile_m * tile_n // DEFAULT.warpgroup_threads > MAX_ACC_REGS else 1
+
+    @classmethod
+    def consumers_for(cls, tile_m: int, tile_n: int) -> int:
+        """Consumer (MMA) warpgroups per CTA."""
+        return cls.split_for(tile_m, tile_n)
+
     @property
     def consumer_warpgroups(self) -> int:
-        """Consumer (MMA) warpgroups per CTA."""
-        return self.split_warpgroups
+        return self.consumers_for(self.tile_m, self.tile_n)
 
     @property
     def split_warpgroups(self) -> int:
-        """Consumer warpgroups that share one tile, each owning ``tile_m / split`` rows."""
-        return 2 if self.tile_m * self.tile_n // self.arch.warpgroup_threads > MAX_ACC_REGS else 1
+        return self.split_for(self.tile_m, self.tile_n)
+
+    @classmethod
+    def schedule_reason(cls, tile_m: int, tile_n: int, stages, cluster) -> str | None:
+        """Why the schedule cannot run this tile / stage count / cluster, or None."""
+        if tuple(cluster) not in CLUSTERS:
+            return f"cluster must be one of {CLUSTERS} (cluster_m, cluster_n), got {tuple(cluster)}"
+        split, atom_m = cls.split_for(tile_m, tile_n), ATOM_M
+        if tile_m // split < atom_m:
+            return (f"{cls.name}: tile_m {tile_m} is too small to split over {split} consumer warpgroups "
+                    f"({atom_m} rows each at least)")
+        acc = tile_m // split * tile_n // DEFAULT.warpgroup_threads
+        if acc > MAX_ACC_REGS:
+            return (f"{cls.name}: a {tile_m}x{tile_n} tile needs {acc} f32 accumulator registers per consumer "
+                    f"thread, past the {MAX_ACC_REGS} that fit the {DEFAULT.consumer_regs}-register consumer "
+                    f"budget; use a smaller tile")
+        if stages != "auto" and stages not in cls.STAGES:
+            return (f"{cls.name}: stages must be {cls.STAGES.start}..{cls.STAGES.stop - 1} (the producer fills "
+                    f"one stage while the consumers read another), got {stages}")
+        return None
+
+    @classmethod
+    def can_implement(cls, config) -> str | None:
+        why = super().can_implement(config)
+        if why:
+            return why
+        return cls.schedule_reason(config.tile[0], config.tile[1], config.stages, config.cluster)
 
     def check(self) -> None:
         """``ConfigError`` naming the limit when the schedule cannot run this tile/cluster."""
-        if self.cluster not in CLUSTERS:
-            raise ConfigError(f"cluster must be one of {CLUSTERS} (cluster_m, cluster_n), got {self.cluster}")
-        atom_m = self.traits.atom_m
-        if self.tile_m // self.split_warpgroups < atom_m:
-            raise ConfigError(f"{self.name}: tile_m {self.tile_m} is too small to split over "
-                              f"{self.split_warpgroups} consumer warpgroups ({atom_m} rows each at least)")
-        acc = self.tile_m // self.split_warpgroups * self.tile_n // self.arch.warpgroup_threads
-        if acc > MAX_ACC_REGS:
-            raise ConfigError(f"{self.name}: a {self.tile_m}x{self.tile_n} tile needs {acc} f32 accumulator "
-                              f"registers per consumer thread, past the {MAX_ACC_REGS} that fit the "
-                              f"{CONSUMER_REGS}-register consumer budget; use a smaller tile")
-        if not 2 <= self.stages <= 7:     # one stage: a consumer releases a slot only after the
-            # next k-tile's WGMMAs were issued (wait_group 1), which needs that fill: deadlock
-            raise ConfigError(f"{self.name}: stages must be 2..7 (the producer fills one stage while "
-                              f"the consumers read another), got {self.stages}")
+        why = self.schedule_reason(self.tile_m, self.tile_n, self.stages, self.cluster)
+        if why:
+            raise ConfigError(why)
 
     @property
     def threads(self) -> int:
@@ -217,8 +245,8 @@ class CooperativeGemmKernel(WarpSpecializedGemmKernel):
     name = "gemm_cooperative"
     persistent = True
 
-    @property
-    def split_warpgroups(self) -> int:
+    @classmethod
+    def split_for(cls, tile_m: int, tile_n: int) -> int:
         return 2
 
 
@@ -230,12 +258,12 @@ class PingpongGemmKernel(WarpSpecializedGemmKernel):
     name = "gemm_pingpong"
     persistent = True
 
-    @property
-    def consumer_warpgroups(self) -> int:
+    @classmethod
+    def consumers_for(cls, tile_m: int, tile_n: int) -> int:
         return 2
 
-    @property
-    def split_warpgroups(self) -> int:
+    @classmethod
+    def split_for(cls, tile_m: int, tile_n: int) -> int:
         return 1
 
     def plan_extra(self, plan) -> None:

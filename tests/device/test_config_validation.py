@@ -169,3 +169,28 @@ def test_tensor_map_box_rules():
         check_tensor_map(TensorMapSpec("x", "f16", (8, 4)), 0, (8, 64), (128, 2))
     enc = check_tensor_map(SPEC, 1 << 20, (1000, 520), (1040, 2))
     assert enc.dims == (520, 1000) and enc.strides == (1040,) and enc.box == (64, 128)
+
+
+def test_config_asks_the_layers_for_what_they_implement(monkeypatch):
+    """Issue 19: the dtype list is the MMA atom's, the output types the epilogue's, the tile lists
+    and schedule rules each kernel's (can_implement); the config keeps no copy of them."""
+    from cutedsl.atom import mma_traits as mt
+    from cutedsl.device import config as C
+    from cutedsl.kernel import CooperativeGemmKernel, MultistageGemmKernel, SingleTileGemmKernel
+    assert C.DTYPES == tuple(mt.ELEMENT_BYTES) and C.STAGES == range(1, 8)
+    assert MultistageGemmKernel.can_implement(GemmConfig()) is None
+    assert "BLOCK_N must be 64, 128 or 256, got 96" in MultistageGemmKernel.can_implement(
+        _Cfg(tile=(128, 96, 64)))
+    assert "exactly one stage" in SingleTileGemmKernel.can_implement(_Cfg(stages=3))
+    assert "stages must be 2..7" in CooperativeGemmKernel.can_implement(_Cfg(stages=1))
+    assert "is too small to split over 2" in CooperativeGemmKernel.can_implement(_Cfg(tile=(64, 128, 64)))
+    # a kernel that implements more tiles is accepted without touching the config's code
+    monkeypatch.setattr(MultistageGemmKernel, "TILE_N", (64, 96, 128, 256))
+    assert MultistageGemmKernel.can_implement(_Cfg(tile=(128, 96, 64))) is None
+
+
+class _Cfg:
+    """The fields can_implement reads, without GemmConfig's own validation."""
+    def __init__(self, **kw):
+        self.tile, self.dtype, self.out_dtype, self.stages, self.cluster = (128, 128, 64), "f16", "f32", "auto", (1, 1)
+        self.__dict__.update(kw)
