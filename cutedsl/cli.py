@@ -172,6 +172,8 @@ def _parser():
     g.add_argument("--sm-count", type=int_in(1, 4096), default=None,
                    help="SMs a persistent schedule fills, 1..4096 (default: the device's, else 132)")
     g.add_argument("--b-major", choices=["N", "K"], default="N")
+    from .arch import ARCHS
+    g.add_argument("--arch", choices=list(ARCHS), default="sm_90a", help="target architecture")
     g.add_argument("--epilogue", choices=["tma", "global"], default="tma")
     g.add_argument("--backend", choices=["auto", "cuda", "sim", "none"], default="auto")
     g.add_argument("--check", action="store_true", help="compare with a float64 numpy reference")
@@ -254,7 +256,8 @@ def run_gemm(args) -> tuple:
         raise UsageError("--dump", str(e)) from None
     compile_s = time.perf_counter() - t0
     r = kern.resources
-    rep = {"backend": backend.name if backend is not None else "none", "m": args.m, "n": args.n, "k": args.k,
+    rep = {"backend": backend.name if backend is not None else "none", "arch": cfg.arch,
+           "m": args.m, "n": args.n, "k": args.k,
            "dtype": args.dtype, "out_dtype": args.out_dtype, "tile": list(cfg.tile),
            "stages": cfg.resolved_stages(), "schedule": cfg.schedule, "b_major": cfg.b_major,
            "epilogue": cfg.epilogue, "cluster": list(cfg.cluster), "raster": cfg.raster, "swizzle": cfg.swizzle,

@@ -8,6 +8,7 @@ import numbers
 import attrs
 import numpy as np
 
+from ..arch import get_arch
 from ..atom.mma_traits import ELEMENT_BYTES
 from ..collective.epilogue import Epilogue
 from ..collective.tile_scheduler import RASTERS, SWIZZLES
@@ -77,6 +78,7 @@ class GemmConfig:
     * ``raster``: ``"M"`` or ``"N"``, the direction the tile scheduler walks first;
       ``swizzle``: 1, 2, 4 or 8 tiles per strip across it (warp-specialized schedules).
     * ``sm_count``: SMs a persistent schedule fills (None: the device's, else 132).
+    * ``arch``: the target architecture (:mod:`cutedsl.arch`; ``"sm_90a"``, the only one so far).
     * ``b_major``: ``"N"`` (B is (K, N) row-major) or ``"K"`` (B stored transposed).
     * ``epilogue``: ``"tma"`` (registers -> smem -> TMA store) or ``"global"`` (bounds-checked
       stores from registers).
@@ -92,6 +94,7 @@ class GemmConfig:
     raster: str = attrs.field(default="M")
     swizzle: int = attrs.field(default=1)
     sm_count: object = attrs.field(default=None)
+    arch: str = attrs.field(default="sm_90a")
 
     def __attrs_post_init__(self):
         for f in attrs.fields(type(self)):      # every field annotated ``str`` must be one
@@ -100,6 +103,10 @@ class GemmConfig:
                 raise ConfigError(f"{f.name} must be a string, got {v!r} ({type(v).__name__})")
         # the values come from the layers that implement them (the MMA atom's operand types, the
         # epilogue's output types, the kernel's tiles and schedule rules): no copies here
+        try:
+            get_arch(self.arch)
+        except ConfigError as e:
+            raise ConfigError(str(e)) from None
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be {_alternatives(DTYPES)}, got {self.dtype!r}")
         if self.out_dtype not in OUT_DTYPES:
@@ -187,6 +194,8 @@ class GemmConfig:
         if stages is not None:
             kw["stages"] = stages
         takes = self._fields_of(cls)
+        if "arch" in takes:
+            kw["arch"] = self.arch
         if "cluster" in takes:          # warp-specialized kernels
             kw.update(cluster=self.cluster, raster=self.raster, swizzle=self.swizzle, sm_count=self.sm_count)
         try:

@@ -17,7 +17,7 @@ epilogue extras, ``m``, ``n``, ``k`` (i32).
 """
 from __future__ import annotations
 
-from ..arch import DEFAULT
+from ..arch import DEFAULT, get_arch
 from ..atom.mma_traits import mma_traits
 from ..collective.epilogue import Epilogue, EpilogueContext, GlobalEpilogue, TmaStoreEpilogue
 from ..collective.mainloop import MultistageMainloop
@@ -70,7 +70,7 @@ class GemmKernel(Kernel):
     #: the values this kernel implements (``GemmConfig`` and the CLI ask these, keeping no copy)
     TILE_M, TILE_N = TILE_M, TILE_N
     #: the GemmConfig fields, as constructor keywords, a config passes to this kernel
-    CONFIG_FIELDS = ("tile_m", "tile_n", "dtype", "out_dtype", "b_major", "epilogue")
+    CONFIG_FIELDS = ("tile_m", "tile_n", "dtype", "out_dtype", "b_major", "epilogue", "arch")
 
     @classmethod
     def can_implement(cls, config) -> str | None:
@@ -95,7 +95,7 @@ class GemmKernel(Kernel):
             return f"out_dtype must be {names(list(map(repr, Epilogue.OUT_DTYPES)))}, got {config.out_dtype!r}"
         return None
 
-    def __init__(self, tile_m=128, tile_n=128, dtype="f16", out_dtype="f32", b_major="MN", epilogue=None):
+    def __init__(self, tile_m=128, tile_n=128, dtype="f16", out_dtype="f32", b_major="MN", epilogue=None, arch=None):
         if tile_m not in TILE_M:
             raise ValueError(f"tile_m must be one of {TILE_M}, got {tile_m}")
         if tile_n not in TILE_N:
@@ -105,7 +105,8 @@ class GemmKernel(Kernel):
             self.traits = mma_traits(dtype)    #: K tile, element bytes, swizzle of the operands
         except ConfigError as e:
             raise ValueError(str(e)) from None
-        self.arch = DEFAULT
+        self.arch = get_arch(arch or DEFAULT)    #: the target: warpgroup size, budgets, toolchain
+        self.arch.require("wgmma", type(self).__name__)
         if b_major not in ("MN", "K"):
             raise ValueError(f"b_major must be 'MN' or 'K', got {b_major}")
         if epilogue is not None:
@@ -122,7 +123,8 @@ class GemmKernel(Kernel):
     def config(self) -> dict:
         # class identities by name: their source (user code included) is in the cache key
         # through cutedsl.compiler.identity
-        return {"tile": [self.tile_m, self.tile_n, self.traits.k_tile], "dtype": self.dtype, "out_dtype": self.out_dtype,
+        return {"arch": self.arch.name, "tile": [self.tile_m, self.tile_n, self.traits.k_tile], "dtype": self.dtype,
+                "out_dtype": self.out_dtype,
                 "b_major": self.b_major, "class": qualname(type(self)),
                 "epilogue": qualname(self.epilogue_cls), "scheduler": qualname(type(self.scheduler)),
                 "mainloop": qualname(self.mainloop_cls) if self.mainloop_cls else None}
@@ -199,8 +201,8 @@ class MultistageGemmKernel(GemmKernel):
     CONFIG_FIELDS = GemmKernel.CONFIG_FIELDS + ("stages",)
 
     def __init__(self, tile_m=128, tile_n=128, stages=4, dtype="f16", out_dtype="f32", b_major="MN",
-                 epilogue=None):
-        super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue)
+                 epilogue=None, arch=None):
+        super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue, arch)
         self.stages = stages
         # a 128 x 256 f32 accumulator is 256 registers per thread for one warpgroup (limit 255):
         # split it along M over two consumer warpgroups
@@ -219,7 +221,7 @@ class MultistageGemmKernel(GemmKernel):
     def define(self):
         from ..ir import KernelBuilder, thread_idx
         plan = self.smem_plan()
-        kb = KernelBuilder(self.name, self.params(), block=(self.threads, 1, 1))
+        kb = KernelBuilder(self.name, self.params(), block=(self.threads, 1, 1), arch=self.arch)
         with kb.build() as args:
             smem = plan.bind()
             ops, pipeline = self.mainloop.setup(smem, args)
@@ -271,7 +273,7 @@ class SingleTileGemmKernel(GemmKernel):
         specs = [TensorMapSpec("a", self.dtype, (tm, t.k_tile), swizzle=t.swizzle),
                  TensorMapSpec("b", self.dtype, b_box, swizzle=t.swizzle)]
         plan = self.smem_plan()
-        kb = KernelBuilder(self.name, self.params(), block=(self.arch.warpgroup_threads, 1, 1))
+        kb = KernelBuilder(self.name, self.params(), block=(self.arch.warpgroup_threads, 1, 1), arch=self.arch)
         with kb.build() as args:
             smem = plan.bind()
             ta, tb = TmaCopy(specs[0], args.a), TmaCopy(specs[1], args.b)

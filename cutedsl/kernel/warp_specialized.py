@@ -65,8 +65,8 @@ class WarpSpecializedGemmKernel(GemmKernel):
     STAGES = range(2, 8)
 
     def __init__(self, tile_m=128, tile_n=128, stages=4, dtype="f16", out_dtype="f32", b_major="MN",
-                 epilogue=None, cluster=(1, 1), raster="M", swizzle=1, sm_count=None):
-        super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue)
+                 epilogue=None, cluster=(1, 1), raster="M", swizzle=1, sm_count=None, arch=None):
+        super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue, arch)
         self.stages, self.cluster = stages, tuple(cluster)
         self.check()
         if hasattr(self.epilogue, "configure"):     # TMA-store epilogue: buffers per consumer warpgroup
@@ -77,7 +77,7 @@ class WarpSpecializedGemmKernel(GemmKernel):
             self.epilogue.configure(warpgroups=self.consumer_warpgroups, defer_tail=True,
                                     alias="a" if alias else None)
         self.mainloop = self.mainloop_cls(tile_m, tile_n, stages, dtype, b_major, self.split_warpgroups,
-                                          self.cluster)
+                                          self.cluster, arch=self.arch)
         self.scheduler = self.scheduler_cls(tile_m, tile_n, raster, swizzle, sm_count, self.cluster,
                                             persistent=self.persistent)
 
@@ -160,7 +160,7 @@ class WarpSpecializedGemmKernel(GemmKernel):
         from ..ir import If, KernelBuilder, thread_idx
         plan = self.smem_plan()
         cs = self.cluster[0] * self.cluster[1]
-        kb = KernelBuilder(self.name, self.params(), block=(self.threads, 1, 1),
+        kb = KernelBuilder(self.name, self.params(), block=(self.threads, 1, 1), arch=self.arch,
                            cluster=(cs, 1, 1) if cs > 1 else None, max_registers=self.launch_registers)
         ml = self.mainloop
         with kb.build() as args:

@@ -194,3 +194,12 @@ class _Cfg:
     def __init__(self, **kw):
         self.tile, self.dtype, self.out_dtype, self.stages, self.cluster = (128, 128, 64), "f16", "f32", "auto", (1, 1)
         self.__dict__.update(kw)
+
+
+def test_arch_is_a_config_field_passed_down():
+    """Issue 19: the architecture object comes from the config; sm_100a is not there yet."""
+    from cutedsl.arch import SM90A
+    k = GemmConfig(schedule="pingpong").kernel()
+    assert k.arch is SM90A and k.config()["arch"] == "sm_90a" and k.mainloop.arch is SM90A
+    with pytest.raises(ConfigError, match="arch must be one of 'sm_90a', got 'sm_100a'"):
+        GemmConfig(arch="sm_100a")
