@@ -14,9 +14,9 @@ class BiasReluEpilogue(TmaStoreEpilogue):
     def extra_params(self):
         return [Param("bias", "ptr", shape=("n",), dtype="f32")]   # checked per call
 
-    def visit(self, value, row, col):
-        col = select(col < self.ctx.n.unsigned(), col, 0)   # partial tiles: never read past N
-        v = value + GlobalPtr(self.args.bias, "f32").load(col)
+    def visit(self, value, row, col, ctx):
+        col = select(col < ctx.n.unsigned(), col, 0)        # partial tiles: never read past N
+        v = value + GlobalPtr(ctx.args.bias, "f32").load(col)
         return select(v > 0.0, v, 0.0)
 
 

@@ -9,9 +9,9 @@ from .tma import TmaCopy, tma_store_fence, bulk_commit_group, bulk_wait_group
 from .sync import (NamedBarrier, elect_one, fence_proxy_async, setmaxnreg, warpgroup_reg_alloc,
                    warpgroup_reg_dealloc)
 from .stmatrix import pack_b16x2, stmatrix
-from .wgmma import WarpgroupMMA, Accumulator, SmemMatrix, fragment_coords
+from .wgmma import WarpgroupMMA, Accumulator, SmemMatrix, WgmmaFragment, fragment_coords
 
 __all__ = ["cluster", "MBarriers", "TmaCopy", "tma_store_fence", "bulk_commit_group", "bulk_wait_group",
-           "WarpgroupMMA", "Accumulator", "SmemMatrix", "fragment_coords",
+           "WarpgroupMMA", "Accumulator", "SmemMatrix", "WgmmaFragment", "fragment_coords",
            "NamedBarrier", "elect_one", "fence_proxy_async", "setmaxnreg", "warpgroup_reg_alloc",
            "warpgroup_reg_dealloc", "pack_b16x2", "stmatrix"]

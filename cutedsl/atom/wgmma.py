@@ -180,6 +180,43 @@ class Descriptor:
         return assemble_descriptor(self.lo, self.layout)
 
 
+class WgmmaFragment:
+    """Register layout of one warpgroup's f32 accumulator (PTX ISA "wgmma D fragment"):
+    ``m_blocks`` blocks of ``atom_m`` rows x ``n`` columns, ``n / 2`` registers per thread per
+    block. Epilogues read element coordinates from this object, not from formulas of their own,
+    so an accumulator with another layout (Blackwell's tensor memory read by ``tcgen05.ld``) is
+    another layout object with the same methods."""
+
+    def __init__(self, n: int, m_blocks: int = 1):
+        self.n, self.m_blocks = n, m_blocks
+
+    @property
+    def regs(self) -> int:
+        """Registers per thread per block."""
+        return self.n // FRAG_PAIR
+
+    @staticmethod
+    def coords(t: int, b: int, i: int) -> tuple:
+        """Host: ``(row, col)`` of register ``i`` of block ``b`` of warpgroup thread ``t``."""
+        r, c = fragment_coords(t, i)
+        return ATOM_M * b + r, c
+
+    @staticmethod
+    def thread_base(warpgroup_thread=None) -> tuple:
+        """IR ``(row, col)`` of this thread's first element; add :meth:`offset` per register.
+        ``warpgroup_thread`` defaults to ``tid.x % warpgroup size``."""
+        a = DEFAULT
+        t = V.thread_idx() % a.warpgroup_threads if warpgroup_thread is None else warpgroup_thread
+        return ((t // a.warp_threads) * FRAG_WARP_ROWS + (t % a.warp_threads) // FRAG_QUAD,
+                (t % FRAG_QUAD) * FRAG_PAIR)
+
+    @staticmethod
+    def offset(b: int, i: int) -> tuple:
+        """Constant ``(row, col)`` offset of register ``i`` of block ``b`` from the thread base."""
+        return (ATOM_M * b + FRAG_ROW_STEP * ((i // FRAG_PAIR) % 2),
+                FRAG_COLS * (i // (2 * FRAG_PAIR)) + (i % FRAG_PAIR))
+
+
 class Accumulator:
     """The f32 accumulator fragment of one warpgroup: ``m_blocks`` LLVM structs of ``n // 2``
     f32 registers per thread; register ``i`` of block ``b`` holds element
@@ -196,7 +233,12 @@ class Accumulator:
 
     @property
     def regs(self) -> int:
-        return self.n // 2
+        return self.layout.regs
+
+    @property
+    def layout(self) -> WgmmaFragment:
+        """Where each register's element lives (:class:`WgmmaFragment`)."""
+        return WgmmaFragment(self.n, self.m_blocks)
 
     def get(self, b: int, i: int) -> Scalar:
         return V.Scalar(llvm.extractvalue(ir.F32Type.get(), self.structs[b], [i]))
@@ -204,16 +246,12 @@ class Accumulator:
     def thread_coords(self, warpgroup_thread=None) -> tuple:
         """IR (row, col) base of this thread: add ``fragment_coords(0, i)``-style constants per
         register (see :meth:`coords`). ``warpgroup_thread`` defaults to ``tid.x % 128``."""
-        a = DEFAULT
-        t = V.thread_idx() % a.warpgroup_threads if warpgroup_thread is None else warpgroup_thread
-        return ((t // a.warp_threads) * FRAG_WARP_ROWS + (t % a.warp_threads) // FRAG_QUAD,
-                (t % FRAG_QUAD) * FRAG_PAIR)
+        return WgmmaFragment.thread_base(warpgroup_thread)
 
     @staticmethod
     def reg_offset(b: int, i: int) -> tuple:
         """Constant (row, col) offset of register ``i`` of block ``b`` from the thread base."""
-        return (ATOM_M * b + FRAG_ROW_STEP * ((i // FRAG_PAIR) % 2),
-                FRAG_COLS * (i // (2 * FRAG_PAIR)) + (i % FRAG_PAIR))
+        return WgmmaFragment.offset(b, i)
 
     def map(self, fn, base=None) -> "Accumulator":
         """New accumulator with ``fn(value, row, col)`` applied to every element (f32 -> f32);

@@ -2,7 +2,8 @@
 
 Subclasses customise the math through :meth:`Epilogue.visit` (``value, row, col -> value``,
 called per element in f32 with global coordinates) and may add kernel parameters through
-:meth:`Epilogue.extra_params` (e.g. a bias vector), read in ``visit`` via ``self.args``.
+:meth:`Epilogue.extra_params` (e.g. a bias vector), read in ``visit`` through its ``ctx``
+argument (``ctx.args``).
 
 * :class:`GlobalEpilogue` — registers -> global memory with per-element bounds checks
   (``st.global``); no shared memory. Its per-element :meth:`GlobalEpilogue.write` is a hook.
@@ -50,6 +51,14 @@ class EpilogueContext:
     problem: object = None
 
 
+def _takes_ctx(fn) -> bool:
+    """``visit(self, value, row, col, ctx)`` (the context as an argument) or the earlier
+    ``visit(self, value, row, col)``."""
+    import inspect
+    params = list(inspect.signature(fn).parameters.values())
+    return len(params) >= 5 or any(p.kind is p.VAR_POSITIONAL for p in params)
+
+
 class Epilogue:
     """Base epilogue. ``out_dtype``: f32, f16 or bf16; tile ``tile_m x tile_n``.
 
@@ -73,12 +82,15 @@ class Epilogue:
         """Kernel parameters this epilogue needs besides D (list of ``Param``)."""
         return []
 
-    def visit(self, value, row, col):
+    def visit(self, value, row, col, ctx):
         """Elementwise hook: f32 ``value`` at global ``(row, col)`` (unsigned i32) -> f32.
 
-        Identity here. ``self.args`` (kernel arguments) and ``self.ctx`` (``EpilogueContext``:
-        problem ``m``, ``n``) are available; ``row``/``col`` may lie outside the problem for
-        partial tiles (those elements are not stored), so clamp any index you load with."""
+        Identity here. ``ctx`` is the tile's :class:`EpilogueContext` (``ctx.args``: the kernel
+        arguments, extra parameters included; ``ctx.m``/``ctx.n``/``ctx.problem``: the problem;
+        ``ctx.l``: the batch). ``row``/``col`` may lie outside the problem for partial tiles
+        (those elements are not stored), so clamp any index you load with. (A ``visit(self,
+        value, row, col)`` written for the earlier contract still works: it finds the context
+        in ``self.ctx`` and ``self.args``.)"""
         return value
 
     # -- used by kernels -----------------------------------------------------------
@@ -101,7 +113,9 @@ class Epilogue:
         """Apply ``visit`` with global coordinates; returns the new accumulator."""
         if type(self).visit is Epilogue.visit:
             return acc
-        self.args, self.ctx = ctx.args, ctx
+        if _takes_ctx(type(self).visit):
+            return acc.map(lambda v, r, c: self.visit(v, ctx.m0 + ctx.row_base + r, ctx.n0 + c, ctx), base)
+        self.args, self.ctx = ctx.args, ctx          # the earlier three-argument contract
         return acc.map(lambda v, r, c: self.visit(v, ctx.m0 + ctx.row_base + r, ctx.n0 + c), base)
 
 
@@ -119,7 +133,8 @@ class GlobalEpilogue(Epilogue):
         return Param("d", "ptr")
 
     def store(self, acc, ctx: EpilogueContext) -> None:
-        base = acc.thread_coords()
+        frag = acc.layout                           # where each register's element lives
+        base = frag.thread_base()
         acc = self._visit_all(acc, ctx, base)
         r0, c0 = base
         d = cir.GlobalPtr(ctx.args.d, self.out_dtype)
@@ -128,7 +143,7 @@ class GlobalEpilogue(Epilogue):
         ld = cir.i64(ctx.n.unsigned())
         for b in range(acc.m_blocks):
             for i in range(acc.regs):
-                dr, dc = acc.reg_offset(b, i)
+                dr, dc = frag.offset(b, i)
                 row, col = grow + dr, gcol + dc
                 with cir.If((row < ctx.m.unsigned()) & (col < ctx.n.unsigned())):
                     self.write(d, cir.i64(row.unsigned()) * ld + cir.i64(col.unsigned()),
@@ -285,7 +300,7 @@ class TmaStoreEpilogue(Epilogue):
 
     def store(self, acc, ctx: EpilogueContext) -> None:
         from ..atom.sync import NamedBarrier, fence_proxy_async
-        base = acc.thread_coords()
+        base = acc.layout.thread_base()
         acc = self._visit_all(acc, ctx, base)
         tma = TmaCopy(self.tensor_maps()[0], ctx.args.d)
         wg_threads = self.arch.warpgroup_threads

@@ -96,3 +96,16 @@ def test_arch_object():
         get_arch("sm_100a")
     with pytest.raises(ConfigError, match="needs tcgen05, which sm_90a does not have"):
         SM90A.require("tcgen05")
+
+
+def test_fragment_layout_object_matches_the_isa_table():
+    """Epilogues read coordinates from the accumulator's layout object (issue 19)."""
+    from cutedsl.atom import WgmmaFragment
+    f = WgmmaFragment(64, m_blocks=2)
+    assert f.regs == 32
+    assert {f.coords(t, b, i) for t in range(128) for b in range(2) for i in range(32)} == \
+        {(r, c) for r in range(128) for c in range(64)}
+    base = (16 * (37 // 32) + (37 % 32) // 4, (37 % 4) * 2)
+    for b, i in ((0, 0), (1, 5), (0, 30)):
+        dr, dc = f.offset(b, i)
+        assert (base[0] + dr, base[1] + dc) == f.coords(37, b, i)

@@ -14,9 +14,9 @@ class AddBias(TmaStoreEpilogue):
     def extra_params(self):
         return [Param("bias", "ptr", shape=("n",), dtype="f32")]
 
-    def visit(self, value, row, col):
-        col = select(col < self.ctx.n.unsigned(), col, 0)
-        return value + GlobalPtr(self.args.bias, "f32").load(col)
+    def visit(self, value, row, col, ctx):
+        col = select(col < ctx.n.unsigned(), col, 0)
+        return value + GlobalPtr(ctx.args.bias, "f32").load(col)
 
 
 class GlobalAddBias(GlobalEpilogue):
