@@ -70,12 +70,23 @@ class Epilogue:
     accumulates = False
     OUT_DTYPES = ("f32", "f16", "bf16")      #: output element types this epilogue writes
     KINDS = ("tma", "global")                #: the ``kind`` values an epilogue can have
+    #: placement options a kernel's plan may set through :meth:`configure` (none here)
+    OPTIONS = ()
 
     def __init__(self, tile_m: int, tile_n: int, out_dtype: str = "f32"):
         if out_dtype not in self.OUT_DTYPES:
             raise ValueError(f"epilogue output dtype must be {', '.join(self.OUT_DTYPES[:-1])} or "
                              f"{self.OUT_DTYPES[-1]}, got {out_dtype}")
         self.tile_m, self.tile_n, self.out_dtype = tile_m, tile_n, out_dtype
+
+    def configure(self, **options):
+        """Apply a kernel plan's placement options (only names in :attr:`OPTIONS`; ``None``
+        keeps the current value). Returns self."""
+        unknown = sorted(set(options) - set(self.OPTIONS))
+        if unknown:
+            raise ValueError(f"{type(self).__name__} takes no epilogue option {unknown[0]!r} "
+                             f"(it has {', '.join(self.OPTIONS) or 'none'})")
+        return self
 
     # -- extension points ----------------------------------------------------------
     def extra_params(self) -> list:
@@ -207,6 +218,7 @@ class TmaStoreEpilogue(Epilogue):
     """
 
     kind = "tma"
+    OPTIONS = ("buffers", "warpgroups", "alias", "barrier_id", "defer_tail")
     SUB_M = ATOM_M                #: rows per sub-tile (one m64 block of the accumulator)
     ROW_BYTES = DEFAULT_SWIZZLE   #: bytes per sub-tile row = the 128-byte swizzle span
     CHUNK = 16                    #: bytes of one swizzle chunk (the XOR permutes 16-B chunks)

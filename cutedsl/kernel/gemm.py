@@ -17,6 +17,8 @@ epilogue extras, ``m``, ``n``, ``k`` (i32).
 """
 from __future__ import annotations
 
+import attrs
+
 from ..arch import DEFAULT, get_arch
 from ..atom.mma_traits import mma_traits
 from ..collective.epilogue import Epilogue, EpilogueContext, GlobalEpilogue, TmaStoreEpilogue
@@ -31,6 +33,21 @@ TILE_N = (64, 128, 256)
 #: f32 accumulator registers per thread one consumer warpgroup holds; a larger tile is split
 #: along M over two warpgroups (128 x 256 would be 256 of the 255 a thread may have)
 MAX_ACC_REGS = 128
+
+
+@attrs.frozen
+class KernelPlan:
+    """What a GEMM kernel decides before it builds a collective (CUTLASS's kernel-level
+    choices): ``split_warpgroups`` consumer warpgroups share one tile along M,
+    ``consumer_warpgroups`` MMA warpgroups per CTA, ``producer_warpgroup`` a dedicated TMA
+    warpgroup, ``threads`` per CTA, and ``epilogue`` -- placement options for the epilogue
+    (applied where its class declares them in ``Epilogue.OPTIONS``: buffers per warpgroup,
+    aliasing the A stages, deferring the store tail)."""
+    split_warpgroups: int = 1
+    consumer_warpgroups: int = 1
+    producer_warpgroup: bool = False
+    threads: int = DEFAULT.warpgroup_threads
+    epilogue: dict = attrs.field(factory=dict)
 
 
 def _check_grid_protocol(obj) -> None:
@@ -115,8 +132,11 @@ class GemmKernel(Kernel):
             raise TypeError(f"epilogue must be an Epilogue subclass, got {self.epilogue_cls!r}")
         self.tile_m, self.tile_n, self.dtype, self.out_dtype = tile_m, tile_n, dtype, out_dtype
         self.b_major = b_major
-        self.epilogue = self.epilogue_cls(tile_m, tile_n, out_dtype)
+        # plan, then build each collective once from the plan
+        self.plan = self.make_plan()
+        self.epilogue = self.make_epilogue()
         self.scheduler = self.make_scheduler()
+        self.mainloop = self.make_mainloop()
         _check_grid_protocol(self)
         _check_grid_protocol(self.scheduler)
 
@@ -128,6 +148,22 @@ class GemmKernel(Kernel):
                 "b_major": self.b_major, "class": qualname(type(self)),
                 "epilogue": qualname(self.epilogue_cls), "scheduler": qualname(type(self.scheduler)),
                 "mainloop": qualname(self.mainloop_cls) if self.mainloop_cls else None}
+
+    # -- plan and construction (subclasses override) -----------------------------------
+    def make_plan(self) -> KernelPlan:
+        """The :class:`KernelPlan`: one warpgroup, no producer, the epilogue's defaults."""
+        return KernelPlan()
+
+    def make_epilogue(self):
+        """``epilogue_cls(tile_m, tile_n, out_dtype)`` with the plan's placement options (those
+        the class declares)."""
+        epi = self.epilogue_cls(self.tile_m, self.tile_n, self.out_dtype)
+        opts = {k: v for k, v in self.plan.epilogue.items() if k in self.epilogue_cls.OPTIONS}
+        return epi.configure(**opts) if opts else epi
+
+    def make_mainloop(self):
+        """The mainloop collective (``None`` for a kernel that composes atoms itself)."""
+        return None
 
     # -- hooks -----------------------------------------------------------------------
     def make_scheduler(self):
@@ -158,8 +194,8 @@ class GemmKernel(Kernel):
         the epilogue's, then :meth:`plan_extra`'s. Raises ``SharedMemoryError`` when it cannot
         fit (227 KiB per CTA on sm_90)."""
         from ..ir.smem import SmemPlan
-        plan = SmemPlan()
-        if getattr(self, "mainloop", None) is not None:
+        plan = SmemPlan(limit=self.arch.smem_per_cta)
+        if self.mainloop is not None:
             self.mainloop.plan(plan)
         self.epilogue.plan(plan)
         self.plan_extra(plan)
@@ -202,18 +238,28 @@ class MultistageGemmKernel(GemmKernel):
 
     def __init__(self, tile_m=128, tile_n=128, stages=4, dtype="f16", out_dtype="f32", b_major="MN",
                  epilogue=None, arch=None):
+        self.stages = stages                        # read by make_plan / make_mainloop
         super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue, arch)
-        self.stages = stages
+
+    def make_plan(self) -> KernelPlan:
         # a 128 x 256 f32 accumulator is 256 registers per thread for one warpgroup (limit 255):
-        # split it along M over two consumer warpgroups
-        self.warpgroups = 2 if tile_m * tile_n // self.arch.warpgroup_threads > MAX_ACC_REGS else 1
-        self.mainloop = self.mainloop_cls(tile_m, tile_n, stages, dtype, b_major, self.warpgroups, arch=self.arch)
-        if isinstance(self.epilogue, TmaStoreEpilogue):
-            self.epilogue.configure(warpgroups=self.warpgroups)   # one set of sub-tile buffers each
+        # split it along M over two consumer warpgroups, each with its own epilogue buffers
+        wg = 2 if self.tile_m * self.tile_n // self.arch.warpgroup_threads > MAX_ACC_REGS else 1
+        return KernelPlan(split_warpgroups=wg, consumer_warpgroups=wg, threads=self.arch.warpgroup_threads * wg,
+                          epilogue={"warpgroups": wg})
+
+    def make_mainloop(self):
+        return self.mainloop_cls(self.tile_m, self.tile_n, self.stages, self.dtype, self.b_major,
+                                 self.plan.split_warpgroups, arch=self.arch)
+
+    @property
+    def warpgroups(self) -> int:
+        """Consumer warpgroups splitting the tile along M."""
+        return self.plan.split_warpgroups
 
     @property
     def threads(self) -> int:
-        return self.arch.warpgroup_threads * self.warpgroups
+        return self.plan.threads
 
     def config(self) -> dict:
         return {**super().config(), "stages": self.stages, "warpgroups": self.warpgroups}

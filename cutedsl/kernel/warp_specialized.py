@@ -39,7 +39,7 @@ from ..errors import ConfigError
 from ..ir._lazy import lazy
 from ..arch import DEFAULT
 from ..atom.mma_traits import ATOM_M
-from .gemm import MAX_ACC_REGS, GemmKernel
+from .gemm import MAX_ACC_REGS, GemmKernel, KernelPlan
 
 cir = lazy("cutedsl.ir")
 
@@ -66,20 +66,31 @@ class WarpSpecializedGemmKernel(GemmKernel):
 
     def __init__(self, tile_m=128, tile_n=128, stages=4, dtype="f16", out_dtype="f32", b_major="MN",
                  epilogue=None, cluster=(1, 1), raster="M", swizzle=1, sm_count=None, arch=None):
+        self.stages, self.cluster = stages, tuple(cluster)      # read by the plan and the builders
+        self._schedule = (raster, swizzle, sm_count)
         super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue, arch)
-        self.stages, self.cluster = stages, tuple(cluster)
+
+    def make_plan(self) -> KernelPlan:
+        """Roles: a producer warpgroup and :attr:`consumer_warpgroups` consumers; the epilogue
+        stores per consumer warpgroup, defers its tail out of the tile loop, and -- one tile per
+        CTA, stored by every consumer warpgroup -- lives in the A stages: once the consumers
+        waited for every fill, no TMA load (own or a cluster peer's multicast) and no WGMMA
+        touches them again (one more stage fits)."""
         self.check()
-        if hasattr(self.epilogue, "configure"):     # TMA-store epilogue: buffers per consumer warpgroup
-            # one tile per CTA, stored by every consumer warpgroup: once they waited for every
-            # fill, no TMA load (own or a cluster peer's multicast) and no WGMMA touches the A
-            # stages again, so the epilogue sub-tiles may live there (one more stage fits)
-            alias = not self.persistent and self.consumer_warpgroups == self.split_warpgroups
-            self.epilogue.configure(warpgroups=self.consumer_warpgroups, defer_tail=True,
-                                    alias="a" if alias else None)
-        self.mainloop = self.mainloop_cls(tile_m, tile_n, stages, dtype, b_major, self.split_warpgroups,
-                                          self.cluster, arch=self.arch)
-        self.scheduler = self.scheduler_cls(tile_m, tile_n, raster, swizzle, sm_count, self.cluster,
-                                            persistent=self.persistent)
+        split, consumers = self.split_warpgroups, self.consumer_warpgroups
+        alias = not self.persistent and consumers == split
+        return KernelPlan(split_warpgroups=split, consumer_warpgroups=consumers, producer_warpgroup=True,
+                          threads=self.arch.warpgroup_threads * (consumers + 1),
+                          epilogue={"warpgroups": consumers, "defer_tail": True, "alias": "a" if alias else None})
+
+    def make_mainloop(self):
+        return self.mainloop_cls(self.tile_m, self.tile_n, self.stages, self.dtype, self.b_major,
+                                 self.plan.split_warpgroups, self.cluster, arch=self.arch)
+
+    def make_scheduler(self):
+        raster, swizzle, sm_count = self._schedule
+        return self.scheduler_cls(self.tile_m, self.tile_n, raster, swizzle, sm_count, self.cluster,
+                                  persistent=self.persistent)
 
     # -- schedule description (subclasses override) -------------------------------------
     @classmethod
@@ -135,7 +146,7 @@ class WarpSpecializedGemmKernel(GemmKernel):
 
     @property
     def threads(self) -> int:
-        return self.arch.warpgroup_threads * (self.consumer_warpgroups + 1)
+        return self.plan.threads
 
     @property
     def launch_registers(self) -> int:
