@@ -171,7 +171,8 @@ def _parser():
     g.add_argument("--swizzle", type=int, choices=[1, 2, 4, 8], default=1, help="tiles per rasterization strip")
     g.add_argument("--sm-count", type=int_in(1, 4096), default=None,
                    help="SMs a persistent schedule fills, 1..4096 (default: the device's, else 132)")
-    g.add_argument("--b-major", choices=["N", "K"], default="N")
+    g.add_argument("--b-major", choices=["MN", "K", "N"], default="MN",
+                   help="B's layout: MN (N-major, (K, N) row-major; N is accepted) or K (transposed)")
     from .arch import ARCHS
     g.add_argument("--arch", choices=list(ARCHS), default="sm_90a", help="target architecture")
     g.add_argument("--epilogue", choices=["tma", "global"], default="tma")

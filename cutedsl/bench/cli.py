@@ -31,7 +31,7 @@ def add_parsers(sub) -> None:
     b.add_argument("--dtype", choices=["f16", "bf16"], default="f16")
     b.add_argument("--out-dtype", choices=["f32", "f16", "bf16"], default="f16",
                    help="output dtype (default f16, what cuBLAS writes for f16 inputs)")
-    b.add_argument("--b-major", choices=["N", "K"], default="N")
+    b.add_argument("--b-major", choices=["MN", "K", "N"], default="MN")
     b.add_argument("--backend", choices=["auto", "cuda", "sim"], default="auto")
     b.add_argument("--ref", choices=["auto", "torch", "cupy", "numpy"], default="auto",
                    help="array library and reference: torch.matmul, cupy.matmul (cuBLAS) or numpy")
@@ -67,7 +67,7 @@ def selected_configs(args, set_name: str) -> list:
     from ..cli import UsageError, stages_arg, tile_arg
     from ..errors import ConfigError
     from . import configs as C
-    base = {"dtype": args.dtype, "out_dtype": args.out_dtype, "b_major": args.b_major}
+    base = {"dtype": args.dtype, "out_dtype": args.out_dtype, "b_major": "MN" if args.b_major == "N" else args.b_major}
     if args.config:
         try:
             return [C.parse_config(s, base) for s in args.config]

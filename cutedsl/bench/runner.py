@@ -70,7 +70,7 @@ class Sweep:
         sets = []
         for _ in range(n_sets):
             a = lib.randn((m, k), dt)
-            b = lib.randn((k, n), dt) if b_major == "N" else lib.transpose(lib.randn((n, k), dt))
+            b = lib.randn((k, n), dt) if b_major == "MN" else lib.transpose(lib.randn((n, k), dt))
             sets.append({"a": a, "b": b, "out": lib.empty((m, n), out_dt), "ref": lib.empty((m, n), dt)})
         return sets
 

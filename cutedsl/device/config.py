@@ -23,6 +23,7 @@ DTYPES = tuple(ELEMENT_BYTES)                   #: operand types of the MMA atom
 OUT_DTYPES = Epilogue.OUT_DTYPES                #: what the epilogues write
 EPILOGUE_KINDS = Epilogue.KINDS
 STAGES = TmaWgmmaMainloop.STAGES                #: pipeline depths of the mainloops
+B_MAJORS = ("MN", "K")                          #: B's layouts (CuTe terms); "N" is read as "MN"
 
 
 def _alternatives(values) -> str:
@@ -79,7 +80,8 @@ class GemmConfig:
       ``swizzle``: 1, 2, 4 or 8 tiles per strip across it (warp-specialized schedules).
     * ``sm_count``: SMs a persistent schedule fills (None: the device's, else 132).
     * ``arch``: the target architecture (:mod:`cutedsl.arch`; ``"sm_90a"``, the only one so far).
-    * ``b_major``: ``"N"`` (B is (K, N) row-major) or ``"K"`` (B stored transposed).
+    * ``b_major``: ``"MN"`` (B is (K, N) row-major: N-major, CuTe's MN-major; ``"N"`` is accepted
+      and stored as ``"MN"``) or ``"K"`` (B stored transposed, K-major).
     * ``epilogue``: ``"tma"`` (registers -> smem -> TMA store) or ``"global"`` (bounds-checked
       stores from registers).
     """
@@ -88,7 +90,7 @@ class GemmConfig:
     tile: tuple = attrs.field(default=(128, 128, 64), converter=_tile)
     stages: object = attrs.field(default="auto", converter=_stages)
     schedule: str = attrs.field(default="multistage")
-    b_major: str = attrs.field(default="N")
+    b_major: str = attrs.field(default="MN", converter=lambda v: "MN" if v == "N" else v)
     epilogue: str = attrs.field(default="tma")
     cluster: tuple = attrs.field(default=(1, 1), converter=tuple)
     raster: str = attrs.field(default="M")
@@ -116,8 +118,8 @@ class GemmConfig:
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"schedule must be one of {', '.join(map(repr, SCHEDULES))}, got {self.schedule!r}")
         self._check_schedule_fields()
-        if self.b_major not in ("N", "K"):
-            raise ConfigError(f"b_major must be 'N' or 'K', got {self.b_major!r}")
+        if self.b_major not in B_MAJORS:
+            raise ConfigError(f"b_major must be 'MN' (or 'N') or 'K', got {self.b_major!r}")
         if self.epilogue not in EPILOGUE_KINDS:
             raise ConfigError(f"epilogue must be {_alternatives(EPILOGUE_KINDS)}, got {self.epilogue!r}")
         why = self._kernel_cls().can_implement(self)     # the schedule's own rules, all at once
@@ -190,7 +192,7 @@ class GemmConfig:
     def _make(self, cls, stages=None, epilogue_cls=None):
         bm, bn, _ = self.tile
         kw = dict(tile_m=bm, tile_n=bn, dtype=self.dtype, out_dtype=self.out_dtype,
-                  b_major="MN" if self.b_major == "N" else "K", epilogue=epilogue_cls or self._epilogue_cls())
+                  b_major=self.b_major, epilogue=epilogue_cls or self._epilogue_cls())
         if stages is not None:
             kw["stages"] = stages
         takes = self._fields_of(cls)

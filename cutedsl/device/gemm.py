@@ -271,7 +271,7 @@ class Gemm:
         da, a_host = self._operand(be, a, True)
         if a_host:
             scratch.arrays.append(da)
-        db, b_host = self._operand(be, b, cfg.b_major == "N")
+        db, b_host = self._operand(be, b, cfg.b_major == "MN")
         if b_host:
             scratch.arrays.append(db)
         self._check_tma_layout("a", da)
