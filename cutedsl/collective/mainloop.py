@@ -1,9 +1,9 @@
 """Multistage TMA + WGMMA mainloop (CUTLASS ``MainloopSm90TmaGmma``, NVDSL chapter 4).
 
 One warpgroup (two splitting M for a 128 x 256 tile) computes a ``tile_m x tile_n``
-accumulator over ``k_tiles`` k-tiles, issuing both the TMA loads and the WGMMAs:
+accumulator over ``k_count`` k-tiles, issuing both the TMA loads and the WGMMAs:
 
-* ``prologue``: fill ``min(stages, k_tiles)`` slots (one elected thread arms each full barrier
+* ``prologue``: fill ``min(stages, k_count)`` slots (one elected thread arms each full barrier
   with the stage's bytes and issues the TMA boxes);
 * ``mainloop``: for k-tile i, wait its slot, issue the WGMMAs, ``wgmma.wait_group(lag)`` with
   lag = 1 (0 when ``stages == 1``) so that the MMA of k-tile i-lag has finished reading; each
@@ -73,10 +73,10 @@ class MultistageMainloop(TmaWgmmaMainloop):
             pipeline.producer_expect(state, predicate=one)
             self.load_stage(ops, pipeline, state, k_tile + k_first, m0, n0, predicate=one)
 
-    def prologue(self, ops, pipeline, k_first, k_tiles, m0, n0) -> None:
-        """Fill the first ``min(stages, k_tiles)`` slots with k-tiles ``k_first ..`` (phase 0)."""
+    def prologue(self, ops, pipeline, k_first, k_count, m0, n0) -> None:
+        """Fill the first ``min(stages, k_count)`` slots with k-tiles ``k_first ..`` (phase 0)."""
         for s in range(self.stages):
-            with cir.If(k_tiles > s):
+            with cir.If(k_count > s):
                 self.load(ops, pipeline, PipelineState(self.stages, s, 0), cir.i32(s), m0, n0, k_first)
 
     @property
@@ -90,7 +90,7 @@ class MultistageMainloop(TmaWgmmaMainloop):
         with cir.If(cir.lane_id().eq(0)):
             pipeline.consumer_release(state)
 
-    def mainloop(self, ops, pipeline, acc, k_first, k_tiles, m0, n0):
+    def mainloop(self, ops, pipeline, acc, k_first, k_count, m0, n0):
         """Steady state. Carried: the accumulator, the consumer state of k-tile ``i`` and the
         state of k-tile ``i - lag`` (whose slot is released and refilled with k-tile
         ``i - lag + stages``: same slot, next phase), all i32, with a 32-bit loop counter, so
@@ -99,7 +99,7 @@ class MultistageMainloop(TmaWgmmaMainloop):
         lag = self.lag
         prev0 = PipelineState(self.stages, self.stages - 1, 1) if lag else PipelineState(self.stages)
         carry = list(acc.structs) + PipelineState(self.stages).carry() + prev0.carry()
-        loop = cir.Loop(0, k_tiles, carry=carry, counter="i32")
+        loop = cir.Loop(0, k_count, carry=carry, counter="i32")
         for i, carried in loop:
             acc_i = type(acc)(carried[:-4], acc.n)
             state = PipelineState.from_carry(self.stages, carried[-4:-2])
@@ -114,11 +114,11 @@ class MultistageMainloop(TmaWgmmaMainloop):
                 started = i >= lag
                 with cir.If(started):
                     self.release(pipeline, prev)
-                with cir.If((refill < k_tiles) & started):
+                with cir.If((refill < k_count) & started):
                     self.load(ops, pipeline, fill, refill, m0, n0, k_first)
             else:
                 self.release(pipeline, prev)
-                with cir.If(refill < k_tiles):
+                with cir.If(refill < k_count):
                     self.load(ops, pipeline, fill, refill, m0, n0, k_first)
             loop.next(*acc_i.structs, *state.advance().carry(), *state.carry())
         res = loop.results
@@ -128,12 +128,12 @@ class MultistageMainloop(TmaWgmmaMainloop):
         """``wgmma.wait_group 0``: the accumulator is final."""
         self.mma_atom.wait(0)
 
-    def run(self, ops, pipeline, k_tiles, m0, n0, k_first=0):
-        """Prologue + mainloop + tail over k-tiles ``k_first .. k_first + k_tiles - 1`` (IR i32
-        or Python int); returns the accumulator (zero when ``k_tiles == 0``)."""
+    def run(self, ops, pipeline, k_count, m0, n0, k_first=0):
+        """Prologue + mainloop + tail over k-tiles ``k_first .. k_first + k_count - 1`` (IR i32
+        or Python int); returns the accumulator (zero when ``k_count == 0``)."""
         acc = self.mma_atom.zero()
-        self.prologue(ops, pipeline, k_first, k_tiles, m0, n0)
-        acc = self.mainloop(ops, pipeline, acc, k_first, k_tiles, m0, n0)
+        self.prologue(ops, pipeline, k_first, k_count, m0, n0)
+        acc = self.mainloop(ops, pipeline, acc, k_first, k_count, m0, n0)
         self.tail()
         return acc
 

@@ -10,7 +10,7 @@ its scheduler in ``GemmKernel.scheduler_cls``; the Device layer launches exactly
 
 * host: :meth:`~TileScheduler.grid` ``(problem)`` — the CTAs to launch for a
   :class:`~cutedsl.problem.GemmProblem` (M, N, K, L as Python ints);
-* IR: :meth:`~TileScheduler.bind` ``(problem, k_tiles)`` once per kernel, then
+* IR: :meth:`~TileScheduler.bind` ``(problem, k_tile)`` once per kernel, then
   :meth:`~TileScheduler.work_count` units of work for this CTA, and for unit ``i`` one
   :class:`WorkTile` from :meth:`~TileScheduler.work_tile` — tile origin ``(m0, n0)``, batch
   ``l``, k-tile range ``(k_first, k_count)`` and ``valid``. A kernel asks for the work tile once

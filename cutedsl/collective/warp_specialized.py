@@ -34,12 +34,12 @@ class WarpSpecializedMainloop(TmaWgmmaMainloop):
     ``(cluster_m, cluster_n)`` in ``CLUSTERS``). The kernel binds the operands
     (:meth:`~TmaWgmmaMainloop.bind`) and owns the pipeline and its states."""
 
-    def producer_loop(self, ops: MainloopOperands, pipeline, state: PipelineState, k_first, k_tiles,
+    def producer_loop(self, ops: MainloopOperands, pipeline, state: PipelineState, k_first, k_count,
                       m0, n0) -> PipelineState:
-        """Fill ``k_tiles`` k-tiles starting at ``k_first`` (IR i32) of the tile at ``(m0, n0)``
+        """Fill ``k_count`` k-tiles starting at ``k_first`` (IR i32) of the tile at ``(m0, n0)``
         through ``pipeline`` from ``state``; one producer thread executes this. Returns the
         state after the last fill."""
-        loop = cir.Loop(0, k_tiles, carry=state.carry())
+        loop = cir.Loop(0, k_count, carry=state.carry())
         for i, carried in loop:
             st = PipelineState.from_carry(self.stages, carried)
             pipeline.producer_acquire(st)
@@ -54,9 +54,9 @@ class WarpSpecializedMainloop(TmaWgmmaMainloop):
         received it: :meth:`TmaPipeline.consumer_release_warp`)."""
         pipeline.consumer_release_warp(state)
 
-    def consumer_loop(self, ops: MainloopOperands, pipeline, state: PipelineState, k_tiles,
+    def consumer_loop(self, ops: MainloopOperands, pipeline, state: PipelineState, k_count,
                       acc: Accumulator | None = None):
-        """Accumulate ``k_tiles`` (IR, >= 1) k-tiles from ``state``, into ``acc`` or (None) into
+        """Accumulate ``k_count`` (IR, >= 1) k-tiles from ``state``, into ``acc`` or (None) into
         a fresh accumulator (the first k-tile's WGMMAs use scale-d 0, CUTLASS ``ScaleOut::Zero``);
         every thread of the consumer warpgroup(s) executes this (CUTLASS ``mma``). Every slot
         but the last is released once the WGMMAs after it were issued. Returns ``(acc, next
@@ -64,7 +64,7 @@ class WarpSpecializedMainloop(TmaWgmmaMainloop):
         reading ``acc``."""
         fresh = acc is None
         acc = self.mma(ops, pipeline, self.mma_atom.undef() if fresh else acc, state, accumulate=not fresh)
-        loop = cir.Loop(1, k_tiles, carry=list(acc.structs) + state.advance().carry() + state.carry())
+        loop = cir.Loop(1, k_count, carry=list(acc.structs) + state.advance().carry() + state.carry())
         for _, carried in loop:
             acc_i = Accumulator(carried[:-4], acc.n)
             rd = PipelineState.from_carry(self.stages, carried[-4:-2])

@@ -205,10 +205,10 @@ class WarpSpecializedGemmKernel(GemmKernel):
         that an empty one (a split-K slice with nothing to do) runs one k-tile past the end of
         K instead: TMA fills it with zeros, so the accumulator is zero and no consumer waits
         for a fill that never comes."""
-        total, k_first, k_tiles = self.scheduler.k_tiles, wt.k_first, wt.k_count
-        empty = cir.u32(k_tiles).eq(0) if not isinstance(k_tiles, int) else k_tiles == 0
+        total, k_first, k_count = self.scheduler.k_tiles, wt.k_first, wt.k_count
+        empty = cir.u32(k_count).eq(0) if not isinstance(k_count, int) else k_count == 0
         k_first = cir.select(empty, total, k_first if not isinstance(k_first, int) else cir.u32(k_first))
-        return k_first, cir.select(empty, cir.u32(1), k_tiles)
+        return k_first, cir.select(empty, cir.u32(1), k_count)
 
     def producer(self, ops, pipeline) -> None:
         """One thread: fill the pipeline with every work tile's k-tiles in scheduler order,
@@ -217,8 +217,8 @@ class WarpSpecializedGemmKernel(GemmKernel):
         loop = cir.Loop(0, sch.work_count(), carry=PipelineState(s).carry())
         for i, carried in loop:
             wt = self.work_tile(i)
-            k_first, k_tiles = self.k_range(wt)
-            st = self.mainloop.producer_loop(ops, pipeline, PipelineState.from_carry(s, carried), k_first, k_tiles,
+            k_first, k_count = self.k_range(wt)
+            st = self.mainloop.producer_loop(ops, pipeline, PipelineState.from_carry(s, carried), k_first, k_count,
                                              wt.m0, wt.n0)
             loop.next(*st.carry())
         pipeline.producer_tail(PipelineState.from_carry(s, loop.results))
@@ -241,8 +241,8 @@ class WarpSpecializedGemmKernel(GemmKernel):
         loop = cir.Loop(0, sch.work_count(), carry=PipelineState(s).carry())
         for i, carried in loop:
             wt = self.work_tile(i)
-            _, k_tiles = self.k_range(wt)
-            acc, st, last = ml.consumer_loop(ops, pipeline, PipelineState.from_carry(s, carried), k_tiles)
+            _, k_count = self.k_range(wt)
+            acc, st, last = ml.consumer_loop(ops, pipeline, PipelineState.from_carry(s, carried), k_count)
             ml.consumer_tail(pipeline, last)
             self.store(acc, args, smem, wt, row_base, wg)
             loop.next(*st.carry())
@@ -288,23 +288,23 @@ class PingpongGemmKernel(WarpSpecializedGemmKernel):
 
     def consumer(self, ops, args, smem, pipeline, wg) -> None:
         sch, s, ml, order = self.scheduler, self.stages, self.mainloop, self.order
-        # warpgroup 1 starts one tile (k_tiles fills) further along the ring; every tile of the
+        # warpgroup 1 starts one tile (k_count fills) further along the ring; every tile of the
         # CTA has the same k-tile count here (a per-tile count, as stream-K has, would carry
         # the other warpgroup's count instead)
-        _, k_tiles = self.k_range(self.work_tile(0))
-        start = PipelineState(s).advance_by(wg * k_tiles)
+        _, k_count = self.k_range(self.work_tile(0))
+        start = PipelineState(s).advance_by(wg * k_count)
         loop = cir.Loop(wg, sch.work_count(), step=2, carry=start.carry())
         for i, carried in loop:
             turn = i // 2
             wt = self.work_tile(i)
             order.wait(0, wg, turn)
-            acc, st, last = ml.consumer_loop(ops, pipeline, PipelineState.from_carry(s, carried), k_tiles)
+            acc, st, last = ml.consumer_loop(ops, pipeline, PipelineState.from_carry(s, carried), k_count)
             order.arrive(0, wg)          # the other warpgroup's MMAs may start
             ml.consumer_tail(pipeline, last)
             order.wait(1, wg, turn)
             self.store(acc, args, smem, wt, 0, wg)
             order.arrive(1, wg)
-            loop.next(*st.advance_by(k_tiles).carry())   # skip the other warpgroup's tile
+            loop.next(*st.advance_by(k_count).carry())   # skip the other warpgroup's tile
         self.store_tail()
 
 
