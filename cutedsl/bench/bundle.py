@@ -7,7 +7,7 @@ from, and every cache entry. What the run needs is derived from the same argumen
 run uses, so a schedule ``GemmConfig`` accepts at bundle time is bundled without an edit:
 
 * the ``bench`` sets and the ``--identity`` check: :func:`cutedsl.bench.cli.selected_configs`;
-* the main job: :func:`cutedsl.cli.gemm_config`;
+* the main job: :func:`cutedsl.cliargs.gemm_config`;
 * the ``gpu``-marked tests: run under :mod:`.capture` (compile, stop at the first launch).
 """
 from __future__ import annotations
@@ -44,21 +44,32 @@ PLANS = {
 }
 
 
+def _parse(argv):
+    """``argv`` as the CLI parses it (``bench ...`` or ``gemm ...``), from the shared parsers
+    (``cliargs`` for ``gemm``, this package's for ``bench``): no import of ``cutedsl.cli``."""
+    from ..cliargs import ArgParser, add_gemm_parser
+    from .cli import add_parsers
+    p = ArgParser(prog="python -m cutedsl")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    add_gemm_parser(sub)
+    add_parsers(sub)
+    return p.parse_args(argv)
+
+
 def _bench_args(argv):
-    from .. import cli
-    return cli._parser().parse_args(["bench", *argv])
+    return _parse(["bench", *argv])
 
 
 def plan_configs(plan: dict) -> list:
     """The ``GemmConfig`` s of the bench, identity and main-job steps of ``plan`` (unique)."""
-    from .. import cli
+    from ..cliargs import gemm_config
     from .cli import selected_configs, set_names
     out = []
     for key in ("bench_args", "identity_args"):
         args = _bench_args(plan[key])
         for name in set_names(args):
             out += selected_configs(args, name)
-    out.append(cli.gemm_config(cli._parser().parse_args(plan["main_args"])))
+    out.append(gemm_config(_parse(plan["main_args"])))
     return list(dict.fromkeys(out))
 
 

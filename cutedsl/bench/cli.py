@@ -14,7 +14,7 @@ def _csv_list(text):
 
 def add_parsers(sub) -> None:
     """Add the ``bench`` and ``bundle`` subcommands to the main CLI's subparsers."""
-    from ..cli import int_in
+    from ..cliargs import int_in
     b = sub.add_parser("bench", help="time GEMM configs against cuBLAS over shape sets",
                        description="Time cutedsl GEMM configs against cuBLAS (same process, same inputs; "
                                    "CUDA events, median of --iters launches, rotated inputs and L2 flush). "
@@ -64,7 +64,7 @@ def selected_configs(args, set_name: str) -> list:
     """The configs ``args`` select for ``set_name`` (``UsageError`` naming the option)."""
     import argparse
 
-    from ..cli import UsageError, stages_arg, tile_arg
+    from ..cliargs import UsageError, stages_arg, tile_arg
     from ..errors import ConfigError
     from . import configs as C
     base = {"dtype": args.dtype, "out_dtype": args.out_dtype, "b_major": "MN" if args.b_major == "N" else args.b_major}
@@ -96,7 +96,7 @@ def selected_configs(args, set_name: str) -> list:
 
 
 def set_names(args) -> list:
-    from ..cli import UsageError
+    from ..cliargs import UsageError
     names = list(SET_NAMES) if args.set == "all" else _csv_list(args.set)
     bad = [n for n in names if n not in SET_NAMES]
     if bad or not names:
@@ -106,7 +106,7 @@ def set_names(args) -> list:
 
 
 def run_bench(args) -> int:
-    from ..cli import UsageError
+    from ..cliargs import UsageError
     from ..device.selection import get_backend
     from ..errors import NoDeviceError
     from . import libs, report
@@ -164,7 +164,7 @@ def run_bench(args) -> int:
 def check_output_paths(args) -> None:
     """``UsageError`` before anything runs when ``--json``/``--csv``/``--plot`` name a file in a
     directory that is missing or not writable (not a traceback after the whole sweep)."""
-    from ..cli import UsageError
+    from ..cliargs import UsageError
     for option in ("--json", "--csv", "--plot"):
         path = getattr(args, option[2:], None)
         if path and path != "-":
@@ -205,7 +205,7 @@ def run_identity(args, backend, plan) -> int:
 
 def main(args) -> int:
     """Run ``bench`` or ``bundle``; a user mistake is one line on stderr and exit status 2."""
-    from ..cli import UsageError
+    from ..cliargs import UsageError
     try:
         if args.cmd == "bench":
             return run_bench(args)

@@ -27,7 +27,7 @@ from .timing import geomean, median, rotation, sets_needed, tflops
 def tolerance(dtype: str, out_dtype: str) -> float:
     """max |D - ref| / max |ref| accepted against the reference: the main job's tolerance of
     the looser of the output dtype and the input dtype (the reference writes the latter)."""
-    from ..cli import TOLERANCE
+    from ..cliargs import TOLERANCE
     return max(TOLERANCE[out_dtype], TOLERANCE[dtype])
 
 

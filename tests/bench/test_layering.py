@@ -31,3 +31,17 @@ def test_bench_modules_import_without_mlir_and_optional_extras():
             "print(accepted_schedules())")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0 and "multistage" in r.stdout, r.stderr
+
+
+def test_the_bench_harness_never_imports_the_cli():
+    """Issue 22: bench/cli.py and bench/bundle.py imported helpers from cutedsl/cli.py, which
+    imports bench/cli.py -- a cycle; the shared argument helpers now live in cutedsl/cliargs.py."""
+    for f in (PKG / "bench").rglob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                mod = ("." * node.level) + (node.module or "")
+                names = [a.name for a in node.names]
+                assert mod != "..cli" and not (mod == ".." and "cli" in names), f"{f.name} imports cutedsl.cli"
+    code = "import sys; import cutedsl.bench.bundle, cutedsl.bench.cli; print('cutedsl.cli' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr

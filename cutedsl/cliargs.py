@@ -1,0 +1,173 @@
+"""Command-line argument helpers shared by every subcommand (``cutedsl.cli``, the bench
+harness's ``bench``/``bundle``): one-line usage errors, typed ``type=`` factories, the ``gemm``
+options and the ``GemmConfig`` they describe. Below both the CLI and the harness (neither
+imports the other's internals through it)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+MAX_I32 = 2 ** 31 - 1
+TOLERANCE = {"f32": 2e-3, "f16": 4e-3, "bf16": 1.6e-2}   #: --check: max |D - ref| / max |ref|
+
+
+# -- user mistakes: one line on stderr naming the option and what it accepts, exit status 2 ------
+# Every subcommand uses these: ``ArgParser`` (argparse's own errors, ``type=``/``choices=``
+# failures), the ``type=`` factories below, and ``UsageError`` for checks made after parsing.
+
+class UsageError(Exception):
+    """A user mistake found after parsing: ``option`` (e.g. ``"--tile"``) and what is wrong.
+    :func:`main` prints ``<prog>: error: argument <option>: <message>`` and returns 2."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(f"argument {option}: {message}")
+        self.option = option
+
+
+class ArgParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose errors are one line on stderr (no usage dump, no
+    traceback) with exit status 2; its subparsers are ``ArgParser`` too."""
+
+    #: set by :func:`main` for ``gemm --json``: errors are also one JSON object on stdout
+    json_errors = False
+
+    def error(self, message):
+        if ArgParser.json_errors:
+            print(json.dumps({"error": message}))
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _num(v: int) -> str:
+    """``2147483647`` -> ``2^31-1`` (limits read better as powers of two)."""
+    return f"2^{(v + 1).bit_length() - 1}-1" if v > 2 ** 20 and (v + 1) & v == 0 else str(v)
+
+
+def int_in(lo: int, hi: int | None = None):
+    """``type=`` for an integer in ``lo..hi`` (``hi=None``: no upper bound); the error names
+    the accepted range."""
+    span = f"{_num(lo)}..{_num(hi)}" if hi is not None else f">= {_num(lo)}"
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text, 10)
+        except ValueError:
+            v = None
+        if v is None or v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"expected an integer {span if hi is None else 'in ' + span}, "
+                                             f"got {text!r}")
+        return v
+    return parse
+
+
+def stages_arg(text: str):
+    """``type=`` for ``--stages``: ``auto`` or a pipeline depth the mainloops support (1..7)."""
+    from .device.config import STAGES
+    lo, hi = STAGES.start, STAGES.stop - 1
+    if text == "auto":
+        return text
+    try:
+        return int_in(lo, hi)(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer in {lo}..{hi}, got {text!r}") from None
+
+
+def tile_arg(text: str) -> tuple:
+    """``type=`` for ``--tile``: ``BLOCK_MxBLOCK_NxBLOCK_K`` (the values are checked by GemmConfig)."""
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"expected BLOCK_MxBLOCK_NxBLOCK_K such as 128x128x64, got {text!r}")
+    return tuple(int(p) for p in parts)
+
+
+def cluster_arg(text: str) -> tuple:
+    """``type=`` for ``--cluster``: ``MxN`` CTAs per cluster, one of ``GemmConfig``'s clusters
+    (1x1, 2x1 or 1x2)."""
+    from .device.config import CLUSTERS
+    parts = text.lower().split("x")
+    c = tuple(int(p) for p in parts) if len(parts) == 2 and all(p.isdigit() for p in parts) else ()
+    if c not in CLUSTERS:
+        names = [f"{m}x{n}" for m, n in CLUSTERS]
+        raise argparse.ArgumentTypeError(f"expected {', '.join(names[:-1])} or {names[-1]} (cluster_m x cluster_n), "
+                                         f"got {text!r}")
+    return c
+
+
+def config_options(args) -> tuple:
+    """``((field, option), ...)``: the GemmConfig fields ``args`` sets, in field order; the
+    option of field ``out_dtype`` is ``--out-dtype`` (a new config field with a same-named
+    option is picked up without changes here)."""
+    import attrs
+    from .device import GemmConfig
+    return tuple((f.name, "--" + f.name.replace("_", "-")) for f in attrs.fields(GemmConfig)
+                 if hasattr(args, f.name))
+
+
+def gemm_config(args):
+    """The ``GemmConfig`` the ``gemm`` arguments describe, validated as a whole (so
+    ``--stages 7 --schedule warp_specialized`` is accepted although 7 stages do not fit the
+    default schedule). When it is invalid, the ``UsageError`` names the options responsible:
+    those whose reset to the default makes the config valid (``--tile/--stages`` for a
+    combination), else the first option, in field order, from which on the config fails."""
+    import attrs
+    from .device import GemmConfig
+    from .errors import ConfigError
+
+    def fails(**kw):
+        try:
+            return GemmConfig(**kw) and None
+        except ConfigError as e:
+            return e
+
+    options = config_options(args)
+    fields = {f: getattr(args, f) for f, _ in options}
+    err = fails(**fields)
+    if err is None:
+        return GemmConfig(**fields)
+    defaults = {f.name: f.default for f in attrs.fields(GemmConfig)}
+    given = [(f, o) for f, o in options if fields[f] != defaults[f]]
+    culprits = [o for f, o in given if fails(**{**fields, f: defaults[f]}) is None]
+    if not culprits:                    # no single option to blame: where it starts to fail
+        sofar = {}
+        for f, o in options:
+            sofar[f] = fields[f]
+            if fails(**sofar) is not None:
+                culprits = [o]
+                break
+    raise UsageError("/".join(culprits) or options[0][1], str(err))
+
+
+def add_gemm_parser(sub):
+    """The ``gemm`` subcommand's options (also parsed by the bundle for its main-job step).
+    Choices come from the layers that implement them (config, atom, epilogue, scheduler)."""
+    from .arch import ARCHS
+    from .collective.tile_scheduler import RASTERS, SWIZZLES
+    from .device.config import DTYPES, EPILOGUE_KINDS, OUT_DTYPES, SCHEDULES, STAGES
+    g = sub.add_parser("gemm", help="compile, run and report D = A @ B")
+    size = int_in(1, MAX_I32)
+    g.add_argument("--m", type=size, required=True, help=f"rows of A and D, 1..{MAX_I32}")
+    g.add_argument("--n", type=size, required=True, help=f"columns of B and D, 1..{MAX_I32}")
+    g.add_argument("--k", type=size, required=True, help=f"columns of A, rows of B, 1..{MAX_I32}")
+    g.add_argument("--dtype", choices=list(DTYPES), default="f16")
+    g.add_argument("--out-dtype", choices=list(OUT_DTYPES), default="f32")
+    g.add_argument("--tile", type=tile_arg, default=(128, 128, 64), help="BLOCK_MxBLOCK_NxBLOCK_K")
+    g.add_argument("--stages", type=stages_arg, default="auto", help=f"auto or {STAGES.start}..{STAGES.stop - 1}")
+    g.add_argument("--schedule", choices=list(SCHEDULES), default="multistage")
+    g.add_argument("--cluster", type=cluster_arg, default=(1, 1), metavar="MxN",
+                   help="CTAs per cluster, cluster_m x cluster_n: 1x1, 2x1 or 1x2 (warp-specialized schedules)")
+    g.add_argument("--raster", choices=list(RASTERS), default="M", help="the tile scheduler walks along M or N first")
+    g.add_argument("--swizzle", type=int, choices=list(SWIZZLES), default=1, help="tiles per rasterization strip")
+    g.add_argument("--sm-count", type=int_in(1, 4096), default=None,
+                   help="SMs a persistent schedule fills, 1..4096 (default: the device's, else 132)")
+    g.add_argument("--b-major", choices=["MN", "K", "N"], default="MN",
+                   help="B's layout: MN (N-major, (K, N) row-major; N is accepted) or K (transposed)")
+    g.add_argument("--arch", choices=list(ARCHS), default="sm_90a", help="target architecture")
+    g.add_argument("--epilogue", choices=list(EPILOGUE_KINDS), default="tma")
+    g.add_argument("--backend", choices=["auto", "cuda", "sim", "none"], default="auto")
+    g.add_argument("--check", action="store_true", help="compare with a float64 numpy reference")
+    g.add_argument("--seed", type=int_in(0, 2 ** 64 - 1), default=0, help="input seed, 0..2^64-1")
+    g.add_argument("--iters", type=int_in(1, 100_000), default=50,
+                   help="timed launches on a GPU (median reported), 1..100000")
+    g.add_argument("--dump", metavar="DIR", help="write IR before/after lowering, PTX, SASS there")
+    g.add_argument("--json", action="store_true", help="print one JSON object")
+    return g
