@@ -25,9 +25,13 @@ def warn_ignored_options(cfg) -> None:
 
 
 def _parser():
+    from . import __version__
     p = ArgParser(prog="python -m cutedsl", description=__doc__)
+    p.add_argument("--version", action="version", version=f"cutedsl {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     add_gemm_parser(sub)
+    i = sub.add_parser("info", help="versions, GPU and driver, cache, and which backends are usable (and why not)")
+    i.add_argument("--json", action="store_true", help="print one JSON object")
     c = sub.add_parser("cache", help="show or clear the compiled-kernel cache ($CUTEDSL_CACHE_DIR)")
     c.add_argument("action", choices=["info", "clear"])
     _add_bench_commands(sub)
@@ -206,6 +210,14 @@ def main(argv=None) -> int:
         return 2
     if args.cmd == "cache":
         return run_cache(args.action)
+    if args.cmd == "info":
+        from .info import collect, print_report
+        rep = collect()
+        if args.json:
+            print(json.dumps(rep))
+        else:
+            print_report(rep)
+        return 0
     if args.cmd in ("bench", "bundle"):
         from .bench.cli import main as bench_main
         return bench_main(args)

@@ -66,3 +66,54 @@ def test_main_job_rejects_bad_config():
     r = subprocess.run([sys.executable, "-m", "cutedsl", "gemm", "--m", "10", "--n", "10", "--k", "10",
                         "--tile", "128x128x32", "--backend", "none"], capture_output=True, text=True)
     assert r.returncode == 2 and "BLOCK_K must be 64" in r.stderr
+
+
+def test_version_and_info():
+    """Issue 22: ``--version`` and ``info`` (versions, GPU/driver, cache, backends and why not)."""
+    from cutedsl import __version__
+    r = subprocess.run([sys.executable, "-m", "cutedsl", "--version"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == f"cutedsl {__version__}"
+    r = subprocess.run([sys.executable, "-m", "cutedsl", "info", "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["cutedsl"] == __version__ and rep["backends"]["sim"]["usable"] is True
+    assert rep["toolchain"]["usable"] and rep["toolchain"]["ptxas"] not in ("", None)
+    assert rep["archs"] == ["sm_90a"] and isinstance(rep["cache"]["entries"], int)
+    if not rep["gpu"]["usable"]:
+        assert rep["backends"]["cuda"]["why_not"]            # says why, never just "no"
+    r = subprocess.run([sys.executable, "-m", "cutedsl", "info"], capture_output=True, text=True)
+    assert r.returncode == 0 and "backend sim: usable" in r.stdout and "cache:" in r.stdout
+
+
+def test_wheel_has_every_runtime_file_and_runs_the_main_job(tmp_path):
+    """Issue 22: a wheel built from a clean copy of the sources holds the package and nothing
+    else (no tests, docs, examples); installed on its own (not editable), it runs the README's
+    main job on the emulator."""
+    import shutil
+    import zipfile
+    root = PKG.parent
+    src = tmp_path / "src"
+    shutil.copytree(root, src, ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info", "__pycache__",
+                                                             ".pytest_cache", ".hypothesis", "out"))
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation",
+                        "-w", str(tmp_path / "dist"), "-q"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (whl,) = (tmp_path / "dist").glob("cutedsl-*.whl")
+    names = zipfile.ZipFile(whl).namelist()
+    assert not [n for n in names if not n.startswith(("cutedsl/", "cutedsl-"))], names
+    assert not [n for n in names if n.startswith(("tests/", "docs/", "examples/"))]
+    shipped = {n for n in names if n.endswith(".py")}
+    sources = {str(p.relative_to(root)) for p in PKG.rglob("*.py")}
+    assert shipped == sources, sources ^ shipped
+    site = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(site), str(whl), "-q"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    env = {**__import__("os").environ, "PYTHONPATH": str(site), "PYTHONSAFEPATH": "1"}
+    code = ("import sys, runpy, cutedsl; assert cutedsl.__file__.startswith(%r), cutedsl.__file__; "
+            "sys.argv = ['cutedsl', 'gemm', '--m', '200', '--n', '130', '--k', '100', '--stages', '2', "
+            "'--backend', 'sim', '--check', '--json']; runpy.run_module('cutedsl', run_name='__main__')") % str(site)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads(r.stdout)
+    assert rep["passed"] is True and rep["backend"] == "sim"
