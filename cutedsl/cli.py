@@ -116,6 +116,8 @@ def run_gemm(args) -> tuple:
            "smem_bytes": r.smem_bytes, "sass": r.sass, "ptxas_messages": list(r.ptxas_messages),
            "compile_s": round(compile_s, 4), "cold_compile_s": round(kern.compile_seconds, 4),
            "cached": bool(getattr(gemm.kernel, "last_cache_hit", False)), "executed": backend is not None}
+    if cfg.reasons is not None:
+        rep["chosen"] = dict(cfg.reasons)        # --schedule auto: why each field has its value
     if backend is None:
         rep["note"] = why
         return rep, 0
@@ -166,6 +168,8 @@ def _print_text(rep):
       f"tile {'x'.join(map(str, rep['tile']))}  stages {rep['stages']}  {rep['schedule']}  "
       f"B {rep['b_major']}-major  epilogue {rep['epilogue']}"
       + (f"  cluster {rep['cluster'][0]}x{rep['cluster'][1]}" if rep.get("cluster", [1, 1]) != [1, 1] else ""))
+    for field, why in rep.get("chosen", {}).items():
+        p(f"  chosen {field}: {why}")
     p(f"  kernel: {rep['threads']} threads x grid {tuple(rep['grid'])}, {rep['registers']} registers, "
       f"{rep['spills']} spill bytes, {rep['smem_bytes']} B shared memory")
     p(f"  compile: {rep['compile_s']:.3f} s ({'cache hit; cold compile took ' + format(rep['cold_compile_s'], '.3f') + ' s' if rep['cached'] else 'cold'})")

@@ -121,6 +121,15 @@ def gemm_config(args):
 
     options = config_options(args)
     fields = {f: getattr(args, f) for f, _ in options}
+    if fields.get("schedule") == "auto":     # the model picks what the user left open
+        fixed = {f: v for f, v in fields.items() if f != "schedule" and v is not None and v != "auto"}
+        try:
+            return GemmConfig.for_problem(args.m, args.n, args.k, **fixed)
+        except ConfigError as e:
+            given = [o for f, o in options if f in fixed and f not in ("dtype", "out_dtype", "b_major", "arch")]
+            raise UsageError("/".join(given) or "--schedule", str(e)) from None
+    options = tuple((f, o) for f, o in options if fields[f] is not None)    # None: the config's default
+    fields = {f: v for f, v in fields.items() if v is not None}
     err = fails(**fields)
     if err is None:
         return GemmConfig(**fields)
@@ -150,13 +159,18 @@ def add_gemm_parser(sub):
     g.add_argument("--k", type=size, required=True, help=f"columns of A, rows of B, 1..{MAX_I32}")
     g.add_argument("--dtype", choices=list(DTYPES), default="f16")
     g.add_argument("--out-dtype", choices=list(OUT_DTYPES), default="f32")
-    g.add_argument("--tile", type=tile_arg, default=(128, 128, 64), help="BLOCK_MxBLOCK_NxBLOCK_K")
+    # tile, cluster, raster and swizzle default to None: with --schedule auto the model picks
+    # them, else GemmConfig's defaults (128x128x64, 1x1, M, 1) apply
+    g.add_argument("--tile", type=tile_arg, default=None, help="BLOCK_MxBLOCK_NxBLOCK_K (default: 128x128x64, or "
+                                                              "chosen with --schedule auto)")
     g.add_argument("--stages", type=stages_arg, default="auto", help=f"auto or {STAGES.start}..{STAGES.stop - 1}")
-    g.add_argument("--schedule", choices=list(SCHEDULES), default="multistage")
-    g.add_argument("--cluster", type=cluster_arg, default=(1, 1), metavar="MxN",
+    g.add_argument("--schedule", choices=["auto", *SCHEDULES], default="auto",
+                   help="auto (default): schedule, tile, cluster, raster and swizzle chosen for the problem "
+                        "(GemmConfig.for_problem; options given are kept)")
+    g.add_argument("--cluster", type=cluster_arg, default=None, metavar="MxN",
                    help="CTAs per cluster, cluster_m x cluster_n: 1x1, 2x1 or 1x2 (warp-specialized schedules)")
-    g.add_argument("--raster", choices=list(RASTERS), default="M", help="the tile scheduler walks along M or N first")
-    g.add_argument("--swizzle", type=int, choices=list(SWIZZLES), default=1, help="tiles per rasterization strip")
+    g.add_argument("--raster", choices=list(RASTERS), default=None, help="the tile scheduler walks along M or N first")
+    g.add_argument("--swizzle", type=int, choices=list(SWIZZLES), default=None, help="tiles per rasterization strip")
     g.add_argument("--sm-count", type=int_in(1, 4096), default=None,
                    help="SMs a persistent schedule fills, 1..4096 (default: the device's, else 132)")
     g.add_argument("--b-major", choices=["MN", "K", "N"], default="MN",

@@ -57,7 +57,7 @@ def test_user_mistakes_give_one_line_naming_the_option(argv, option, match, back
     from cutedsl.device.cuda import CudaBackend
     if option == "--dump" and backend == "cuda" and not CudaBackend.available()[0]:
         option, match = "--backend", "CUDA backend unavailable"   # found first: nothing to compile for
-    full = ["gemm", "--m", "70", "--n", "64", "--k", "64", "--backend", backend]
+    full = ["gemm", "--m", "70", "--n", "64", "--k", "64", "--backend", backend, "--schedule", "multistage"]
     try:
         status = cli.main(full + argv)      # later options win: argv overrides the defaults above
     except SystemExit as e:
@@ -102,7 +102,8 @@ def test_problem_too_big_for_memory_is_one_line():
 
 def test_backend_none_reports_the_checked_grid(capsys):
     from cutedsl import cli
-    assert cli.main(["gemm", "--m", "300", "--n", "200", "--k", "64", "--backend", "none", "--json"]) == 0
+    assert cli.main(["gemm", "--m", "300", "--n", "200", "--k", "64", "--backend", "none", "--json",
+                     "--schedule", "multistage"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["grid"] == [2, 3, 1] and rep["executed"] is False
 
@@ -174,7 +175,7 @@ def test_check_with_backend_none_is_a_usage_error(capsys):
 @pytest.mark.parametrize("argv", [["--m", "-5"], ["--dtype", "f32"], ["--m", "10000000"]])
 def test_json_argument_errors_print_one_json_object(argv, capsys):
     from cutedsl import cli
-    full = ["gemm", "--m", "70", "--n", "64", "--k", "64", "--backend", "none", "--json"] + argv
+    full = ["gemm", "--m", "70", "--n", "64", "--k", "64", "--backend", "none", "--json", "--schedule", "multistage"] + argv
     try:
         status = cli.main(full)
     except SystemExit as e:

@@ -52,7 +52,7 @@ def test_lower_layers_never_import_higher(layer):
 
 def test_main_job_without_execution_reports_json():
     r = subprocess.run([sys.executable, "-m", "cutedsl", "gemm", "--m", "1000", "--n", "1000", "--k", "1000",
-                        "--backend", "none", "--json"], capture_output=True, text=True)
+                        "--backend", "none", "--json", "--schedule", "multistage"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     for key in ("backend", "m", "n", "k", "dtype", "tile", "stages", "registers", "spills", "smem_bytes",

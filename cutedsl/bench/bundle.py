@@ -37,7 +37,8 @@ PLANS = {
     "smoke": {
         "bench_args": ["--set", "square", "--schedule", "multistage", "--tile", "128x128x64", "--stages", "2"],
         "identity_args": ["--set", "square", "--schedule", "multistage", "--tile", "128x128x64", "--stages", "2"],
-        "main_args": ["gemm", "--m", "300", "--n", "200", "--k", "160", "--stages", "2", "--out-dtype", "f16",
+        "main_args": ["gemm", "--m", "300", "--n", "200", "--k", "160", "--schedule", "multistage", "--stages", "2",
+                      "--out-dtype", "f16",
                       "--check"],
         "tests": [],
     },

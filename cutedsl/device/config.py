@@ -97,6 +97,8 @@ class GemmConfig:
     swizzle: int = attrs.field(default=1)
     sm_count: object = attrs.field(default=None)
     arch: str = attrs.field(default="sm_90a")
+    #: why each field has its value, when the config was chosen by :meth:`for_problem`
+    reasons: object = attrs.field(default=None, init=False, eq=False, repr=False, hash=False)
 
     def __attrs_post_init__(self):
         for f in attrs.fields(type(self)):      # every field annotated ``str`` must be one
@@ -146,6 +148,29 @@ class GemmConfig:
             raise ConfigError(f"sm_count must be None or an int in 1..4096, got {self.sm_count!r}")
         if self.sm_count is not None:
             object.__setattr__(self, "sm_count", int(self.sm_count))
+
+    @classmethod
+    def for_problem(cls, m: int, n: int, k: int, dtype: str = "f16", *, sm_count=None, **fixed) -> "GemmConfig":
+        """The config the documented model (:mod:`cutedsl.device.heuristic`) picks for an
+        ``m x n x k`` problem on ``sm_count`` SMs (None: 132): tile by wave efficiency, fill and
+        intensity; persistent schedule past one wave (ping-pong for short K); 2x1 cluster with
+        enough tiles; raster along the longer side; stages ``"auto"``. Fields in ``fixed``
+        (``out_dtype``, ``b_major``, ``epilogue``, ``tile``, ``schedule``, ...) are kept.
+        :meth:`explain` says why each field has its value. ``ConfigError`` when nothing fits."""
+        from .heuristic import choose
+        for name, v in (("m", m), ("n", n), ("k", k)):
+            if not _is_int(v) or v < 1:
+                raise ConfigError(f"for_problem: {name} must be a positive int, got {v!r}")
+        cfg, reasons = choose(cls, int(m), int(n), int(k), {"dtype": dtype, **fixed}, sm_count)
+        object.__setattr__(cfg, "reasons", reasons)
+        return cfg
+
+    def explain(self) -> str:
+        """One line per field: why it has its value (``for_problem``), or that it was given."""
+        if self.reasons is None:
+            return "set by hand (not chosen by GemmConfig.for_problem)"
+        from .heuristic import explain_text
+        return explain_text(self.reasons)
 
     @classmethod
     def parse_tile(cls, text: str) -> tuple:

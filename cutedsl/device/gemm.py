@@ -47,6 +47,11 @@ class Gemm:
     :meth:`prepare` and :mod:`cutedsl.device.arrays` for who owns what).
     """
 
+    def __new__(cls, config=None, *args, **kwargs):
+        if isinstance(config, str) and config == "auto":     # a config per call shape
+            return AutoGemm(*args, **kwargs)
+        return super().__new__(cls)
+
     @checked_arguments()
     def __init__(self, config: GemmConfig, backend="auto", *, epilogue=None, kernel=None, cache=None,
                  dump_dir=None):
@@ -357,6 +362,66 @@ class Gemm:
         return dd
 
 
+class AutoGemm:
+    """``Gemm("auto", backend, ...)``: each call's shape (and A's dtype) picks a config with
+    :meth:`GemmConfig.for_problem` (on the backend's SM count); one :class:`Gemm`, so one compiled
+    kernel, per chosen config, kept for later calls. ``fixed``: config fields to keep (e.g.
+    ``out_dtype="bf16"``, ``epilogue="global"``); ``epilogue``/``cache``/``dump_dir`` as for
+    :class:`Gemm`. ``last_config`` is the config of the latest call (``explain()`` says why)."""
+
+    @checked_arguments()
+    def __init__(self, backend="auto", *, epilogue=None, cache=None, dump_dir=None, **fixed):
+        self._backend_arg = check_backend_arg(backend) and backend
+        self._opts = {"epilogue": epilogue, "cache": cache, "dump_dir": dump_dir}
+        self._fixed = fixed
+        GemmConfig.for_problem(128, 128, 64, **{"dtype": "f16", **fixed})    # bad fields: now, not at the call
+        self._gemms = {}
+        self._lock = threading.Lock()
+        self.last_config = None
+
+    def config_for(self, a, b) -> GemmConfig:
+        """The config a call with operands ``a`` (M x K) and ``b`` (K x N) runs."""
+        shapes, dts = [], []
+        for name, x in (("a", a), ("b", b)):
+            dev = arrays.describe(x, name)
+            if dev is None:
+                x = np.asarray(x)
+                shapes.append(x.shape)
+                dts.append(x.dtype)
+            else:
+                shapes.append(dev[1])
+                dts.append(dev[3].name)
+        if len(shapes[0]) != 2 or len(shapes[1]) != 2:
+            raise ArgumentError(f"a and b must be 2-D, got shapes {tuple(shapes[0])} and {tuple(shapes[1])}")
+        (m, k), (_, n) = shapes
+        try:
+            dt = _dtype(dts[0]).name
+        except ArgumentTypeError:
+            raise ArgumentTypeError(f"a has dtype {dts[0]}: no GEMM config takes it") from None
+        sms = None
+        be = self._backend_arg if not isinstance(self._backend_arg, str) else None
+        if be is not None:
+            sms = getattr(be, "sm_count", None)
+        return GemmConfig.for_problem(max(m, 1), max(n, 1), max(k, 1), **{"dtype": dt, **self._fixed}, sm_count=sms)
+
+    def gemm_for(self, cfg: GemmConfig) -> "Gemm":
+        with self._lock:
+            g = self._gemms.get(cfg)
+            if g is None:
+                g = self._gemms[cfg] = Gemm(cfg, self._backend_arg, **self._opts)
+            return g
+
+    def __call__(self, a, b, out=None, **extra):
+        cfg = self.config_for(a, b)
+        self.last_config = cfg
+        return self.gemm_for(cfg)(a, b, out=out, **extra)
+
+    def run(self, a, b, out=None, **extra):
+        cfg = self.config_for(a, b)
+        self.last_config = cfg
+        return self.gemm_for(cfg).run(a, b, out=out, **extra)
+
+
 def gemm(a, b, config: GemmConfig | None = None, backend="auto"):
     """One-shot ``a @ b`` with ``config`` (default: ``GemmConfig`` for ``a``'s dtype)."""
     if config is None:
@@ -365,4 +430,4 @@ def gemm(a, b, config: GemmConfig | None = None, backend="auto"):
     return Gemm(config, backend)(a, b)
 
 
-__all__ = ["GemmConfig", "Gemm", "gemm", "NoDeviceError"]
+__all__ = ["GemmConfig", "Gemm", "AutoGemm", "gemm", "NoDeviceError"]

@@ -23,7 +23,7 @@ def test_pingpong_cluster_from_the_command_line():
     (["--swizzle", "3"], "--swizzle", r"invalid choice: 3"),
     (["--raster", "K"], "--raster", r"invalid choice: 'K'"),
     (["--sm-count", "0"], "--sm-count", r"1\.\.4096, got '0'"),
-    (["--cluster", "2x1"], "--cluster", r"needs a warp-specialized schedule"),
+    (["--schedule", "multistage", "--cluster", "2x1"], "--cluster", r"needs a warp-specialized schedule"),
     (["--schedule", "cooperative", "--tile", "64x128x64"], "--tile/--schedule", r"too small to split"),
 ])
 def test_schedule_option_mistakes(argv, option, match, capsys):
