@@ -15,6 +15,7 @@ _LAZY = {
     "Gemm": "cutedsl.device.gemm",
     "CompiledKernel": "cutedsl.compiler.artifact",
     "get_backend": "cutedsl.device.selection",
+    "load": "cutedsl.device.export",
 }
 
 

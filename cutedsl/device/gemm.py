@@ -59,6 +59,7 @@ class Gemm:
             raise ArgumentTypeError(f"config must be a GemmConfig, got {type(config).__name__}")
         self.config = config
         self.kernel = config.kernel(epilogue, kernel)
+        self._custom = epilogue is not None or kernel is not None     # user code: not exportable
         self._backend_name = check_backend_arg(backend)
         if not (cache is None or cache is False or hasattr(cache, "get_or_build")):
             raise ArgumentTypeError(f"cache must be a KernelCache, None or False, got {cache!r}")
@@ -73,6 +74,12 @@ class Gemm:
         # One Gemm may be called from many threads: the lazy compile, backend and module load
         # below happen once, under this lock (double-checked so warm calls never wait on it).
         self._lock = threading.RLock()
+
+    def save(self, path):
+        """Export the compiled kernel and config to directory ``path`` (``cutedsl.load(path)``
+        runs it without MLIR; :mod:`cutedsl.device.export`). Returns the path."""
+        from .export import save
+        return save(self, path)
 
     @property
     def compiled(self):
