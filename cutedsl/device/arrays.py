@@ -328,7 +328,27 @@ def describe(x, name: str = "array"):
             strides = tuple(reversed(st))
         fw = type(x).__module__.split(".")[0]
         return cai["data"][0], shape, tuple(strides), dt, fw
-    if isinstance(x, np.ndarray) or hasattr(x, "__array__"):
+    if isinstance(x, np.ndarray):
+        return None
+    from . import dlpack
+    if dlpack.is_dlpack(x):                  # any DLPack producer (jax, cupy, torch, ...)
+        dev_type, _ = dlpack.device_of(x)
+        if dev_type == dlpack.KDL_CPU:
+            return None                          # host memory: the numpy path (see host_array)
+        if dev_type not in (dlpack.KDL_CUDA, dlpack.KDL_CUDA_MANAGED):
+            raise ArgumentError(f"{name}: a DLPack array on {dlpack.device_name(dev_type)} memory; cutedsl takes "
+                                f"CUDA device memory or host arrays")
+        ptr, shape, strides, dt, _ = dlpack.describe_dlpack(x, name)
+        return ptr, shape, strides, dt, "dlpack:" + type(x).__module__.split(".")[0]
+    if hasattr(x, "__array__"):
         return None
     raise ArgumentTypeError(f"{name}: unsupported array type {type(x).__name__}: pass a numpy array, a "
-                            f"cutedsl DeviceArray or a CUDA array (torch, cupy)")
+                            f"cutedsl DeviceArray, a CUDA array (torch, cupy) or any DLPack array")
+
+
+def host_array(x) -> np.ndarray:
+    """A host operand as a numpy array: a DLPack producer on the CPU zero-copy through
+    ``np.from_dlpack``, anything else through ``np.asarray``."""
+    if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
+        return np.from_dlpack(x)
+    return np.asarray(x)

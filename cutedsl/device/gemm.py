@@ -122,7 +122,7 @@ class Gemm:
         for name, x in (("a", a), ("b", b)):
             dev = arrays.describe(x, name)
             if dev is None:
-                x = np.asarray(x)
+                x = arrays.host_array(x)
                 shape, dt = x.shape, x.dtype
                 try:
                     d = _dtype(dt)
@@ -152,7 +152,7 @@ class Gemm:
         """Device view of an operand in the layout the tensor map reads; numpy is copied."""
         dev = arrays.describe(x)
         if dev is None:
-            x = np.asarray(x)
+            x = arrays.host_array(x)
             host = x if major_inner else x.T          # K-major B: device holds B^T row-major
             return arrays.to_device(be, host, pitch_align=16), True
         ptr, shape, strides, dt, fw = dev
@@ -392,7 +392,7 @@ class AutoGemm:
         for name, x in (("a", a), ("b", b)):
             dev = arrays.describe(x, name)
             if dev is None:
-                x = np.asarray(x)
+                x = arrays.host_array(x)
                 shapes.append(x.shape)
                 dts.append(x.dtype)
             else:
@@ -433,7 +433,7 @@ def gemm(a, b, config: GemmConfig | None = None, backend="auto"):
     """One-shot ``a @ b`` with ``config`` (default: ``GemmConfig`` for ``a``'s dtype)."""
     if config is None:
         dev = arrays.describe(a, "a")
-        config = GemmConfig(dtype=(dev[3] if dev else _dtype(np.asarray(a).dtype)).name)
+        config = GemmConfig(dtype=(dev[3] if dev else _dtype(arrays.host_array(a).dtype)).name)
     return Gemm(config, backend)(a, b)
 
 

@@ -1,0 +1,94 @@
+"""Reading a DLPack tensor without any framework (the DLPack C ABI through ctypes).
+
+:func:`describe_dlpack` takes any object with ``__dlpack__`` / ``__dlpack_device__`` (torch,
+cupy, jax, numpy, ...) and returns ``(ptr, shape, strides in bytes, DType, device type)`` of
+its memory, zero-copy: the capsule is read, not consumed, so the producer keeps ownership and
+its deleter runs when the capsule goes (the caller keeps the producer alive while the memory
+is used). Source: DLPack ``dlpack.h`` v0.8 (``DLManagedTensor``, ``DLTensor``, device and
+dtype codes) and the Python array API's ``__dlpack__`` protocol.
+"""
+from __future__ import annotations
+
+import ctypes
+
+from ..dtypes import dtype as _dtype
+from ..errors import ArgumentError, ArgumentTypeError
+
+KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
+_DEVICE_NAMES = {1: "CPU", 2: "CUDA", 3: "CUDA host (pinned)", 13: "CUDA managed", 4: "OpenCL", 7: "Vulkan",
+                 8: "Metal", 10: "ROCm"}
+#: (type code, bits) -> cutedsl dtype name; codes: 0 int, 1 uint, 2 float, 4 bfloat
+_DTYPES = {(2, 16): "f16", (2, 32): "f32", (2, 64): "f64", (4, 16): "bf16", (0, 32): "i32", (0, 64): "i64",
+           (1, 8): "u8", (1, 16): "u16", (1, 32): "u32", (1, 64): "u64", (0, 8): "i8"}
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32), ("dtype", DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
+                            ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor)))]
+
+_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_get_pointer.restype, _get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+
+
+def is_dlpack(x) -> bool:
+    return hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__")
+
+
+def device_of(x) -> tuple:
+    """``(device type, device id)`` from ``__dlpack_device__``."""
+    t, i = x.__dlpack_device__()
+    return int(t), int(i)
+
+
+def describe_dlpack(x, name: str = "array") -> tuple:
+    """``(ptr, shape, strides_bytes, DType, device_type)`` of a DLPack producer (see module
+    docstring). ``ArgumentTypeError`` for a dtype cutedsl has no name for or vector lanes;
+    ``ArgumentError`` for a capsule that cannot be read."""
+    try:
+        cap = x.__dlpack__()
+    except Exception as e:       # noqa: BLE001 - a producer's own refusal (e.g. a stream argument)
+        raise ArgumentError(f"{name}: its __dlpack__() failed ({type(e).__name__}: {e})") from None
+    try:
+        ptr = _get_pointer(cap, b"dltensor")
+    except ValueError:
+        raise ArgumentError(f"{name}: __dlpack__() did not return a 'dltensor' capsule") from None
+    t = DLManagedTensor.from_address(ptr).dl_tensor
+    code, bits, lanes = t.dtype.code, t.dtype.bits, t.dtype.lanes
+    dt_name = _DTYPES.get((code, bits))
+    if dt_name is None or lanes != 1:
+        raise ArgumentTypeError(f"{name}: DLPack dtype (code {code}, {bits} bits, {lanes} lanes) has no cutedsl "
+                                f"type (f16, bf16, f32, integers)")
+    dt = _dtype(dt_name)
+    shape = tuple(int(t.shape[i]) for i in range(t.ndim))
+    if t.strides:
+        strides = tuple(int(t.strides[i]) * dt.nbytes for i in range(t.ndim))
+    else:                        # NULL strides: compact row-major
+        strides, acc = [], dt.nbytes
+        for s in reversed(shape):
+            strides.append(acc)
+            acc *= s
+        strides = tuple(reversed(strides))
+    data = (t.data or 0) + int(t.byte_offset)
+    del cap                      # unconsumed: its destructor calls the producer's deleter
+    return data, shape, strides, dt, int(t.device.device_type)
+
+
+def device_name(t: int) -> str:
+    return _DEVICE_NAMES.get(t, f"device type {t}")
