@@ -107,10 +107,7 @@ class GemmConfig:
                 raise ConfigError(f"{f.name} must be a string, got {v!r} ({type(v).__name__})")
         # the values come from the layers that implement them (the MMA atom's operand types, the
         # epilogue's output types, the kernel's tiles and schedule rules): no copies here
-        try:
-            get_arch(self.arch)
-        except ConfigError as e:
-            raise ConfigError(str(e)) from None
+        get_arch(self.arch)                              # ConfigError naming the known ones
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be {_alternatives(DTYPES)}, got {self.dtype!r}")
         if self.out_dtype not in OUT_DTYPES:

@@ -113,10 +113,10 @@ class GemmKernel(Kernel):
         return None
 
     def __init__(self, tile_m=128, tile_n=128, dtype="f16", out_dtype="f32", b_major="MN", epilogue=None, arch=None):
-        if tile_m not in TILE_M:
-            raise ValueError(f"tile_m must be one of {TILE_M}, got {tile_m}")
-        if tile_n not in TILE_N:
-            raise ValueError(f"tile_n must be one of {TILE_N}, got {tile_n}")
+        if tile_m not in self.TILE_M:      # the class's published lists: a subclass may widen them
+            raise ValueError(f"tile_m must be one of {self.TILE_M}, got {tile_m}")
+        if tile_n not in self.TILE_N:
+            raise ValueError(f"tile_n must be one of {self.TILE_N}, got {tile_n}")
         from ..errors import ConfigError
         try:
             self.traits = mma_traits(dtype)    #: K tile, element bytes, swizzle of the operands
