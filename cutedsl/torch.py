@@ -1,0 +1,131 @@
+"""torch integration: ``cutedsl.torch.gemm(a, b, *, config=None, out=None)`` and the custom ops
+``torch.ops.cutedsl.gemm`` / ``torch.ops.cutedsl.gemm_out`` (``torch.library.custom_op``).
+
+``a`` (M, K) and ``b`` (K, N) are CUDA tensors of one dtype (float16 or bfloat16; B row-major,
+or a transposed view of an (N, K) tensor with ``config.b_major == "K"``), used in place. The
+result is a new (M, N) CUDA tensor of the config's output dtype (float32 by default), or
+``out``, filled. ``config``: a :class:`~cutedsl.GemmConfig`, or None for the one
+``GemmConfig.for_problem`` picks for the shape. One compiled kernel per config, kept for later
+calls.
+
+Each op has a fake (meta) implementation giving the output's shape, dtype and strides without
+running anything, so ``torch.compile`` traces calls into the graph (no graph break). The
+result's rows are padded to 16 bytes (TMA's pitch rule): its strides are ``(pitch, 1)``.
+
+Errors before anything runs: CPU tensors (the kernels run on CUDA memory only; use
+``torch.matmul`` on the CPU), other dtypes, shapes that do not multiply -- ``ArgumentError`` /
+``ArgumentTypeError`` naming the argument.
+"""
+from __future__ import annotations
+
+import json
+import threading
+
+import torch
+
+from .device.config import GemmConfig
+from .errors import ArgumentError, ArgumentTypeError
+
+_TO_NAME = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
+_FROM_NAME = {v: k for k, v in _TO_NAME.items()}
+_PITCH = 16                 #: bytes: TMA's row-stride rule for the result
+_GEMMS: dict = {}
+_LOCK = threading.Lock()
+
+
+def _check(a, b, who: str = "cutedsl.torch.gemm") -> tuple:
+    for name, x in (("a", a), ("b", b)):
+        if not isinstance(x, torch.Tensor):
+            raise ArgumentTypeError(f"{who}: {name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.device.type == "cpu":
+            raise ArgumentError(f"{who}: {name} is a CPU tensor; the kernels run on CUDA tensors (use "
+                                f"torch.matmul on the CPU, or move the tensors with .cuda())")
+        if x.dim() != 2:
+            raise ArgumentError(f"{who}: {name} must be 2-D, got shape {tuple(x.shape)}")
+        if x.dtype not in (torch.float16, torch.bfloat16):
+            raise ArgumentTypeError(f"{who}: {name} has dtype {x.dtype}; the kernels take torch.float16 or "
+                                    f"torch.bfloat16")
+    if a.dtype != b.dtype:
+        raise ArgumentTypeError(f"{who}: a is {a.dtype} but b is {b.dtype}")
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2:
+        raise ArgumentError(f"{who}: a.shape[1] ({k}) != b.shape[0] ({k2})")
+    return int(m), int(n), int(k)
+
+
+def _config(config_json: str, m: int, n: int, k: int, dtype) -> GemmConfig:
+    if not config_json:
+        return GemmConfig.for_problem(m, n, k, _TO_NAME[dtype])
+    return GemmConfig(**json.loads(config_json))
+
+
+def _result_like(a, m: int, n: int, out_dtype: str):
+    dt = _FROM_NAME[out_dtype]
+    es = torch.empty((), dtype=dt).element_size()
+    pitch = -(-max(n, 1) * es // _PITCH) * _PITCH // es
+    return torch.empty_strided((m, n), (pitch, 1), dtype=dt, device=a.device)
+
+
+def _gemm_for(cfg: GemmConfig):
+    from .device.gemm import Gemm
+    with _LOCK:
+        g = _GEMMS.get(cfg)
+        if g is None:
+            g = _GEMMS[cfg] = Gemm(cfg, "cuda")
+        return g
+
+
+@torch.library.custom_op("cutedsl::gemm", mutates_args=())
+def _gemm_op(a: torch.Tensor, b: torch.Tensor, config: str) -> torch.Tensor:
+    m, n, k = _check(a, b)
+    cfg = _config(config, m, n, k, a.dtype)
+    out = _result_like(a, m, n, cfg.out_dtype)
+    _gemm_for(cfg)(a, b, out=out)
+    return out
+
+
+@_gemm_op.register_fake
+def _gemm_fake(a, b, config):
+    m, n, k = _check(a, b)
+    out_dtype = json.loads(config).get("out_dtype", "f32") if config else "f32"
+    return _result_like(a, m, n, out_dtype)
+
+
+@torch.library.custom_op("cutedsl::gemm_out", mutates_args=("out",))
+def _gemm_out_op(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, config: str) -> None:
+    m, n, k = _check(a, b)
+    cfg = _config(config, m, n, k, a.dtype)
+    _gemm_for(cfg)(a, b, out=out)
+
+
+@_gemm_out_op.register_fake
+def _gemm_out_fake(a, b, out, config):
+    _check(a, b)
+
+
+def _config_json(config) -> str:
+    if config is None:
+        return ""
+    if not isinstance(config, GemmConfig):
+        raise ArgumentTypeError(f"cutedsl.torch.gemm: config must be a GemmConfig or None, got {type(config).__name__}")
+    import attrs
+    return json.dumps({f.name: getattr(config, f.name) for f in attrs.fields(GemmConfig) if f.init},
+                      default=list, sort_keys=True)
+
+
+def gemm(a, b, *, config: GemmConfig | None = None, out=None):
+    """``a @ b`` on CUDA tensors with cutedsl's kernels (see module docstring); returns the
+    result, or ``out`` filled. Traceable by ``torch.compile``."""
+    cj = _config_json(config)
+    m, n, _ = _check(a, b)
+    if config is not None and _FROM_NAME[config.dtype] != a.dtype:
+        raise ArgumentTypeError(f"cutedsl.torch.gemm: a is {a.dtype} but the config's dtype is {config.dtype}")
+    if out is None:
+        return torch.ops.cutedsl.gemm(a, b, cj)
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (m, n):
+        raise ArgumentError(f"cutedsl.torch.gemm: out must be a ({m}, {n}) tensor")
+    torch.ops.cutedsl.gemm_out(a, b, out, cj)
+    return out
+
+
+__all__ = ["gemm"]
