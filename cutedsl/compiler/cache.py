@@ -336,8 +336,9 @@ class KernelCache:
                     f.write(_MARKER_TEXT)
 
     def _clear_blocker(self, p: Path) -> None:
-        """A regular file (or an empty directory) at an entry's own path in a marked root is a
-        broken entry of ours: discard it with a warning naming it. Symlinks are never touched."""
+        """A regular file (or an empty directory) at an entry's own path -- a name only the cache
+        makes, in a root carrying its marker -- is a broken entry of ours: discard it with a
+        warning naming it. Symlinks and non-empty directories are never touched."""
         if not _real_file(self.root / MARKER):
             return
         try:
@@ -351,8 +352,8 @@ class KernelCache:
             return
         with contextlib.suppress(FileNotFoundError):
             remove(p)
-            warnings.warn(f"kernel cache entry {p} was blocked by an empty {'file' if remove is os.unlink else 'directory'}; "
-                          f"discarded and rebuilt", stacklevel=5)
+            what = "a file" if remove is os.unlink else "an empty directory"
+            warnings.warn(f"kernel cache entry {p} was blocked by {what}; discarded and rebuilt", stacklevel=5)
 
     def _unwritable(self, err: OSError) -> None:
         root = str(self.root)

@@ -137,7 +137,7 @@ def test_entry_blocked_by_a_file_is_discarded_and_rebuilt_once(tmp_path, level):
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         assert c.get_or_build(CONFIG, lambda: fake_kernel("b"))[1] is False
-    assert [str(x.message) for x in w] == [f"kernel cache entry {blocker} was blocked by an empty file; "
+    assert [str(x.message) for x in w] == [f"kernel cache entry {blocker} was blocked by a file; "
                                            f"discarded and rebuilt"]
     assert KernelCache(tmp_path).get_or_build(CONFIG, lambda: fake_kernel("x"))[0].ptx == "// ptx b\n"
     assert str(tmp_path) not in cache_mod._UNWRITABLE
