@@ -174,8 +174,11 @@ def _print_text(rep):
       f"{rep['spills']} spill bytes, {rep['smem_bytes']} B shared memory")
     p(f"  compile: {rep['compile_s']:.3f} s ({'cache hit; cold compile took ' + format(rep['cold_compile_s'], '.3f') + ' s' if rep['cached'] else 'cold'})")
     keys = ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "BAR", "STG", "STS", "WARPGROUP", "USETMAXREG")
-    p("  SASS: " + ", ".join(f"{k} {rep['sass'].get(k, 0)}" for k in keys)
-      + f"  ({sum(rep['sass'].values())} instructions)")
+    if rep["sass"] is None:            # a machine without nvdisasm (running cached kernels)
+        p("  SASS: not available here (no nvdisasm)")
+    else:
+        p("  SASS: " + ", ".join(f"{k} {rep['sass'].get(k, 0)}" for k in keys)
+          + f"  ({sum(rep['sass'].values())} instructions)")
     for m in rep["ptxas_messages"]:
         p(f"  ptxas: {m}")
     if "note" in rep:               # when nothing ran, the note says why (one line)

@@ -119,14 +119,16 @@ class TensorMapSpec:
 
 @attrs.frozen
 class KernelResources:
-    """Resource report of one compiled kernel (from ``ptxas -v`` and ``nvdisasm``)."""
+    """Resource report of one compiled kernel (from ``ptxas -v`` and ``nvdisasm``). ``sass`` is
+    None until the SASS is disassembled (:attr:`CompiledKernel.resources` does it when read,
+    where nvdisasm is installed: compiling does not wait for it)."""
     registers: int
     spill_stores: int            #: bytes
     spill_loads: int             #: bytes
     stack: int                   #: bytes of stack frame
     static_smem: int             #: bytes of static shared memory (e.g. mbarriers)
     dynamic_smem: int            #: bytes of dynamic shared memory requested at launch
-    sass: dict = attrs.field(factory=dict, converter=dict)   #: SASS opcode -> count
+    sass: dict | None = attrs.field(default=None, converter=attrs.converters.optional(dict))  #: SASS opcode -> count
     ptxas_messages: tuple = attrs.field(default=(), converter=tuple)  #: ptxas info/warning lines (C75xx)
 
     @property
@@ -145,10 +147,26 @@ class CompiledKernel:
     cluster: tuple = attrs.field(converter=tuple, default=(1, 1, 1))
     dynamic_smem: int = 0                               #: bytes
     tensor_maps: tuple = attrs.field(converter=tuple, default=())   #: TensorMapSpec
-    resources: KernelResources | None = None
+    _resources: KernelResources | None = attrs.field(default=None, alias="resources", eq=False)
     compile_seconds: float = 0.0
     key: str = ""
     meta: dict = attrs.field(factory=dict, converter=dict)
+
+    @property
+    def resources(self) -> KernelResources | None:
+        """The resource report; its SASS histogram is disassembled from the cubin on first read
+        (about 0.3 s; nvdisasm), so a compile does not wait for it. Where nvdisasm is not
+        installed (a GPU box running cached kernels) ``sass`` stays None."""
+        r = self._resources
+        if r is not None and r.sass is None and self.cubin:
+            from . import toolchain
+            try:
+                hist = toolchain.sass_histogram(toolchain.sass(self.cubin))
+            except Exception:          # noqa: BLE001 - no nvdisasm here: the histogram stays unknown
+                return r
+            r = attrs.evolve(r, sass=hist)
+            object.__setattr__(self, "_resources", r)
+        return r
 
     def param(self, name: str) -> ParamSpec:
         for p in self.params:
@@ -181,7 +199,7 @@ class CompiledKernel:
             "block": list(self.block), "cluster": list(self.cluster),
             "dynamic_smem": self.dynamic_smem,
             "tensor_maps": [attrs.asdict(t) for t in self.tensor_maps],
-            "resources": attrs.asdict(self.resources) if self.resources else None,
+            "resources": attrs.asdict(self._resources) if self._resources else None,   # as known: no disassembly
             "compile_seconds": self.compile_seconds, "key": self.key, "meta": self.meta,
             "sha256": {"kernel.ptx": hashlib.sha256(ptx).hexdigest(),
                        "kernel.cubin": hashlib.sha256(self.cubin).hexdigest()},

@@ -64,9 +64,10 @@ def _compile_kernel(kb, dynamic_smem, tensor_maps, meta, dump_dir, isolate) -> C
     lowered = lower_to_ptx(kb.module, byval, want_ir=dd is not None, isolate=isolate, arch=arch)
     ptx = lowered["ptx"]
     cubin, info, messages, log = toolchain.ptxas(ptx, arch=arch)
-    sass_text = toolchain.sass(cubin)
-    hist = toolchain.sass_histogram(sass_text)
+    hist = None                 # the SASS histogram is disassembled when first read (resources)
     if dd:
+        sass_text = toolchain.sass(cubin)
+        hist = toolchain.sass_histogram(sass_text)
         (dd / f"{name}.after.mlir").write_text(lowered["ir_after"] or "")
         (dd / f"{name}.ptx").write_text(ptx)
         (dd / f"{name}.sass").write_text(sass_text)

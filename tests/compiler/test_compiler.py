@@ -141,3 +141,19 @@ def test_sass_histogram_parser():
     """
     assert sass_histogram(text) == {"BRA": 1, "HGMMA": 1, "UTMALDG": 1}
     assert sass_histogram(text, detailed=True)["HGMMA.64x128x16.F32"] == 1
+
+
+def test_compile_does_not_wait_for_the_sass_histogram(monkeypatch, tmp_path):
+    """Issue 22: nvdisasm (~0.3 s of a ~0.6 s cold compile) runs when the SASS histogram is
+    first read, not while compiling; a cached entry keeps it unknown until read."""
+    from cutedsl import GemmConfig
+    from cutedsl.compiler import KernelCache, toolchain
+    calls = []
+    real = toolchain.sass
+    monkeypatch.setattr(toolchain, "sass", lambda cubin: calls.append(1) or real(cubin))
+    k = GemmConfig(tile=(64, 64, 64), stages=2).kernel().compile(cache=KernelCache(tmp_path))
+    assert calls == [] and k._resources.sass is None and k.resources.registers > 0
+    assert k.resources.sass["HGMMA"] >= 1 and calls == [1]
+    assert k.resources.sass["HGMMA"] >= 1 and calls == [1]          # once per object
+    again = GemmConfig(tile=(64, 64, 64), stages=2).kernel().compile(cache=KernelCache(tmp_path))
+    assert again._resources.sass is None and again.resources.sass == k.resources.sass

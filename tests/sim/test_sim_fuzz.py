@@ -24,7 +24,7 @@ from simkit import kernel
 from test_sim_kernels import run_gemm
 
 HERE = Path(__file__).parent
-SOURCES = sorted((HERE / "ptx").glob("*.ptx")) + sorted((HERE / "triton").glob("*.ptx"))
+SOURCES = sorted((HERE / "ptx").glob("*.ptx")) + sorted((HERE / "triton_ptx").glob("*.ptx"))
 HUGE = ["4000000000", "2147483647", "1000000000000", "-1", "99999999999999999999", "0"]
 _NUM = re.compile(r"(?<![%\w.$])\d+")
 

@@ -1,6 +1,6 @@
 """Fidelity on PTX this project did not write: Triton 3.9's sm_90a matmul kernels on the emulator.
 
-The PTX under ``tests/sim/triton/`` was produced by ``tests/sim/triton/generate_fixtures.py``
+The PTX under ``tests/sim/triton_ptx/`` was produced by ``tests/sim/triton_ptx/generate_fixtures.py``
 (Triton is not needed here). Each test builds the kernel's parameters the way Triton's
 launcher does (pointers, i32 scalars, host tensor maps followed by their shape and strides,
 the trailing global/profile scratch pointers), runs the kernel with race checks on, on
@@ -16,7 +16,7 @@ import pytest
 
 from cutedsl.sim import Emulator, MemoryAccessError, RaceError
 
-HERE = pathlib.Path(__file__).parent / "triton"
+HERE = pathlib.Path(__file__).parent / "triton_ptx"
 SWIZZLE_BYTES = {0: 0, 1: 32, 2: 64, 3: 128}     # Triton's tensordesc_meta swizzle enum
 
 

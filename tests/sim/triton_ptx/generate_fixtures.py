@@ -5,7 +5,7 @@ Triton is NOT a dependency of cutedsl. Run it from its own virtual environment (
 
     python3 -m venv /tmp/tritonvenv
     /tmp/tritonvenv/bin/pip install triton==3.9.0 numpy
-    TRITON_DEFAULT_FP_FUSION=1 /tmp/tritonvenv/bin/python tests/sim/triton/generate_fixtures.py
+    TRITON_DEFAULT_FP_FUSION=1 /tmp/tritonvenv/bin/python tests/sim/triton_ptx/generate_fixtures.py
 
 Made with Triton 3.9.0 (the version is recorded in every JSON file). Each fixture is
 ``NAME.ptx`` (Triton's PTX, unchanged) plus ``NAME.json``: entry name, num_warps, block
