@@ -67,7 +67,7 @@ _LOCKS = frozenset({".lock", ".build.lock"})
 _TMP, _TRASH = ".cutedsl-tmp-", ".cutedsl-trash-"   # private names: a user's ``.tmp-x`` is never ours
 _STALE_S = 600                  # a private temp dir older than this belongs to a killed writer
 BUILD_WAIT_S = 600              # longest wait for another process compiling the same kernel
-KEY_COVERS = ("kernel name and config; the library's code-generating sources (dtypes, ir, compiler, "
+KEY_COVERS = ("kernel name and config; the library's code-generating sources (dtypes, arch, problem, ir, compiler, "
               "atom, collective, kernel); every class outside cutedsl in the MRO of the kernel and "
               "its collectives (mainloop, epilogue, tile scheduler), their plain data attributes, the source "
               "of their modules and of the user modules those import; toolchain versions (MLIR, LLVM, ptxas, nvdisasm)")

@@ -31,15 +31,17 @@ from pathlib import Path
 
 _PKG = Path(__file__).resolve().parent.parent
 _CODEGEN = ("ir", "compiler", "atom", "collective", "kernel")
+_CODEGEN_FILES = ("dtypes.py", "arch.py", "problem.py")     #: root modules the kernels are generated from
 _FILE_CACHE: dict = {}   # (content digest, package) -> names of the modules the file imports
 
 
 @functools.lru_cache(maxsize=None)
 def library_hash() -> str:
     """SHA-256 (16 hex digits) over the library sources that determine generated code:
-    ``dtypes.py`` and the ``ir``, ``compiler``, ``atom``, ``collective``, ``kernel`` packages."""
+    ``dtypes.py``, ``arch.py`` (target, budgets), ``problem.py`` and the ``ir``, ``compiler``,
+    ``atom``, ``collective``, ``kernel`` packages."""
     h = hashlib.sha256()
-    files = [_PKG / "dtypes.py"] + sorted(p for d in _CODEGEN for p in (_PKG / d).rglob("*.py"))
+    files = [_PKG / f for f in _CODEGEN_FILES] + sorted(p for d in _CODEGEN for p in (_PKG / d).rglob("*.py"))
     for p in files:
         h.update(str(p.relative_to(_PKG)).encode())
         h.update(p.read_bytes())

@@ -223,3 +223,20 @@ def test_user_module_and_its_imports_are_hashed(tmp_path, monkeypatch):
             return {}
     ident = K().cache_key()[1]["user_code"]
     assert "pkg_u.epi.E" in ident["classes"] and "pkg_u.helper" in ident["modules"]
+
+
+def test_root_modules_that_generate_code_are_in_the_library_hash(tmp_path, monkeypatch):
+    """arch.py (target, budgets) and problem.py shape generated code: an edit must change the key."""
+    import shutil
+    from cutedsl.compiler import identity
+    assert {"dtypes.py", "arch.py", "problem.py"} <= set(identity._CODEGEN_FILES)
+    pkg = tmp_path / "cutedsl"
+    shutil.copytree(identity._PKG, pkg, ignore=shutil.ignore_patterns("__pycache__", "sim", "bench"))
+    monkeypatch.setattr(identity, "_PKG", pkg)
+    identity.library_hash.cache_clear()
+    before = identity.library_hash()
+    (pkg / "arch.py").write_text((pkg / "arch.py").read_text().replace('"+ptx83"', '"+ptx84"'))
+    identity.library_hash.cache_clear()
+    after = identity.library_hash()
+    identity.library_hash.cache_clear()
+    assert before != after
