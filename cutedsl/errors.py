@@ -91,3 +91,9 @@ def checked_arguments(error=None):
             return fn(*args, **kwargs)
         return wrapper
     return deco
+
+
+def one_of(values, quote: bool = True) -> str:
+    """``'a', 'b' or 'c'`` (``quote=False``: ``1, 2 or 4``): the accepted values in a message."""
+    q = [repr(v) if quote else str(v) for v in values]
+    return q[0] if len(q) == 1 else f"{', '.join(q[:-1])} or {q[-1]}"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import attrs
 
-from ..errors import ConfigError
+from ..errors import ConfigError, one_of
 
 #: bytes per element of the operand types the WGMMA atom is built for (more to come: e4m3/e5m2
 #: = 1, tf32 = 4, with their instruction kinds in ``atom/wgmma.py``)
@@ -41,8 +41,7 @@ class MmaTraits:
 
     def __attrs_post_init__(self):
         if self.dtype not in ELEMENT_BYTES:
-            names = list(ELEMENT_BYTES)
-            raise ConfigError(f"the WGMMA atom takes {', '.join(names[:-1])} or {names[-1]} operands, "
+            raise ConfigError(f"the WGMMA atom takes {one_of(ELEMENT_BYTES, quote=False)} operands, "
                               f"got {self.dtype!r}")
         if self.swizzle not in SWIZZLES:
             raise ConfigError(f"operand swizzle must be one of {SWIZZLES} bytes, got {self.swizzle!r}")

@@ -24,6 +24,7 @@ from ..atom.tma import TmaCopy, bulk_commit_group, bulk_wait_group
 from ..atom.wgmma import FRAG_COLS, FRAG_QUAD, FRAG_ROW_STEP, FRAG_WARP_ROWS
 from ..compiler.artifact import ParamSpec as Param, TensorMapSpec
 from ..dtypes import dtype as _dtype
+from ..errors import one_of
 from ..ir._lazy import lazy
 
 gpu, memref = lazy("mlir.dialects.gpu"), lazy("mlir.dialects.memref")
@@ -75,8 +76,7 @@ class Epilogue:
 
     def __init__(self, tile_m: int, tile_n: int, out_dtype: str = "f32"):
         if out_dtype not in self.OUT_DTYPES:
-            raise ValueError(f"epilogue output dtype must be {', '.join(self.OUT_DTYPES[:-1])} or "
-                             f"{self.OUT_DTYPES[-1]}, got {out_dtype}")
+            raise ValueError(f"epilogue output dtype must be {one_of(self.OUT_DTYPES, quote=False)}, got {out_dtype}")
         self.tile_m, self.tile_n, self.out_dtype = tile_m, tile_n, out_dtype
 
     def configure(self, **options):

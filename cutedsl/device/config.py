@@ -13,7 +13,7 @@ from ..atom.mma_traits import ELEMENT_BYTES
 from ..collective.epilogue import Epilogue
 from ..collective.tile_scheduler import RASTERS, SWIZZLES
 from ..collective.tma_wgmma import CLUSTERS, TmaWgmmaMainloop   # what the mainloop supports: one list
-from ..errors import ArgumentTypeError, ConfigError, ConfigTypeError, CuteDSLError, SharedMemoryError, checked_arguments
+from ..errors import ArgumentTypeError, ConfigError, ConfigTypeError, CuteDSLError, SharedMemoryError, checked_arguments, one_of
 
 _MAX_I32 = 2 ** 31 - 1
 #: the schedules a ``GemmConfig`` can name; the last three are warp-specialized
@@ -24,12 +24,6 @@ OUT_DTYPES = Epilogue.OUT_DTYPES                #: what the epilogues write
 EPILOGUE_KINDS = Epilogue.KINDS
 STAGES = TmaWgmmaMainloop.STAGES                #: pipeline depths of the mainloops
 B_MAJORS = ("MN", "K")                          #: B's layouts (CuTe terms); "N" is read as "MN"
-
-
-def _alternatives(values) -> str:
-    """``'a', 'b' or 'c'``."""
-    q = [repr(v) for v in values]
-    return q[0] if len(q) == 1 else f"{', '.join(q[:-1])} or {q[-1]}"
 
 
 def _is_int(v) -> bool:
@@ -109,9 +103,9 @@ class GemmConfig:
         # epilogue's output types, the kernel's tiles and schedule rules): no copies here
         get_arch(self.arch)                              # ConfigError naming the known ones
         if self.dtype not in DTYPES:
-            raise ConfigError(f"dtype must be {_alternatives(DTYPES)}, got {self.dtype!r}")
+            raise ConfigError(f"dtype must be {one_of(DTYPES)}, got {self.dtype!r}")
         if self.out_dtype not in OUT_DTYPES:
-            raise ConfigError(f"out_dtype must be {_alternatives(OUT_DTYPES)}, got {self.out_dtype!r}")
+            raise ConfigError(f"out_dtype must be {one_of(OUT_DTYPES)}, got {self.out_dtype!r}")
         if len(self.tile) != 3:
             raise ConfigError(f"tile must be (BLOCK_M, BLOCK_N, BLOCK_K), got {self.tile!r}")
         if self.schedule not in SCHEDULES:
@@ -120,7 +114,7 @@ class GemmConfig:
         if self.b_major not in B_MAJORS:
             raise ConfigError(f"b_major must be 'MN' (or 'N') or 'K', got {self.b_major!r}")
         if self.epilogue not in EPILOGUE_KINDS:
-            raise ConfigError(f"epilogue must be {_alternatives(EPILOGUE_KINDS)}, got {self.epilogue!r}")
+            raise ConfigError(f"epilogue must be {one_of(EPILOGUE_KINDS)}, got {self.epilogue!r}")
         why = self._kernel_cls().can_implement(self)     # the schedule's own rules, all at once
         if why:
             raise ConfigError(why)
@@ -134,10 +128,9 @@ class GemmConfig:
             raise ConfigError(f"cluster {self.cluster} needs a warp-specialized schedule "
                               f"({', '.join(WARP_SPECIALIZED)}), not {self.schedule!r}")
         if self.raster not in RASTERS:
-            raise ConfigError(f"raster must be {_alternatives(RASTERS)}, got {self.raster!r}")
+            raise ConfigError(f"raster must be {one_of(RASTERS)}, got {self.raster!r}")
         if not _is_int(self.swizzle) or self.swizzle not in SWIZZLES:      # 2.0 is refused
-            raise ConfigError(f"swizzle must be {', '.join(map(str, SWIZZLES[:-1]))} or {SWIZZLES[-1]}, "
-                              f"got {self.swizzle!r}")
+            raise ConfigError(f"swizzle must be {one_of(SWIZZLES, quote=False)}, got {self.swizzle!r}")
         # numpy integers become plain ints (the kernels mix them with IR values)
         object.__setattr__(self, "cluster", tuple(int(c) for c in self.cluster))
         object.__setattr__(self, "swizzle", int(self.swizzle))

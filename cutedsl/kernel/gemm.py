@@ -94,13 +94,12 @@ class GemmKernel(Kernel):
         """Why this kernel cannot run ``config`` (a ``GemmConfig``), or None: the tile lists it
         publishes, the K tile of the MMA traits of ``config.dtype``, the output types of its
         epilogue. Subclasses add their schedule's rules (and call this first)."""
-        from ..errors import ConfigError
+        from ..errors import ConfigError, one_of
         bm, bn, bk = config.tile
-        names = lambda xs: ", ".join(map(str, xs[:-1])) + f" or {xs[-1]}"   # noqa: E731
         if bm not in cls.TILE_M:
-            return f"tile BLOCK_M must be {names(cls.TILE_M)}, got {bm}"
+            return f"tile BLOCK_M must be {one_of(cls.TILE_M, quote=False)}, got {bm}"
         if bn not in cls.TILE_N:
-            return f"tile BLOCK_N must be {names(cls.TILE_N)}, got {bn}"
+            return f"tile BLOCK_N must be {one_of(cls.TILE_N, quote=False)}, got {bn}"
         try:
             t = mma_traits(config.dtype)
         except ConfigError as e:
@@ -109,7 +108,7 @@ class GemmKernel(Kernel):
             return (f"tile BLOCK_K must be {t.k_tile} (one {t.swizzle}-byte swizzle row of {config.dtype}), "
                     f"got {bk}")
         if config.out_dtype not in Epilogue.OUT_DTYPES:
-            return f"out_dtype must be {names(list(map(repr, Epilogue.OUT_DTYPES)))}, got {config.out_dtype!r}"
+            return f"out_dtype must be {one_of(Epilogue.OUT_DTYPES)}, got {config.out_dtype!r}"
         return None
 
     def __init__(self, tile_m=128, tile_n=128, dtype="f16", out_dtype="f32", b_major="MN", epilogue=None, arch=None):
