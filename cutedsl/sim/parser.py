@@ -363,7 +363,9 @@ def _parse_entry_head(head: str, line: int, line_text) -> Entry:
             v = parse_var(ptext, line, "param")
             is_ptr = ".ptr" in ptext.split()
             size = v.size
-            align = v.align
+            # the .align of a .ptr parameter is the alignment of the memory it points to (PTX
+            # ISA, kernel parameter attributes), not of the parameter: that is its natural one
+            align = size if is_ptr else v.align
             off = (off + align - 1) // align * align
             params.append(Param(v.name, v.type, size, align, off, is_ptr, line))
             off += size

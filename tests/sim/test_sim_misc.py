@@ -83,3 +83,22 @@ def test_dynamic_smem_offset_option(offset):
     out = emu.to_device(np.zeros(2, np.uint32))
     emu.launch(prog, 1, 32, [out], smem=4096)
     assert emu.to_host(out, (2,), np.uint32).tolist() == [1024 + offset, 4096]
+
+
+def test_ptr_parameter_align_is_the_pointees_not_the_parameters():
+    """Issue 21 (fidelity): `.param .u64 .ptr .global .align 1 p` after one 32-bit parameter sits
+    at offset 8 (natural alignment); its .align is the pointee's. It used to be placed at offset
+    4 and then refused by the emulator's own ld.param alignment check."""
+    import numpy as np
+    from cutedsl.sim import Emulator, load_ptx
+    from simkit import kernel
+    body = ("\tld.param.u32 %r1, [p_n];\n\tld.param.u64 %rd1, [p_out];\n"
+            "\tmov.u32 %r2, %tid.x;\n\tmul.wide.u32 %rd2, %r2, 4;\n\tadd.s64 %rd3, %rd1, %rd2;\n"
+            "\tadd.u32 %r3, %r2, %r1;\n\tst.global.u32 [%rd3], %r3;\n")
+    ptx = kernel(body, params=("n", "out"), ptypes={"n": ".u32", "out": ".u64 .ptr .global .align 1"})
+    prog = load_ptx(ptx)
+    assert [(p.name, p.offset) for p in prog.params] == [("p_n", 0), ("p_out", 8)]
+    emu = Emulator()
+    out = emu.to_device(np.zeros(32, np.uint32))
+    emu.launch(prog, 1, 32, [100, out])
+    assert emu.to_host(out, (32,), np.uint32).tolist() == list(range(100, 132))
