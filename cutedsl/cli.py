@@ -30,12 +30,54 @@ def _parser():
     p.add_argument("--version", action="version", version=f"cutedsl {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     add_gemm_parser(sub)
+    c = sub.add_parser("compile", help="compile many GEMM configs into the kernel cache with a process pool")
+    c.add_argument("--config", action="append", default=[], metavar="SPEC",
+                   help="a config as key=value,... (GemmConfig fields, e.g. schedule=pingpong,tile=64x128x64); "
+                        "repeatable")
+    c.add_argument("--set", default=None, help="every config of the bench set(s): square, skinny, paper, stages or all")
+    c.add_argument("--jobs", type=int_in(1, 256), default=None, help="worker processes (default: CPU count)")
+    c.add_argument("--json", action="store_true", help="print one JSON object")
     i = sub.add_parser("info", help="versions, GPU and driver, cache, and which backends are usable (and why not)")
     i.add_argument("--json", action="store_true", help="print one JSON object")
     c = sub.add_parser("cache", help="show or clear the compiled-kernel cache ($CUTEDSL_CACHE_DIR)")
     c.add_argument("action", choices=["info", "clear"])
     _add_bench_commands(sub)
     return p
+
+
+def run_compile(args) -> int:
+    """``compile``: the configs of ``--config`` and/or ``--set``, compiled by a process pool into
+    the cache; one line per config (or ``--json``); exit 1 when any failed."""
+    from .bench.cli import add_parsers, selected_configs, set_names
+    from .device.precompile import compile_all
+    if not args.config and not args.set:
+        raise UsageError("--config/--set", "name at least one config (--config SPEC) or bench set (--set NAME)")
+    p = ArgParser(prog="python -m cutedsl")
+    add_parsers(p.add_subparsers(dest="cmd"))
+    bench = p.parse_args(["bench", "--set", args.set or "square"] + [x for c in args.config for x in ("--config", c)])
+    cfgs = []
+    for name in (set_names(bench) if args.set else ["square"]):
+        cfgs += selected_configs(bench, name)
+    cfgs = list(dict.fromkeys(cfgs))
+    from .bench.configs import label
+    t0 = time.perf_counter()
+
+    def progress(done, total, r):
+        if not args.json:
+            state = f"error {r.error}" if r.error else \
+                ("cached" if r.hit else f"{r.seconds:.2f} s") + f", {r.registers} regs"
+            print(f"[{done}/{total}] {label(r.config)}: {state}", flush=True)
+    res = compile_all(cfgs, jobs=args.jobs, progress=progress)
+    wall = time.perf_counter() - t0
+    failed = [r for r in res if r.error]
+    if args.json:
+        print(json.dumps({"configs": [{"config": label(r.config), "key": r.key, "seconds": round(r.seconds, 3),
+                                       "cached": r.hit, "error": r.error} for r in res],
+                          "wall_s": round(wall, 3), "failed": len(failed)}))
+    else:
+        print(f"compiled {len(res) - len(failed)} of {len(res)} configs in {wall:.1f} s "
+              f"({sum(r.hit for r in res)} from the cache)")
+    return 1 if failed else 0
 
 
 def run_cache(action: str) -> int:
@@ -217,6 +259,12 @@ def main(argv=None) -> int:
         return 2
     if args.cmd == "cache":
         return run_cache(args.action)
+    if args.cmd == "compile":
+        try:
+            return run_compile(args)
+        except UsageError as e:
+            print(f"python -m cutedsl compile: error: {e}", file=sys.stderr)
+            return 2
     if args.cmd == "info":
         from .info import collect, print_report
         rep = collect()

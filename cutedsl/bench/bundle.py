@@ -92,7 +92,6 @@ def build(out: Path, plan_name: str = "gpu", log=print) -> dict:
     Raises ``CacheError`` when the bundle would pass :data:`MAX_BYTES` or a kernel fails."""
     from ..compiler.cache import source_hash, toolchain_hash
     from ..compiler.toolchain import versions
-    from ..device import Gemm
     from .configs import accepted_schedules, label
     plan = PLANS[plan_name]
     out = Path(out)
@@ -109,11 +108,15 @@ def build(out: Path, plan_name: str = "gpu", log=print) -> dict:
     os.environ["CUTEDSL_CACHE_DIR"] = str(cache_dir)     # the public way: Gemm compiles into the default cache
     cfgs = plan_configs(plan)
     log(f"bundle {plan_name}: {len(cfgs)} configs (schedules: {', '.join(accepted_schedules())})")
-    kernels = []
-    for i, cfg in enumerate(cfgs, 1):
-        ck = Gemm(cfg, "none").compiled
-        kernels.append({"config": label(cfg), "key": ck.key})
-        log(f"  [{i}/{len(cfgs)}] {label(cfg)}  {ck.resources.registers} regs, {ck.resources.smem_bytes} B smem")
+    from ..device.precompile import compile_all
+
+    def progress(done, total, r):
+        log(f"  [{done}/{total}] {label(r.config)}  " + (f"FAILED: {r.error}" if r.error else f"{r.registers} regs"))
+    results = compile_all(cfgs, cache_dir=cache_dir, progress=progress)      # a process pool
+    bad = [r for r in results if r.error]
+    if bad:
+        raise CacheError(f"{len(bad)} kernels failed to compile; the first, {label(bad[0].config)}: {bad[0].error}")
+    kernels = [{"config": label(r.config), "key": r.key} for r in results]
     tests = []
     for t in plan["tests"]:
         before = _entries(cache_dir)
