@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 MAX_I32 = 2 ** 31 - 1
 TOLERANCE = {"f32": 2e-3, "f16": 4e-3, "bf16": 1.6e-2}   #: --check: max |D - ref| / max |ref|

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from cutedsl import Gemm, GemmConfig
-from cutedsl.device import arrays
 from cutedsl.device.saxpy import saxpy
 from cutedsl.errors import ArgumentError, ArgumentTypeError, ConfigError, ConfigTypeError, CuteDSLError
 from cutedsl.sim import Emulator, PTXParseError, SimBackend

@@ -18,7 +18,6 @@ import os
 import threading
 import time
 
-import numpy as np
 
 from ..dtypes import dtype as _dtype
 from ..errors import ArgumentError, ArgumentTypeError, CuteDSLError, LaunchError, NoDeviceError, checked_arguments

@@ -25,7 +25,6 @@ lengths per round, deferred asynchronous operations; **race detection** (``race_
 """
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -39,7 +38,7 @@ from .hb import HB, Shadow, acc_check
 from .limits import DEFAULT_LIMITS, fmt_bytes, warp_bytes
 from .machine import CTA, Cluster
 from .memory import views
-from .registry import BLOCKED, JUMPED, RESCHED, YIELD
+from .registry import JUMPED, YIELD
 
 DEFAULT_BUDGET = 200_000_000
 #: default wall-clock limit per launch in seconds (env CUTEDSL_SIM_TIME_LIMIT overrides)

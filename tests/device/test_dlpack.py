@@ -47,7 +47,7 @@ def _on_device(be, host):
 def test_dlpack_device_operands_are_used_in_place(sim, rng):
     a = rng.integers(-3, 4, (100, 72)).astype(ml_dtypes.bfloat16)
     b = rng.integers(-3, 4, (72, 40)).astype(ml_dtypes.bfloat16)
-    (da, ta), (db, tb) = _on_device(sim, a), _on_device(sim, b)
+    (da, ta), (_, tb) = _on_device(sim, a), _on_device(sim, b)
     assert arrays.describe(ta)[:4] == (da.ptr, (100, 72), da.strides, da.dtype)
     live = sim.live_allocations()
     d = Gemm(GemmConfig(dtype="bf16", tile=(64, 64, 64), stages=2), sim)(ta, tb)
