@@ -352,3 +352,41 @@ def host_array(x) -> np.ndarray:
     if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
         return np.from_dlpack(x)
     return np.asarray(x)
+
+
+@attrs.frozen
+class TensorView:
+    """One operand of a call, described once (issue 20: every later step reads this record):
+    ``host`` -- the numpy array for a host operand (else None); for a device operand ``ptr``
+    (address), ``strides`` (bytes) and ``framework`` (``"cutedsl"``, ``"torch"``, ``"dlpack:jax"``,
+    ...); ``shape`` (elements, numpy order) and ``dtype`` (a ``DType``, or None when cutedsl has
+    no name for it: ``raw_dtype`` then says what it was); ``owner`` the caller's object (keeps
+    device memory alive while the view is used)."""
+    name: str
+    shape: tuple
+    dtype: object
+    raw_dtype: object
+    owner: object = attrs.field(repr=False)
+    host: object = attrs.field(default=None, repr=False)
+    ptr: int = 0
+    strides: tuple = ()
+    framework: str = "numpy"
+
+    @classmethod
+    def of(cls, x, name: str) -> "TensorView":
+        """Describe ``x`` (numpy, a DeviceArray, torch/cupy CUDA, any DLPack array, or anything
+        ``np.asarray`` takes). ``ArgumentTypeError`` for no array at all."""
+        dev = describe(x, name)
+        if dev is not None:
+            ptr, shape, strides, dt, fw = dev
+            return cls(name, tuple(shape), dt, dt.name, x, None, ptr, tuple(strides), fw)
+        h = host_array(x)
+        try:
+            dt = _dtype(h.dtype)
+        except ArgumentTypeError:
+            dt = None
+        return cls(name, tuple(h.shape), dt, h.dtype, x, h, 0, tuple(h.strides), "numpy")
+
+    @property
+    def on_host(self) -> bool:
+        return self.host is not None

@@ -114,22 +114,13 @@ class Gemm:
         return h
 
     # -- validation -----------------------------------------------------------------------
-    def _check_operands(self, a, b):
+    def _check_operands(self, va, vb):
+        """``(m, n, k)`` of the operand views ``va``, ``vb`` (``arrays.TensorView``), checked."""
         cfg = self.config
         want = _dtype(cfg.dtype)
         shapes = {}
-        for name, x in (("a", a), ("b", b)):
-            dev = arrays.describe(x, name)
-            if dev is None:
-                x = arrays.host_array(x)
-                shape, dt = x.shape, x.dtype
-                try:
-                    d = _dtype(dt)
-                except ArgumentTypeError:
-                    d = None
-            else:
-                _, shape, _, d, _ = dev
-                dt = d.name
+        for name, v in (("a", va), ("b", vb)):
+            shape, d, dt = v.shape, v.dtype, v.raw_dtype
             if len(shape) != 2:
                 raise ArgumentError(f"{name} must be 2-D, got shape {tuple(shape)}")
             if d is None or d.name != want.name:
@@ -147,17 +138,14 @@ class Gemm:
         return m, n, k
 
     @staticmethod
-    def _operand(be, x, major_inner: bool):
-        """Device view of an operand in the layout the tensor map reads; numpy is copied."""
-        dev = arrays.describe(x)
-        if dev is None:
-            x = arrays.host_array(x)
-            host = x if major_inner else x.T          # K-major B: device holds B^T row-major
+    def _operand(be, v, major_inner: bool):
+        """Device array of operand view ``v`` in the layout the tensor map reads; a host operand
+        is copied (returns ``(array, copied)``)."""
+        if v.on_host:
+            host = v.host if major_inner else v.host.T     # K-major B: device holds B^T row-major
             return arrays.to_device(be, host, pitch_align=16), True
-        ptr, shape, strides, dt, fw = dev
-        if not major_inner:
-            shape, strides = shape[::-1], strides[::-1]
-        return arrays.DeviceArray(ptr, shape, strides, dt, be, x), False
+        shape, strides = (v.shape, v.strides) if major_inner else (v.shape[::-1], v.strides[::-1])
+        return arrays.DeviceArray(v.ptr, shape, strides, v.dtype, be, v.owner), False
 
     @staticmethod
     def _check_tma_layout(name, arr: "arrays.DeviceArray"):
@@ -260,7 +248,8 @@ class Gemm:
         result's device buffer) live as long as either callable, and are released when both
         are garbage collected or at once by ``launch.release()``. A device result returned to
         the caller owns its memory (see :mod:`cutedsl.device.arrays`)."""
-        m, n, k = self._check_operands(a, b)
+        va, vb = arrays.TensorView.of(a, "a"), arrays.TensorView.of(b, "b")    # described once
+        m, n, k = self._check_operands(va, vb)
         declared = extras.check_names(self.kernel.params(), extra)
         grid = self.grid(m, n, k)
         kern = self.compiled
@@ -269,7 +258,7 @@ class Gemm:
             arrays.check_backend_of(x, be, name)
         scratch = arrays.CallScratch(be)
         try:
-            launch, result = self._prepare(scratch, kern, be, a, b, out, m, n, k, grid, extra, declared)
+            launch, result = self._prepare(scratch, kern, be, va, vb, out, m, n, k, grid, extra, declared)
         except BaseException:
             scratch.release()          # nothing leaks from a call that fails before launch
             raise
@@ -277,12 +266,12 @@ class Gemm:
         launch.release = result.release = scratch.release
         return launch, result
 
-    def _prepare(self, scratch, kern, be, a, b, out, m, n, k, grid, extra, declared):
+    def _prepare(self, scratch, kern, be, va, vb, out, m, n, k, grid, extra, declared):
         cfg = self.config
-        da, a_host = self._operand(be, a, True)
+        da, a_host = self._operand(be, va, True)
         if a_host:
             scratch.arrays.append(da)
-        db, b_host = self._operand(be, b, cfg.b_major == "MN")
+        db, b_host = self._operand(be, vb, cfg.b_major == "MN")
         if b_host:
             scratch.arrays.append(db)
         self._check_tma_layout("a", da)
@@ -339,7 +328,7 @@ class Gemm:
                 return out
             if host_out:
                 return arrays.to_host(dd)
-            return self._wrap_like(dd, a)
+            return self._wrap_like(dd, va.framework)
         scratch.keep = keep
         launch.packed = (handle, grid, params, zero_d)     # for the launch cache of __call__
         return launch, result
@@ -357,8 +346,8 @@ class Gemm:
             launch.release()
 
     @staticmethod
-    def _wrap_like(dd, like):
-        fw = type(like).__module__.split(".")[0]
+    def _wrap_like(dd, fw: str):
+        """The device result as the caller's framework's array (torch, cupy), else the DeviceArray."""
         if fw == "torch":
             import torch
             return torch.as_tensor(dd, device="cuda")
@@ -387,23 +376,13 @@ class AutoGemm:
 
     def config_for(self, a, b) -> GemmConfig:
         """The config a call with operands ``a`` (M x K) and ``b`` (K x N) runs."""
-        shapes, dts = [], []
-        for name, x in (("a", a), ("b", b)):
-            dev = arrays.describe(x, name)
-            if dev is None:
-                x = arrays.host_array(x)
-                shapes.append(x.shape)
-                dts.append(x.dtype)
-            else:
-                shapes.append(dev[1])
-                dts.append(dev[3].name)
-        if len(shapes[0]) != 2 or len(shapes[1]) != 2:
-            raise ArgumentError(f"a and b must be 2-D, got shapes {tuple(shapes[0])} and {tuple(shapes[1])}")
-        (m, k), (_, n) = shapes
-        try:
-            dt = _dtype(dts[0]).name
-        except ArgumentTypeError:
-            raise ArgumentTypeError(f"a has dtype {dts[0]}: no GEMM config takes it") from None
+        va, vb = arrays.TensorView.of(a, "a"), arrays.TensorView.of(b, "b")
+        if len(va.shape) != 2 or len(vb.shape) != 2:
+            raise ArgumentError(f"a and b must be 2-D, got shapes {va.shape} and {vb.shape}")
+        (m, k), (_, n) = va.shape, vb.shape
+        if va.dtype is None:
+            raise ArgumentTypeError(f"a has dtype {va.raw_dtype}: no GEMM config takes it")
+        dt = va.dtype.name
         sms = None
         be = self._backend_arg if not isinstance(self._backend_arg, str) else None
         if be is not None:

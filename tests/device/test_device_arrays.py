@@ -112,3 +112,20 @@ def test_device_array_of_another_backend_object_is_refused(sim, rng):
                                                 r"this call's \(sim\)"):
             g(**kw)
     assert sim.live_allocations() == 0
+
+
+def test_each_operand_is_described_once_per_call(ops, sim, monkeypatch):
+    """Issue 20: one TensorView per operand per call (the describe tuple was re-made three times)."""
+    _, _, da, db = ops
+    g = Gemm(GemmConfig(stages=2), sim)
+    g(da, db)
+    calls = []
+    real = arrays.describe
+    monkeypatch.setattr(arrays, "describe", lambda x, name="array": (calls.append(name), real(x, name))[1])
+    g(da, db)
+    assert sorted(calls) == ["a", "b"]
+    v = arrays.TensorView.of(da, "a")
+    assert (v.ptr, v.shape, v.strides, v.dtype.name, v.framework, v.on_host) == \
+        (da.ptr, (100, 72), da.strides, "f16", "cutedsl", False)
+    h = arrays.TensorView.of(np.array([[1.0, 2.0]]), "b")
+    assert h.on_host and h.dtype.name == "f64" and h.shape == (1, 2)
