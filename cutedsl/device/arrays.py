@@ -125,6 +125,20 @@ class DeviceArray:
             n *= s
         return n
 
+    def __dlpack_device__(self):
+        """``(kDLCUDA, 0)`` for CUDA memory; the emulator's memory is no device DLPack knows."""
+        from . import dlpack
+        if getattr(self.backend, "name", None) != "cuda":
+            raise BufferError("only DeviceArrays of the CUDA backend can be shared through DLPack")
+        return (dlpack.KDL_CUDA, 0)
+
+    def __dlpack__(self, stream=None, **_ignored):
+        """A DLPack capsule of this CUDA array, zero-copy (the consumer keeps it alive until it
+        is done). cutedsl's launches are synchronous, so no stream ordering is needed."""
+        from . import dlpack
+        dev_type, dev_id = self.__dlpack_device__()
+        return dlpack.to_capsule(self.ptr, self.shape, self.strides, self.dtype.name, dev_type, dev_id, self)
+
     @property
     def __cuda_array_interface__(self):
         if getattr(self.backend, "name", None) != "cuda":

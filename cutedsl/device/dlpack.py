@@ -92,3 +92,57 @@ def describe_dlpack(x, name: str = "array") -> tuple:
 
 def device_name(t: int) -> str:
     return _DEVICE_NAMES.get(t, f"device type {t}")
+
+
+# -- producing: a cutedsl DeviceArray on CUDA memory as a DLPack capsule --------------------
+_LIVE: dict = {}                 # address of a DLManagedTensor we made -> (struct, shape, strides, owner)
+_DELETER_T = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+# the destructor gets the dying capsule as a raw pointer: no Python reference may be taken to it
+_CAPSULE_DESTRUCTOR_T = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype, _capsule_new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_raw_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_IsValid", ctypes.pythonapi))
+_raw_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+_TO_CODE = {v: k for k, v in _DTYPES.items()}
+
+
+@_DELETER_T
+def _deleter(addr):
+    _LIVE.pop(addr, None)        # the consumer is done: drop our struct and the owner reference
+
+
+@_CAPSULE_DESTRUCTOR_T
+def _capsule_destructor(cap):
+    # an unconsumed capsule (its name is still "dltensor") owns the tensor: release it
+    if _raw_is_valid(cap, b"dltensor"):
+        _LIVE.pop(_raw_get_pointer(cap, b"dltensor"), None)
+
+
+def to_capsule(ptr: int, shape, strides_bytes, dtype_name: str, device_type: int, device_id: int, owner):
+    """A ``"dltensor"`` capsule describing ``shape`` x ``dtype_name`` at ``ptr`` (strides in
+    bytes, whole elements), keeping ``owner`` alive until the consumer calls the deleter."""
+    code = _TO_CODE.get(dtype_name)
+    if code is None:
+        raise ArgumentTypeError(f"DLPack has no type for cutedsl dtype {dtype_name!r}")
+    esize = code[1] // 8
+    if any(s % esize for s in strides_bytes):
+        raise ArgumentError(f"DLPack strides are in elements: {strides_bytes} B is not a multiple of {esize} B")
+    nd = len(shape)
+    shp = (ctypes.c_int64 * nd)(*shape)
+    st = (ctypes.c_int64 * nd)(*[s // esize for s in strides_bytes])
+    m = DLManagedTensor()
+    m.dl_tensor.data, m.dl_tensor.ndim, m.dl_tensor.byte_offset = ptr, nd, 0
+    m.dl_tensor.device = DLDevice(device_type, device_id)
+    m.dl_tensor.dtype = DLDataType(code[0], code[1], 1)
+    m.dl_tensor.shape, m.dl_tensor.strides = shp, st
+    m.deleter = ctypes.cast(_deleter, type(m.deleter))
+    addr = ctypes.addressof(m)
+    _LIVE[addr] = (m, shp, st, owner)
+    return _capsule_new(addr, b"dltensor", ctypes.cast(_capsule_destructor, ctypes.c_void_p))
+
+
+def live_exports() -> int:
+    """DLPack tensors handed out and not yet released by their consumers."""
+    return len(_LIVE)

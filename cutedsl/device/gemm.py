@@ -347,13 +347,21 @@ class Gemm:
 
     @staticmethod
     def _wrap_like(dd, fw: str):
-        """The device result as the caller's framework's array (torch, cupy), else the DeviceArray."""
+        """The device result as the caller's framework's array (torch, cupy; another DLPack
+        producer's framework through its ``from_dlpack``), else the DeviceArray."""
         if fw == "torch":
             import torch
             return torch.as_tensor(dd, device="cuda")
         if fw == "cupy":
             import cupy
             return cupy.asarray(dd)
+        if fw.startswith("dlpack:") and getattr(dd.backend, "name", None) == "cuda":
+            import importlib
+            mod = {"jax": "jax.numpy", "jaxlib": "jax.numpy"}.get(fw[7:], fw[7:])
+            try:
+                return importlib.import_module(mod).from_dlpack(dd)
+            except (ImportError, AttributeError):
+                return dd                     # a framework without from_dlpack: cutedsl's array
         return dd
 
 

@@ -84,3 +84,27 @@ def test_cpu_dlpack_producers_take_the_host_path(sim, rng):
     d = Gemm(GemmConfig(tile=(64, 64, 64), stages=2), sim)(CpuOnly(a), CpuOnly(b))
     assert isinstance(d, np.ndarray)
     np.testing.assert_array_equal(d, a.astype(np.float64) @ b.astype(np.float64))
+
+
+def test_cuda_device_arrays_are_dlpack_producers():
+    """Issue 22: results go back to the caller's framework through DLPack: a CUDA DeviceArray
+    exports a capsule (zero-copy) that any consumer -- here our own reader -- sees exactly, and
+    whose deleter releases it; the emulator's memory is refused (no DLPack device has it)."""
+    import gc
+
+    class FakeCuda:
+        name = "cuda"
+    d = arrays.DeviceArray(0x7F0000001000, (3, 5), (32, 2), arrays._dtype("bf16"), FakeCuda())
+    assert d.__dlpack_device__() == (dlpack.KDL_CUDA, 0)
+    before = dlpack.live_exports()
+    assert dlpack.describe_dlpack(d, "d") == (0x7F0000001000, (3, 5), (32, 2), d.dtype, dlpack.KDL_CUDA)
+    gc.collect()
+    assert dlpack.live_exports() == before         # the unconsumed capsule released it
+    with pytest.raises(ArgumentError, match="not a multiple of 2 B"):
+        dlpack.to_capsule(0, (2,), (3,), "f16", dlpack.KDL_CUDA, 0, None)
+
+
+def test_emulator_arrays_are_not_dlpack_producers(sim):
+    d = arrays.to_device(sim, np.ones((2, 2), np.float16))
+    with pytest.raises(BufferError, match="only DeviceArrays of the CUDA backend"):
+        d.__dlpack__()
