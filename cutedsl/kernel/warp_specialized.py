@@ -39,6 +39,7 @@ from ..errors import ConfigError
 from ..ir._lazy import lazy
 from ..arch import DEFAULT
 from ..atom.mma_traits import ATOM_M
+from ..problem import GemmProblem
 from .gemm import MAX_ACC_REGS, GemmKernel, KernelPlan
 
 cir = lazy("cutedsl.ir")
@@ -187,7 +188,7 @@ class WarpSpecializedGemmKernel(GemmKernel):
             ops = ml.bind(smem, args)
             ml.prefetch(ops, predicate=leader)
             pipeline.sync_after_init()
-            self.problem = self.bind_problem(args)
+            self.bind_problem(args)
             self.scheduler.k_tiles      # emitted here: the producer and consumer branches both use it
             wg_threads = self.arch.warpgroup_threads
             wg = tid // wg_threads
@@ -226,7 +227,7 @@ class WarpSpecializedGemmKernel(GemmKernel):
     def store(self, acc, args, smem, wt, row_base, wg) -> None:
         """The epilogue of work tile ``wt`` by consumer warpgroup ``wg`` (its rows from ``row_base``)."""
         self.epilogue.store(acc, EpilogueContext(wt.m0, wt.n0, args.m, args.n, args, smem, row_base, warpgroup=wg,
-                                                 l=wt.l, problem=self.problem))
+                                                 l=wt.l, problem=GemmProblem.from_args(args)))
 
     def store_tail(self) -> None:
         """After a consumer warpgroup's last tile: its TMA stores finished reading shared
