@@ -15,13 +15,11 @@ under a per-key ``flock`` (it may have just been replaced) and then removed and 
 ``CacheError`` where no toolchain can rebuild it). A cache directory that cannot be written
 (read-only, a path under a file) makes the process keep kernels in memory, with one warning.
 
-Ownership: the cache deletes only what it wrote. The root carries a marker file
-(``CUTEDSL_CACHE``) written with the first entry; an entry is recognised by its layout alone — a
-directory ``<24 hex digits>/<16 hex digits>/`` (never a symlink) holding ``kernel.json`` and no file
-but the artifact's own. ``clear``, the sweep of killed writers' leftovers and ``info`` act on those
-alone; anything else in the root (files, folders, dot-folders, symlinks) is listed by ``info`` as
-"not cache entries" and never followed, renamed or removed. ``clear`` on a directory without the
-marker removes nothing and says why.
+Ownership: the cache deletes only what it wrote (:mod:`cutedsl.compiler.cache_layout`: the
+root marker, the entry layout, the private scratch names). ``clear``, the sweep of killed
+writers' leftovers and ``info`` act on entries alone; anything else in the root is listed by
+``info`` as "not cache entries" and never followed, renamed or removed; ``clear`` on a
+directory without the marker removes nothing and says why.
 
 Root: ``$CUTEDSL_CACHE_DIR`` or ``~/.cache/cutedsl``; ``CUTEDSL_CACHE=off`` turns caching off.
 """
@@ -33,8 +31,6 @@ import functools
 import hashlib
 import json
 import os
-import re
-import stat
 import tempfile
 import threading
 import time
@@ -46,6 +42,9 @@ import attrs
 from .. import envvars
 from ..errors import CacheError
 from .artifact import CompiledKernel
+from .cache_layout import (_KEY_RE, _LOCKS, _MARKER_TEXT, _TC_RE,
+                           _TMP, _TRASH, MARKER, _delete_artifact_dir, _is_scratch, _real_dir, _real_file, is_entry_dir,
+                           scan_root)
 from .identity import library_hash
 
 try:
@@ -56,15 +55,6 @@ except ImportError:             # pragma: no cover - not POSIX: no cross-process
 CACHE_ENV = "CUTEDSL_CACHE_DIR"
 SWITCH_ENV = "CUTEDSL_CACHE"
 _WARNED_SWITCH: set = set()     # CUTEDSL_CACHE values already warned about
-MARKER = "CUTEDSL_CACHE"        # root marker: written with the first entry, required by ``clear``
-_MARKER_TEXT = ("cutedsl kernel cache. Entries are <key>/<toolchain>/kernel.{json,ptx,cubin};\n"
-                "`python -m cutedsl cache clear` removes those and nothing else in this directory.\n")
-_KEY_RE = re.compile(r"[0-9a-f]{24}")        # identity.kernel_key / config_key
-_TC_RE = re.compile(r"[0-9a-f]{16}")         # toolchain_hash
-_ENTRY_FILES = frozenset({"kernel.json", "kernel.ptx", "kernel.cubin"})
-_PARTIAL_JSON = re.compile(r"\.kernel\.json\.\d+")   # CompiledKernel.save's temporary json
-_LOCKS = frozenset({".lock", ".build.lock"})
-_TMP, _TRASH = ".cutedsl-tmp-", ".cutedsl-trash-"   # private names: a user's ``.tmp-x`` is never ours
 _STALE_S = 600                  # a private temp dir older than this belongs to a killed writer
 BUILD_WAIT_S = 600              # longest wait for another process compiling the same kernel
 KEY_COVERS = ("kernel name and config; the library's code-generating sources (dtypes, arch, problem, ir, compiler, "
@@ -115,63 +105,6 @@ def config_key(config: dict) -> str:
     """Key of a plain config dict (no user code): config + library sources."""
     blob = json.dumps({"config": config, "source": library_hash()}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
-
-
-def _real_dir(p: Path) -> bool:
-    """A directory that is not a symlink (``lstat``: links are never followed)."""
-    try:
-        return stat.S_ISDIR(os.lstat(p).st_mode)
-    except OSError:
-        return False
-
-
-def _real_file(p: Path) -> bool:
-    try:
-        return stat.S_ISREG(os.lstat(p).st_mode)
-    except OSError:
-        return False
-
-
-def _holds_only_artifact_files(d: Path, need_json: bool) -> bool:
-    """``d`` is a real directory whose children are all regular files of a compiled-kernel
-    artifact (``kernel.{json,ptx,cubin}`` and ``save``'s temporary json); ``need_json``: and it
-    has ``kernel.json``."""
-    if not _real_dir(d):
-        return False
-    try:
-        with os.scandir(d) as it:
-            kids = list(it)
-    except OSError:
-        return False
-    for e in kids:
-        if not (e.name in _ENTRY_FILES or _PARTIAL_JSON.fullmatch(e.name)) or not e.is_file(follow_symlinks=False):
-            return False
-    return not need_json or any(e.name == "kernel.json" for e in kids)
-
-
-def is_entry_dir(d: Path) -> bool:
-    """True when ``d`` has a cache entry's layout: a real directory named by a toolchain hash
-    (16 hex digits) holding ``kernel.json`` and no file but the artifact's own."""
-    return bool(_TC_RE.fullmatch(d.name)) and _holds_only_artifact_files(d, need_json=True)
-
-
-def _is_scratch(p: Path) -> bool:
-    """A writer's temporary directory or a removed entry awaiting deletion (our names, our files)."""
-    return p.name.startswith((_TMP, _TRASH)) and _holds_only_artifact_files(p, need_json=False)
-
-
-def _delete_artifact_dir(d: Path) -> bool:
-    """Unlink the artifact's own files in ``d`` and remove it; anything else keeps it (False)."""
-    with contextlib.suppress(OSError), os.scandir(d) as it:
-        for e in it:
-            if (e.name in _ENTRY_FILES or _PARTIAL_JSON.fullmatch(e.name)) and e.is_file(follow_symlinks=False):
-                with contextlib.suppress(OSError):
-                    os.unlink(e.path)
-    try:
-        os.rmdir(d)
-        return True
-    except OSError:
-        return False
 
 
 class _Blocked(OSError):
@@ -460,31 +393,9 @@ class KernelCache:
 
     # -- maintenance ----------------------------------------------------------------
     def scan(self) -> tuple:
-        """``(entry directories, paths that are not cache entries)`` under the root. Entries are
-        recognised by layout (:func:`is_entry_dir` under a key directory of 24 hex digits); the
-        marker, lock files and writers' scratch are the cache's own and in neither list."""
-        entries, other = [], []
-        try:
-            kids = sorted(self.root.iterdir())
-        except OSError:
-            return entries, other
-        for p in kids:
-            if (p.name == MARKER and _real_file(p)) or _is_scratch(p):
-                continue
-            if not (_KEY_RE.fullmatch(p.name) and _real_dir(p)):
-                other.append(p)
-                continue
-            try:
-                sub = sorted(p.iterdir())
-            except OSError:
-                other.append(p)
-                continue
-            for q in sub:
-                if is_entry_dir(q):
-                    entries.append(q)
-                elif not ((q.name in _LOCKS and _real_file(q)) or _is_scratch(q)):
-                    other.append(q)
-        return entries, other
+        """``(entry directories, paths that are not cache entries)`` under the root
+        (:func:`cache_layout.scan`)."""
+        return scan_root(self.root)
 
     def entries(self) -> list:
         """One dict per stored entry: ``key``, ``toolchain``, ``kernel``, ``config``, ``bytes``,

@@ -18,7 +18,8 @@ from .backend import Emulator, SimBackend, SimModule, pack_arg
 from .errors import (DeadlockError, InstructionBudgetExceeded, MemoryAccessError, PTXParseError,
                      RaceError, SimError, SimLaunchError, SimRuntimeError, TimeLimitExceeded,
                      UnsupportedInstruction)
-from .program import Program, load_ptx
+from .loader import load_ptx
+from .program import Program
 from .scheduler import DEFAULT_BUDGET, Launch
 from .limits import DEFAULT_LIMITS, SimLimits
 

@@ -22,7 +22,8 @@ from ..errors import ArgumentError, ArgumentTypeError, checked_arguments
 from .errors import MemoryAccessError, SimLaunchError
 from .limits import DEFAULT_LIMITS, SimLimits
 from .memory import GlobalMemory
-from .program import Program, load_ptx
+from .loader import load_ptx
+from .program import Program
 from .scheduler import DEFAULT_BUDGET, Launch
 from .chaos import env_seed
 from . import tensormap as _tma

@@ -21,7 +21,6 @@ at load time, with the PTX line.
 """
 from __future__ import annotations
 
-import hashlib
 import re
 
 import numpy as np
@@ -29,7 +28,7 @@ import numpy as np
 from ..device.backend import SMEM_LIMIT
 from .errors import PTXParseError, UnsupportedInstruction
 from .limits import DEFAULT_LIMITS
-from .parser import Var, parse_module, parse_var, split_top
+from .parser import Var, parse_var, split_top
 from .registry import BLOCKED, HANDLERS, JUMPED, RESCHED, YIELD  # noqa: F401  (re-exported)
 from .ptxtypes import (CALLPARAM_BASE, CLASS_BITS, NP, REG_CLASS, SPECIAL, VIEW, Instr, Op, _F32_RE, _F64_RE,
                        _FLT_RE, _INT_RE, bits_of, imm_array, kind_of)
@@ -520,70 +519,3 @@ def _add_shared(prog: Program, v: Var):
     off = (off + v.align - 1) // v.align * v.align
     prog.shared_vars[v.name] = (off, v.size, v.align)
     prog.symbols[v.name] = ("shared", off)
-
-
-_CACHE = {}
-
-
-def load_ptx(text: str, entry: str | None = None, limits=None) -> Program:
-    """Parse and decode PTX ``text``; returns the :class:`Program` of ``entry`` (default: the
-    only/first entry). Cached by the SHA-256 of the text. Raises :class:`PTXParseError` /
-    :class:`UnsupportedInstruction` with the PTX line, also for declarations beyond ``limits``
-    (:class:`~cutedsl.sim.limits.SimLimits`, default ``DEFAULT_LIMITS``) and for text that is
-    no PTX module the emulator can decode (the error names the line it reached)."""
-    if isinstance(text, (bytes, bytearray)):
-        try:
-            text = bytes(text).decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise PTXParseError(f"PTX text is not UTF-8: {e}") from None
-    if not isinstance(text, str):
-        raise PTXParseError(f"PTX text must be a str, got {type(text).__name__}")
-    limits = DEFAULT_LIMITS if limits is None else limits
-    key = hashlib.sha256(text.encode()).hexdigest()
-    ck = (key, entry, limits)
-    p = _CACHE.get(ck)
-    if p is not None:
-        return p
-    mod = _guarded(parse_module, text)
-    if not mod.entries:
-        raise PTXParseError("no .entry in PTX text")
-    if entry is None:
-        ent = next(iter(mod.entries.values()))
-    elif entry in mod.entries:
-        ent = mod.entries[entry]
-    else:
-        raise PTXParseError(f"no entry {entry!r}; entries: {', '.join(mod.entries)}")
-    p = _guarded(decode_entry, mod, ent, key, limits)
-    if len(_CACHE) > 64:
-        _CACHE.clear()
-    _CACHE[ck] = p
-    return p
-
-
-def _guarded(fn, *args):
-    """Run a parse/decode step; a Python error inside it (malformed operands the decoder did
-    not anticipate) becomes a :class:`PTXParseError`: untrusted text never escapes as
-    ``IndexError``/``KeyError``/``ValueError``. The error names the innermost PTX line the
-    decoder had reached (from the traceback's ``it``/``ins``/``line`` locals)."""
-    try:
-        return fn(*args)
-    except PTXParseError:
-        raise
-    except (IndexError, KeyError, ValueError, TypeError, AttributeError, OverflowError, ZeroDivisionError,
-            RecursionError, UnicodeError) as e:
-        line, text = _where(e.__traceback__)
-        raise PTXParseError(f"cannot decode ({type(e).__name__}: {e})", line, text) from None
-
-
-def _where(tb) -> tuple:
-    line, text = 0, ""
-    while tb is not None:
-        loc = tb.tb_frame.f_locals
-        for name in ("ins", "it"):
-            o = loc.get(name)
-            if o is not None and isinstance(getattr(o, "line", None), int) and getattr(o, "text", None):
-                line, text = o.line, o.text
-        if isinstance(loc.get("ln"), int) and callable(loc.get("line_text")):
-            line, text = loc["ln"], loc["line_text"](loc["ln"])
-        tb = tb.tb_next
-    return line, text
