@@ -42,9 +42,9 @@ import attrs
 from .. import envvars
 from ..errors import CacheError
 from .artifact import CompiledKernel
-from .cache_layout import (_KEY_RE, _LOCKS, _MARKER_TEXT, _TC_RE,
-                           _TMP, _TRASH, MARKER, _delete_artifact_dir, _is_scratch, _real_dir, _real_file, is_entry_dir,
-                           scan_root)
+from .cache_layout import (_KEY_RE, _TC_RE,
+                           _TMP, MARKER, _delete_artifact_dir, _real_dir, _real_file, is_entry_dir,
+                           clear_blocker, drop_if_empty, remove_entry, scan_root, sweep, write_marker)
 from .identity import library_hash
 
 try:
@@ -55,7 +55,6 @@ except ImportError:             # pragma: no cover - not POSIX: no cross-process
 CACHE_ENV = "CUTEDSL_CACHE_DIR"
 SWITCH_ENV = "CUTEDSL_CACHE"
 _WARNED_SWITCH: set = set()     # CUTEDSL_CACHE values already warned about
-_STALE_S = 600                  # a private temp dir older than this belongs to a killed writer
 BUILD_WAIT_S = 600              # longest wait for another process compiling the same kernel
 KEY_COVERS = ("kernel name and config; the library's code-generating sources (dtypes, arch, problem, ir, compiler, "
               "atom, collective, kernel); every class outside cutedsl in the MRO of the kernel and "
@@ -260,33 +259,14 @@ class KernelCache:
                 _delete_artifact_dir(tmp)
 
     def _mark(self) -> None:
-        """Write the root marker once: ``clear`` acts only on a root that has it."""
-        m = self.root / MARKER
-        if not os.path.lexists(m):
-            with contextlib.suppress(FileExistsError):
-                fd = os.open(m, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                with os.fdopen(fd, "w") as f:
-                    f.write(_MARKER_TEXT)
+        write_marker(self.root)
 
     def _clear_blocker(self, p: Path) -> None:
-        """A regular file (or an empty directory) at an entry's own path -- a name only the cache
-        makes, in a root carrying its marker -- is a broken entry of ours: discard it with a
-        warning naming it. Symlinks and non-empty directories are never touched."""
-        if not _real_file(self.root / MARKER):
-            return
-        try:
-            if _real_file(p):
-                remove = os.unlink
-            elif _real_dir(p) and p.parent != self.root and not os.listdir(p):
-                remove = os.rmdir
-            else:
-                return
-        except OSError:             # unreadable: left alone, reported as taken by _publish
-            return
-        with contextlib.suppress(FileNotFoundError):
-            remove(p)
-            what = "a file" if remove is os.unlink else "an empty directory"
-            warnings.warn(f"kernel cache entry {p} was blocked by {what}; discarded and rebuilt", stacklevel=5)
+        clear_blocker(self.root, p)
+
+    _remove = staticmethod(remove_entry)
+    _sweep = staticmethod(sweep)
+    _drop_if_empty = staticmethod(drop_if_empty)
 
     def _unwritable(self, err: OSError) -> None:
         root = str(self.root)
@@ -328,30 +308,6 @@ class KernelCache:
             if fd is not None:
                 os.close(fd)
 
-    @staticmethod
-    def _remove(d: Path) -> bool:
-        """Move the entry ``d`` aside atomically (readers never see half of it), then delete its
-        files. Only a directory with an entry's layout is touched; returns whether it went."""
-        if not is_entry_dir(d):
-            return False
-        trash = d.parent / f"{_TRASH}{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}"
-        try:
-            os.rename(d, trash)
-        except OSError:
-            return False
-        _delete_artifact_dir(trash)
-        return True
-
-    @staticmethod
-    def _sweep(base: Path, max_age_s: float = _STALE_S) -> None:
-        """Delete the temp/trash dirs of writers that were killed (older than ``max_age_s``)."""
-        now = time.time()
-        with contextlib.suppress(OSError):
-            for p in base.iterdir():
-                with contextlib.suppress(OSError):
-                    if _is_scratch(p) and now - p.lstat().st_mtime >= max_age_s:
-                        _delete_artifact_dir(p)
-
     # -- the call kernels use -------------------------------------------------------
     def get_or_build(self, key, build) -> tuple:
         """Return ``(kernel, hit)``; on a miss call ``build()`` (-> CompiledKernel) and store it.
@@ -381,15 +337,6 @@ class KernelCache:
         except BaseException:
             self._drop_if_empty(base)   # a failed build leaves no entry directory behind
             raise
-
-    @staticmethod
-    def _drop_if_empty(base: Path) -> None:
-        """Remove a key directory that holds nothing but the cache's own lock files."""
-        with contextlib.suppress(OSError):
-            if _real_dir(base) and all(p.name in _LOCKS and _real_file(p) for p in base.iterdir()):
-                for p in base.iterdir():
-                    p.unlink()
-                base.rmdir()
 
     # -- maintenance ----------------------------------------------------------------
     def scan(self) -> tuple:

@@ -13,6 +13,9 @@ import contextlib
 import os
 import re
 import stat
+import threading
+import time
+import warnings
 from pathlib import Path
 
 MARKER = "CUTEDSL_CACHE"        # root marker: written with the first entry, required by ``clear``
@@ -109,3 +112,66 @@ def scan_root(root: Path) -> tuple:
             elif not ((q.name in _LOCKS and _real_file(q)) or _is_scratch(q)):
                 other.append(q)
     return entries, other
+
+
+STALE_S = 600       #: a private temp dir older than this belongs to a killed writer
+
+
+def write_marker(root: Path) -> None:
+    """Write the root marker once: ``clear`` acts only on a root that has it."""
+    m = root / MARKER
+    if not os.path.lexists(m):
+        with contextlib.suppress(FileExistsError):
+            fd = os.open(m, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            with os.fdopen(fd, "w") as f:
+                f.write(_MARKER_TEXT)
+
+def clear_blocker(root: Path, p: Path) -> None:
+    """A regular file (or an empty directory) at an entry's own path -- a name only the cache
+    makes, in a root carrying its marker -- is a broken entry of ours: discard it with a
+    warning naming it. Symlinks and non-empty directories are never touched."""
+    if not _real_file(root / MARKER):
+        return
+    try:
+        if _real_file(p):
+            remove = os.unlink
+        elif _real_dir(p) and p.parent != root and not os.listdir(p):
+            remove = os.rmdir
+        else:
+            return
+    except OSError:             # unreadable: left alone, reported as taken by _publish
+        return
+    with contextlib.suppress(FileNotFoundError):
+        remove(p)
+        what = "a file" if remove is os.unlink else "an empty directory"
+        warnings.warn(f"kernel cache entry {p} was blocked by {what}; discarded and rebuilt", stacklevel=6)
+
+def remove_entry(d: Path) -> bool:
+    """Move the entry ``d`` aside atomically (readers never see half of it), then delete its
+    files. Only a directory with an entry's layout is touched; returns whether it went."""
+    if not is_entry_dir(d):
+        return False
+    trash = d.parent / f"{_TRASH}{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}"
+    try:
+        os.rename(d, trash)
+    except OSError:
+        return False
+    _delete_artifact_dir(trash)
+    return True
+
+def sweep(base: Path, max_age_s: float = STALE_S) -> None:
+    """Delete the temp/trash dirs of writers that were killed (older than ``max_age_s``)."""
+    now = time.time()
+    with contextlib.suppress(OSError):
+        for p in base.iterdir():
+            with contextlib.suppress(OSError):
+                if _is_scratch(p) and now - p.lstat().st_mtime >= max_age_s:
+                    _delete_artifact_dir(p)
+
+def drop_if_empty(base: Path) -> None:
+    """Remove a key directory that holds nothing but the cache's own lock files."""
+    with contextlib.suppress(OSError):
+        if _real_dir(base) and all(p.name in _LOCKS and _real_file(p) for p in base.iterdir()):
+            for p in base.iterdir():
+                p.unlink()
+            base.rmdir()
