@@ -126,6 +126,7 @@ def write_marker(root: Path) -> None:
             with os.fdopen(fd, "w") as f:
                 f.write(_MARKER_TEXT)
 
+
 def clear_blocker(root: Path, p: Path) -> None:
     """A regular file (or an empty directory) at an entry's own path -- a name only the cache
     makes, in a root carrying its marker -- is a broken entry of ours: discard it with a
@@ -146,6 +147,7 @@ def clear_blocker(root: Path, p: Path) -> None:
         what = "a file" if remove is os.unlink else "an empty directory"
         warnings.warn(f"kernel cache entry {p} was blocked by {what}; discarded and rebuilt", stacklevel=6)
 
+
 def remove_entry(d: Path) -> bool:
     """Move the entry ``d`` aside atomically (readers never see half of it), then delete its
     files. Only a directory with an entry's layout is touched; returns whether it went."""
@@ -159,6 +161,7 @@ def remove_entry(d: Path) -> bool:
     _delete_artifact_dir(trash)
     return True
 
+
 def sweep(base: Path, max_age_s: float = STALE_S) -> None:
     """Delete the temp/trash dirs of writers that were killed (older than ``max_age_s``)."""
     now = time.time()
@@ -167,6 +170,7 @@ def sweep(base: Path, max_age_s: float = STALE_S) -> None:
             with contextlib.suppress(OSError):
                 if _is_scratch(p) and now - p.lstat().st_mtime >= max_age_s:
                     _delete_artifact_dir(p)
+
 
 def drop_if_empty(base: Path) -> None:
     """Remove a key directory that holds nothing but the cache's own lock files."""
