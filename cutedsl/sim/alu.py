@@ -1,6 +1,6 @@
 """Shared helpers of the ALU instruction decoders (arith, bitops, compare, convert, control).
 
-Each decoder receives ``(ctx, ins, mods, ops)``: the :class:`~cutedsl.sim.program.DecodeCtx`,
+Each decoder receives ``(ctx, ins, mods, ops)``: the :class:`~cutedsl.sim.decode_ctx.DecodeCtx`,
 the :class:`~cutedsl.sim.program.Instr`, the dot-separated modifiers after the opcode base
 (e.g. ``['rn', 'f32']``) and the raw operand strings, and returns the execution closure
 ``fn(warp, group, mask)``. Values are numpy arrays over the 32 lanes (or numpy scalars for
