@@ -35,6 +35,17 @@ TILE_N = (64, 128, 256)
 MAX_ACC_REGS = 128
 
 
+def acc_regs(rows: int, tile_n: int, arch=DEFAULT) -> int:
+    """f32 accumulator registers per thread of one warpgroup holding ``rows x tile_n``."""
+    return rows * tile_n // arch.warpgroup_threads
+
+
+def split_warpgroups_for(tile_m: int, tile_n: int, arch=DEFAULT) -> int:
+    """Consumer warpgroups sharing a tile along M: two when one warpgroup's accumulator would
+    pass :data:`MAX_ACC_REGS` registers per thread."""
+    return 2 if acc_regs(tile_m, tile_n, arch) > MAX_ACC_REGS else 1
+
+
 @attrs.frozen
 class KernelPlan:
     """What a GEMM kernel decides before it builds a collective (CUTLASS's kernel-level
@@ -94,16 +105,12 @@ class GemmKernel(Kernel):
         """Why this kernel cannot run ``config`` (a ``GemmConfig``), or None: the tile lists it
         publishes, the K tile of the MMA traits of ``config.dtype``, the output types of its
         epilogue. Subclasses add their schedule's rules (and call this first)."""
-        from ..errors import ConfigError, one_of
+        from ..errors import one_of
         bm, bn, bk = config.tile
-        if bm not in cls.TILE_M:
-            return f"tile BLOCK_M must be {one_of(cls.TILE_M, quote=False)}, got {bm}"
-        if bn not in cls.TILE_N:
-            return f"tile BLOCK_N must be {one_of(cls.TILE_N, quote=False)}, got {bn}"
-        try:
-            t = mma_traits(config.dtype)
-        except ConfigError as e:
-            return str(e)
+        why = cls.tile_reason(bm, bn, config.dtype)
+        if why:
+            return why
+        t = mma_traits(config.dtype)
         if bk != t.k_tile:
             return (f"tile BLOCK_K must be {t.k_tile} (one {t.swizzle}-byte swizzle row of {config.dtype}), "
                     f"got {bk}")
@@ -111,16 +118,26 @@ class GemmKernel(Kernel):
             return f"out_dtype must be {one_of(Epilogue.OUT_DTYPES)}, got {config.out_dtype!r}"
         return None
 
-    def __init__(self, tile_m=128, tile_n=128, dtype="f16", out_dtype="f32", b_major="MN", epilogue=None, arch=None):
-        if tile_m not in self.TILE_M:      # the class's published lists: a subclass may widen them
-            raise ValueError(f"tile_m must be one of {self.TILE_M}, got {tile_m}")
-        if tile_n not in self.TILE_N:
-            raise ValueError(f"tile_n must be one of {self.TILE_N}, got {tile_n}")
-        from ..errors import ConfigError
+    @classmethod
+    def tile_reason(cls, tile_m: int, tile_n: int, dtype: str) -> str | None:
+        """Why this class has no ``tile_m x tile_n`` tile of ``dtype`` operands (its published
+        lists -- a subclass may widen them -- and the MMA atom's operand types), or None."""
+        from ..errors import ConfigError, one_of
+        if tile_m not in cls.TILE_M:
+            return f"tile BLOCK_M must be {one_of(cls.TILE_M, quote=False)}, got {tile_m}"
+        if tile_n not in cls.TILE_N:
+            return f"tile BLOCK_N must be {one_of(cls.TILE_N, quote=False)}, got {tile_n}"
         try:
-            self.traits = mma_traits(dtype)    #: K tile, element bytes, swizzle of the operands
+            mma_traits(dtype)
         except ConfigError as e:
-            raise ValueError(str(e)) from None
+            return str(e)
+        return None
+
+    def __init__(self, tile_m=128, tile_n=128, dtype="f16", out_dtype="f32", b_major="MN", epilogue=None, arch=None):
+        why = self.tile_reason(tile_m, tile_n, dtype)
+        if why:
+            raise ValueError(why)
+        self.traits = mma_traits(dtype)    #: K tile, element bytes, swizzle of the operands
         self.arch = get_arch(arch or DEFAULT)    #: the target: warpgroup size, budgets, toolchain
         self.arch.require("wgmma", type(self).__name__)
         if b_major not in ("MN", "K"):
@@ -243,7 +260,7 @@ class MultistageGemmKernel(GemmKernel):
     def make_plan(self) -> KernelPlan:
         # a 128 x 256 f32 accumulator is 256 registers per thread for one warpgroup (limit 255):
         # split it along M over two consumer warpgroups, each with its own epilogue buffers
-        wg = 2 if self.tile_m * self.tile_n // self.arch.warpgroup_threads > MAX_ACC_REGS else 1
+        wg = split_warpgroups_for(self.tile_m, self.tile_n, self.arch)
         return KernelPlan(split_warpgroups=wg, consumer_warpgroups=wg, threads=self.arch.warpgroup_threads * wg,
                           epilogue={"warpgroups": wg})
 
@@ -292,7 +309,7 @@ class SingleTileGemmKernel(GemmKernel):
         if why:
             return why
         bm, bn, _ = config.tile
-        acc = bm * bn // DEFAULT.warpgroup_threads
+        acc = acc_regs(bm, bn)
         if acc > MAX_ACC_REGS:
             return (f"single_tile uses one warpgroup: a {bm}x{bn} f32 accumulator needs {acc} registers per "
                     f"thread, past the {DEFAULT.max_regs_per_thread}-register limit; use schedule='multistage' "

@@ -40,7 +40,7 @@ from ..ir._lazy import lazy
 from ..arch import DEFAULT
 from ..atom.mma_traits import ATOM_M
 from ..problem import GemmProblem
-from .gemm import MAX_ACC_REGS, GemmKernel, KernelPlan
+from .gemm import MAX_ACC_REGS, GemmKernel, KernelPlan, acc_regs, split_warpgroups_for
 
 cir = lazy("cutedsl.ir")
 
@@ -98,7 +98,7 @@ class WarpSpecializedGemmKernel(GemmKernel):
     def split_for(cls, tile_m: int, tile_n: int) -> int:
         """Consumer warpgroups that share one tile, each owning ``tile_m / split`` rows: two
         when one warpgroup's accumulator would pass :data:`MAX_ACC_REGS` registers per thread."""
-        return 2 if tile_m * tile_n // DEFAULT.warpgroup_threads > MAX_ACC_REGS else 1
+        return split_warpgroups_for(tile_m, tile_n)
 
     @classmethod
     def consumers_for(cls, tile_m: int, tile_n: int) -> int:
@@ -122,7 +122,7 @@ class WarpSpecializedGemmKernel(GemmKernel):
         if tile_m // split < atom_m:
             return (f"{cls.name}: tile_m {tile_m} is too small to split over {split} consumer warpgroups "
                     f"({atom_m} rows each at least)")
-        acc = tile_m // split * tile_n // DEFAULT.warpgroup_threads
+        acc = acc_regs(tile_m // split, tile_n)
         if acc > MAX_ACC_REGS:
             return (f"{cls.name}: a {tile_m}x{tile_n} tile needs {acc} f32 accumulator registers per consumer "
                     f"thread, past the {MAX_ACC_REGS} that fit the {DEFAULT.consumer_regs}-register consumer "
