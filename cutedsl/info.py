@@ -60,16 +60,10 @@ def _toolchain() -> dict:
 def _cache() -> dict:
     from .compiler.cache import KernelCache, caching_enabled
     c = KernelCache()
-    entries, other = c.scan()
-    size = 0
-    for d in entries:
-        for f in d.iterdir():
-            try:
-                size += f.lstat().st_size
-            except OSError:
-                pass
-    return {"dir": str(c.root), "enabled": caching_enabled(), "entries": len(entries), "bytes": size,
-            "not_entries": len(other), "unwritable": c._why_unwritable()}
+    entries = c.entries()
+    return {"dir": str(c.root), "enabled": caching_enabled(), "entries": len(entries),
+            "bytes": sum(e["bytes"] for e in entries), "not_entries": len(c.scan()[1]),
+            "unwritable": c._why_unwritable()}
 
 
 def collect() -> dict:

@@ -108,9 +108,7 @@ def _config_json(config) -> str:
         return ""
     if not isinstance(config, GemmConfig):
         raise ArgumentTypeError(f"cutedsl.torch.gemm: config must be a GemmConfig or None, got {type(config).__name__}")
-    import attrs
-    return json.dumps({f.name: getattr(config, f.name) for f in attrs.fields(GemmConfig) if f.init},
-                      default=list, sort_keys=True)
+    return json.dumps(config.fields(), default=list, sort_keys=True)
 
 
 def gemm(a, b, *, config: GemmConfig | None = None, out=None):

@@ -59,7 +59,7 @@ def parse_config(spec: str, base: dict | None = None) -> GemmConfig:
 
 def attrs_fields() -> list:
     import attrs
-    return [f.name for f in attrs.fields(GemmConfig)]
+    return [f.name for f in attrs.fields(GemmConfig) if f.init]
 
 
 def sweep_configs(set_name: str, *, tiles=None, schedules=None, stages=None, base=None, rejected=None) -> list:

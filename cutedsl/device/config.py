@@ -155,6 +155,11 @@ class GemmConfig:
         object.__setattr__(cfg, "reasons", reasons)
         return cfg
 
+    def fields(self) -> dict:
+        """The constructor fields and their values (``GemmConfig(**cfg.fields()) == cfg``): what
+        an export, a worker process or a JSON config carries."""
+        return {f.name: getattr(self, f.name) for f in attrs.fields(type(self)) if f.init}
+
     def explain(self) -> str:
         """One line per field: why it has its value (``for_problem``), or that it was given."""
         if self.reasons is None:

@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import attrs
-
 from ..errors import ArgumentError, CacheError
 
 FORMAT = 1
@@ -36,7 +34,7 @@ def save(gemm, path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     k = gemm.compiled
     k.save(path / "kernel")
-    cfg = {f.name: getattr(gemm.config, f.name) for f in attrs.fields(type(gemm.config)) if f.init}
+    cfg = gemm.config.fields()
     manifest = {"format": FORMAT, "kind": "gemm", "cutedsl": __version__, "config": cfg, "key": k.key}
     (path / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True, default=list) + "\n")
     return path

@@ -374,7 +374,8 @@ class AutoGemm:
 
     @checked_arguments()
     def __init__(self, backend="auto", *, epilogue=None, cache=None, dump_dir=None, **fixed):
-        self._backend_arg = check_backend_arg(backend) and backend
+        check_backend_arg(backend)
+        self._backend_arg = backend
         self._opts = {"epilogue": epilogue, "cache": cache, "dump_dir": dump_dir}
         self._fixed = fixed
         GemmConfig.for_problem(128, 128, 64, **{"dtype": "f16", **fixed})    # bad fields: now, not at the call

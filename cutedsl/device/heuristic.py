@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from ..atom.mma_traits import mma_traits
 from ..collective.tile_scheduler import DEFAULT_SM_COUNT
+from ..problem import GemmProblem
 
 #: tile candidates (BLOCK_M, BLOCK_N) in the order ties are broken (larger first)
 CANDIDATES = ((128, 256), (128, 128), (64, 256), (128, 64), (64, 128), (64, 64))
@@ -36,13 +37,9 @@ SHORT_K_TILES = 8           #: K at most this many k-tiles is "short" (ping-pong
 SWIZZLE_MIN_TILES = 8       #: tiles along both dimensions before swizzle 2 helps
 
 
-def _tiles(m, n, bm, bn):
-    return -(-m // bm), -(-n // bn)
-
-
 def score(m: int, n: int, bm: int, bn: int, sms: int) -> tuple:
     """``(score, wave efficiency, fill, intensity)`` of a BM x BN tile (see module docstring)."""
-    tm, tn = _tiles(m, n, bm, bn)
+    tm, tn = GemmProblem(m, n, 0).tiles(bm, bn)
     tiles = tm * tn
     waves = -(-tiles // sms)
     wave_eff = tiles / (waves * sms)
@@ -77,7 +74,7 @@ def _try(config_cls, m, n, bm, bn, kt, k_tile, sms, sm_count, base, fallback, tr
     from ..errors import ConfigError
     if fallback and "schedule" in base:
         return None
-    tm, tn = _tiles(m, n, bm, bn)
+    tm, tn = GemmProblem(m, n, 0).tiles(bm, bn)
     tiles = tm * tn
     s, wave_eff, fill, inten = score(m, n, bm, bn, sms)
     kw = dict(base)

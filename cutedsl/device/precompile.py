@@ -51,7 +51,7 @@ def compile_all(configs, *, jobs: int | None = None, cache_dir=None, progress=No
     configs = list(configs)
     cache_dir = str(cache_dir) if cache_dir is not None else os.environ.get("CUTEDSL_CACHE_DIR")
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(configs) or 1))
-    fields = [{f.name: getattr(c, f.name) for f in attrs.fields(type(c)) if f.init} for c in configs]
+    fields = [c.fields() for c in configs]
     results = [None] * len(configs)
 
     def done(i, out):
