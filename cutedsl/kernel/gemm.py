@@ -135,8 +135,8 @@ class GemmKernel(Kernel):
 
     def __init__(self, tile_m=128, tile_n=128, dtype="f16", out_dtype="f32", b_major="MN", epilogue=None, arch=None):
         why = self.tile_reason(tile_m, tile_n, dtype)
-        if why:
-            raise ValueError(why)
+        if why:                    # name the constructor's arguments as well as the rule
+            raise ValueError(f"{type(self).__name__}(tile_m={tile_m}, tile_n={tile_n}, dtype={dtype!r}): {why}")
         self.traits = mma_traits(dtype)    #: K tile, element bytes, swizzle of the operands
         self.arch = get_arch(arch or DEFAULT)    #: the target: warpgroup size, budgets, toolchain
         self.arch.require("wgmma", type(self).__name__)
