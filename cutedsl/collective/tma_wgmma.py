@@ -117,14 +117,16 @@ class TmaWgmmaMainloop:
         return [TensorMapSpec("a", self.dtype, self.a_box, swizzle=sw),
                 TensorMapSpec("b", self.dtype, self.b_box, swizzle=sw)]
 
-    def plan(self, plan) -> None:
-        """Declare the operand ring's shared memory and barriers in a ``SmemPlan``."""
-        t = self.traits
-        plan.buffer("a", (self.tile_m, t.k_tile), self.dtype, self.stages, swizzle=t.swizzle, major="K")
+    def plan(self, plan, stages: int | None = None) -> None:
+        """Declare the operand ring's shared memory and barriers in a ``SmemPlan``: ``stages``
+        slots (default :attr:`stages`; another count sizes a deeper or shallower ring without
+        a new collective -- how ``stages="auto"`` is resolved)."""
+        t, s = self.traits, stages or self.stages
+        plan.buffer("a", (self.tile_m, t.k_tile), self.dtype, s, swizzle=t.swizzle, major="K")
         b_shape = (self.b_boxes * t.k_tile, t.mn_box) if self.b_major == "MN" else (self.tile_n, t.k_tile)
-        plan.buffer("b", b_shape, self.dtype, self.stages, swizzle=t.swizzle, major=self.b_major)
-        plan.barriers("full", self.stages)
-        plan.barriers("empty", self.stages)
+        plan.buffer("b", b_shape, self.dtype, s, swizzle=t.swizzle, major=self.b_major)
+        plan.barriers("full", s)
+        plan.barriers("empty", s)
 
     # -- IR ------------------------------------------------------------------------
     def tma_atoms(self, args) -> tuple:

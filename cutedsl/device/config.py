@@ -13,7 +13,7 @@ from ..atom.mma_traits import ELEMENT_BYTES
 from ..collective.epilogue import Epilogue
 from ..collective.tile_scheduler import RASTERS, SWIZZLES
 from ..collective.tma_wgmma import CLUSTERS, TmaWgmmaMainloop   # what the mainloop supports: one list
-from ..errors import ArgumentTypeError, ConfigError, ConfigTypeError, CuteDSLError, SharedMemoryError, checked_arguments, one_of
+from ..errors import ArgumentTypeError, ConfigError, ConfigTypeError, CuteDSLError, checked_arguments, one_of
 
 _MAX_I32 = 2 ** 31 - 1
 #: the schedules a ``GemmConfig`` can name; the last three are warp-specialized
@@ -183,13 +183,13 @@ class GemmConfig:
             return 1
         if self.stages != "auto":
             return self.stages
-        for s in reversed(STAGES):
-            try:
-                self._make(kernel_cls or self._kernel_cls(), s, epilogue_cls).smem_plan()
-                return s
-            except SharedMemoryError:
-                continue
-        raise ConfigError(f"tile {self.tile} does not fit shared memory even with one stage")
+        cls = kernel_cls or self._kernel_cls()
+        candidates = getattr(cls, "STAGES", STAGES)
+        # one kernel sizes every candidate ring (its smem plan is a function of the stage count)
+        s = self._make(cls, max(candidates), epilogue_cls).max_stages(candidates)
+        if s is None:
+            raise ConfigError(f"tile {self.tile} does not fit shared memory even with {min(candidates)} stage(s)")
+        return s
 
     def _epilogue_cls(self, epilogue_cls=None, kernel_cls=None):
         """The epilogue class: ``epilogue_cls``, else a user ``kernel_cls.epilogue_cls``, else

@@ -205,17 +205,31 @@ class GemmKernel(Kernel):
         ``(0, k_tiles)``, unless a split-K scheduler says otherwise)."""
         return self.scheduler.k_tile_range(k_tiles)
 
-    def smem_plan(self):
-        """The shared-memory plan: the mainloop's buffers and barriers (if it has a mainloop),
-        the epilogue's, then :meth:`plan_extra`'s. Raises ``SharedMemoryError`` when it cannot
-        fit (227 KiB per CTA on sm_90)."""
+    def smem_plan(self, stages: int | None = None):
+        """The shared-memory plan: the mainloop's buffers and barriers (if it has a mainloop;
+        with ``stages`` slots, default its own), the epilogue's, then :meth:`plan_extra`'s.
+        Declarations only (no IR). Raises ``SharedMemoryError`` when it cannot fit
+        (``arch.smem_per_cta``: 227 KiB per CTA on sm_90a)."""
         from ..ir.smem import SmemPlan
         plan = SmemPlan(limit=self.arch.smem_per_cta)
         if self.mainloop is not None:
-            self.mainloop.plan(plan)
+            self.mainloop.plan(plan, stages)
         self.epilogue.plan(plan)
         self.plan_extra(plan)
         return plan
+
+    def max_stages(self, candidates) -> int | None:
+        """The most stages among ``candidates`` (ints) whose :meth:`smem_plan` fits, or None:
+        CUTLASS's ``StageCountAutoCarveout`` -- the ring takes what the epilogue and the
+        kernel's own buffers leave. One kernel sizes every candidate (no kernel per count)."""
+        from ..errors import SharedMemoryError
+        for s in sorted(candidates, reverse=True):
+            try:
+                self.smem_plan(s)
+                return s
+            except SharedMemoryError:
+                continue
+        return None
 
     def plan_extra(self, plan) -> None:
         """Hook: declare a subclass's own shared memory / barriers in ``plan`` (none here)."""

@@ -105,6 +105,38 @@ def test_config_that_cannot_fit_shared_memory():
     assert GemmConfig(tile=(64, 64, 64), epilogue="global").resolved_stages() == 7
 
 
+@pytest.mark.parametrize("schedule", ["multistage", "warp_specialized", "cooperative", "pingpong"])
+@pytest.mark.parametrize("tile", [(64, 64, 64), (128, 128, 64), (128, 256, 64), (64, 256, 64)])
+def test_auto_stages_sized_by_one_kernel(schedule, tile, monkeypatch):
+    """``stages="auto"`` is the deepest ring whose plan fits, sized by one kernel's smem plan
+    as a function of the stage count (no kernel per candidate): the same count a kernel built
+    with each stage count would accept, and a config builds at most two kernels."""
+    from cutedsl.kernel.gemm import GemmKernel
+    why = GemmConfig(schedule=schedule)._kernel_cls().can_implement(GemmConfig(tile=tile))
+    if why:
+        pytest.skip(why)            # e.g. no 64-row split for cooperative, no 128x256 ping-pong
+    built = []
+    init = GemmKernel.__init__
+    monkeypatch.setattr(GemmKernel, "__init__", lambda self, *a, **kw: (built.append(1), init(self, *a, **kw))[1])
+    cfg = GemmConfig(tile=tile, schedule=schedule)
+    assert len(built) <= 2
+    got = cfg.resolved_stages()
+    cls = cfg._kernel_cls()
+    fits = []
+    for s in getattr(cls, "STAGES", range(1, 8)):
+        try:
+            GemmConfig(tile=tile, schedule=schedule, stages=s)
+            fits.append(s)
+        except SharedMemoryError:
+            pass
+    assert got == max(fits)
+    k = cfg.kernel()
+    assert k.smem_plan().total_bytes <= 232448 and k.stages == got
+    if got < 7:
+        with pytest.raises(SharedMemoryError, match="232448 B limit"):
+            k.smem_plan(got + 1)
+
+
 def test_config_is_frozen_and_parses_tiles():
     c = GemmConfig()
     with pytest.raises(Exception):
