@@ -150,7 +150,7 @@ def run_gemm(args) -> tuple:
     r = kern.resources
     rep = {"backend": backend.name if backend is not None else "none", "arch": cfg.arch,
            "m": args.m, "n": args.n, "k": args.k,
-           "dtype": args.dtype, "out_dtype": args.out_dtype, "tile": list(cfg.tile),
+           "dtype": cfg.dtype, "b_dtype": cfg.b_dtype or cfg.dtype, "out_dtype": cfg.out_dtype, "tile": list(cfg.tile),
            "stages": cfg.resolved_stages(), "schedule": cfg.schedule, "b_major": cfg.b_major,
            "epilogue": cfg.epilogue, "cluster": list(cfg.cluster), "raster": cfg.raster, "swizzle": cfg.swizzle,
            "threads": kern.block[0], "grid": list(grid),
@@ -166,9 +166,8 @@ def run_gemm(args) -> tuple:
     if why:
         rep["note"] = why
     rng = np.random.default_rng(args.seed)
-    npd = _dtype(args.dtype).numpy
-    a = rng.standard_normal((args.m, args.k), dtype=np.float32).astype(npd)
-    b = rng.standard_normal((args.k, args.n), dtype=np.float32).astype(npd)
+    a = rng.standard_normal((args.m, args.k), dtype=np.float32).astype(_dtype(cfg.dtype).numpy)
+    b = rng.standard_normal((args.k, args.n), dtype=np.float32).astype(_dtype(cfg.b_dtype or cfg.dtype).numpy)
     launched = False
     try:
         launch, result = gemm.prepare(a, b)
@@ -206,7 +205,8 @@ def run_gemm(args) -> tuple:
 
 def _print_text(rep):
     p = print
-    p(f"cutedsl GEMM  M={rep['m']} N={rep['n']} K={rep['k']}  {rep['dtype']} -> {rep['out_dtype']}  "
+    ab = rep["dtype"] if rep["b_dtype"] == rep["dtype"] else f"{rep['dtype']} x {rep['b_dtype']}"
+    p(f"cutedsl GEMM  M={rep['m']} N={rep['n']} K={rep['k']}  {ab} -> {rep['out_dtype']}  "
       f"tile {'x'.join(map(str, rep['tile']))}  stages {rep['stages']}  {rep['schedule']}  "
       f"B {rep['b_major']}-major  epilogue {rep['epilogue']}"
       + (f"  cluster {rep['cluster'][0]}x{rep['cluster'][1]}" if rep.get("cluster", [1, 1]) != [1, 1] else ""))
@@ -215,7 +215,9 @@ def _print_text(rep):
     p(f"  kernel: {rep['threads']} threads x grid {tuple(rep['grid'])}, {rep['registers']} registers, "
       f"{rep['spills']} spill bytes, {rep['smem_bytes']} B shared memory")
     p(f"  compile: {rep['compile_s']:.3f} s ({'cache hit; cold compile took ' + format(rep['cold_compile_s'], '.3f') + ' s' if rep['cached'] else 'cold'})")
-    keys = ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "BAR", "STG", "STS", "WARPGROUP", "USETMAXREG")
+    # the tensor-core opcode names the operand width: HGMMA (16-bit, tf32), QGMMA (fp8)
+    mma = "QGMMA" if rep["sass"] and rep["sass"].get("QGMMA") else "HGMMA"
+    keys = (mma, "UTMALDG", "UTMASTG", "SYNCS", "BAR", "STG", "STS", "WARPGROUP", "USETMAXREG")
     if rep["sass"] is None:            # a machine without nvdisasm (running cached kernels)
         p("  SASS: not available here (no nvdisasm)")
     else:

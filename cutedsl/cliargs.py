@@ -108,7 +108,6 @@ def gemm_config(args):
     default schedule). When it is invalid, the ``UsageError`` names the options responsible:
     those whose reset to the default makes the config valid (``--tile/--stages`` for a
     combination), else the first option, in field order, from which on the config fails."""
-    import attrs
     from .device import GemmConfig
     from .errors import ConfigError
 
@@ -125,16 +124,15 @@ def gemm_config(args):
         try:
             return GemmConfig.for_problem(args.m, args.n, args.k, **fixed)
         except ConfigError as e:
-            given = [o for f, o in options if f in fixed and f not in ("dtype", "out_dtype", "b_major", "arch")]
+            given = [o for f, o in options if f in fixed and f not in ("dtype", "b_dtype", "out_dtype", "b_major", "arch")]
             raise UsageError("/".join(given) or "--schedule", str(e)) from None
     options = tuple((f, o) for f, o in options if fields[f] is not None)    # None: the config's default
     fields = {f: v for f, v in fields.items() if v is not None}
     err = fails(**fields)
     if err is None:
         return GemmConfig(**fields)
-    defaults = {f.name: f.default for f in attrs.fields(GemmConfig)}
-    given = [(f, o) for f, o in options if fields[f] != defaults[f]]
-    culprits = [o for f, o in given if fails(**{**fields, f: defaults[f]}) is None]
+    # leaving an option out gives its default (some depend on others: BLOCK_K on the dtype)
+    culprits = [o for f, o in options if fails(**{g: v for g, v in fields.items() if g != f}) is None]
     if not culprits:                    # no single option to blame: where it starts to fail
         sofar = {}
         for f, o in options:
@@ -157,11 +155,13 @@ def add_gemm_parser(sub):
     g.add_argument("--n", type=size, required=True, help=f"columns of B and D, 1..{MAX_I32}")
     g.add_argument("--k", type=size, required=True, help=f"columns of A, rows of B, 1..{MAX_I32}")
     g.add_argument("--dtype", choices=list(DTYPES), default="f16")
+    g.add_argument("--b-dtype", choices=list(DTYPES), default=None,
+                   help="B's type when it differs from A's (e4m3 and e5m2 mix); default: --dtype")
     g.add_argument("--out-dtype", choices=list(OUT_DTYPES), default="f32")
     # tile, cluster, raster and swizzle default to None: with --schedule auto the model picks
     # them, else GemmConfig's defaults (128x128x64, 1x1, M, 1) apply
-    g.add_argument("--tile", type=tile_arg, default=None, help="BLOCK_MxBLOCK_NxBLOCK_K (default: 128x128x64, or "
-                                                              "chosen with --schedule auto)")
+    g.add_argument("--tile", type=tile_arg, default=None, help="BLOCK_MxBLOCK_NxBLOCK_K (default: 128x128x64, 128x128x128 "
+                                                              "for fp8, or chosen with --schedule auto)")
     g.add_argument("--stages", type=stages_arg, default="auto", help=f"auto or {STAGES.start}..{STAGES.stop - 1}")
     g.add_argument("--schedule", choices=["auto", *SCHEDULES], default="auto",
                    help="auto (default): schedule, tile, cluster, raster and swizzle chosen for the problem "
@@ -172,8 +172,9 @@ def add_gemm_parser(sub):
     g.add_argument("--swizzle", type=int, choices=list(SWIZZLES), default=None, help="tiles per rasterization strip")
     g.add_argument("--sm-count", type=int_in(1, 4096), default=None,
                    help="SMs a persistent schedule fills, 1..4096 (default: the device's, else 132)")
-    g.add_argument("--b-major", choices=["MN", "K", "N"], default="MN",
-                   help="B's layout: MN (N-major, (K, N) row-major; N is accepted) or K (transposed)")
+    g.add_argument("--b-major", choices=["MN", "K", "N"], default=None,
+                   help="B's layout: MN (N-major, (K, N) row-major; N is accepted) or K (transposed); "
+                        "default MN for 16-bit types, K for fp8")
     g.add_argument("--arch", choices=list(ARCHS), default="sm_90a", help="target architecture")
     g.add_argument("--epilogue", choices=list(EPILOGUE_KINDS), default="tma")
     g.add_argument("--backend", choices=["auto", "cuda", "sim", "none"], default="auto")

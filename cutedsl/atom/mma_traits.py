@@ -20,11 +20,13 @@ import attrs
 
 from ..errors import ConfigError, one_of
 
-#: bytes per element of the operand types the WGMMA atom is built for (more to come: e4m3/e5m2
-#: = 1, tf32 = 4, with their instruction kinds in ``atom/wgmma.py``)
-ELEMENT_BYTES = {"f16": 2, "bf16": 2}
-#: the majors each operand may have, per element width (8-bit and tf32: K-major only)
-MAJORS = {2: (("K",), ("K", "MN"))}
+#: bytes per element of the operand types the WGMMA atom is built for (tf32 = 4 to come)
+ELEMENT_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1, "e5m2": 1}
+#: the majors (A, B) each operand may have, per element width: the PTX ISA transposes only
+#: 16-bit operands (``imm-trans-a/b``); 8-bit and tf32 operands must be K-major
+MAJORS = {2: (("K",), ("K", "MN")), 1: (("K",), ("K",))}
+#: operand types one instruction may mix (A type, B type): the fp8 kinds with each other
+MIXES = {("e4m3", "e5m2"), ("e5m2", "e4m3")}
 SWIZZLES = (128, 64, 32)
 DEFAULT_SWIZZLE = 128   #: the widest swizzle: conflict-free WGMMA reads and TMA writes
 K_STEP_BYTES = 32       #: K bytes one wgmma instruction consumes (k16 x 2 B, k8 x 4 B, k32 x 1 B)
@@ -110,3 +112,15 @@ class MmaTraits:
 def mma_traits(dtype: str, swizzle: int = DEFAULT_SWIZZLE) -> MmaTraits:
     """The :class:`MmaTraits` of operand type ``dtype`` (``ConfigError`` for a type the atom lacks)."""
     return MmaTraits(dtype, swizzle)
+
+
+def operand_pair_reason(a_dtype: str, b_dtype: str) -> str | None:
+    """Why one WGMMA cannot multiply ``a_dtype`` by ``b_dtype`` operands, or None: the types
+    must be equal or an fp8 mix (e4m3 x e5m2), as the PTX ISA's ``.atype``/``.btype`` allow."""
+    for t in (a_dtype, b_dtype):
+        if t not in ELEMENT_BYTES:
+            return f"the WGMMA atom takes {one_of(ELEMENT_BYTES, quote=False)} operands, got {t!r}"
+    if a_dtype != b_dtype and (a_dtype, b_dtype) not in MIXES:
+        return (f"A and B must have the same type, or mix e4m3 with e5m2 (PTX wgmma .atype/.btype), "
+                f"got {a_dtype} x {b_dtype}")
+    return None

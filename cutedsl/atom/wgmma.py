@@ -6,9 +6,11 @@ Descriptor Format"): start address >> 4 in bits 0-13, leading-dimension byte off
 >> 4 in bits 16-29, stride byte offset (SBO) >> 4 in bits 32-45, swizzle mode in bits 62-63
 (1 = 128-byte swizzle).
 
-Supported here: f16/bf16 inputs, f32 accumulators, 128-byte swizzle, K = 64 elements per
-k-tile (one 128-byte swizzle row); A K-major; B MN-major (N-major, ``imm-trans-b = 1``) or
-K-major. Instruction shape m64nNk16; M = 64 x ``m_blocks`` per warpgroup.
+Supported here: f16/bf16 inputs (A K-major; B MN-major, ``imm-trans-b = 1``, or K-major) and
+e4m3/e5m2 inputs, mixed too (A and B K-major: the ISA transposes 16-bit operands only); f32
+accumulators; 128-byte swizzle; a k-tile is one swizzle row of K (64 16-bit, 128 8-bit
+elements). Instruction shape m64nNk16 (16-bit) / m64nNk32 (fp8); M = 64 x ``m_blocks`` per
+warpgroup.
 
 Operands are shared-memory tiles (``SmemTile``, ``smem["a"].tile(stage)``), never raw
 addresses: the descriptors (swizzle mode, LBO, SBO, B transpose) are derived from the buffer's
@@ -35,7 +37,7 @@ from __future__ import annotations
 import attrs
 from ..arch import DEFAULT
 from ..errors import ConfigError, LayoutError
-from .mma_traits import ATOM_M, DEFAULT_SWIZZLE, MmaTraits, mma_traits
+from .mma_traits import ATOM_M, DEFAULT_SWIZZLE, MmaTraits, mma_traits, operand_pair_reason
 from ..ir._lazy import lazy
 
 ir = lazy("mlir.ir")
@@ -76,6 +78,8 @@ class SmemMatrix:
         t = self.traits
         if self.swizzle != DEFAULT_SWIZZLE:
             raise ValueError(f"only {DEFAULT_SWIZZLE}-byte swizzled WGMMA operands are supported")
+        if self.major not in t.majors_b:
+            raise ValueError(f"{self.dtype} operands are K-major only (WGMMA transposes 16-bit operands only)")
         if self.major == "MN" and self.rows % t.mn_box:
             raise ValueError(f"an MN-major operand needs a multiple of {t.mn_box} rows, got {self.rows}")
 
@@ -269,25 +273,31 @@ class Accumulator:
 
 class WarpgroupMMA:
     """``wgmma.mma_async`` for one warpgroup: ``m`` (64 or 128) x ``n`` (8..256, step 8) per
-    k-tile of 64, ``dtype`` f16/bf16 inputs, f32 accumulation; A K-major; B ``b_major``
-    (``"MN"`` or ``"K"``; None: whatever the B buffer declares)."""
+    k-tile (``traits.k_tile`` elements of K), A of ``dtype`` (f16/bf16/e4m3/e5m2), B of
+    ``b_dtype`` (default ``dtype``; e4m3 and e5m2 may mix), f32 accumulation; A K-major; B
+    ``b_major`` (``"MN"`` -- 16-bit only -- or ``"K"``; None: whatever the B buffer declares).
+    Raises ``ValueError`` for shapes, type pairs or majors the PTX ISA has no instruction for."""
 
     #: M per warpgroup: one or two m64 blocks (more would exceed the register file)
     M_BLOCKS = (1, 2)
     N_STEP, N_MAX = 8, 256      #: PTX ISA: n = 8..256 in steps of 8 (f16/bf16 with f32 accumulators)
 
-    def __init__(self, m: int, n: int, dtype: str = "f16", b_major: str | None = None):
+    def __init__(self, m: int, n: int, dtype: str = "f16", b_major: str | None = None, b_dtype: str | None = None):
         if m % ATOM_M or m // ATOM_M not in self.M_BLOCKS:
             raise ValueError(f"warpgroup M must be {' or '.join(str(ATOM_M * b) for b in self.M_BLOCKS)}, got {m}")
         if not (self.N_STEP <= n <= self.N_MAX and n % self.N_STEP == 0):
             raise ValueError(f"WGMMA N must be a multiple of {self.N_STEP} in {self.N_STEP}..{self.N_MAX}, got {n}")
         if b_major not in (None, "K", "MN"):
             raise ValueError(f"b_major must be 'K', 'MN' or None, got {b_major!r}")
-        try:
-            self.traits = mma_traits(dtype)     #: K tile, K step, swizzle, majors of this dtype
-        except ConfigError as e:
-            raise ValueError(str(e)) from None
-        self.m, self.n, self.dtype, self.b_major = m, n, dtype, b_major
+        b_dtype = b_dtype or dtype
+        why = operand_pair_reason(dtype, b_dtype)
+        if why:
+            raise ValueError(why)
+        self.traits = mma_traits(dtype)     #: K tile, K step, swizzle, majors (B's width is A's)
+        if b_major is not None and b_major not in self.traits.majors_b:
+            raise ValueError(f"WGMMA reads {dtype} operands K-major only (the PTX ISA transposes 16-bit "
+                             f"operands only), got b_major {b_major!r}")
+        self.m, self.n, self.dtype, self.b_dtype, self.b_major = m, n, dtype, b_dtype, b_major
 
     def operand_layout(self, tile, role: str) -> SmemMatrix:
         """The descriptor layout of operand ``role`` (``"A"``: ``m x 64`` K-major; ``"B"``:
@@ -299,10 +309,13 @@ class WarpgroupMMA:
                             f"swizzle, LBO and SBO come from the buffer's layout")
         rows = self.m if role == "A" else self.n
         want = "K" if role == "A" else self.b_major
+        dt = self.dtype if role == "A" else self.b_dtype
         tr = self.traits
         bad = []
-        if tile.dtype != self.dtype:
-            bad.append(f"dtype {tile.dtype} != {self.dtype}")
+        if tile.dtype != dt:
+            bad.append(f"dtype {tile.dtype} != {dt}")
+        elif tile.major is not None and tile.major not in (tr.majors_a if role == "A" else tr.majors_b):
+            bad.append(f"{tile.major}-major {dt} cannot be read (8-bit operands are K-major only)")
         if tile.major is None:
             bad.append("the buffer declares no major ('K' or 'MN')")
         elif want is not None and tile.major != want:
@@ -314,7 +327,7 @@ class WarpgroupMMA:
         if tile.shape[-1] != last or tile.nbytes != tr.tile_bytes(rows):
             bad.append(f"tile {list(tile.shape)} is not {rows} x {tr.k_tile} elements in rows of {tr.k_tile}")
         if bad:
-            raise LayoutError(f"WarpgroupMMA m{self.m}n{self.n}k{tr.k_step} {self.dtype} operand {role} "
+            raise LayoutError(f"WarpgroupMMA m{self.m}n{self.n}k{tr.k_step} {dt} operand {role} "
                               f"({rows} x {tr.k_tile}, {tr.swizzle}-B swizzle) does not match shared "
                               f"{tile.describe()}: {'; '.join(bad)}")
         return SmemMatrix(rows, tile.dtype, tile.major, tile.swizzle)
@@ -372,7 +385,8 @@ class WarpgroupMMA:
         a_layout, b_layout = da.layout, db.layout
         tr = self.traits
         shape = ir.Attribute.parse(f"#nvvm.shape<m = {ATOM_M}, n = {self.n}, k = {tr.k_step}>")
-        t = ir.Attribute.parse(f"#nvvm.wgmma_type<{self.dtype}>")
+        ta = ir.Attribute.parse(f"#nvvm.wgmma_type<{self.dtype}>")
+        tb = ir.Attribute.parse(f"#nvvm.wgmma_type<{self.b_dtype}>")
         f32 = ir.Attribute.parse("#nvvm.wgmma_type<f32>")
         one = ir.Attribute.parse("#nvvm.wgmma_scale_in<one>")
         la = ir.Attribute.parse("#nvvm.mma_layout<row>")          # A K-major
@@ -387,7 +401,7 @@ class WarpgroupMMA:
                 daj = da.offset(a_layout.k_step_offset(j) + a_layout.block_offset(blk)).value()
                 scale = "one" if (accumulate or j) else "zero"
                 structs[blk] = nvvm.wgmma_mma_async(
-                    acc_type, structs[blk], daj, dbj, shape, t, t, f32,
+                    acc_type, structs[blk], daj, dbj, shape, ta, tb, f32,
                     ir.Attribute.parse(f"#nvvm.wgmma_scale_out<{scale}>"), one, one, la, lb)
         self.commit()
         return Accumulator(structs, self.n)

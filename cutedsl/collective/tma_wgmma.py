@@ -58,7 +58,8 @@ class MainloopOperands:
 
 class TmaWgmmaMainloop:
     """See module docstring. ``tile_m`` in {64, 128}, ``tile_n`` in {64, 128, 256}, ``stages``
-    in :attr:`STAGES`, ``dtype`` an MMA operand type, ``b_major`` "MN" or "K"; ``warpgroups``
+    in :attr:`STAGES`, ``dtype`` / ``b_dtype`` (default ``dtype``) the A / B operand types of
+    the MMA atom, ``b_major`` "MN" or "K"; ``warpgroups``
     consumer warpgroups split the tile along M (each owns ``tile_m / warpgroups`` rows);
     ``cluster`` ``(cluster_m, cluster_n)`` in :data:`CLUSTERS`. Raises ``ValueError``."""
 
@@ -66,10 +67,11 @@ class TmaWgmmaMainloop:
     WARPGROUPS = (1, 2)           #: consumer warpgroups splitting the tile along M
 
     def __init__(self, tile_m: int, tile_n: int, stages: int, dtype: str = "f16", b_major: str = "MN",
-                 warpgroups: int = 1, cluster=(1, 1), arch=DEFAULT):
+                 warpgroups: int = 1, cluster=(1, 1), arch=DEFAULT, b_dtype: str | None = None):
         if stages not in self.STAGES:
             raise ValueError(f"stages must be {self.STAGES.start}..{self.STAGES.stop - 1}, got {stages}")
-        self.mma_atom = WarpgroupMMA(tile_m // warpgroups, tile_n, dtype, b_major)
+        self.mma_atom = WarpgroupMMA(tile_m // warpgroups, tile_n, dtype, b_major, b_dtype)
+        self.b_dtype = self.mma_atom.b_dtype
         self.traits = self.mma_atom.traits    #: K tile, element bytes, swizzle: every size below
         self.arch = arch
         if warpgroups not in self.WARPGROUPS or tile_m // warpgroups < self.traits.atom_m:
@@ -115,7 +117,7 @@ class TmaWgmmaMainloop:
     def tensor_maps(self) -> list:
         sw = self.traits.swizzle
         return [TensorMapSpec("a", self.dtype, self.a_box, swizzle=sw),
-                TensorMapSpec("b", self.dtype, self.b_box, swizzle=sw)]
+                TensorMapSpec("b", self.b_dtype, self.b_box, swizzle=sw)]
 
     def plan(self, plan, stages: int | None = None) -> None:
         """Declare the operand ring's shared memory and barriers in a ``SmemPlan``: ``stages``
@@ -124,7 +126,7 @@ class TmaWgmmaMainloop:
         t, s = self.traits, stages or self.stages
         plan.buffer("a", (self.tile_m, t.k_tile), self.dtype, s, swizzle=t.swizzle, major="K")
         b_shape = (self.b_boxes * t.k_tile, t.mn_box) if self.b_major == "MN" else (self.tile_n, t.k_tile)
-        plan.buffer("b", b_shape, self.dtype, s, swizzle=t.swizzle, major=self.b_major)
+        plan.buffer("b", b_shape, self.b_dtype, s, swizzle=t.swizzle, major=self.b_major)
         plan.barriers("full", s)
         plan.barriers("empty", s)
 

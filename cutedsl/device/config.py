@@ -9,7 +9,7 @@ import attrs
 import numpy as np
 
 from ..arch import get_arch
-from ..atom.mma_traits import ELEMENT_BYTES
+from ..atom.mma_traits import ELEMENT_BYTES, mma_traits
 from ..collective.epilogue import Epilogue
 from ..collective.tile_scheduler import RASTERS, SWIZZLES
 from ..collective.tma_wgmma import CLUSTERS, TmaWgmmaMainloop   # what the mainloop supports: one list
@@ -43,6 +43,18 @@ def _tile(v) -> tuple:
     return tuple(int(x) for x in v)
 
 
+def _k_tile(dtype) -> int:
+    """The default BLOCK_K: one 128-byte swizzle row of ``dtype`` (64 when the dtype is unknown:
+    the dtype check then names the problem)."""
+    return 128 // ELEMENT_BYTES[dtype] if isinstance(dtype, str) and dtype in ELEMENT_BYTES else 64
+
+
+def _default_b_major(dtype) -> str:
+    """B's default layout: MN-major (a row-major (K, N) array) where the MMA can read it, else K."""
+    known = isinstance(dtype, str) and dtype in ELEMENT_BYTES
+    return "MN" if not known or "MN" in mma_traits(dtype).majors_b else "K"
+
+
 def _stages(v):
     """Converter of ``GemmConfig.stages``: ``"auto"`` or a plain int (bools and floats refused)."""
     if isinstance(v, str) and v == "auto":
@@ -57,10 +69,14 @@ def _stages(v):
 class GemmConfig:
     """A GEMM configuration, validated on construction (``ConfigError``).
 
-    * ``dtype``: input element type, ``"f16"`` or ``"bf16"``; accumulation is f32.
+    * ``dtype``: A's element type (and B's unless ``b_dtype`` is given): ``"f16"``, ``"bf16"``,
+      ``"e4m3"`` or ``"e5m2"`` (fp8: B must be K-major, ``b_major="K"``); accumulation is f32.
+    * ``b_dtype``: B's element type when it differs from A's: e4m3 and e5m2 may mix (None:
+      ``dtype``).
     * ``out_dtype``: ``"f32"`` (default), ``"f16"`` or ``"bf16"``.
-    * ``tile``: ``(BLOCK_M, BLOCK_N, BLOCK_K)`` with BLOCK_M in {64, 128}, BLOCK_N in
-      {64, 128, 256}, BLOCK_K = 64. A 128 x 256 tile uses two consumer warpgroups.
+    * ``tile``: ``(BLOCK_M, BLOCK_N, BLOCK_K)`` (default ``(128, 128, BLOCK_K)``) with BLOCK_M in {64, 128}, BLOCK_N in
+      {64, 128, 256}, BLOCK_K = one 128-byte row of K: 64 (16-bit types) or 128 (fp8). A 128 x 256
+      tile uses two consumer warpgroups.
     * ``stages``: shared-memory pipeline stages 1..7 (2..7 for the warp-specialized
       schedules), or ``"auto"`` (as many as fit beside the epilogue in 227 KiB).
     * ``schedule``: ``"multistage"`` (pipelined, one warpgroup issues TMA and WGMMA),
@@ -75,22 +91,26 @@ class GemmConfig:
     * ``sm_count``: SMs a persistent schedule fills (None: the device's, else 132).
     * ``arch``: the target architecture (:mod:`cutedsl.arch`; ``"sm_90a"``, the only one so far).
     * ``b_major``: ``"MN"`` (B is (K, N) row-major: N-major, CuTe's MN-major; ``"N"`` is accepted
-      and stored as ``"MN"``) or ``"K"`` (B stored transposed, K-major).
+      and stored as ``"MN"``) or ``"K"`` (B stored transposed, K-major). Default: ``"MN"`` for
+      16-bit types, ``"K"`` for fp8 (the only layout WGMMA reads for 8-bit operands).
     * ``epilogue``: ``"tma"`` (registers -> smem -> TMA store) or ``"global"`` (bounds-checked
       stores from registers).
     """
     dtype: str = attrs.field(default="f16")
     out_dtype: str = attrs.field(default="f32")
-    tile: tuple = attrs.field(default=(128, 128, 64), converter=_tile)
+    tile: tuple = attrs.field(default=attrs.Factory(lambda self: (128, 128, _k_tile(self.dtype)), takes_self=True),
+                              converter=_tile)
     stages: object = attrs.field(default="auto", converter=_stages)
     schedule: str = attrs.field(default="multistage")
-    b_major: str = attrs.field(default="MN", converter=lambda v: "MN" if v == "N" else v)
+    b_major: str = attrs.field(default=attrs.Factory(lambda self: _default_b_major(self.dtype), takes_self=True),
+                               converter=lambda v: "MN" if v == "N" else v)
     epilogue: str = attrs.field(default="tma")
     cluster: tuple = attrs.field(default=(1, 1), converter=tuple)
     raster: str = attrs.field(default="M")
     swizzle: int = attrs.field(default=1)
     sm_count: object = attrs.field(default=None)
     arch: str = attrs.field(default="sm_90a")
+    b_dtype: object = attrs.field(default=None)
     #: why each field has its value, when the config was chosen by :meth:`for_problem`
     reasons: object = attrs.field(default=None, init=False, eq=False, repr=False, hash=False)
 
@@ -104,6 +124,8 @@ class GemmConfig:
         get_arch(self.arch)                              # ConfigError naming the known ones
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be {one_of(DTYPES)}, got {self.dtype!r}")
+        if self.b_dtype is not None and self.b_dtype not in DTYPES:
+            raise ConfigError(f"b_dtype must be None or {one_of(DTYPES)}, got {self.b_dtype!r}")
         if self.out_dtype not in OUT_DTYPES:
             raise ConfigError(f"out_dtype must be {one_of(OUT_DTYPES)}, got {self.out_dtype!r}")
         if len(self.tile) != 3:
@@ -213,6 +235,8 @@ class GemmConfig:
         bm, bn, _ = self.tile
         kw = dict(tile_m=bm, tile_n=bn, dtype=self.dtype, out_dtype=self.out_dtype,
                   b_major=self.b_major, epilogue=epilogue_cls or self._epilogue_cls())
+        if self.b_dtype not in (None, self.dtype):
+            kw["b_dtype"] = self.b_dtype        # a kernel class without the field refuses it by name
         if stages is not None:
             kw["stages"] = stages
         takes = self._fields_of(cls)

@@ -117,15 +117,15 @@ class Gemm:
     def _check_operands(self, va, vb):
         """``(m, n, k)`` of the operand views ``va``, ``vb`` (``arrays.TensorView``), checked."""
         cfg = self.config
-        want = _dtype(cfg.dtype)
         shapes = {}
-        for name, v in (("a", va), ("b", vb)):
+        for name, v, want in (("a", va, cfg.dtype), ("b", vb, cfg.b_dtype or cfg.dtype)):
             shape, d, dt = v.shape, v.dtype, v.raw_dtype
             if len(shape) != 2:
                 raise ArgumentError(f"{name} must be 2-D, got shape {tuple(shape)}")
-            if d is None or d.name != want.name:
-                raise ArgumentTypeError(f"{name} has dtype {dt}, the config expects {cfg.dtype} "
-                                        f"(numpy: {want.numpy})")
+            if d is None or d.name != want:
+                field = "dtype" if name == "a" or cfg.b_dtype is None else "b_dtype"
+                raise ArgumentTypeError(f"{name} has dtype {dt}, the config expects {want} "
+                                        f"(GemmConfig.{field}; numpy: {_dtype(want).numpy})")
             if 0 in shape:
                 raise ArgumentError(f"{name} has a zero-size dimension: shape {tuple(shape)}")
             shapes[name] = tuple(shape)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import attrs
 
 from ..arch import DEFAULT, get_arch
-from ..atom.mma_traits import mma_traits
+from ..atom.mma_traits import mma_traits, operand_pair_reason
 from ..collective.epilogue import Epilogue, EpilogueContext, GlobalEpilogue, TmaStoreEpilogue
 from ..collective.mainloop import MultistageMainloop
 from ..collective.tile_scheduler import TileScheduler
@@ -98,7 +98,7 @@ class GemmKernel(Kernel):
     #: the values this kernel implements (``GemmConfig`` and the CLI ask these, keeping no copy)
     TILE_M, TILE_N = TILE_M, TILE_N
     #: the GemmConfig fields, as constructor keywords, a config passes to this kernel
-    CONFIG_FIELDS = ("tile_m", "tile_n", "dtype", "out_dtype", "b_major", "epilogue", "arch")
+    CONFIG_FIELDS = ("tile_m", "tile_n", "dtype", "out_dtype", "b_major", "epilogue", "arch", "b_dtype")
 
     @classmethod
     def can_implement(cls, config) -> str | None:
@@ -116,6 +116,21 @@ class GemmKernel(Kernel):
                     f"got {bk}")
         if config.out_dtype not in Epilogue.OUT_DTYPES:
             return f"out_dtype must be {one_of(Epilogue.OUT_DTYPES)}, got {config.out_dtype!r}"
+        return cls.operand_reason(config.dtype, getattr(config, "b_dtype", None), config.b_major)
+
+    @staticmethod
+    def operand_reason(dtype: str, b_dtype, b_major: str) -> str | None:
+        """Why the MMA atom cannot read A of ``dtype`` and B of ``b_dtype`` (None: ``dtype``)
+        stored ``b_major``, or None (type pairs and majors of the PTX ISA's wgmma)."""
+        b_dtype = b_dtype or dtype
+        why = operand_pair_reason(dtype, b_dtype)
+        if why:
+            return why
+        t = mma_traits(b_dtype)
+        if b_major not in t.majors_b:
+            return (f"{b_dtype} operands must be K-major (WGMMA transposes only 16-bit operands): "
+                    f"use b_major='K' (B stored as (N, K), i.e. b.T of a row-major (K, N) array), "
+                    f"got b_major={b_major!r}")
         return None
 
     @classmethod
@@ -133,10 +148,15 @@ class GemmKernel(Kernel):
             return str(e)
         return None
 
-    def __init__(self, tile_m=128, tile_n=128, dtype="f16", out_dtype="f32", b_major="MN", epilogue=None, arch=None):
+    def __init__(self, tile_m=128, tile_n=128, dtype="f16", out_dtype="f32", b_major="MN", epilogue=None, arch=None,
+                 b_dtype=None):
         why = self.tile_reason(tile_m, tile_n, dtype)
         if why:                    # name the constructor's arguments as well as the rule
             raise ValueError(f"{type(self).__name__}(tile_m={tile_m}, tile_n={tile_n}, dtype={dtype!r}): {why}")
+        why = self.operand_reason(dtype, b_dtype, b_major) if b_major in ("MN", "K") else None
+        if why:
+            raise ValueError(f"{type(self).__name__}(dtype={dtype!r}, b_dtype={b_dtype!r}, b_major={b_major!r}): {why}")
+        self.b_dtype = b_dtype or dtype     #: B's element type (an fp8 kind may mix with A's)
         self.traits = mma_traits(dtype)    #: K tile, element bytes, swizzle of the operands
         self.arch = get_arch(arch or DEFAULT)    #: the target: warpgroup size, budgets, toolchain
         self.arch.require("wgmma", type(self).__name__)
@@ -159,7 +179,9 @@ class GemmKernel(Kernel):
     def config(self) -> dict:
         # class identities by name: their source (user code included) is in the cache key
         # through cutedsl.compiler.identity
+        mixed = {"b_dtype": self.b_dtype} if self.b_dtype != self.dtype else {}   # identity unchanged for one type
         return {"arch": self.arch.name, "tile": [self.tile_m, self.tile_n, self.traits.k_tile], "dtype": self.dtype,
+                **mixed,
                 "out_dtype": self.out_dtype,
                 "b_major": self.b_major, "class": qualname(type(self)),
                 "epilogue": qualname(self.epilogue_cls), "scheduler": qualname(type(self.scheduler)),
@@ -267,9 +289,9 @@ class MultistageGemmKernel(GemmKernel):
     CONFIG_FIELDS = GemmKernel.CONFIG_FIELDS + ("stages",)
 
     def __init__(self, tile_m=128, tile_n=128, stages=4, dtype="f16", out_dtype="f32", b_major="MN",
-                 epilogue=None, arch=None):
+                 epilogue=None, arch=None, b_dtype=None):
         self.stages = stages                        # read by make_plan / make_mainloop
-        super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue, arch)
+        super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue, arch, b_dtype)
 
     def make_plan(self) -> KernelPlan:
         # a 128 x 256 f32 accumulator is 256 registers per thread for one warpgroup (limit 255):
@@ -280,7 +302,7 @@ class MultistageGemmKernel(GemmKernel):
 
     def make_mainloop(self):
         return self.mainloop_cls(self.tile_m, self.tile_n, self.stages, self.dtype, self.b_major,
-                                 self.plan.split_warpgroups, arch=self.arch)
+                                 self.plan.split_warpgroups, arch=self.arch, b_dtype=self.b_dtype)
 
     @property
     def warpgroups(self) -> int:
@@ -336,7 +358,7 @@ class SingleTileGemmKernel(GemmKernel):
         """One slot for A and B (swizzled as the MMA traits say) and its mbarrier."""
         t = self.traits
         plan.buffer("a", (self.tile_m, t.k_tile), self.dtype, swizzle=t.swizzle, major="K")
-        plan.buffer("b", (self.tile_n, t.k_tile), self.dtype, swizzle=t.swizzle, major=self.b_major)
+        plan.buffer("b", (self.tile_n, t.k_tile), self.b_dtype, swizzle=t.swizzle, major=self.b_major)
         plan.barriers("bar", 1)
 
     def define(self):
@@ -347,7 +369,7 @@ class SingleTileGemmKernel(GemmKernel):
         tm, tn, t = self.tile_m, self.tile_n, self.traits
         b_box = (t.k_tile, t.mn_box) if self.b_major == "MN" else (tn, t.k_tile)
         specs = [TensorMapSpec("a", self.dtype, (tm, t.k_tile), swizzle=t.swizzle),
-                 TensorMapSpec("b", self.dtype, b_box, swizzle=t.swizzle)]
+                 TensorMapSpec("b", self.b_dtype, b_box, swizzle=t.swizzle)]
         plan = self.smem_plan()
         kb = KernelBuilder(self.name, self.params(), block=(self.arch.warpgroup_threads, 1, 1), arch=self.arch)
         with kb.build() as args:
@@ -361,7 +383,7 @@ class SingleTileGemmKernel(GemmKernel):
             problem = self.bind_problem(args)
             wt = self.work_tile(0)
             m0, n0, first, count = wt.m0, wt.n0, wt.k_first, self._count(wt.k_count)
-            mma = WarpgroupMMA(tm, tn, self.dtype, self.b_major)
+            mma = WarpgroupMMA(tm, tn, self.dtype, self.b_major, self.b_dtype)
             loop = Loop(0, count, carry=mma.zero().structs)
             for kt, structs in loop:
                 k0 = (kt + first) * t.k_tile

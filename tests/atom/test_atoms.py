@@ -18,8 +18,13 @@ def test_descriptor_fields_match_ptx_isa():
 
 
 def test_operand_layout_rules():
-    with pytest.raises(ValueError, match="f16 or bf16"):
+    with pytest.raises(ValueError, match="f16, bf16, e4m3 or e5m2 operands, got 'f32'"):
         SmemMatrix(64, "f32")
+    with pytest.raises(ValueError, match="e4m3 operands are K-major only"):
+        SmemMatrix(128, "e4m3", "MN")
+    f8 = SmemMatrix(128, "e4m3")          # a k-tile is one 128-B row: 128 elements, k32 steps
+    assert f8.traits.k_tile == 128 and f8.traits.k_step == 32 and f8.traits.k_steps == 4
+    assert f8.k_step_offset(3) == 96 and f8.block_offset(1) == 8192 and f8.sbo == 1024
     with pytest.raises(ValueError, match="multiple of 64"):
         SmemMatrix(96, "f16", "MN")
 
@@ -82,8 +87,11 @@ def test_mma_traits_derive_every_operand_size():
     lay = SmemMatrix(128, "f16", "MN")
     assert (lay.lbo, lay.sbo, lay.k_step_offset(1), lay.tile_bytes) == (8192, 1024, 2048, 16384)
     assert (SmemMatrix(128).k_step_offset(3), SmemMatrix(128).block_offset(1)) == (96, 8192)
-    with pytest.raises(ConfigError, match="takes f16 or bf16 operands, got 'e4m3'"):
-        mma_traits("e4m3")
+    f8 = mma_traits("e4m3")
+    assert (f8.elem_bytes, f8.k_tile, f8.k_step, f8.k_steps, f8.tile_bytes(128)) == (1, 128, 32, 4, 16384)
+    assert (f8.majors_a, f8.majors_b) == (("K",), ("K",))
+    with pytest.raises(ConfigError, match="takes f16, bf16, e4m3 or e5m2 operands, got 'tf32'"):
+        mma_traits("tf32")
     with pytest.raises(ConfigError, match="swizzle must be one of"):
         mma_traits("f16", 16)
 

@@ -9,7 +9,7 @@ from cutedsl.errors import (ArgumentError, ArgumentTypeError, ConfigError, NoDev
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(dtype="f32"), "dtype must be 'f16' or 'bf16'"),
+    (dict(dtype="f32"), "dtype must be 'f16', 'bf16', 'e4m3' or 'e5m2'"),
     (dict(out_dtype="f64"), "out_dtype"),
     (dict(tile=(96, 128, 64)), "BLOCK_M must be 64 or 128"),
     (dict(tile=(128, 192, 64)), "BLOCK_N must be 64, 128 or 256"),
@@ -225,6 +225,7 @@ class _Cfg:
     """The fields can_implement reads, without GemmConfig's own validation."""
     def __init__(self, **kw):
         self.tile, self.dtype, self.out_dtype, self.stages, self.cluster = (128, 128, 64), "f16", "f32", "auto", (1, 1)
+        self.b_major, self.b_dtype = "MN", None
         self.__dict__.update(kw)
 
 
