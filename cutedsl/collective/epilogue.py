@@ -20,6 +20,7 @@ from __future__ import annotations
 import attrs
 from ..arch import DEFAULT
 from ..atom.mma_traits import ATOM_M, CORE_ROWS, DEFAULT_SWIZZLE
+from ..atom.cvt import FP8, pack_fp8x2, to_fp8_bits
 from ..atom.tma import TmaCopy, bulk_commit_group, bulk_wait_group
 from ..atom.wgmma import FRAG_COLS, FRAG_QUAD, FRAG_ROW_STEP, FRAG_WARP_ROWS
 from ..compiler.artifact import ParamSpec as Param, TensorMapSpec
@@ -61,7 +62,8 @@ def _takes_ctx(fn) -> bool:
 
 
 class Epilogue:
-    """Base epilogue. ``out_dtype``: f32, f16 or bf16; tile ``tile_m x tile_n``.
+    """Base epilogue. ``out_dtype``: f32, f16, bf16, e4m3 or e5m2 (fp8 outputs round to nearest
+    even and saturate to the largest finite value, ``cvt.rn.satfinite``); tile ``tile_m x tile_n``.
 
     Class attributes read by the Device layer: ``kind`` (``"global"``: D is a pointer
     parameter, C-contiguous; ``"tma"``: D is a tensor map; must match ``GemmConfig.epilogue``)
@@ -69,10 +71,12 @@ class Epilogue:
 
     kind = None
     accumulates = False
-    OUT_DTYPES = ("f32", "f16", "bf16")      #: output element types this epilogue writes
+    OUT_DTYPES = ("f32", "f16", "bf16", "e4m3", "e5m2")   #: output types (fp8: round to nearest, saturate)
     KINDS = ("tma", "global")                #: the ``kind`` values an epilogue can have
     #: placement options a kernel's plan may set through :meth:`configure` (none here)
     OPTIONS = ()
+    #: fused nodes (:mod:`cutedsl.collective.fusion`) applied before :meth:`visit`; set by :meth:`fuse`
+    fusion = ()
 
     def __init__(self, tile_m: int, tile_n: int, out_dtype: str = "f32"):
         if out_dtype not in self.OUT_DTYPES:
@@ -87,6 +91,27 @@ class Epilogue:
             raise ValueError(f"{type(self).__name__} takes no epilogue option {unknown[0]!r} "
                              f"(it has {', '.join(self.OPTIONS) or 'none'})")
         return self
+
+    def fuse(self, nodes) -> "Epilogue":
+        """Apply the fused ``nodes`` (``EpilogueNode`` objects, :mod:`cutedsl.collective.fusion`)
+        to every accumulator element, in order, before :meth:`visit`. ``ValueError`` for an
+        accumulating epilogue (a node would act on each partial sum) or a parameter name that
+        :meth:`extra_params` declares too. Returns self."""
+        nodes = tuple(nd.bind(self.out_dtype) for nd in nodes)
+        if nodes and self.accumulates:
+            raise ValueError(f"{type(self).__name__} adds partial sums into D: fused epilogue nodes "
+                             f"would apply to each partial sum, not to the result")
+        self.fusion = nodes
+        names = [p.name for p in self.kernel_params()]
+        dup = sorted({x for x in names if names.count(x) > 1})
+        if dup:
+            raise ValueError(f"epilogue parameter {dup[0]!r} is declared twice (a fused node and "
+                             f"{type(self).__name__}.extra_params)")
+        return self
+
+    def kernel_params(self) -> list:
+        """Every kernel parameter besides D: the fused nodes', then :meth:`extra_params`."""
+        return [p for nd in self.fusion for p in nd.params(self.out_dtype)] + list(self.extra_params())
 
     # -- extension points ----------------------------------------------------------
     def extra_params(self) -> list:
@@ -118,16 +143,28 @@ class Epilogue:
         raise NotImplementedError
 
     def _convert(self, v):
+        if self.out_dtype in FP8:
+            return to_fp8_bits(v, self.out_dtype)        # i8 bits (stored through an i8 pointer)
         return v if self.out_dtype == "f32" else v.to(self.out_dtype)
 
     def _visit_all(self, acc, ctx, base):
-        """Apply ``visit`` with global coordinates; returns the new accumulator."""
-        if type(self).visit is Epilogue.visit:
+        """Apply the fused nodes, then ``visit``, with global coordinates; returns the new
+        accumulator."""
+        visit = type(self).visit is not Epilogue.visit
+        if not visit and not self.fusion:
             return acc
-        if _takes_ctx(type(self).visit):
-            return acc.map(lambda v, r, c: self.visit(v, ctx.m0 + ctx.row_base + r, ctx.n0 + c, ctx), base)
-        self.args, self.ctx = ctx.args, ctx          # the earlier three-argument contract
-        return acc.map(lambda v, r, c: self.visit(v, ctx.m0 + ctx.row_base + r, ctx.n0 + c), base)
+        with_ctx = _takes_ctx(type(self).visit)
+        if visit and not with_ctx:
+            self.args, self.ctx = ctx.args, ctx          # the earlier three-argument contract
+
+        def element(v, r, c):
+            row, col = ctx.m0 + ctx.row_base + r, ctx.n0 + c
+            for nd in self.fusion:
+                v = nd.apply(v, row, col, ctx)
+            if visit:
+                v = self.visit(v, row, col, ctx) if with_ctx else self.visit(v, row, col)
+            return v
+        return acc.map(element, base)
 
 
 class GlobalEpilogue(Epilogue):
@@ -148,7 +185,7 @@ class GlobalEpilogue(Epilogue):
         base = frag.thread_base()
         acc = self._visit_all(acc, ctx, base)
         r0, c0 = base
-        d = cir.GlobalPtr(ctx.args.d, self.out_dtype)
+        d = cir.GlobalPtr(ctx.args.d, "i8" if self.out_dtype in FP8 else self.out_dtype)
         grow = ctx.m0 + ctx.row_base + r0          # this thread's first global row / col
         gcol = ctx.n0 + c0
         ld = cir.i64(ctx.n.unsigned())
@@ -327,7 +364,8 @@ class TmaStoreEpilogue(Epilogue):
             raise ValueError(f"the epilogue's {ring} sub-tile buffers must divide the {len(subs)} sub-tiles of a "
                              f"{self.SUB_M * acc.m_blocks}-row accumulator (planned for "
                              f"{self.tile_m // self.warpgroups} rows)")
-        write = self._write_b16 if self.out_dtype in ("f16", "bf16") else self._write_f32
+        write = (self._write_b16 if self.out_dtype in ("f16", "bf16") else
+                 self._write_b8 if self.out_dtype in FP8 else self._write_f32)
         lane_base = self._lane_offsets(wt)
         for s, (b, c) in enumerate(subs):
             addr, view = self._buffer(ctx, s % ring)
@@ -370,6 +408,8 @@ class TmaStoreEpilogue(Epilogue):
             x = (q // 2) ^ (lane % CORE_ROWS)
             return row * self.ROW_BYTES + x * ck, None
         row = w * rows_w + lane // FRAG_QUAD
+        if self.out_dtype in FP8:      # 2 bytes per lane: 8 columns (one fragment block) per 8 bytes
+            return row * self.ROW_BYTES + (lane % FRAG_QUAD) * 2, (lane // FRAG_QUAD) * ck
         x = ((lane % FRAG_QUAD) // 2) ^ (lane // FRAG_QUAD)
         return row * self.ROW_BYTES + (lane % 2) * (ck // 2), x * ck
 
@@ -401,3 +441,20 @@ class TmaStoreEpilogue(Epilogue):
                 vec = vector.from_elements(v2, [acc.get(b, i), acc.get(b, i + 1)])
                 a = addr + cir.i64(off + half * FRAG_ROW_STEP * self.ROW_BYTES)
                 llvm.store(vec, llvm.inttoptr(ptr_t, cir.i32(a)), alignment=8)
+
+    def _write_b8(self, acc, b, c, addr, lane_base):
+        """Sub-tile (block ``b``, columns ``c * 128 ..``) of an fp8 output: per 8-column block
+        ``j`` two ``st.shared.b16`` of a converted pair (rows ``r`` and ``r + 8``); the pair
+        sits at byte ``2 (l % 4)`` of the block, in 16-byte chunk ``(j // 2) ^ (r % 8)``."""
+        row_off, x16 = lane_base
+        ptr_t = ir.Type.parse("!llvm.ptr<3>")
+        blocks = self.epi_n // FRAG_COLS
+        for j in range(blocks):
+            cb = c * blocks + j
+            off = row_off + (x16 ^ (self.CHUNK * (j // 2))) + (FRAG_COLS * (j % 2))
+            for half in range(2):
+                i = 4 * cb + 2 * half
+                pair = pack_fp8x2(acc.get(b, i), acc.get(b, i + 1), self.out_dtype)
+                a = addr + cir.i64(off + half * FRAG_ROW_STEP * self.ROW_BYTES)
+                llvm.store(pair, llvm.inttoptr(ptr_t, cir.i32(a)), alignment=2)
+

@@ -40,18 +40,22 @@ class ParamSpec:
 
     A ``ptr`` parameter may declare what it points to, so that the Device layer checks arrays
     passed for it like A and B: ``shape`` (numpy order; each entry an int or one of the
-    problem sizes ``"m"``, ``"n"``, ``"k"``), ``dtype`` (cutedsl name, e.g. ``"f32"``).
-    Undeclared (None) means unchecked. Not part of the compiled artifact.
+    problem sizes ``"m"``, ``"n"``, ``"k"``), ``dtype`` (cutedsl name, e.g. ``"f32"``), and
+    ``output=True`` when the kernel writes there. Undeclared (None) means unchecked. Not part
+    of the compiled artifact.
     """
     name: str
     kind: str = attrs.field(validator=attrs.validators.in_(PARAM_KINDS))
     shape: tuple = attrs.field(default=None, kw_only=True,
                                converter=attrs.converters.optional(tuple))
     dtype: str = attrs.field(default=None, kw_only=True)
+    #: the kernel writes through this pointer (an epilogue's second output): a numpy array
+    #: passed for it is filled after the launch
+    output: bool = attrs.field(default=False, kw_only=True)
 
     def __attrs_post_init__(self):
-        if (self.shape is not None or self.dtype is not None) and self.kind != "ptr":
-            raise ValueError(f"parameter {self.name!r}: shape/dtype can only be declared for a ptr")
+        if (self.shape is not None or self.dtype is not None or self.output) and self.kind != "ptr":
+            raise ValueError(f"parameter {self.name!r}: shape/dtype/output can only be declared for a ptr")
         for s in self.shape or ():
             if not (s in ("m", "n", "k") or (isinstance(s, int) and s > 0)):
                 raise ValueError(f"parameter {self.name!r}: shape entries are positive ints or "

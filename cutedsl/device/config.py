@@ -10,6 +10,7 @@ import numpy as np
 
 from ..arch import get_arch
 from ..atom.mma_traits import ELEMENT_BYTES, mma_traits
+from ..collective import fusion as _fusion
 from ..collective.epilogue import Epilogue
 from ..collective.tile_scheduler import RASTERS, SWIZZLES
 from ..collective.tma_wgmma import CLUSTERS, TmaWgmmaMainloop   # what the mainloop supports: one list
@@ -94,7 +95,12 @@ class GemmConfig:
       and stored as ``"MN"``) or ``"K"`` (B stored transposed, K-major). Default: ``"MN"`` for
       16-bit types, ``"K"`` for fp8 (the only layout WGMMA reads for 8-bit operands).
     * ``epilogue``: ``"tma"`` (registers -> smem -> TMA store) or ``"global"`` (bounds-checked
-      stores from registers).
+      stores from registers); or a list of fused nodes with an optional kind, e.g.
+      ``["scale_a:row", "scale_b:col", "bias:col", "gelu", "global"]`` (sets ``fusion``).
+    * ``fusion``: fused epilogue nodes (:mod:`cutedsl.collective.fusion`: alpha, scale_a[:row],
+      scale_b[:col], beta[:DTYPE], bias:row|col, aux, relu, gelu, gelu_tanh, silu, clamp:LO:HI,
+      or ``EpilogueNode`` objects), applied in order: ``D = act(alpha * acc * scales + beta * C
+      + bias)``. Their arguments are keyword arguments of the call (``alpha=``, ``bias=`` ...).
     """
     dtype: str = attrs.field(default="f16")
     out_dtype: str = attrs.field(default="f32")
@@ -111,10 +117,14 @@ class GemmConfig:
     sm_count: object = attrs.field(default=None)
     arch: str = attrs.field(default="sm_90a")
     b_dtype: object = attrs.field(default=None)
+    fusion: tuple = attrs.field(default=(), converter=lambda v: v if isinstance(v, tuple) and all(
+        isinstance(x, _fusion.EpilogueNode) for x in v) else _fusion.parse_nodes(v))
     #: why each field has its value, when the config was chosen by :meth:`for_problem`
     reasons: object = attrs.field(default=None, init=False, eq=False, repr=False, hash=False)
 
     def __attrs_post_init__(self):
+        if isinstance(self.epilogue, (list, tuple)):    # epilogue=[nodes..., optional kind]
+            self._split_epilogue_list()
         for f in attrs.fields(type(self)):      # every field annotated ``str`` must be one
             v = getattr(self, f.name)
             if f.type in ("str", str) and not isinstance(v, str):
@@ -141,6 +151,17 @@ class GemmConfig:
         if why:
             raise ConfigError(why)
         self.kernel()   # fails now (SharedMemoryError) when explicit stages cannot fit
+
+    def _split_epilogue_list(self):
+        """``epilogue=["bias:col", "gelu", "global"]``: the kind (default ``"tma"``) and the fused nodes."""
+        items = list(self.epilogue)
+        kinds = [x for x in items if isinstance(x, str) and x in EPILOGUE_KINDS]
+        if len(kinds) > 1:
+            raise ConfigError(f"epilogue list names more than one store kind: {kinds}")
+        if self.fusion:
+            raise ConfigError("give the fused nodes either in epilogue=[...] or in fusion=..., not both")
+        object.__setattr__(self, "epilogue", kinds[0] if kinds else "tma")
+        object.__setattr__(self, "fusion", _fusion.parse_nodes([x for x in items if x not in kinds]))
 
     def _check_schedule_fields(self):
         if self.cluster not in CLUSTERS or not all(_is_int(c) for c in self.cluster):
@@ -180,7 +201,9 @@ class GemmConfig:
     def fields(self) -> dict:
         """The constructor fields and their values (``GemmConfig(**cfg.fields()) == cfg``): what
         an export, a worker process or a JSON config carries."""
-        return {f.name: getattr(self, f.name) for f in attrs.fields(type(self)) if f.init}
+        out = {f.name: getattr(self, f.name) for f in attrs.fields(type(self)) if f.init}
+        out["fusion"] = [_fusion.spell(nd) for nd in self.fusion]    # strings where a node has one
+        return out
 
     def explain(self) -> str:
         """One line per field: why it has its value (``for_problem``), or that it was given."""
@@ -237,6 +260,8 @@ class GemmConfig:
                   b_major=self.b_major, epilogue=epilogue_cls or self._epilogue_cls())
         if self.b_dtype not in (None, self.dtype):
             kw["b_dtype"] = self.b_dtype        # a kernel class without the field refuses it by name
+        if self.fusion:
+            kw["fusion"] = self.fusion
         if stages is not None:
             kw["stages"] = stages
         takes = self._fields_of(cls)

@@ -31,15 +31,26 @@ def check_names(params, extra) -> list:
     return declared
 
 
-def value(be, p, v, dims, keep, owned):
+def value(be, p, v, dims, keep, owned, copy_back=None):
     """The launch value of extra parameter ``p`` given ``v`` (backend ``be``). A ``ptr`` takes
     an array (numpy: copied to the device into ``owned``, freed with the call's scratch; device
     arrays: used in place and kept alive in ``keep``), checked against the ``shape`` (entries
     resolved through ``dims`` = ``{"m": M, "n": N, "k": K}``) and ``dtype`` the parameter
-    declares: ``ArgumentError`` / ``ArgumentTypeError`` naming the parameter otherwise."""
+    declares: ``ArgumentError`` / ``ArgumentTypeError`` naming the parameter otherwise. For an
+    ``output`` parameter a numpy array must be writable, C-contiguous and of exactly that
+    dtype; ``(numpy array, device copy)`` is appended to ``copy_back`` for the result to fill.
+    A scalar parameter (``f32``, ``i32`` ...) takes a real number (``ArgumentTypeError``)."""
     if p.kind != "ptr":
+        ok = (float, int, np.floating, np.integer) if p.kind == "f32" else (int, np.integer)
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, ok):
+            raise ArgumentTypeError(f"{p.name} must be a {'real number' if p.kind == 'f32' else 'int'} "
+                                    f"({p.kind} kernel parameter), got {v!r}")
         return v
     dev = arrays.describe(v, p.name)
+    if dev is None and p.output:
+        if not isinstance(v, np.ndarray) or not v.flags.c_contiguous or not v.flags.writeable:
+            raise ArgumentError(f"{p.name} is an output: pass a writable C-contiguous numpy array (or a "
+                                f"device array) to receive it, got {type(v).__name__}")
     if dev is None:
         host = np.asarray(v)
         shape = host.shape
@@ -61,6 +72,8 @@ def value(be, p, v, dims, keep, owned):
     if dev is None:
         arr = arrays.to_device(be, np.ascontiguousarray(host))
         owned.append(arr)
+        if p.output:
+            copy_back.append((v, arr))
         return arr.ptr
     if p.shape is not None:
         st, acc = [], _dtype(dt).nbytes

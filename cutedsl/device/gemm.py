@@ -307,9 +307,10 @@ class Gemm:
                 values[name] = arr.ptr
         keep = [da, db, dd]            # device memory (ours or the caller's) must outlive the launch
         dims = {"m": m, "n": n, "k": k}
+        copy_back = []                 # (numpy array, device copy) of numpy arrays given for outputs
         for p in declared:
             if p.name not in values:
-                values[p.name] = extras.value(be, p, extra[p.name], dims, keep, scratch.arrays)
+                values[p.name] = extras.value(be, p, extra[p.name], dims, keep, scratch.arrays, copy_back)
         params = kern.pack_params(values)
         handle = self._module(be, kern)
         zero_d = getattr(self.kernel.epilogue, "accumulates", False)
@@ -324,6 +325,8 @@ class Gemm:
 
         def result():
             be.synchronize()
+            for host, dev in copy_back:        # a second output given as numpy: fill it
+                host[...] = arrays.to_host(dev)
             if out is not None:
                 return out
             if host_out:

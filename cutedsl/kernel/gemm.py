@@ -98,7 +98,7 @@ class GemmKernel(Kernel):
     #: the values this kernel implements (``GemmConfig`` and the CLI ask these, keeping no copy)
     TILE_M, TILE_N = TILE_M, TILE_N
     #: the GemmConfig fields, as constructor keywords, a config passes to this kernel
-    CONFIG_FIELDS = ("tile_m", "tile_n", "dtype", "out_dtype", "b_major", "epilogue", "arch", "b_dtype")
+    CONFIG_FIELDS = ("tile_m", "tile_n", "dtype", "out_dtype", "b_major", "epilogue", "arch", "b_dtype", "fusion")
 
     @classmethod
     def can_implement(cls, config) -> str | None:
@@ -149,7 +149,7 @@ class GemmKernel(Kernel):
         return None
 
     def __init__(self, tile_m=128, tile_n=128, dtype="f16", out_dtype="f32", b_major="MN", epilogue=None, arch=None,
-                 b_dtype=None):
+                 b_dtype=None, fusion=()):
         why = self.tile_reason(tile_m, tile_n, dtype)
         if why:                    # name the constructor's arguments as well as the rule
             raise ValueError(f"{type(self).__name__}(tile_m={tile_m}, tile_n={tile_n}, dtype={dtype!r}): {why}")
@@ -157,6 +157,7 @@ class GemmKernel(Kernel):
         if why:
             raise ValueError(f"{type(self).__name__}(dtype={dtype!r}, b_dtype={b_dtype!r}, b_major={b_major!r}): {why}")
         self.b_dtype = b_dtype or dtype     #: B's element type (an fp8 kind may mix with A's)
+        self.fusion = tuple(fusion)         #: fused epilogue nodes (cutedsl.collective.fusion)
         self.traits = mma_traits(dtype)    #: K tile, element bytes, swizzle of the operands
         self.arch = get_arch(arch or DEFAULT)    #: the target: warpgroup size, budgets, toolchain
         self.arch.require("wgmma", type(self).__name__)
@@ -176,10 +177,16 @@ class GemmKernel(Kernel):
         _check_grid_protocol(self)
         _check_grid_protocol(self.scheduler)
 
+    def collectives(self) -> tuple:
+        """The base's, plus the fused epilogue nodes (user node classes are code too)."""
+        return super().collectives() + tuple(self.fusion)
+
     def config(self) -> dict:
         # class identities by name: their source (user code included) is in the cache key
         # through cutedsl.compiler.identity
         mixed = {"b_dtype": self.b_dtype} if self.b_dtype != self.dtype else {}   # identity unchanged for one type
+        if self.fusion:                     # the nodes' classes and specs (their code: compiler.identity)
+            mixed["fusion"] = [f"{qualname(type(nd))}:{nd!r}" for nd in self.epilogue.fusion]
         return {"arch": self.arch.name, "tile": [self.tile_m, self.tile_n, self.traits.k_tile], "dtype": self.dtype,
                 **mixed,
                 "out_dtype": self.out_dtype,
@@ -197,7 +204,9 @@ class GemmKernel(Kernel):
         the class declares)."""
         epi = self.epilogue_cls(self.tile_m, self.tile_n, self.out_dtype)
         opts = {k: v for k, v in self.plan.epilogue.items() if k in self.epilogue_cls.OPTIONS}
-        return epi.configure(**opts) if opts else epi
+        if opts:
+            epi.configure(**opts)
+        return epi.fuse(self.fusion) if self.fusion else epi
 
     def make_mainloop(self):
         """The mainloop collective (``None`` for a kernel that composes atoms itself)."""
@@ -272,7 +281,7 @@ class GemmKernel(Kernel):
     def params(self):
         from ..compiler.artifact import ParamSpec as Param   # no MLIR: Gemm calls this on GPU machines without it
         return ([Param("a", "tensormap"), Param("b", "tensormap"), self.epilogue.d_param()]
-                + self.epilogue.extra_params() + [Param("m", "i32"), Param("n", "i32"), Param("k", "i32")])
+                + self.epilogue.kernel_params() + [Param("m", "i32"), Param("n", "i32"), Param("k", "i32")])
 
     def k_tiles(self, args):
         """IR: k-tiles of the problem, ``ceil(K / k_tile)`` (unsigned i32)."""
@@ -289,9 +298,9 @@ class MultistageGemmKernel(GemmKernel):
     CONFIG_FIELDS = GemmKernel.CONFIG_FIELDS + ("stages",)
 
     def __init__(self, tile_m=128, tile_n=128, stages=4, dtype="f16", out_dtype="f32", b_major="MN",
-                 epilogue=None, arch=None, b_dtype=None):
+                 epilogue=None, arch=None, b_dtype=None, fusion=()):
         self.stages = stages                        # read by make_plan / make_mainloop
-        super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue, arch, b_dtype)
+        super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue, arch, b_dtype, fusion)
 
     def make_plan(self) -> KernelPlan:
         # a 128 x 256 f32 accumulator is 256 registers per thread for one warpgroup (limit 255):

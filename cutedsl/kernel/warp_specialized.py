@@ -66,10 +66,11 @@ class WarpSpecializedGemmKernel(GemmKernel):
     STAGES = range(2, 8)
 
     def __init__(self, tile_m=128, tile_n=128, stages=4, dtype="f16", out_dtype="f32", b_major="MN",
-                 epilogue=None, cluster=(1, 1), raster="M", swizzle=1, sm_count=None, arch=None, b_dtype=None):
+                 epilogue=None, cluster=(1, 1), raster="M", swizzle=1, sm_count=None, arch=None, b_dtype=None,
+                 fusion=()):
         self.stages, self.cluster = stages, tuple(cluster)      # read by the plan and the builders
         self._schedule = (raster, swizzle, sm_count)
-        super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue, arch, b_dtype)
+        super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue, arch, b_dtype, fusion)
 
     def make_plan(self) -> KernelPlan:
         """Roles: a producer warpgroup and :attr:`consumer_warpgroups` consumers; the epilogue
