@@ -52,5 +52,5 @@ def test_epilogue_plans():
     assert e.smem_bytes == 2 * 4 * 8192
     g = GlobalEpilogue(64, 64, "bf16")
     assert g.d_param().kind == "ptr" and g.tensor_maps() == []
-    with pytest.raises(ValueError, match="f32, f16 or bf16"):
+    with pytest.raises(ValueError, match="f32, f16, bf16, e4m3 or e5m2, got f64"):
         GlobalEpilogue(64, 64, "f64")

@@ -73,8 +73,10 @@ def test_declared_parameter_rejects_strided_device_array(rng, sim):
 
 
 def test_param_shape_only_for_pointers():
-    with pytest.raises(ValueError, match="shape/dtype can only be declared for a ptr"):
+    with pytest.raises(ValueError, match="shape/dtype/output can only be declared for a ptr"):
         Param("alpha", "f32", dtype="f32")
+    with pytest.raises(ValueError, match="shape/dtype/output can only be declared for a ptr"):
+        Param("alpha", "f32", output=True)
     with pytest.raises(ValueError, match="shape entries are positive ints or 'm', 'n', 'k'"):
         Param("bias", "ptr", shape=("q",))
 
