@@ -123,6 +123,7 @@ def _add_bench_commands(sub):
 def run_gemm(args) -> tuple:
     """Returns ``(report dict, exit status)``."""
     import numpy as np
+    from .collective import fusion
     from .device import Gemm
     from .device.selection import resolve
     from .dtypes import dtype as _dtype
@@ -152,7 +153,7 @@ def run_gemm(args) -> tuple:
            "m": args.m, "n": args.n, "k": args.k,
            "dtype": cfg.dtype, "b_dtype": cfg.b_dtype or cfg.dtype, "out_dtype": cfg.out_dtype, "tile": list(cfg.tile),
            "stages": cfg.resolved_stages(), "schedule": cfg.schedule, "b_major": cfg.b_major,
-           "epilogue": cfg.epilogue, "cluster": list(cfg.cluster), "raster": cfg.raster, "swizzle": cfg.swizzle,
+           "epilogue": cfg.epilogue, "fusion": list(cfg.fields()["fusion"]), "cluster": list(cfg.cluster), "raster": cfg.raster, "swizzle": cfg.swizzle,
            "threads": kern.block[0], "grid": list(grid),
            "registers": r.registers, "spills": r.spill_stores + r.spill_loads, "stack": r.stack,
            "smem_bytes": r.smem_bytes, "sass": r.sass, "ptxas_messages": list(r.ptxas_messages),
@@ -168,9 +169,13 @@ def run_gemm(args) -> tuple:
     rng = np.random.default_rng(args.seed)
     a = rng.standard_normal((args.m, args.k), dtype=np.float32).astype(_dtype(cfg.dtype).numpy)
     b = rng.standard_normal((args.k, args.n), dtype=np.float32).astype(_dtype(cfg.b_dtype or cfg.dtype).numpy)
+    extra = fusion.random_args(gemm.kernel.epilogue.kernel_params(), args.m, args.n, rng)
+    for name in ("alpha", "beta"):             # the scalars as given on the command line
+        if name in extra:
+            extra[name] = getattr(args, name)
     launched = False
     try:
-        launch, result = gemm.prepare(a, b)
+        launch, result = gemm.prepare(a, b, **extra)
         t = time.perf_counter()
         launched = True
         launch()
@@ -195,12 +200,28 @@ def run_gemm(args) -> tuple:
     rep["time_ms"] = round(ms, 4)
     rep["tflops"] = round(flops / (ms * 1e-3) / 1e12, 6)
     if args.check:
-        ref = a.astype(np.float64) @ b.astype(np.float64)
-        err = float(np.max(np.abs(d.astype(np.float64) - ref)) / max(float(np.max(np.abs(ref))), 1e-30))
-        tol = TOLERANCE[args.out_dtype]
+        model = dict(extra)
+        ref = fusion.reference(cfg.fusion, a.astype(np.float64) @ b.astype(np.float64), model, cfg.out_dtype)
+        err = _rel_err(d, ref, cfg.out_dtype)
+        if "_aux" in model:                    # the second output: the value before the activation
+            err = max(err, _rel_err(extra["aux"], model["_aux"], cfg.out_dtype))
+        tol = TOLERANCE[cfg.out_dtype]
         rep.update(max_rel_err=err, tolerance=tol, passed=bool(err <= tol and np.all(np.isfinite(d))))
         return rep, 0 if rep["passed"] else 1
     return rep, 0
+
+
+def _rel_err(got, ref, out_dtype) -> float:
+    """max |got - ref| / max |ref|, with ``ref`` saturated as an fp8 output saturates."""
+    import numpy as np
+    from .dtypes import dtype as _dtype
+    npd = _dtype(out_dtype).numpy
+    if out_dtype in ("e4m3", "e5m2"):
+        import ml_dtypes
+        top = float(ml_dtypes.finfo(npd).max)
+        ref = np.clip(ref, -top, top)
+    got = np.asarray(got).astype(np.float64)
+    return float(np.max(np.abs(got - ref)) / max(float(np.max(np.abs(ref))), 1e-30))
 
 
 def _print_text(rep):
@@ -208,7 +229,7 @@ def _print_text(rep):
     ab = rep["dtype"] if rep["b_dtype"] == rep["dtype"] else f"{rep['dtype']} x {rep['b_dtype']}"
     p(f"cutedsl GEMM  M={rep['m']} N={rep['n']} K={rep['k']}  {ab} -> {rep['out_dtype']}  "
       f"tile {'x'.join(map(str, rep['tile']))}  stages {rep['stages']}  {rep['schedule']}  "
-      f"B {rep['b_major']}-major  epilogue {rep['epilogue']}"
+      f"B {rep['b_major']}-major  epilogue {rep['epilogue']}{''.join(' + ' + str(x) for x in rep['fusion'])}"
       + (f"  cluster {rep['cluster'][0]}x{rep['cluster'][1]}" if rep.get("cluster", [1, 1]) != [1, 1] else ""))
     for field, why in rep.get("chosen", {}).items():
         p(f"  chosen {field}: {why}")

@@ -8,7 +8,10 @@ import argparse
 import json
 
 MAX_I32 = 2 ** 31 - 1
-TOLERANCE = {"f32": 2e-3, "f16": 4e-3, "bf16": 1.6e-2}   #: --check: max |D - ref| / max |ref|
+#: --check: max |D - ref| / max |ref| (fp8: half an ulp of 3 / 2 mantissa bits at the top value)
+TOLERANCE = {"f32": 2e-3, "f16": 4e-3, "bf16": 1.6e-2, "e4m3": 6.3e-2, "e5m2": 1.25e-1}
+#: the fused-epilogue options, in the order their nodes apply: D = act(alpha acc scales + beta C + bias)
+FUSION_OPTIONS = ("--scale", "--alpha", "--beta", "--bias", "--aux", "--act")
 
 
 # -- user mistakes: one line on stderr naming the option and what it accepts, exit status 2 ------
@@ -98,8 +101,30 @@ def config_options(args) -> tuple:
     option is picked up without changes here)."""
     import attrs
     from .device import GemmConfig
-    return tuple((f.name, "--" + f.name.replace("_", "-")) for f in attrs.fields(GemmConfig)
-                 if hasattr(args, f.name))
+    given = "/".join(o for o in FUSION_OPTIONS if getattr(args, o[2:], None) not in (None, False))
+    return tuple((f.name, given or "--act" if f.name == "fusion" else "--" + f.name.replace("_", "-"))
+                 for f in attrs.fields(GemmConfig) if hasattr(args, f.name))
+
+
+def fusion_nodes(args) -> tuple | None:
+    """The fused epilogue node specs the ``gemm`` options ask for (None: none), in the order
+    they apply: scales, alpha, beta * C, bias, aux (the pre-activation), activation."""
+    nodes = []
+    if args.scale == "tensor":
+        nodes += ["scale_a", "scale_b"]
+    elif args.scale == "rowcol":
+        nodes += ["scale_a:row", "scale_b:col"]
+    if args.alpha is not None:
+        nodes.append("alpha")
+    if args.beta is not None:
+        nodes.append("beta")
+    if args.bias:
+        nodes.append(f"bias:{args.bias}")
+    if args.aux:
+        nodes.append("aux")
+    if args.act:
+        nodes.append(args.act)
+    return tuple(nodes) or None
 
 
 def gemm_config(args):
@@ -117,6 +142,8 @@ def gemm_config(args):
         except ConfigError as e:
             return e
 
+    if hasattr(args, "act") and not hasattr(args, "fusion"):
+        args.fusion = fusion_nodes(args)
     options = config_options(args)
     fields = {f: getattr(args, f) for f, _ in options}
     if fields.get("schedule") == "auto":     # the model picks what the user left open
@@ -177,6 +204,16 @@ def add_gemm_parser(sub):
                         "default MN for 16-bit types, K for fp8")
     g.add_argument("--arch", choices=list(ARCHS), default="sm_90a", help="target architecture")
     g.add_argument("--epilogue", choices=list(EPILOGUE_KINDS), default="tma")
+    f = g.add_argument_group("fused epilogue", "D = act(alpha * acc * scales + beta * C + bias); the "
+                             "vectors and C are random inputs of the run, the scalars as given")
+    f.add_argument("--scale", choices=["tensor", "rowcol"], default=None,
+                   help="tensor: scalar scale_a, scale_b; rowcol: scale_a per row (M,), scale_b per column (N,)")
+    f.add_argument("--alpha", type=float, default=None, help="multiply the accumulator by ALPHA")
+    f.add_argument("--beta", type=float, default=None, help="add BETA * C (C: an M x N input in the out dtype)")
+    f.add_argument("--bias", choices=["row", "col"], default=None, help="add an f32 bias per row (M,) or column (N,)")
+    f.add_argument("--aux", action="store_true", help="also store the pre-activation (a second M x N output)")
+    f.add_argument("--act", default=None, metavar="ACT",
+                   help="relu, gelu, gelu_tanh, silu or clamp:LO:HI")
     g.add_argument("--backend", choices=["auto", "cuda", "sim", "none"], default="auto")
     g.add_argument("--check", action="store_true", help="compare with a float64 numpy reference")
     g.add_argument("--seed", type=int_in(0, 2 ** 64 - 1), default=0, help="input seed, 0..2^64-1")

@@ -257,6 +257,12 @@ class Accumulator:
         """Constant (row, col) offset of register ``i`` of block ``b`` from the thread base."""
         return WgmmaFragment.offset(b, i)
 
+    def lazy_map(self, fn, base=None) -> "MappedAccumulator":
+        """Like :meth:`map`, but ``fn`` is applied when an element is read (:meth:`get`): a
+        store that reads the fragment sub-tile by sub-tile then computes each element right
+        before storing it, keeping few extra values live (read each element once)."""
+        return MappedAccumulator(self, fn, base or self.thread_coords())
+
     def map(self, fn, base=None) -> "Accumulator":
         """New accumulator with ``fn(value, row, col)`` applied to every element (f32 -> f32);
         ``row``/``col`` are IR i32 coordinates in the warpgroup's M x N tile."""
@@ -269,6 +275,19 @@ class Accumulator:
                 s = llvm.insertvalue(s, v, [i])
             out.append(s)
         return Accumulator(out, self.n)
+
+
+class MappedAccumulator(Accumulator):
+    """An accumulator whose elements are ``fn(value, row, col)`` of another's, computed at
+    :meth:`get` (see :meth:`Accumulator.lazy_map`); every IR read emits ``fn`` again."""
+
+    def __init__(self, acc: Accumulator, fn, base):
+        super().__init__(acc.structs, acc.n)
+        self._src, self._fn, self._base = acc, fn, base
+
+    def get(self, b: int, i: int) -> Scalar:
+        dr, dc = self.reg_offset(b, i)
+        return self._fn(self._src.get(b, i), self._base[0] + dr, self._base[1] + dc)
 
 
 class WarpgroupMMA:

@@ -164,7 +164,7 @@ class Epilogue:
             if visit:
                 v = self.visit(v, row, col, ctx) if with_ctx else self.visit(v, row, col)
             return v
-        return acc.map(element, base)
+        return acc.lazy_map(element, base)      # computed where the store reads each element
 
 
 class GlobalEpilogue(Epilogue):

@@ -280,7 +280,9 @@ def parse_node(spec) -> EpilogueNode:
             return Activation("clamp", float(rest[0]), float(rest[1]))
         if head in Activation.KINDS and head != "clamp" and not rest:
             return Activation(head)
-    except ValueError:
+    except ConfigError:
+        raise
+    except ValueError:              # a LO/HI that is no number
         pass
     raise ConfigError(f"unknown epilogue node {spec!r}: use alpha, scale_a[:row], scale_b[:col], beta[:DTYPE], "
                       f"bias:row|col[:DTYPE], aux[:DTYPE], relu, gelu, gelu_tanh, silu or clamp:LO:HI")
