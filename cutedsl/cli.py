@@ -126,7 +126,7 @@ def run_gemm(args) -> tuple:
     from .collective import fusion
     from .device import Gemm
     from .device.selection import resolve
-    from .dtypes import dtype as _dtype
+    from .dtypes import dtype as _dtype, tensor_core_value
     from .errors import ArgumentError, CuteDSLError, DumpError, NoDeviceError
 
     cfg = gemm_config(args)
@@ -201,7 +201,8 @@ def run_gemm(args) -> tuple:
     rep["tflops"] = round(flops / (ms * 1e-3) / 1e12, 6)
     if args.check:
         model = dict(extra)
-        ref = fusion.reference(cfg.fusion, a.astype(np.float64) @ b.astype(np.float64), model, cfg.out_dtype)
+        acc = tensor_core_value(a, cfg.dtype) @ tensor_core_value(b, cfg.b_dtype or cfg.dtype)
+        ref = fusion.reference(cfg.fusion, acc, model, cfg.out_dtype)
         err = _rel_err(d, ref, cfg.out_dtype)
         if "_aux" in model:                    # the second output: the value before the activation
             err = max(err, _rel_err(extra["aux"], model["_aux"], cfg.out_dtype))

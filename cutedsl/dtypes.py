@@ -38,7 +38,8 @@ _TABLE = [
     DType("u64", 8, 4, "ui64", "uint"), DType("i64", 8, 5, "i64", "int"),
     DType("f16", 2, 6, "f16", "float"), DType("f32", 4, 7, "f32", "float"),
     DType("f64", 8, 8, "f64", "float"), DType("bf16", 2, 9, "bf16", "float"),
-    DType("tf32", 4, 11, "tf32", "float"), DType("i8", 1, 0, "i8", "int"),
+    # tf32 lives in memory as f32 words (MLIR's own tf32 type is 19 bits wide: memrefs use f32)
+    DType("tf32", 4, 11, "f32", "float"), DType("i8", 1, 0, "i8", "int"),
     DType("e4m3", 1, 0, "f8E4M3FN", "float"), DType("e5m2", 1, 0, "f8E5M2", "float"),
 ]
 DTYPES = {d.name: d for d in _TABLE}
@@ -62,3 +63,21 @@ def dtype(x) -> DType:
         if d.name != "tf32" and d.numpy == npd:
             return d
     raise ArgumentTypeError(f"unsupported dtype {npd}; known: {', '.join(DTYPES)}")
+
+
+def same_storage(given: str, want: str) -> bool:
+    """An array of dtype ``given`` holds ``want`` operands: equal names, or f32 words for tf32
+    (the tensor cores read the 19 high bits of each f32)."""
+    return given == want or (want == "tf32" and given == "f32")
+
+
+def tensor_core_value(x, name: str) -> np.ndarray:
+    """float64 values the tensor cores multiply when they read array ``x`` as ``name``
+    operands: tf32 drops the 13 low mantissa bits of each f32 (truncation, as measured on
+    H100; the PTX ISA leaves the rounding of ``.tf32`` operands to the implementation, so
+    round with ``cvt.rna.tf32.f32`` first for round-to-nearest); other types exactly."""
+    x = np.asarray(x)
+    if name == "tf32":
+        x = (np.ascontiguousarray(x, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+    return x.astype(np.float64)
+

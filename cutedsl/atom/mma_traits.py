@@ -6,8 +6,8 @@ types (``MMA_Traits``); Mosaic GPU derives the K tile as ``swizzle // element by
 row of a K-major operand), the K step of one instruction, the MN-major box width, the bytes
 of a tile, the core-matrix group stride (SBO) and the majors the instruction accepts. Buffers,
 WGMMA descriptors, TMA boxes and expect-tx byte counts are derived from it, so a new element
-type (fp8: k_tile 128; tf32: 32) is a new entry in :data:`ELEMENT_BYTES` plus the atom's
-instruction spelling, not an edit across layers.
+type (fp8: k_tile 128; tf32: 32) is an entry in :data:`ELEMENT_BYTES` and :data:`MAJORS`,
+not an edit across layers.
 
 PTX ISA sources: "Asynchronous Warpgroup Level Matrix Multiply-Accumulate" — shapes
 m64nNk16 (f16/bf16), m64nNk8 (tf32), m64nNk32 (e4m3/e5m2): every shape consumes 32 bytes of K
@@ -20,11 +20,11 @@ import attrs
 
 from ..errors import ConfigError, one_of
 
-#: bytes per element of the operand types the WGMMA atom is built for (tf32 = 4 to come)
-ELEMENT_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1, "e5m2": 1}
+#: bytes per element of the operand types the WGMMA atom is built for (tf32: f32 words in memory)
+ELEMENT_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1, "e5m2": 1, "tf32": 4}
 #: the majors (A, B) each operand may have, per element width: the PTX ISA transposes only
 #: 16-bit operands (``imm-trans-a/b``); 8-bit and tf32 operands must be K-major
-MAJORS = {2: (("K",), ("K", "MN")), 1: (("K",), ("K",))}
+MAJORS = {2: (("K",), ("K", "MN")), 1: (("K",), ("K",)), 4: (("K",), ("K",))}
 #: operand types one instruction may mix (A type, B type): the fp8 kinds with each other
 MIXES = {("e4m3", "e5m2"), ("e5m2", "e4m3")}
 SWIZZLES = (128, 64, 32)

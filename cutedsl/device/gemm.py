@@ -19,7 +19,7 @@ import threading
 import time
 
 
-from ..dtypes import dtype as _dtype
+from ..dtypes import dtype as _dtype, same_storage
 from ..errors import ArgumentError, ArgumentTypeError, CuteDSLError, LaunchError, NoDeviceError, checked_arguments
 from . import arrays, extras
 from .selection import check_backend_arg
@@ -122,7 +122,7 @@ class Gemm:
             shape, d, dt = v.shape, v.dtype, v.raw_dtype
             if len(shape) != 2:
                 raise ArgumentError(f"{name} must be 2-D, got shape {tuple(shape)}")
-            if d is None or d.name != want:
+            if d is None or not same_storage(d.name, want):
                 field = "dtype" if name == "a" or cfg.b_dtype is None else "b_dtype"
                 raise ArgumentTypeError(f"{name} has dtype {dt}, the config expects {want} "
                                         f"(GemmConfig.{field}; numpy: {_dtype(want).numpy})")

@@ -18,7 +18,7 @@ def test_descriptor_fields_match_ptx_isa():
 
 
 def test_operand_layout_rules():
-    with pytest.raises(ValueError, match="f16, bf16, e4m3 or e5m2 operands, got 'f32'"):
+    with pytest.raises(ValueError, match="f16, bf16, e4m3, e5m2 or tf32 operands, got .f32."):
         SmemMatrix(64, "f32")
     with pytest.raises(ValueError, match="e4m3 operands are K-major only"):
         SmemMatrix(128, "e4m3", "MN")
@@ -90,8 +90,10 @@ def test_mma_traits_derive_every_operand_size():
     f8 = mma_traits("e4m3")
     assert (f8.elem_bytes, f8.k_tile, f8.k_step, f8.k_steps, f8.tile_bytes(128)) == (1, 128, 32, 4, 16384)
     assert (f8.majors_a, f8.majors_b) == (("K",), ("K",))
-    with pytest.raises(ConfigError, match="takes f16, bf16, e4m3 or e5m2 operands, got 'tf32'"):
-        mma_traits("tf32")
+    tf = mma_traits("tf32")
+    assert (tf.elem_bytes, tf.k_tile, tf.k_step, tf.k_steps, tf.majors_b) == (4, 32, 8, 4, ("K",))
+    with pytest.raises(ConfigError, match="takes f16, bf16, e4m3, e5m2 or tf32 operands, got 'f32'"):
+        mma_traits("f32")
     with pytest.raises(ConfigError, match="swizzle must be one of"):
         mma_traits("f16", 16)
 

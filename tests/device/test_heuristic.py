@@ -54,7 +54,7 @@ def test_given_fields_are_kept_and_the_rest_chosen():
 def test_bad_requests_are_config_errors():
     with pytest.raises(ConfigError, match="for_problem: m must be a positive int, got 0"):
         GemmConfig.for_problem(0, 10, 10)
-    with pytest.raises(ConfigError, match="takes f16, bf16, e4m3 or e5m2 operands, got 'f32'"):
+    with pytest.raises(ConfigError, match="takes f16, bf16, e4m3, e5m2 or tf32 operands, got 'f32'"):
         GemmConfig.for_problem(10, 10, 10, "f32")
     with pytest.raises(ConfigError, match="no configuration fits"):
         GemmConfig.for_problem(10, 10, 10, tile=(96, 64, 64))

@@ -63,7 +63,8 @@ def test_fp8_defaults_and_adversarial_interleavings(rng):
     (dict(dtype="e4m3", b_dtype="f16"), "A and B must have the same type, or mix e4m3 with e5m2 .* e4m3 x f16"),
     (dict(dtype="f16", b_dtype="bf16"), "got f16 x bf16"),
     (dict(dtype="e4m3", tile=(128, 128, 64)), "BLOCK_K must be 128 .*one 128-byte swizzle row of e4m3"),
-    (dict(dtype="e5m2", b_dtype="tf32"), "b_dtype must be None or 'f16', 'bf16', 'e4m3' or 'e5m2'"),
+    (dict(dtype="e5m2", b_dtype="f32"), "b_dtype must be None or 'f16', 'bf16', 'e4m3', 'e5m2' or 'tf32'"),
+    (dict(dtype="e5m2", b_dtype="tf32"), "mix e4m3 with e5m2 .* got e5m2 x tf32"),
 ])
 def test_fp8_config_errors(kw, match):
     with pytest.raises(ConfigError, match=match):
@@ -102,3 +103,35 @@ def test_fp8_main_loop_sass(schedule, tile):
     assert f8.resources.spill_stores == f8.resources.spill_loads == 0
     ours, ref = hot_loop(text, "QGMMA")["instructions"], hot_loop(toolchain.sass(f16.cubin))["instructions"]
     assert ours <= 1.1 * ref, (ours, ref)
+
+
+# -- tf32 ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("schedule,tile,cluster", [("multistage", (128, 256), (1, 1)), ("single_tile", (64, 64), (1, 1)),
+                                                   ("cooperative", (128, 128), (2, 1)), ("pingpong", (64, 128), (1, 2))])
+def test_tf32_on_every_schedule(schedule, tile, cluster, rng, sim):
+    """f32 arrays in, K-major both (the default), BLOCK_K 32 (one 128-byte row of f32 words);
+    the tensor cores read the 19 high bits of each word (tensor_core_value models it), so the
+    result equals the float64 product of the truncated inputs up to f32 accumulation."""
+    from cutedsl.dtypes import tensor_core_value
+    tm, tn = tile
+    cfg = GemmConfig(dtype="tf32", tile=(tm, tn, 32), schedule=schedule, cluster=cluster, sm_count=2,
+                     stages="auto" if schedule == "single_tile" else 3)
+    assert cfg.b_major == "K" and cfg.kernel().traits.k_step == 8
+    m, n, k = tm + int(rng.integers(1, tm)), tn + int(rng.integers(1, tn)), 3 * 32 + int(rng.integers(1, 32))
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    d = Gemm(cfg, sim)(a, b)
+    ref = tensor_core_value(a, "tf32") @ tensor_core_value(b, "tf32")
+    assert np.max(np.abs(d - ref)) / np.max(np.abs(ref)) < 1e-6, rng.seed_value
+    plain = a.astype(np.float64) @ b.astype(np.float64)      # the truncation is visible
+    assert np.max(np.abs(d - plain)) / np.max(np.abs(plain)) > 1e-5
+
+
+def test_tf32_errors_and_sass():
+    from cutedsl.compiler import toolchain
+    with pytest.raises(ConfigError, match="tf32 operands must be K-major"):
+        GemmConfig(dtype="tf32", b_major="MN")
+    with pytest.raises(ConfigError, match="BLOCK_K must be 32"):
+        GemmConfig(dtype="tf32", tile=(128, 128, 64))
+    k = GemmConfig(dtype="tf32", schedule="cooperative").kernel().compile()
+    assert "HGMMA.64x128x8.F32.TF32" in toolchain.sass(k.cubin) and k.resources.spill_stores == 0
