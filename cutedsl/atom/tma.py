@@ -17,7 +17,8 @@ swizzle and the tile's shape must equal the tensor map's dtype, swizzle and box,
 ``LayoutError`` naming both (a 128-B-swizzled WGMMA operand filled through an unswizzled map
 would otherwise compute garbage silently). A raw ``memref`` is accepted unchecked.
 
-Coordinates are given outermost first (numpy order: ``(row, col)``), in elements; the atom
+Coordinates are given outermost first (numpy order: ``(row, col)``, or ``(l, row, col)`` for a
+batched rank-3 map whose box is ``(1, rows, cols)`` over a 2-D tile), in elements; the atom
 reverses them into TMA's innermost-first order.
 """
 from __future__ import annotations
@@ -58,13 +59,15 @@ def check_tile(spec: TensorMapSpec, tile, what: str = "TMA copy"):
         bad.append(f"dtype {_dtype(spec.dtype).name} != {tile.dtype}")
     if spec.swizzle != tile.swizzle:
         bad.append(f"swizzle {spec.swizzle} B != {tile.swizzle} B")
-    if tuple(spec.box) != tile.shape:
+    box = tuple(spec.box)
+    lead = len(box) - len(tile.shape)          # a batch (L) dimension of extent 1 in the box
+    if lead < 0 or box[lead:] != tile.shape or any(x != 1 for x in box[:lead]):
         bad.append(f"box {list(spec.box)} != tile {list(tile.shape)}")
     if bad:
         raise LayoutError(f"{what}: tensor map {spec.param!r} ({_dtype(spec.dtype).name} box "
                           f"{list(spec.box)}, swizzle {spec.swizzle} B) does not match shared "
                           f"{tile.describe()}: {'; '.join(bad)}")
-    return tile.memref()
+    return tile.memref(shape=box) if lead else tile.memref()
 
 
 class TmaCopy:

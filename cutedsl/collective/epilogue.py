@@ -77,6 +77,8 @@ class Epilogue:
     OPTIONS = ()
     #: fused nodes (:mod:`cutedsl.collective.fusion`) applied before :meth:`visit`; set by :meth:`fuse`
     fusion = ()
+    #: set by a batched kernel: D is (L, M, N) and ``ctx.l`` selects the batch
+    batched = False
 
     def __init__(self, tile_m: int, tile_n: int, out_dtype: str = "f32"):
         if out_dtype not in self.OUT_DTYPES:
@@ -189,6 +191,8 @@ class GlobalEpilogue(Epilogue):
         grow = ctx.m0 + ctx.row_base + r0          # this thread's first global row / col
         gcol = ctx.n0 + c0
         ld = cir.i64(ctx.n.unsigned())
+        if self.batched:                            # D is a contiguous (L, M, N) array
+            d = cir.GlobalPtr(d.address(cir.i64(ctx.l) * cir.i64(ctx.m.unsigned()) * ld), d.dtype.name)
         for b in range(acc.m_blocks):
             for i in range(acc.regs):
                 dr, dc = frag.offset(b, i)
@@ -313,7 +317,8 @@ class TmaStoreEpilogue(Epilogue):
         return Param("d", "tensormap")
 
     def tensor_maps(self) -> list:
-        return [TensorMapSpec("d", self.out_dtype, (self.SUB_M, self.epi_n), swizzle=self.ROW_BYTES)]
+        lead = (1,) if self.batched else ()        # rank-3 (L, M, N) map, one batch per box
+        return [TensorMapSpec("d", self.out_dtype, lead + (self.SUB_M, self.epi_n), swizzle=self.ROW_BYTES)]
 
     def plan(self, plan) -> None:
         """A dedicated ``"epilogue"`` buffer (``warpgroups x buffers`` sub-tiles, 1024-B
@@ -344,7 +349,7 @@ class TmaStoreEpilogue(Epilogue):
             return buf.address(idx), buf.tile(idx)
         buf = ctx.smem[self.alias]
         off = idx * self.sub_tile_bytes
-        shape = (self.SUB_M, self.epi_n)
+        shape = ((1,) if self.batched else ()) + (self.SUB_M, self.epi_n)
         return buf.address(0) + cir.i64(off), buf.view(0, shape=shape, dtype=self.out_dtype, byte_offset=off)
 
     def store(self, acc, ctx: EpilogueContext) -> None:
@@ -380,7 +385,8 @@ class TmaStoreEpilogue(Epilogue):
                     bulk_wait_group(ring - 2, read=True)
             wg_bar.sync()
             with cir.If(leader):
-                tma.store(view, (ctx.m0 + ctx.row_base + self.SUB_M * b, ctx.n0 + c * self.epi_n))
+                lead = (ctx.l,) if self.batched else ()
+                tma.store(view, lead + (ctx.m0 + ctx.row_base + self.SUB_M * b, ctx.n0 + c * self.epi_n))
                 bulk_commit_group()
         if not self.defer_tail:
             self.store_tail()

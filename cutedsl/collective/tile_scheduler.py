@@ -68,7 +68,11 @@ def ceil_div(a: int, b: int) -> int:
 class TileScheduler:
     """One output tile per CTA: tile ``(blockIdx.y, blockIdx.x)`` of the ``M x N`` output.
 
-    ``tile_m``/``tile_n``: tile extent in elements (rows of D, columns of D)."""
+    ``tile_m``/``tile_n``: tile extent in elements (rows of D, columns of D). A kernel over a
+    batch sets :attr:`batched`: the batch index is then ``blockIdx.z`` (grid z = L)."""
+
+    #: set by a batched kernel: the work tiles span the problem's L batches
+    batched = False
 
     def __init__(self, tile_m: int, tile_n: int):
         self.tile_m, self.tile_n = tile_m, tile_n
@@ -80,9 +84,9 @@ class TileScheduler:
     # -- host ----------------------------------------------------------------------
     def grid(self, problem) -> tuple:
         """CTAs ``(x, y, z)`` to launch for ``problem`` (a ``GemmProblem``): ``(tiles along N,
-        tiles along M, 1)``."""
+        tiles along M, L)`` (L: 1 unless :attr:`batched`)."""
         tm, tn = self.tiles(problem.m, problem.n)
-        return (tn, tm, 1)
+        return (tn, tm, problem.l if self.batched else 1)
 
     # -- IR ------------------------------------------------------------------------
     def bind(self, problem, k_tile: int) -> None:
@@ -107,7 +111,11 @@ class TileScheduler:
         default :meth:`k_tile_range`) decides its k-tiles."""
         m0, n0 = self.tile_origin(i)
         first, count = (k_tile_range or self.k_tile_range)(self.k_tiles)
-        return WorkTile(m0, n0, 0, first, count, True)
+        return WorkTile(m0, n0, self.batch_index(i), first, count, True)
+
+    def batch_index(self, i=0):
+        """IR: the batch ``l`` of this CTA's unit ``i``: ``blockIdx.z`` when :attr:`batched`, else 0."""
+        return cir.block_idx("z") if self.batched else 0
 
     def tile_origin(self, i=0) -> tuple:
         """IR: ``(m0, n0)``, the first row and column of this CTA's tile (unsigned i32)."""
@@ -161,17 +169,17 @@ class PersistentTileScheduler(TileScheduler):
         """``(cluster tiles along M, along N)`` for an ``m x n`` output."""
         return (ceil_div(ceil_div(m, self.tile_m), self.cluster_m), ceil_div(ceil_div(n, self.tile_n), self.cluster_n))
 
-    def clusters(self, m: int, n: int) -> int:
-        """Clusters launched for an ``m x n`` output."""
+    def clusters(self, m: int, n: int, l: int = 1) -> int:
+        """Clusters launched for ``l`` batches of an ``m x n`` output."""
         cm, cn = self.cluster_tiles(m, n)
-        total = cm * cn
+        total = cm * cn * (l if self.batched else 1)
         if not self.persistent:
             return total
         sms = self.sm_count or DEFAULT_SM_COUNT
         return max(1, min(total, sms * self.ctas_per_sm // self.cluster_size))
 
     def grid(self, problem) -> tuple:
-        return (self.clusters(problem.m, problem.n) * self.cluster_size, 1, 1)
+        return (self.clusters(problem.m, problem.n, problem.l) * self.cluster_size, 1, 1)
 
     def unit_coords(self, unit: int, m: int, n: int) -> tuple:
         """Cluster-tile ``(m, n)`` of linear work unit ``unit`` (host reference of the
@@ -212,7 +220,9 @@ class PersistentTileScheduler(TileScheduler):
         tiles_n = (n.unsigned() + (self.tile_n - 1)) // self.tile_n
         self.ct_m = (tiles_m + (self.cluster_m - 1)) // self.cluster_m if self.cluster_m > 1 else tiles_m
         self.ct_n = (tiles_n + (self.cluster_n - 1)) // self.cluster_n if self.cluster_n > 1 else tiles_n
-        self.total = self.ct_m * self.ct_n
+        self.per_batch = self.ct_m * self.ct_n
+        # the linear work index walks the tiles of batch 0, then batch 1, ... (CUTLASS's L mode)
+        self.total = self.per_batch * problem.l.unsigned() if self.batched else self.per_batch
 
     def work_count(self):
         """Work units (tiles) this CTA runs (IR i32)."""
@@ -234,9 +244,18 @@ class PersistentTileScheduler(TileScheduler):
             minor, major = strip * s + r % w, r // w
         return (major, minor) if self.raster == "M" else (minor, major)
 
+    def _unit(self, i):
+        return self.cluster_id + i * self.n_clusters if self.persistent else self.cluster_id
+
+    def batch_index(self, i=0):
+        """IR: the batch of this CTA's ``i``-th tile (0 unless :attr:`batched`)."""
+        return self._unit(i) // self.per_batch if self.batched else 0
+
     def tile_origin(self, i=0):
         """Element coordinates ``(m0, n0)`` (IR i32) of this CTA's ``i``-th tile (IR i32 or 0)."""
-        unit = self.cluster_id + i * self.n_clusters if self.persistent else self.cluster_id
+        unit = self._unit(i)
+        if self.batched:
+            unit = unit % self.per_batch
         cm, cn = self._raster(unit)
         rm, rn = (self.rank % self.cluster_m, self.rank // self.cluster_m) if self.cluster_size > 1 else (0, 0)
         tm = cm * self.cluster_m + rm if self.cluster_m > 1 else cm

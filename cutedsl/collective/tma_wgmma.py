@@ -47,13 +47,17 @@ class MainloopOperands:
     """A mainloop's operands bound inside a kernel body (from :meth:`TmaWgmmaMainloop.bind`):
     the bound shared memory, the A and B ``TmaCopy`` atoms, stage 0's WGMMA descriptors
     (``desc0["a"]``: this warpgroup's rows), the byte offset of this warpgroup's A rows, and
-    ``producer``: the predicate (IR i1) of the threads that issue loads, where a schedule has one."""
+    ``producer``: the predicate (IR i1) of the threads that issue loads, where a schedule has one;
+    ``batch``: for a batched mainloop, the batch coordinates ``(l of A, l of B)`` (IR i32) of the
+    work tile being loaded (set per tile with ``attrs.evolve``; 0 for an operand broadcast
+    over the batch)."""
     smem: object
     tma_a: object
     tma_b: object
     desc0: dict
     a_offset: object = 0
     producer: object = None
+    batch: object = None
 
 
 class TmaWgmmaMainloop:
@@ -67,11 +71,13 @@ class TmaWgmmaMainloop:
     WARPGROUPS = (1, 2)           #: consumer warpgroups splitting the tile along M
 
     def __init__(self, tile_m: int, tile_n: int, stages: int, dtype: str = "f16", b_major: str = "MN",
-                 warpgroups: int = 1, cluster=(1, 1), arch=DEFAULT, b_dtype: str | None = None):
+                 warpgroups: int = 1, cluster=(1, 1), arch=DEFAULT, b_dtype: str | None = None,
+                 batched: bool = False):
         if stages not in self.STAGES:
             raise ValueError(f"stages must be {self.STAGES.start}..{self.STAGES.stop - 1}, got {stages}")
         self.mma_atom = WarpgroupMMA(tile_m // warpgroups, tile_n, dtype, b_major, b_dtype)
         self.b_dtype = self.mma_atom.b_dtype
+        self.batched = batched        #: rank-3 (L, rows, cols) tensor maps, coordinates from ``ops.batch``
         self.traits = self.mma_atom.traits    #: K tile, element bytes, swizzle: every size below
         self.arch = arch
         if warpgroups not in self.WARPGROUPS or tile_m // warpgroups < self.traits.atom_m:
@@ -115,9 +121,11 @@ class TmaWgmmaMainloop:
         return self.traits.tile_bytes(self.tile_m + self.tile_n)
 
     def tensor_maps(self) -> list:
-        sw = self.traits.swizzle
-        return [TensorMapSpec("a", self.dtype, self.a_box, swizzle=sw),
-                TensorMapSpec("b", self.b_dtype, self.b_box, swizzle=sw)]
+        """A and B tensor maps: boxes :attr:`a_box` / :attr:`b_box`, with a leading batch
+        extent of 1 when :attr:`batched` (rank-3 maps over (L, rows, cols))."""
+        sw, lead = self.traits.swizzle, (1,) if self.batched else ()
+        return [TensorMapSpec("a", self.dtype, lead + self.a_box, swizzle=sw),
+                TensorMapSpec("b", self.b_dtype, lead + self.b_box, swizzle=sw)]
 
     def plan(self, plan, stages: int | None = None) -> None:
         """Declare the operand ring's shared memory and barriers in a ``SmemPlan``: ``stages``
@@ -187,14 +195,19 @@ class TmaWgmmaMainloop:
                 mask_b = multicast_mask(self.cluster, "x", (rm, rn))
         a_rows, b_rows, row_bytes = self.a_box[0], self.b_box[0], t.row_bytes
         a_off = rn * (a_rows * row_bytes) if self.cluster_n > 1 else 0
-        ops.tma_a.load(smem["a"].tile(s).sub(a_off, self.a_box), bar, s, (m0 + rn * a_rows, k0),
+        la = lb = ()
+        if self.batched:
+            if ops.batch is None:
+                raise ValueError("a batched mainloop loads with ops.batch = (l of A, l of B) set per work tile")
+            la, lb = (ops.batch[0],), (ops.batch[1],)
+        ops.tma_a.load(smem["a"].tile(s).sub(a_off, self.a_box), bar, s, la + (m0 + rn * a_rows, k0),
                        multicast_mask=mask_a, predicate=predicate)
         for j in range(self.b_boxes):
             box_off = j * t.mn_box_bytes             # MN-major: mn_box columns x k_tile K-rows per box
             off = rm * (b_rows * row_bytes) + box_off if self.cluster_m > 1 else box_off
             dst = smem["b"].tile(s).sub(off, self.b_box)
             coords = (k0 + rm * b_rows, n0 + t.mn_box * j) if self.b_major == "MN" else (n0 + rm * b_rows, k0)
-            ops.tma_b.load(dst, bar, s, coords, multicast_mask=mask_b, predicate=predicate)
+            ops.tma_b.load(dst, bar, s, lb + coords, multicast_mask=mask_b, predicate=predicate)
 
     def stage_descriptor(self, ops: MainloopOperands, name: str, index):
         """The WGMMA ``Descriptor`` of stage ``index`` (IR i32) of buffer ``name`` (``"a"``:

@@ -250,16 +250,17 @@ def to_device(backend, host, pitch_align: int = 1) -> DeviceArray:
     _check_backend("to_device(backend, host)", backend, host)
     host = np.asarray(host)
     dt = _dtype(host.dtype)
-    if host.ndim == 2 and pitch_align > 1:
-        rows, cols = host.shape
+    if host.ndim >= 2 and pitch_align > 1:
+        cols = host.shape[-1]
         row_bytes = cols * dt.nbytes
         pitch = -(-row_bytes // pitch_align) * pitch_align
         if pitch != row_bytes:
-            staged = np.zeros((rows, pitch // dt.nbytes), dt.numpy)
-            staged[:, :cols] = host
+            staged = np.zeros(host.shape[:-1] + (pitch // dt.nbytes,), dt.numpy)
+            staged[..., :cols] = host
             own = OwnedBuffer(backend, staged.nbytes)
             backend.copy_to_device(own.buf, staged)
-            return DeviceArray(own.buf.ptr, host.shape, (pitch, dt.nbytes), dt, backend, own)
+            strides = tuple(int(x) for x in staged.strides[:-1]) + (dt.nbytes,)
+            return DeviceArray(own.buf.ptr, host.shape, strides, dt, backend, own)
     host = np.ascontiguousarray(host)
     own = OwnedBuffer(backend, host.nbytes)
     backend.copy_to_device(own.buf, host)
@@ -270,15 +271,17 @@ def to_device(backend, host, pitch_align: int = 1) -> DeviceArray:
 
 
 def empty(backend, shape, dt, pitch_align: int = 1) -> DeviceArray:
-    """Allocate an uninitialised 2-D/1-D device array (rows padded to ``pitch_align`` bytes),
-    owning its memory. ``ArgumentTypeError`` when ``backend`` is not a Backend."""
+    """Allocate an uninitialised 1-D, 2-D or 3-D device array (rows padded to ``pitch_align``
+    bytes), owning its memory. ``ArgumentTypeError`` when ``backend`` is not a Backend."""
     _check_backend("empty(backend, shape, dtype)", backend, shape)
     dt = _dtype(dt)
     shape = tuple(shape)
-    if len(shape) == 2:
-        pitch = -(-shape[1] * dt.nbytes // pitch_align) * pitch_align
+    if len(shape) >= 2:
+        pitch = -(-shape[-1] * dt.nbytes // pitch_align) * pitch_align
         strides = (pitch, dt.nbytes)
-        nbytes = pitch * shape[0]
+        for extent in reversed(shape[1:-1]):
+            strides = (strides[0] * extent,) + strides
+        nbytes = strides[0] * shape[0]
     else:
         strides = (dt.nbytes,)
         nbytes = shape[0] * dt.nbytes
@@ -305,13 +308,15 @@ def zero_fill(arr: DeviceArray) -> None:
 
 
 def to_host(arr: DeviceArray) -> np.ndarray:
-    """Copy a (possibly row-pitched) 2-D or 1-D device array into a new C-contiguous host array."""
+    """Copy a (possibly row-pitched) 1-D, 2-D or 3-D device array into a new C-contiguous host
+    array (row-pitched: rows padded, everything outside the rows packed)."""
     e = arr.dtype.nbytes
-    if arr.ndim == 2 and arr.strides[1] == e and arr.strides[0] % e == 0:
-        rows, cols = arr.shape
-        staged = np.empty((rows, arr.strides[0] // e), arr.dtype.numpy)
+    st, sh = arr.strides, arr.shape
+    packed_outer = all(st[i] == st[i + 1] * sh[i + 1] for i in range(arr.ndim - 2))
+    if arr.ndim >= 2 and st[-1] == e and st[-2] % e == 0 and packed_outer:
+        staged = np.empty(sh[:-1] + (st[-2] // e,), arr.dtype.numpy)
         arr.backend.copy_to_host(staged, _Buf(arr.ptr), 0)
-        return np.ascontiguousarray(staged[:, :cols])
+        return np.ascontiguousarray(staged[..., :sh[-1]])
     return arr.numpy()
 
 

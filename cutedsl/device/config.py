@@ -97,6 +97,9 @@ class GemmConfig:
     * ``epilogue``: ``"tma"`` (registers -> smem -> TMA store) or ``"global"`` (bounds-checked
       stores from registers); or a list of fused nodes with an optional kind, e.g.
       ``["scale_a:row", "scale_b:col", "bias:col", "gelu", "global"]`` (sets ``fusion``).
+    * ``batched``: the kernel takes (L, rows, cols) operands (rank-3 tensor maps; the batch in
+      grid z or in the persistent tile index). ``Gemm`` switches to it by itself for 3-D
+      operands, so this is rarely set by hand.
     * ``fusion``: fused epilogue nodes (:mod:`cutedsl.collective.fusion`: alpha, scale_a[:row],
       scale_b[:col], beta[:DTYPE], bias:row|col, aux, relu, gelu, gelu_tanh, silu, clamp:LO:HI,
       or ``EpilogueNode`` objects), applied in order: ``D = act(alpha * acc * scales + beta * C
@@ -119,6 +122,7 @@ class GemmConfig:
     b_dtype: object = attrs.field(default=None)
     fusion: tuple = attrs.field(default=(), converter=lambda v: v if isinstance(v, tuple) and all(
         isinstance(x, _fusion.EpilogueNode) for x in v) else _fusion.parse_nodes(v))
+    batched: bool = attrs.field(default=False)
     #: why each field has its value, when the config was chosen by :meth:`for_problem`
     reasons: object = attrs.field(default=None, init=False, eq=False, repr=False, hash=False)
 
@@ -134,6 +138,9 @@ class GemmConfig:
         get_arch(self.arch)                              # ConfigError naming the known ones
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be {one_of(DTYPES)}, got {self.dtype!r}")
+        if not isinstance(self.batched, (bool, np.bool_)):
+            raise ConfigError(f"batched must be True or False, got {self.batched!r}")
+        object.__setattr__(self, "batched", bool(self.batched))
         if self.b_dtype is not None and self.b_dtype not in DTYPES:
             raise ConfigError(f"b_dtype must be None or {one_of(DTYPES)}, got {self.b_dtype!r}")
         if self.out_dtype not in OUT_DTYPES:
@@ -262,6 +269,8 @@ class GemmConfig:
             kw["b_dtype"] = self.b_dtype        # a kernel class without the field refuses it by name
         if self.fusion:
             kw["fusion"] = self.fusion
+        if self.batched:
+            kw["batched"] = True
         if stages is not None:
             kw["stages"] = stages
         takes = self._fields_of(cls)

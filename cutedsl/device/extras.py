@@ -14,10 +14,10 @@ from . import arrays
 
 
 def check_names(params, extra) -> list:
-    """The kernel's extra parameters (``params`` minus a, b, d, m, n, k) after checking the
+    """The kernel's extra parameters (``params`` minus a, b, d, m, n, k, l, la, lb) after checking the
     call's keyword arguments ``extra`` against them: ``ArgumentError`` for an unknown keyword
     (listing the accepted names) or a missing one."""
-    fixed = {"a", "b", "d", "m", "n", "k"}
+    fixed = {"a", "b", "d", "m", "n", "k", "l", "la", "lb"}     # l, la, lb: a batched kernel's
     declared = [p for p in params if p.name not in fixed]
     names = [p.name for p in declared]
     unknown = sorted(set(extra) - set(names))

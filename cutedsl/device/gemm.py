@@ -14,6 +14,9 @@ row-major (``b = bt.T`` for a row-major ``bt`` of shape (N, K)).
 """
 from __future__ import annotations
 
+import attrs
+import numpy as np
+
 import os
 import threading
 import time
@@ -59,6 +62,8 @@ class Gemm:
         self.config = config
         self.kernel = config.kernel(epilogue, kernel)
         self._custom = epilogue is not None or kernel is not None     # user code: not exportable
+        self._user_classes = (epilogue, kernel)
+        self._batched = None     # the batched variant, built on the first call with 3-D operands
         self._backend_name = check_backend_arg(backend)
         if not (cache is None or cache is False or hasattr(cache, "get_or_build")):
             raise ArgumentTypeError(f"cache must be a KernelCache, None or False, got {cache!r}")
@@ -115,13 +120,16 @@ class Gemm:
 
     # -- validation -----------------------------------------------------------------------
     def _check_operands(self, va, vb):
-        """``(m, n, k)`` of the operand views ``va``, ``vb`` (``arrays.TensorView``), checked."""
+        """``(m, n, k, l, la, lb)`` of the operand views ``va``, ``vb`` (``arrays.TensorView``),
+        checked: 2-D, or (a batched config) 3-D ``(L, rows, cols)`` with batch extents ``la``,
+        ``lb`` each ``l`` or 1 (that operand is shared by every batch)."""
         cfg = self.config
         shapes = {}
+        ranks = (2, 3) if cfg.batched else (2,)
         for name, v, want in (("a", va, cfg.dtype), ("b", vb, cfg.b_dtype or cfg.dtype)):
             shape, d, dt = v.shape, v.dtype, v.raw_dtype
-            if len(shape) != 2:
-                raise ArgumentError(f"{name} must be 2-D, got shape {tuple(shape)}")
+            if len(shape) not in ranks:
+                raise ArgumentError(f"{name} must be 2-D (or 3-D: (L, rows, cols) for a batch), got shape {tuple(shape)}")
             if d is None or not same_storage(d.name, want):
                 field = "dtype" if name == "a" or cfg.b_dtype is None else "b_dtype"
                 raise ArgumentTypeError(f"{name} has dtype {dt}, the config expects {want} "
@@ -129,35 +137,46 @@ class Gemm:
             if 0 in shape:
                 raise ArgumentError(f"{name} has a zero-size dimension: shape {tuple(shape)}")
             shapes[name] = tuple(shape)
-        (m, k), (k2, n) = shapes["a"], shapes["b"]
+        (m, k), (k2, n) = shapes["a"][-2:], shapes["b"][-2:]
         if k != k2:
-            raise ArgumentError(f"a.shape[1] ({k}) != b.shape[0] ({k2}): inner dimensions must match")
-        for nm, v in (("M", m), ("N", n), ("K", k)):
+            raise ArgumentError(f"a.shape[-1] ({k}) != b.shape[-2] ({k2}): inner dimensions must match")
+        la, lb = (shapes[x][0] if len(shapes[x]) == 3 else 1 for x in ("a", "b"))
+        l = max(la, lb)
+        if la not in (1, l) or lb not in (1, l):
+            raise ArgumentError(f"batch sizes differ: a has {la}, b has {lb} (each must be L or 1, "
+                                f"an operand shared by every batch)")
+        for nm, v in (("M", m), ("N", n), ("K", k), ("L", l)):
             if v > _MAX_I32:
                 raise ArgumentError(f"{nm} = {v} exceeds the kernel's 32-bit size limit {_MAX_I32}")
-        return m, n, k
+        return m, n, k, l, la, lb
 
     @staticmethod
     def _operand(be, v, major_inner: bool):
-        """Device array of operand view ``v`` in the layout the tensor map reads; a host operand
-        is copied (returns ``(array, copied)``)."""
+        """Device array of operand view ``v`` in the layout the tensor map reads (``major_inner``
+        False: the last two axes swapped, K-major B); a host operand is copied (returns
+        ``(array, copied)``)."""
         if v.on_host:
-            host = v.host if major_inner else v.host.T     # K-major B: device holds B^T row-major
+            host = v.host if major_inner else np.swapaxes(v.host, -1, -2)  # K-major B: device holds B^T
             return arrays.to_device(be, host, pitch_align=16), True
-        shape, strides = (v.shape, v.strides) if major_inner else (v.shape[::-1], v.strides[::-1])
-        return arrays.DeviceArray(v.ptr, shape, strides, v.dtype, be, v.owner), False
+        shape, strides = list(v.shape), list(v.strides)
+        if not major_inner:
+            shape[-2:], strides[-2:] = shape[:-3:-1], strides[:-3:-1]
+        return arrays.DeviceArray(v.ptr, tuple(shape), tuple(strides), v.dtype, be, v.owner), False
 
     @staticmethod
     def _check_tma_layout(name, arr: "arrays.DeviceArray"):
-        e = arr.dtype.nbytes
-        if arr.strides[1] != e:
-            raise ArgumentError(f"{name}: innermost stride is {arr.strides[1]} B; TMA needs contiguous rows "
+        e, st, sh = arr.dtype.nbytes, arr.strides, arr.shape
+        if st[-1] != e:
+            raise ArgumentError(f"{name}: innermost stride is {st[-1]} B; TMA needs contiguous rows "
                                 f"(stride {e} B) — pass a contiguous array")
-        if arr.strides[0] % 16:
-            raise ArgumentError(f"{name}: row stride is {arr.strides[0]} B; TMA needs a multiple of 16 B "
+        if st[-2] % 16:
+            raise ArgumentError(f"{name}: row stride is {st[-2]} B; TMA needs a multiple of 16 B "
                                 f"(16-byte rule) — pad the leading dimension")
-        if arr.strides[0] < arr.shape[1] * e:
-            raise ArgumentError(f"{name}: row stride {arr.strides[0]} B overlaps rows of {arr.shape[1] * e} B")
+        if st[-2] < sh[-1] * e:
+            raise ArgumentError(f"{name}: row stride {st[-2]} B overlaps rows of {sh[-1] * e} B")
+        if arr.ndim == 3 and sh[0] > 1 and (st[0] % 16 or st[0] < sh[1] * st[1]):
+            raise ArgumentError(f"{name}: batch stride {st[0]} B must be a multiple of 16 B and at least one "
+                                f"batch ({sh[1]} rows x {st[1]} B) — batches may not overlap")
         if arr.ptr % 16:
             raise ArgumentError(f"{name}: global address 0x{arr.ptr:x} is not 16-byte aligned (TMA)")
 
@@ -249,16 +268,19 @@ class Gemm:
         are garbage collected or at once by ``launch.release()``. A device result returned to
         the caller owns its memory (see :mod:`cutedsl.device.arrays`)."""
         va, vb = arrays.TensorView.of(a, "a"), arrays.TensorView.of(b, "b")    # described once
-        m, n, k = self._check_operands(va, vb)
+        if not self.config.batched and 3 in (len(va.shape), len(vb.shape)):
+            return self.batched_gemm().prepare(a, b, out, **extra)
+        m, n, k, l, la, lb = self._check_operands(va, vb)
         declared = extras.check_names(self.kernel.params(), extra)
-        grid = self.grid(m, n, k)
+        grid = self.grid(m, n, k, l)
         kern = self.compiled
         be = self.backend
         for name, x in (("a", a), ("b", b), ("out", out), *extra.items()):
             arrays.check_backend_of(x, be, name)
         scratch = arrays.CallScratch(be)
         try:
-            launch, result = self._prepare(scratch, kern, be, va, vb, out, m, n, k, grid, extra, declared)
+            launch, result = self._prepare(scratch, kern, be, va, vb, out, (m, n, k, l, la, lb), grid, extra,
+                                           declared)
         except BaseException:
             scratch.release()          # nothing leaks from a call that fails before launch
             raise
@@ -266,8 +288,22 @@ class Gemm:
         launch.release = result.release = scratch.release
         return launch, result
 
-    def _prepare(self, scratch, kern, be, va, vb, out, m, n, k, grid, extra, declared):
+    def batched_gemm(self) -> "Gemm":
+        """The batched variant of this GEMM (``GemmConfig(batched=True)``: rank-3 tensor maps,
+        the batch in the grid or the persistent tile index), on the same backend; calls with
+        3-D operands go to it (built once)."""
+        with self._lock:
+            if self._batched is None:
+                epi, kern = self._user_classes
+                be = self._backend if self._backend is not None else self._backend_name   # not resolved yet
+                self._batched = Gemm(attrs.evolve(self.config, batched=True), be, epilogue=epi,
+                                     kernel=kern, cache=self._cache, dump_dir=self._dump)
+            return self._batched
+
+    def _prepare(self, scratch, kern, be, va, vb, out, mnkl, grid, extra, declared):
         cfg = self.config
+        m, n, k, l, la, lb = mnkl
+        out_shape = (l, m, n) if 3 in (len(va.shape), len(vb.shape)) else (m, n)
         da, a_host = self._operand(be, va, True)
         if a_host:
             scratch.arrays.append(da)
@@ -280,7 +316,7 @@ class Gemm:
         d_is_map = self.kernel.epilogue.d_param().kind == "tensormap"   # else a C-contiguous pointer
         host_out = a_host or b_host
         if out is None:
-            dd = arrays.empty(be, (m, n), out_dt, pitch_align=16 if d_is_map else 1)
+            dd = arrays.empty(be, out_shape, out_dt, pitch_align=16 if d_is_map else 1)
             if host_out:               # copied back to a numpy result: the call's own buffer
                 scratch.arrays.append(dd)
         else:
@@ -288,21 +324,26 @@ class Gemm:
             if od is None:
                 raise ArgumentTypeError("out must be a device array (numpy results are returned, not filled)")
             ptr, shape, strides, dt, _ = od
-            if tuple(shape) != (m, n) or dt.name != out_dt.name:
-                raise ArgumentError(f"out must have shape {(m, n)} and dtype {out_dt.name}, got {shape} {dt.name}")
+            if tuple(shape) != out_shape or dt.name != out_dt.name:
+                raise ArgumentError(f"out must have shape {out_shape} and dtype {out_dt.name}, got {shape} {dt.name}")
             dd = arrays.DeviceArray(ptr, shape, strides, dt, be, out)
-            if not d_is_map and tuple(strides) != (n * out_dt.nbytes, out_dt.nbytes):
+            if not d_is_map and not dd.is_c_contiguous():
                 raise ArgumentError("out must be C-contiguous for the 'global' epilogue")
         if d_is_map:
             self._check_tma_layout("out", dd)
         values = {"m": m, "n": n, "k": k}
+        if cfg.batched:
+            values.update(l=l, la=la, lb=lb)
         specs = {t.param: t for t in kern.tensor_maps}
         for name, arr in (("a", da), ("b", db), ("d", dd)):
+            if cfg.batched and arr.ndim == 2:        # one batch of a rank-3 (L, rows, cols) map
+                arr = arrays.DeviceArray(arr.ptr, (1,) + arr.shape, (arr.shape[0] * arr.strides[0],) + arr.strides,
+                                         arr.dtype, be, arr.owner)
             if name in specs:
                 values[name] = be.encode_tensor_map(specs[name], arr.ptr, arr.shape, arr.strides)
                 scratch.tmaps.append(values[name])
             else:
-                if arr.strides != (arr.shape[1] * arr.dtype.nbytes, arr.dtype.nbytes):
+                if not arr.is_c_contiguous():
                     raise ArgumentError(f"{name} must be C-contiguous for a pointer parameter")
                 values[name] = arr.ptr
         keep = [da, db, dd]            # device memory (ours or the caller's) must outlive the launch

@@ -75,9 +75,15 @@ class SmemTile:
             out.offset = self.offset + index(byte_offset)
         return out
 
-    def memref(self, dtype=None):
-        """A ``memref`` view of the tile (``memref<shape x dtype, workgroup>``)."""
-        return memref.view(memref_type(self.shape, dtype or self.dtype), self._bound.raw, self.offset, [])
+    def memref(self, dtype=None, shape=None):
+        """A ``memref`` view of the tile (``memref<shape x dtype, workgroup>``); ``shape`` may
+        add leading unit dimensions (a rank-3 TMA box ``(1, rows, cols)`` of a 2-D tile)."""
+        if shape is not None:
+            shape = tuple(shape)
+            lead = len(shape) - len(self.shape)
+            if lead < 0 or shape[lead:] != self.shape or any(x != 1 for x in shape[:lead]):
+                raise ValueError(f"a view of tile {list(self.shape)} may only add leading 1s, got {list(shape)}")
+        return memref.view(memref_type(shape or self.shape, dtype or self.dtype), self._bound.raw, self.offset, [])
 
     def address(self) -> Scalar:
         """The shared-window byte address (i64) of the tile."""

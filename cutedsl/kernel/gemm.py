@@ -98,7 +98,8 @@ class GemmKernel(Kernel):
     #: the values this kernel implements (``GemmConfig`` and the CLI ask these, keeping no copy)
     TILE_M, TILE_N = TILE_M, TILE_N
     #: the GemmConfig fields, as constructor keywords, a config passes to this kernel
-    CONFIG_FIELDS = ("tile_m", "tile_n", "dtype", "out_dtype", "b_major", "epilogue", "arch", "b_dtype", "fusion")
+    CONFIG_FIELDS = ("tile_m", "tile_n", "dtype", "out_dtype", "b_major", "epilogue", "arch", "b_dtype", "fusion",
+                     "batched")
 
     @classmethod
     def can_implement(cls, config) -> str | None:
@@ -149,7 +150,7 @@ class GemmKernel(Kernel):
         return None
 
     def __init__(self, tile_m=128, tile_n=128, dtype="f16", out_dtype="f32", b_major="MN", epilogue=None, arch=None,
-                 b_dtype=None, fusion=()):
+                 b_dtype=None, fusion=(), batched=False):
         why = self.tile_reason(tile_m, tile_n, dtype)
         if why:                    # name the constructor's arguments as well as the rule
             raise ValueError(f"{type(self).__name__}(tile_m={tile_m}, tile_n={tile_n}, dtype={dtype!r}): {why}")
@@ -158,6 +159,9 @@ class GemmKernel(Kernel):
             raise ValueError(f"{type(self).__name__}(dtype={dtype!r}, b_dtype={b_dtype!r}, b_major={b_major!r}): {why}")
         self.b_dtype = b_dtype or dtype     #: B's element type (an fp8 kind may mix with A's)
         self.fusion = tuple(fusion)         #: fused epilogue nodes (cutedsl.collective.fusion)
+        #: D[l] = A[l] @ B[l] over a batch: rank-3 tensor maps, parameters l, la, lb (A's and
+        #: B's batch extents: L, or 1 for an operand broadcast over the batch)
+        self.batched = bool(batched)
         self.traits = mma_traits(dtype)    #: K tile, element bytes, swizzle of the operands
         self.arch = get_arch(arch or DEFAULT)    #: the target: warpgroup size, budgets, toolchain
         self.arch.require("wgmma", type(self).__name__)
@@ -173,6 +177,8 @@ class GemmKernel(Kernel):
         self.plan = self.make_plan()
         self.epilogue = self.make_epilogue()
         self.scheduler = self.make_scheduler()
+        if self.batched:
+            self.scheduler.batched = True
         self.mainloop = self.make_mainloop()
         _check_grid_protocol(self)
         _check_grid_protocol(self.scheduler)
@@ -187,6 +193,8 @@ class GemmKernel(Kernel):
         mixed = {"b_dtype": self.b_dtype} if self.b_dtype != self.dtype else {}   # identity unchanged for one type
         if self.fusion:                     # the nodes' classes and specs (their code: compiler.identity)
             mixed["fusion"] = [f"{qualname(type(nd))}:{nd!r}" for nd in self.epilogue.fusion]
+        if self.batched:
+            mixed["batched"] = True
         return {"arch": self.arch.name, "tile": [self.tile_m, self.tile_n, self.traits.k_tile], "dtype": self.dtype,
                 **mixed,
                 "out_dtype": self.out_dtype,
@@ -206,6 +214,13 @@ class GemmKernel(Kernel):
         opts = {k: v for k, v in self.plan.epilogue.items() if k in self.epilogue_cls.OPTIONS}
         if opts:
             epi.configure(**opts)
+        if self.batched:
+            epi.batched = True
+            per_batch = [p.name for nd in self.fusion for p in nd.bind(self.out_dtype).params(self.out_dtype)
+                         if p.shape is not None and "m" in p.shape and "n" in p.shape]
+            if per_batch:
+                raise ValueError(f"fused epilogue argument {per_batch[0]!r} is an (M, N) matrix: batched GEMMs "
+                                 f"take only scalars and vectors in the epilogue so far")
         return epi.fuse(self.fusion) if self.fusion else epi
 
     def make_mainloop(self):
@@ -270,7 +285,25 @@ class GemmKernel(Kernel):
         its k-tile count; returns it."""
         problem = GemmProblem.from_args(args)
         self.scheduler.bind(problem, self.traits.k_tile)
+        if self.batched:
+            self._operand_batches = (args.la, args.lb)
         return problem
+
+    def batch_operands(self, ops, wt):
+        """The mainloop operands ``ops`` with the batch coordinates of work tile ``wt`` (a
+        batched kernel: ``wt.l``, or 0 for an operand whose batch extent is 1); ``ops``
+        unchanged otherwise."""
+        if not self.batched:
+            return ops
+        import attrs as _attrs
+        return _attrs.evolve(ops, batch=self.batch_coords(wt))
+
+    def batch_coords(self, wt) -> tuple:
+        """IR ``(l of A, l of B)``: the TMA batch coordinates of work tile ``wt`` (batched kernels)."""
+        from ..ir import select, u32
+        l = u32(wt.l)
+        la, lb = self._operand_batches
+        return select(la.eq(1), u32(0), l), select(lb.eq(1), u32(0), l)
 
     @staticmethod
     def _count(count):
@@ -280,8 +313,9 @@ class GemmKernel(Kernel):
     # -- shared pieces -----------------------------------------------------------------
     def params(self):
         from ..compiler.artifact import ParamSpec as Param   # no MLIR: Gemm calls this on GPU machines without it
+        batch = [Param("l", "i32"), Param("la", "i32"), Param("lb", "i32")] if self.batched else []
         return ([Param("a", "tensormap"), Param("b", "tensormap"), self.epilogue.d_param()]
-                + self.epilogue.kernel_params() + [Param("m", "i32"), Param("n", "i32"), Param("k", "i32")])
+                + self.epilogue.kernel_params() + [Param("m", "i32"), Param("n", "i32"), Param("k", "i32")] + batch)
 
     def k_tiles(self, args):
         """IR: k-tiles of the problem, ``ceil(K / k_tile)`` (unsigned i32)."""
@@ -298,9 +332,9 @@ class MultistageGemmKernel(GemmKernel):
     CONFIG_FIELDS = GemmKernel.CONFIG_FIELDS + ("stages",)
 
     def __init__(self, tile_m=128, tile_n=128, stages=4, dtype="f16", out_dtype="f32", b_major="MN",
-                 epilogue=None, arch=None, b_dtype=None, fusion=()):
+                 epilogue=None, arch=None, b_dtype=None, fusion=(), batched=False):
         self.stages = stages                        # read by make_plan / make_mainloop
-        super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue, arch, b_dtype, fusion)
+        super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue, arch, b_dtype, fusion, batched)
 
     def make_plan(self) -> KernelPlan:
         # a 128 x 256 f32 accumulator is 256 registers per thread for one warpgroup (limit 255):
@@ -311,7 +345,8 @@ class MultistageGemmKernel(GemmKernel):
 
     def make_mainloop(self):
         return self.mainloop_cls(self.tile_m, self.tile_n, self.stages, self.dtype, self.b_major,
-                                 self.plan.split_warpgroups, arch=self.arch, b_dtype=self.b_dtype)
+                                 self.plan.split_warpgroups, arch=self.arch, b_dtype=self.b_dtype,
+                                 batched=self.batched)
 
     @property
     def warpgroups(self) -> int:
@@ -334,6 +369,7 @@ class MultistageGemmKernel(GemmKernel):
             ops, pipeline = self.mainloop.setup(smem, args)
             problem = self.bind_problem(args)
             wt = self.work_tile(0)
+            ops = self.batch_operands(ops, wt)
             acc = self.mainloop.run(ops, pipeline, self._count(wt.k_count), wt.m0, wt.n0, wt.k_first)
             wg = thread_idx() // self.arch.warpgroup_threads if self.warpgroups > 1 else 0
             row_base = wg * self.mainloop.wg_m if self.warpgroups > 1 else 0
@@ -377,8 +413,9 @@ class SingleTileGemmKernel(GemmKernel):
         from ..ir import If, KernelBuilder, Loop, thread_idx
         tm, tn, t = self.tile_m, self.tile_n, self.traits
         b_box = (t.k_tile, t.mn_box) if self.b_major == "MN" else (tn, t.k_tile)
-        specs = [TensorMapSpec("a", self.dtype, (tm, t.k_tile), swizzle=t.swizzle),
-                 TensorMapSpec("b", self.b_dtype, b_box, swizzle=t.swizzle)]
+        lead = (1,) if self.batched else ()       # rank-3 (L, rows, cols) maps
+        specs = [TensorMapSpec("a", self.dtype, lead + (tm, t.k_tile), swizzle=t.swizzle),
+                 TensorMapSpec("b", self.b_dtype, lead + b_box, swizzle=t.swizzle)]
         plan = self.smem_plan()
         kb = KernelBuilder(self.name, self.params(), block=(self.arch.warpgroup_threads, 1, 1), arch=self.arch)
         with kb.build() as args:
@@ -392,19 +429,20 @@ class SingleTileGemmKernel(GemmKernel):
             problem = self.bind_problem(args)
             wt = self.work_tile(0)
             m0, n0, first, count = wt.m0, wt.n0, wt.k_first, self._count(wt.k_count)
+            la, lb = ((c,) for c in self.batch_coords(wt)) if self.batched else ((), ())
             mma = WarpgroupMMA(tm, tn, self.dtype, self.b_major, self.b_dtype)
             loop = Loop(0, count, carry=mma.zero().structs)
             for kt, structs in loop:
                 k0 = (kt + first) * t.k_tile
                 with If(leader):
                     bar.arrive_expect_tx(0, t.tile_bytes(tm + tn))
-                    ta.load(smem["a"].tile(), bar, 0, (m0, k0))
+                    ta.load(smem["a"].tile(), bar, 0, la + (m0, k0))
                     if self.b_major == "MN":
                         for j in range(tn // t.mn_box):
                             dst = smem["b"].tile(shape=b_box, byte_offset=j * tb.box_bytes)
-                            tb.load(dst, bar, 0, (k0, n0 + t.mn_box * j))
+                            tb.load(dst, bar, 0, lb + (k0, n0 + t.mn_box * j))
                     else:
-                        tb.load(smem["b"].tile(), bar, 0, (n0, k0))
+                        tb.load(smem["b"].tile(), bar, 0, lb + (n0, k0))
                 bar.wait(0, kt & 1)                 # the barrier completes one phase per k-tile
                 acc = mma.mma(Accumulator(structs, tn), smem["a"].tile(), smem["b"].tile())
                 mma.wait(0)

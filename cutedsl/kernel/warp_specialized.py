@@ -67,10 +67,10 @@ class WarpSpecializedGemmKernel(GemmKernel):
 
     def __init__(self, tile_m=128, tile_n=128, stages=4, dtype="f16", out_dtype="f32", b_major="MN",
                  epilogue=None, cluster=(1, 1), raster="M", swizzle=1, sm_count=None, arch=None, b_dtype=None,
-                 fusion=()):
+                 fusion=(), batched=False):
         self.stages, self.cluster = stages, tuple(cluster)      # read by the plan and the builders
         self._schedule = (raster, swizzle, sm_count)
-        super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue, arch, b_dtype, fusion)
+        super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue, arch, b_dtype, fusion, batched)
 
     def make_plan(self) -> KernelPlan:
         """Roles: a producer warpgroup and :attr:`consumer_warpgroups` consumers; the epilogue
@@ -87,7 +87,8 @@ class WarpSpecializedGemmKernel(GemmKernel):
 
     def make_mainloop(self):
         return self.mainloop_cls(self.tile_m, self.tile_n, self.stages, self.dtype, self.b_major,
-                                 self.plan.split_warpgroups, self.cluster, arch=self.arch, b_dtype=self.b_dtype)
+                                 self.plan.split_warpgroups, self.cluster, arch=self.arch, b_dtype=self.b_dtype,
+                                 batched=self.batched)
 
     def make_scheduler(self):
         raster, swizzle, sm_count = self._schedule
@@ -220,8 +221,8 @@ class WarpSpecializedGemmKernel(GemmKernel):
         for i, carried in loop:
             wt = self.work_tile(i)
             k_first, k_count = self.k_range(wt)
-            st = self.mainloop.producer_loop(ops, pipeline, PipelineState.from_carry(s, carried), k_first, k_count,
-                                             wt.m0, wt.n0)
+            st = self.mainloop.producer_loop(self.batch_operands(ops, wt), pipeline, PipelineState.from_carry(s, carried),
+                                             k_first, k_count, wt.m0, wt.n0)
             loop.next(*st.carry())
         pipeline.producer_tail(PipelineState.from_carry(s, loop.results))
 

@@ -154,9 +154,11 @@ def f16(*shape):
 
 
 @pytest.mark.parametrize("a,b,exc,match", [
-    (f16(4, 8), f16(9, 4), ArgumentError, r"a.shape\[1\] \(8\) != b.shape\[0\] \(9\)"),
-    (f16(4, 8, 1), f16(8, 4), ArgumentError, "a must be 2-D"),
+    (f16(4, 8), f16(9, 4), ArgumentError, r"a.shape\[-1\] \(8\) != b.shape\[-2\] \(9\)"),
+    (f16(4, 8, 1), f16(8, 4), ArgumentError, r"a.shape\[-1\] \(1\) != b.shape\[-2\] \(8\)"),
+    (f16(2, 4, 8, 1), f16(8, 4), ArgumentError, r"a must be 2-D \(or 3-D: \(L, rows, cols\) for a batch\)"),
     (f16(4), f16(8, 4), ArgumentError, "a must be 2-D"),
+    (f16(3, 4, 8), f16(2, 8, 4), ArgumentError, "batch sizes differ: a has 3, b has 2"),
     (f16(0, 8), f16(8, 4), ArgumentError, "zero-size"),
     (f16(4, 8), f16(8, 0), ArgumentError, "zero-size"),
     (np.ones((4, 8), np.float32), f16(8, 4), ArgumentTypeError, "a has dtype float32, the config expects f16"),
