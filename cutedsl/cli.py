@@ -137,7 +137,7 @@ def run_gemm(args) -> tuple:
         backend, why, no_device = None, "", e
     gemm = Gemm(cfg, backend if backend is not None else "none", dump_dir=args.dump)
     try:
-        grid = gemm.grid(args.m, args.n, args.k)       # hardware grid limits, before anything runs
+        grid = gemm.grid(args.m, args.n, args.k, args.batch or 1)   # hardware grid limits, before anything runs
     except ArgumentError as e:
         raise UsageError("--m/--n/--k", str(e)) from None
     if no_device is not None:
@@ -150,7 +150,7 @@ def run_gemm(args) -> tuple:
     compile_s = time.perf_counter() - t0
     r = kern.resources
     rep = {"backend": backend.name if backend is not None else "none", "arch": cfg.arch,
-           "m": args.m, "n": args.n, "k": args.k,
+           "m": args.m, "n": args.n, "k": args.k, "l": args.batch or 1,
            "dtype": cfg.dtype, "b_dtype": cfg.b_dtype or cfg.dtype, "out_dtype": cfg.out_dtype, "tile": list(cfg.tile),
            "stages": cfg.resolved_stages(), "schedule": cfg.schedule, "b_major": cfg.b_major,
            "epilogue": cfg.epilogue, "fusion": list(cfg.fields()["fusion"]), "cluster": list(cfg.cluster), "raster": cfg.raster, "swizzle": cfg.swizzle,
@@ -167,8 +167,9 @@ def run_gemm(args) -> tuple:
     if why:
         rep["note"] = why
     rng = np.random.default_rng(args.seed)
-    a = rng.standard_normal((args.m, args.k), dtype=np.float32).astype(_dtype(cfg.dtype).numpy)
-    b = rng.standard_normal((args.k, args.n), dtype=np.float32).astype(_dtype(cfg.b_dtype or cfg.dtype).numpy)
+    lead = (args.batch,) if args.batch else ()
+    a = rng.standard_normal(lead + (args.m, args.k), dtype=np.float32).astype(_dtype(cfg.dtype).numpy)
+    b = rng.standard_normal(lead + (args.k, args.n), dtype=np.float32).astype(_dtype(cfg.b_dtype or cfg.dtype).numpy)
     extra = fusion.random_args(gemm.kernel.epilogue.kernel_params(), args.m, args.n, rng)
     for name in ("alpha", "beta"):             # the scalars as given on the command line
         if name in extra:
@@ -185,7 +186,7 @@ def run_gemm(args) -> tuple:
         rep["error"] = f"{type(e).__name__}: {e}"
         rep["executed"] = launched              # failed before the launch: nothing executed
         return rep, 2
-    flops = 2.0 * args.m * args.n * args.k
+    flops = 2.0 * args.m * args.n * args.k * (args.batch or 1)
     if backend.name == "cuda":
         for _ in range(3):
             launch()
@@ -228,7 +229,8 @@ def _rel_err(got, ref, out_dtype) -> float:
 def _print_text(rep):
     p = print
     ab = rep["dtype"] if rep["b_dtype"] == rep["dtype"] else f"{rep['dtype']} x {rep['b_dtype']}"
-    p(f"cutedsl GEMM  M={rep['m']} N={rep['n']} K={rep['k']}  {ab} -> {rep['out_dtype']}  "
+    lb = f" L={rep['l']}" if rep.get("l", 1) > 1 else ""
+    p(f"cutedsl GEMM  M={rep['m']} N={rep['n']} K={rep['k']}{lb}  {ab} -> {rep['out_dtype']}  "
       f"tile {'x'.join(map(str, rep['tile']))}  stages {rep['stages']}  {rep['schedule']}  "
       f"B {rep['b_major']}-major  epilogue {rep['epilogue']}{''.join(' + ' + str(x) for x in rep['fusion'])}"
       + (f"  cluster {rep['cluster'][0]}x{rep['cluster'][1]}" if rep.get("cluster", [1, 1]) != [1, 1] else ""))

@@ -102,7 +102,8 @@ def config_options(args) -> tuple:
     import attrs
     from .device import GemmConfig
     given = "/".join(o for o in FUSION_OPTIONS if getattr(args, o[2:], None) not in (None, False))
-    return tuple((f.name, given or "--act" if f.name == "fusion" else "--" + f.name.replace("_", "-"))
+    named = {"fusion": given or "--act", "batched": "--batch"}
+    return tuple((f.name, named.get(f.name, "--" + f.name.replace("_", "-")))
                  for f in attrs.fields(GemmConfig) if hasattr(args, f.name))
 
 
@@ -144,12 +145,14 @@ def gemm_config(args):
 
     if hasattr(args, "act") and not hasattr(args, "fusion"):
         args.fusion = fusion_nodes(args)
+    if hasattr(args, "batch") and not hasattr(args, "batched"):
+        args.batched = True if args.batch is not None else None
     options = config_options(args)
     fields = {f: getattr(args, f) for f, _ in options}
     if fields.get("schedule") == "auto":     # the model picks what the user left open
         fixed = {f: v for f, v in fields.items() if f != "schedule" and v is not None and v != "auto"}
         try:
-            return GemmConfig.for_problem(args.m, args.n, args.k, **fixed)
+            return GemmConfig.for_problem(args.m, args.n, args.k, l=getattr(args, "batch", None) or 1, **fixed)
         except ConfigError as e:
             given = [o for f, o in options if f in fixed and f not in ("dtype", "b_dtype", "out_dtype", "b_major", "arch")]
             raise UsageError("/".join(given) or "--schedule", str(e)) from None
@@ -181,6 +184,8 @@ def add_gemm_parser(sub):
     g.add_argument("--m", type=size, required=True, help=f"rows of A and D, 1..{MAX_I32}")
     g.add_argument("--n", type=size, required=True, help=f"columns of B and D, 1..{MAX_I32}")
     g.add_argument("--k", type=size, required=True, help=f"columns of A, rows of B, 1..{MAX_I32}")
+    g.add_argument("--batch", type=int_in(1, 65535), default=None, metavar="L",
+                   help="a batch of L GEMMs: A (L, M, K), B (L, K, N), D (L, M, N); 1..65535")
     g.add_argument("--dtype", choices=list(DTYPES), default="f16")
     g.add_argument("--b-dtype", choices=list(DTYPES), default=None,
                    help="B's type when it differs from A's (e4m3 and e5m2 mix); default: --dtype")

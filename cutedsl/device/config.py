@@ -190,7 +190,8 @@ class GemmConfig:
             object.__setattr__(self, "sm_count", int(self.sm_count))
 
     @classmethod
-    def for_problem(cls, m: int, n: int, k: int, dtype: str = "f16", *, sm_count=None, **fixed) -> "GemmConfig":
+    def for_problem(cls, m: int, n: int, k: int, dtype: str = "f16", *, sm_count=None, l: int = 1,
+                    **fixed) -> "GemmConfig":
         """The config the documented model (:mod:`cutedsl.device.heuristic`) picks for an
         ``m x n x k`` problem on ``sm_count`` SMs (None: 132): tile by wave efficiency, fill and
         intensity; persistent schedule past one wave (ping-pong for short K); 2x1 cluster with
@@ -198,10 +199,12 @@ class GemmConfig:
         (``out_dtype``, ``b_major``, ``epilogue``, ``tile``, ``schedule``, ...) are kept.
         :meth:`explain` says why each field has its value. ``ConfigError`` when nothing fits."""
         from .heuristic import choose
-        for name, v in (("m", m), ("n", n), ("k", k)):
+        for name, v in (("m", m), ("n", n), ("k", k), ("l", l)):
             if not _is_int(v) or v < 1:
                 raise ConfigError(f"for_problem: {name} must be a positive int, got {v!r}")
-        cfg, reasons = choose(cls, int(m), int(n), int(k), {"dtype": dtype, **fixed}, sm_count)
+        if l > 1:
+            fixed = {"batched": True, **fixed}
+        cfg, reasons = choose(cls, int(m), int(n), int(k), {"dtype": dtype, **fixed}, sm_count, int(l))
         object.__setattr__(cfg, "reasons", reasons)
         return cfg
 

@@ -428,11 +428,12 @@ class AutoGemm:
         self.last_config = None
 
     def config_for(self, a, b) -> GemmConfig:
-        """The config a call with operands ``a`` (M x K) and ``b`` (K x N) runs."""
+        """The config a call with operands ``a`` ([L x] M x K) and ``b`` ([L x] K x N) runs."""
         va, vb = arrays.TensorView.of(a, "a"), arrays.TensorView.of(b, "b")
-        if len(va.shape) != 2 or len(vb.shape) != 2:
-            raise ArgumentError(f"a and b must be 2-D, got shapes {va.shape} and {vb.shape}")
-        (m, k), (_, n) = va.shape, vb.shape
+        if len(va.shape) not in (2, 3) or len(vb.shape) not in (2, 3):
+            raise ArgumentError(f"a and b must be 2-D or 3-D (L, rows, cols), got shapes {va.shape} and {vb.shape}")
+        (m, k), (_, n) = va.shape[-2:], vb.shape[-2:]
+        l = max(va.shape[0] if len(va.shape) == 3 else 1, vb.shape[0] if len(vb.shape) == 3 else 1)
         if va.dtype is None:
             raise ArgumentTypeError(f"a has dtype {va.raw_dtype}: no GEMM config takes it")
         dt = va.dtype.name
@@ -440,7 +441,9 @@ class AutoGemm:
         be = self._backend_arg if not isinstance(self._backend_arg, str) else None
         if be is not None:
             sms = getattr(be, "sm_count", None)
-        return GemmConfig.for_problem(max(m, 1), max(n, 1), max(k, 1), **{"dtype": dt, **self._fixed}, sm_count=sms)
+        batched = {"batched": True} if 3 in (len(va.shape), len(vb.shape)) else {}
+        return GemmConfig.for_problem(max(m, 1), max(n, 1), max(k, 1), **{"dtype": dt, **batched, **self._fixed},
+                                      sm_count=sms, l=max(l, 1))
 
     def gemm_for(self, cfg: GemmConfig) -> "Gemm":
         with self._lock:

@@ -37,18 +37,19 @@ SHORT_K_TILES = 8           #: K at most this many k-tiles is "short" (ping-pong
 SWIZZLE_MIN_TILES = 8       #: tiles along both dimensions before swizzle 2 helps
 
 
-def score(m: int, n: int, bm: int, bn: int, sms: int) -> tuple:
-    """``(score, wave efficiency, fill, intensity)`` of a BM x BN tile (see module docstring)."""
+def score(m: int, n: int, bm: int, bn: int, sms: int, l: int = 1) -> tuple:
+    """``(score, wave efficiency, fill, intensity)`` of a BM x BN tile over ``l`` batches (see
+    module docstring)."""
     tm, tn = GemmProblem(m, n, 0).tiles(bm, bn)
-    tiles = tm * tn
+    tiles = tm * tn * l
     waves = -(-tiles // sms)
     wave_eff = tiles / (waves * sms)
-    fill = (m * n) / (tiles * bm * bn)
+    fill = (m * n) / (tm * tn * bm * bn)
     intensity = (bm * bn / (bm + bn)) / (128 * 256 / (128 + 256))
     return wave_eff * fill * intensity, wave_eff, fill, intensity
 
 
-def choose(config_cls, m: int, n: int, k: int, fixed: dict, sm_count=None) -> tuple:
+def choose(config_cls, m: int, n: int, k: int, fixed: dict, sm_count=None, l: int = 1) -> tuple:
     """``(GemmConfig, reasons)``: the config the model picks for ``m x n x k`` with the fields in
     ``fixed`` kept; ``reasons`` maps each chosen field to why. Raises ``ConfigError`` when the
     fixed fields leave nothing valid."""
@@ -59,24 +60,25 @@ def choose(config_cls, m: int, n: int, k: int, fixed: dict, sm_count=None) -> tu
     kt = -(-k // k_tile)
     tried = []
     # best score first; the sort is stable, so ties keep CANDIDATES' order (larger tiles first)
-    cands = [tuple(base["tile"][:2])] if "tile" in base else sorted(CANDIDATES, key=lambda t: -score(m, n, *t, sms)[0])
+    cands = [tuple(base["tile"][:2])] if "tile" in base else sorted(CANDIDATES,
+                                                                     key=lambda t: -score(m, n, *t, sms, l)[0])
     for bm, bn in cands:
         for fallback in (False, True):
-            got = _try(config_cls, m, n, bm, bn, kt, k_tile, sms, sm_count, base, fallback, tried)
+            got = _try(config_cls, m, n, bm, bn, kt, k_tile, sms, sm_count, base, fallback, tried, l)
             if got is not None:
                 return got
     raise ConfigError(f"no configuration fits M={m}, N={n}, K={k} with {base}: " + "; ".join(tried))
 
 
-def _try(config_cls, m, n, bm, bn, kt, k_tile, sms, sm_count, base, fallback, tried):
+def _try(config_cls, m, n, bm, bn, kt, k_tile, sms, sm_count, base, fallback, tried, l=1):
     """The config for tile BM x BN (``fallback``: the multistage schedule, for fields the
     model's schedule cannot run, e.g. one stage) and its reasons, or None (why in ``tried``)."""
     from ..errors import ConfigError
     if fallback and "schedule" in base:
         return None
     tm, tn = GemmProblem(m, n, 0).tiles(bm, bn)
-    tiles = tm * tn
-    s, wave_eff, fill, inten = score(m, n, bm, bn, sms)
+    tiles = tm * tn * l                     # every batch's tiles share the SMs
+    s, wave_eff, fill, inten = score(m, n, bm, bn, sms, l)
     kw = dict(base)
     why = {}
     if "tile" not in base:
