@@ -24,7 +24,7 @@ from ..errors import ConfigError, one_of
 ELEMENT_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1, "e5m2": 1, "tf32": 4}
 #: the majors (A, B) each operand may have, per element width: the PTX ISA transposes only
 #: 16-bit operands (``imm-trans-a/b``); 8-bit and tf32 operands must be K-major
-MAJORS = {2: (("K",), ("K", "MN")), 1: (("K",), ("K",)), 4: (("K",), ("K",))}
+MAJORS = {2: (("K", "MN"), ("K", "MN")), 1: (("K",), ("K",)), 4: (("K",), ("K",))}
 #: operand types one instruction may mix (A type, B type): the fp8 kinds with each other
 MIXES = {("e4m3", "e5m2"), ("e5m2", "e4m3")}
 SWIZZLES = (128, 64, 32)

@@ -107,11 +107,14 @@ class SmemMatrix:
         return t.k_step_bytes * j if self.major == "K" else t.k_step * t.row_bytes * j
 
     def block_offset(self, b: int) -> int:
-        """Byte offset of the ``b``-th ``atom_m``-row block (K-major only)."""
-        if self.major != "K":
-            raise ValueError("row blocks of an MN-major tile are addressed through LBO")
+        """Byte offset of the ``b``-th ``atom_m``-row block: ``atom_m`` K-major rows, or (MN-major)
+        the ``atom_m / mn_box`` boxes of ``mn_box`` MN-columns holding them."""
         t = self.traits
-        return t.tile_bytes(t.atom_m) * b
+        if self.major == "K":
+            return t.tile_bytes(t.atom_m) * b
+        if t.atom_m % t.mn_box:
+            raise ValueError(f"an MN-major block of {t.atom_m} rows spans part of a {t.mn_box}-wide box")
+        return (t.atom_m // t.mn_box) * t.mn_box_bytes * b
 
     @property
     def tile_bytes(self) -> int:
@@ -293,15 +296,17 @@ class MappedAccumulator(Accumulator):
 class WarpgroupMMA:
     """``wgmma.mma_async`` for one warpgroup: ``m`` (64 or 128) x ``n`` (8..256, step 8) per
     k-tile (``traits.k_tile`` elements of K), A of ``dtype`` (f16/bf16/e4m3/e5m2), B of
-    ``b_dtype`` (default ``dtype``; e4m3 and e5m2 may mix), f32 accumulation; A K-major; B
-    ``b_major`` (``"MN"`` -- 16-bit only -- or ``"K"``; None: whatever the B buffer declares).
+    ``b_dtype`` (default ``dtype``; e4m3 and e5m2 may mix), f32 accumulation; A ``a_major``
+    (``"K"``, or ``"MN"`` for 16-bit types: M-major, ``imm-trans-a``); B ``b_major`` (``"MN"`` --
+    16-bit only -- or ``"K"``; None: whatever the B buffer declares).
     Raises ``ValueError`` for shapes, type pairs or majors the PTX ISA has no instruction for."""
 
     #: M per warpgroup: one or two m64 blocks (more would exceed the register file)
     M_BLOCKS = (1, 2)
     N_STEP, N_MAX = 8, 256      #: PTX ISA: n = 8..256 in steps of 8 (f16/bf16 with f32 accumulators)
 
-    def __init__(self, m: int, n: int, dtype: str = "f16", b_major: str | None = None, b_dtype: str | None = None):
+    def __init__(self, m: int, n: int, dtype: str = "f16", b_major: str | None = None, b_dtype: str | None = None,
+                 a_major: str = "K"):
         if m % ATOM_M or m // ATOM_M not in self.M_BLOCKS:
             raise ValueError(f"warpgroup M must be {' or '.join(str(ATOM_M * b) for b in self.M_BLOCKS)}, got {m}")
         if not (self.N_STEP <= n <= self.N_MAX and n % self.N_STEP == 0):
@@ -316,7 +321,11 @@ class WarpgroupMMA:
         if b_major is not None and b_major not in self.traits.majors_b:
             raise ValueError(f"WGMMA reads {dtype} operands K-major only (the PTX ISA transposes 16-bit "
                              f"operands only), got b_major {b_major!r}")
+        if a_major not in self.traits.majors_a:
+            raise ValueError(f"WGMMA reads {dtype} operand A {' or '.join(self.traits.majors_a)}-major, "
+                             f"got a_major {a_major!r}")
         self.m, self.n, self.dtype, self.b_dtype, self.b_major = m, n, dtype, b_dtype, b_major
+        self.a_major = a_major
 
     def operand_layout(self, tile, role: str) -> SmemMatrix:
         """The descriptor layout of operand ``role`` (``"A"``: ``m x 64`` K-major; ``"B"``:
@@ -327,7 +336,7 @@ class WarpgroupMMA:
                             f"(smem[name].tile(stage)), not {type(tile).__name__}: the descriptor's "
                             f"swizzle, LBO and SBO come from the buffer's layout")
         rows = self.m if role == "A" else self.n
-        want = "K" if role == "A" else self.b_major
+        want = self.a_major if role == "A" else self.b_major
         dt = self.dtype if role == "A" else self.b_dtype
         tr = self.traits
         bad = []
@@ -408,7 +417,8 @@ class WarpgroupMMA:
         tb = ir.Attribute.parse(f"#nvvm.wgmma_type<{self.b_dtype}>")
         f32 = ir.Attribute.parse("#nvvm.wgmma_type<f32>")
         one = ir.Attribute.parse("#nvvm.wgmma_scale_in<one>")
-        la = ir.Attribute.parse("#nvvm.mma_layout<row>")          # A K-major
+        # NVVM layouts: A row = K-major, col = M-major (imm-trans-a); B row = N-major (imm-trans-b)
+        la = ir.Attribute.parse("#nvvm.mma_layout<%s>" % ("col" if a_layout.major == "MN" else "row"))
         lb = ir.Attribute.parse("#nvvm.mma_layout<%s>" % ("row" if b_layout.major == "MN" else "col"))
         self.fence()
         acc_type = self.acc_type

@@ -36,9 +36,11 @@ class MultistageMainloop(TmaWgmmaMainloop):
     finished reading a slot before it is refilled."""
 
     def __init__(self, tile_m: int, tile_n: int, stages: int, dtype: str = "f16", b_major: str = "MN",
-                 warpgroups: int = 1, arch=None, b_dtype: str | None = None, batched: bool = False):
+                 warpgroups: int = 1, arch=None, b_dtype: str | None = None, batched: bool = False,
+                 a_major: str = "K"):
         kw = {} if arch is None else {"arch": arch}
-        super().__init__(tile_m, tile_n, stages, dtype, b_major, warpgroups, b_dtype=b_dtype, batched=batched, **kw)
+        super().__init__(tile_m, tile_n, stages, dtype, b_major, warpgroups, b_dtype=b_dtype, batched=batched,
+                         a_major=a_major, **kw)
 
     # -- IR ------------------------------------------------------------------------
     def setup(self, smem, args) -> tuple:

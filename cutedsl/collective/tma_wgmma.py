@@ -72,10 +72,11 @@ class TmaWgmmaMainloop:
 
     def __init__(self, tile_m: int, tile_n: int, stages: int, dtype: str = "f16", b_major: str = "MN",
                  warpgroups: int = 1, cluster=(1, 1), arch=DEFAULT, b_dtype: str | None = None,
-                 batched: bool = False):
+                 batched: bool = False, a_major: str = "K"):
         if stages not in self.STAGES:
             raise ValueError(f"stages must be {self.STAGES.start}..{self.STAGES.stop - 1}, got {stages}")
-        self.mma_atom = WarpgroupMMA(tile_m // warpgroups, tile_n, dtype, b_major, b_dtype)
+        self.mma_atom = WarpgroupMMA(tile_m // warpgroups, tile_n, dtype, b_major, b_dtype, a_major)
+        self.a_major = a_major
         self.b_dtype = self.mma_atom.b_dtype
         self.batched = batched        #: rank-3 (L, rows, cols) tensor maps, coordinates from ``ops.batch``
         self.traits = self.mma_atom.traits    #: K tile, element bytes, swizzle: every size below
@@ -98,8 +99,22 @@ class TmaWgmmaMainloop:
 
     @property
     def a_box(self) -> tuple:
-        """A box: this CTA's ``1/cluster_n`` slice (rows) of the ``tile_m x k_tile`` A tile."""
-        return (self.tile_m // self.cluster_n, self.traits.k_tile)
+        """A box: this CTA's ``1/cluster_n`` slice (outer rows) of one A box (K-major: the
+        ``tile_m x k_tile`` tile; M-major: ``k_tile x mn_box``, ``tile_m / mn_box`` of them)."""
+        t = self.traits
+        if self.a_major == "MN":
+            return (t.k_tile // self.cluster_n, t.mn_box)
+        return (self.tile_m // self.cluster_n, t.k_tile)
+
+    @property
+    def a_boxes(self) -> int:
+        """TMA boxes per stage for A."""
+        return self.tile_m // self.traits.mn_box if self.a_major == "MN" else 1
+
+    def _a_tile_shape(self, rows: int) -> tuple:
+        """Shape of ``rows`` M-rows of an A k-tile in its buffer (M-major: boxes stacked)."""
+        t = self.traits
+        return ((rows // t.mn_box) * t.k_tile, t.mn_box) if self.a_major == "MN" else (rows, t.k_tile)
 
     @property
     def b_box(self) -> tuple:
@@ -132,7 +147,7 @@ class TmaWgmmaMainloop:
         slots (default :attr:`stages`; another count sizes a deeper or shallower ring without
         a new collective -- how ``stages="auto"`` is resolved)."""
         t, s = self.traits, stages or self.stages
-        plan.buffer("a", (self.tile_m, t.k_tile), self.dtype, s, swizzle=t.swizzle, major="K")
+        plan.buffer("a", self._a_tile_shape(self.tile_m), self.dtype, s, swizzle=t.swizzle, major=self.a_major)
         b_shape = (self.b_boxes * t.k_tile, t.mn_box) if self.b_major == "MN" else (self.tile_n, t.k_tile)
         plan.buffer("b", b_shape, self.b_dtype, s, swizzle=t.swizzle, major=self.b_major)
         plan.barriers("full", s)
@@ -156,8 +171,8 @@ class TmaWgmmaMainloop:
             wg = cir.thread_idx() // self.arch.warpgroup_threads
             a_offset = wg * t.tile_bytes(self.wg_m)
         a0 = smem["a"].tile(0)
-        if self.warpgroups > 1:
-            a0 = a0.sub(a_offset, shape=(self.wg_m, t.k_tile))
+        if self.warpgroups > 1:      # M-major: this warpgroup's boxes, the same bytes in
+            a0 = a0.sub(a_offset, shape=self._a_tile_shape(self.wg_m))
         desc0 = {"a": self.mma_atom.descriptor(a0, "A"), "b": self.mma_atom.descriptor(smem["b"].tile(0), "B")}
         return MainloopOperands(smem, tma_a, tma_b, desc0, a_offset)
 
@@ -200,8 +215,11 @@ class TmaWgmmaMainloop:
             if ops.batch is None:
                 raise ValueError("a batched mainloop loads with ops.batch = (l of A, l of B) set per work tile")
             la, lb = (ops.batch[0],), (ops.batch[1],)
-        ops.tma_a.load(smem["a"].tile(s).sub(a_off, self.a_box), bar, s, la + (m0 + rn * a_rows, k0),
-                       multicast_mask=mask_a, predicate=predicate)
+        for j in range(self.a_boxes):
+            box_off = j * t.mn_box_bytes             # M-major: mn_box rows of M x k_tile K-rows per box
+            dst = smem["a"].tile(s).sub(a_off + box_off if box_off else a_off, self.a_box)
+            coords = (k0 + rn * a_rows, m0 + t.mn_box * j) if self.a_major == "MN" else (m0 + rn * a_rows, k0)
+            ops.tma_a.load(dst, bar, s, la + coords, multicast_mask=mask_a, predicate=predicate)
         for j in range(self.b_boxes):
             box_off = j * t.mn_box_bytes             # MN-major: mn_box columns x k_tile K-rows per box
             off = rm * (b_rows * row_bytes) + box_off if self.cluster_m > 1 else box_off

@@ -97,6 +97,8 @@ class GemmConfig:
     * ``epilogue``: ``"tma"`` (registers -> smem -> TMA store) or ``"global"`` (bounds-checked
       stores from registers); or a list of fused nodes with an optional kind, e.g.
       ``["scale_a:row", "scale_b:col", "bias:col", "gelu", "global"]`` (sets ``fusion``).
+    * ``a_major``: ``"K"`` (A is (M, K) row-major, default) or ``"MN"`` (M-major: A stored as
+      (K, M) row-major, i.e. ``a`` is the transpose of a contiguous array; 16-bit types only).
     * ``batched``: the kernel takes (L, rows, cols) operands (rank-3 tensor maps; the batch in
       grid z or in the persistent tile index). ``Gemm`` switches to it by itself for 3-D
       operands, so this is rarely set by hand.
@@ -123,6 +125,7 @@ class GemmConfig:
     fusion: tuple = attrs.field(default=(), converter=lambda v: v if isinstance(v, tuple) and all(
         isinstance(x, _fusion.EpilogueNode) for x in v) else _fusion.parse_nodes(v))
     batched: bool = attrs.field(default=False)
+    a_major: str = attrs.field(default="K")
     #: why each field has its value, when the config was chosen by :meth:`for_problem`
     reasons: object = attrs.field(default=None, init=False, eq=False, repr=False, hash=False)
 
@@ -150,6 +153,8 @@ class GemmConfig:
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"schedule must be one of {', '.join(map(repr, SCHEDULES))}, got {self.schedule!r}")
         self._check_schedule_fields()
+        if self.a_major not in ("K", "MN"):
+            raise ConfigError(f"a_major must be 'K' or 'MN' (M-major), got {self.a_major!r}")
         if self.b_major not in B_MAJORS:
             raise ConfigError(f"b_major must be 'MN' (or 'N') or 'K', got {self.b_major!r}")
         if self.epilogue not in EPILOGUE_KINDS:
@@ -274,6 +279,8 @@ class GemmConfig:
             kw["fusion"] = self.fusion
         if self.batched:
             kw["batched"] = True
+        if self.a_major != "K":
+            kw["a_major"] = self.a_major
         if stages is not None:
             kw["stages"] = stages
         takes = self._fields_of(cls)

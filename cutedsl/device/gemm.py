@@ -28,7 +28,7 @@ from . import arrays, extras
 from .selection import check_backend_arg
 
 from ..problem import GemmProblem
-from .config import GemmConfig, _MAX_I32
+from .config import DTYPES as _MMA_TYPES, GemmConfig, _MAX_I32
 
 class Gemm:
     """A compiled GEMM for one config, callable on any (M, N, K); see module docstring.
@@ -63,7 +63,7 @@ class Gemm:
         self.kernel = config.kernel(epilogue, kernel)
         self._custom = epilogue is not None or kernel is not None     # user code: not exportable
         self._user_classes = (epilogue, kernel)
-        self._batched = None     # the batched variant, built on the first call with 3-D operands
+        self._variants = {}      # GEMMs of this config with other layouts / a batch, built when a call needs one
         self._backend_name = check_backend_arg(backend)
         if not (cache is None or cache is False or hasattr(cache, "get_or_build")):
             raise ArgumentTypeError(f"cache must be a KernelCache, None or False, got {cache!r}")
@@ -268,8 +268,9 @@ class Gemm:
         are garbage collected or at once by ``launch.release()``. A device result returned to
         the caller owns its memory (see :mod:`cutedsl.device.arrays`)."""
         va, vb = arrays.TensorView.of(a, "a"), arrays.TensorView.of(b, "b")    # described once
-        if not self.config.batched and 3 in (len(va.shape), len(vb.shape)):
-            return self.batched_gemm().prepare(a, b, out, **extra)
+        changes = self._layout_changes(va, vb)
+        if changes:
+            return self.variant(**changes).prepare(a, b, out, **extra)
         m, n, k, l, la, lb = self._check_operands(va, vb)
         declared = extras.check_names(self.kernel.params(), extra)
         grid = self.grid(m, n, k, l)
@@ -288,23 +289,48 @@ class Gemm:
         launch.release = result.release = scratch.release
         return launch, result
 
-    def batched_gemm(self) -> "Gemm":
-        """The batched variant of this GEMM (``GemmConfig(batched=True)``: rank-3 tensor maps,
-        the batch in the grid or the persistent tile index), on the same backend; calls with
-        3-D operands go to it (built once)."""
+    def variant(self, **changes) -> "Gemm":
+        """This GEMM with the config fields ``changes`` (``batched``, ``a_major``, ``b_major``),
+        on the same backend, built once and kept."""
+        key = tuple(sorted(changes.items()))
         with self._lock:
-            if self._batched is None:
+            g = self._variants.get(key)
+            if g is None:
                 epi, kern = self._user_classes
                 be = self._backend if self._backend is not None else self._backend_name   # not resolved yet
-                self._batched = Gemm(attrs.evolve(self.config, batched=True), be, epilogue=epi,
-                                     kernel=kern, cache=self._cache, dump_dir=self._dump)
-            return self._batched
+                g = self._variants[key] = Gemm(attrs.evolve(self.config, **changes), be, epilogue=epi, kernel=kern,
+                                               cache=self._cache, dump_dir=self._dump)
+            return g
+
+    def batched_gemm(self) -> "Gemm":
+        """The batched variant (``GemmConfig(batched=True)``: rank-3 tensor maps, the batch in
+        the grid or the persistent tile index); calls with 3-D operands go to it."""
+        return self.variant(batched=True) if not self.config.batched else self
+
+    def _layout_changes(self, va, vb) -> dict:
+        """Config fields a call's operands need changed: ``batched`` for a 3-D operand, and the
+        majors their memory order has (device arrays: strides; numpy: its order, so no
+        transposing copy) where it differs from the config's and the MMA can read it."""
+        from ..atom.mma_traits import mma_traits
+        cfg, out = self.config, {}
+        if not cfg.batched and 3 in (len(va.shape), len(vb.shape)):
+            out["batched"] = True
+        for field, v, dt, inner, outer in (("a_major", va, cfg.dtype, "K", "MN"),
+                                           ("b_major", vb, cfg.b_dtype or cfg.dtype, "MN", "K")):
+            if v.dtype is None or len(v.shape) < 2 or dt not in _MMA_TYPES:
+                continue
+            e, st = v.dtype.nbytes, v.strides
+            got = inner if st[-1] == e and st[-2] != e else outer if st[-2] == e and st[-1] != e else None
+            majors = mma_traits(dt).majors_a if field == "a_major" else mma_traits(dt).majors_b
+            if got is not None and got != getattr(cfg, field) and got in majors:
+                out[field] = got
+        return out
 
     def _prepare(self, scratch, kern, be, va, vb, out, mnkl, grid, extra, declared):
         cfg = self.config
         m, n, k, l, la, lb = mnkl
         out_shape = (l, m, n) if 3 in (len(va.shape), len(vb.shape)) else (m, n)
-        da, a_host = self._operand(be, va, True)
+        da, a_host = self._operand(be, va, cfg.a_major == "K")
         if a_host:
             scratch.arrays.append(da)
         db, b_host = self._operand(be, vb, cfg.b_major == "MN")

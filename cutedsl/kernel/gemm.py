@@ -99,7 +99,7 @@ class GemmKernel(Kernel):
     TILE_M, TILE_N = TILE_M, TILE_N
     #: the GemmConfig fields, as constructor keywords, a config passes to this kernel
     CONFIG_FIELDS = ("tile_m", "tile_n", "dtype", "out_dtype", "b_major", "epilogue", "arch", "b_dtype", "fusion",
-                     "batched")
+                     "batched", "a_major")
 
     @classmethod
     def can_implement(cls, config) -> str | None:
@@ -117,16 +117,21 @@ class GemmKernel(Kernel):
                     f"got {bk}")
         if config.out_dtype not in Epilogue.OUT_DTYPES:
             return f"out_dtype must be {one_of(Epilogue.OUT_DTYPES)}, got {config.out_dtype!r}"
-        return cls.operand_reason(config.dtype, getattr(config, "b_dtype", None), config.b_major)
+        return cls.operand_reason(config.dtype, getattr(config, "b_dtype", None), config.b_major,
+                                  getattr(config, "a_major", "K"))
 
     @staticmethod
-    def operand_reason(dtype: str, b_dtype, b_major: str) -> str | None:
-        """Why the MMA atom cannot read A of ``dtype`` and B of ``b_dtype`` (None: ``dtype``)
-        stored ``b_major``, or None (type pairs and majors of the PTX ISA's wgmma)."""
+    def operand_reason(dtype: str, b_dtype, b_major: str, a_major: str = "K") -> str | None:
+        """Why the MMA atom cannot read A of ``dtype`` stored ``a_major`` and B of ``b_dtype``
+        (None: ``dtype``) stored ``b_major``, or None (type pairs and majors of the PTX ISA's
+        wgmma)."""
         b_dtype = b_dtype or dtype
         why = operand_pair_reason(dtype, b_dtype)
         if why:
             return why
+        if a_major not in mma_traits(dtype).majors_a:
+            return (f"{dtype} operand A must be K-major (WGMMA transposes only 16-bit operands): use "
+                    f"a_major='K' (A stored as a row-major (M, K) array), got a_major={a_major!r}")
         t = mma_traits(b_dtype)
         if b_major not in t.majors_b:
             return (f"{b_dtype} operands must be K-major (WGMMA transposes only 16-bit operands): "
@@ -150,13 +155,15 @@ class GemmKernel(Kernel):
         return None
 
     def __init__(self, tile_m=128, tile_n=128, dtype="f16", out_dtype="f32", b_major="MN", epilogue=None, arch=None,
-                 b_dtype=None, fusion=(), batched=False):
+                 b_dtype=None, fusion=(), batched=False, a_major="K"):
         why = self.tile_reason(tile_m, tile_n, dtype)
         if why:                    # name the constructor's arguments as well as the rule
             raise ValueError(f"{type(self).__name__}(tile_m={tile_m}, tile_n={tile_n}, dtype={dtype!r}): {why}")
-        why = self.operand_reason(dtype, b_dtype, b_major) if b_major in ("MN", "K") else None
+        why = self.operand_reason(dtype, b_dtype, b_major, a_major) if b_major in ("MN", "K") else None
         if why:
-            raise ValueError(f"{type(self).__name__}(dtype={dtype!r}, b_dtype={b_dtype!r}, b_major={b_major!r}): {why}")
+            raise ValueError(f"{type(self).__name__}(dtype={dtype!r}, b_dtype={b_dtype!r}, b_major={b_major!r}, "
+                             f"a_major={a_major!r}): {why}")
+        self.a_major = a_major              #: A's layout: "K" (row-major (M, K)) or "MN" (M-major)
         self.b_dtype = b_dtype or dtype     #: B's element type (an fp8 kind may mix with A's)
         self.fusion = tuple(fusion)         #: fused epilogue nodes (cutedsl.collective.fusion)
         #: D[l] = A[l] @ B[l] over a batch: rank-3 tensor maps, parameters l, la, lb (A's and
@@ -191,6 +198,8 @@ class GemmKernel(Kernel):
         # class identities by name: their source (user code included) is in the cache key
         # through cutedsl.compiler.identity
         mixed = {"b_dtype": self.b_dtype} if self.b_dtype != self.dtype else {}   # identity unchanged for one type
+        if self.a_major != "K":
+            mixed["a_major"] = self.a_major
         if self.fusion:                     # the nodes' classes and specs (their code: compiler.identity)
             mixed["fusion"] = [f"{qualname(type(nd))}:{nd!r}" for nd in self.epilogue.fusion]
         if self.batched:
@@ -332,9 +341,10 @@ class MultistageGemmKernel(GemmKernel):
     CONFIG_FIELDS = GemmKernel.CONFIG_FIELDS + ("stages",)
 
     def __init__(self, tile_m=128, tile_n=128, stages=4, dtype="f16", out_dtype="f32", b_major="MN",
-                 epilogue=None, arch=None, b_dtype=None, fusion=(), batched=False):
+                 epilogue=None, arch=None, b_dtype=None, fusion=(), batched=False, a_major="K"):
         self.stages = stages                        # read by make_plan / make_mainloop
-        super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue, arch, b_dtype, fusion, batched)
+        super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue, arch, b_dtype, fusion, batched,
+                         a_major)
 
     def make_plan(self) -> KernelPlan:
         # a 128 x 256 f32 accumulator is 256 registers per thread for one warpgroup (limit 255):
@@ -346,7 +356,7 @@ class MultistageGemmKernel(GemmKernel):
     def make_mainloop(self):
         return self.mainloop_cls(self.tile_m, self.tile_n, self.stages, self.dtype, self.b_major,
                                  self.plan.split_warpgroups, arch=self.arch, b_dtype=self.b_dtype,
-                                 batched=self.batched)
+                                 batched=self.batched, a_major=self.a_major)
 
     @property
     def warpgroups(self) -> int:
@@ -402,8 +412,11 @@ class SingleTileGemmKernel(GemmKernel):
     def plan_extra(self, plan) -> None:
         """One slot for A and B (swizzled as the MMA traits say) and its mbarrier."""
         t = self.traits
-        plan.buffer("a", (self.tile_m, t.k_tile), self.dtype, swizzle=t.swizzle, major="K")
-        plan.buffer("b", (self.tile_n, t.k_tile), self.b_dtype, swizzle=t.swizzle, major=self.b_major)
+        # M-/N-major: the boxes of mn_box columns stacked, the same bytes as rows x k_tile
+        a_shape = ((self.tile_m // t.mn_box) * t.k_tile, t.mn_box) if self.a_major == "MN" else (self.tile_m, t.k_tile)
+        b_shape = ((self.tile_n // t.mn_box) * t.k_tile, t.mn_box) if self.b_major == "MN" else (self.tile_n, t.k_tile)
+        plan.buffer("a", a_shape, self.dtype, swizzle=t.swizzle, major=self.a_major)
+        plan.buffer("b", b_shape, self.b_dtype, swizzle=t.swizzle, major=self.b_major)
         plan.barriers("bar", 1)
 
     def define(self):
@@ -413,8 +426,9 @@ class SingleTileGemmKernel(GemmKernel):
         from ..ir import If, KernelBuilder, Loop, thread_idx
         tm, tn, t = self.tile_m, self.tile_n, self.traits
         b_box = (t.k_tile, t.mn_box) if self.b_major == "MN" else (tn, t.k_tile)
+        a_box = (t.k_tile, t.mn_box) if self.a_major == "MN" else (tm, t.k_tile)
         lead = (1,) if self.batched else ()       # rank-3 (L, rows, cols) maps
-        specs = [TensorMapSpec("a", self.dtype, lead + (tm, t.k_tile), swizzle=t.swizzle),
+        specs = [TensorMapSpec("a", self.dtype, lead + a_box, swizzle=t.swizzle),
                  TensorMapSpec("b", self.b_dtype, lead + b_box, swizzle=t.swizzle)]
         plan = self.smem_plan()
         kb = KernelBuilder(self.name, self.params(), block=(self.arch.warpgroup_threads, 1, 1), arch=self.arch)
@@ -430,13 +444,18 @@ class SingleTileGemmKernel(GemmKernel):
             wt = self.work_tile(0)
             m0, n0, first, count = wt.m0, wt.n0, wt.k_first, self._count(wt.k_count)
             la, lb = ((c,) for c in self.batch_coords(wt)) if self.batched else ((), ())
-            mma = WarpgroupMMA(tm, tn, self.dtype, self.b_major, self.b_dtype)
+            mma = WarpgroupMMA(tm, tn, self.dtype, self.b_major, self.b_dtype, self.a_major)
             loop = Loop(0, count, carry=mma.zero().structs)
             for kt, structs in loop:
                 k0 = (kt + first) * t.k_tile
                 with If(leader):
                     bar.arrive_expect_tx(0, t.tile_bytes(tm + tn))
-                    ta.load(smem["a"].tile(), bar, 0, la + (m0, k0))
+                    if self.a_major == "MN":
+                        for j in range(tm // t.mn_box):
+                            dst = smem["a"].tile(shape=a_box, byte_offset=j * ta.box_bytes)
+                            ta.load(dst, bar, 0, la + (k0, m0 + t.mn_box * j))
+                    else:
+                        ta.load(smem["a"].tile(), bar, 0, la + (m0, k0))
                     if self.b_major == "MN":
                         for j in range(tn // t.mn_box):
                             dst = smem["b"].tile(shape=b_box, byte_offset=j * tb.box_bytes)

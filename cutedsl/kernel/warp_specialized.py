@@ -67,10 +67,11 @@ class WarpSpecializedGemmKernel(GemmKernel):
 
     def __init__(self, tile_m=128, tile_n=128, stages=4, dtype="f16", out_dtype="f32", b_major="MN",
                  epilogue=None, cluster=(1, 1), raster="M", swizzle=1, sm_count=None, arch=None, b_dtype=None,
-                 fusion=(), batched=False):
+                 fusion=(), batched=False, a_major="K"):
         self.stages, self.cluster = stages, tuple(cluster)      # read by the plan and the builders
         self._schedule = (raster, swizzle, sm_count)
-        super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue, arch, b_dtype, fusion, batched)
+        super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue, arch, b_dtype, fusion, batched,
+                         a_major)
 
     def make_plan(self) -> KernelPlan:
         """Roles: a producer warpgroup and :attr:`consumer_warpgroups` consumers; the epilogue
@@ -88,7 +89,7 @@ class WarpSpecializedGemmKernel(GemmKernel):
     def make_mainloop(self):
         return self.mainloop_cls(self.tile_m, self.tile_n, self.stages, self.dtype, self.b_major,
                                  self.plan.split_warpgroups, self.cluster, arch=self.arch, b_dtype=self.b_dtype,
-                                 batched=self.batched)
+                                 batched=self.batched, a_major=self.a_major)
 
     def make_scheduler(self):
         raster, swizzle, sm_count = self._schedule

@@ -82,7 +82,7 @@ def test_mma_traits_derive_every_operand_size():
     t = mma_traits("bf16")
     assert (t.elem_bytes, t.k_tile, t.k_step, t.k_steps, t.mn_box) == (2, 64, 16, 4, 64)
     assert (t.row_bytes, t.mn_box_bytes, t.core_group_bytes, t.tile_bytes(128)) == (128, 8192, 1024, 16384)
-    assert (t.majors_a, t.majors_b) == (("K",), ("K", "MN"))
+    assert (t.majors_a, t.majors_b) == (("K", "MN"), ("K", "MN"))
     assert (mma_traits("f16", 64).k_tile, mma_traits("f16", 32).k_tile) == (32, 16)
     lay = SmemMatrix(128, "f16", "MN")
     assert (lay.lbo, lay.sbo, lay.k_step_offset(1), lay.tile_bytes) == (8192, 1024, 2048, 16384)
