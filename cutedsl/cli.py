@@ -152,7 +152,7 @@ def run_gemm(args) -> tuple:
     rep = {"backend": backend.name if backend is not None else "none", "arch": cfg.arch,
            "m": args.m, "n": args.n, "k": args.k, "l": args.batch or 1,
            "dtype": cfg.dtype, "b_dtype": cfg.b_dtype or cfg.dtype, "out_dtype": cfg.out_dtype, "tile": list(cfg.tile),
-           "stages": cfg.resolved_stages(), "schedule": cfg.schedule, "b_major": cfg.b_major,
+           "stages": cfg.resolved_stages(), "schedule": cfg.schedule, "a_major": cfg.a_major, "b_major": cfg.b_major,
            "epilogue": cfg.epilogue, "fusion": list(cfg.fields()["fusion"]), "cluster": list(cfg.cluster), "raster": cfg.raster, "swizzle": cfg.swizzle,
            "threads": kern.block[0], "grid": list(grid),
            "registers": r.registers, "spills": r.spill_stores + r.spill_loads, "stack": r.stack,
@@ -170,6 +170,12 @@ def run_gemm(args) -> tuple:
     lead = (args.batch,) if args.batch else ()
     a = rng.standard_normal(lead + (args.m, args.k), dtype=np.float32).astype(_dtype(cfg.dtype).numpy)
     b = rng.standard_normal(lead + (args.k, args.n), dtype=np.float32).astype(_dtype(cfg.b_dtype or cfg.dtype).numpy)
+    # the operands' memory order is what picks the kernel's layout (Gemm.variant): lay them out
+    # as the config says (M-major A / K-major B: transposes of contiguous arrays)
+    if cfg.a_major == "MN":
+        a = np.ascontiguousarray(np.swapaxes(a, -1, -2)).swapaxes(-1, -2)
+    if cfg.b_major == "K":
+        b = np.ascontiguousarray(np.swapaxes(b, -1, -2)).swapaxes(-1, -2)
     extra = fusion.random_args(gemm.kernel.epilogue.kernel_params(), args.m, args.n, rng)
     for name in ("alpha", "beta"):             # the scalars as given on the command line
         if name in extra:
@@ -232,7 +238,7 @@ def _print_text(rep):
     lb = f" L={rep['l']}" if rep.get("l", 1) > 1 else ""
     p(f"cutedsl GEMM  M={rep['m']} N={rep['n']} K={rep['k']}{lb}  {ab} -> {rep['out_dtype']}  "
       f"tile {'x'.join(map(str, rep['tile']))}  stages {rep['stages']}  {rep['schedule']}  "
-      f"B {rep['b_major']}-major  epilogue {rep['epilogue']}{''.join(' + ' + str(x) for x in rep['fusion'])}"
+      f"{'A M-major  ' if rep.get('a_major') == 'MN' else ''}B {rep['b_major']}-major  epilogue {rep['epilogue']}{''.join(' + ' + str(x) for x in rep['fusion'])}"
       + (f"  cluster {rep['cluster'][0]}x{rep['cluster'][1]}" if rep.get("cluster", [1, 1]) != [1, 1] else ""))
     for field, why in rep.get("chosen", {}).items():
         p(f"  chosen {field}: {why}")

@@ -145,6 +145,8 @@ def gemm_config(args):
 
     if hasattr(args, "act") and not hasattr(args, "fusion"):
         args.fusion = fusion_nodes(args)
+    if getattr(args, "a_major", None) == "M":
+        args.a_major = "MN"
     if hasattr(args, "batch") and not hasattr(args, "batched"):
         args.batched = True if args.batch is not None else None
     options = config_options(args)
@@ -204,6 +206,9 @@ def add_gemm_parser(sub):
     g.add_argument("--swizzle", type=int, choices=list(SWIZZLES), default=None, help="tiles per rasterization strip")
     g.add_argument("--sm-count", type=int_in(1, 4096), default=None,
                    help="SMs a persistent schedule fills, 1..4096 (default: the device's, else 132)")
+    g.add_argument("--a-major", choices=["K", "MN", "M"], default=None,
+                   help="A's layout: K (row-major (M, K), default) or MN (M-major: the run's A is the "
+                        "transpose of a (K, M) array; M is accepted); 16-bit types")
     g.add_argument("--b-major", choices=["MN", "K", "N"], default=None,
                    help="B's layout: MN (N-major, (K, N) row-major; N is accepted) or K (transposed); "
                         "default MN for 16-bit types, K for fp8")

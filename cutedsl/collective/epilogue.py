@@ -112,8 +112,12 @@ class Epilogue:
         return self
 
     def kernel_params(self) -> list:
-        """Every kernel parameter besides D: the fused nodes', then :meth:`extra_params`."""
-        return [p for nd in self.fusion for p in nd.params(self.out_dtype)] + list(self.extra_params())
+        """Every kernel parameter besides D: the fused nodes', then :meth:`extra_params`. In a
+        batched kernel a node's (M, N) matrix (C, aux) is (L, M, N)."""
+        nodes = [p for nd in self.fusion for p in nd.params(self.out_dtype)]
+        if self.batched:
+            nodes = [attrs.evolve(p, shape=("l",) + p.shape) if p.shape == ("m", "n") else p for p in nodes]
+        return nodes + list(self.extra_params())
 
     # -- extension points ----------------------------------------------------------
     def extra_params(self) -> list:

@@ -32,7 +32,8 @@ spec                   value becomes                               call argument
 =====================  ==========================================  ==============================
 
 Per-element loads of C, vectors and the aux store go through global memory with the same
-bounds rule as the store (rows >= M and columns >= N are never touched). A user node is a
+bounds rule as the store (rows >= M and columns >= N are never touched). In a batched GEMM, C
+and aux are (L, M, N) and vectors and scalars apply to every batch. A user node is a
 subclass of :class:`EpilogueNode` (``apply``, ``params``, ``reference``; ``spec`` for JSON).
 """
 from __future__ import annotations
@@ -91,7 +92,13 @@ def _load(ctx, name, dtype, idx):
 
 
 def _rowmajor(ctx, row, col):
-    return cir.i64(row.unsigned()) * cir.i64(ctx.n.unsigned()) + cir.i64(col.unsigned())
+    """Element offset of ``(row, col)`` in a row-major (M, N) matrix, or of batch ``ctx.l`` of an
+    (L, M, N) one in a batched kernel (``ctx.l`` is the Python 0 otherwise)."""
+    n = cir.i64(ctx.n.unsigned())
+    off = cir.i64(row.unsigned()) * n + cir.i64(col.unsigned())
+    if isinstance(ctx.l, int) and ctx.l == 0:
+        return off
+    return off + cir.i64(cir.u32(ctx.l)) * cir.i64(ctx.m.unsigned()) * n
 
 
 @attrs.frozen
@@ -317,17 +324,17 @@ def _spell(node) -> str:
     return s if isinstance(s, str) else type(node).__name__
 
 
-def random_args(params, m: int, n: int, rng) -> dict:
+def random_args(params, m: int, n: int, rng, l: int = 1) -> dict:
     """Host call arguments for epilogue ``params`` (``Param`` list) on an ``m x n`` problem:
     f32 scalars are powers of two in [1/4, 4] (exact scaling), arrays standard normal in their
-    dtype (shapes from ``"m"``/``"n"``), outputs zero-filled. For ``--check`` and tests."""
+    dtype (shapes from ``"m"``/``"n"``/``"l"``), outputs zero-filled. For ``--check`` and tests."""
     from ..dtypes import dtype as _dtype
     out = {}
     for p in params:
         if p.kind == "f32":
             out[p.name] = float(2.0 ** int(rng.integers(-2, 3)))
         elif p.kind == "ptr":
-            shape = tuple({"m": m, "n": n}.get(x, x) for x in p.shape)
+            shape = tuple({"m": m, "n": n, "l": l}.get(x, x) for x in p.shape)
             npd = _dtype(p.dtype).numpy
             out[p.name] = np.zeros(shape, npd) if p.output else \
                 rng.standard_normal(shape, dtype=np.float32).astype(npd)

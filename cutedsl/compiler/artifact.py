@@ -40,7 +40,7 @@ class ParamSpec:
 
     A ``ptr`` parameter may declare what it points to, so that the Device layer checks arrays
     passed for it like A and B: ``shape`` (numpy order; each entry an int or one of the
-    problem sizes ``"m"``, ``"n"``, ``"k"``), ``dtype`` (cutedsl name, e.g. ``"f32"``), and
+    problem sizes ``"m"``, ``"n"``, ``"k"``, ``"l"``), ``dtype`` (cutedsl name, e.g. ``"f32"``), and
     ``output=True`` when the kernel writes there. Undeclared (None) means unchecked. Not part
     of the compiled artifact.
     """
@@ -57,9 +57,9 @@ class ParamSpec:
         if (self.shape is not None or self.dtype is not None or self.output) and self.kind != "ptr":
             raise ValueError(f"parameter {self.name!r}: shape/dtype/output can only be declared for a ptr")
         for s in self.shape or ():
-            if not (s in ("m", "n", "k") or (isinstance(s, int) and s > 0)):
+            if not (s in ("m", "n", "k", "l") or (isinstance(s, int) and s > 0)):
                 raise ValueError(f"parameter {self.name!r}: shape entries are positive ints or "
-                                 f"'m', 'n', 'k', got {s!r}")
+                                 f"'m', 'n', 'k', 'l', got {s!r}")
 
     @property
     def size(self) -> int:

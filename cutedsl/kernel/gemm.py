@@ -225,11 +225,6 @@ class GemmKernel(Kernel):
             epi.configure(**opts)
         if self.batched:
             epi.batched = True
-            per_batch = [p.name for nd in self.fusion for p in nd.bind(self.out_dtype).params(self.out_dtype)
-                         if p.shape is not None and "m" in p.shape and "n" in p.shape]
-            if per_batch:
-                raise ValueError(f"fused epilogue argument {per_batch[0]!r} is an (M, N) matrix: batched GEMMs "
-                                 f"take only scalars and vectors in the epilogue so far")
         return epi.fuse(self.fusion) if self.fusion else epi
 
     def make_mainloop(self):

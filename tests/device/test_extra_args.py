@@ -77,7 +77,7 @@ def test_param_shape_only_for_pointers():
         Param("alpha", "f32", dtype="f32")
     with pytest.raises(ValueError, match="shape/dtype/output can only be declared for a ptr"):
         Param("alpha", "f32", output=True)
-    with pytest.raises(ValueError, match="shape entries are positive ints or 'm', 'n', 'k'"):
+    with pytest.raises(ValueError, match="shape entries are positive ints or 'm', 'n', 'k', 'l'"):
         Param("bias", "ptr", shape=("q",))
 
 
