@@ -28,10 +28,14 @@ def add_parsers(sub) -> None:
     b.add_argument("--stages", default=None, help="comma list of stage counts or auto "
                                                   "(default auto; the stages set: 1..7)")
     b.add_argument("--schedule", default=None, help="comma list (default: every schedule GemmConfig accepts)")
-    b.add_argument("--dtype", choices=["f16", "bf16"], default="f16")
-    b.add_argument("--out-dtype", choices=["f32", "f16", "bf16"], default="f16",
+    from ..device.config import DTYPES, OUT_DTYPES
+    b.add_argument("--dtype", choices=list(DTYPES), default="f16",
+                   help="operand type (fp8: the reference is torch._scaled_mm with unit scales)")
+    b.add_argument("--b-dtype", choices=list(DTYPES), default=None, help="B's type when it differs (e4m3 x e5m2)")
+    b.add_argument("--out-dtype", choices=list(OUT_DTYPES), default="f16",
                    help="output dtype (default f16, what cuBLAS writes for f16 inputs)")
-    b.add_argument("--b-major", choices=["MN", "K", "N"], default="MN")
+    b.add_argument("--b-major", choices=["MN", "K", "N"], default=None,
+                   help="B's layout (default: MN for 16-bit types, K for fp8/tf32)")
     b.add_argument("--backend", choices=["auto", "cuda", "sim"], default="auto")
     b.add_argument("--ref", choices=["auto", "torch", "cupy", "numpy"], default="auto",
                    help="array library and reference: torch.matmul, cupy.matmul (cuBLAS) or numpy")
@@ -67,7 +71,11 @@ def selected_configs(args, set_name: str) -> list:
     from ..cliargs import UsageError, stages_arg, tile_arg
     from ..errors import ConfigError
     from . import configs as C
-    base = {"dtype": args.dtype, "out_dtype": args.out_dtype, "b_major": "MN" if args.b_major == "N" else args.b_major}
+    base = {"dtype": args.dtype, "out_dtype": args.out_dtype}
+    if args.b_major is not None:
+        base["b_major"] = "MN" if args.b_major == "N" else args.b_major
+    if args.b_dtype is not None:
+        base["b_dtype"] = args.b_dtype
     if args.config:
         try:
             return [C.parse_config(s, base) for s in args.config]

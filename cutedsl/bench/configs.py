@@ -67,11 +67,15 @@ def sweep_configs(set_name: str, *, tiles=None, schedules=None, stages=None, bas
     library rejects (e.g. single_tile with a 128x256 tile, 7 stages that do not fit); a list
     passed as ``rejected`` receives each rejection's ``CuteDSLError``.
     For ``stages`` the stage counts default to 1..7, otherwise to ``"auto"``."""
-    tiles = list(tiles or DEFAULT_TILES)
+    base = dict(base or {})
+    if tiles is None:               # the default tiles with the dtype's BLOCK_K (one 128-B row)
+        from ..atom.mma_traits import mma_traits
+        kt = mma_traits(base.get("dtype", "f16")).k_tile
+        tiles = [(bm, bn, kt) for bm, bn, _ in DEFAULT_TILES]
+    tiles = list(tiles)
     schedules = list(schedules or accepted_schedules())
     if stages is None:
         stages = list(STAGE_STUDY) if set_name == "stages" else ["auto"]
-    base = dict(base or {})
     out = []
     for sched in schedules:
         for tile in tiles:
@@ -95,8 +99,9 @@ def label(cfg: GemmConfig) -> str:
                     if getattr(cfg, k) != d)
     if cfg.cluster != (1, 1):
         extra += " cluster={}x{}".format(*cfg.cluster)
-    if (cfg.dtype, cfg.out_dtype) != ("f16", "f16"):      # the sweep's default types stay implicit
-        extra += f" {cfg.dtype}->{cfg.out_dtype}"
+    if (cfg.dtype, cfg.out_dtype, cfg.b_dtype) != ("f16", "f16", None):   # the sweep's default types stay implicit
+        ab = cfg.dtype if cfg.b_dtype in (None, cfg.dtype) else f"{cfg.dtype}x{cfg.b_dtype}"
+        extra += f" {ab}->{cfg.out_dtype}"
     return f"{cfg.schedule} {t} s{cfg.resolved_stages()}{extra}"
 
 
@@ -104,5 +109,6 @@ def config_dict(cfg: GemmConfig) -> dict:
     import attrs
     d = attrs.asdict(cfg)
     d["tile"] = list(cfg.tile)
+    d["fusion"] = cfg.fields()["fusion"]           # node specs (JSON)
     d["resolved_stages"] = cfg.resolved_stages()
     return d

@@ -39,7 +39,7 @@ class HostLib:
         return "f64"
 
     def matmul(self, a, b, out):
-        return np.asarray(a, np.float64) @ np.asarray(b, np.float64)
+        return np.asarray(a).astype(np.float64) @ np.asarray(b).astype(np.float64)
 
     def transpose(self, x):
         return x.T
@@ -77,7 +77,9 @@ class TorchLib:
         self.gen = torch.Generator(device="cuda")
         self.gen.manual_seed(seed)
         self.ref_name = f"cuBLAS via torch.matmul (torch {torch.__version__})"
-        self._dt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+        self._dt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "tf32": torch.float32,
+                    "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+        self._one = None
 
     @classmethod
     def available(cls) -> tuple:
@@ -100,6 +102,11 @@ class TorchLib:
         return "same as inputs"
 
     def matmul(self, a, b, out):
+        if a.element_size() == 1:        # fp8: cuBLAS through torch._scaled_mm (B column-major), bf16 out
+            if self._one is None:
+                self._one = self.torch.ones((), device="cuda", dtype=self.torch.float32)
+            return self.torch._scaled_mm(a, b, scale_a=self._one, scale_b=self._one, out_dtype=self.torch.bfloat16,
+                                         out=out)
         return self.torch.matmul(a, b, out=out)
 
     def transpose(self, x):
@@ -152,9 +159,10 @@ class CupyLib:
         return True, ""
 
     def _np(self, dt):
-        if dt == "bf16":
+        if dt in ("bf16", "e4m3", "e5m2"):
             from ..errors import ArgumentTypeError
-            raise ArgumentTypeError("cupy has no bfloat16 arrays: benchmark bf16 with torch installed")
+            raise ArgumentTypeError(f"cupy has no {dt} arrays (nor a cuBLAS {dt} GEMM): benchmark {dt} with "
+                                    f"torch installed")
         return _dtype(dt).numpy
 
     def randn(self, shape, dt: str):

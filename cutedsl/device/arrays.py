@@ -329,7 +329,8 @@ def describe(x, name: str = "array"):
     if type(x).__module__.split(".")[0] == "torch":
         import torch  # noqa: F401 - only reached when the caller passed a torch tensor
         if x.is_cuda:
-            names = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
+            names = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32",
+                     "torch.float8_e4m3fn": "e4m3", "torch.float8_e5m2": "e5m2"}
             dt = _dtype(names.get(str(x.dtype), "x"))
             e = dt.nbytes
             return x.data_ptr(), tuple(x.shape), tuple(s * e for s in x.stride()), dt, "torch"

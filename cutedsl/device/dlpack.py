@@ -17,9 +17,11 @@ from ..errors import ArgumentError, ArgumentTypeError
 KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
 _DEVICE_NAMES = {1: "CPU", 2: "CUDA", 3: "CUDA host (pinned)", 13: "CUDA managed", 4: "OpenCL", 7: "Vulkan",
                  8: "Metal", 10: "ROCm"}
-#: (type code, bits) -> cutedsl dtype name; codes: 0 int, 1 uint, 2 float, 4 bfloat
+#: (type code, bits) -> cutedsl dtype name; codes: 0 int, 1 uint, 2 float, 4 bfloat, and
+#: DLPack 1.1's 10 float8_e4m3fn, 12 float8_e5m2
 _DTYPES = {(2, 16): "f16", (2, 32): "f32", (2, 64): "f64", (4, 16): "bf16", (0, 32): "i32", (0, 64): "i64",
-           (1, 8): "u8", (1, 16): "u16", (1, 32): "u32", (1, 64): "u64", (0, 8): "i8"}
+           (1, 8): "u8", (1, 16): "u16", (1, 32): "u32", (1, 64): "u64", (0, 8): "i8",
+           (10, 8): "e4m3", (12, 8): "e5m2"}
 
 
 class DLDevice(ctypes.Structure):

@@ -64,3 +64,17 @@ def test_bench_argument_errors_exit_2(argv, msg, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("python -m cutedsl bench: error: ") and msg in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv,label", [
+    (["--dtype", "e4m3", "--b-dtype", "e5m2", "--out-dtype", "bf16"], "b_major=K e4m3xe5m2->bf16"),
+    (["--dtype", "tf32", "--out-dtype", "f32"], "b_major=K tf32->f32"),
+])
+def test_bench_new_dtypes_on_the_emulator(argv, label, capsys):
+    """fp8 (mixed too) and tf32 sweeps: BLOCK_K follows the dtype, B defaults to K-major, and
+    every point passes the check against the float64 reference (issue 20)."""
+    from cutedsl.cli import main
+    rc = main(["bench", "--backend", "sim", "--set", "square", "--schedule", "pingpong", "--tile", "128x128x"
+               + ("128" if argv[1] != "tf32" else "32"), "--iters", "1", "--warmup", "0", *argv])
+    out = capsys.readouterr().out
+    assert rc == 0 and label in out and "FAIL" not in out and "pass" in out

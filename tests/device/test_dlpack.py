@@ -55,6 +55,19 @@ def test_dlpack_device_operands_are_used_in_place(sim, rng):
     assert sim.live_allocations() == live + 1            # no copies of a or b: only the result
 
 
+def test_dlpack_fp8_device_operands(sim, rng):
+    """DLPack 1.1's float8 codes (10: e4m3fn, 12: e5m2, what torch exports) are fp8 operands;
+    B given as the transpose view of an (N, K) array is K-major, as fp8 needs."""
+    a = rng.integers(-8, 9, (70, 128)).astype(ml_dtypes.float8_e4m3fn)
+    bt = rng.integers(-8, 9, (50, 128)).astype(ml_dtypes.float8_e5m2)
+    da, db = arrays.to_device(sim, a), arrays.to_device(sim, bt)
+    ta = FakeDeviceTensor(da.ptr, (70, 128), [128, 1], code=10, bits=8)
+    tb = FakeDeviceTensor(db.ptr, (128, 50), [1, 128], code=12, bits=8)
+    assert arrays.describe(ta)[3].name == "e4m3" and arrays.describe(tb)[3].name == "e5m2"
+    d = Gemm(GemmConfig(dtype="e4m3", b_dtype="e5m2", stages=2), sim)(ta, tb)
+    np.testing.assert_array_equal(arrays.to_host(d), a.astype(np.float64) @ bt.T.astype(np.float64))
+
+
 def test_dlpack_errors_name_the_argument(sim, rng):
     a = rng.integers(-3, 4, (64, 72)).astype(np.float16)
     da, ta = _on_device(sim, a)
