@@ -16,6 +16,7 @@ _LAZY = {
     "CompiledKernel": "cutedsl.compiler.artifact",
     "get_backend": "cutedsl.device.selection",
     "load": "cutedsl.device.export",
+    "tune": "cutedsl.device.tune",
 }
 
 

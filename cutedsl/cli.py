@@ -41,6 +41,19 @@ def _parser():
     i.add_argument("--json", action="store_true", help="print one JSON object")
     c = sub.add_parser("cache", help="show or clear the compiled-kernel cache ($CUTEDSL_CACHE_DIR)")
     c.add_argument("action", choices=["info", "clear"])
+    from .device.config import DTYPES, OUT_DTYPES
+    t = sub.add_parser("tune", help="time candidate configs for a shape on the device; the winner is kept "
+                                    "for Gemm('auto') (cutedsl.tune)")
+    size = int_in(1, MAX_I32)
+    for dim in ("m", "n", "k"):
+        t.add_argument(f"--{dim}", type=size, required=True)
+    t.add_argument("--batch", type=int_in(1, 65535), default=1, metavar="L")
+    t.add_argument("--dtype", choices=list(DTYPES), default="f16")
+    t.add_argument("--out-dtype", choices=list(OUT_DTYPES), default=None)
+    t.add_argument("--backend", choices=["auto", "cuda", "sim"], default="auto")
+    t.add_argument("--limit", type=int_in(1, 64), default=12, help="candidates timed (best model score first)")
+    t.add_argument("--iters", type=int_in(1, 10_000), default=20, help="timed launches per candidate (median)")
+    t.add_argument("--json", action="store_true", help="print one JSON object")
     _add_bench_commands(sub)
     return p
 
@@ -271,6 +284,25 @@ def _print_text(rep):
           f"-> {'PASS' if rep['passed'] else 'FAIL'}")
 
 
+def run_tune(args) -> int:
+    """``tune``: :func:`cutedsl.tune` on the chosen backend; prints the table (or JSON)."""
+    from .device.tune import tune
+    from .errors import CuteDSLError
+    fixed = {"out_dtype": args.out_dtype} if args.out_dtype else {}
+    try:
+        r = tune(args.m, args.n, args.k, args.dtype, l=args.batch, backend=args.backend, limit=args.limit,
+                 iters=args.iters, warmup=0 if args.backend == "sim" else 3, **fixed)
+    except CuteDSLError as e:
+        print(f"python -m cutedsl tune: error: {type(e).__name__}: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"device": r.device, "emulated": r.emulated, "best": r.config.fields(), "ms": r.ms,
+                          "table": [[c.fields(), ms] for c, ms in r.table]}, default=list))
+    else:
+        print(r.report())
+    return 0
+
+
 def main(argv=None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     ArgParser.json_errors = bool(words) and words[0] == "gemm" and "--json" in words
@@ -305,6 +337,8 @@ def main(argv=None) -> int:
         else:
             print_report(rep)
         return 0
+    if args.cmd == "tune":
+        return run_tune(args)
     if args.cmd in ("bench", "bundle"):
         from .bench.cli import main as bench_main
         return bench_main(args)

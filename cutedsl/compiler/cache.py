@@ -43,7 +43,7 @@ from .. import envvars
 from ..errors import CacheError
 from .artifact import CompiledKernel
 from .cache_layout import (_KEY_RE, _TC_RE,
-                           _TMP, MARKER, _delete_artifact_dir, _real_dir, _real_file, is_entry_dir,
+                           _TMP, MARKER, TUNING, _delete_artifact_dir, _real_dir, _real_file, is_entry_dir,
                            clear_blocker, drop_if_empty, remove_entry, scan_root, sweep, write_marker)
 from .identity import library_hash
 
@@ -387,7 +387,8 @@ class KernelCache:
         return None if os.access(p, os.W_OK | os.X_OK) else f"{p} is not writable"
 
     def clear(self) -> ClearReport:
-        """Delete every cache entry (and killed writers' leftovers); nothing else is touched.
+        """Delete every cache entry, the tuning record and killed writers' leftovers; nothing
+        else is touched.
 
         A root without the ``CUTEDSL_CACHE`` marker is not treated as a cache: nothing is removed
         and ``refused`` says why. Paths that are not entries are listed in ``kept``."""
@@ -403,6 +404,9 @@ class KernelCache:
                                        f"cache (or one written before cutedsl kept a marker): nothing removed; "
                                        f"delete it by hand if it is one")
         removed = sum(self._remove(d) for d in entries)
+        if _real_file(self.root / TUNING):          # cutedsl.tune's winners go with the kernels
+            with contextlib.suppress(OSError):
+                os.unlink(self.root / TUNING)
         for kd in {d.parent for d in entries} | {p for p in self._key_dirs()}:
             self._sweep(kd, max_age_s=0)
             self._drop_if_empty(kd)

@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 
 MARKER = "CUTEDSL_CACHE"        # root marker: written with the first entry, required by ``clear``
+TUNING = "tuning.json"          # measured winners of cutedsl.tune, per device (with the marker)
 _MARKER_TEXT = ("cutedsl kernel cache. Entries are <key>/<toolchain>/kernel.{json,ptx,cubin};\n"
                 "`python -m cutedsl cache clear` removes those and nothing else in this directory.\n")
 _KEY_RE = re.compile(r"[0-9a-f]{24}")        # identity.kernel_key / config_key
@@ -89,14 +90,15 @@ def _delete_artifact_dir(d: Path) -> bool:
 def scan_root(root: Path) -> tuple:
     """``(entry directories, paths that are not cache entries)`` under ``root``. Entries are
     recognised by layout (:func:`is_entry_dir` under a key directory of 24 hex digits); the
-    marker, lock files and writers' scratch are the cache's own and in neither list."""
+    marker, the tuning record, lock files and writers' scratch are the cache's own and in
+    neither list."""
     entries, other = [], []
     try:
         kids = sorted(root.iterdir())
     except OSError:
         return entries, other
     for p in kids:
-        if (p.name == MARKER and _real_file(p)) or _is_scratch(p):
+        if (p.name in (MARKER, TUNING) and _real_file(p)) or _is_scratch(p):
             continue
         if not (_KEY_RE.fullmatch(p.name) and _real_dir(p)):
             other.append(p)

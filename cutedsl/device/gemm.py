@@ -468,8 +468,28 @@ class AutoGemm:
         if be is not None:
             sms = getattr(be, "sm_count", None)
         batched = {"batched": True} if 3 in (len(va.shape), len(vb.shape)) else {}
+        tuned = self._tuned(m, n, k, max(l, 1), dt, batched)
+        if tuned is not None:
+            return tuned
         return GemmConfig.for_problem(max(m, 1), max(n, 1), max(k, 1), **{"dtype": dt, **batched, **self._fixed},
                                       sm_count=sms, l=max(l, 1))
+
+    def _tuned(self, m, n, k, l, dt, batched):
+        """The winner ``cutedsl.tune`` stored for this problem on this device, if any (the
+        backend is resolved only when a tuning record exists)."""
+        from .tune import _path, tuned_config
+        cache = self._opts["cache"] or None
+        if not _path(cache).is_file():
+            return None
+        be = self._backend_arg
+        if isinstance(be, str):
+            from .selection import get_backend
+            try:
+                be = get_backend(be)
+            except CuteDSLError:
+                return None
+        fixed = {f: v for f, v in self._fixed.items() if f != "batched"}
+        return tuned_config(m, n, k, dt, backend=be, l=l, cache=cache, **fixed)
 
     def gemm_for(self, cfg: GemmConfig) -> "Gemm":
         with self._lock:
