@@ -142,13 +142,23 @@ def run_gemm(args) -> tuple:
     from .dtypes import dtype as _dtype, tensor_core_value
     from .errors import ArgumentError, CuteDSLError, DumpError, NoDeviceError
 
-    cfg = gemm_config(args)
-    warn_ignored_options(cfg)
+    if args.load is None:
+        cfg = gemm_config(args)
+        warn_ignored_options(cfg)
     try:
         backend, why, no_device = *resolve(args.backend), None
     except NoDeviceError as e:                      # reported after the problem's own checks
         backend, why, no_device = None, "", e
-    gemm = Gemm(cfg, backend if backend is not None else "none", dump_dir=args.dump)
+    if args.load is not None:                       # an exported GEMM: its config, its kernel, no compiler
+        from .device.export import load
+        from .errors import CacheError
+        try:
+            gemm = load(args.load, backend if backend is not None else "none")
+        except CacheError as e:
+            raise UsageError("--load", str(e)) from None
+        cfg = gemm.config
+    else:
+        gemm = Gemm(cfg, backend if backend is not None else "none", dump_dir=args.dump)
     try:
         grid = gemm.grid(args.m, args.n, args.k, args.batch or 1)   # hardware grid limits, before anything runs
     except ArgumentError as e:
@@ -171,7 +181,8 @@ def run_gemm(args) -> tuple:
            "registers": r.registers, "spills": r.spill_stores + r.spill_loads, "stack": r.stack,
            "smem_bytes": r.smem_bytes, "sass": r.sass, "ptxas_messages": list(r.ptxas_messages),
            "compile_s": round(compile_s, 4), "cold_compile_s": round(kern.compile_seconds, 4),
-           "cached": bool(getattr(gemm.kernel, "last_cache_hit", False)), "executed": backend is not None}
+           "cached": bool(getattr(gemm.kernel, "last_cache_hit", False)), "executed": backend is not None,
+           "loaded": args.load}
     if cfg.reasons is not None:
         rep["chosen"] = dict(cfg.reasons)        # --schedule auto: why each field has its value
     if backend is None:
@@ -257,7 +268,10 @@ def _print_text(rep):
         p(f"  chosen {field}: {why}")
     p(f"  kernel: {rep['threads']} threads x grid {tuple(rep['grid'])}, {rep['registers']} registers, "
       f"{rep['spills']} spill bytes, {rep['smem_bytes']} B shared memory")
-    p(f"  compile: {rep['compile_s']:.3f} s ({'cache hit; cold compile took ' + format(rep['cold_compile_s'], '.3f') + ' s' if rep['cached'] else 'cold'})")
+    if rep.get("loaded"):
+        p(f"  kernel: loaded from the export {rep['loaded']} ({rep['compile_s']:.3f} s; no compiler)")
+    else:
+        p(f"  compile: {rep['compile_s']:.3f} s ({'cache hit; cold compile took ' + format(rep['cold_compile_s'], '.3f') + ' s' if rep['cached'] else 'cold'})")
     # the tensor-core opcode names the operand width: HGMMA (16-bit, tf32), QGMMA (fp8)
     mma = "QGMMA" if rep["sass"] and rep["sass"].get("QGMMA") else "HGMMA"
     keys = (mma, "UTMALDG", "UTMASTG", "SYNCS", "BAR", "STG", "STS", "WARPGROUP", "USETMAXREG")

@@ -230,5 +230,8 @@ def add_gemm_parser(sub):
     g.add_argument("--iters", type=int_in(1, 100_000), default=50,
                    help="timed launches on a GPU (median reported), 1..100000")
     g.add_argument("--dump", metavar="DIR", help="write IR before/after lowering, PTX, SASS there")
+    g.add_argument("--load", metavar="DIR", default=None,
+                   help="run a GEMM exported with Gemm.save / cutedsl.load (its config and kernel; the config "
+                        "options are ignored; no MLIR needed)")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     return g

@@ -75,7 +75,11 @@ if [ ${#TESTS[@]} -gt 0 ]; then
   step tests "${T_TESTS:-400}" "$PY" -m pytest -v -rfEs -p no:cacheprovider -m gpu "${PYTEST_TIMEOUT[@]}" \
     --junitxml="$OUT/gpu_tests.xml" "${TESTS[@]}"
 fi
-step main "${T_MAIN:-120}" "$PY" -m cutedsl "${MAIN_ARGS[@]}" --backend "$MAIN_BACKEND"
+# the main job runs the bundle's export (Gemm.save -> cutedsl.load: no compiler involved)
+EXPORT_DIR=$(manifest export 2>/dev/null || true)
+LOAD_ARGS=()
+[ -n "$EXPORT_DIR" ] && LOAD_ARGS=(--load "$BUNDLE/$EXPORT_DIR")
+step main "${T_MAIN:-120}" "$PY" -m cutedsl "${MAIN_ARGS[@]}" "${LOAD_ARGS[@]}" --backend "$MAIN_BACKEND"
 step identity "${T_IDENTITY:-300}" "$PY" -m cutedsl bench --identity "${IDENTITY_ARGS[@]}" --backend "$BACKEND" \
   --json "$OUT/identity.json"
 step bench "${T_BENCH:-540}" "$PY" -m cutedsl bench "${BENCH_ARGS[@]}" --backend "$BACKEND" \

@@ -1,7 +1,8 @@
 """The GPU bundle: every kernel a GPU run needs, compiled where MLIR is, into one directory
 that a GPU machine with only numpy + cuda-python runs from (``scripts/gpu_run.sh``).
 
-``DIR/cache/`` is a kernel cache (``CUTEDSL_CACHE_DIR``); ``DIR/manifest.json`` records the
+``DIR/cache/`` is a kernel cache (``CUTEDSL_CACHE_DIR``); ``DIR/export/main`` the main job's
+GEMM exported with ``Gemm.save`` (the run loads it: ``gemm --load``); ``DIR/manifest.json`` records the
 plan (the argument lists of each step of the run), the source hash the kernels were compiled
 from, and every cache entry. What the run needs is derived from the same argument lists the
 run uses, so a schedule ``GemmConfig`` accepts at bundle time is bundled without an edit:
@@ -24,6 +25,7 @@ from ..errors import CacheError
 
 #: hard limit on the bundle (it travels with the checkout to the GPU machine)
 MAX_BYTES = 30 * 1024 * 1024
+EXPORT = "export/main"      #: the main job's GEMM, exported (``Gemm.save``)
 ROOT = Path(__file__).resolve().parents[2]
 
 PLANS = {
@@ -129,8 +131,13 @@ def build(out: Path, plan_name: str = "gpu", log=print) -> dict:
         new = sorted(_entries(cache_dir) - before)
         tests.append({"file": t, "new_entries": new, "pytest": r.stdout.strip().splitlines()[-1:]})
         log(f"  {t}: {len(new)} more kernels ({tests[-1]['pytest'][0] if tests[-1]['pytest'] else ''})")
-    size = _size(cache_dir)
-    manifest = {"plan": plan_name, **plan, "created_utc": datetime.datetime.now(datetime.timezone.utc)
+    # the main job also travels as an export (Gemm.save): the GPU run's main step loads it with
+    # cutedsl.load (`gemm --load`), the path a user without MLIR takes
+    from ..cliargs import gemm_config
+    from ..device.gemm import Gemm
+    Gemm(gemm_config(_parse(plan["main_args"])), "none").save(out / EXPORT)
+    size = _size(cache_dir) + _size(out / EXPORT)
+    manifest = {"plan": plan_name, **plan, "export": EXPORT, "created_utc": datetime.datetime.now(datetime.timezone.utc)
                 .isoformat(timespec="seconds"), "source_hash": source_hash(), "toolchain": versions(),
                 "kernels": kernels, "tests_compiled": tests, "entries": sorted(_entries(cache_dir)),
                 "size_bytes": size}
@@ -173,6 +180,12 @@ def verify(out: Path, log=print) -> list:
             CompiledKernel.load(subs[0])
         except (CacheError, OSError, ValueError) as e:
             problems.append(f"cache entry {name} does not load: {e}")
+    if "export" in manifest:
+        from ..device.export import load
+        try:
+            load(out / manifest["export"], backend="none")
+        except CacheError as e:
+            problems.append(f"the exported main job does not load: {e}")
     log(f"bundle {out}: plan {manifest['plan']}, {found} plan configs found, {len(manifest['entries'])} entries "
         f"checked, {manifest['size_bytes'] / 2**20:.2f} MiB, {len(problems)} problems")
     for p in problems:

@@ -30,11 +30,13 @@ def save(gemm, path) -> Path:
     if getattr(gemm, "_custom", False):
         raise ArgumentError("save(): only a Gemm built from a GemmConfig alone can be exported (a user epilogue "
                             "or kernel class is code the export does not carry)")
+    cfg = gemm.config.fields()
+    if any(not isinstance(nd, str) for nd in cfg["fusion"]):
+        raise ArgumentError("save(): a user EpilogueNode (no string spec) is code the export does not carry")
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     k = gemm.compiled
     k.save(path / "kernel")
-    cfg = gemm.config.fields()
     manifest = {"format": FORMAT, "kind": "gemm", "cutedsl": __version__, "config": cfg, "key": k.key}
     (path / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True, default=list) + "\n")
     return path

@@ -55,6 +55,7 @@ def test_bundle_manifest(bundle):
     assert [k["config"] for k in m["kernels"]] == ["multistage 128x128x64 s2"]
     assert len(m["entries"]) == 1 and 0 < m["size_bytes"] < MAX_BYTES
     assert m["bench_args"][:2] == ["--set", "square"]
+    assert m["export"] == "export/main" and (bundle / "export/main/cutedsl.json").is_file()
 
 
 def test_runner_dry_run_finds_every_kernel_without_mlir(bundle, no_mlir, tmp_path):
@@ -67,7 +68,7 @@ def test_runner_dry_run_finds_every_kernel_without_mlir(bundle, no_mlir, tmp_pat
     assert all(" exit   0 " in s for s in summary if s)
     assert "MLIR is not importable here" in log
     assert "1 plan configs found, 1 entries checked" in log and "0 problems" in log
-    assert "cache hit" in log                                  # the main job loaded, not compiled
+    assert "loaded from the export" in log                     # the main job ran the bundle's export
     bench = json.loads((out / "bench.json").read_text())
     rows = bench["sets"][0]["rows"]
     assert rows and all(r["check"] == "pass" for r in rows)
@@ -85,12 +86,14 @@ def test_runner_reports_a_kernel_missing_from_the_bundle(bundle, no_mlir, tmp_pa
     for d in (broken / "cache").iterdir():
         if d.is_dir():                       # entries are directories; build locks are files
             shutil.rmtree(d)
+    shutil.rmtree(broken / "export")
     out = tmp_path / "out"
     r = _run(broken, out, no_mlir, steps="verify main")
     log = (out / "gpu_run.log").read_text()
     assert r.returncode != 0
     assert "missing from the cache: multistage 128x128x64 s2" in log
-    assert "has no MLIR toolchain to compile it" in log        # blocked MLIR: nothing was compiled
+    assert "the exported main job does not load" in log
+    assert "argument --load: " in log and "is not a saved cutedsl GEMM" in log    # nothing was compiled
     summary = (out / "summary.txt").read_text()
     assert "verify    exit   1" in summary and "main      exit   2" in summary
 
