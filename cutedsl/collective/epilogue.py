@@ -51,6 +51,9 @@ class EpilogueContext:
     warpgroup: object = 0
     l: object = 0
     problem: object = None
+    #: set by a TMA epilogue while it processes a sub-tile whose C it loaded by TMA:
+    #: ``(shared address (i64), first row, first column, columns)`` of the C sub-tile
+    c_tile: object = None
 
 
 def _takes_ctx(fn) -> bool:
@@ -110,6 +113,10 @@ class Epilogue:
             raise ValueError(f"epilogue parameter {dup[0]!r} is declared twice (a fused node and "
                              f"{type(self).__name__}.extra_params)")
         return self
+
+    def init(self, smem, leader) -> None:
+        """IR: initialise this epilogue's mbarriers from the threads where ``leader`` holds;
+        kernels call it with their own barrier inits (before the init fence). None here."""
 
     def kernel_params(self) -> list:
         """Every kernel parameter besides D: the fused nodes', then :meth:`extra_params`. In a
@@ -322,11 +329,33 @@ class TmaStoreEpilogue(Epilogue):
 
     def tensor_maps(self) -> list:
         lead = (1,) if self.batched else ()        # rank-3 (L, M, N) map, one batch per box
-        return [TensorMapSpec("d", self.out_dtype, lead + (self.SUB_M, self.epi_n), swizzle=self.ROW_BYTES)]
+        src = [self.source().spec()] if self.source() else []
+        return [TensorMapSpec("d", self.out_dtype, lead + (self.SUB_M, self.epi_n), swizzle=self.ROW_BYTES)] + src
+
+    def source(self):
+        """The :class:`~cutedsl.collective.epilogue_source.TmaSource` loading C by TMA when a
+        fused node adds ``beta * C`` (None otherwise)."""
+        from .epilogue_source import TmaSource
+        from .fusion import AddC
+        dts = [nd.dtype for nd in self.fusion if isinstance(nd, AddC)]
+        return TmaSource(dts[0], self.SUB_M, self.epi_n, self.warpgroups, self.batched) if dts else None
+
+    def kernel_params(self) -> list:
+        """The base's, with C as a tensor map when it is loaded by TMA."""
+        ps = super().kernel_params()
+        if self.source() is None:
+            return ps
+        return [attrs.evolve(p, kind="tensormap") if p.name == "c" and p.kind == "ptr" else p for p in ps]
+
+    def init(self, smem, leader) -> None:
+        if self.source() is not None:
+            self.source().init(smem, leader)
 
     def plan(self, plan) -> None:
         """A dedicated ``"epilogue"`` buffer (``warpgroups x buffers`` sub-tiles, 1024-B
         aligned as the swizzle needs), or a check that the aliased buffer can hold them."""
+        if self.source() is not None:
+            self.source().plan(plan)
         if self.alias is None:
             plan.buffer("epilogue", (self.SUB_M, self.epi_n), self.out_dtype, self.warpgroups * self.ring,
                         swizzle=self.ROW_BYTES)
@@ -376,8 +405,12 @@ class TmaStoreEpilogue(Epilogue):
         write = (self._write_b16 if self.out_dtype in ("f16", "bf16") else
                  self._write_b8 if self.out_dtype in FP8 else self._write_f32)
         lane_base = self._lane_offsets(wt)
+        source, wg_idx = self.source(), (ctx.warpgroup if self.warpgroups > 1 else 0)
         for s, (b, c) in enumerate(subs):
             addr, view = self._buffer(ctx, s % ring)
+            if source is not None:     # C of this sub-tile, by TMA (read by the fused node)
+                ctx.c_tile = source.load(ctx, s, ctx.m0 + ctx.row_base + self.SUB_M * b, ctx.n0 + c * self.epi_n,
+                                         leader, wg_idx)
             if ring == 1:      # the only buffer: its previous store must have read it
                 with cir.If(leader):
                     bulk_wait_group(0, read=True)
@@ -392,6 +425,9 @@ class TmaStoreEpilogue(Epilogue):
                 lead = (ctx.l,) if self.batched else ()
                 tma.store(view, lead + (ctx.m0 + ctx.row_base + self.SUB_M * b, ctx.n0 + c * self.epi_n))
                 bulk_commit_group()
+        if source is not None:
+            source.finish(ctx, len(subs), leader, wg_idx)
+            ctx.c_tile = None
         if not self.defer_tail:
             self.store_tail()
 

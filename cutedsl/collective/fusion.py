@@ -144,18 +144,28 @@ class ScaleByVector(EpilogueNode):
 @attrs.frozen
 class AddC(EpilogueNode):
     """``v + beta * C[row, col]``: ``beta`` an f32 parameter, ``c`` a row-major (M, N) array of
-    ``dtype`` (None: the output type)."""
+    ``dtype`` (f32/f16/bf16; None: the output type). A TMA-store epilogue loads C by TMA per
+    sub-tile (:mod:`cutedsl.collective.epilogue_source`); the global epilogue per element."""
     dtype: str = None
 
     def params(self, out_dtype):
         return [Param("beta", "f32"), Param("c", "ptr", shape=("m", "n"), dtype=self.dtype or out_dtype)]
 
+    def __attrs_post_init__(self):
+        if self.dtype is not None and self.dtype not in ("f32", "f16", "bf16"):
+            raise ConfigError(f"beta's C must be f32, f16 or bf16, got {self.dtype!r}")
+
     def apply(self, value, row, col, ctx):
+        if getattr(ctx, "c_tile", None) is not None:      # a TMA epilogue loaded this sub-tile of C
+            from .epilogue_source import TmaSource
+            return value + ctx.args.beta * TmaSource(self.dtype, 0, ctx.c_tile[3]).read(ctx.c_tile, row, col)
         r, c = _clamped(row, col, ctx)
         return value + ctx.args.beta * _load(ctx, "c", self.dtype, _rowmajor(ctx, r, c))
 
     def bind(self, out_dtype):
-        return self if self.dtype else attrs.evolve(self, dtype=out_dtype)
+        """C defaults to the output type (f32 for an fp8 output)."""
+        return self if self.dtype else attrs.evolve(self, dtype=out_dtype if out_dtype in ("f32", "f16", "bf16")
+                                                    else "f32")
 
     def reference(self, value, args, out_dtype):
         return value + float(np.float32(args["beta"])) * np.asarray(args["c"]).astype(np.float64)
@@ -333,7 +343,7 @@ def random_args(params, m: int, n: int, rng, l: int = 1) -> dict:
     for p in params:
         if p.kind == "f32":
             out[p.name] = float(2.0 ** int(rng.integers(-2, 3)))
-        elif p.kind == "ptr":
+        elif p.kind in ("ptr", "tensormap"):
             shape = tuple({"m": m, "n": n, "l": l}.get(x, x) for x in p.shape)
             npd = _dtype(p.dtype).numpy
             out[p.name] = np.zeros(shape, npd) if p.output else \

@@ -54,8 +54,11 @@ class ParamSpec:
     output: bool = attrs.field(default=False, kw_only=True)
 
     def __attrs_post_init__(self):
-        if (self.shape is not None or self.dtype is not None or self.output) and self.kind != "ptr":
+        if self.output and self.kind != "ptr":
             raise ValueError(f"parameter {self.name!r}: shape/dtype/output can only be declared for a ptr")
+        if (self.shape is not None or self.dtype is not None) and self.kind not in ("ptr", "tensormap"):
+            raise ValueError(f"parameter {self.name!r}: shape/dtype/output can only be declared for a ptr "
+                             f"(or the array behind a tensor map)")
         for s in self.shape or ():
             if not (s in ("m", "n", "k", "l") or (isinstance(s, int) and s > 0)):
                 raise ValueError(f"parameter {self.name!r}: shape entries are positive ints or "

@@ -39,8 +39,10 @@ def value(be, p, v, dims, keep, owned, copy_back=None):
     declares: ``ArgumentError`` / ``ArgumentTypeError`` naming the parameter otherwise. For an
     ``output`` parameter a numpy array must be writable, C-contiguous and of exactly that
     dtype; ``(numpy array, device copy)`` is appended to ``copy_back`` for the result to fill.
-    A scalar parameter (``f32``, ``i32`` ...) takes a real number (``ArgumentTypeError``)."""
-    if p.kind != "ptr":
+    A scalar parameter (``f32``, ``i32`` ...) takes a real number (``ArgumentTypeError``). A
+    ``tensormap`` parameter (an epilogue operand read by TMA) returns the checked
+    ``DeviceArray`` (numpy: a row-pitched device copy) for the caller to encode."""
+    if p.kind not in ("ptr", "tensormap"):
         ok = (float, int, np.floating, np.integer) if p.kind == "f32" else (int, np.integer)
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, ok):
             raise ArgumentTypeError(f"{p.name} must be a {'real number' if p.kind == 'f32' else 'int'} "
@@ -69,6 +71,13 @@ def value(be, p, v, dims, keep, owned, copy_back=None):
             spelled = "(" + ", ".join(map(str, p.shape)) + ("," if len(p.shape) == 1 else "") + ")"
             raise ArgumentError(f"{p.name} must have shape {spelled} = {want} for this problem, "
                                 f"got {tuple(shape)}")
+    if p.kind == "tensormap":       # the array behind a tensor map: the caller encodes it (TMA rules)
+        if dev is None:
+            arr = arrays.to_device(be, host, pitch_align=16)
+            owned.append(arr)
+            return arr
+        keep.append(v)
+        return arrays.DeviceArray(dev[0], tuple(shape), tuple(dev[2]), dev[3], be, v)
     if dev is None:
         arr = arrays.to_device(be, np.ascontiguousarray(host))
         owned.append(arr)

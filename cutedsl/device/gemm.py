@@ -378,6 +378,14 @@ class Gemm:
         for p in declared:
             if p.name not in values:
                 values[p.name] = extras.value(be, p, extra[p.name], dims, keep, scratch.arrays, copy_back)
+            if p.kind == "tensormap":              # e.g. C loaded by the TMA epilogue
+                arr = values[p.name]
+                self._check_tma_layout(p.name, arr)
+                if cfg.batched and arr.ndim == 2:
+                    arr = arrays.DeviceArray(arr.ptr, (1,) + arr.shape, (arr.shape[0] * arr.strides[0],) + arr.strides,
+                                             arr.dtype, be, arr.owner)
+                values[p.name] = be.encode_tensor_map(specs[p.name], arr.ptr, arr.shape, arr.strides)
+                scratch.tmaps.append(values[p.name])
         params = kern.pack_params(values)
         handle = self._module(be, kern)
         zero_d = getattr(self.kernel.epilogue, "accumulates", False)

@@ -42,10 +42,15 @@ class TuneResult:
     emulated: bool
 
     def report(self) -> str:
-        from ..bench.configs import label
         lines = [f"tuned on {self.device}" + (" (emulator: timings are not GPU times)" if self.emulated else "")]
-        lines += [f"  {ms:9.4f} ms  {label(cfg)}" for cfg, ms in self.table]
+        lines += [f"  {ms:9.4f} ms  {_label(cfg)}" for cfg, ms in self.table]
         return "\n".join(lines)
+
+
+def _label(cfg) -> str:
+    """``pingpong 64x128x64 s7 cluster=2x1``: what tells candidates apart."""
+    cl = "" if cfg.cluster == (1, 1) else " cluster={}x{}".format(*cfg.cluster)
+    return f"{cfg.schedule} {'x'.join(map(str, cfg.tile))} s{cfg.resolved_stages()}{cl}"
 
 
 def device_key(backend) -> str:

@@ -371,6 +371,7 @@ class MultistageGemmKernel(GemmKernel):
         kb = KernelBuilder(self.name, self.params(), block=(self.threads, 1, 1), arch=self.arch)
         with kb.build() as args:
             smem = plan.bind()
+            self.epilogue.init(smem, thread_idx().eq(0))      # before the mainloop's init fence
             ops, pipeline = self.mainloop.setup(smem, args)
             problem = self.bind_problem(args)
             wt = self.work_tile(0)
@@ -433,6 +434,7 @@ class SingleTileGemmKernel(GemmKernel):
             bar = MBarriers(smem.barriers("bar"), 1)
             leader = thread_idx().eq(0)
             bar.init(0, 1, predicate=leader)
+            self.epilogue.init(smem, leader)
             bar.fence_init()
             gpu.barrier()
             problem = self.bind_problem(args)

@@ -187,6 +187,7 @@ class WarpSpecializedGemmKernel(GemmKernel):
                                    consumers=self.arch.warps_per_warpgroup * self.split_warpgroups,
                                    cluster=self.cluster)
             self.init_extra(smem, leader)
+            self.epilogue.init(smem, leader)
             pipeline.init(leader)
             ops = ml.bind(smem, args)
             ml.prefetch(ops, predicate=leader)

@@ -157,3 +157,34 @@ def test_cli_fused_epilogue_check(capsys):
     rep = json.loads(capsys.readouterr().out)
     assert rc == 0 and rep["passed"] and rep["fusion"] == ["scale_a:row", "scale_b:col", "beta", "bias:col", "aux",
                                                            "gelu"]
+
+
+@pytest.mark.parametrize("schedule,tile,out,c_dtype", [
+    ("pingpong", (64, 64), "f16", "f32"),          # one sub-tile per call (odd): the extra phase
+    ("cooperative", (128, 128), "f32", "bf16"),    # two warpgroups, each its own C buffer
+    ("multistage", (64, 128), "e4m3", "f16"),
+])
+def test_c_is_loaded_by_tma_in_the_tma_epilogue(schedule, tile, out, c_dtype, rng):
+    """With the TMA store, C is a tensor map read per sub-tile into shared memory (one SM:
+    a persistent CTA walks every tile, so the mbarrier phases carry across calls); random
+    interleavings and late async completion (the emulator's adversarial mode) included."""
+    from cutedsl.sim import SimBackend
+    cfg = GemmConfig(schedule=schedule, tile=tile + (64,), out_dtype=out, epilogue=[f"beta:{c_dtype}"], sm_count=1)
+    g = Gemm(cfg, SimBackend(chaos=int(rng.integers(1, 2 ** 31))))
+    kern = g.kernel
+    assert [(p.name, p.kind) for p in kern.params() if p.name == "c"] == [("c", "tensormap")]
+    assert [t.param for t in kern.epilogue.tensor_maps()] == ["d", "c"]
+    m, n, k = 2 * tile[0] + 17, 2 * tile[1] + 9, 70
+    a = rng.integers(-3, 4, (m, k)).astype(np.float16)
+    b = rng.integers(-3, 4, (k, n)).astype(np.float16)
+    c = rng.integers(-8, 9, (m, n)).astype(_dtype(c_dtype).numpy)
+    d = g(a, b, beta=0.5, c=c)
+    ref = a.astype(np.float64) @ b.astype(np.float64) + 0.5 * c.astype(np.float64)
+    if out in ("e4m3", "e5m2"):
+        top = float(ml_dtypes.finfo(_dtype(out).numpy).max)
+        want = np.clip(ref, -top, top).astype(np.float32).astype(_dtype(out).numpy)
+        assert np.array_equal(d.view(np.uint8), want.view(np.uint8))
+    else:
+        assert np.array_equal(d.astype(np.float64), ref.astype(_dtype(out).numpy).astype(np.float64))
+    with pytest.raises(ConfigError, match="beta's C must be f32, f16 or bf16"):
+        GemmConfig(epilogue=["beta:e4m3"])

@@ -93,7 +93,7 @@ def test_batched_c_and_aux(schedule, epilogue, rng, sim):
 
 
 def test_batch_errors(sim):
-    a, b = np.ones((2, 8, 16), np.float16), np.ones((2, 16, 8), np.float16)
+    a = np.ones((2, 8, 16), np.float16)
     with pytest.raises(ArgumentError, match=r"gridDim.z = 70000 CTAs; the hardware allows 1..65535"):
         Gemm(GemmConfig(batched=True), sim).grid(8, 8, 8, 70000)
     with pytest.raises(ConfigError, match="batched must be True or False"):
