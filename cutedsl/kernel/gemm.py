@@ -1,4 +1,4 @@
-"""GEMM kernels: ``D[M, N] = A[M, K] @ B[K, N]`` (f16/bf16 in, f32 accumulate, f32/f16/bf16 out).
+"""GEMM kernels: ``D[M, N] = A[M, K] @ B[K, N]`` (f16/bf16/fp8/tf32 in, f32 accumulate; batched too).
 
 By default one CTA (one warpgroup, 128 threads; two for a 128 x 256 tile) per
 ``tile_m x tile_n`` output tile; grid ``(ceil(N / tile_n), ceil(M / tile_m), 1)``; M, N, K
@@ -86,9 +86,11 @@ class GemmKernel(Kernel):
     The body asks the scheduler for one :class:`~cutedsl.collective.tile_scheduler.WorkTile`
     per unit of work (:meth:`work_tile`): tile origin, batch, k-tile range, valid.
 
-    ``tile_m`` in {64, 128}, ``tile_n`` in {64, 128, 256}; ``dtype`` f16/bf16 (A and B);
-    ``out_dtype`` f32/f16/bf16 (D); ``b_major`` "MN" (B is (K, N) row-major) or "K".
-    Raises ``ValueError``/``TypeError`` for values outside these sets.
+    ``tile_m`` in {64, 128}, ``tile_n`` in {64, 128, 256}; ``dtype`` f16/bf16/e4m3/e5m2/tf32
+    (A, and B unless ``b_dtype``: e4m3 and e5m2 mix); ``out_dtype`` f32/f16/bf16/e4m3/e5m2 (D);
+    ``b_major`` "MN" (B is (K, N) row-major) or "K"; ``a_major`` "K" or "MN" (16-bit types);
+    ``fusion`` fused epilogue nodes; ``batched`` (L, rows, cols) operands (parameters ``l``,
+    ``la``, ``lb``). Raises ``ValueError``/``TypeError`` for values outside these sets.
     """
 
     name = "gemm"
