@@ -24,7 +24,7 @@ from .limits import DEFAULT_LIMITS, SimLimits
 from .memory import GlobalMemory
 from .loader import load_ptx
 from .program import Program
-from .scheduler import DEFAULT_BUDGET, Launch
+from .scheduler import DEFAULT_BUDGET, DEFAULT_SM_COUNT, Launch
 from .chaos import env_seed
 from . import tensormap as _tma
 from .tensormap import register_tensor_map
@@ -65,7 +65,9 @@ class SimBackend(Backend):
     else off); ``time_limit`` - wall-clock seconds per launch (default:
     ``CUTEDSL_SIM_TIME_LIMIT`` if set, else 900; raises :class:`TimeLimitExceeded`);
     ``limits`` - a :class:`~cutedsl.sim.limits.SimLimits` bounding what a launch may allocate
-    (checked before allocating: :class:`SimLaunchError`).
+    (checked before allocating: :class:`SimLaunchError`); ``sm_count`` - the SMs of the
+    modelled GPU (default 132): the CTAs that fit on them at once run together (residency,
+    ``cutedsl.sim.scheduler``), and persistent GEMM schedules size their grid from it.
     After each launch ``last_launch`` holds ``{"instructions", "seconds", "ctas", "printf"}``
     (``printf``: the lines ``vprintf`` produced, also written to stdout).
     """
@@ -74,7 +76,8 @@ class SimBackend(Backend):
 
     @checked_arguments()
     def __init__(self, *, budget: int = DEFAULT_BUDGET, race_check: bool = True, dyn_smem_offset: int = 0,
-                 chaos: int | None = None, time_limit: float | None = None, limits: SimLimits | None = None):
+                 chaos: int | None = None, time_limit: float | None = None, limits: SimLimits | None = None,
+                 sm_count: int = DEFAULT_SM_COUNT):
         self.gmem = GlobalMemory()
         if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget <= 0:
             raise ArgumentError(f"budget must be a positive int number of warp-instructions, got {budget!r}")
@@ -90,6 +93,10 @@ class SimBackend(Backend):
             raise ArgumentError(f"time_limit must be a positive number of seconds or None, got {time_limit!r}")
         self.chaos = chaos
         self.time_limit = time_limit
+        if isinstance(sm_count, bool) or not isinstance(sm_count, (int, np.integer)) or not 1 <= sm_count <= 4096:
+            raise ArgumentError(f"sm_count must be an int in 1..4096 (the SMs resident CTAs spread over), "
+                                f"got {sm_count!r}")
+        self.sm_count = int(sm_count)
         self.last_launch = {}
         self._lock = threading.RLock()   # reentrant: a finalizer may free memory inside a locked call
         self._tmaps = set()              # ids of the tensor maps this backend registered
@@ -178,11 +185,12 @@ class SimBackend(Backend):
         ln = Launch(handle.program, self.gmem, grid, block, params, cluster=cluster, smem=smem,
                     budget=self.budget, race_check=self.race_check, dyn_smem_offset=self.dyn_smem_offset,
                     global_syms=handle.global_syms, time_limit=self.time_limit,
-                    chaos=self.chaos if self.chaos is not None else env_seed(), limits=self.limits)
+                    chaos=self.chaos if self.chaos is not None else env_seed(), limits=self.limits,
+                    sm_count=self.sm_count)
         ln.run()
         self.last_launch = {"instructions": ln.insts, "seconds": time.perf_counter() - t,
                             "ctas": ln.grid[0] * ln.grid[1] * ln.grid[2], "printf": ln.printf,
-                            "chaos": ln.seed}
+                            "chaos": ln.seed, "resident_clusters": ln.resident}
 
     def synchronize(self) -> None:
         return None

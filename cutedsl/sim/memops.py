@@ -8,7 +8,7 @@ from . import numerics as nm
 from .alu import PACKED, pack2, unpack2
 from .memory import LOCAL_WIN, PARAM_WIN, SHARED_WIN
 from .ptxtypes import CALLPARAM_BASE, NP
-from .registry import handler
+from .registry import YIELD, handler
 from .parser import TYPE_SIZES
 
 SPACES = {"global", "shared", "param", "local", "const", "shared::cta", "shared::cluster",
@@ -82,6 +82,15 @@ def dec_ld(ctx, ins, mods, ops):
         v = w.load(space, a, m, esize, vec, dt, ins)
         for j, (_f, comp) in enumerate(writers):
             comp(w, m, v[:, j])
+    if space in ("global", "generic") and ({"acquire", "volatile"} & set(mods)):
+        # a load that waits for another CTA's write (a flag, a semaphore): a scheduling point,
+        # so a spinning warp lets the resident CTAs it waits for run
+        load = fn
+
+        def fn(w, g, m):
+            load(w, g, m)
+            g.pc += 1
+            return YIELD
     return fn
 
 

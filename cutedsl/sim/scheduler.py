@@ -6,8 +6,14 @@ static ``.shared`` variables first, in declaration order with their alignment (f
 next multiple of 1024 B plus an optional stress offset. ``%dynamic_smem_size`` is the
 launched dynamic size.
 
-**Scheduling.** Clusters run one after another; the CTAs of a cluster are co-scheduled.
-Within a cluster the scheduler visits warps round-robin and runs each until it blocks, yields
+**Residency.** As on the GPU, every cluster that fits at once is live together
+(:meth:`Launch.residency`: ``sm_count`` SMs, each holding at most 32 CTAs, 2048 threads,
+228 KiB of shared memory (1 KiB reserved per CTA) and 64 K registers at ``.maxnreg``; then
+what the emulator's ``SimLimits.memory_bytes`` allows); when a cluster exits the next one in
+launch order takes its place. So CTAs that synchronise through global memory (semaphores,
+work queues, grid-wide barriers) make progress; a wait on a CTA that cannot become resident
+is a deadlock whose report says how many clusters are waiting to become resident.
+The scheduler visits the live warps (all live clusters) round-robin and runs each until it blocks, yields
 (a failed ``test_wait`` poll or ``nanosleep``) or a quantum of instructions passes. Inside a
 warp, lane groups follow the **min-PC** rule: the runnable group with the lowest PC runs,
 and groups whose PCs meet merge (reconvergence). A round in which no instruction executes is
@@ -19,8 +25,9 @@ repeats before anything changes, the cluster cycles forever and a :class:`Deadlo
 of their loops. A wall-clock limit (``time_limit`` seconds, env ``CUTEDSL_SIM_TIME_LIMIT``)
 stops any launch with :class:`TimeLimitExceeded`.
 
-**Adversarial mode** (``chaos=SEED``, :mod:`cutedsl.sim.chaos`): random warp order and run
-lengths per round, deferred asynchronous operations; **race detection** (``race_check``,
+**Adversarial mode** (``chaos=SEED``, :mod:`cutedsl.sim.chaos`): random warp order (across
+clusters too) and run lengths per round, deferred asynchronous operations (all completed when
+a cluster exits); **race detection** (``race_check``,
 :mod:`cutedsl.sim.hb`): one happens-before state per cluster and one shadow per CTA.
 """
 from __future__ import annotations
@@ -41,6 +48,9 @@ from .memory import views
 from .registry import JUMPED, YIELD
 
 DEFAULT_BUDGET = 200_000_000
+DEFAULT_SM_COUNT = 132          #: H100 SXM: the SMs a launch's resident CTAs spread over
+#: per-SM resources of sm_90 (CUDA occupancy rules): CTAs, threads, shared memory, registers
+SM_CTAS, SM_THREADS, SM_SMEM, SMEM_RESERVED, SM_REGS = 32, 2048, 233472, 1024, 65536
 #: default wall-clock limit per launch in seconds (env CUTEDSL_SIM_TIME_LIMIT overrides)
 DEFAULT_TIME_LIMIT = 900.0
 
@@ -94,7 +104,7 @@ class Launch:
 
     def __init__(self, program, gmem, grid, block, params, *, cluster=(1, 1, 1), smem=0,
                  budget=DEFAULT_BUDGET, race_check=True, dyn_smem_offset=0, quantum=20000,
-                 global_syms=None, chaos=None, time_limit=None, limits=None):
+                 global_syms=None, chaos=None, time_limit=None, limits=None, sm_count=DEFAULT_SM_COUNT):
         Launch.serial_counter += 1
         self.serial = Launch.serial_counter
         self.program = program
@@ -156,13 +166,15 @@ class Launch:
         self.dyn_base = (static + al - 1) // al * al + int(dyn_smem_offset)
         self.smem_total = self.dyn_base + smem
         self._check_memory(limits or DEFAULT_LIMITS, nthreads, ncl, race_check)
+        self.sm_count = int(sm_count)
+        self.resident = self.residency(nthreads, ncl, (limits or DEFAULT_LIMITS).memory_bytes)
         self.budget = int(budget)
         self.race_check = bool(race_check)
         self.quantum = int(quantum)
         self.chaos = Chaos(chaos) if chaos is not None else None
         self.seed = chaos
         self.time_limit = float(time_limit) if time_limit is not None else default_time_limit()
-        self.changed = False     # a store changed memory this round (see _run_cluster)
+        self.changed = False     # a store changed memory this round (see _run_resident)
         self.insts = 0
         self.printf = []
         self.version = 0
@@ -177,6 +189,7 @@ class Launch:
         per_warp = warp_bytes(p.nregs, p.local_size, getattr(p, "callparam_size", 0))
         per_cta = -(-nthreads // 32) * per_warp + self.smem_total * (1 + (13 if race_check else 0))
         need = ncl * per_cta
+        self._cluster_bytes = need
         if need > limits.memory_bytes:
             raise SimLaunchError(
                 f"kernel {p.name!r}: {ncl} CTA(s) of {nthreads} threads would need {fmt_bytes(need)} of emulator "
@@ -196,45 +209,83 @@ class Launch:
             a = self.global_syms[name] = al.base
         return a
 
+    def residency(self, nthreads: int, ncl: int, memory_bytes: int) -> int:
+        """Clusters live at once (see the module docstring): what ``sm_count`` SMs hold, capped
+        by the emulator's memory limit; at least one."""
+        per_sm = min(SM_CTAS, SM_THREADS // max(nthreads, 1), SM_SMEM // (self.smem_total + SMEM_RESERVED))
+        mx = self.program.directives.get("maxnreg")
+        if mx:
+            per_sm = min(per_sm, SM_REGS // (int(mx[0] if isinstance(mx, (tuple, list)) else mx) * nthreads))
+        hw = max(1, self.sm_count * max(per_sm, 1) // ncl)
+        self.resident_limit = "hardware" if hw * self._cluster_bytes <= memory_bytes else "memory"
+        return max(1, min(hw, memory_bytes // max(self._cluster_bytes, 1)))
+
     # -- running -----------------------------------------------------------------------
+    def _clusters(self):
+        """The launch's clusters in launch order (x fastest), created when they become resident."""
+        gx, gy, gz = self.grid
+        cx, cy, cz = self.cluster
+        cid = 0
+        for kz in range(gz // cz):
+            for ky in range(gy // cy):
+                for kx in range(gx // cx):
+                    cl = Cluster(cid)
+                    for z in range(cz):
+                        for y in range(cy):
+                            for x in range(cx):
+                                ctaid = (kx * cx + x, ky * cy + y, kz * cz + z)
+                                rank = x + cx * (y + cy * z)
+                                cl.ctas.append(CTA(self, ctaid, cl, rank, (x, y, z)))
+                                self.cta_serial += 1
+                    if self.race_check:
+                        cl.hb = HB(cl, self.seed)
+                        for c in cl.ctas:
+                            c.shadow = Shadow(c, cl.hb)
+                    yield cl
+                    cid += 1
+
     def run(self):
         self._t0 = time.perf_counter()
         gx, gy, gz = self.grid
         cx, cy, cz = self.cluster
+        self.clusters_total = (gx // cx) * (gy // cy) * (gz // cz)
+        self.clusters_started = 0
+        self.live = []
+        pending = self._clusters()
         with np.errstate(all="ignore"):
-            cid = 0
-            for kz in range(gz // cz):
-                for ky in range(gy // cy):
-                    for kx in range(gx // cx):
-                        cl = Cluster(cid)
-                        for z in range(cz):
-                            for y in range(cy):
-                                for x in range(cx):
-                                    ctaid = (kx * cx + x, ky * cy + y, kz * cz + z)
-                                    rank = x + cx * (y + cy * z)
-                                    cl.ctas.append(CTA(self, ctaid, cl, rank, (x, y, z)))
-                                    self.cta_serial += 1
-                        try:
-                            self._run_cluster(cl)
-                        finally:
-                            _dispose(cl)
-                        cid += 1
+            try:
+                self._run_resident(pending)
+            finally:
+                for cl in self.live:
+                    _dispose(cl)
+                self.live = []
 
-    def _run_cluster(self, cl):
-        if self.race_check:
-            cl.hb = HB(cl, self.seed)
-            for c in cl.ctas:
-                c.shadow = Shadow(c, cl.hb)
-        warps = [w for c in cl.ctas for w in c.warps]
+    def _admit(self, pending) -> None:
+        while len(self.live) < self.resident:
+            cl = next(pending, None)
+            if cl is None:
+                return
+            self.live.append(cl)
+            self.clusters_started += 1
+
+    def _run_resident(self, pending):
         chaos = self.chaos
         seen = set()
         t_end = self._t0 + self.time_limit
-        while True:
-            active = [w for w in warps if not w.done]
-            if not active:
+        self._admit(pending)
+        while self.live:
+            done = [cl for cl in self.live if all(w.done for c in cl.ctas for w in c.warps)]
+            if done:                   # exited clusters make room for the next ones in launch order
                 if chaos is not None:
                     chaos.drain()
-                return
+                for cl in done:
+                    self.live.remove(cl)
+                    _dispose(cl)
+                self._admit(pending)
+                seen.clear()
+                continue
+            warps = [w for cl in self.live for c in cl.ctas for w in c.warps]
+            active = [w for w in warps if not w.done]
             executed = 0
             v0 = self.version
             self.changed = False
@@ -251,24 +302,24 @@ class Launch:
                 if self.insts > self.budget:
                     raise InstructionBudgetExceeded(
                         f"instruction budget of {self.budget} warp-instructions exceeded in kernel "
-                        f"{self.program.name!r} (cluster {cl.cid}); last warp: CTA {w.cta.ctaid} warp {w.wid} "
-                        f"at {self._where(w)}" + self._seed_note())
+                        f"{self.program.name!r} (cluster {w.cta.cluster.cid}); last warp: CTA {w.cta.ctaid} warp "
+                        f"{w.wid} at {self._where(w)}" + self._seed_note())
             if time.perf_counter() > t_end:
                 raise TimeLimitExceeded(
                     f"kernel {self.program.name!r} ran longer than the emulator's wall-clock limit of "
                     f"{self.time_limit:g} s (time_limit= / CUTEDSL_SIM_TIME_LIMIT) after {self.insts} "
-                    f"warp-instructions\n" + self.deadlock_report(cl, livelock=True, head=False))
+                    f"warp-instructions\n" + self.deadlock_report(self.live, livelock=True, head=False))
             if executed == 0:
                 if chaos is not None and chaos.run_one():
                     continue
-                raise DeadlockError(self.deadlock_report(cl))
+                raise DeadlockError(self.deadlock_report(self.live))
             if self.version == v0 and not self.changed:     # nothing observable changed
                 if chaos is not None and chaos.run_one():
                     seen.clear()
                     continue
                 fp = self._fingerprint(active)
                 if fp in seen:
-                    raise DeadlockError(self.deadlock_report(cl, livelock=True))
+                    raise DeadlockError(self.deadlock_report(self.live, livelock=True))
                 seen.add(fp)
                 for w in active:
                     w.spin_pcs.update(g.pc for g in w.groups)
@@ -281,8 +332,8 @@ class Launch:
     def _fingerprint(active):
         """State of the live warps: PCs, lane masks, blocking reasons and register files."""
         parts = []
-        for w in sorted(active, key=lambda x: (x.cta.rank, x.wid)):
-            parts.append((w.cta.rank, w.wid, tuple((g.pc, g.mask.tobytes(), g.blocked is not None)
+        for w in sorted(active, key=lambda x: (x.cta.cluster.cid, x.cta.rank, x.wid)):
+            parts.append((w.cta.cluster.cid, w.cta.rank, w.wid, tuple((g.pc, g.mask.tobytes(), g.blocked is not None)
                                                    for g in w.groups),
                           hash(w.u32.tobytes()), hash(w.u64.tobytes()), hash(w.p.tobytes()),
                           hash(w.u16.tobytes())))
@@ -380,6 +431,15 @@ class Launch:
             self.insts += n
         return n
 
+    def _loop_of(self, pc) -> set:
+        """PCs of the innermost loop around ``pc`` (a later ``bra`` back to ``pc`` or before),
+        for reports of warps that yield inside it (a spinning acquire load)."""
+        for j in range(pc, min(len(self.code), pc + 64)):
+            t = getattr(self.code[j], "info", None)
+            if isinstance(t, int) and t <= pc and self.code[j].text.lstrip("@%!p0123456789 ").startswith("bra"):
+                return {t, j}
+        return set()
+
     @staticmethod
     def _merge(w, g, o):
         g.set_mask(g.mask | o.mask)
@@ -387,14 +447,24 @@ class Launch:
         w.groups.remove(o)
 
     # -- diagnostics ---------------------------------------------------------------------
-    def deadlock_report(self, cl, livelock=False, head=True):
+    def deadlock_report(self, live, livelock=False, head=True):
+        """The blocked lane groups of the live clusters ``live`` (a list, or one cluster), and how
+        many clusters of the launch are still waiting to become resident."""
+        live = live if isinstance(live, list) else [live]
         text = ("livelock: the warps spin in loops that change neither memory nor barriers, and their "
                 "state repeats" if livelock else
                 "deadlock: no warp can make progress and no asynchronous operation is pending")
-        lines = [f"{text} in kernel {self.program.name!r}, cluster {cl.cid} "
-                 f"({len(cl.ctas)} CTA{'s' if len(cl.ctas) > 1 else ''}), after {self.insts} warp-instructions"
+        where = (f"cluster {live[0].cid} ({len(live[0].ctas)} CTA{'s' if len(live[0].ctas) > 1 else ''})"
+                 if len(live) == 1 else f"clusters {', '.join(str(c.cid) for c in live)} (all resident)")
+        lines = [f"{text} in kernel {self.program.name!r}, {where}, after {self.insts} warp-instructions"
                  + self._seed_note()] if head else []
-        for c in cl.ctas:
+        waiting = getattr(self, "clusters_total", 0) - getattr(self, "clusters_started", 0)
+        if waiting > 0:
+            lines.append(f"{waiting} more cluster(s) of the launch cannot become resident until one of these "
+                         f"exits ({self.resident} live at once: {self.sm_count} SMs"
+                         + (", capped by SimLimits.memory_bytes" if getattr(self, "resident_limit", "") == "memory"
+                            else "") + "): a wait on one of them never ends")
+        for c in (c for cl in live for c in cl.ctas):
             blocked = [(w, g) for w in c.warps if not w.done for g in w.groups]
             if not blocked:
                 continue
@@ -410,7 +480,7 @@ class Launch:
                     if log:
                         lines.append("      barrier history: " + "; ".join(log[-6:]))
                 elif livelock:
-                    pcs = sorted(w.spin_pcs | {g.pc})
+                    pcs = sorted(w.spin_pcs | {g.pc} | self._loop_of(g.pc))
                     lo, hi = self.code[pcs[0]].line, self.code[pcs[-1]].line
                     lines.append(f"      spinning (PTX lines {lo}-{hi})" if hi > lo else "      spinning")
             done = [w.wid for w in c.warps if w.done]

@@ -67,7 +67,8 @@ def test_auto_gemm_runs_the_chosen_kernel_per_shape(sim, rng):
         a = rng.integers(-3, 4, (m, k)).astype(dt)
         b = rng.integers(-3, 4, (k, n)).astype(dt)
         np.testing.assert_array_equal(g(a, b), a.astype(np.float64) @ b.astype(np.float64))
-        assert g.last_config == GemmConfig.for_problem(m, n, k, "f16" if dt is np.float16 else "bf16")
+        assert g.last_config == GemmConfig.for_problem(m, n, k, "f16" if dt is np.float16 else "bf16",
+                                                       sm_count=sim.sm_count)     # the backend's SMs
     assert len(g._gemms) == 2 and g.gemm_for(g.last_config) is g.gemm_for(g.last_config)
     with pytest.raises(ConfigError, match="out_dtype must be"):
         Gemm("auto", sim, out_dtype="f64")
