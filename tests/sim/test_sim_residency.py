@@ -1,6 +1,7 @@
-"""Residency (issue 21): the CTAs that fit on the GPU at once run together, so CTAs that
-synchronise through global memory finish; a wait on a CTA that cannot become resident is a
-deadlock report saying so."""
+"""Residency and intra-warp store conflicts (issue 21): the CTAs that fit on the GPU at once run
+together, so CTAs that synchronise through global memory finish; a wait on a CTA that cannot
+become resident is a deadlock report saying so; lanes of one store writing different values to
+one shared word are a race."""
 import numpy as np
 import pytest
 
@@ -83,3 +84,33 @@ def test_adversarial_mode_keeps_the_barrier_correct():
     out = emu.to_device(np.zeros(1 + 8, np.uint32))
     emu.launch(prog, 8, 64, [out])
     assert (emu.to_host(out, (9,), np.uint32) == 8).all()
+
+
+LANE_STORE = """
+\tld.param.u64 %rd1, [p_out];
+\tmov.u32 %r1, %tid.x;
+\tmov.u32 %r9, buf;
+\t{value}
+\tst.shared.u32 [%r9], %r2;
+\tbar.sync 0;
+\tld.shared.u32 %r3, [%r9];
+\tcvta.to.global.u64 %rd1, %rd1;
+\tst.global.u32 [%rd1], %r3;
+"""
+
+
+@pytest.mark.parametrize("value,race", [("mov.u32 %r2, %r1;", True), ("mov.u32 %r2, 7;", False)])
+def test_lanes_of_one_store_writing_one_word(value, race):
+    """Issue 21: two lanes of one st.shared writing different values to one word is a race
+    (which lane wins is undefined); all lanes writing the same value is benign."""
+    from cutedsl.sim import RaceError
+    emu = Emulator()
+    prog = load_ptx(kernel(LANE_STORE.replace("{value}", value), decls="\t.shared .align 4 .b8 buf[4];\n"))
+    out = emu.to_device(np.zeros(1, np.uint32))
+    if race:
+        with pytest.raises(RaceError, match=r"lanes 0 and 1 of warp 0 store different values there in one "
+                                            r"instruction"):
+            emu.launch(prog, 1, 32, [out])
+    else:
+        emu.launch(prog, 1, 32, [out])
+        assert emu.to_host(out, (1,), np.uint32)[0] == 7
