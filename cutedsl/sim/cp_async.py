@@ -2,7 +2,10 @@
 ``commit_group``, ``wait_group N``, ``wait_all``, ``mbarrier.arrive[.noinc]`` (PTX ISA
 "cp.async" and following).
 
-Copies complete at issue. For the race detector (:mod:`cutedsl.sim.hb`) each copy is a
+Copies complete at issue; in the adversarial mode (:mod:`cutedsl.sim.chaos`) the shared-memory
+write of each copy is deferred (the global bytes are read at issue) until a random later point,
+at the latest the ``wait_group``/``wait_all`` that covers its group or the thread's
+``cp.async.mbarrier.arrive``. For the race detector (:mod:`cutedsl.sim.hb`) each copy is a
 generic-proxy write by the issuing warp's ``cpasync`` agent (clock = 1 + group index), which
 ``wait_group``/``wait_all`` make known to the waiting warp and ``cp.async.mbarrier.arrive``
 releases into an mbarrier.
@@ -36,6 +39,11 @@ def _dec_cp_async_group(ctx, ins, op, mods, ops):
             n = int(ctx.operand(ops[0]).value)
 
         def fn(w, g, m):
+            chaos = w.cta.launch.chaos
+            if chaos is not None:       # the covered groups' deferred copies land now
+                last = w.cp_commits if n is None else w.cp_commits - n - 1
+                key = (w.cta.rank, w.wid)
+                chaos.flush(lambda t: t is not None and t[0] == "cpasync" and t[1] == key and t[2] <= last)
             hb = w.cta.cluster.hb
             if hb is not None:
                 hb.observe(w, _cp_agent(w).idx, w.cp_commits + 1 if n is None else w.cp_commits - n)
@@ -53,6 +61,10 @@ def _dec_cp_async_group(ctx, ins, op, mods, ops):
     addr = ctx.addr(ops[0])
 
     def fn(w, g, m):
+        chaos = w.cta.launch.chaos
+        if chaos is not None:           # the arrive-on waits for all the thread's prior copies
+            key = (w.cta.rank, w.wid)
+            chaos.flush(lambda t: t is not None and t[0] == "cpasync" and t[1] == key)
         lanes = w._lanes(m)
         hb = w.cta.cluster.hb
         for cta, off, n in mbar_targets(w, lane_vals(addr(w), lanes), space, ins, lanes):
@@ -99,6 +111,9 @@ def dec_cp_async(ctx, ins, mods, ops):
         if rsrc is None:
             _cp_store(w, dst(w), m, n, w.load("global", src(w), m, 1, n, np.uint8, ins), ins)
             return
+        fn_partial(w, g, m)
+
+    def fn_partial(w, g, m):
         # PTX: only src-size bytes are read from global memory, the rest of cp-size is zero-filled;
         # a lane with src-size 0 reads nothing (its address may point anywhere).
         lanes = w._lanes(m)
@@ -120,12 +135,23 @@ def dec_cp_async(ctx, ins, mods, ops):
 
 def _cp_store(w, d, m, n, v, ins):
     """cp.async's shared-memory write: a generic-proxy write by the warp's ``cpasync`` agent
-    (race detector), ordered for the warp by cp.async.wait_group / wait_all."""
+    (race detector), ordered for the warp by cp.async.wait_group / wait_all; deferred in the
+    adversarial mode (tag ``("cpasync", (rank, warp), group)``)."""
+    chaos = w.cta.launch.chaos
+    if chaos is None:
+        _cp_write(w, d, m, n, v, ins, w.cp_commits + 1)
+        return
+    d = np.array(d, copy=True)               # the registers may change before it lands
+    m = None if m is None else np.array(m, copy=True)
+    group, clock = w.cp_commits, w.cp_commits + 1
+    chaos.defer(lambda: _cp_write(w, d, m, n, v, ins, clock), tag=("cpasync", (w.cta.rank, w.wid), group))
+
+
+def _cp_write(w, d, m, n, v, ins, clock):
     w.store("shared::cta", d, m, 1, n, v, ins, race=False)
     sh = w.cta.shadow
     if sh is not None:
         a = _cp_agent(w)
-        clock = w.cp_commits + 1
         offs = np.broadcast_to(np.asarray(d, np.int64), (32,))[w._lanes(m)]
         sh.write(words_of(offs, n), a.idx, clock, sh.hb.async_op([w], a.idx, clock)[0], ins.pc, False,
                  "cp.async")
