@@ -325,14 +325,29 @@ def acc_prune(w):
     return keep
 
 
+def _reg_name(scope, idx: int) -> str:
+    """The PTX name of 32-bit register ``idx`` in the decode scope chain ``scope``."""
+    while scope is not None:
+        for name, r in scope.regs.items():
+            if r[0] == "r" and r[1] == idx:
+                return name
+        scope = scope.parent
+    return f"#{idx}"
+
+
 def acc_check(w, ins):
     """Race check: ``ins`` of warp ``w`` names a register an unretired wgmma may still write."""
     for bits, agent, clock, pc in acc_prune(w):
-        if ins.rbits & bits:
+        hit = ins.rbits & bits
+        if hit:
             hb = w.cta.cluster.hb
             ln = w.launch
+            scopes = getattr(w.launch.program, "scopes", [])
+            scope = scopes[ins.scope] if isinstance(ins.scope, int) and ins.scope < len(scopes) else None
+            reg = _reg_name(scope, (hit & -hit).bit_length() - 1)
             raise RaceError(
-                f"data race on wgmma accumulator registers of CTA {w.cta.ctaid} warp {w.wid}:\n"
+                f"data race on wgmma accumulator register {reg} (and any others the instruction names) "
+                f"of CTA {w.cta.ctaid} warp {w.wid}:\n"
                 f"    written by {hb.describe(agent, pc, ln)} (group {clock - 1})\n"
                 f"    accessed by {hb.describe(w.agent, ins.pc, ln)}\n"
                 f"    are not ordered; missing: a wgmma.wait_group covering that group before the "

@@ -131,6 +131,7 @@ def decode_entry(module, entry, key="", limits=DEFAULT_LIMITS) -> Program:
     scopes = []
     root = Scope(0, None)
     scopes.append(root)
+    prog.scopes = scopes        # by Instr.scope id: register names for diagnostics
     stack = [root]
     stmts = []
     for it in entry.items:

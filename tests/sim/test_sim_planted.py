@@ -57,7 +57,7 @@ def wrong_under_some_seed(ptx):
 def test_missing_wait_before_reading_the_accumulator():
     ptx = planted(r"wgmma\.wait_group\.sync\.aligned\s+0;")
     assert correct(ptx, race_check=False)                 # eager completion hides it
-    with pytest.raises(RaceError, match=r"(?s)wgmma accumulator registers.*wgmma\.mma_async.*"
+    with pytest.raises(RaceError, match=r"(?s)wgmma accumulator register %r\d+ .*wgmma\.mma_async.*"
                                         r"accessed by .*st\.shared.*wgmma\.wait_group covering"):
         correct(ptx)
     assert wrong_under_some_seed(ptx) is not None    # late accumulator writes: wrong result
