@@ -139,7 +139,7 @@ def run_gemm(args) -> tuple:
     from .collective import fusion
     from .device import Gemm
     from .device.selection import resolve
-    from .dtypes import dtype as _dtype, tensor_core_value
+    from .dtypes import tensor_core_value
     from .errors import ArgumentError, CuteDSLError, DumpError, NoDeviceError
 
     if args.load is None:
@@ -191,15 +191,8 @@ def run_gemm(args) -> tuple:
     if why:
         rep["note"] = why
     rng = np.random.default_rng(args.seed)
-    lead = (args.batch,) if args.batch else ()
-    a = rng.standard_normal(lead + (args.m, args.k), dtype=np.float32).astype(_dtype(cfg.dtype).numpy)
-    b = rng.standard_normal(lead + (args.k, args.n), dtype=np.float32).astype(_dtype(cfg.b_dtype or cfg.dtype).numpy)
-    # the operands' memory order is what picks the kernel's layout (Gemm.variant): lay them out
-    # as the config says (M-major A / K-major B: transposes of contiguous arrays)
-    if cfg.a_major == "MN":
-        a = np.ascontiguousarray(np.swapaxes(a, -1, -2)).swapaxes(-1, -2)
-    if cfg.b_major == "K":
-        b = np.ascontiguousarray(np.swapaxes(b, -1, -2)).swapaxes(-1, -2)
+    # laid out in the config's majors: the operands' memory order picks the kernel (Gemm.variant)
+    a, b = cfg.example_operands(args.m, args.n, args.k, rng, args.batch or 1)
     extra = fusion.random_args(gemm.kernel.epilogue.kernel_params(), args.m, args.n, rng)
     for name in ("alpha", "beta"):             # the scalars as given on the command line
         if name in extra:

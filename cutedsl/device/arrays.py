@@ -289,6 +289,15 @@ def empty(backend, shape, dt, pitch_align: int = 1) -> DeviceArray:
     return DeviceArray(own.buf.ptr, shape, strides, dt, backend, own)
 
 
+def as_batch(arr: DeviceArray) -> DeviceArray:
+    """A 2-D array as one batch of a 3-D ``(1, rows, cols)`` array (what a rank-3 tensor map of
+    a batched kernel takes); a 3-D array unchanged."""
+    if arr.ndim != 2:
+        return arr
+    return DeviceArray(arr.ptr, (1,) + arr.shape, (arr.shape[0] * arr.strides[0],) + arr.strides, arr.dtype,
+                       arr.backend, arr.owner)
+
+
 def check_backend_of(x, backend, name: str) -> None:
     """``ArgumentError`` when ``x`` is a ``DeviceArray`` of another backend object than
     ``backend`` (its address means nothing there: a fault, or garbage read on a GPU), or one

@@ -220,6 +220,21 @@ class GemmConfig:
         out["fusion"] = [_fusion.spell(nd) for nd in self.fusion]    # strings where a node has one
         return out
 
+    def example_operands(self, m: int, n: int, k: int, rng, l: int = 1) -> tuple:
+        """Host ``(a, b)``: standard-normal ``a`` ([L x] M x K) and ``b`` ([L x] K x N) in this
+        config's dtypes, laid out in its majors (M-major A / K-major B are transposes of
+        contiguous arrays), so a ``Gemm`` of this config runs them without a layout variant.
+        For the CLI's main job and the tuner."""
+        from ..dtypes import dtype as _dtype
+        lead = (l,) if l > 1 else ()
+        a = rng.standard_normal(lead + (m, k), dtype=np.float32).astype(_dtype(self.dtype).numpy)
+        b = rng.standard_normal(lead + (k, n), dtype=np.float32).astype(_dtype(self.b_dtype or self.dtype).numpy)
+        if self.a_major == "MN":
+            a = np.ascontiguousarray(np.swapaxes(a, -1, -2)).swapaxes(-1, -2)
+        if self.b_major == "K":
+            b = np.ascontiguousarray(np.swapaxes(b, -1, -2)).swapaxes(-1, -2)
+        return a, b
+
     def explain(self) -> str:
         """One line per field: why it has its value (``for_problem``), or that it was given."""
         if self.reasons is None:

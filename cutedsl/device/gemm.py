@@ -28,7 +28,7 @@ from . import arrays, extras
 from .selection import check_backend_arg
 
 from ..problem import GemmProblem
-from .config import DTYPES as _MMA_TYPES, GemmConfig, _MAX_I32
+from .config import GemmConfig, _MAX_I32
 
 class Gemm:
     """A compiled GEMM for one config, callable on any (M, N, K); see module docstring.
@@ -318,7 +318,7 @@ class Gemm:
             out["batched"] = True
         for field, v, dt, inner, outer in (("a_major", va, cfg.dtype, "K", "MN"),
                                            ("b_major", vb, cfg.b_dtype or cfg.dtype, "MN", "K")):
-            if v.dtype is None or len(v.shape) < 2 or dt not in _MMA_TYPES:
+            if v.dtype is None or len(v.shape) < 2:
                 continue
             e, st = v.dtype.nbytes, v.strides
             got = inner if st[-1] == e and st[-2] != e else outer if st[-2] == e and st[-1] != e else None
@@ -363,9 +363,8 @@ class Gemm:
             values.update(l=l, la=la, lb=lb)
         specs = {t.param: t for t in kern.tensor_maps}
         for name, arr in (("a", da), ("b", db), ("d", dd)):
-            if cfg.batched and arr.ndim == 2:        # one batch of a rank-3 (L, rows, cols) map
-                arr = arrays.DeviceArray(arr.ptr, (1,) + arr.shape, (arr.shape[0] * arr.strides[0],) + arr.strides,
-                                         arr.dtype, be, arr.owner)
+            if cfg.batched:                          # one batch of a rank-3 (L, rows, cols) map
+                arr = arrays.as_batch(arr)
             if name in specs:
                 values[name] = be.encode_tensor_map(specs[name], arr.ptr, arr.shape, arr.strides)
                 scratch.tmaps.append(values[name])
@@ -382,9 +381,8 @@ class Gemm:
             if p.kind == "tensormap":              # e.g. C loaded by the TMA epilogue
                 arr = values[p.name]
                 self._check_tma_layout(p.name, arr)
-                if cfg.batched and arr.ndim == 2:
-                    arr = arrays.DeviceArray(arr.ptr, (1,) + arr.shape, (arr.shape[0] * arr.strides[0],) + arr.strides,
-                                             arr.dtype, be, arr.owner)
+                if cfg.batched:
+                    arr = arrays.as_batch(arr)
                 values[p.name] = be.encode_tensor_map(specs[p.name], arr.ptr, arr.shape, arr.strides)
                 scratch.tmaps.append(values[p.name])
         params = kern.pack_params(values)

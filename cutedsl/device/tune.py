@@ -98,19 +98,6 @@ def candidates(m: int, n: int, k: int, dtype: str = "f16", *, l: int = 1, sm_cou
     return out
 
 
-def _inputs(be, cfg, m, n, k, l, rng):
-    """Device operands in the config's layouts (so no variant is needed) and an output."""
-    from ..dtypes import dtype as _dtype
-    lead = (l,) if l > 1 else ()
-    a = rng.standard_normal(lead + (m, k), dtype=np.float32).astype(_dtype(cfg.dtype).numpy)
-    b = rng.standard_normal(lead + (k, n), dtype=np.float32).astype(_dtype(cfg.b_dtype or cfg.dtype).numpy)
-    if cfg.a_major == "MN":
-        a = np.ascontiguousarray(np.swapaxes(a, -1, -2)).swapaxes(-1, -2)
-    if cfg.b_major == "K":
-        b = np.ascontiguousarray(np.swapaxes(b, -1, -2)).swapaxes(-1, -2)
-    return a, b
-
-
 def tune(m: int, n: int, k: int, dtype: str = "f16", *, l: int = 1, backend="auto", configs=None, limit: int = 12,
          iters: int = 20, warmup: int = 3, store: bool = True, cache=None, seed: int = 0, **fixed) -> TuneResult:
     """Time candidate configs for an ``m x n x k`` (``l`` batches) problem of ``dtype`` on
@@ -135,7 +122,7 @@ def tune(m: int, n: int, k: int, dtype: str = "f16", *, l: int = 1, backend="aut
     table = []
     for cfg in cands:
         g = Gemm(cfg, be, cache=cache)
-        a, b = _inputs(be, cfg, m, n, k, l, rng)
+        a, b = cfg.example_operands(m, n, k, rng, l)
         da, db = arrays.to_device(be, a, pitch_align=16), arrays.to_device(be, b, pitch_align=16)
         launch, result = g.prepare(da, db)
         try:

@@ -353,3 +353,26 @@ def acc_check(w, ins):
                 f"    are not ordered; missing: a wgmma.wait_group covering that group before the "
                 f"access (PTX ISA wgmma.mma_async: accessing the accumulator before "
                 f"wgmma.wait_group is undefined)" + hb.seed_note())
+
+
+def lane_conflict(cta, off, vals, nb, lanes, w, ins) -> None:
+    """``RaceError`` when two lanes of one store write different bytes to the same shared
+    location: the PTX memory model makes one of them win, undefined which (equal bytes are
+    benign, as for the happens-before checker)."""
+    if len(off) < 2:
+        return
+    order = np.argsort(off, kind="stable")
+    so = off[order]
+    near = np.flatnonzero(np.diff(so) < nb)
+    if not len(near):
+        return
+    data = np.ascontiguousarray(vals).view(np.uint8).reshape(len(off), nb)
+    for i in near:
+        a, b, shift = int(order[i]), int(order[i + 1]), int(so[i + 1] - so[i])
+        if not np.array_equal(data[a, shift:], data[b, :nb - shift]):
+            loc = cta.launch.program.smem_symbol(int(so[i + 1]), cta.dyn_base)
+            raise RaceError(
+                f"data race on shared memory {loc} (CTA {cta.ctaid}, byte offset {int(so[i + 1])}): lanes "
+                f"{int(lanes[a])} and {int(lanes[b])} of warp {w.wid} store different values there in one "
+                f"instruction (PTX memory model: one of them is written, which one is undefined)\n"
+                f"    at {ins.where()}" + (cta.shadow.hb.seed_note() if cta.shadow is not None else ""))

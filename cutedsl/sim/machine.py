@@ -13,7 +13,7 @@ import ml_dtypes
 import numpy as np
 
 from .errors import MemoryAccessError
-from .hb import words_of
+from .hb import lane_conflict, words_of
 from .ptxtypes import CALLPARAM_BASE
 from .memory import (GLOBAL_BASE, LOCAL_WIN, OFF_MASK, PARAM_WIN, RANK_SHIFT, SHARED_WIN,
                      WIN_SIZE, views)
@@ -316,7 +316,7 @@ class Warp:
             if cta is not None:
                 cta.check_not_mbarrier(off, nb, self, ins)
                 if race and cta.shadow is not None:
-                    _lane_conflict(cta, off, vv, nb, ll, self, ins)
+                    lane_conflict(cta, off, vv, nb, ll, self, ins)
                     def same(v=v, off=off, vv=vv):
                         ix = off >> _SHIFT[esize]
                         cur = v[esize][ix[:, None] + np.arange(n)]
@@ -429,30 +429,6 @@ class CTA:
             sh.write(words, w.agent, vc[w.agent], vc, ins.pc, False, what or "st.shared", same)
         else:
             sh.read(words, w.agent, vc[w.agent], vc, w.pvc, ins.pc, False, what or "ld.shared")
-
-
-def _lane_conflict(cta, off, vals, nb, lanes, w, ins) -> None:
-    """``RaceError`` when two lanes of one store write different bytes to the same shared
-    location: the PTX memory model makes one of them win, undefined which (equal bytes are
-    benign, as for the happens-before checker)."""
-    if len(off) < 2:
-        return
-    order = np.argsort(off, kind="stable")
-    so = off[order]
-    near = np.flatnonzero(np.diff(so) < nb)
-    if not len(near):
-        return
-    data = np.ascontiguousarray(vals).view(np.uint8).reshape(len(off), nb)
-    for i in near:
-        a, b, shift = int(order[i]), int(order[i + 1]), int(so[i + 1] - so[i])
-        if not np.array_equal(data[a, shift:], data[b, :nb - shift]):
-            from .errors import RaceError
-            loc = cta.launch.program.smem_symbol(int(so[i + 1]), cta.dyn_base)
-            raise RaceError(
-                f"data race on shared memory {loc} (CTA {cta.ctaid}, byte offset {int(so[i + 1])}): lanes "
-                f"{int(lanes[a])} and {int(lanes[b])} of warp {w.wid} store different values there in one "
-                f"instruction (PTX memory model: one of them is written, which one is undefined)\n"
-                f"    at {ins.where()}" + (cta.shadow.hb.seed_note() if cta.shadow is not None else ""))
 
 
 class Cluster:
