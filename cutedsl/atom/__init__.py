@@ -6,12 +6,12 @@ Atoms emit IR only; they know nothing of kernels, stages or tiles' roles.
 from . import cluster
 from .mbarrier import MBarriers
 from .tma import TmaCopy, tma_store_fence, bulk_commit_group, bulk_wait_group
-from .sync import (NamedBarrier, elect_one, fence_proxy_async, setmaxnreg, warpgroup_reg_alloc,
+from .sync import (NamedBarrier, elect_one, fence_proxy_async, setmaxnreg, wait_flag, warpgroup_reg_alloc,
                    warpgroup_reg_dealloc)
 from .stmatrix import pack_b16x2, stmatrix
 from .wgmma import WarpgroupMMA, Accumulator, SmemMatrix, WgmmaFragment, fragment_coords
 
 __all__ = ["cluster", "MBarriers", "TmaCopy", "tma_store_fence", "bulk_commit_group", "bulk_wait_group",
            "WarpgroupMMA", "Accumulator", "SmemMatrix", "WgmmaFragment", "fragment_coords",
-           "NamedBarrier", "elect_one", "fence_proxy_async", "setmaxnreg", "warpgroup_reg_alloc",
+           "NamedBarrier", "elect_one", "fence_proxy_async", "setmaxnreg", "wait_flag", "warpgroup_reg_alloc",
            "warpgroup_reg_dealloc", "pack_b16x2", "stmatrix"]

@@ -14,6 +14,8 @@
   generic-proxy shared-memory writes before later async-proxy accesses (TMA store reading
   the tile, WGMMA reading operands), and async-proxy writes before later generic reads.
 * :func:`elect_one` — PTX ``elect.sync``: true in exactly one active lane of the warp.
+* :func:`wait_flag` — spin on ``ld.acquire.gpu`` until a global flag holds a value (CUTLASS
+  ``GenericBarrier::wait_eq``): how a CTA waits for another CTA's release through global memory.
 """
 from __future__ import annotations
 
@@ -114,5 +116,20 @@ def elect_one():
     return V.Scalar(nvvm.elect_sync(ir.IntegerType.get_signless(1)), signed=False)
 
 
-__all__ = ["setmaxnreg", "warpgroup_reg_alloc", "warpgroup_reg_dealloc", "NamedBarrier",
+def wait_flag(ptr, idx, value) -> None:
+    """Spin until element ``idx`` of ``ptr`` (a u32 ``GlobalPtr``) equals ``value`` (IR i32),
+    each read an ``ld.acquire.gpu`` (``scf.while``): the writes the setting CTA made before its
+    release are then visible to this thread. Only CTAs resident together may wait on each
+    other this way (a persistent launch's)."""
+    from mlir.dialects import scf
+    w = scf.WhileOp([], [])
+    before = w.before.blocks.append()
+    with ir.InsertionPoint(before):
+        scf.ConditionOp(ptr.load_acquire(idx).ne(value), [])
+    after = w.after.blocks.append()
+    with ir.InsertionPoint(after):
+        scf.YieldOp([])
+
+
+__all__ = ["wait_flag", "setmaxnreg", "warpgroup_reg_alloc", "warpgroup_reg_dealloc", "NamedBarrier",
            "fence_proxy_async", "elect_one", "MIN_REGS", "MAX_REGS", "NUM_BARRIERS"]

@@ -51,13 +51,19 @@ class WorkTile:
     """One unit of work (CUTLASS ``WorkTileInfo``): output tile origin ``(m0, n0)`` in elements,
     batch index ``l``, the k-tiles ``k_first .. k_first + k_count - 1`` to reduce (``k_count``
     may be 0: the accumulator stays zero) and ``valid`` (False: past the last unit, nothing to
-    do). Each field is an IR i32/i1 value or a Python int/bool."""
+    do). Each field is an IR i32/i1 value or a Python int/bool. A scheduler that splits a
+    tile's K over several units (stream-K, split-K) also sets ``k_total`` and ``slot``."""
     m0: object
     n0: object
     l: object = 0
     k_first: object = 0
     k_count: object = 0
     valid: object = True
+    #: k-tiles of the whole tile (None: ``k_first + k_count`` covers all of them); a stream-K
+    #: or split-K piece covers part of them and is reduced with the tile's other pieces
+    k_total: object = None
+    #: the reduction workspace slot of a tile split into pieces (IR i32; None: not split)
+    slot: object = None
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -88,7 +94,26 @@ class TileScheduler:
         tm, tn = self.tiles(problem.m, problem.n)
         return (tn, tm, problem.l if self.batched else 1)
 
+    def kernel_params(self) -> list:
+        """Kernel parameters this scheduler reads (``ParamSpec``; none here). The Device layer
+        fills them from :meth:`param_values`."""
+        return []
+
+    def param_values(self, problem) -> dict:
+        """Host: the values of :meth:`kernel_params` for ``problem`` (a ``GemmProblem`` of
+        ints), by parameter name."""
+        return {}
+
+    def partial_tiles(self, problem) -> int:
+        """Host: output tiles of ``problem`` whose K is split over several units of work, each
+        needing a workspace slot for its partial sums (0 here; see :mod:`.stream_k`)."""
+        return 0
+
     # -- IR ------------------------------------------------------------------------
+    def bind_params(self, args) -> None:
+        """Once per kernel, after :meth:`bind`: read :meth:`kernel_params` from the kernel
+        arguments ``args`` (nothing here)."""
+
     def bind(self, problem, k_tile: int) -> None:
         """Once per kernel: ``problem`` (``GemmProblem`` of IR i32 values) and the K extent of a
         k-tile (elements); :attr:`k_tiles` is emitted where first needed."""
@@ -249,11 +274,20 @@ class PersistentTileScheduler(TileScheduler):
 
     def batch_index(self, i=0):
         """IR: the batch of this CTA's ``i``-th tile (0 unless :attr:`batched`)."""
-        return self._unit(i) // self.per_batch if self.batched else 0
+        return self.unit_batch(self._unit(i))
 
     def tile_origin(self, i=0):
         """Element coordinates ``(m0, n0)`` (IR i32) of this CTA's ``i``-th tile (IR i32 or 0)."""
-        unit = self._unit(i)
+        return self.unit_origin(self._unit(i))
+
+    def unit_batch(self, unit):
+        """IR: the batch of linear work unit ``unit`` (cluster tiles of batch 0 first; 0 unless
+        :attr:`batched`)."""
+        return unit // self.per_batch if self.batched else 0
+
+    def unit_origin(self, unit):
+        """IR: element coordinates ``(m0, n0)`` of this CTA's tile in linear work unit
+        ``unit`` (a cluster tile, rasterized)."""
         if self.batched:
             unit = unit % self.per_batch
         cm, cn = self._raster(unit)

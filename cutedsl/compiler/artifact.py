@@ -52,8 +52,13 @@ class ParamSpec:
     #: the kernel writes through this pointer (an epilogue's second output): a numpy array
     #: passed for it is filled after the launch
     output: bool = attrs.field(default=False, kw_only=True)
+    #: scratch memory the Device layer provides (zeroed when allocated, kept by the ``Gemm``
+    #: and reused; sized by ``kernel.workspace(problem)``): not an argument of the call
+    workspace: bool = attrs.field(default=False, kw_only=True)
 
     def __attrs_post_init__(self):
+        if self.workspace and self.kind != "ptr":
+            raise ValueError(f"parameter {self.name!r}: a workspace is a ptr")
         if self.output and self.kind != "ptr":
             raise ValueError(f"parameter {self.name!r}: shape/dtype/output can only be declared for a ptr")
         if (self.shape is not None or self.dtype is not None) and self.kind not in ("ptr", "tensormap"):

@@ -66,7 +66,9 @@ def _in_owner_process(pid, fn):
     return call
 
 
-def _release_call(backend, owned, tmaps):
+def _release_call(backend, owned, tmaps, callbacks=()):
+    for fn in callbacks:
+        fn()
     for arr in owned:
         arr.free()
     release = getattr(backend, "release_tensor_map", None)
@@ -81,18 +83,23 @@ class CallScratch:
     """What one prepared launch owns: device arrays cutedsl allocated for it (``arrays``:
     staging copies, a result copied back to the host) and the tensor maps it encoded
     (``tmaps``); ``keep`` holds the caller's arrays for as long as the launch may run.
-    Released once: by :meth:`release`, or when garbage collected."""
+    Released once: by :meth:`release`, or when garbage collected (then also the
+    :meth:`on_release` callbacks run, e.g. a workspace going back to its pool)."""
 
-    __slots__ = ("arrays", "tmaps", "keep", "_fin", "__weakref__")
+    __slots__ = ("arrays", "tmaps", "keep", "_callbacks", "_fin", "__weakref__")
 
     def __init__(self, backend):
-        self.arrays, self.tmaps, self.keep = [], [], ()
+        self.arrays, self.tmaps, self.keep, self._callbacks = [], [], (), []
         self._fin = weakref.finalize(self, _in_owner_process(os.getpid(), _release_call), backend,
-                                     self.arrays, self.tmaps)
+                                     self.arrays, self.tmaps, self._callbacks)
         self._fin.atexit = False
 
     def release(self) -> None:
         self._fin()
+
+    def on_release(self, fn) -> None:
+        """Call ``fn()`` when this scratch is released (before its arrays are freed)."""
+        self._callbacks.append(fn)
 
     @property
     def alive(self) -> bool:

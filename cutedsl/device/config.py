@@ -20,6 +20,8 @@ _MAX_I32 = 2 ** 31 - 1
 #: the schedules a ``GemmConfig`` can name; the last three are warp-specialized
 SCHEDULES = ("multistage", "single_tile", "warp_specialized", "cooperative", "pingpong")
 WARP_SPECIALIZED = SCHEDULES[2:]
+PERSISTENT = SCHEDULES[3:]                      #: the persistent schedules (stream-K / split-K run on them)
+MAX_SPLITS = 256                                #: split-k pieces per tile at most
 DTYPES = tuple(ELEMENT_BYTES)                   #: operand types of the MMA atom
 OUT_DTYPES = Epilogue.OUT_DTYPES                #: what the epilogues write
 EPILOGUE_KINDS = Epilogue.KINDS
@@ -102,6 +104,13 @@ class GemmConfig:
     * ``batched``: the kernel takes (L, rows, cols) operands (rank-3 tensor maps; the batch in
       grid z or in the persistent tile index). ``Gemm`` switches to it by itself for 3-D
       operands, so this is rarely set by hand.
+    * ``decomposition``: how a persistent schedule (cooperative, pingpong) divides the work
+      (CUTLASS's DecompositionMode, :mod:`cutedsl.collective.stream_k`): ``"data-parallel"``
+      (default: whole tiles), ``"stream-k"`` (the last waves' k-iterations shared evenly by all
+      CTAs, partial tiles reduced in a fixed order through a workspace), ``"split-k"`` (every
+      tile's K cut into ``splits`` pieces, reduced the same way) or ``"heuristic"`` (stream-k
+      where data-parallel waves would leave SMs idle). ``splits``: pieces per tile for
+      split-k (2..256; capped at the problem's k-tiles).
     * ``fusion``: fused epilogue nodes (:mod:`cutedsl.collective.fusion`: alpha, scale_a[:row],
       scale_b[:col], beta[:DTYPE], bias:row|col, aux, relu, gelu, gelu_tanh, silu, clamp:LO:HI,
       or ``EpilogueNode`` objects), applied in order: ``D = act(alpha * acc * scales + beta * C
@@ -126,6 +135,8 @@ class GemmConfig:
         isinstance(x, _fusion.EpilogueNode) for x in v) else _fusion.parse_nodes(v))
     batched: bool = attrs.field(default=False)
     a_major: str = attrs.field(default="K")
+    decomposition: str = attrs.field(default="data-parallel")
+    splits: object = attrs.field(default=None)
     #: why each field has its value, when the config was chosen by :meth:`for_problem`
     reasons: object = attrs.field(default=None, init=False, eq=False, repr=False, hash=False)
 
@@ -193,6 +204,23 @@ class GemmConfig:
             raise ConfigError(f"sm_count must be None or an int in 1..4096, got {self.sm_count!r}")
         if self.sm_count is not None:
             object.__setattr__(self, "sm_count", int(self.sm_count))
+        self._check_decomposition()
+
+    def _check_decomposition(self):
+        from ..collective.stream_k import DECOMPOSITIONS
+        d, s = self.decomposition, self.splits
+        if d not in DECOMPOSITIONS:
+            raise ConfigError(f"decomposition must be {one_of(DECOMPOSITIONS)}, got {d!r}")
+        if d != "data-parallel" and self.schedule not in PERSISTENT:
+            raise ConfigError(f"decomposition {d!r} needs a persistent schedule ({', '.join(PERSISTENT)}): "
+                              f"its CTAs share tiles, got schedule {self.schedule!r}")
+        if d == "split-k":
+            if s is None or not _is_int(s) or not 2 <= s <= MAX_SPLITS:
+                raise ConfigError(f"decomposition 'split-k' needs splits, an int in 2..{MAX_SPLITS} (pieces of "
+                                  f"each tile's K), got {s!r}")
+            object.__setattr__(self, "splits", int(s))
+        elif s is not None:
+            raise ConfigError(f"splits={s!r} is for decomposition 'split-k', got decomposition {d!r}")
 
     @classmethod
     def for_problem(cls, m: int, n: int, k: int, dtype: str = "f16", *, sm_count=None, l: int = 1,
@@ -303,6 +331,8 @@ class GemmConfig:
             kw["arch"] = self.arch
         if "cluster" in takes:          # warp-specialized kernels
             kw.update(cluster=self.cluster, raster=self.raster, swizzle=self.swizzle, sm_count=self.sm_count)
+        if self.decomposition != "data-parallel":      # a kernel class without the field refuses it by name
+            kw.update(decomposition=self.decomposition, splits=self.splits)
         try:
             return cls(**kw)
         except ValueError as e:         # a kernel or collective refusing this config (ConfigError for users)

@@ -13,12 +13,13 @@ from ..errors import ArgumentError, ArgumentTypeError
 from . import arrays
 
 
-def check_names(params, extra) -> list:
-    """The kernel's extra parameters (``params`` minus a, b, d, m, n, k, l, la, lb) after checking the
+def check_names(params, extra, internal=()) -> list:
+    """The kernel's extra parameters (``params`` minus a, b, d, m, n, k, l, la, lb, the
+    ``internal`` names the Device layer fills, e.g. a tile scheduler's, and workspaces) after checking the
     call's keyword arguments ``extra`` against them: ``ArgumentError`` for an unknown keyword
     (listing the accepted names) or a missing one."""
-    fixed = {"a", "b", "d", "m", "n", "k", "l", "la", "lb"}     # l, la, lb: a batched kernel's
-    declared = [p for p in params if p.name not in fixed]
+    fixed = {"a", "b", "d", "m", "n", "k", "l", "la", "lb"} | set(internal)   # l, la, lb: a batched kernel's
+    declared = [p for p in params if p.name not in fixed and not p.workspace]
     names = [p.name for p in declared]
     unknown = sorted(set(extra) - set(names))
     if unknown:

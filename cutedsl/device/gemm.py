@@ -29,6 +29,7 @@ from .selection import check_backend_arg
 
 from ..problem import GemmProblem
 from .config import GemmConfig, _MAX_I32
+from .workspace import WorkspacePool, layout as _ws_layout
 
 class Gemm:
     """A compiled GEMM for one config, callable on any (M, N, K); see module docstring.
@@ -76,6 +77,7 @@ class Gemm:
         self._compiled = None
         self._handle = None
         self._launches = {}      # launch cache of __call__, see _cached_call
+        self._workspaces = WorkspacePool()     # zeroed scratch of kernels that declare one, reused
         # One Gemm may be called from many threads: the lazy compile, backend and module load
         # below happen once, under this lock (double-checked so warm calls never wait on it).
         self._lock = threading.RLock()
@@ -199,6 +201,8 @@ class Gemm:
             sched.sm_count = self._device_sm_count()
         raw = self.kernel.grid(GemmProblem(m, n, k, l))
         g = tuple(int(x) for x in raw)
+        if getattr(self.kernel, "reduction", None) is not None:
+            self._check_resident(g)
         who = f"{type(self.kernel).__name__}.grid()"
         if len(g) != 3:
             raise ArgumentError(f"{who} must return (x, y, z), got {raw!r}")
@@ -210,6 +214,17 @@ class Gemm:
                 raise ArgumentError(f"M={m}, N={n}, K={k} with {bm}x{bn} tiles needs gridDim.{axis} = {v} "
                                     f"CTAs{user}; the hardware allows 1..{hi} on {axis}{hint}")
         return g
+
+    def _check_resident(self, grid) -> None:
+        """CTAs that wait on each other through global memory (stream-K / split-K pieces of one
+        tile) must all be resident at once: ``ArgumentError`` when the launch has more CTAs
+        than the device's SMs hold (``GemmConfig.sm_count`` above the device's)."""
+        have = self._device_sm_count()
+        sched = self.kernel.scheduler
+        if have is not None and grid[0] > have * sched.ctas_per_sm:
+            raise ArgumentError(f"{self.config.decomposition} launches {grid[0]} CTAs that wait on each other, "
+                                f"but the device holds {have * sched.ctas_per_sm} at once ({have} SMs): "
+                                f"GemmConfig.sm_count={self.config.sm_count} exceeds the device's {have}")
 
     # -- call ---------------------------------------------------------------------------
     def __call__(self, a, b, out=None, **extra):
@@ -273,7 +288,8 @@ class Gemm:
         if changes:
             return self.variant(**changes).prepare(a, b, out, **extra)
         m, n, k, l, la, lb = self._check_operands(va, vb)
-        declared = extras.check_names(self.kernel.params(), extra)
+        internal = [p.name for p in self.kernel.scheduler.kernel_params()] if hasattr(self.kernel, "scheduler") else []
+        declared = extras.check_names(self.kernel.params(), extra, internal)
         grid = self.grid(m, n, k, l)
         kern = self.compiled
         be = self.backend
@@ -361,6 +377,11 @@ class Gemm:
         values = {"m": m, "n": n, "k": k}
         if cfg.batched:
             values.update(l=l, la=la, lb=lb)
+        problem = GemmProblem(m, n, k, l)
+        sched = getattr(self.kernel, "scheduler", None)
+        if sched is not None:
+            values.update(sched.param_values(problem))
+        ws = self._workspace(be, scratch, values, problem)
         specs = {t.param: t for t in kern.tensor_maps}
         for name, arr in (("a", da), ("b", db), ("d", dd)):
             if cfg.batched:                          # one batch of a rank-3 (L, rows, cols) map
@@ -395,7 +416,12 @@ class Gemm:
                                   "again for a new one")
             if zero_d:                 # the epilogue adds into D: start from zeros every launch
                 arrays.zero_fill(dd)
-            be.launch(handle, grid, params, block=kern.block, cluster=kern.cluster, smem=kern.dynamic_smem)
+            try:
+                be.launch(handle, grid, params, block=kern.block, cluster=kern.cluster, smem=kern.dynamic_smem)
+            except BaseException:
+                if ws is not None:     # its semaphores may be left mid-reduction: never reuse it
+                    ws[1] = False
+                raise
 
         def result():
             be.synchronize()
@@ -407,8 +433,30 @@ class Gemm:
                 return arrays.to_host(dd)
             return self._wrap_like(dd, va.framework)
         scratch.keep = keep
-        launch.packed = (handle, grid, params, zero_d)     # for the launch cache of __call__
+        # for the launch cache of __call__ (a launch that zero-fills D or takes a workspace is not cached)
+        launch.packed = (handle, grid, params, zero_d or ws is not None)
         return launch, result
+
+    def _workspace(self, be, scratch, values, problem):
+        """Fill ``values`` with the kernel's workspace parameters for ``problem`` from this
+        Gemm's pool; returns ``[buffer, reusable]`` (handed back when the call's scratch is
+        released, unless its launch raised), or None when the kernel needs none."""
+        sizes = self.kernel.workspace(problem) if hasattr(self.kernel, "workspace") else {}
+        if not sizes:
+            return None
+        offsets, total = _ws_layout(sizes)
+        buf = self._workspaces.acquire(be, total)
+        for name, off in offsets.items():
+            values[name] = buf.ptr + off
+        ws = [buf, True]
+        pool = self._workspaces
+
+        def give_back(_ws=ws):
+            if _ws[1] and _ws[0] is not None:
+                pool.give_back(_ws[0])
+            _ws[0] = None
+        scratch.on_release(give_back)
+        return ws
 
     def run(self, a, b, out=None, **extra):
         """Launch once; returns ``(result, seconds)`` (wall time of launch + synchronize).

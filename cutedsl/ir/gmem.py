@@ -1,5 +1,6 @@
 """Global-memory access through ``!llvm.ptr<1>`` kernel parameters (``ld.global``/``st.global``,
-and reductions ``red.global.add``)."""
+vector loads/stores, reductions ``red.global.add``, and the GPU-scope acquire/release accesses
+of flags and semaphores shared between CTAs)."""
 from __future__ import annotations
 
 from mlir import ir
@@ -34,6 +35,39 @@ class GlobalPtr:
         if value.type != self.elem:
             raise TypeError(f"storing {value.type} into a {self.dtype.name} pointer; convert with .to()")
         llvm.store(value, self.address(idx))
+
+    def load_vec(self, idx, lanes: int) -> ir.Value:
+        """``vector<lanes x dtype>`` of elements ``idx .. idx + lanes - 1`` (one
+        ``ld.global.v{lanes}``; the address must be aligned to the vector's bytes)."""
+        vt = ir.VectorType.get([lanes], self.elem)
+        return llvm.load(vt, self.address(idx), alignment=lanes * self.dtype.nbytes)
+
+    def store_vec(self, idx, vec) -> None:
+        """Store ``vec`` (a ``vector<lanes x dtype>``) at elements ``idx ..`` (one ``st.global.v{lanes}``)."""
+        lanes = ir.VectorType(vec.type).shape[0]
+        llvm.store(vec, self.address(idx), alignment=lanes * self.dtype.nbytes)
+
+    def _b32(self, what: str) -> None:
+        if self.dtype.name not in ("u32", "i32"):
+            raise TypeError(f"{what} works on u32/i32 pointers (a 32-bit flag), not {self.dtype.name}")
+
+    def load_acquire(self, idx) -> Scalar:
+        """``ld.acquire.gpu.global.b32`` of element ``idx`` (u32/i32 pointer): a load that, once
+        it reads a value another CTA's release wrote, makes that CTA's earlier writes visible
+        to this thread (PTX ISA memory consistency model: release/acquire patterns)."""
+        self._b32("load_acquire")
+        i32t = ir.IntegerType.get_signless(32)
+        v = llvm.inline_asm(i32t, [self.address(idx)], "ld.acquire.gpu.global.b32 $0, [$1];", "=r,l",
+                            has_side_effects=True)
+        return Scalar(v, signed=False)
+
+    def store_release(self, idx, value) -> None:
+        """``st.release.gpu.global.b32`` of i32 ``value`` to element ``idx`` (u32/i32 pointer):
+        this thread's earlier writes, and those ordered before them (e.g. through a barrier),
+        are visible to a thread whose acquire load reads ``value``."""
+        self._b32("store_release")
+        llvm.inline_asm(None, [self.address(idx), value], "st.release.gpu.global.b32 [$0], $1;", "l,r",
+                        has_side_effects=True)
 
     #: element dtype -> (PTX reduction, inline-asm constraint of the value, values per op)
     _RED = {"f32": ("red.global.add.f32", "f", 1),

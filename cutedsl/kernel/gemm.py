@@ -94,6 +94,9 @@ class GemmKernel(Kernel):
     """
 
     name = "gemm"
+    #: the fix-up of tiles whose K is split over units of work (a ``PartialTileReduction``
+    #: when the scheduler splits K: stream-K / split-K), else None
+    reduction = None
     mainloop_cls = None
     epilogue_cls = GlobalEpilogue
     scheduler_cls = TileScheduler
@@ -286,11 +289,19 @@ class GemmKernel(Kernel):
     def plan_extra(self, plan) -> None:
         """Hook: declare a subclass's own shared memory / barriers in ``plan`` (none here)."""
 
+    def workspace(self, problem) -> dict:
+        """Host: bytes of each workspace parameter (``ParamSpec.workspace``) a launch for
+        ``problem`` (a ``GemmProblem`` of ints) needs; the Device layer provides them zeroed."""
+        if self.reduction is None:
+            return {}
+        return self.reduction.workspace_bytes(self.scheduler.partial_tiles(problem))
+
     def bind_problem(self, args):
         """IR: the ``GemmProblem`` of the kernel's arguments, bound to the tile scheduler with
-        its k-tile count; returns it."""
+        its k-tile count (and its own parameters); returns it."""
         problem = GemmProblem.from_args(args)
         self.scheduler.bind(problem, self.traits.k_tile)
+        self.scheduler.bind_params(args)
         if self.batched:
             self._operand_batches = (args.la, args.lb)
         return problem
@@ -320,8 +331,10 @@ class GemmKernel(Kernel):
     def params(self):
         from ..compiler.artifact import ParamSpec as Param   # no MLIR: Gemm calls this on GPU machines without it
         batch = [Param("l", "i32"), Param("la", "i32"), Param("lb", "i32")] if self.batched else []
+        reduction = self.reduction.kernel_params() if self.reduction is not None else []
         return ([Param("a", "tensormap"), Param("b", "tensormap"), self.epilogue.d_param()]
-                + self.epilogue.kernel_params() + [Param("m", "i32"), Param("n", "i32"), Param("k", "i32")] + batch)
+                + self.epilogue.kernel_params() + [Param("m", "i32"), Param("n", "i32"), Param("k", "i32")] + batch
+                + self.scheduler.kernel_params() + reduction)
 
     def k_tiles(self, args):
         """IR: k-tiles of the problem, ``ceil(K / k_tile)`` (unsigned i32)."""

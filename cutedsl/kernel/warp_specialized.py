@@ -60,16 +60,19 @@ class WarpSpecializedGemmKernel(GemmKernel):
     epilogue_cls = TmaStoreEpilogue
     scheduler_cls = PersistentTileScheduler
     persistent = False
-    CONFIG_FIELDS = GemmKernel.CONFIG_FIELDS + ("stages", "cluster", "raster", "swizzle", "sm_count")
+    CONFIG_FIELDS = GemmKernel.CONFIG_FIELDS + ("stages", "cluster", "raster", "swizzle", "sm_count",
+                                                "decomposition", "splits")
     #: one stage cannot work: a consumer releases a slot only after the next k-tile's WGMMAs were
     #: issued (wait_group 1), which needs that fill -- a deadlock
     STAGES = range(2, 8)
 
     def __init__(self, tile_m=128, tile_n=128, stages=4, dtype="f16", out_dtype="f32", b_major="MN",
                  epilogue=None, cluster=(1, 1), raster="M", swizzle=1, sm_count=None, arch=None, b_dtype=None,
-                 fusion=(), batched=False, a_major="K"):
+                 fusion=(), batched=False, a_major="K", decomposition="data-parallel", splits=None):
         self.stages, self.cluster = stages, tuple(cluster)      # read by the plan and the builders
         self._schedule = (raster, swizzle, sm_count)
+        #: how tiles are divided among the persistent CTAs (``collective.stream_k``)
+        self.decomposition, self.splits = decomposition, splits
         super().__init__(tile_m, tile_n, dtype, out_dtype, b_major, epilogue, arch, b_dtype, fusion, batched,
                          a_major)
 
@@ -92,9 +95,18 @@ class WarpSpecializedGemmKernel(GemmKernel):
                                  batched=self.batched, a_major=self.a_major)
 
     def make_scheduler(self):
+        """The persistent scheduler; with a ``decomposition`` other than data-parallel, the
+        stream-K one (and the partial-tile reduction of the epilogue side)."""
         raster, swizzle, sm_count = self._schedule
-        return self.scheduler_cls(self.tile_m, self.tile_n, raster, swizzle, sm_count, self.cluster,
-                                  persistent=self.persistent)
+        if self.decomposition == "data-parallel" and self.splits is None:
+            return self.scheduler_cls(self.tile_m, self.tile_n, raster, swizzle, sm_count, self.cluster,
+                                      persistent=self.persistent)
+        from ..collective.stream_k import PartialTileReduction, StreamKScheduler
+        self.reduction = PartialTileReduction(self.tile_m, self.tile_n, self.split_warpgroups,
+                                              self.arch.warpgroup_threads)
+        return StreamKScheduler(self.tile_m, self.tile_n, raster, swizzle, sm_count, self.cluster,
+                                persistent=self.persistent, decomposition=self.decomposition, splits=self.splits,
+                                k_tile=self.traits.k_tile)
 
     # -- schedule description (subclasses override) -------------------------------------
     @classmethod
@@ -229,9 +241,18 @@ class WarpSpecializedGemmKernel(GemmKernel):
         pipeline.producer_tail(PipelineState.from_carry(s, loop.results))
 
     def store(self, acc, args, smem, wt, row_base, wg) -> None:
-        """The epilogue of work tile ``wt`` by consumer warpgroup ``wg`` (its rows from ``row_base``)."""
-        self.epilogue.store(acc, EpilogueContext(wt.m0, wt.n0, args.m, args.n, args, smem, row_base, warpgroup=wg,
-                                                 l=wt.l, problem=GemmProblem.from_args(args)))
+        """The epilogue of work tile ``wt`` by consumer warpgroup ``wg`` (its rows from
+        ``row_base``); a piece of a tile split along K is first reduced with the tile's other
+        pieces, and only the piece that completes the tile stores."""
+        ctx = EpilogueContext(wt.m0, wt.n0, args.m, args.n, args, smem, row_base, warpgroup=wg, l=wt.l,
+                              problem=GemmProblem.from_args(args))
+        if self.reduction is None:
+            self.epilogue.store(acc, ctx)
+            return
+        part = wg if self.split_warpgroups > 1 else 0
+        acc, final = self.reduction.reduce(acc, wt, part, wg, args)
+        with cir.If(final):
+            self.epilogue.store(acc, ctx)
 
     def store_tail(self) -> None:
         """After a consumer warpgroup's last tile: its TMA stores finished reading shared
@@ -293,15 +314,17 @@ class PingpongGemmKernel(WarpSpecializedGemmKernel):
 
     def consumer(self, ops, args, smem, pipeline, wg) -> None:
         sch, s, ml, order = self.scheduler, self.stages, self.mainloop, self.order
-        # warpgroup 1 starts one tile (k_count fills) further along the ring; every tile of the
-        # CTA has the same k-tile count here (a per-tile count, as stream-K has, would carry
-        # the other warpgroup's count instead)
+        # warpgroup 1 starts one tile (its k-tile count of fills) further along the ring; with
+        # a decomposition every unit has its own count, so each skip reads the other's unit
+        per_unit = self.reduction is not None
         _, k_count = self.k_range(self.work_tile(0))
         start = PipelineState(s).advance_by(wg * k_count)
         loop = cir.Loop(wg, sch.work_count(), step=2, carry=start.carry())
         for i, carried in loop:
             turn = i // 2
             wt = self.work_tile(i)
+            if per_unit:
+                _, k_count = self.k_range(wt)
             order.wait(0, wg, turn)
             acc, st, last = ml.consumer_loop(ops, pipeline, PipelineState.from_carry(s, carried), k_count)
             order.arrive(0, wg)          # the other warpgroup's MMAs may start
@@ -309,7 +332,8 @@ class PingpongGemmKernel(WarpSpecializedGemmKernel):
             order.wait(1, wg, turn)
             self.store(acc, args, smem, wt, 0, wg)
             order.arrive(1, wg)
-            loop.next(*st.advance_by(k_count).carry())   # skip the other warpgroup's tile
+            skip = self.k_range(self.work_tile(i + 1))[1] if per_unit else k_count
+            loop.next(*st.advance_by(skip).carry())   # skip the other warpgroup's tile
         self.store_tail()
 
 
