@@ -177,7 +177,7 @@ def run_gemm(args) -> tuple:
            "dtype": cfg.dtype, "b_dtype": cfg.b_dtype or cfg.dtype, "out_dtype": cfg.out_dtype, "tile": list(cfg.tile),
            "stages": cfg.resolved_stages(), "schedule": cfg.schedule, "a_major": cfg.a_major, "b_major": cfg.b_major,
            "epilogue": cfg.epilogue, "fusion": list(cfg.fields()["fusion"]), "cluster": list(cfg.cluster), "raster": cfg.raster, "swizzle": cfg.swizzle,
-           "threads": kern.block[0], "grid": list(grid),
+           "threads": kern.block[0], "grid": list(grid), **_decomposition(gemm, args),
            "registers": r.registers, "spills": r.spill_stores + r.spill_loads, "stack": r.stack,
            "smem_bytes": r.smem_bytes, "sass": r.sass, "ptxas_messages": list(r.ptxas_messages),
            "compile_s": round(compile_s, 4), "cold_compile_s": round(kern.compile_seconds, 4),
@@ -236,6 +236,20 @@ def run_gemm(args) -> tuple:
     return rep, 0
 
 
+def _decomposition(gemm, args) -> dict:
+    """The report's ``decomposition``: how a stream-K / split-K launch divides this problem
+    (mode, data-parallel and shared tiles, units, the SM-utilisation model), else nothing."""
+    sched = getattr(gemm.kernel, "scheduler", None)
+    if not hasattr(sched, "decompose"):
+        return {}
+    from .problem import GemmProblem
+    d = sched.decompose(GemmProblem(args.m, args.n, args.k, args.batch or 1))
+    return {"decomposition": {"asked": gemm.config.decomposition, "mode": d.mode, "tiles": d.tiles,
+                              "k_tiles": d.k_tiles, "clusters": d.clusters, "dp_tiles": d.dp_tiles,
+                              "split_tiles": d.sk_tiles, "units": d.sk_units, "splits": d.splits,
+                              "utilisation": round(d.utilisation(), 4)}}
+
+
 def _rel_err(got, ref, out_dtype) -> float:
     """max |got - ref| / max |ref|, with ``ref`` saturated as an fp8 output saturates."""
     import numpy as np
@@ -259,6 +273,11 @@ def _print_text(rep):
       + (f"  cluster {rep['cluster'][0]}x{rep['cluster'][1]}" if rep.get("cluster", [1, 1]) != [1, 1] else ""))
     for field, why in rep.get("chosen", {}).items():
         p(f"  chosen {field}: {why}")
+    dec = rep.get("decomposition")
+    if dec:
+        p(f"  decomposition: {dec['mode']} ({dec['asked']} asked): {dec['tiles']} tiles x {dec['k_tiles']} k-tiles "
+          f"on {dec['clusters']} clusters; {dec['dp_tiles']} whole, {dec['split_tiles']} split into "
+          f"{dec['units']} units; model utilisation {100 * dec['utilisation']:.1f}%")
     p(f"  kernel: {rep['threads']} threads x grid {tuple(rep['grid'])}, {rep['registers']} registers, "
       f"{rep['spills']} spill bytes, {rep['smem_bytes']} B shared memory")
     if rep.get("loaded"):

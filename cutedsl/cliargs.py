@@ -180,7 +180,8 @@ def add_gemm_parser(sub):
     Choices come from the layers that implement them (config, atom, epilogue, scheduler)."""
     from .arch import ARCHS
     from .collective.tile_scheduler import RASTERS, SWIZZLES
-    from .device.config import DTYPES, EPILOGUE_KINDS, OUT_DTYPES, SCHEDULES, STAGES
+    from .collective.stream_k import DECOMPOSITIONS
+    from .device.config import DTYPES, EPILOGUE_KINDS, MAX_SPLITS, OUT_DTYPES, SCHEDULES, STAGES
     g = sub.add_parser("gemm", help="compile, run and report D = A @ B")
     size = int_in(1, MAX_I32)
     g.add_argument("--m", type=size, required=True, help=f"rows of A and D, 1..{MAX_I32}")
@@ -206,6 +207,12 @@ def add_gemm_parser(sub):
     g.add_argument("--swizzle", type=int, choices=list(SWIZZLES), default=None, help="tiles per rasterization strip")
     g.add_argument("--sm-count", type=int_in(1, 4096), default=None,
                    help="SMs a persistent schedule fills, 1..4096 (default: the device's, else 132)")
+    g.add_argument("--decomposition", choices=list(DECOMPOSITIONS), default=None,
+                   help="how a persistent schedule divides the work (CUTLASS's DecompositionMode): data-parallel "
+                        "(default), stream-k, split-k (with --splits) or heuristic (stream-k where waves leave "
+                        "SMs idle)")
+    g.add_argument("--splits", type=int_in(2, MAX_SPLITS), default=None,
+                   help=f"pieces of each tile's K for --decomposition split-k, 2..{MAX_SPLITS}")
     g.add_argument("--a-major", choices=["K", "MN", "M"], default=None,
                    help="A's layout: K (row-major (M, K), default) or MN (M-major: the run's A is the "
                         "transpose of a (K, M) array; M is accepted); 16-bit types")

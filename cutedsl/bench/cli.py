@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-SET_NAMES = ("square", "skinny", "paper", "stages")
+SET_NAMES = ("square", "skinny", "paper", "stages", "wave")
 
 
 def _csv_list(text):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..device import GemmConfig
 from ..errors import CuteDSLError
-from .shapes import STAGE_STUDY
+from .shapes import STAGE_STUDY, WAVE_DECOMPOSITIONS
 
 #: every schedule name the project has used or announced (CUTLASS's kernel schedules)
 KNOWN_SCHEDULES = ("multistage", "single_tile", "warp_specialized", "cooperative", "pingpong")
@@ -66,7 +66,9 @@ def sweep_configs(set_name: str, *, tiles=None, schedules=None, stages=None, bas
     """The configs a set is timed with: tiles x schedules x stages, skipping combinations the
     library rejects (e.g. single_tile with a 128x256 tile, 7 stages that do not fit); a list
     passed as ``rejected`` receives each rejection's ``CuteDSLError``.
-    For ``stages`` the stage counts default to 1..7, otherwise to ``"auto"``."""
+    For ``stages`` the stage counts default to 1..7, otherwise to ``"auto"``; the ``wave``
+    set times each persistent config once per decomposition of :data:`~.shapes.WAVE_DECOMPOSITIONS`
+    (unless ``base`` fixes one)."""
     base = dict(base or {})
     if tiles is None:               # the default tiles with the dtype's BLOCK_K (one 128-B row)
         from ..atom.mma_traits import mma_traits
@@ -76,18 +78,24 @@ def sweep_configs(set_name: str, *, tiles=None, schedules=None, stages=None, bas
     schedules = list(schedules or accepted_schedules())
     if stages is None:
         stages = list(STAGE_STUDY) if set_name == "stages" else ["auto"]
+    decomps = [{}]
+    if set_name == "wave" and "decomposition" not in base:
+        decomps = [{"decomposition": d} for d in WAVE_DECOMPOSITIONS]
     out = []
     for sched in schedules:
         for tile in tiles:
             for st in stages:
-                try:
-                    cfg = GemmConfig(**{**base, "tile": tuple(tile), "schedule": sched, "stages": st})
-                except CuteDSLError as e:
-                    if rejected is not None:
-                        rejected.append(e)
-                    continue
-                if cfg not in out:
-                    out.append(cfg)
+                for dec in decomps:
+                    if dec and dec["decomposition"] != "data-parallel" and sched not in ("cooperative", "pingpong"):
+                        continue
+                    try:
+                        cfg = GemmConfig(**{**base, "tile": tuple(tile), "schedule": sched, "stages": st, **dec})
+                    except CuteDSLError as e:
+                        if rejected is not None:
+                            rejected.append(e)
+                        continue
+                    if cfg not in out:
+                        out.append(cfg)
     return out
 
 
@@ -99,6 +107,8 @@ def label(cfg: GemmConfig) -> str:
                     if getattr(cfg, k) != d)
     if cfg.cluster != (1, 1):
         extra += " cluster={}x{}".format(*cfg.cluster)
+    if cfg.decomposition != "data-parallel":
+        extra += f" {cfg.decomposition}" + (f"/{cfg.splits}" if cfg.splits else "")
     if (cfg.dtype, cfg.out_dtype, cfg.b_dtype) != ("f16", "f16", None):   # the sweep's default types stay implicit
         ab = cfg.dtype if cfg.b_dtype in (None, cfg.dtype) else f"{cfg.dtype}x{cfg.b_dtype}"
         extra += f" {ab}->{cfg.out_dtype}"

@@ -59,6 +59,13 @@ def text(result: dict) -> str:
             p(f"  geomean {label:<34} {_f(g['geomean_tflops'], '8.1f')} TFLOP/s  ratio "
               f"{_f(g['geomean_ratio'], '.3f')}  failed checks {g['failed_checks']}/{g['problems']}")
         p(f"  geomean reference{'':<26} {_f(summ['reference_geomean_tflops'], '8.1f')} TFLOP/s")
+        if s.get("model"):
+            sms = s["model"][0]["sm_count"]
+            p(f"  SM-utilisation model ({sms} SMs; k-iterations per cluster, fix-up not modelled):")
+            p(f"  {'M':>6} {'N':>6} {'K':>6}  {'config':<34} {'mode':<14} {'clusters':>8} {'longest':>8} {'util':>6}")
+            for r in s["model"]:
+                p(f"  {r['m']:>6} {r['n']:>6} {r['k']:>6}  {r['config']:<34} {r['mode']:<14} {r['clusters']:>8} "
+                  f"{r['busy_max']:>8} {100 * r['utilisation']:>5.1f}%")
     return out.getvalue()
 
 

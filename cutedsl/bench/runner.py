@@ -161,7 +161,24 @@ class Sweep:
                         self.progress(f"{set_name} {m}x{n}x{k} {row['config']}")
                 del sets
                 self.lib.release()
-        return {"set": set_name, "x_label": x_label(set_name), "rows": rows, "summary": summarize(rows)}
+        out = {"set": set_name, "x_label": x_label(set_name), "rows": rows, "summary": summarize(rows)}
+        if set_name == "wave":          # the SM-utilisation model on the set's real shapes (any backend)
+            sms = getattr(self.backend, "sm_count", None) if self.timed else None
+            out["model"] = model_rows(cfgs, sms or 132)
+        return out
+
+
+def model_rows(cfgs: list, sm_count: int) -> list:
+    """The ``wave`` set's SM-utilisation model: per problem of the set and persistent config,
+    the decomposition's mode, launched clusters, longest cluster (k-iterations) and utilisation."""
+    from .shapes import SETS, utilisation_model
+    rows = []
+    for (m, n, k) in SETS["wave"]:
+        for cfg in cfgs:
+            u = utilisation_model(cfg, m, n, k, sm_count)
+            if u is not None:
+                rows.append({"m": m, "n": n, "k": k, "config": _configs.label(cfg), "sm_count": sm_count, **u})
+    return rows
 
 
 def summarize(rows: list) -> dict:

@@ -7,11 +7,18 @@ SETS = {
     "skinny": [(m, 2112, 7168) for m in (128, 256, 512, 1024, 2048, 4096, 8192)],
     "paper": [(7296, 256, k) for k in (1024, 2048, 4096, 8192, 16384)],
     "stages": [(7296, 256, 8192)],
+    # few output tiles, long K (with 128 x 128 tiles on 132 SMs: 0.5 to 2.9 waves): wave
+    # quantisation leaves SMs idle, what stream-K is for
+    "wave": [(1024, 1024, 16384), (1536, 1536, 16384), (2048, 1536, 8192), (3072, 2048, 8192),
+             (4096, 1664, 8192)],
 }
 
 #: what the emulator runs instead of any set: it tests the harness, it is not a benchmark.
 #: Neither is a tile multiple.
 TINY = [(130, 70, 96), (64, 200, 128)]
+
+#: the decompositions the ``wave`` set times on the persistent schedules
+WAVE_DECOMPOSITIONS = ("data-parallel", "stream-k")
 
 #: the stage counts of the ``stages`` set (the paper's stage study)
 STAGE_STUDY = tuple(range(1, 8))
@@ -27,8 +34,26 @@ def shapes_for(set_name: str, backend_name: str) -> list:
 def x_label(set_name: str) -> str:
     """What varies along a set (the plot's x axis)."""
     return {"square": "M = N = K", "skinny": "M (N=2112, K=7168)", "paper": "K (M=7296, N=256)",
-            "stages": "stages (7296 x 256 x 8192)"}[set_name]
+            "stages": "stages (7296 x 256 x 8192)", "wave": "M (N and K vary: few tiles, long K)"}[set_name]
 
 
 def x_value(set_name: str, m: int, n: int, k: int, stages: int) -> int:
-    return {"square": m, "skinny": m, "paper": k, "stages": stages}[set_name]
+    return {"square": m, "skinny": m, "paper": k, "stages": stages, "wave": m}[set_name]
+
+
+def utilisation_model(cfg, m: int, n: int, k: int, sm_count: int = 132) -> dict | None:
+    """The SM-utilisation model of ``cfg`` on an ``m x n x k`` problem over ``sm_count`` SMs:
+    ``{"mode", "clusters", "busy_max", "utilisation"}`` -- k-iterations per cluster from the
+    decomposition (``cutedsl.collective.stream_k``), utilisation = all k-iterations / (SM
+    clusters x the longest cluster's); fix-up costs are not modelled. None for a
+    non-persistent schedule."""
+    if cfg.schedule not in ("cooperative", "pingpong"):
+        return None
+    from ..collective.stream_k import decompose
+    bm, bn, bk = cfg.tile
+    cm, cn = cfg.cluster
+    tiles = -(-(-(-m // bm)) // cm) * -(-(-(-n // bn)) // cn)
+    clusters = max(1, sm_count // (cm * cn))
+    d = decompose(cfg.decomposition, tiles, -(-k // bk), clusters, cfg.splits)
+    return {"mode": d.mode, "clusters": d.clusters, "busy_max": max(d.busy()),
+            "utilisation": d.utilisation(clusters)}

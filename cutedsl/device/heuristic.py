@@ -13,7 +13,8 @@ The model, for ``M x N x K`` on ``sm_count`` SMs (132 without a device):
    at most 128 x 128 elements and K is short (<= 8 k-tiles: the epilogue is a large share of
    the work and ping-pong overlaps it with the other warpgroup's MMAs), else ``cooperative``
    (BLOCK_M 128; two consumer warpgroups split each tile). At most one wave: the
-   non-persistent ``warp_specialized`` schedule (one CTA per tile).
+   non-persistent ``warp_specialized`` schedule (one CTA per tile) -- unless a ``decomposition``
+   other than data-parallel is given (stream-K / split-K share tiles between persistent CTAs).
 3. **Cluster.** ``2x1`` (B multicast to two CTAs along M) when the problem has at least two tile
    rows and at least one full wave of tiles, so the pairs have work; else ``1x1``.
 4. **Raster and swizzle.** The persistent scheduler walks the longer tile dimension first
@@ -89,10 +90,12 @@ def _try(config_cls, m, n, bm, bn, kt, k_tile, sms, sm_count, base, fallback, tr
         kw["schedule"] = "multistage"
         why["schedule"] = f"multistage: the warp-specialized schedules cannot run the given fields ({tried[-1]})"
     elif "schedule" not in base:
-        if tiles > sms:
+        shared = base.get("decomposition", "data-parallel") != "data-parallel"   # needs a persistent schedule
+        if tiles > sms or shared:
             pp = bm * bn <= 128 * 128 and kt <= SHORT_K_TILES
             kw["schedule"] = "pingpong" if pp or bm != 128 else "cooperative"
-            why["schedule"] = (f"{kw['schedule']}: {tiles} tiles > {sms} SMs (persistent); "
+            why["schedule"] = (f"{kw['schedule']}: " + (f"{tiles} tiles > {sms} SMs (persistent); " if tiles > sms
+                                                        else f"decomposition {base['decomposition']} (persistent); ")
                                + (f"K is short ({kt} k-tiles): overlap the epilogue" if pp
                                   else "BLOCK_M 64: ping-pong" if bm != 128 else
                                   f"{kt} k-tiles: two consumers split each tile"))

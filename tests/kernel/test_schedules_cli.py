@@ -76,3 +76,25 @@ def test_schedule_and_cluster_choices_are_the_configs(monkeypatch):
     assert args.schedule == "stream_k" and args.cluster == (2, 2)
     with pytest.raises(SystemExit):
         cli._parser().parse_args(["gemm", "--m", "1", "--n", "1", "--k", "1", "--cluster", "4x1"])
+
+
+def test_split_k_from_the_command_line():
+    """--decomposition split-k --splits 3 on the emulator: the report says how the problem
+    was divided, and the result checks."""
+    args = cli._parser().parse_args(["gemm", "--m", "200", "--n", "90", "--k", "300", "--schedule", "cooperative",
+                                     "--tile", "128x64x64", "--decomposition", "split-k", "--splits", "3",
+                                     "--sm-count", "3", "--backend", "sim", "--check"])
+    rep, status = cli.run_gemm(args)
+    assert status == 0 and rep["passed"] is True, rep
+    assert rep["decomposition"] == {"asked": "split-k", "mode": "split-k", "tiles": 4, "k_tiles": 5, "clusters": 3,
+                                    "dp_tiles": 0, "split_tiles": 4, "units": 12, "splits": 3,
+                                    "utilisation": rep["decomposition"]["utilisation"]}
+    assert rep["grid"] == [3, 1, 1]
+
+
+def test_decomposition_option_mistakes(capsys):
+    status = cli.main(["gemm", "--m", "70", "--n", "64", "--k", "64", "--backend", "none", "--schedule",
+                       "cooperative", "--tile", "128x64x64", "--decomposition", "split-k"])
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and err == ("python -m cutedsl gemm: error: argument --decomposition: decomposition "
+                                   "'split-k' needs splits, an int in 2..256 (pieces of each tile's K), got None"), err
