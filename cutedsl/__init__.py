@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "GemmConfig": "cutedsl.device.gemm",
     "Gemm": "cutedsl.device.gemm",
+    "GroupedGemm": "cutedsl.device.grouped",
     "CompiledKernel": "cutedsl.compiler.artifact",
     "get_backend": "cutedsl.device.selection",
     "load": "cutedsl.device.export",

@@ -255,9 +255,12 @@ class PersistentTileScheduler(TileScheduler):
             return cir.i32(1)
         return (self.total - self.cluster_id + (self.n_clusters - 1)) // self.n_clusters
 
-    def _raster(self, unit):
-        """Cluster-tile ``(m, n)`` coordinates of linear work unit ``unit``."""
-        minor_n, major_n = (self.ct_n, self.ct_m) if self.raster == "M" else (self.ct_m, self.ct_n)
+    def _raster(self, unit, ct_m=None, ct_n=None):
+        """Cluster-tile ``(m, n)`` coordinates of linear work unit ``unit`` in a grid of
+        ``ct_m x ct_n`` cluster tiles (default: the problem's)."""
+        ct_m = self.ct_m if ct_m is None else ct_m
+        ct_n = self.ct_n if ct_n is None else ct_n
+        minor_n, major_n = (ct_n, ct_m) if self.raster == "M" else (ct_m, ct_n)
         if self.swizzle == 1:
             minor, major = unit // major_n, unit % major_n
         else:
@@ -285,12 +288,13 @@ class PersistentTileScheduler(TileScheduler):
         :attr:`batched`)."""
         return unit // self.per_batch if self.batched else 0
 
-    def unit_origin(self, unit):
+    def unit_origin(self, unit, ct_m=None, ct_n=None):
         """IR: element coordinates ``(m0, n0)`` of this CTA's tile in linear work unit
-        ``unit`` (a cluster tile, rasterized)."""
+        ``unit`` (a cluster tile, rasterized over ``ct_m x ct_n`` cluster tiles, default the
+        problem's)."""
         if self.batched:
             unit = unit % self.per_batch
-        cm, cn = self._raster(unit)
+        cm, cn = self._raster(unit, ct_m, ct_n)
         rm, rn = (self.rank % self.cluster_m, self.rank // self.cluster_m) if self.cluster_size > 1 else (0, 0)
         tm = cm * self.cluster_m + rm if self.cluster_m > 1 else cm
         tn = cn * self.cluster_n + rn if self.cluster_n > 1 else cn

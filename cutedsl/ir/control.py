@@ -8,6 +8,11 @@ Loops::
         loop.next(acc)                        # values carried into the next iteration
     acc, = loop.results
 
+While loops (``scf.while``; the condition is evaluated on the carried values before each
+iteration)::
+
+    lo, hi = While([lo0, hi0], cond=lambda lo, hi: hi - lo > 1, body=lambda lo, hi: (lo, mid)).results
+
 Branches (the condition must be an IR ``i1``; branch on Python bools with plain ``if``)::
 
     br = If(tid.eq(0), results=["i32"])
@@ -152,3 +157,30 @@ class If:
         if self._types and self._done != {"then", "else"}:
             raise RuntimeError("If results are available after both branches are built")
         return tuple(self._op.results)
+
+
+class While:
+    """An ``scf.while`` over carried values ``init`` (IR values): ``cond(*values)`` (an IR i1)
+    is traced in the before-region, ``body(*values)`` (returning the next values, same count
+    and types) in the after-region; :attr:`results` are the values when ``cond`` fails."""
+
+    def __init__(self, init, cond, body):
+        init = list(init)
+        types = [v.type for v in init]
+        self._init = init
+        self._op = scf.WhileOp(types, init)
+        before = self._op.before.blocks.append(*types)
+        with ir.InsertionPoint(before):
+            args = [_rewrap(Scalar(a), c) for a, c in zip(before.arguments, init)]
+            scf.ConditionOp(cond(*args), list(before.arguments))
+        after = self._op.after.blocks.append(*types)
+        with ir.InsertionPoint(after):
+            args = [_rewrap(Scalar(a), c) for a, c in zip(after.arguments, init)]
+            nxt = list(body(*args))
+            if len(nxt) != len(init):
+                raise ValueError(f"While carries {len(init)} values, body returned {len(nxt)}")
+            scf.YieldOp(nxt)
+
+    @property
+    def results(self) -> tuple:
+        return tuple(_rewrap(Scalar(r), c) for r, c in zip(self._op.results, self._init))

@@ -201,7 +201,7 @@ class WarpSpecializedGemmKernel(GemmKernel):
             self.init_extra(smem, leader)
             self.epilogue.init(smem, leader)
             pipeline.init(leader)
-            ops = ml.bind(smem, args)
+            ops = ml.bind(smem, args, self.operand_atoms(args))
             ml.prefetch(ops, predicate=leader)
             pipeline.sync_after_init()
             self.bind_problem(args)
@@ -217,12 +217,35 @@ class WarpSpecializedGemmKernel(GemmKernel):
                 self.consumer(ops, args, smem, pipeline, wg)
         return kb, plan.dynamic_bytes, ml.tensor_maps() + self.epilogue.tensor_maps()
 
+    @property
+    def k_varies(self) -> bool:
+        """Whether work tiles of one CTA may have different k-tile counts (stream-K pieces,
+        grouped problems): ping-pong then skips the other warpgroup's unit by its own count."""
+        return self.reduction is not None
+
+    def operand_atoms(self, args):
+        """The A and B ``TmaCopy`` atoms the mainloop binds (None: over the kernel's ``a`` and
+        ``b`` tensor-map parameters); a kernel whose maps change per work tile gives its
+        first ones (prefetched) and swaps them in :meth:`unit_operands`."""
+        return None
+
+    def unit_operands(self, ops, wt):
+        """The mainloop operands the producer loads work tile ``wt`` with: ``ops`` with the
+        tile's batch coordinates (:meth:`batch_operands`)."""
+        return self.batch_operands(ops, wt)
+
+    def epilogue_context(self, args, smem, wt, row_base, wg) -> EpilogueContext:
+        """The :class:`EpilogueContext` of work tile ``wt`` stored by consumer warpgroup ``wg``."""
+        return EpilogueContext(wt.m0, wt.n0, args.m, args.n, args, smem, row_base, warpgroup=wg, l=wt.l,
+                               problem=GemmProblem.from_args(args))
+
     def k_range(self, wt) -> tuple:
         """IR ``(k_first, k_count)`` the pipeline runs for work tile ``wt``: its range, except
         that an empty one (a split-K slice with nothing to do) runs one k-tile past the end of
         K instead: TMA fills it with zeros, so the accumulator is zero and no consumer waits
         for a fill that never comes."""
-        total, k_first, k_count = self.scheduler.k_tiles, wt.k_first, wt.k_count
+        total = wt.k_total if wt.k_total is not None else self.scheduler.k_tiles
+        k_first, k_count = wt.k_first, wt.k_count
         empty = cir.u32(k_count).eq(0) if not isinstance(k_count, int) else k_count == 0
         k_first = cir.select(empty, total, k_first if not isinstance(k_first, int) else cir.u32(k_first))
         return k_first, cir.select(empty, cir.u32(1), k_count)
@@ -235,7 +258,7 @@ class WarpSpecializedGemmKernel(GemmKernel):
         for i, carried in loop:
             wt = self.work_tile(i)
             k_first, k_count = self.k_range(wt)
-            st = self.mainloop.producer_loop(self.batch_operands(ops, wt), pipeline, PipelineState.from_carry(s, carried),
+            st = self.mainloop.producer_loop(self.unit_operands(ops, wt), pipeline, PipelineState.from_carry(s, carried),
                                              k_first, k_count, wt.m0, wt.n0)
             loop.next(*st.carry())
         pipeline.producer_tail(PipelineState.from_carry(s, loop.results))
@@ -244,8 +267,7 @@ class WarpSpecializedGemmKernel(GemmKernel):
         """The epilogue of work tile ``wt`` by consumer warpgroup ``wg`` (its rows from
         ``row_base``); a piece of a tile split along K is first reduced with the tile's other
         pieces, and only the piece that completes the tile stores."""
-        ctx = EpilogueContext(wt.m0, wt.n0, args.m, args.n, args, smem, row_base, warpgroup=wg, l=wt.l,
-                              problem=GemmProblem.from_args(args))
+        ctx = self.epilogue_context(args, smem, wt, row_base, wg)
         if self.reduction is None:
             self.epilogue.store(acc, ctx)
             return
@@ -316,7 +338,7 @@ class PingpongGemmKernel(WarpSpecializedGemmKernel):
         sch, s, ml, order = self.scheduler, self.stages, self.mainloop, self.order
         # warpgroup 1 starts one tile (its k-tile count of fills) further along the ring; with
         # a decomposition every unit has its own count, so each skip reads the other's unit
-        per_unit = self.reduction is not None
+        per_unit = self.k_varies
         _, k_count = self.k_range(self.work_tile(0))
         start = PipelineState(s).advance_by(wg * k_count)
         loop = cir.Loop(wg, sch.work_count(), step=2, carry=start.carry())
