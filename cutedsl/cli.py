@@ -142,6 +142,11 @@ def run_gemm(args) -> tuple:
     from .dtypes import tensor_core_value
     from .errors import ArgumentError, CuteDSLError, DumpError, NoDeviceError
 
+    if getattr(args, "groups", None) is not None:        # one launch over several problems
+        from .cli_grouped import run_grouped
+        return run_grouped(args)
+    if None in (args.m, args.n, args.k):
+        raise UsageError("--m/--n/--k", "the problem size is required (or --groups MxNxK,... for a grouped GEMM)")
     if args.load is None:
         cfg = gemm_config(args)
         warn_ignored_options(cfg)
@@ -385,6 +390,9 @@ def main(argv=None) -> int:
         return 2
     if args.json:
         print(json.dumps(rep))
+    elif getattr(args, "groups", None) is not None:
+        from .cli_grouped import print_grouped
+        print_grouped(rep)
     else:
         _print_text(rep)
     if "error" in rep:              # the one line on stderr every failure gets

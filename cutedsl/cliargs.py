@@ -82,6 +82,22 @@ def tile_arg(text: str) -> tuple:
     return tuple(int(p) for p in parts)
 
 
+def groups_arg(text: str) -> list:
+    """``type=`` for ``--groups``: comma-separated ``MxNxK`` problems (each extent 0..2^31-1)."""
+    out = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        try:
+            dims = tuple(int(x) for x in part.lower().split("x"))
+        except ValueError:
+            dims = ()
+        if len(dims) != 3 or not all(0 <= d <= MAX_I32 for d in dims):
+            raise argparse.ArgumentTypeError(f"expected MxNxK,MxNxK,... (extents 0..{MAX_I32}), got {part!r}")
+        out.append(dims)
+    if not out:
+        raise argparse.ArgumentTypeError(f"expected MxNxK,MxNxK,..., got {text!r}")
+    return out
+
+
 def cluster_arg(text: str) -> tuple:
     """``type=`` for ``--cluster``: ``MxN`` CTAs per cluster, one of ``GemmConfig``'s clusters
     (1x1, 2x1 or 1x2)."""
@@ -184,9 +200,13 @@ def add_gemm_parser(sub):
     from .device.config import DTYPES, EPILOGUE_KINDS, MAX_SPLITS, OUT_DTYPES, SCHEDULES, STAGES
     g = sub.add_parser("gemm", help="compile, run and report D = A @ B")
     size = int_in(1, MAX_I32)
-    g.add_argument("--m", type=size, required=True, help=f"rows of A and D, 1..{MAX_I32}")
-    g.add_argument("--n", type=size, required=True, help=f"columns of B and D, 1..{MAX_I32}")
-    g.add_argument("--k", type=size, required=True, help=f"columns of A, rows of B, 1..{MAX_I32}")
+    g.add_argument("--m", type=size, default=None, help=f"rows of A and D, 1..{MAX_I32} (required without --groups)")
+    g.add_argument("--n", type=size, default=None, help=f"columns of B and D, 1..{MAX_I32} (required without --groups)")
+    g.add_argument("--k", type=size, default=None, help=f"columns of A, rows of B, 1..{MAX_I32} (required without "
+                                                       f"--groups)")
+    g.add_argument("--groups", type=groups_arg, default=None, metavar="MxNxK,...",
+                   help="a grouped GEMM: one persistent launch over these problems (each MxNxK; 0 allowed), "
+                        "schedule cooperative or pingpong; one report line per group")
     g.add_argument("--batch", type=int_in(1, 65535), default=None, metavar="L",
                    help="a batch of L GEMMs: A (L, M, K), B (L, K, N), D (L, M, N); 1..65535")
     g.add_argument("--dtype", choices=list(DTYPES), default="f16")

@@ -98,3 +98,30 @@ def test_decomposition_option_mistakes(capsys):
     err = capsys.readouterr().err.strip()
     assert status == 2 and err == ("python -m cutedsl gemm: error: argument --decomposition: decomposition "
                                    "'split-k' needs splits, an int in 2..256 (pieces of each tile's K), got None"), err
+
+
+def test_groups_from_the_command_line():
+    """--groups: one launch, one report entry per group (M = 0, K = 0 and odd shapes), all checked."""
+    args = cli._parser().parse_args(["gemm", "--groups", "150x70x100,0x64x64,1x9x17,64x64x0", "--schedule", "pingpong",
+                                     "--tile", "64x64x64", "--sm-count", "3", "--backend", "sim", "--check"])
+    rep, status = cli.run_gemm(args)
+    assert status == 0 and rep["passed"] is True, rep
+    assert [(g["m"], g["n"], g["k"]) for g in rep["groups"]] == [(150, 70, 100), (0, 64, 64), (1, 9, 17), (64, 64, 0)]
+    assert all(g["passed"] and g["max_rel_err"] < 1e-5 for g in rep["groups"]) and rep["schedule"] == "pingpong"
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--groups", "3x4"], "argument --groups: expected MxNxK,MxNxK,... (extents 0..2147483647), got '3x4'"),
+    (["--groups", "3x4x5", "--m", "5"], "argument --groups: give the problems either as --groups or as --m/--n/--k "
+                                        "(and --batch), not both (--m was given)"),
+    (["--n", "5"], "argument --m/--n/--k: the problem size is required (or --groups MxNxK,... for a grouped GEMM)"),
+    (["--groups", "3x4x5", "--schedule", "multistage"], "GroupedGemm runs the persistent schedules (cooperative, "
+                                                        "pingpong), got schedule 'multistage'"),
+])
+def test_groups_option_mistakes(argv, msg, capsys):
+    try:
+        status = cli.main(["gemm", "--backend", "none"] + argv)
+    except SystemExit as e:
+        status = e.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and msg in err[0], err
