@@ -63,22 +63,27 @@ def _bench_args(argv):
     return _parse(["bench", *argv])
 
 
-def plan_configs(plan: dict) -> list:
-    """The ``GemmConfig`` s of the bench, identity and main-job steps of ``plan`` (unique)."""
+def plan_configs(plan: dict, grouped: bool = False) -> list:
+    """The ``GemmConfig`` s of the bench, identity and main-job steps of ``plan`` (unique);
+    ``grouped``: those of the grouped sets instead (their kernels are ``GroupedGemm``'s)."""
     from ..cliargs import gemm_config
     from .cli import selected_configs, set_names
+    from .shapes import GROUPED_SETS
     out = []
     for key in ("bench_args", "identity_args"):
         args = _bench_args(plan[key])
         for name in set_names(args):
-            out += selected_configs(args, name)
-    out.append(gemm_config(_parse(plan["main_args"])))
+            if (name in GROUPED_SETS) == grouped:
+                out += selected_configs(args, name)
+    if not grouped:
+        out.append(gemm_config(_parse(plan["main_args"])))
     return list(dict.fromkeys(out))
 
 
-def _cache_config(cfg):
+def _cache_config(cfg, grouped: bool = False):
     """The cache key of a GemmConfig's kernel (what ``Kernel.compile`` looks up)."""
-    return cfg.kernel().cache_key()[0]
+    from ..device.precompile import config_kernel
+    return config_kernel(cfg, grouped).cache_key()[0]
 
 
 def _entries(cache_dir: Path) -> set:
@@ -108,13 +113,16 @@ def build(out: Path, plan_name: str = "gpu", log=print) -> dict:
     if toolchain_hash() is None:
         raise CacheError("building a bundle needs the MLIR toolchain (this machine has none)")
     os.environ["CUTEDSL_CACHE_DIR"] = str(cache_dir)     # the public way: Gemm compiles into the default cache
-    cfgs = plan_configs(plan)
-    log(f"bundle {plan_name}: {len(cfgs)} configs (schedules: {', '.join(accepted_schedules())})")
+    cfgs, grouped = plan_configs(plan), plan_configs(plan, grouped=True)
+    log(f"bundle {plan_name}: {len(cfgs)} configs + {len(grouped)} grouped (schedules: "
+        f"{', '.join(accepted_schedules())})")
     from ..device.precompile import compile_all
 
     def progress(done, total, r):
         log(f"  [{done}/{total}] {label(r.config)}  " + (f"FAILED: {r.error}" if r.error else f"{r.registers} regs"))
     results = compile_all(cfgs, cache_dir=cache_dir, progress=progress)      # a process pool
+    if grouped:
+        results += compile_all(grouped, cache_dir=cache_dir, progress=progress, grouped=True)
     bad = [r for r in results if r.error]
     if bad:
         raise CacheError(f"{len(bad)} kernels failed to compile; the first, {label(bad[0].config)}: {bad[0].error}")
@@ -166,11 +174,12 @@ def verify(out: Path, log=print) -> list:
         problems.append(f"the bundle was compiled from sources {manifest['source_hash']}, this checkout is "
                         f"{source_hash()}: rebuild it from this checkout (python -m cutedsl bundle)")
     found = 0
-    for cfg in plan_configs(manifest):
-        if KernelCache(out / "cache").get(_cache_config(cfg)) is None:
-            problems.append(f"missing from the cache: {label(cfg)}")
-        else:
-            found += 1
+    for grouped in (False, True):
+        for cfg in plan_configs(manifest, grouped):
+            if KernelCache(out / "cache").get(_cache_config(cfg, grouped)) is None:
+                problems.append(f"missing from the cache: {label(cfg)}{' (grouped)' if grouped else ''}")
+            else:
+                found += 1
     for name in manifest["entries"]:
         d = out / "cache" / name
         subs = [p for p in d.iterdir() if (p / "kernel.json").is_file()] if d.is_dir() else []

@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-SET_NAMES = ("square", "skinny", "paper", "stages", "wave")
+SET_NAMES = ("square", "skinny", "paper", "stages", "wave", "moe")
 
 
 def _csv_list(text):
@@ -144,8 +144,10 @@ def run_bench(args) -> int:
     if not timed:
         notes.append("backend sim: tiny shapes, harness test only, NO TIMINGS CLAIMED")
     with report.Progress(total, enabled=not args.no_progress) as bar:
+        from ..device.grouped import GroupedGemm
         sweep = Sweep(backend, lib, timer, lambda c: Gemm(c, backend), iters=iters, warmup=warmup, l2_bytes=l2,
-                      max_sets=args.max_sets, flush=not args.no_flush, progress=bar)
+                      max_sets=args.max_sets, flush=not args.no_flush, progress=bar,
+                      make_grouped=lambda c: GroupedGemm(c, backend))
         if bar.kind == "plain":
             notes.append(f"plain progress lines: {bar.why}")
         result = {"header": header(backend, lib, timer, sweep, notes), "sets": []}

@@ -78,6 +78,8 @@ def sweep_configs(set_name: str, *, tiles=None, schedules=None, stages=None, bas
     schedules = list(schedules or accepted_schedules())
     if stages is None:
         stages = list(STAGE_STUDY) if set_name == "stages" else ["auto"]
+    if set_name == "moe":           # grouped problems: the persistent schedules' grouped kernels
+        schedules = [s for s in schedules if s in ("cooperative", "pingpong")]
     decomps = [{}]
     if set_name == "wave" and "decomposition" not in base:
         decomps = [{"decomposition": d} for d in WAVE_DECOMPOSITIONS]

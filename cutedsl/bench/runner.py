@@ -42,7 +42,7 @@ class Sweep:
     ``make_gemm(config)`` -> an object with ``prepare(a, b, out=)`` -> ``(launch, result)``."""
 
     def __init__(self, backend, lib, timer, make_gemm, *, iters=30, warmup=5, l2_bytes=0,
-                 budget_bytes=4 << 30, max_sets=8, flush=True, progress=None):
+                 budget_bytes=4 << 30, max_sets=8, flush=True, progress=None, make_grouped=None):
         if iters < 1 or warmup < 0:
             raise ValueError(f"iters must be >= 1 and warmup >= 0, got {iters}, {warmup}")
         self.backend, self.lib, self.timer, self.make_gemm = backend, lib, timer, make_gemm
@@ -51,6 +51,7 @@ class Sweep:
         self.flush = lib.flusher(2 * l2_bytes) if flush and l2_bytes else None
         self.progress = progress
         self._gemms = {}
+        self.make_grouped = make_grouped     #: config -> a GroupedGemm (grouped sets)
         self.timed = backend.name == "cuda"
 
     # -- pieces -----------------------------------------------------------------------------
@@ -58,6 +59,12 @@ class Sweep:
         if cfg not in self._gemms:
             self._gemms[cfg] = self.make_gemm(cfg)
         return self._gemms[cfg]
+
+    def grouped(self, cfg):
+        key = ("grouped", cfg)
+        if key not in self._gemms:
+            self._gemms[key] = self.make_grouped(cfg)
+        return self._gemms[key]
 
     def _time(self, fns):
         """Warm-up then timed launches over the rotated input sets; returns the timed ms."""
@@ -126,6 +133,10 @@ class Sweep:
 
     # -- a set -----------------------------------------------------------------------------
     def run_set(self, set_name: str, cfgs: list) -> dict:
+        from .shapes import GROUPED_SETS
+        if set_name in GROUPED_SETS:            # problems made of groups: one GroupedGemm launch each
+            from .grouped import run_grouped_set
+            return run_grouped_set(self, set_name, cfgs)
         shapes = shapes_for(set_name, self.backend.name)
         rows = []
         for (m, n, k) in shapes:

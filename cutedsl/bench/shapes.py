@@ -13,6 +13,29 @@ SETS = {
              (4096, 1664, 8192)],
 }
 
+def _experts(tokens: int, experts: int, idle: int) -> list:
+    """Rows per expert of a skewed top-k routing of ``tokens`` assignments: weights 1 / (e + 4),
+    the last ``idle`` experts get none (integers summing to ``tokens``)."""
+    w = [1 / (e + 4) if e < experts - idle else 0 for e in range(experts)]
+    rows = [int(tokens * x / sum(w)) for x in w]
+    rows[0] += tokens - sum(rows)
+    return rows
+
+
+#: grouped sets: per problem, the groups' (M, N, K) -- an expert layer: every expert shares N
+#: and K, M is the tokens routed to it (some get none)
+GROUPED_SETS = {
+    "moe": [
+        # 8 experts, 4096 tokens top-2 (8192 rows), d_model 4096 -> d_ff 14336 (up), and back (down)
+        [(m, 14336, 4096) for m in _experts(8192, 8, 0)],
+        [(m, 4096, 14336) for m in _experts(8192, 8, 0)],
+        # 64 fine-grained experts, 8192 tokens top-6, d_model 2048 -> 1408, four experts idle
+        [(m, 1408, 2048) for m in _experts(49152, 64, 4)],
+    ],
+}
+#: what the emulator runs instead of a grouped set (an idle group, a partial tile)
+TINY_GROUPS = [[(130, 70, 96), (0, 70, 96), (33, 70, 96)]]
+
 #: what the emulator runs instead of any set: it tests the harness, it is not a benchmark.
 #: Neither is a tile multiple.
 TINY = [(130, 70, 96), (64, 200, 128)]
@@ -26,19 +49,22 @@ STAGE_STUDY = tuple(range(1, 8))
 
 def shapes_for(set_name: str, backend_name: str) -> list:
     """The problems of ``set_name``; on the emulator always :data:`TINY`."""
+    if set_name in GROUPED_SETS:
+        return list(TINY_GROUPS) if backend_name == "sim" else list(GROUPED_SETS[set_name])
     if set_name not in SETS:
-        raise ValueError(f"unknown shape set {set_name!r}; choose from {sorted(SETS)}")
+        raise ValueError(f"unknown shape set {set_name!r}; choose from {sorted(SETS) + sorted(GROUPED_SETS)}")
     return list(TINY) if backend_name == "sim" else list(SETS[set_name])
 
 
 def x_label(set_name: str) -> str:
     """What varies along a set (the plot's x axis)."""
     return {"square": "M = N = K", "skinny": "M (N=2112, K=7168)", "paper": "K (M=7296, N=256)",
-            "stages": "stages (7296 x 256 x 8192)", "wave": "M (N and K vary: few tiles, long K)"}[set_name]
+            "stages": "stages (7296 x 256 x 8192)", "wave": "M (N and K vary: few tiles, long K)",
+            "moe": "total M of the experts (N, K shared)"}[set_name]
 
 
 def x_value(set_name: str, m: int, n: int, k: int, stages: int) -> int:
-    return {"square": m, "skinny": m, "paper": k, "stages": stages, "wave": m}[set_name]
+    return {"square": m, "skinny": m, "paper": k, "stages": stages, "wave": m, "moe": m}[set_name]
 
 
 def utilisation_model(cfg, m: int, n: int, k: int, sm_count: int = 132) -> dict | None:

@@ -84,42 +84,67 @@ class GroupedGemm:
     def __call__(self, a_list, b_list, **extra) -> list:
         """``[a_list[g] @ b_list[g] for g]`` in one launch; see the module docstring. Keyword
         arguments: the fused nodes' scalars (e.g. ``alpha=``)."""
+        launch, result = self.prepare(a_list, b_list, **extra)
+        try:
+            launch()
+            return result()
+        finally:
+            launch.release()
+
+    def prepare(self, a_list, b_list, **extra):
+        """Validate, move operands, encode the tensor maps and tables; returns ``launch()`` and
+        ``result()`` (the list of results) as :meth:`Gemm.prepare` does -- for timing repeated
+        launches. What the call allocated is released by ``launch.release()`` (or with both
+        callables)."""
         from ..collective.grouped import group_table
-        from ..kernel.grouped import MAP_BYTES, MAP_ORDER
         groups = self._views(a_list, b_list)
-        kern_obj, cfg = self.kernel, self.config
+        kern_obj = self.kernel
         internal = [p.name for p in kern_obj.scheduler.kernel_params()] + ["maps", "d_ptrs"]
         declared = extras.check_names(kern_obj.params(), extra, internal)
         be = self.backend
-        for g, (va, vb, _) in enumerate(groups):
+        for va, vb, _ in groups:
             arrays.check_backend_of(va.owner, be, va.name)
             arrays.check_backend_of(vb.owner, be, vb.name)
-        out_dt = _dtype(cfg.out_dtype)
-        tma_d = kern_obj.epilogue.kind == "tma"
+        out_dt = _dtype(self.config.out_dtype)
         results = [None] * len(groups)
         live = []                        # groups that enter the launch
         for g, (va, vb, (m, n, k)) in enumerate(groups):
-            host = va.on_host or vb.on_host
             if m == 0 or n == 0 or k == 0:       # nothing to compute: an empty or a zero result
                 z = np.zeros((m, n), out_dt.numpy)
-                results[g] = z if host else arrays.to_device(be, z)
+                results[g] = z if (va.on_host or vb.on_host) else arrays.to_device(be, z)
             else:
                 live.append(g)
-        if not live:
-            return results
         scratch = arrays.CallScratch(be)
         try:
-            self._launch(scratch, be, groups, live, results, out_dt, tma_d, extra, declared, group_table,
-                         MAP_BYTES, MAP_ORDER)
-        finally:
+            run, devs = self._prepare(scratch, be, groups, live, out_dt, extra, declared, group_table) \
+                if live else (None, [])
+        except BaseException:
             scratch.release()
-        return results
+            raise
 
-    def _launch(self, scratch, be, groups, live, results, out_dt, tma_d, extra, declared, group_table,
-                map_bytes, map_order):
+        def launch():
+            if not scratch.alive:
+                from ..errors import LaunchError
+                raise LaunchError("this launch was released (launch.release()); call prepare() again")
+            if run is not None:
+                run()
+
+        def result():
+            be.synchronize()
+            for g, (dd, host, fw) in zip(live, devs):
+                results[g] = arrays.to_host(dd) if host else Gemm._wrap_like(dd, fw)
+            return list(results)
+        launch.release = result.release = scratch.release
+        launch.keep = result.keep = scratch
+        return launch, result
+
+    def _prepare(self, scratch, be, groups, live, out_dt, extra, declared, group_table):
+        """The launch of the ``live`` groups: ``(run, [(D device array, host result?, framework)])``."""
+        from ..kernel.grouped import MAP_BYTES, MAP_ORDER
         cfg, kern_obj = self.config, self.kernel
+        tma_d = kern_obj.epilogue.kind == "tma"
         specs = kern_obj.map_specs()
-        table = np.zeros((len(live), len(map_order), map_bytes), np.uint8)
+        table = np.zeros((len(live), len(MAP_ORDER), MAP_BYTES), np.uint8)
         devs, keep = [], []
         for row, g in enumerate(live):
             va, vb, (m, n, k) = groups[g]
@@ -135,7 +160,7 @@ class GroupedGemm:
                 if name in specs:
                     blob = be.encode_tensor_map(specs[name], arr.ptr, arr.shape, arr.strides)
                     scratch.tmaps.append(blob)
-                    table[row, slot] = np.frombuffer(bytes(blob), np.uint8)[:map_bytes]
+                    table[row, slot] = np.frombuffer(bytes(blob), np.uint8)[:MAP_BYTES]
         sched = kern_obj.scheduler
         problems, units = group_table([groups[g][2] for g in live], kern_obj.tile_m, kern_obj.tile_n,
                                       kern_obj.cluster)
@@ -154,11 +179,12 @@ class GroupedGemm:
         grid = (sched.clusters_for(units) * sched.cluster_size, 1, 1)
         kern = self.compiled
         scratch.keep = keep
-        be.launch(self._gemm._module(be, kern), grid, kern.pack_params(values), block=kern.block,
-                  cluster=kern.cluster, smem=kern.dynamic_smem)
-        be.synchronize()
-        for g, (dd, host, fw) in zip(live, devs):
-            results[g] = arrays.to_host(dd) if host else Gemm._wrap_like(dd, fw)
+        handle, params = self._gemm._module(be, kern), kern.pack_params(values)
+
+        def run():
+            be.launch(handle, grid, params, block=kern.block, cluster=kern.cluster, smem=kern.dynamic_smem)
+        run.grid = grid
+        return run, devs
 
 
 __all__ = ["GroupedGemm"]

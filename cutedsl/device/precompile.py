@@ -29,25 +29,35 @@ class CompileResult:
     error: str | None = None
 
 
-def _compile_one(fields: dict, cache_dir: str | None) -> tuple:
+def config_kernel(cfg, grouped: bool = False):
+    """The kernel object of ``cfg``: its schedule's, or (``grouped``) the schedule's grouped
+    kernel (what ``GroupedGemm`` runs)."""
+    if not grouped:
+        return cfg.kernel()
+    from ..kernel.grouped import GROUPED
+    return cfg.kernel(kernel_cls=GROUPED[cfg.schedule])
+
+
+def _compile_one(fields: dict, cache_dir: str | None, grouped: bool = False) -> tuple:
     if cache_dir is not None:
         os.environ["CUTEDSL_CACHE_DIR"] = cache_dir
     from .config import GemmConfig
     t = time.perf_counter()
     try:
-        kern = GemmConfig(**fields).kernel()
+        kern = config_kernel(GemmConfig(**fields), grouped)
         ck = kern.compile()
         return ck.key, time.perf_counter() - t, bool(kern.last_cache_hit), ck.resources.registers, None
     except Exception as e:       # noqa: BLE001 - reported per config, the others go on
         return None, time.perf_counter() - t, False, None, f"{type(e).__name__}: {e}"
 
 
-def compile_all(configs, *, jobs: int | None = None, cache_dir=None, progress=None) -> list:
+def compile_all(configs, *, jobs: int | None = None, cache_dir=None, progress=None, grouped: bool = False) -> list:
     """Compile every ``GemmConfig`` in ``configs`` into the kernel cache (``cache_dir``, default
     ``$CUTEDSL_CACHE_DIR`` or ``~/.cache/cutedsl``) with ``jobs`` worker processes (default: the
     CPU count; 1 compiles in this process). ``progress(done, total, result)`` is called as each
-    finishes. Returns one :class:`CompileResult` per config, in order; a failing config is a
-    result with ``error``, never an exception that loses the others."""
+    finishes. ``grouped``: compile each config's grouped kernel (``GroupedGemm``) instead.
+    Returns one :class:`CompileResult` per config, in order; a failing config is a result
+    with ``error``, never an exception that loses the others."""
     configs = list(configs)
     cache_dir = str(cache_dir) if cache_dir is not None else os.environ.get("CUTEDSL_CACHE_DIR")
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(configs) or 1))
@@ -61,10 +71,10 @@ def compile_all(configs, *, jobs: int | None = None, cache_dir=None, progress=No
 
     if jobs == 1:
         for i, f in enumerate(fields):
-            done(i, _compile_one(f, cache_dir))
+            done(i, _compile_one(f, cache_dir, grouped))
         return results
     with cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as ex:
-        futs = {ex.submit(_compile_one, f, cache_dir): i for i, f in enumerate(fields)}
+        futs = {ex.submit(_compile_one, f, cache_dir, grouped): i for i, f in enumerate(fields)}
         for fut in cf.as_completed(futs):
             done(futs[fut], fut.result())
     return results

@@ -38,3 +38,26 @@ def test_model_rows_in_the_report():
     text = report.text(result)
     assert "SM-utilisation model (132 SMs" in text
     assert "1024   1024  16384  pingpong 128x128x64 s6 stream-k    stream-k" in text
+
+
+def test_moe_set_runs_grouped_on_the_emulator():
+    """The ``moe`` set: each problem a list of expert GEMMs (shared N, K; an idle expert), one
+    GroupedGemm launch per config, checked group by group; only the persistent schedules."""
+    from cutedsl.bench import libs
+    from cutedsl.bench.shapes import GROUPED_SETS, TINY_GROUPS
+    from cutedsl.bench.timing import WallTimer
+    from cutedsl.device import Gemm
+    from cutedsl.device.grouped import GroupedGemm
+    from cutedsl.sim import SimBackend
+    assert all(len({(n, k) for _, n, k in p}) == 1 for p in GROUPED_SETS["moe"])     # an expert layer
+    assert sum(m for m, _, _ in GROUPED_SETS["moe"][0]) == 8192 and GROUPED_SETS["moe"][2][-1][0] == 0
+    cfgs = C.sweep_configs("moe", tiles=[(128, 128, 64)], base={"out_dtype": "f16"})
+    assert [c.schedule for c in cfgs] == ["cooperative", "pingpong"]
+    be = SimBackend()
+    lib, _ = libs.pick("sim", "numpy", 0)
+    s = runner.Sweep(be, lib, WallTimer(be.synchronize), lambda c: Gemm(c, be), iters=1, warmup=0,
+                     make_grouped=lambda c: GroupedGemm(c, be))
+    out = s.run_set("moe", cfgs)
+    assert [r["groups"] for r in out["rows"]] == [len(TINY_GROUPS[0])] * 2
+    assert all(r["check"] == "pass" for r in out["rows"]), out["rows"]
+    assert out["rows"][0]["m"] == sum(m for m, _, _ in TINY_GROUPS[0])
