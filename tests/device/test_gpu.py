@@ -53,3 +53,29 @@ def test_integer_inputs_bit_identical_with_emulator(tile, rng, cuda, sim):
 def test_saxpy_on_gpu(tma, rng, cuda):
     x, y = rng.standard_normal(100_003, dtype=np.float32), rng.standard_normal(100_003, dtype=np.float32)
     assert np.array_equal(saxpy(3.0, x, y, tma=tma, backend=cuda), np.float32(3.0) * x + y)
+
+
+@pytest.mark.parametrize("schedule,tile", [("cooperative", (128, 128, 64)), ("pingpong", (128, 128, 64))])
+@pytest.mark.parametrize("decomposition,splits", [("stream-k", None), ("split-k", 3)])
+def test_stream_k_split_k_on_gpu(schedule, tile, decomposition, splits, rng, cuda):
+    """Stream-K / split-K on every SM of the GPU (CTAs wait on each other through global
+    memory): exact on integers, the same bits on a second run and as on the emulator."""
+    m, n, k = 1000, 1200, 64 * 40 + 7          # 8 x 10 tiles on 132 SMs: a partial wave
+    a = rng.integers(-4, 5, (m, k)).astype(np.float16)
+    b = rng.integers(-4, 5, (k, n)).astype(np.float16)
+    g = Gemm(GemmConfig(schedule=schedule, tile=tile, decomposition=decomposition, splits=splits), cuda)
+    d = g(a, b)
+    assert np.array_equal(d.astype(np.float64), a.astype(np.float64) @ b.astype(np.float64))
+    x = rng.standard_normal((m, k), dtype=np.float32).astype(np.float16)
+    assert np.array_equal(g(x, b), g(x, b))
+
+
+@pytest.mark.parametrize("schedule", ["cooperative", "pingpong"])
+def test_grouped_on_gpu(schedule, rng, cuda):
+    from cutedsl import GroupedGemm
+    shapes = [(700, 300, 520), (0, 64, 64), (1, 90, 33), (333, 1000, 64), (64, 64, 0)]
+    a = [rng.integers(-3, 4, (m, k)).astype(np.float16) for m, n, k in shapes]
+    b = [rng.integers(-3, 4, (k, n)).astype(np.float16) for m, n, k in shapes]
+    d = GroupedGemm(GemmConfig(schedule=schedule, tile=(128, 128, 64)), cuda)(a, b)
+    for x, y, z in zip(a, b, d):
+        assert np.array_equal(z, x.astype(np.float64) @ y)
