@@ -17,8 +17,8 @@ def warn_ignored_options(cfg) -> None:
     from .device.config import WARP_SPECIALIZED
     if cfg.schedule in WARP_SPECIALIZED:
         return
-    set_ = [o for o, v, d in (("--raster", cfg.raster, "M"), ("--swizzle", cfg.swizzle, 1),
-                              ("--sm-count", cfg.sm_count, None)) if v != d]
+    set_ = [o for o, v, d in (("--raster", cfg.raster, ("auto", "M")), ("--swizzle", cfg.swizzle, (1,)),
+                              ("--sm-count", cfg.sm_count, (None,))) if v not in d]
     if set_:
         print(f"python -m cutedsl gemm: warning: {'/'.join(set_)} ignored: schedule {cfg.schedule!r} has one "
               f"CTA per tile in launch order (only {', '.join(WARP_SPECIALIZED)} use them)", file=sys.stderr)

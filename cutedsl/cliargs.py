@@ -100,7 +100,7 @@ def groups_arg(text: str) -> list:
 
 def cluster_arg(text: str) -> tuple:
     """``type=`` for ``--cluster``: ``MxN`` CTAs per cluster, one of ``GemmConfig``'s clusters
-    (1x1, 2x1 or 1x2)."""
+    (1x1, 2x1, 1x2, 2x2, 4x1, 1x4)."""
     from .device.config import CLUSTERS
     parts = text.lower().split("x")
     c = tuple(int(p) for p in parts) if len(parts) == 2 and all(p.isdigit() for p in parts) else ()
@@ -222,8 +222,11 @@ def add_gemm_parser(sub):
                    help="auto (default): schedule, tile, cluster, raster and swizzle chosen for the problem "
                         "(GemmConfig.for_problem; options given are kept)")
     g.add_argument("--cluster", type=cluster_arg, default=None, metavar="MxN",
-                   help="CTAs per cluster, cluster_m x cluster_n: 1x1, 2x1 or 1x2 (warp-specialized schedules)")
-    g.add_argument("--raster", choices=list(RASTERS), default=None, help="the tile scheduler walks along M or N first")
+                   help="CTAs per cluster, cluster_m x cluster_n: 1x1, 2x1, 1x2, 2x2, 4x1 or 1x4 (warp-specialized "
+                        "schedules)")
+    g.add_argument("--raster", choices=[*RASTERS, "auto"], default=None,
+                   help="the tile scheduler walks along M or N first; auto (default): along the dimension with "
+                        "more tiles")
     g.add_argument("--swizzle", type=int, choices=list(SWIZZLES), default=None, help="tiles per rasterization strip")
     g.add_argument("--sm-count", type=int_in(1, 4096), default=None,
                    help="SMs a persistent schedule fills, 1..4096 (default: the device's, else 132)")

@@ -104,7 +104,7 @@ def sweep_configs(set_name: str, *, tiles=None, schedules=None, stages=None, bas
 def label(cfg: GemmConfig) -> str:
     """Short readable name: ``multistage 128x256x64 s4`` (types shown unless f16 -> f16)."""
     t = "x".join(map(str, cfg.tile))
-    extra = "".join(f" {k}={getattr(cfg, k)}" for k, d in (("b_major", "MN"), ("epilogue", "tma"), ("raster", "M"),
+    extra = "".join(f" {k}={getattr(cfg, k)}" for k, d in (("b_major", "MN"), ("epilogue", "tma"), ("raster", "auto"),
                                                          ("swizzle", 1), ("sm_count", None))
                     if getattr(cfg, k) != d)
     if cfg.cluster != (1, 1):

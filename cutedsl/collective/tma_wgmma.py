@@ -39,7 +39,7 @@ from .pipeline import PipelineState
 
 cir = lazy("cutedsl.ir")
 
-CLUSTERS = ((1, 1), (2, 1), (1, 2))     #: (cluster_m, cluster_n) shapes the operand ring supports
+CLUSTERS = ((1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4))   #: (cluster_m, cluster_n) shapes the operand ring supports
 
 
 @attrs.frozen

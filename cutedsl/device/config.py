@@ -87,9 +87,13 @@ class GemmConfig:
       consumer warpgroups, NVDSL chapter 5), ``"cooperative"`` (persistent, two consumer
       warpgroups split each tile along M; BLOCK_M 128) or ``"pingpong"`` (persistent, two
       consumer warpgroups on alternate tiles; chapter 6). See the README's schedule table.
-    * ``cluster``: ``(cluster_m, cluster_n)`` CTAs per cluster, ``(1, 1)``, ``(2, 1)`` or
-      ``(1, 2)`` (warp-specialized schedules); A is multicast along the cluster's N, B along M.
-    * ``raster``: ``"M"`` or ``"N"``, the direction the tile scheduler walks first;
+    * ``cluster``: ``(cluster_m, cluster_n)`` CTAs per cluster, ``(1, 1)``, ``(2, 1)``, ``(1, 2)``,
+      ``(2, 2)``, ``(4, 1)`` or ``(1, 4)`` (warp-specialized schedules); A is multicast along the
+      cluster's N, B along M (both with 2x2).
+    * ``raster``: ``"M"`` or ``"N"``, the direction the tile scheduler walks first, or
+      ``"auto"`` (default): per call, along N when the problem has more tile columns than tile
+      rows, else along M (CUTLASS's heuristic raster order; ``Gemm`` runs the kernel of that
+      order, compiling the second one when a shape first needs it);
       ``swizzle``: 1, 2, 4 or 8 tiles per strip across it (warp-specialized schedules).
     * ``sm_count``: SMs a persistent schedule fills (None: the device's, else 132).
     * ``arch``: the target architecture (:mod:`cutedsl.arch`; ``"sm_90a"``, the only one so far).
@@ -126,7 +130,7 @@ class GemmConfig:
                                converter=lambda v: "MN" if v == "N" else v)
     epilogue: str = attrs.field(default="tma")
     cluster: tuple = attrs.field(default=(1, 1), converter=tuple)
-    raster: str = attrs.field(default="M")
+    raster: str = attrs.field(default="auto")
     swizzle: int = attrs.field(default=1)
     sm_count: object = attrs.field(default=None)
     arch: str = attrs.field(default="sm_90a")
@@ -193,8 +197,8 @@ class GemmConfig:
         if self.cluster != (1, 1) and self.schedule not in WARP_SPECIALIZED:
             raise ConfigError(f"cluster {self.cluster} needs a warp-specialized schedule "
                               f"({', '.join(WARP_SPECIALIZED)}), not {self.schedule!r}")
-        if self.raster not in RASTERS:
-            raise ConfigError(f"raster must be {one_of(RASTERS)}, got {self.raster!r}")
+        if self.raster not in RASTERS + ("auto",):
+            raise ConfigError(f"raster must be {one_of(RASTERS + ('auto',))}, got {self.raster!r}")
         if not _is_int(self.swizzle) or self.swizzle not in SWIZZLES:      # 2.0 is refused
             raise ConfigError(f"swizzle must be {one_of(SWIZZLES, quote=False)}, got {self.swizzle!r}")
         # numpy integers become plain ints (the kernels mix them with IR values)
@@ -330,7 +334,8 @@ class GemmConfig:
         if "arch" in takes:
             kw["arch"] = self.arch
         if "cluster" in takes:          # warp-specialized kernels
-            kw.update(cluster=self.cluster, raster=self.raster, swizzle=self.swizzle, sm_count=self.sm_count)
+            kw.update(cluster=self.cluster, raster=self.raster if self.raster != "auto" else "M", swizzle=self.swizzle,
+                      sm_count=self.sm_count)
         if self.decomposition != "data-parallel":      # a kernel class without the field refuses it by name
             kw.update(decomposition=self.decomposition, splits=self.splits)
         try:

@@ -307,7 +307,7 @@ class Gemm:
         return launch, result
 
     def variant(self, **changes) -> "Gemm":
-        """This GEMM with the config fields ``changes`` (``batched``, ``a_major``, ``b_major``),
+        """This GEMM with the config fields ``changes`` (``batched``, ``a_major``, ``b_major``, ``raster``),
         on the same backend, built once and kept."""
         key = tuple(sorted(changes.items()))
         with self._lock:
@@ -325,13 +325,19 @@ class Gemm:
         return self.variant(batched=True) if not self.config.batched else self
 
     def _layout_changes(self, va, vb) -> dict:
-        """Config fields a call's operands need changed: ``batched`` for a 3-D operand, and the
+        """Config fields a call's operands need changed: ``batched`` for a 3-D operand,
+        ``raster="N"`` for ``raster="auto"`` on a problem with more tile columns than rows, and the
         majors their memory order has (device arrays: strides; numpy: its order, so no
         transposing copy) where it differs from the config's and the MMA can read it."""
         from ..atom.mma_traits import mma_traits
+        from .config import WARP_SPECIALIZED
         cfg, out = self.config, {}
         if not cfg.batched and 3 in (len(va.shape), len(vb.shape)):
             out["batched"] = True
+        if cfg.raster == "auto" and cfg.schedule in WARP_SPECIALIZED and len(va.shape) >= 2 and len(vb.shape) >= 2:
+            tm, tn = GemmProblem(va.shape[-2], vb.shape[-1], 0).tiles(*cfg.tile[:2])
+            if tn > tm:                # more tile columns than rows: walk along N (the auto rule)
+                out["raster"] = "N"
         for field, v, dt, inner, outer in (("a_major", va, cfg.dtype, "K", "MN"),
                                            ("b_major", vb, cfg.b_dtype or cfg.dtype, "MN", "K")):
             if v.dtype is None or len(v.shape) < 2:

@@ -43,6 +43,9 @@ CONFIGS = [
     ("pp_64x256_f16", dict(schedule="pingpong", tile=(64, 256, 64))),
     ("pp_128x128_bf16_kmajor_global", dict(schedule="pingpong", dtype="bf16", b_major="K", epilogue="global")),
     ("pp_64x128_f16_1x2_sm8", dict(schedule="pingpong", tile=(64, 128, 64), cluster=(1, 2), sm_count=8)),
+    ("coop_128x128_f16_2x2", dict(schedule="cooperative", cluster=(2, 2))),
+    ("pp_64x64_f16_4x1", dict(schedule="pingpong", tile=(64, 64, 64), cluster=(4, 1))),
+    ("ws_128x128_f16_1x4", dict(schedule="warp_specialized", cluster=(1, 4))),
 ]
 
 

@@ -19,7 +19,7 @@ def test_pingpong_cluster_from_the_command_line():
 
 
 @pytest.mark.parametrize("argv,option,match", [
-    (["--cluster", "3x1"], "--cluster", r"expected 1x1, 2x1 or 1x2 \(cluster_m x cluster_n\), got '3x1'"),
+    (["--cluster", "3x1"], "--cluster", r"expected 1x1, 2x1, 1x2, 2x2, 4x1 or 1x4 \(cluster_m x cluster_n\), got '3x1'"),
     (["--swizzle", "3"], "--swizzle", r"invalid choice: 3"),
     (["--raster", "K"], "--raster", r"invalid choice: 'K'"),
     (["--sm-count", "0"], "--sm-count", r"1\.\.4096, got '0'"),
@@ -70,12 +70,12 @@ def test_schedule_and_cluster_choices_are_the_configs(monkeypatch):
     """The CLI takes its schedules and clusters from ``GemmConfig``'s lists (one source)."""
     from cutedsl.device import config
     monkeypatch.setattr(config, "SCHEDULES", (*config.SCHEDULES, "stream_k"))
-    monkeypatch.setattr(config, "CLUSTERS", (*config.CLUSTERS, (2, 2)))
+    monkeypatch.setattr(config, "CLUSTERS", (*config.CLUSTERS, (8, 1)))
     args = cli._parser().parse_args(["gemm", "--m", "1", "--n", "1", "--k", "1", "--schedule", "stream_k",
-                                     "--cluster", "2x2"])
-    assert args.schedule == "stream_k" and args.cluster == (2, 2)
+                                     "--cluster", "8x1"])
+    assert args.schedule == "stream_k" and args.cluster == (8, 1)
     with pytest.raises(SystemExit):
-        cli._parser().parse_args(["gemm", "--m", "1", "--n", "1", "--k", "1", "--cluster", "4x1"])
+        cli._parser().parse_args(["gemm", "--m", "1", "--n", "1", "--k", "1", "--cluster", "3x1"])
 
 
 def test_split_k_from_the_command_line():

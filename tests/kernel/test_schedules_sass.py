@@ -19,6 +19,10 @@ CASES = [  # kernel, tile, cluster, consumer-loop instructions per k-tile at mos
     (CooperativeGemmKernel, (128, 256), (1, 1), 49),
     (PingpongGemmKernel, (128, 128), (2, 1), 67),
     (PingpongGemmKernel, (64, 256), (1, 1), 48),
+    # clusters of four: multicast on both operands (2x2) or one operand to four CTAs
+    (CooperativeGemmKernel, (128, 128), (2, 2), 55),
+    (CooperativeGemmKernel, (128, 256), (4, 1), 55),
+    (PingpongGemmKernel, (128, 128), (1, 4), 67),
 ]
 
 
@@ -62,11 +66,12 @@ def test_config_refusals():
         GemmConfig(tile=(64, 128, 64), schedule="cooperative")
     with pytest.raises(ConfigError, match=r"256 f32 accumulator registers.*128"):
         GemmConfig(tile=(128, 256, 64), schedule="pingpong")
-    with pytest.raises(ConfigError, match=r"cluster must be one of \(1, 1\), \(2, 1\), \(1, 2\)"):
-        GemmConfig(schedule="pingpong", cluster=(2, 2))
+    with pytest.raises(ConfigError, match=r"cluster must be one of \(1, 1\), \(2, 1\), \(1, 2\), \(2, 2\), "
+                                          r"\(4, 1\), \(1, 4\)"):
+        GemmConfig(schedule="pingpong", cluster=(2, 4))
     with pytest.raises(ConfigError, match="needs a warp-specialized schedule"):
         GemmConfig(schedule="multistage", cluster=(2, 1))
-    with pytest.raises(ConfigError, match="raster must be 'M' or 'N'"):
+    with pytest.raises(ConfigError, match="raster must be 'M', 'N' or 'auto'"):
         GemmConfig(schedule="cooperative", raster="K")
     with pytest.raises(ConfigError, match="swizzle must be 1, 2, 4 or 8"):
         GemmConfig(schedule="cooperative", swizzle=3)

@@ -62,6 +62,22 @@ def test_schedule_and_cluster(schedule, cluster, rng, sim):
     run(cfg, m, n, k, rng, sim)
 
 
+@pytest.mark.parametrize("cluster", [(2, 2), (4, 1), (1, 4)], ids=lambda c: f"{c[0]}x{c[1]}")
+@pytest.mark.parametrize("schedule,tile", [("warp_specialized", (64, 128)), ("cooperative", (128, 64)),
+                                           ("pingpong", (64, 64))], ids=lambda x: x if isinstance(x, str) else
+                         f"{x[0]}x{x[1]}")
+def test_clusters_of_four(schedule, tile, cluster, rng, sim):
+    """Four CTAs per cluster: 2x2 multicasts A and B (each CTA loads a quarter of the stage
+    and receives the rest), 4x1 / 1x4 one operand to four CTAs; 5 x 5 tiles (partial cluster
+    tiles at both edges), 8 SMs (two persistent clusters), B K-major on 4x1."""
+    tm, tn = tile
+    m = 4 * tm + int(rng.integers(1, tm))
+    n = 4 * tn + int(rng.integers(1, tn))
+    cfg = GemmConfig(tile=(tm, tn, 64), stages=2, schedule=schedule, cluster=cluster, sm_count=8,
+                     b_major="K" if cluster == (4, 1) else "MN")
+    run(cfg, m, n, 64 * 2 + int(rng.integers(1, 64)), rng, sim)
+
+
 @pytest.mark.parametrize("cluster", CLUSTERS, ids=lambda c: f"{c[0]}x{c[1]}")
 @pytest.mark.parametrize("schedule,tile", [(s, t) for s in SCHEDULES for t in valid_tiles(s) if t != (128, 128)],
                          ids=lambda x: x if isinstance(x, str) else f"{x[0]}x{x[1]}")
@@ -141,3 +157,18 @@ def test_split_k_slices_by_subclassing(schedule, rng, sim):
     d = Gemm(GemmConfig(tile=(128, 64, 64), stages=2, schedule=schedule, epilogue="global"), sim,
              kernel=SplitK)(a, b)
     assert np.array_equal(d, a.astype(np.float64) @ b.astype(np.float64)), f"seed {rng.seed_value}"
+
+
+def test_raster_auto_walks_the_longer_dimension(rng, sim):
+    """``raster="auto"`` (the default): a problem with more tile columns than rows runs the
+    raster-N kernel (a variant compiled on first need), a tall one the raster-M kernel."""
+    from cutedsl.device.arrays import TensorView
+    cfg = GemmConfig(tile=(64, 64, 64), stages=2, schedule="pingpong", sm_count=2)
+    assert cfg.raster == "auto"
+    g = Gemm(cfg, sim)
+    wide = [TensorView.of(np.zeros(s, np.float16), nm) for s, nm in (((70, 64), "a"), ((64, 300), "b"))]
+    tall = [TensorView.of(np.zeros(s, np.float16), nm) for s, nm in (((300, 64), "a"), ((64, 70), "b"))]
+    assert g._layout_changes(*wide) == {"raster": "N"} and g._layout_changes(*tall) == {}
+    assert g.variant(raster="N").kernel.scheduler.raster == "N" and g.kernel.scheduler.raster == "M"
+    run(cfg, 70, 300, 100, rng, sim)           # wide: through the N variant
+    run(cfg, 300, 70, 100, rng, sim)           # tall: the M kernel
