@@ -67,8 +67,8 @@ def test_hybrid_cluster_batched_fused(rng, sim):
 
 @pytest.mark.parametrize("schedule", ["cooperative", "pingpong"])
 def test_bit_identical_runs_and_clean_workspace(schedule, rng, sim):
-    """Random normal inputs: two runs give the same bits (the reduction order is fixed); the
-    workspace comes back to the Gemm's pool with every semaphore at 0 and is reused."""
+    """Random normal inputs: two runs, and a run under another adversarial interleaving, give
+    the same bits (the reduction order is fixed); the workspace comes back to the Gemm's pool with every semaphore at 0 and is reused."""
     from cutedsl.device import arrays
     cfg = GemmConfig(schedule=schedule, tile=TILE[schedule], stages=2, sm_count=3, decomposition="stream-k",
                      epilogue="global")
@@ -90,6 +90,8 @@ def test_bit_identical_runs_and_clean_workspace(schedule, rng, sim):
     assert not locks.any(), locks
     err = np.max(np.abs(d1 - ref(a, b))) / np.max(np.abs(ref(a, b)))
     assert err < 2e-5, err
+    from cutedsl.sim import SimBackend       # another interleaving of the CTAs: the same bits
+    assert np.array_equal(Gemm(cfg, SimBackend(chaos=int(rng.integers(1, 1000))))(a, b), d1)
 
 
 def test_sass_main_loops_unchanged():
