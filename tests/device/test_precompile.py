@@ -26,10 +26,10 @@ def test_a_failing_config_does_not_lose_the_others(tmp_path, monkeypatch):
     from cutedsl.device import precompile
     real = precompile._compile_one
 
-    def flaky(fields, cache_dir):
+    def flaky(fields, cache_dir, grouped=False):
         if fields["schedule"] == "pingpong":           # as _compile_one reports an exception
             return None, 0.0, False, None, "RuntimeError: boom"
-        return real(fields, cache_dir)
+        return real(fields, cache_dir, grouped)
     monkeypatch.setattr(precompile, "_compile_one", flaky)
     res = compile_all(CFGS, jobs=1, cache_dir=tmp_path)
     assert [r.error for r in res] == [None, "RuntimeError: boom", None]
