@@ -61,6 +61,6 @@ def run_grouped_set(sweep, set_name: str, cfgs: list) -> dict:
             rows.append(row)
             if sweep.progress is not None:
                 sweep.progress(f"{set_name} {len(groups)} groups {row['config']}")
-            del a, b, refs
+            a = b = refs = ref0 = None        # freed before the next config's inputs
             lib.release()
     return {"set": set_name, "x_label": x_label(set_name), "rows": rows, "summary": summarize(rows)}
