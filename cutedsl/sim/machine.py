@@ -278,6 +278,9 @@ class Warp:
             else:
                 if race and cta is not None and cta.shadow is not None:
                     cta.race_access(off, nb, self, ins, False)
+                elif race and space == "global" and self.launch.ghb is not None:
+                    al = self.launch.gmem.find(int((a if sel is None else a[sel])[0]))
+                    self.launch.ghb.access(self, al, off, nb, False, ins)
                 idx = off >> _SHIFT[esize]
                 if n == 1:
                     r = v[esize][idx][:, None]
@@ -322,6 +325,12 @@ class Warp:
                         cur = v[esize][ix[:, None] + np.arange(n)]
                         return np.array_equal(cur, vv)
                     cta.race_access(off, nb, self, ins, True, same=same)
+            elif race and space == "global" and launch.ghb is not None:
+                def same(v=v, off=off, vv=vv):
+                    ix = off >> _SHIFT[esize]
+                    return np.array_equal(v[esize][ix[:, None] + np.arange(n)], vv)
+                launch.ghb.access(self, launch.gmem.find(int((a if sel is None else a[sel])[0])), off, nb, True,
+                                  ins, same)
             idx = off >> _SHIFT[esize]
             if n == 1:
                 if not launch.changed and not np.array_equal(v[esize][idx], vv[:, 0]):

@@ -6,7 +6,8 @@ import numpy as np
 
 from . import numerics as nm
 from .alu import PACKED, pack2, unpack2
-from .memory import LOCAL_WIN, PARAM_WIN, SHARED_WIN
+from .global_hb import classify
+from .memory import GLOBAL_BASE, LOCAL_WIN, PARAM_WIN, SHARED_WIN
 from .ptxtypes import CALLPARAM_BASE, NP
 from .registry import YIELD, handler
 from .parser import TYPE_SIZES
@@ -70,16 +71,21 @@ def dec_ld(ctx, ins, mods, ops):
         space == "param" and aop.base is not None and aop.base.kind == "sym"
         and ctx.prog.symbols[aop.base.name][1] >= CALLPARAM_BASE)
 
+    strong, _rel, acq, wide = classify(mods)
+    sync = strong and wide and space in ("global", "generic")
+
     def fn(w, g, m):
         a = addr(w)
+        if sync and w.launch.ghb is not None:     # a flag or semaphore read: no weak access
+            _sync_read(w, a, m, acq)
         if per_thread and np.ndim(a) == 0:
             a = np.full(32, a, np.uint64)
         if np.ndim(a) == 0:
-            v = w.load(space, a, m, esize, vec, dt, ins)
+            v = w.load(space, a, m, esize, vec, dt, ins, race=not strong)
             for j, (full, _c) in enumerate(writers):
                 full(w, m, v[0, j])
             return
-        v = w.load(space, a, m, esize, vec, dt, ins)
+        v = w.load(space, a, m, esize, vec, dt, ins, race=not strong)
         for j, (_f, comp) in enumerate(writers):
             comp(w, m, v[:, j])
     if space in ("global", "generic") and ({"acquire", "volatile"} & set(mods)):
@@ -104,6 +110,9 @@ def dec_st(ctx, ins, mods, ops):
     esize = TYPE_SIZES[t]
     ut = np.dtype(f"u{esize}")
 
+    strong, rel, _acq, wide = classify(mods)
+    sync = strong and wide and space in ("global", "generic")
+
     def fn(w, g, m):
         a = addr(w)
         lanes_m = m
@@ -115,8 +124,32 @@ def dec_st(ctx, ins, mods, ops):
         else:
             cols = [np.broadcast_to(np.asarray(r(w)), (32,)) for r in readers]
             vals = np.stack(cols, axis=1)[w._lanes(lanes_m)]
-        w.store(space, a, lanes_m, esize, vec, np.asarray(vals).astype(ut, copy=False), ins)
+        w.store(space, a, lanes_m, esize, vec, np.asarray(vals).astype(ut, copy=False), ins, race=not strong)
+        if sync and w.launch.ghb is not None:     # after the store: it publishes what came before
+            _sync_write(w, a, lanes_m, rel, rmw=False)
     return fn
+
+
+def _global_addrs(w, a, m):
+    """The distinct global addresses (ints) of the active lanes' accesses at ``a``."""
+    a = np.asarray(a, np.uint64)
+    if a.ndim:
+        a = a[w._lanes(m)]
+    return [int(x) for x in np.unique(a) if int(x) >= GLOBAL_BASE]
+
+
+def _sync_read(w, a, m, acquire: bool) -> None:
+    """A strong global read at gpu/sys scope: acquire (``.acquire``) or hold for the next fence."""
+    ghb = w.launch.ghb
+    for x in _global_addrs(w, a, m):
+        (ghb.acquire if acquire else ghb.strong_read)(w, x)
+
+
+def _sync_write(w, a, m, release: bool, rmw: bool) -> None:
+    """A strong global write at gpu/sys scope: release (``.release``) or carry the last fence."""
+    ghb = w.launch.ghb
+    for x in _global_addrs(w, a, m):
+        (ghb.release if release else ghb.strong_write)(w, x, rmw)
 
 
 @handler("cvta")
@@ -242,9 +275,15 @@ def dec_atom(ctx, ins, mods, ops):
             return b
         return c if old == b else old
 
+    _strong, rel, acq, wide = classify(mods)
+    sync = wide and space in ("global", "generic")
+
     def fn(w, g, m):
         lanes = w._lanes(m)
         a = np.broadcast_to(np.asarray(addr(w), np.uint64), (32,))
+        if sync and w.launch.ghb is not None:     # atomics are strong: synchronising, never racing
+            _sync_read(w, a, m, acq)
+            _sync_write(w, a, m, rel, rmw=True)
         b = np.broadcast_to(np.asarray(rb(w), dt), (32,))
         c = np.broadcast_to(np.asarray(rc(w), dt), (32,)) if rc is not None else None
         olds = np.zeros(32, dt)

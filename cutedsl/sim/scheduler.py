@@ -155,9 +155,13 @@ class Launch:
         self.resident = self.residency(nthreads, ncl, (limits or DEFAULT_LIMITS).memory_bytes)
         self.budget = int(budget)
         self.race_check = bool(race_check)
+        self.ghb = None             # GlobalHB (global-memory races between clusters), with race checks
         self.quantum = int(quantum)
         self.chaos = Chaos(chaos) if chaos is not None else None
         self.seed = chaos
+        if self.race_check:
+            from .global_hb import GlobalHB
+            self.ghb = GlobalHB(self, chaos)
         self.time_limit = float(time_limit) if time_limit is not None else default_time_limit()
         self.changed = False     # a store changed memory this round (see _run_resident)
         self.insts = 0

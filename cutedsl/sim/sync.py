@@ -282,4 +282,11 @@ def dec_fence(ctx, ins, mods, ops):
             if hb is not None:
                 w.mbinit = hb.merge(w.mbinit, hb.release(w))
         return fn
+    ms = set(mods)
+    ordering = bool(ms & {"sc", "acq_rel"}) or (ins.opcode.startswith("membar") and bool(ms & {"gl", "sys"}))
+    if ordering and ms & {"gpu", "sys", "gl"}:
+        def fn(w, g, m):        # a gpu/sys fence: orders clusters through strong global accesses
+            if w.launch.ghb is not None:
+                w.launch.ghb.fence(w)
+        return fn
     return lambda w, g, m: None

@@ -1,0 +1,178 @@
+"""Happens-before race detection in global memory, between the clusters of one launch.
+
+The shared-memory detector (:mod:`cutedsl.sim.hb`) orders warps inside a cluster; this one
+orders *clusters* (one agent each: everything a cluster's warps do shares its clock, so the
+barriers inside a cluster need no modelling here) through the edges the PTX memory model
+gives between CTAs that share no barrier:
+
+* a **release** -- ``st.release``, ``atom``/``red`` with ``.release``/``.acq_rel``, or a
+  ``fence.sc``/``fence.acq_rel`` (``membar.gl``/``.sys``) followed by a strong (``.relaxed``,
+  ``.volatile`` or atomic) store or RMW -- at ``.gpu``/``.sys`` scope attaches the cluster's
+  knowledge to the location written (an RMW joins, a store replaces);
+* an **acquire** -- ``ld.acquire``, ``atom`` with ``.acquire``/``.acq_rel``, or a strong load
+  or RMW followed by such a fence -- joins the knowledge attached to the location it read;
+* the kernel boundary: every launch starts with nothing recorded (earlier launches are done).
+
+Weak (plain) global loads and stores are checked, per 4-byte word of the allocation, against
+the last weak write and the last weak read by another cluster: unordered conflicting pairs
+raise :class:`RaceError` naming both instructions and clusters. Strong accesses are
+morally strong with each other (never a race) and are not recorded; a weak write storing
+the bytes already there is benign (as in shared memory). Limits (docs/emulator.md): one
+agent per cluster (a missing ``bar.sync`` between the warp that acquired and the warps that
+read is not seen), the last reader per word only, and the async proxy (TMA loads/stores of
+global memory) is not tracked yet.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import RaceError
+
+#: modifiers that make a global access strong (a memory-model synchronising candidate)
+STRONG = {"relaxed", "acquire", "release", "volatile", "acq_rel"}
+#: scopes whose release/acquire orders different clusters
+WIDE = {"gpu", "sys"}
+
+
+def classify(mods) -> tuple:
+    """``(strong, release, acquire, wide)`` of a memory instruction's modifiers (an atomic is
+    strong whatever its modifiers say; callers add that)."""
+    ms = set(mods)
+    strong = bool(ms & STRONG)
+    wide = not (ms & {"cta", "cluster"})            # no scope: .gpu for atomics/strong accesses
+    return strong, bool(ms & {"release", "acq_rel"}), bool(ms & {"acquire", "acq_rel"}), wide
+
+
+class _Shadow:
+    """Per-word last weak write and last weak read of one allocation."""
+
+    def __init__(self, nbytes: int):
+        n = nbytes // 4 + 2
+        self.w_agent = np.full(n, -1, np.int32)
+        self.w_clock = np.zeros(n, np.int32)
+        self.w_pc = np.zeros(n, np.int32)
+        self.r_agent = np.full(n, -1, np.int32)
+        self.r_clock = np.zeros(n, np.int32)
+        self.r_pc = np.zeros(n, np.int32)
+
+
+class GlobalHB:
+    """The launch's cluster clocks, knowledge, released locations and word shadows."""
+
+    def __init__(self, launch, seed=None):
+        self.launch, self.seed = launch, seed
+        self.clock = {}         # cluster id -> its current clock (from 1)
+        self.know = {}          # cluster id -> {cluster id: clock it knows complete}
+        self.sync = {}          # global address -> knowledge released there
+        self.fenced = {}        # cluster id -> knowledge of its last release fence
+        self.pending = {}       # cluster id -> knowledge read by strong loads since its last fence
+        self.shadows = {}       # allocation base -> _Shadow
+
+    # -- knowledge ---------------------------------------------------------------------------
+    def _me(self, w):
+        c = w.cta.cluster.cid
+        if c not in self.clock:
+            self.clock[c], self.know[c] = 1, {}
+        return c
+
+    @staticmethod
+    def _join(a: dict, b: dict | None) -> dict:
+        if b:
+            for k, v in b.items():
+                if a.get(k, 0) < v:
+                    a[k] = v
+        return a
+
+    def _snapshot(self, c) -> dict:
+        snap = dict(self.know[c])
+        snap[c] = self.clock[c]
+        self.clock[c] += 1      # later accesses are after this release
+        return snap
+
+    def release(self, w, addr: int, rmw: bool) -> None:
+        c = self._me(w)
+        snap = self._snapshot(c)
+        self.sync[addr] = self._join(dict(self.sync.get(addr) or {}), snap) if rmw else snap
+
+    def strong_write(self, w, addr: int, rmw: bool) -> None:
+        """A relaxed store/RMW: it carries the cluster's last release fence, if any."""
+        c = self._me(w)
+        f = self.fenced.get(c)
+        if f is not None:
+            self.sync[addr] = self._join(dict(self.sync.get(addr) or {}), f) if rmw else dict(f)
+
+    def acquire(self, w, addr: int) -> None:
+        c = self._me(w)
+        self._join(self.know[c], self.sync.get(addr))
+
+    def strong_read(self, w, addr: int) -> None:
+        """A relaxed load/RMW: what it read is acquired by the cluster's next fence."""
+        c = self._me(w)
+        s = self.sync.get(addr)
+        if s:
+            self.pending[c] = self._join(self.pending.get(c, {}), s)
+
+    def fence(self, w) -> None:
+        """``fence.sc``/``fence.acq_rel`` at gpu/sys scope: acquire what strong loads read,
+        release everything before it to the strong stores after it."""
+        c = self._me(w)
+        self._join(self.know[c], self.pending.pop(c, None))
+        self.fenced[c] = self._snapshot(c)
+
+    # -- weak accesses -------------------------------------------------------------------------
+    def access(self, w, alloc, off, nb: int, write: bool, ins, same=None) -> None:
+        """Check and record a weak access of ``nb`` bytes at byte offsets ``off`` of ``alloc``."""
+        c = self._me(w)
+        sh = self.shadows.get(alloc.base)
+        if sh is None:
+            sh = self.shadows[alloc.base] = _Shadow(alloc.nbytes)
+        off = np.asarray(off, np.int64)
+        words = ((off.reshape(-1, 1) + np.arange(0, max(nb, 4), 4)) >> 2).reshape(-1) if nb > 4 else off >> 2
+        know, clock = self.know[c], self.clock[c]
+        self._check(sh, words, c, know, "w", alloc, ins, "write" if write else "read", same if write else None)
+        if write:
+            self._check(sh, words, c, know, "r", alloc, ins, "write", same)
+            sh.w_agent[words], sh.w_clock[words], sh.w_pc[words] = c, clock, ins.pc
+        else:
+            sh.r_agent[words], sh.r_clock[words], sh.r_pc[words] = c, clock, ins.pc
+
+    def _check(self, sh, words, c, know, kind, alloc, ins, mode, same):
+        ag = sh.w_agent[words] if kind == "w" else sh.r_agent[words]
+        other = (ag >= 0) & (ag != c)
+        if not other.any():
+            return
+        clk = (sh.w_clock if kind == "w" else sh.r_clock)[words]
+        known = np.array([know.get(int(a), 0) for a in ag[other]], np.int64)
+        bad = clk[other] > known
+        if not bad.any() or (same is not None and same()):
+            return
+        i = int(np.flatnonzero(other)[np.flatnonzero(bad)[0]])
+        word, prev = int(words[i]), int(ag[i])
+        ppc = int((sh.w_pc if kind == "w" else sh.r_pc)[word])
+        code = self.launch.code
+        where = lambda pc: (f"PTX line {code[pc].line}: {code[pc].text.strip()}"     # noqa: E731
+                            if 0 <= pc < len(code) else "?")
+        first = "write" if kind == "w" else "read"
+        seed = (f"\n    (adversarial mode, seed {self.seed}; replay with CUTEDSL_SIM_CHAOS={self.seed})"
+                if self.seed is not None else "")
+        raise RaceError(
+            f"data race on global memory {alloc.base + 4 * word:#x} (allocation {alloc.tag or hex(alloc.base)}, "
+            f"byte offset {4 * word}):\n"
+            f"    {first} by cluster {prev} at {where(ppc)}\n"
+            f"    {mode} by cluster {c} (CTA {w_cta(ins, self, c)}) at {where(ins.pc)}\n"
+            f"    are not ordered by synchronisation; missing: a release by the first cluster after its "
+            f"access (st.release / red.release / atom.release, or fence.acq_rel then a relaxed store, at .gpu "
+            f"scope) that the second cluster's acquire (ld.acquire / atom.acquire, or a relaxed load then "
+            f"fence.acq_rel) reads before its access (PTX ISA: Memory Consistency Model, release and acquire "
+            f"patterns)" + seed)
+
+
+def w_cta(ins, ghb, cid):
+    """The CTA ids of cluster ``cid`` (for the report)."""
+    for cl in getattr(ghb.launch, "live", ()):
+        if cl.cid == cid:
+            return ", ".join(str(ct.ctaid) for ct in cl.ctas)
+    return "?"
+
+
+__all__ = ["GlobalHB", "classify", "STRONG"]
