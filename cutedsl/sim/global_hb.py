@@ -13,8 +13,8 @@ gives between CTAs that share no barrier:
   or RMW followed by such a fence -- joins the knowledge attached to the location it read;
 * the kernel boundary: every launch starts with nothing recorded (earlier launches are done).
 
-Weak (plain) global loads and stores are checked, per 4-byte word of the allocation, against
-the last weak write and the last weak read by another cluster: unordered conflicting pairs
+Weak (plain) global loads and stores are checked, per 4-byte word of the allocation (and the
+bytes of it they touch), against the last weak write and the last weak read by another cluster: unordered conflicting pairs
 raise :class:`RaceError` naming both instructions and clusters. Strong accesses are
 morally strong with each other (never a race) and are not recorded; a weak write storing
 the bytes already there is benign (as in shared memory). Limits (docs/emulator.md): one
@@ -43,11 +43,19 @@ def classify(mods) -> tuple:
     return strong, bool(ms & {"release", "acq_rel"}), bool(ms & {"acquire", "acq_rel"}), wide
 
 
+#: write clock of a word an async-proxy store has not completed yet: no knowledge covers it
+PENDING = np.iinfo(np.int32).max
+
+
 class _Shadow:
-    """Per-word last weak write and last weak read of one allocation."""
+    """Per-word last weak write and last weak read of one allocation (a write still in flight
+    in the async proxy has clock :data:`PENDING` and its issuing bulk group in ``a_pc``)."""
 
     def __init__(self, nbytes: int):
         n = nbytes // 4 + 2
+        self.pending = np.zeros(n, bool)
+        self.w_mask = np.zeros(n, np.uint8)     # bytes of the word the last write covered
+        self.r_mask = np.zeros(n, np.uint8)
         self.w_agent = np.full(n, -1, np.int32)
         self.w_clock = np.zeros(n, np.int32)
         self.w_pc = np.zeros(n, np.int32)
@@ -67,6 +75,7 @@ class GlobalHB:
         self.fenced = {}        # cluster id -> knowledge of its last release fence
         self.pending = {}       # cluster id -> knowledge read by strong loads since its last fence
         self.shadows = {}       # allocation base -> _Shadow
+        self.inflight = {}      # (cluster, CTA rank, warp) -> [(bulk group, shadow, words)]
 
     # -- knowledge ---------------------------------------------------------------------------
     def _me(self, w):
@@ -119,26 +128,80 @@ class GlobalHB:
         self._join(self.know[c], self.pending.pop(c, None))
         self.fenced[c] = self._snapshot(c)
 
+    # -- async-proxy writes (TMA stores, bulk copies to global) ---------------------------------
+    def async_write(self, w, alloc, off, nb: int, ins) -> None:
+        """Warp ``w`` issued an async-proxy write of ``nb``-byte elements at byte offsets ``off``
+        of ``alloc`` in its current bulk group: checked as a write now, complete (its clock the
+        cluster's then) only when a ``cp.async.bulk.wait_group`` (not ``.read``) covers the group."""
+        sh, words, _mask = self._words(alloc, off, nb)
+        self.access(w, alloc, off, nb, True, ins)
+        sh.w_clock[words], sh.pending[words] = PENDING, True
+        key = (w.cta.cluster.cid, w.cta.rank, w.wid)
+        self.inflight.setdefault(key, []).append((w.bulk_commits, sh, words))
+
+    def async_complete(self, w, done: int) -> None:
+        """``cp.async.bulk.wait_group`` by ``w``: its bulk groups below ``done`` wrote."""
+        key = (w.cta.cluster.cid, w.cta.rank, w.wid)
+        left = []
+        for group, sh, words in self.inflight.get(key, ()):
+            if group < done:
+                mine = sh.pending[words] & (sh.w_agent[words] == key[0])
+                sh.w_clock[words[mine]] = self.clock[self._me(w)]
+                sh.pending[words[mine]] = False
+            else:
+                left.append((group, sh, words))
+        self.inflight[key] = left
+
     # -- weak accesses -------------------------------------------------------------------------
-    def access(self, w, alloc, off, nb: int, write: bool, ins, same=None) -> None:
-        """Check and record a weak access of ``nb`` bytes at byte offsets ``off`` of ``alloc``."""
-        c = self._me(w)
+    def _words(self, alloc, off, nb):
         sh = self.shadows.get(alloc.base)
         if sh is None:
             sh = self.shadows[alloc.base] = _Shadow(alloc.nbytes)
-        off = np.asarray(off, np.int64)
-        words = ((off.reshape(-1, 1) + np.arange(0, max(nb, 4), 4)) >> 2).reshape(-1) if nb > 4 else off >> 2
-        know, clock = self.know[c], self.clock[c]
-        self._check(sh, words, c, know, "w", alloc, ins, "write" if write else "read", same if write else None)
-        if write:
-            self._check(sh, words, c, know, "r", alloc, ins, "write", same)
-            sh.w_agent[words], sh.w_clock[words], sh.w_pc[words] = c, clock, ins.pc
-        else:
-            sh.r_agent[words], sh.r_clock[words], sh.r_pc[words] = c, clock, ins.pc
+        off = np.asarray(off, np.int64).reshape(-1)
+        if nb >= 4:
+            words = ((off.reshape(-1, 1) + np.arange(0, nb, 4)) >> 2).reshape(-1)
+            return sh, words, np.full(len(words), 15, np.uint8)
+        # a sub-word access: only the bytes it touches conflict (f16 / fp8 outputs share words)
+        return sh, off >> 2, (((1 << nb) - 1) << (off & 3)).astype(np.uint8)
 
-    def _check(self, sh, words, c, know, kind, alloc, ins, mode, same):
+    def access(self, w, alloc, off, nb: int, write: bool, ins, same=None) -> None:
+        """Check and record a weak access of ``nb`` bytes at byte offsets ``off`` of ``alloc``."""
+        c = self._me(w)
+        sh, words, mask = self._words(alloc, off, nb)
+        know, clock = self.know[c], self.clock[c]
+        if sh.pending[words].any() and (sh.w_mask[words][sh.pending[words]] & mask[sh.pending[words]]).any():          # an async-proxy store of these bytes is still in flight
+            self._inflight_race(sh, words, c, alloc, ins, "write" if write else "read")
+        self._check(sh, words, mask, c, know, "w", alloc, ins, "write" if write else "read", same if write else None)
+        if write:
+            self._check(sh, words, mask, c, know, "r", alloc, ins, "write", same)
+            sh.w_agent[words], sh.w_clock[words], sh.w_pc[words], sh.w_mask[words] = c, clock, ins.pc, mask
+        else:
+            sh.r_agent[words], sh.r_clock[words], sh.r_pc[words], sh.r_mask[words] = c, clock, ins.pc, mask
+
+    def _inflight_race(self, sh, words, c, alloc, ins, mode):
+        i = int(np.flatnonzero(sh.pending[words])[0])
+        word, prev = int(words[i]), int(sh.w_agent[words[i]])
+        raise RaceError(
+            f"data race on global memory {alloc.base + 4 * word:#x} (allocation {alloc.tag or hex(alloc.base)}, "
+            f"byte offset {4 * word}):\n"
+            f"    async-proxy write (TMA store / bulk copy) by cluster {prev} at {self._where(int(sh.w_pc[word]))}\n"
+            f"    {mode} by cluster {c} at {self._where(ins.pc)}\n"
+            f"    while the write may still be in flight; missing: cp.async.bulk.wait_group (not .read) covering "
+            f"its bulk group by the issuing thread, then a barrier or a release to the accessing thread "
+            f"(PTX ISA: cp.async.bulk.wait_group; Memory Consistency Model, async proxy)" + self._seed())
+
+    def _where(self, pc):
+        code = self.launch.code
+        return f"PTX line {code[pc].line}: {code[pc].text.strip()}" if 0 <= pc < len(code) else "?"
+
+    def _seed(self):
+        return (f"\n    (adversarial mode, seed {self.seed}; replay with CUTEDSL_SIM_CHAOS={self.seed})"
+                if self.seed is not None else "")
+
+    def _check(self, sh, words, mask, c, know, kind, alloc, ins, mode, same):
         ag = sh.w_agent[words] if kind == "w" else sh.r_agent[words]
-        other = (ag >= 0) & (ag != c)
+        prev_mask = sh.w_mask[words] if kind == "w" else sh.r_mask[words]
+        other = (ag >= 0) & (ag != c) & ((prev_mask & mask) != 0)
         if not other.any():
             return
         clk = (sh.w_clock if kind == "w" else sh.r_clock)[words]
@@ -149,12 +212,8 @@ class GlobalHB:
         i = int(np.flatnonzero(other)[np.flatnonzero(bad)[0]])
         word, prev = int(words[i]), int(ag[i])
         ppc = int((sh.w_pc if kind == "w" else sh.r_pc)[word])
-        code = self.launch.code
-        where = lambda pc: (f"PTX line {code[pc].line}: {code[pc].text.strip()}"     # noqa: E731
-                            if 0 <= pc < len(code) else "?")
+        where, seed = self._where, self._seed()
         first = "write" if kind == "w" else "read"
-        seed = (f"\n    (adversarial mode, seed {self.seed}; replay with CUTEDSL_SIM_CHAOS={self.seed})"
-                if self.seed is not None else "")
         raise RaceError(
             f"data race on global memory {alloc.base + 4 * word:#x} (allocation {alloc.tag or hex(alloc.base)}, "
             f"byte offset {4 * word}):\n"

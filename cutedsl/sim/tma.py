@@ -228,6 +228,8 @@ def tma_store(w, ins, tm_addr, coords, src):
     bulk_read(w, scta, ch + (base >> 2), ins, "TMA store source")
     sidx = (base + rel) // tm.esize
     v = al.v[tm.esize]
+    if w.launch.ghb is not None:        # the global side: a write in flight until wait_group
+        w.launch.ghb.async_write(w, al, (gidx if inb is None else gidx[inb]) * tm.esize, tm.esize, ins)
     group = w.bulk_commits
     key = (w.cta.rank, w.wid)
 
@@ -253,7 +255,10 @@ def _bulk_copy(w, ins, dst_space, dst, src_space, src, size, mbar=None, mask=Non
         scta, soff = _smem_dest(w, src, ins, "bulk copy source", 16)
         bulk_read(w, scta, words_of(np.arange(soff, soff + size, 4), 4), ins, "bulk copy source")
     if dst_space == "global":
-        w.store("global", np.uint64(dst), one, 1, size, data[None, :], ins)
+        w.store("global", np.uint64(dst), one, 1, size, data[None, :], ins, race=False)
+        if w.launch.ghb is not None:
+            al = w.launch.gmem.find(int(dst))
+            w.launch.ghb.async_write(w, al, np.arange(int(dst) - al.base, int(dst) - al.base + size, 4), 4, ins)
         return
     dcta, doff = _smem_dest(w, dst, ins, "bulk copy destination", 16)
     _c, moff = _smem_dest(w, mbar, ins, "bulk copy mbarrier", 8)
@@ -419,4 +424,6 @@ def _dec_bulk_wait(ctx, ins, read_only, ops):
             a = hb.keys.get(("bulk", w.cta.rank, w.wid))
             if a is not None:
                 hb.observe(w, a.idx, done)
+        if not read_only and w.launch.ghb is not None:
+            w.launch.ghb.async_complete(w, done)
     return fn

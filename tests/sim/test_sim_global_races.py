@@ -121,3 +121,43 @@ def test_stream_k_without_its_semaphore_wait_is_reported(monkeypatch):
     with pytest.raises(RaceError, match=r"(?s)data race on global memory.*(st|ld)\.global\.v4\.b32.*"
                                         r"(ld|st)\.global\.v4\.b32"):
         Gemm(cfg, Emulator().backend, cache=False)(a, b)
+
+
+# one thread copies 16 bytes of shared memory to global memory through the async proxy
+# (cp.async.bulk), commits the bulk group, {WAIT}s, and reads the global bytes back
+BULK_STORE = """
+\t.shared .align 16 .b8 buf[16];
+\tld.param.u64 %rd1, [p_out];
+\tcvta.to.global.u64 %rd1, %rd1;
+\tmov.u32 %r1, %tid.x;
+\tsetp.ne.u32 %p1, %r1, 0;
+\t@%p1 bra END;
+\tmov.u32 %r2, buf;
+\tmov.u32 %r3, 42;
+\tst.shared.u32 [%r2], %r3;
+\tfence.proxy.async.shared::cta;
+\tcp.async.bulk.global.shared::cta.bulk_group [%rd1], [%r2], 16;
+\tcp.async.bulk.commit_group;
+{WAIT}
+\tld.global.u32 %r4, [%rd1];
+\tst.global.u32 [%rd1+16], %r4;
+END:
+"""
+
+
+@pytest.mark.parametrize("wait,race", [("\tcp.async.bulk.wait_group 0;", False),
+                                       ("\tcp.async.bulk.wait_group.read 0;", True), ("", True)])
+def test_async_proxy_global_write_needs_its_wait_group(wait, race):
+    """A bulk copy's global write is complete only after a wait_group (not .read) covering its
+    group: a generic load before that is a race even in the issuing thread."""
+    emu = Emulator()
+    prog = load_ptx(kernel(BULK_STORE.replace("{WAIT}", wait)))
+    out = emu.to_device(np.zeros(8, np.uint32))
+    if race:
+        with pytest.raises(RaceError, match=r"(?s)async-proxy write \(TMA store / bulk copy\) by cluster 0 at PTX "
+                                            r"line \d+: cp\.async\.bulk\.global.*read by cluster 0 .*missing: "
+                                            r"cp\.async\.bulk\.wait_group \(not \.read\)"):
+            emu.launch(prog, 1, 32, [out])
+    else:
+        emu.launch(prog, 1, 32, [out])
+        assert emu.to_host(out, (8,), np.uint32)[4] == 42
