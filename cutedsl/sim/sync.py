@@ -266,6 +266,18 @@ def dec_fence(ctx, ins, mods, ops):
             ctx.unsupported(f"unsupported fence modifier .{mm}")
     if ops:
         ctx.addr(ops[0])
+    if "proxy" in mods and "async::generic" in mods:
+        # the one-way proxy fences (PTX ISA 8.6, membar/fence): .release orders this thread's
+        # generic accesses before later async-proxy ones (what fence.proxy.async does for the
+        # detector); .acquire orders async-proxy ones before later generic ones, which the
+        # detector already requires of the mbarrier wait itself
+        if "release" in mods:
+            def fn(w, g, m):
+                hb = w.cta.cluster.hb
+                if hb is not None:
+                    hb.fence_proxy(w)
+            return fn
+        return lambda w, g, m: None
     if "proxy" in mods and "async" in mods:
         if "global" in mods:
             # .global restricts the proxy fence to global memory, which the detector does not track

@@ -161,3 +161,25 @@ def test_async_proxy_global_write_needs_its_wait_group(wait, race):
     else:
         emu.launch(prog, 1, 32, [out])
         assert emu.to_host(out, (8,), np.uint32)[4] == 42
+
+
+@pytest.mark.parametrize("fence,race", [
+    ("\tfence.proxy.async.shared::cta;", False),
+    ("\tfence.proxy.async::generic.release.sync_restrict::shared::cta.cluster;", False),   # one-way, release
+    ("\tfence.proxy.async::generic.acquire.sync_restrict::shared::cluster.cluster;", True),   # the wrong way
+    ("", True),
+])
+def test_one_way_proxy_fences(fence, race):
+    """The shared-memory source of a bulk copy written by st.shared needs a proxy fence toward
+    the async proxy: fence.proxy.async, or the one-way .release form; the .acquire form orders
+    the other direction and does not do."""
+    emu = Emulator()
+    body = BULK_STORE.replace("\tfence.proxy.async.shared::cta;", fence).replace("{WAIT}", "\tcp.async.bulk.wait_group 0;")
+    prog = load_ptx(kernel(body))
+    out = emu.to_device(np.zeros(8, np.uint32))
+    if race:
+        with pytest.raises(RaceError, match="missing: a fence.proxy.async after the generic-proxy write"):
+            emu.launch(prog, 1, 32, [out])
+    else:
+        emu.launch(prog, 1, 32, [out])
+        assert emu.to_host(out, (8,), np.uint32)[4] == 42
