@@ -148,3 +148,22 @@ def to_capsule(ptr: int, shape, strides_bytes, dtype_name: str, device_type: int
 def live_exports() -> int:
     """DLPack tensors handed out and not yet released by their consumers."""
     return len(_LIVE)
+
+
+def wrap_like(dd, fw: str):
+    """The device result as the caller's framework's array (torch, cupy; another DLPack
+    producer's framework through its ``from_dlpack``), else the DeviceArray."""
+    if fw == "torch":
+        import torch
+        return torch.as_tensor(dd, device="cuda")
+    if fw == "cupy":
+        import cupy
+        return cupy.asarray(dd)
+    if fw.startswith("dlpack:") and getattr(dd.backend, "name", None) == "cuda":
+        import importlib
+        mod = {"jax": "jax.numpy", "jaxlib": "jax.numpy"}.get(fw[7:], fw[7:])
+        try:
+            return importlib.import_module(mod).from_dlpack(dd)
+        except (ImportError, AttributeError):
+            return dd                     # a framework without from_dlpack: cutedsl's array
+    return dd

@@ -95,3 +95,35 @@ def value(be, p, v, dims, keep, owned, copy_back=None):
                                 f"got strides {tuple(dev[2])} B")
     keep.append(v)
     return dev[0]
+
+
+def operand_array(be, v, major_inner: bool):
+    """Device array of operand view ``v`` in the layout the tensor map reads (``major_inner``
+    False: the last two axes swapped, K-major B); a host operand is copied (returns
+    ``(array, copied)``)."""
+    if v.on_host:
+        host = v.host if major_inner else np.swapaxes(v.host, -1, -2)  # K-major B: device holds B^T
+        return arrays.to_device(be, host, pitch_align=16), True
+    shape, strides = list(v.shape), list(v.strides)
+    if not major_inner:
+        shape[-2:], strides[-2:] = shape[:-3:-1], strides[:-3:-1]
+    return arrays.DeviceArray(v.ptr, tuple(shape), tuple(strides), v.dtype, be, v.owner), False
+
+
+def check_tma_layout(name, arr: "arrays.DeviceArray"):
+    """``ArgumentError`` naming ``name`` when ``arr`` breaks a TMA rule: contiguous rows,
+    16-byte row (and batch) strides that do not overlap, a 16-byte aligned address."""
+    e, st, sh = arr.dtype.nbytes, arr.strides, arr.shape
+    if st[-1] != e:
+        raise ArgumentError(f"{name}: innermost stride is {st[-1]} B; TMA needs contiguous rows "
+                            f"(stride {e} B) — pass a contiguous array")
+    if st[-2] % 16:
+        raise ArgumentError(f"{name}: row stride is {st[-2]} B; TMA needs a multiple of 16 B "
+                            f"(16-byte rule) — pad the leading dimension")
+    if st[-2] < sh[-1] * e:
+        raise ArgumentError(f"{name}: row stride {st[-2]} B overlaps rows of {sh[-1] * e} B")
+    if arr.ndim == 3 and sh[0] > 1 and (st[0] % 16 or st[0] < sh[1] * st[1]):
+        raise ArgumentError(f"{name}: batch stride {st[0]} B must be a multiple of 16 B and at least one "
+                            f"batch ({sh[1]} rows x {st[1]} B) — batches may not overlap")
+    if arr.ptr % 16:
+        raise ArgumentError(f"{name}: global address 0x{arr.ptr:x} is not 16-byte aligned (TMA)")

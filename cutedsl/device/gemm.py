@@ -15,7 +15,6 @@ row-major (``b = bt.T`` for a row-major ``bt`` of shape (N, K)).
 from __future__ import annotations
 
 import attrs
-import numpy as np
 
 import os
 import threading
@@ -29,7 +28,8 @@ from .selection import check_backend_arg
 
 from ..problem import GemmProblem
 from .config import GemmConfig, _MAX_I32
-from .workspace import WorkspacePool, layout as _ws_layout
+from .dlpack import wrap_like
+from .workspace import WorkspacePool
 
 class Gemm:
     """A compiled GEMM for one config, callable on any (M, N, K); see module docstring.
@@ -152,36 +152,6 @@ class Gemm:
             if v > _MAX_I32:
                 raise ArgumentError(f"{nm} = {v} exceeds the kernel's 32-bit size limit {_MAX_I32}")
         return m, n, k, l, la, lb
-
-    @staticmethod
-    def _operand(be, v, major_inner: bool):
-        """Device array of operand view ``v`` in the layout the tensor map reads (``major_inner``
-        False: the last two axes swapped, K-major B); a host operand is copied (returns
-        ``(array, copied)``)."""
-        if v.on_host:
-            host = v.host if major_inner else np.swapaxes(v.host, -1, -2)  # K-major B: device holds B^T
-            return arrays.to_device(be, host, pitch_align=16), True
-        shape, strides = list(v.shape), list(v.strides)
-        if not major_inner:
-            shape[-2:], strides[-2:] = shape[:-3:-1], strides[:-3:-1]
-        return arrays.DeviceArray(v.ptr, tuple(shape), tuple(strides), v.dtype, be, v.owner), False
-
-    @staticmethod
-    def _check_tma_layout(name, arr: "arrays.DeviceArray"):
-        e, st, sh = arr.dtype.nbytes, arr.strides, arr.shape
-        if st[-1] != e:
-            raise ArgumentError(f"{name}: innermost stride is {st[-1]} B; TMA needs contiguous rows "
-                                f"(stride {e} B) — pass a contiguous array")
-        if st[-2] % 16:
-            raise ArgumentError(f"{name}: row stride is {st[-2]} B; TMA needs a multiple of 16 B "
-                                f"(16-byte rule) — pad the leading dimension")
-        if st[-2] < sh[-1] * e:
-            raise ArgumentError(f"{name}: row stride {st[-2]} B overlaps rows of {sh[-1] * e} B")
-        if arr.ndim == 3 and sh[0] > 1 and (st[0] % 16 or st[0] < sh[1] * st[1]):
-            raise ArgumentError(f"{name}: batch stride {st[0]} B must be a multiple of 16 B and at least one "
-                                f"batch ({sh[1]} rows x {st[1]} B) — batches may not overlap")
-        if arr.ptr % 16:
-            raise ArgumentError(f"{name}: global address 0x{arr.ptr:x} is not 16-byte aligned (TMA)")
 
     def _device_sm_count(self):
         """The backend's SM count (persistent schedules fill it), None without one."""
@@ -353,14 +323,14 @@ class Gemm:
         cfg = self.config
         m, n, k, l, la, lb = mnkl
         out_shape = (l, m, n) if 3 in (len(va.shape), len(vb.shape)) else (m, n)
-        da, a_host = self._operand(be, va, cfg.a_major == "K")
+        da, a_host = extras.operand_array(be, va, cfg.a_major == "K")
         if a_host:
             scratch.arrays.append(da)
-        db, b_host = self._operand(be, vb, cfg.b_major == "MN")
+        db, b_host = extras.operand_array(be, vb, cfg.b_major == "MN")
         if b_host:
             scratch.arrays.append(db)
-        self._check_tma_layout("a", da)
-        self._check_tma_layout("b", db)
+        extras.check_tma_layout("a", da)
+        extras.check_tma_layout("b", db)
         out_dt = _dtype(cfg.out_dtype)
         d_is_map = self.kernel.epilogue.d_param().kind == "tensormap"   # else a C-contiguous pointer
         host_out = a_host or b_host
@@ -379,7 +349,7 @@ class Gemm:
             if not d_is_map and not dd.is_c_contiguous():
                 raise ArgumentError("out must be C-contiguous for the 'global' epilogue")
         if d_is_map:
-            self._check_tma_layout("out", dd)
+            extras.check_tma_layout("out", dd)
         values = {"m": m, "n": n, "k": k}
         if cfg.batched:
             values.update(l=l, la=la, lb=lb)
@@ -407,7 +377,7 @@ class Gemm:
                 values[p.name] = extras.value(be, p, extra[p.name], dims, keep, scratch.arrays, copy_back)
             if p.kind == "tensormap":              # e.g. C loaded by the TMA epilogue
                 arr = values[p.name]
-                self._check_tma_layout(p.name, arr)
+                extras.check_tma_layout(p.name, arr)
                 if cfg.batched:
                     arr = arrays.as_batch(arr)
                 values[p.name] = be.encode_tensor_map(specs[p.name], arr.ptr, arr.shape, arr.strides)
@@ -437,32 +407,17 @@ class Gemm:
                 return out
             if host_out:
                 return arrays.to_host(dd)
-            return self._wrap_like(dd, va.framework)
+            return wrap_like(dd, va.framework)
         scratch.keep = keep
         # for the launch cache of __call__ (a launch that zero-fills D or takes a workspace is not cached)
         launch.packed = (handle, grid, params, zero_d or ws is not None)
         return launch, result
 
     def _workspace(self, be, scratch, values, problem):
-        """Fill ``values`` with the kernel's workspace parameters for ``problem`` from this
-        Gemm's pool; returns ``[buffer, reusable]`` (handed back when the call's scratch is
-        released, unless its launch raised), or None when the kernel needs none."""
-        sizes = self.kernel.workspace(problem) if hasattr(self.kernel, "workspace") else {}
-        if not sizes:
-            return None
-        offsets, total = _ws_layout(sizes)
-        buf = self._workspaces.acquire(be, total)
-        for name, off in offsets.items():
-            values[name] = buf.ptr + off
-        ws = [buf, True]
-        pool = self._workspaces
-
-        def give_back(_ws=ws):
-            if _ws[1] and _ws[0] is not None:
-                pool.give_back(_ws[0])
-            _ws[0] = None
-        scratch.on_release(give_back)
-        return ws
+        """The kernel's workspace parameters for ``problem`` from this Gemm's pool, into
+        ``values`` (:func:`cutedsl.device.workspace.provide`)."""
+        from .workspace import provide
+        return provide(self._workspaces, self.kernel, be, scratch, values, problem)
 
     def run(self, a, b, out=None, **extra):
         """Launch once; returns ``(result, seconds)`` (wall time of launch + synchronize).
@@ -475,25 +430,6 @@ class Gemm:
             return r, time.perf_counter() - t0
         finally:
             launch.release()
-
-    @staticmethod
-    def _wrap_like(dd, fw: str):
-        """The device result as the caller's framework's array (torch, cupy; another DLPack
-        producer's framework through its ``from_dlpack``), else the DeviceArray."""
-        if fw == "torch":
-            import torch
-            return torch.as_tensor(dd, device="cuda")
-        if fw == "cupy":
-            import cupy
-            return cupy.asarray(dd)
-        if fw.startswith("dlpack:") and getattr(dd.backend, "name", None) == "cuda":
-            import importlib
-            mod = {"jax": "jax.numpy", "jaxlib": "jax.numpy"}.get(fw[7:], fw[7:])
-            try:
-                return importlib.import_module(mod).from_dlpack(dd)
-            except (ImportError, AttributeError):
-                return dd                     # a framework without from_dlpack: cutedsl's array
-        return dd
 
 
 def gemm(a, b, config: GemmConfig | None = None, backend="auto"):

@@ -20,6 +20,7 @@ from ..dtypes import dtype as _dtype, same_storage
 from ..errors import ArgumentError, ArgumentTypeError, ConfigError, checked_arguments
 from . import arrays, extras
 from .config import GemmConfig, _MAX_I32
+from .dlpack import wrap_like
 from .gemm import Gemm
 
 
@@ -132,7 +133,7 @@ class GroupedGemm:
         def result():
             be.synchronize()
             for g, (dd, host, fw) in zip(live, devs):
-                results[g] = arrays.to_host(dd) if host else Gemm._wrap_like(dd, fw)
+                results[g] = arrays.to_host(dd) if host else wrap_like(dd, fw)
             return list(results)
         launch.release = result.release = scratch.release
         launch.keep = result.keep = scratch
@@ -148,11 +149,11 @@ class GroupedGemm:
         devs, keep = [], []
         for row, g in enumerate(live):
             va, vb, (m, n, k) = groups[g]
-            da, a_copy = Gemm._operand(be, va, cfg.a_major == "K")
-            db, b_copy = Gemm._operand(be, vb, cfg.b_major == "MN")
+            da, a_copy = extras.operand_array(be, va, cfg.a_major == "K")
+            db, b_copy = extras.operand_array(be, vb, cfg.b_major == "MN")
             scratch.arrays.extend(x for x, copied in ((da, a_copy), (db, b_copy)) if copied)
-            Gemm._check_tma_layout(va.name, da)
-            Gemm._check_tma_layout(vb.name, db)
+            extras.check_tma_layout(va.name, da)
+            extras.check_tma_layout(vb.name, db)
             dd = arrays.empty(be, (m, n), out_dt, pitch_align=16 if tma_d else 1)
             devs.append((dd, va.on_host or vb.on_host, va.framework))
             keep += [da, db, dd, va.owner, vb.owner]

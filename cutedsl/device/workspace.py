@@ -57,4 +57,26 @@ class WorkspacePool:
         return len(self._free)
 
 
-__all__ = ["WorkspacePool", "layout", "ALIGN"]
+def provide(pool: WorkspacePool, kernel, backend, scratch, values: dict, problem):
+    """Fill ``values`` with ``kernel``'s workspace parameters for ``problem`` (a ``GemmProblem``
+    of ints) from ``pool``; returns ``[buffer, reusable]`` -- handed back to the pool when the
+    call's ``scratch`` is released, unless the launch marked it not reusable (it raised) --
+    or None when the kernel needs none."""
+    sizes = kernel.workspace(problem) if hasattr(kernel, "workspace") else {}
+    if not sizes:
+        return None
+    offsets, total = layout(sizes)
+    buf = pool.acquire(backend, total)
+    for name, off in offsets.items():
+        values[name] = buf.ptr + off
+    ws = [buf, True]
+
+    def give_back(_ws=ws):
+        if _ws[1] and _ws[0] is not None:
+            pool.give_back(_ws[0])
+        _ws[0] = None
+    scratch.on_release(give_back)
+    return ws
+
+
+__all__ = ["WorkspacePool", "layout", "provide", "ALIGN"]

@@ -24,6 +24,8 @@ global memory) is not tracked yet.
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from .errors import RaceError
@@ -68,7 +70,7 @@ class GlobalHB:
     """The launch's cluster clocks, knowledge, released locations and word shadows."""
 
     def __init__(self, launch, seed=None):
-        self.launch, self.seed = launch, seed
+        self._launch, self.seed = weakref.ref(launch), seed    # no cycle: the launch holds this
         self.clock = {}         # cluster id -> its current clock (from 1)
         self.know = {}          # cluster id -> {cluster id: clock it knows complete}
         self.sync = {}          # global address -> knowledge released there
@@ -76,6 +78,10 @@ class GlobalHB:
         self.pending = {}       # cluster id -> knowledge read by strong loads since its last fence
         self.shadows = {}       # allocation base -> _Shadow
         self.inflight = {}      # (cluster, CTA rank, warp) -> [(bulk group, shadow, words)]
+
+    @property
+    def launch(self):
+        return self._launch()
 
     # -- knowledge ---------------------------------------------------------------------------
     def _me(self, w):
