@@ -121,14 +121,8 @@ def wait_flag(ptr, idx, value) -> None:
     each read an ``ld.acquire.gpu`` (``scf.while``): the writes the setting CTA made before its
     release are then visible to this thread. Only CTAs resident together may wait on each
     other this way (a persistent launch's)."""
-    from mlir.dialects import scf
-    w = scf.WhileOp([], [])
-    before = w.before.blocks.append()
-    with ir.InsertionPoint(before):
-        scf.ConditionOp(ptr.load_acquire(idx).ne(value), [])
-    after = w.after.blocks.append()
-    with ir.InsertionPoint(after):
-        scf.YieldOp([])
+    from ..ir.control import While
+    While([], cond=lambda: ptr.load_acquire(idx).ne(value), body=lambda: ())
 
 
 __all__ = ["wait_flag", "setmaxnreg", "warpgroup_reg_alloc", "warpgroup_reg_dealloc", "NamedBarrier",

@@ -336,8 +336,8 @@ class PingpongGemmKernel(WarpSpecializedGemmKernel):
 
     def consumer(self, ops, args, smem, pipeline, wg) -> None:
         sch, s, ml, order = self.scheduler, self.stages, self.mainloop, self.order
-        # warpgroup 1 starts one tile (its k-tile count of fills) further along the ring; with
-        # a decomposition every unit has its own count, so each skip reads the other's unit
+        # warpgroup 1 starts one tile (its k-tile count of fills) further along the ring; when
+        # units' k counts vary (stream-K pieces, grouped problems) each skip reads the other's unit
         per_unit = self.k_varies
         _, k_count = self.k_range(self.work_tile(0))
         start = PipelineState(s).advance_by(wg * k_count)

@@ -196,6 +196,13 @@ class GlobalHB:
             f"its bulk group by the issuing thread, then a barrier or a release to the accessing thread "
             f"(PTX ISA: cp.async.bulk.wait_group; Memory Consistency Model, async proxy)" + self._seed())
 
+    def _ctas_of(self, cid) -> str:
+        """The CTA ids of cluster ``cid`` (for the report)."""
+        for cl in getattr(self.launch, "live", ()):
+            if cl.cid == cid:
+                return ", ".join(str(ct.ctaid) for ct in cl.ctas)
+        return "?"
+
     def _where(self, pc):
         code = self.launch.code
         return f"PTX line {code[pc].line}: {code[pc].text.strip()}" if 0 <= pc < len(code) else "?"
@@ -224,20 +231,12 @@ class GlobalHB:
             f"data race on global memory {alloc.base + 4 * word:#x} (allocation {alloc.tag or hex(alloc.base)}, "
             f"byte offset {4 * word}):\n"
             f"    {first} by cluster {prev} at {where(ppc)}\n"
-            f"    {mode} by cluster {c} (CTA {w_cta(ins, self, c)}) at {where(ins.pc)}\n"
+            f"    {mode} by cluster {c} (CTA {self._ctas_of(c)}) at {where(ins.pc)}\n"
             f"    are not ordered by synchronisation; missing: a release by the first cluster after its "
             f"access (st.release / red.release / atom.release, or fence.acq_rel then a relaxed store, at .gpu "
             f"scope) that the second cluster's acquire (ld.acquire / atom.acquire, or a relaxed load then "
             f"fence.acq_rel) reads before its access (PTX ISA: Memory Consistency Model, release and acquire "
             f"patterns)" + seed)
-
-
-def w_cta(ins, ghb, cid):
-    """The CTA ids of cluster ``cid`` (for the report)."""
-    for cl in getattr(ghb.launch, "live", ()):
-        if cl.cid == cid:
-            return ", ".join(str(ct.ctaid) for ct in cl.ctas)
-    return "?"
 
 
 __all__ = ["GlobalHB", "classify", "STRONG"]
