@@ -4,7 +4,8 @@ keeps the fastest, per device, in the kernel cache (``<cache>/tuning.json``).
 The documented model (:func:`GemmConfig.for_problem`) picks a config without running anything;
 the tuner measures. Candidates: the model's tiles x the schedules x cluster 1x1 / 2x1 that
 ``GemmConfig`` accepts with the fields you fix, ordered by the model's score, at most
-``limit`` of them. Each is compiled (or loaded from the cache), then launched ``warmup`` times
+``limit`` of them; a persistent candidate on a shape whose waves leave SMs idle is followed by
+its stream-K variant (``decomposition="stream-k"``). Each is compiled (or loaded from the cache), then launched ``warmup`` times
 and timed ``iters`` times on fresh ``randn`` inputs (CUDA events on a GPU; the median counts).
 The winner is stored under the device (name and SM count) and the problem (M, N, K, L, dtype
 and the fixed fields); ``Gemm("auto")`` and :func:`tuned_config` use it from then on, on that
@@ -50,7 +51,8 @@ class TuneResult:
 def _label(cfg) -> str:
     """``pingpong 64x128x64 s7 cluster=2x1``: what tells candidates apart."""
     cl = "" if cfg.cluster == (1, 1) else " cluster={}x{}".format(*cfg.cluster)
-    return f"{cfg.schedule} {'x'.join(map(str, cfg.tile))} s{cfg.resolved_stages()}{cl}"
+    dec = "" if cfg.decomposition == "data-parallel" else f" {cfg.decomposition}"
+    return f"{cfg.schedule} {'x'.join(map(str, cfg.tile))} s{cfg.resolved_stages()}{cl}{dec}"
 
 
 def device_key(backend) -> str:
@@ -91,11 +93,29 @@ def candidates(m: int, n: int, k: int, dtype: str = "f16", *, l: int = 1, sm_cou
                                      **({"sm_count": sm_count} if sm_count and sched != "multistage" else {}))
                 except ConfigError:
                     continue
-                if cfg not in out:
-                    out.append(cfg)
+                for c in (cfg, _stream_k_variant(cfg, m, n, k, l, sm_count)):
+                    if c is not None and c not in out:
+                        out.append(c)
                 if len(out) >= limit:
-                    return out
+                    return out[:limit]
     return out
+
+
+def _stream_k_variant(cfg, m, n, k, l, sm_count):
+    """``cfg`` with ``decomposition="stream-k"`` when it is a persistent data-parallel config and
+    the decomposition heuristic would share K on this shape (waves leave SMs idle), else None:
+    the tuner measures whether the fix-up pays."""
+    from ..collective.stream_k import decompose
+    from ..problem import GemmProblem
+    if cfg.schedule not in ("cooperative", "pingpong") or cfg.decomposition != "data-parallel":
+        return None
+    bm, bn, bk = cfg.tile
+    cm, cn = cfg.cluster
+    tm, tn = GemmProblem(m, n, k).tiles(bm, bn)
+    tiles = -(-tm // cm) * -(-tn // cn) * l
+    if decompose("heuristic", tiles, -(-k // bk), max(1, (sm_count or 132) // (cm * cn))).mode != "stream-k":
+        return None
+    return type(cfg)(**{**cfg.fields(), "decomposition": "stream-k"})
 
 
 def tune(m: int, n: int, k: int, dtype: str = "f16", *, l: int = 1, backend="auto", configs=None, limit: int = 12,

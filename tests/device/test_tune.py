@@ -76,3 +76,13 @@ def test_cli_tune(tmp_path, monkeypatch, capsys):
     rep = json.loads(capsys.readouterr().out)
     assert rep["emulated"] and len(rep["table"]) == 2 and rep["best"] == rep["table"][0][0]
     assert (tmp_path / "tuning.json").is_file()
+
+
+def test_candidates_add_stream_k_where_waves_leave_sms_idle():
+    """1536 x 1536 x 16384 on 132 SMs: 72 tiles of 128 x 256 (55% of one wave) -- each
+    persistent candidate is followed by its stream-K variant; 4096^3 fills its waves: none."""
+    cands = candidates(1536, 1536, 16384, sm_count=132, limit=4)
+    assert [(c.schedule, c.cluster, c.decomposition) for c in cands] == [
+        ("cooperative", (1, 1), "data-parallel"), ("cooperative", (1, 1), "stream-k"),
+        ("cooperative", (2, 1), "data-parallel"), ("cooperative", (2, 1), "stream-k")]
+    assert all(c.decomposition == "data-parallel" for c in candidates(4096, 4096, 4096, sm_count=132, limit=8))
