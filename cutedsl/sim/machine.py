@@ -400,6 +400,9 @@ class CTA:
         check_named_barriers(self)
         if all(w.done for w in self.warps) and not self.exited:
             self.exited = True
+            if getattr(self, "tmem", None) is not None:
+                from .tmem import leak_check
+                leak_check(self)
             if self.shadow is not None:
                 self.shadow.exit_check()
             if self.launch.chaos is not None:

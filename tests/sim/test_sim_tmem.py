@@ -1,0 +1,143 @@
+"""Blackwell tensor memory in the emulator (issue 23, first slice): sm_100a PTX that allocates
+TMEM, stores registers into it and loads them back (tcgen05.alloc / st / ld / wait / dealloc /
+relinquish_alloc_permit), checked against what the PTX ISA says -- the lane-quarter rule, the
+column-count rule, double free, allocation after relinquish, a leak at exit, an allocation
+that waits for another warp's dealloc and one that never can. Every kernel here is assembled by
+the pinned ptxas for sm_100a first, so the emulator is held to PTX that really exists."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from cutedsl.compiler.toolchain import ptxas
+from cutedsl.sim import DeadlockError, Emulator, SimRuntimeError, load_ptx
+from simkit import kernel
+
+SM100 = ".version 8.7\n.target sm_100a\n.address_size 64\n\n"
+#: ptxas's target (the library's Arch object for sm_100a comes with the Blackwell kernels, issue 24)
+PTXAS_SM100 = SimpleNamespace(chip="sm_100a")
+
+# every warp of 4: warp 0 allocates {COLS} columns (a count ptxas cannot fold: {COLS} x the grid
+# size 1, so the emulator's own check is what refuses a bad one; address to smem), all warps store
+# 100 * warp + lane + column j into their lane quarter (columns 0..3), wait, load back,
+# write to out[tid * 4 + j]; warp 0 deallocates and relinquishes
+ROUNDTRIP = """
+\t.shared .align 16 .b32 taddr_slot;
+\tld.param.u64 %rd1, [p_out];
+\tcvta.to.global.u64 %rd1, %rd1;
+\tmov.u32 %r21, %nctaid.x;
+\tmul.lo.u32 %r20, %r21, {COLS};
+\tmov.u32 %r1, %tid.x;
+\tshr.u32 %r2, %r1, 5;
+\tmov.u32 %r3, taddr_slot;
+\tsetp.eq.u32 %p1, %r2, 0;
+\t@!%p1 bra ALLOCATED;
+\ttcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r3], %r20;
+ALLOCATED:
+\tbar.sync 0;
+\ttcgen05.fence::after_thread_sync;
+\tld.shared.u32 %r4, [%r3];
+\tand.b32 %r5, %r2, 3;
+{LANE}
+\tadd.u32 %r7, %r4, %r6;
+\tand.b32 %r8, %r1, 31;
+\tmad.lo.u32 %r9, %r2, 100, %r8;
+\tadd.u32 %r10, %r9, 1;
+\tadd.u32 %r11, %r9, 2;
+\tadd.u32 %r12, %r9, 3;
+\ttcgen05.st.sync.aligned.32x32b.x4.b32 [%r7], {%r9, %r10, %r11, %r12};
+\ttcgen05.wait::st.sync.aligned;
+\ttcgen05.ld.sync.aligned.32x32b.x4.b32 {%r13, %r14, %r15, %r16}, [%r7];
+\ttcgen05.wait::ld.sync.aligned;
+\tmul.wide.u32 %rd2, %r1, 16;
+\tadd.s64 %rd3, %rd1, %rd2;
+\tst.global.v4.u32 [%rd3], {%r13, %r14, %r15, %r16};
+\ttcgen05.fence::before_thread_sync;
+\tbar.sync 0;
+\t@!%p1 bra END;
+{FREE}
+END:
+"""
+FREE = ("\ttcgen05.dealloc.cta_group::1.sync.aligned.b32 %r4, %r20;\n"
+        "\ttcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;")
+
+
+#: the lane field (bits 31..16) of this warp's TMEM address: its quarter, 32 * (warp % 4)
+QUARTER_LANE = "\tshl.b32 %r6, %r5, 21;"
+
+
+def build(cols=32, lane=QUARTER_LANE, free=FREE, extra=""):
+    body = ROUNDTRIP.replace("{FREE}", free + extra).replace("{COLS}", str(cols)).replace("{LANE}", lane)
+    text = kernel(body).replace(kernel("").split("\n.visible")[0], SM100.rstrip("\n"), 1)
+    ptxas(text, arch=PTXAS_SM100)           # the pinned ptxas takes it for sm_100a
+    return load_ptx(text)
+
+
+def run(prog, threads=128):
+    emu = Emulator()
+    out = emu.to_device(np.zeros(threads * 4, np.uint32))
+    emu.launch(prog, 1, threads, [out])
+    return emu.to_host(out, (threads, 4), np.uint32)
+
+
+def test_roundtrip_through_each_warps_lane_quarter():
+    """lane << 16: warp w addresses lanes 32 (w % 4) + lane; every value comes back."""
+    r = run(build())
+    t = np.arange(128)
+    want = (100 * (t // 32) + t % 32)[:, None] + np.arange(4)
+    assert np.array_equal(r, want)
+
+
+def test_lane_quarter_rule():
+    """A warp addressing another warp's quarter (lane base 0 for every warp: warps 1..3 are
+    outside their own) is refused."""
+    with pytest.raises(SimRuntimeError, match=r"tcgen05\.st\.32x32b by warp ([123]) at lane 0: a warp reaches "
+                                              r"only lanes (32|64|96)\.\.(63|95|127) \(warp id % 4 = \1"):
+        run(build(lane="\tmov.u32 %r6, 0;"))
+
+
+@pytest.mark.parametrize("free,extra,match", [
+    ("", "", r"CTA \(0, 0, 0\) exits with tensor memory still allocated \(32 at column 0\)"),
+    (FREE, "\n\ttcgen05.dealloc.cta_group::1.sync.aligned.b32 %r4, 32;",
+     r"tcgen05\.dealloc of 32 columns at column 0, which is not allocated \(double free\?\)"),
+    (FREE, "\n\ttcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r3], 32;",
+     r"tcgen05\.alloc after tcgen05\.relinquish_alloc_permit"),
+])
+def test_allocation_errors(free, extra, match):
+    with pytest.raises(SimRuntimeError, match=match):
+        run(build(free=free, extra=extra))
+
+
+def test_column_count_rule():
+    with pytest.raises(SimRuntimeError, match=r"column count 48 must be a power of two in 32\.\.512"):
+        run(build(cols=48))
+
+
+# two warps each allocate 512 columns: the second waits until the first deallocates; with
+# {HOLD} the first never does and the wait is a deadlock
+CONTENDED = """
+\t.shared .align 16 .b32 slot[2];
+\tmov.u32 %r1, %tid.x;
+\tshr.u32 %r2, %r1, 5;
+\tmov.u32 %r3, slot;
+\tshl.b32 %r4, %r2, 2;
+\tadd.u32 %r5, %r3, %r4;
+\ttcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r5], 512;
+\tld.shared.u32 %r6, [%r5];
+{HOLD}
+\ttcgen05.dealloc.cta_group::1.sync.aligned.b32 %r6, 512;
+"""
+
+
+@pytest.mark.parametrize("hold", [False, True])
+def test_allocation_blocks_until_columns_are_free(hold):
+    body = CONTENDED.replace("{HOLD}", "\tbar.sync 0;" if hold else "")
+    text = kernel(body, params=("out",)).replace(kernel("").split("\n.visible")[0], SM100.rstrip("\n"), 1)
+    ptxas(text, arch=PTXAS_SM100)
+    emu = Emulator()
+    out = emu.to_device(np.zeros(1, np.uint32))
+    if hold:        # warp 0 waits at the barrier for warp 1, which waits for warp 0's columns
+        with pytest.raises(DeadlockError, match=r"tcgen05\.alloc of 512 columns waiting for free tensor memory"):
+            emu.launch(load_ptx(text), 1, 64, [out])
+    else:
+        emu.launch(load_ptx(text), 1, 64, [out])
