@@ -16,7 +16,9 @@ reads or writes lane ``base lane + t``, ``.xN`` consecutive 32-bit columns into 
 A warp reaches only the lanes of its quarter, ``32 * (warp id % 4) .. + 31`` (the lane-quarter
 rule); an access outside it, or to columns no allocation covers, is an error. ``ld``/``st``
 complete at issue here; ``tcgen05.wait::ld/st`` and ``tcgen05.fence::*`` are accepted (the race
-detector's TMEM edges and ``tcgen05.mma`` come with the next slices). ``cta_group::2``, the
+detector's TMEM edges and ``tcgen05.mma`` come with the next slices). ``tcgen05.commit``
+(``.multicast::cluster`` too) arrives once per executing thread on the mbarrier(s) -- at once,
+as nothing it tracks is in flight yet. ``cta_group::2``, the
 other shapes (16x64b, 16x128b, 16x256b, 16x32bx2) and ``.pack``/``.unpack`` are refused with
 an ``UnsupportedInstruction`` saying so.
 """
@@ -119,6 +121,8 @@ def dec_tcgen05(ctx, ins, mods, ops):
         return relinquish
     if op in ("ld", "st"):
         return _ldst(ctx, ins, mods, ops, op == "st")
+    if op == "commit":
+        return _commit(ctx, ins, mods, ops)
     if op in ("wait::ld", "wait::st", "fence::before_thread_sync", "fence::after_thread_sync"):
         return lambda w, g, m: None        # ld/st complete at issue in this slice
     ctx.unsupported(f"tcgen05.{op} is not emulated yet")
@@ -145,6 +149,41 @@ def _alloc(ctx, ins, ops):
         one[int(w._lanes(m)[0])] = True
         w.store("shared::cta", np.uint64(a), one, 4, 1, np.array([[col]], np.uint32), ins)
         return None
+    return fn
+
+
+def _commit(ctx, ins, mods, ops):
+    """``tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster[.multicast::cluster].b64
+    [mbar]{, ctaMask}``: each executing thread's earlier tcgen05 operations are tracked by one
+    arrive on the mbarrier (in every CTA of ``ctaMask``, at the same offset), made when they
+    complete -- at once in this slice, where no tcgen05.mma is in flight."""
+    from .mbarrier import get_mbar, hb_check_init, mbar_targets
+    multicast = "multicast::cluster" in mods
+    if "mbarrier::arrive::one" not in mods or len(ops) != (2 if multicast else 1):
+        ctx.bad("tcgen05.commit takes .mbarrier::arrive::one and [mbar] (and a ctaMask with .multicast::cluster)")
+    addr = ctx.addr(ops[0])
+    mask = ctx.rd(ops[1], "u16") if multicast else None
+
+    def fn(w, g, m):
+        lanes = w._lanes(m)
+        av = np.broadcast_to(np.asarray(addr(w), np.uint64), (32,))
+        mk = np.broadcast_to(np.asarray(mask(w)), (32,)) if mask is not None else None
+        hb = w.cta.cluster.hb
+        for ln in lanes:                   # one commit per executing thread
+            targets = mbar_targets(w, av[ln:ln + 1], "shared::cluster", ins, lanes[:1])
+            if mk is not None:             # the same barrier offset in every CTA of the mask
+                ctas = w.cta.cluster.ctas
+                bits = int(mk[ln])
+                if bits >> len(ctas):
+                    _fail(ins, f"tcgen05.commit ctaMask {bits:#x} names CTAs beyond the cluster's {len(ctas)}")
+                targets = [(c, targets[0][1], 1) for i, c in enumerate(ctas) if bits >> i & 1]
+            for cta, off, _n in targets:
+                b = get_mbar(cta, off, ins)
+                if hb is not None:
+                    hb_check_init(w, b, ins)
+                    b.snap = hb.merge(b.snap, hb.release(w))
+                b.note(f"tcgen05.commit at line {ins.line}")
+                b.arrive(1, ins)
     return fn
 
 

@@ -141,3 +141,51 @@ def test_allocation_blocks_until_columns_are_free(hold):
             emu.launch(load_ptx(text), 1, 64, [out])
     else:
         emu.launch(load_ptx(text), 1, 64, [out])
+
+
+# thread 0 of CTA rank 0 initialises the barrier of each CTA (count 1), the cluster syncs, one
+# thread commits ({COMMIT}), every thread of {WAITERS} waits for phase 0 and writes its flag
+COMMIT = """
+\t.shared .align 8 .b64 bar;
+\tld.param.u64 %rd1, [p_out];
+\tcvta.to.global.u64 %rd1, %rd1;
+\tmov.u32 %r1, %tid.x;
+\tmov.u32 %r2, %cluster_ctarank;
+\tmov.u32 %r40, bar;
+\tsetp.eq.u32 %p1, %r1, 0;
+\t@%p1 mbarrier.init.shared::cta.b64 [%r40], 1;
+\tfence.mbarrier_init.release.cluster;
+\tbarrier.cluster.arrive.release.aligned;
+\tbarrier.cluster.wait.acquire.aligned;
+\tsetp.eq.u32 %p2, %r2, 0;
+\tand.pred %p3, %p1, %p2;
+\tmov.u16 %rs1, 3;
+\t@%p3 {COMMIT}
+{WAIT}
+\tmad.lo.u32 %r3, %r2, 32, %r1;
+\tmul.wide.u32 %rd2, %r3, 4;
+\tadd.s64 %rd3, %rd1, %rd2;
+\tst.global.u32 [%rd3], 1;
+"""
+
+
+@pytest.mark.parametrize("commit,cluster", [
+    ("mov.u32 %r5, 0;", 1),                 # no commit: nothing completes the phase
+    ("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%r40];", 1),
+    ("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64 [%r40], %rs1;", 2),
+])
+def test_commit_arrives_on_the_mbarrier(commit, cluster):
+    """tcgen05.commit completes phase 0 of the barrier (of both CTAs with the multicast form);
+    without it the waiters deadlock."""
+    from simkit import mbarrier_wait
+    body = COMMIT.replace("{COMMIT}", commit).replace("{WAIT}", mbarrier_wait("%r40", 0))
+    text = kernel(body).replace(kernel("").split("\n.visible")[0], SM100.rstrip("\n"), 1)
+    ptxas(text, arch=PTXAS_SM100)
+    emu = Emulator()
+    out = emu.to_device(np.zeros(64, np.uint32))
+    if "tcgen05" not in commit:
+        with pytest.raises(DeadlockError, match="mbarrier.try_wait"):
+            emu.launch(load_ptx(text), cluster, 32, [out], cluster=(cluster, 1, 1))
+        return
+    emu.launch(load_ptx(text), cluster, 32, [out], cluster=(cluster, 1, 1))
+    assert (emu.to_host(out, (64,), np.uint32)[:32 * cluster] == 1).all()
