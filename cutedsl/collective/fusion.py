@@ -237,7 +237,8 @@ class Activation(EpilogueNode):
         if k == "clamp":
             return np.minimum(np.maximum(v, self.lo), self.hi)
         if k == "silu":
-            return v / (np.exp(-v) + 1.0)
+            with np.errstate(over="ignore"):        # exp(-v) = inf for v < -709: v / inf = -0, exact
+                return v / (np.exp(-v) + 1.0)
         if k == "gelu":
             return v * 0.5 * (_erf64(v * _SQRT1_2) + 1.0)
         return v * 0.5 * (np.tanh((v + 0.044715 * v ** 3) * _GELU_C) + 1.0)
