@@ -73,13 +73,9 @@ def utilisation_model(cfg, m: int, n: int, k: int, sm_count: int = 132) -> dict 
     decomposition (``cutedsl.collective.stream_k``), utilisation = all k-iterations / (SM
     clusters x the longest cluster's); fix-up costs are not modelled. None for a
     non-persistent schedule."""
-    if cfg.schedule not in ("cooperative", "pingpong"):
+    d = cfg.decomposition_for(m, n, k, sm_count=sm_count)
+    if d is None:
         return None
-    from ..collective.stream_k import decompose
-    bm, bn, bk = cfg.tile
-    cm, cn = cfg.cluster
-    tiles = -(-(-(-m // bm)) // cm) * -(-(-(-n // bn)) // cn)
-    clusters = max(1, sm_count // (cm * cn))
-    d = decompose(cfg.decomposition, tiles, -(-k // bk), clusters, cfg.splits)
+    clusters = max(1, sm_count // (cfg.cluster[0] * cfg.cluster[1]))
     return {"mode": d.mode, "clusters": d.clusters, "busy_max": max(d.busy()),
             "utilisation": d.utilisation(clusters)}

@@ -45,17 +45,9 @@ class GroupedTileScheduler(PersistentTileScheduler):
         return [Param("problems", "ptr", dtype="i32"), Param("groups", "i32"), Param("units", "i32")]
 
     # -- host ----------------------------------------------------------------------
-    def clusters_for(self, units: int) -> int:
-        """Clusters launched for ``units`` work units (one per unit when not persistent)."""
-        from .tile_scheduler import DEFAULT_SM_COUNT
-        if not self.persistent:
-            return max(1, units)
-        sms = self.sm_count or DEFAULT_SM_COUNT
-        return max(1, min(units, sms * self.ctas_per_sm // self.cluster_size))
-
     def grid(self, problem) -> tuple:
         """CTAs for a launch whose ``problem.l`` counts the work units of all groups."""
-        return (self.clusters_for(problem.l) * self.cluster_size, 1, 1)
+        return (max(1, self.clusters_for(problem.l)) * self.cluster_size, 1, 1)
 
     # -- IR ------------------------------------------------------------------------
     def bind(self, problem, k_tile: int) -> None:

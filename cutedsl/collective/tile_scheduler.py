@@ -197,11 +197,15 @@ class PersistentTileScheduler(TileScheduler):
     def clusters(self, m: int, n: int, l: int = 1) -> int:
         """Clusters launched for ``l`` batches of an ``m x n`` output."""
         cm, cn = self.cluster_tiles(m, n)
-        total = cm * cn * (l if self.batched else 1)
+        return self.clusters_for(cm * cn * (l if self.batched else 1))
+
+    def clusters_for(self, units: int) -> int:
+        """Clusters launched for ``units`` work units (cluster tiles): one per unit when not
+        persistent, else at most what ``sm_count`` SMs hold at once."""
         if not self.persistent:
-            return total
+            return units
         sms = self.sm_count or DEFAULT_SM_COUNT
-        return max(1, min(total, sms * self.ctas_per_sm // self.cluster_size))
+        return max(1, min(units, sms * self.ctas_per_sm // self.cluster_size))
 
     def grid(self, problem) -> tuple:
         return (self.clusters(problem.m, problem.n, problem.l) * self.cluster_size, 1, 1)

@@ -267,6 +267,22 @@ class GemmConfig:
             b = np.ascontiguousarray(np.swapaxes(b, -1, -2)).swapaxes(-1, -2)
         return a, b
 
+    def decomposition_for(self, m: int, n: int, k: int, l: int = 1, sm_count=None, mode=None):
+        """The :class:`~cutedsl.collective.stream_k.Decomposition` this config's persistent
+        kernel makes of an ``m x n x k`` problem (``l`` batches) on ``sm_count`` SMs (None: 132),
+        with ``mode`` (default: the config's ``decomposition``); None for a schedule that is not
+        persistent. Host arithmetic only (the bench's utilisation model, the tuner)."""
+        if self.schedule not in PERSISTENT:
+            return None
+        from ..collective.stream_k import decompose
+        from ..collective.tile_scheduler import DEFAULT_SM_COUNT, ceil_div
+        from ..problem import GemmProblem
+        (bm, bn, bk), (cm, cn) = self.tile, self.cluster
+        tm, tn = GemmProblem(m, n, k).tiles(bm, bn)
+        tiles = ceil_div(tm, cm) * ceil_div(tn, cn) * l
+        clusters = max(1, (sm_count or DEFAULT_SM_COUNT) // (cm * cn))
+        return decompose(mode or self.decomposition, tiles, ceil_div(k, bk), clusters, self.splits)
+
     def explain(self) -> str:
         """One line per field: why it has its value (``for_problem``), or that it was given."""
         if self.reasons is None:

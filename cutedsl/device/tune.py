@@ -105,15 +105,10 @@ def _stream_k_variant(cfg, m, n, k, l, sm_count):
     """``cfg`` with ``decomposition="stream-k"`` when it is a persistent data-parallel config and
     the decomposition heuristic would share K on this shape (waves leave SMs idle), else None:
     the tuner measures whether the fix-up pays."""
-    from ..collective.stream_k import decompose
-    from ..problem import GemmProblem
-    if cfg.schedule not in ("cooperative", "pingpong") or cfg.decomposition != "data-parallel":
+    if cfg.decomposition != "data-parallel":
         return None
-    bm, bn, bk = cfg.tile
-    cm, cn = cfg.cluster
-    tm, tn = GemmProblem(m, n, k).tiles(bm, bn)
-    tiles = -(-tm // cm) * -(-tn // cn) * l
-    if decompose("heuristic", tiles, -(-k // bk), max(1, (sm_count or 132) // (cm * cn))).mode != "stream-k":
+    d = cfg.decomposition_for(m, n, k, l, sm_count, mode="heuristic")
+    if d is None or d.mode != "stream-k":
         return None
     return type(cfg)(**{**cfg.fields(), "decomposition": "stream-k"})
 
