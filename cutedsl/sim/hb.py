@@ -16,6 +16,10 @@ reported) and one per asynchronous unit an access may come from:
 * ``wgmma`` - the wgmma operations of one warpgroup, clock = 1 + commit-group index;
 * ``bulk`` - the TMA stores / bulk copies of one warp, clock = 1 + bulk-group index;
 * ``cpasync`` - the Ampere ``cp.async`` copies of one warp, clock = 1 + group index.
+* ``tcgen05`` - the ``tcgen05.mma`` operations of one thread, clock = MMAs issued (made known by
+  ``tcgen05.commit`` -> mbarrier); ``tcgen05ld`` / ``tcgen05st`` - one warp's ``tcgen05.ld`` /
+  ``st`` (known to the warp after ``tcgen05.wait::ld`` / ``st``). Their tensor-memory accesses
+  go to a per-(lane, column) shadow (:class:`cutedsl.sim.tmem.TmemShadow`).
 
 **Proxies.** Every warp also carries ``pvc``: the part of its knowledge that a
 ``fence.proxy.async`` made visible to the async proxy (``fence.proxy.async`` joins ``vc`` into
@@ -43,6 +47,13 @@ EDGE = {
                "then a barrier (PTX ISA: cp.async.wait_group, cp.async.mbarrier.arrive)",
     "warp": "a barrier between the two threads: bar.sync/barrier.sync (count), mbarrier arrive -> "
             "try_wait, or barrier.cluster (PTX ISA: bar/barrier, mbarrier, barrier.cluster; Memory Consistency Model)",
+    "tcgen05": "a tcgen05.commit by the thread that issued the tcgen05 operation, and a wait on its "
+               "mbarrier observing the phase the commit completes, before the access (PTX ISA: "
+               "tcgen05.commit, tcgen05.mma)",
+    "tcgen05ld": "a tcgen05.wait::ld by the loading warp after its tcgen05.ld, then a release -> acquire "
+                 "(e.g. mbarrier arrive -> wait) to the other access (PTX ISA: tcgen05.wait, tcgen05.ld)",
+    "tcgen05st": "a tcgen05.wait::st by the storing warp after its tcgen05.st, then a release -> acquire "
+                 "to the other access (PTX ISA: tcgen05.wait, tcgen05.st)",
     "proxy": "a fence.proxy.async after the generic-proxy write (by the writer, or by a thread that "
              "observed it through a barrier) and before the async-proxy read (PTX ISA: membar/fence; "
              "Memory Consistency Model, proxies)",
@@ -158,7 +169,8 @@ class HB:
         ag = self.agents[a]
         ins = launch.code[pc] if 0 <= pc < len(launch.code) else None
         kind = {"warp": "generic proxy", "tma": "async proxy", "wgmma": "async proxy",
-                "bulk": "async proxy", "cpasync": "generic proxy"}[ag.kind]
+                "bulk": "async proxy", "cpasync": "generic proxy", "tcgen05": "tensor core (tcgen05)",
+                "tcgen05ld": "tensor memory load", "tcgen05st": "tensor memory store"}[ag.kind]
         where = f"PTX line {ins.line}: {ins.text.strip()}" if ins is not None else "?"
         who = f"CTA {ag.cta.ctaid} {ag.label}"
         if ag.kind == "warp":
@@ -173,10 +185,10 @@ class HB:
 class Shadow:
     """Per-4-byte shadow of one CTA's shared memory (last write epoch, per-agent read clocks)."""
 
-    def __init__(self, cta, hb):
+    def __init__(self, cta, hb, n=None):
         self.cta = cta
         self.hb = hb
-        n = cta.smem_size // 4 + 4
+        n = cta.smem_size // 4 + 4 if n is None else n
         self.n = n
         self.w_agent = np.full(n, -1, np.int32)
         self.w_clock = np.zeros(n, np.int32)
@@ -284,6 +296,12 @@ class Shadow:
                     f"(PTX ISA: cp.async.bulk.wait_group)" + hb.seed_note())
 
     # -- reports -----------------------------------------------------------------------------
+    def place(self, word):
+        """The location of shadow ``word`` in a race report."""
+        cta = self.cta
+        loc = cta.launch.program.smem_symbol(4 * word, cta.dyn_base)
+        return f"shared memory {loc} (CTA {cta.ctaid}, byte offset {4 * word})"
+
     def _report(self, word, agent, pc, what, mode, edge, col=None):
         hb = self.hb
         cta = self.cta
@@ -297,9 +315,8 @@ class Shadow:
             edge = pkind if pkind != "warp" or hb.agents[agent].kind == "warp" else "warp"
             if pkind == "cpasync" and mode == "read" and hb.agents[agent].kind in ("wgmma", "bulk"):
                 edge = "cpasync"
-        loc = ln.program.smem_symbol(4 * int(word), cta.dyn_base)
         raise RaceError(
-            f"data race on shared memory {loc} (CTA {cta.ctaid}, byte offset {4 * int(word)}):\n"
+            f"data race on {self.place(int(word))}:\n"
             f"    {pmode} by {hb.describe(pa, ppc, ln)}\n"
             f"    {mode} by {hb.describe(agent, pc, ln)} ({what})\n"
             f"    are not ordered by synchronisation; missing: {EDGE[edge]}" + hb.seed_note())

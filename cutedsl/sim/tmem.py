@@ -1,5 +1,5 @@
 """Blackwell tensor memory (sm_100a): the per-CTA TMEM and the ``tcgen05`` instructions that
-allocate it and move data between it and registers (issue 23, first slice).
+allocate it and move data between it and registers (issue 23).
 
 **Tensor memory** of a CTA: 128 lanes x 512 columns of 32 bits. A TMEM address is ``lane << 16
 | column``. **Allocation** (PTX ISA ``tcgen05.alloc/dealloc/relinquish_alloc_permit``): a warp
@@ -15,23 +15,30 @@ relinquished its permit, and columns still allocated when the CTA exits (a leak)
 reads or writes lane ``base lane + t``, ``.xN`` consecutive 32-bit columns into ``N`` registers.
 A warp reaches only the lanes of its quarter, ``32 * (warp id % 4) .. + 31`` (the lane-quarter
 rule); an access outside it, or to columns no allocation covers, is an error. ``ld``/``st``
-complete at issue here; ``tcgen05.wait::ld/st`` and ``tcgen05.fence::*`` are accepted (the race
-detector's TMEM edges and ``tcgen05.mma`` come with the next slices). ``tcgen05.commit``
-(``.multicast::cluster`` too) arrives once per executing thread on the mbarrier(s) -- at once,
-as nothing it tracks is in flight yet. ``cta_group::2``, the
-other shapes (16x64b, 16x128b, 16x256b, 16x32bx2) and ``.pack``/``.unpack`` are refused with
-an ``UnsupportedInstruction`` saying so.
+move the data at issue; for the race detector they are accesses of the warp's ``tcgen05ld`` /
+``tcgen05st`` unit, which the warp (and what it releases) knows complete only after
+``tcgen05.wait::ld`` / ``wait::st`` (:class:`TmemShadow`). ``tcgen05.commit``
+(``.multicast::cluster`` too) arrives once per executing thread on the mbarrier(s) after the
+thread's earlier ``tcgen05.mma`` operations (:mod:`cutedsl.sim.tcgen05_mma`, registered here
+through :data:`SUBOPS`) completed. ``tcgen05.fence::*`` are accepted (docs/emulator.md says
+why they are not modelled). ``cta_group::2``, the other shapes (16x64b, 16x128b, 16x256b,
+16x32bx2) and ``.pack``/``.unpack`` are refused with an ``UnsupportedInstruction`` saying so.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .errors import SimRuntimeError
+from .hb import Shadow
+from .mbarrier import get_mbar, hb_check_init, mbar_targets
 from .registry import BLOCKED, handler
+from .tma import defer
 
 LANES, COLUMNS = 128, 512
 MIN_COLS = 32
 QUARTER = 32            #: lanes a warp reaches: its warp id % 4 quarter
+#: tcgen05 operations decoded by other modules (``tcgen05_mma`` registers ``mma``)
+SUBOPS: dict = {}
 
 
 class TensorMemory:
@@ -60,6 +67,26 @@ def tmem_of(cta) -> TensorMemory:
     if t is None:
         t = cta.tmem = TensorMemory()
     return t
+
+
+class TmemShadow(Shadow):
+    """Happens-before shadow of one CTA's TMEM: one cell per (lane, column), ``lane * 512 + column``."""
+
+    def __init__(self, cta, hb):
+        super().__init__(cta, hb, LANES * COLUMNS)
+
+    def place(self, cell):
+        return f"tensor memory lane {cell // COLUMNS} column {cell % COLUMNS} (CTA {self.cta.ctaid})"
+
+
+def tmem_shadow(cta):
+    """The CTA's :class:`TmemShadow` (race detection on), created on first use; else None."""
+    if cta.shadow is None:
+        return None
+    s = getattr(cta, "tmem_shadow", None)
+    if s is None:
+        s = cta.tmem_shadow = TmemShadow(cta, cta.shadow.hb)
+    return s
 
 
 def leak_check(cta) -> None:
@@ -123,8 +150,19 @@ def dec_tcgen05(ctx, ins, mods, ops):
         return _ldst(ctx, ins, mods, ops, op == "st")
     if op == "commit":
         return _commit(ctx, ins, mods, ops)
-    if op in ("wait::ld", "wait::st", "fence::before_thread_sync", "fence::after_thread_sync"):
-        return lambda w, g, m: None        # ld/st complete at issue in this slice
+    if op in SUBOPS:
+        return SUBOPS[op](ctx, ins, mods, ops)
+    if op in ("wait::ld", "wait::st"):
+        kind = "tcgen05" + op[6:]
+
+        def wait(w, g, m):                 # the warp's earlier loads (stores) are complete
+            hb = w.cta.cluster.hb
+            a = hb.keys.get((kind, w.cta.rank, w.wid)) if hb is not None else None
+            if a is not None:
+                hb.observe(w, a.idx, a.n)
+        return wait
+    if op in ("fence::before_thread_sync", "fence::after_thread_sync"):
+        return lambda w, g, m: None
     ctx.unsupported(f"tcgen05.{op} is not emulated yet")
 
 
@@ -154,10 +192,10 @@ def _alloc(ctx, ins, ops):
 
 def _commit(ctx, ins, mods, ops):
     """``tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster[.multicast::cluster].b64
-    [mbar]{, ctaMask}``: each executing thread's earlier tcgen05 operations are tracked by one
-    arrive on the mbarrier (in every CTA of ``ctaMask``, at the same offset), made when they
-    complete -- at once in this slice, where no tcgen05.mma is in flight."""
-    from .mbarrier import get_mbar, hb_check_init, mbar_targets
+    [mbar]{, ctaMask}``: each executing thread's earlier tcgen05.mma operations are tracked by one
+    arrive on the mbarrier (in every CTA of ``ctaMask``, at the same offset), made when they have
+    completed (eager: at once; adversarial mode: deferred behind them). The arrive releases the
+    thread's knowledge and the completion of those MMAs (their ``tcgen05`` agent's clock)."""
     multicast = "multicast::cluster" in mods
     if "mbarrier::arrive::one" not in mods or len(ops) != (2 if multicast else 1):
         ctx.bad("tcgen05.commit takes .mbarrier::arrive::one and [mbar] (and a ctaMask with .multicast::cluster)")
@@ -170,6 +208,7 @@ def _commit(ctx, ins, mods, ops):
         mk = np.broadcast_to(np.asarray(mask(w)), (32,)) if mask is not None else None
         hb = w.cta.cluster.hb
         for ln in lanes:                   # one commit per executing thread
+            key = (w.cta.rank, w.wid, int(ln))
             targets = mbar_targets(w, av[ln:ln + 1], "shared::cluster", ins, lanes[:1])
             if mk is not None:             # the same barrier offset in every CTA of the mask
                 ctas = w.cta.cluster.ctas
@@ -177,13 +216,28 @@ def _commit(ctx, ins, mods, ops):
                 if bits >> len(ctas):
                     _fail(ins, f"tcgen05.commit ctaMask {bits:#x} names CTAs beyond the cluster's {len(ctas)}")
                 targets = [(c, targets[0][1], 1) for i, c in enumerate(ctas) if bits >> i & 1]
+            snap = None
+            if hb is not None:
+                snap = hb.release(w)
+                ag = hb.keys.get(("tcgen05",) + key)
+                if ag is not None and ag.n:       # the MMAs this commit tracks are complete
+                    v = hb.fit(snap[0])
+                    v[ag.idx] = max(v[ag.idx], ag.n)
+                    snap = (v, snap[1])
+            bars = []
             for cta, off, _n in targets:
                 b = get_mbar(cta, off, ins)
                 if hb is not None:
                     hb_check_init(w, b, ins)
-                    b.snap = hb.merge(b.snap, hb.release(w))
-                b.note(f"tcgen05.commit at line {ins.line}")
-                b.arrive(1, ins)
+                bars.append(b)
+
+            def arrive(bars=bars, snap=snap):
+                for b in bars:
+                    if snap is not None:
+                        b.snap = hb.merge(b.snap, snap)
+                    b.note(f"tcgen05.commit at line {ins.line}")
+                    b.arrive(1, ins)
+            defer(w, arrive, ("tcgen05-commit", key), ("tcgen05", key))
     return fn
 
 
@@ -240,6 +294,18 @@ def _ldst(ctx, ins, mods, ops, store):
                        f"(allocated: {sorted(t.blocks.items())})")
         lanes = w._lanes(m)
         rows = lane + lanes
+        sh = tmem_shadow(w.cta)
+        if sh is not None:                 # an access of the warp's tcgen05.ld (st) unit, known to
+            hb = sh.hb                     # the warp (and its later releases) after tcgen05.wait::ld (st)
+            a = hb.agent(("tcgen05" + name, w.cta.rank, w.wid), "tcgen05" + name, w.cta, w.wid,
+                         f"tcgen05.{name} unit of warp {w.wid}")
+            a.n += 1
+            vc = hb.warp_vc(w)
+            cells = (rows[:, None] * COLUMNS + col + np.arange(n)[None, :]).reshape(-1)
+            if store:
+                sh.write(cells, a.idx, a.n, vc, ins.pc, False, f"tcgen05.{name}")
+            else:
+                sh.read(cells, a.idx, a.n, vc, w.pvc, ins.pc, False, f"tcgen05.{name}")
         if store:
             for j, rd in enumerate(regs):
                 v = np.broadcast_to(np.asarray(rd(w)).astype(np.uint32, copy=False), (32,))
@@ -250,4 +316,4 @@ def _ldst(ctx, ins, mods, ops, store):
     return fn
 
 
-__all__ = ["TensorMemory", "tmem_of", "leak_check", "LANES", "COLUMNS"]
+__all__ = ["TensorMemory", "TmemShadow", "tmem_of", "tmem_shadow", "leak_check", "LANES", "COLUMNS"]

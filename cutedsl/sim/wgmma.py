@@ -58,11 +58,14 @@ def decode_desc(d: int):
 
 
 @lru_cache(maxsize=1024)
-def operand_addrs(desc: int, rows: int, kelems: int, esize: int, mn_major: bool):
-    """(byte addresses (rows, kelems), sorted 4-B word ids, element indices, end byte) of an operand."""
-    start, lbo, sbo, base_off, span = decode_desc(desc)
+def operand_addrs(desc: int, rows: int, kelems: int, esize: int, mn_major: bool, decode=decode_desc):
+    """(byte addresses (rows, kelems), sorted 4-B word ids, element indices, end byte) of an operand
+    whose shared-memory descriptor ``decode`` (sm_90's by default, or sm_100's) splits into
+    (start, LBO, SBO, base_offset, swizzle span); the canonical layouts are the same on both."""
+    start, lbo, sbo, base_off, span = decode(desc)
     if base_off:
-        raise SimRuntimeError(f"wgmma descriptor 0x{desc:x} has base_offset {base_off}; only 0 is supported")
+        raise SimRuntimeError(f"shared-memory descriptor 0x{desc:x} has base_offset {base_off}; only 0 is "
+                              f"supported")
     T = 16 // esize
     r = np.arange(rows, dtype=np.int64)[:, None]
     k = np.arange(kelems, dtype=np.int64)[None, :]

@@ -1,0 +1,293 @@
+"""Blackwell ``tcgen05.mma`` (sm_100a): instruction descriptor, sm_100 shared-memory
+descriptors, the accumulator in tensor memory, and ``tcgen05.commit`` completion (issue 23).
+
+``tcgen05.mma.cta_group::1.kind::K [d], a, b, idesc{, {mask}}, enable_input_d{, scale_input_d}``
+is issued by **one thread** (each executing lane issues one MMA): ``D[M x N] (TMEM) = A[M x K]
+x B[K x N] + (enable_input_d ? D * 2^-scale_input_d : 0)``. A is a shared-memory descriptor or
+(``[a]``) a TMEM address, B a shared-memory descriptor, D a TMEM address. K is 32 bytes of the
+input type (16 for f16/bf16, 8 for tf32, 32 for 8-bit types).
+
+**Instruction descriptor** (32 bits; PTX ISA "Instruction descriptor" of tcgen05.mma, the same
+fields as CUTLASS ``UMMA::InstrDescriptor``):
+
+=======  ==================  ================================================================
+bits     field               values
+=======  ==================  ================================================================
+0-1      sparsity selector   (sparse only)
+2        sparsity            0 dense; 1 sparse (refused: ``.sp`` is not emulated)
+3        saturate            kind::i8 only: clamp the s32 result
+4-5      D format            0 f16, 1 f32, 2 s32
+7-9      A format            kind::f16: 0 f16, 1 bf16; kind::tf32: 2; kind::f8f6f4: 0 e4m3,
+                             1 e5m2, 3 e2m3, 4 e3m2, 5 e2m1; kind::i8: 0 u8, 1 s8
+10-12    B format            as A
+13, 14   negate A, B         float kinds only
+15, 16   transpose A, B      0 K-major, 1 MN-major (not for the 6- and 4-bit types)
+17-22    N >> 3              N = 8..256 (multiple of 8 for M = 64, of 16 for M = 128)
+24-28    M >> 4              64 or 128 with cta_group::1
+30-31    max shift           ``.ws`` only (must be 0)
+=======  ==================  ================================================================
+
+**Shared-memory descriptor** (sm_100, 64 bits; PTX ISA "Shared memory descriptor" of tcgen05,
+CUTLASS ``UMMA::SmemDescriptor``): start address bits 0-13, LBO 16-29, SBO 32-45 (all >> 4),
+the fixed constant 0b001 at bits 46-48, base offset 49-51, LBO mode bit 52, swizzle at bits
+61-63: 0 none, 2 128B, 4 64B, 6 32B (1, 128B with 32-byte atoms, is refused as not emulated;
+3, 5, 7 are invalid). Element placement is the canonical layout of sm_90 (K-major or MN-major,
+the swizzle XOR on the absolute shared address: :func:`cutedsl.sim.wgmma.operand_addrs`).
+
+**D in TMEM** (f32 / s32, one 32-bit column per element; PTX ISA "Data path layout"): with
+M = 128 row ``m`` is lane ``m``; with M = 64 rows 16q..16q+15 are lanes 32q..32q+15 (the first
+half of each lane quarter); column ``n`` is the address's column + ``n``. The address's lane
+field must be 0. A from TMEM (M = 128): row ``m`` at lane ``m``, K packed little-endian into
+32-bit columns. ``{mask}`` (4 registers): bit ``i`` of register ``j`` keeps lane ``32j + i``
+from being written. An f16 D, ``.ws``, ``.sp``, ``.block_scale``, the 6/4-bit f8f6f4 formats
+and ``cta_group::2`` are refused with ``UnsupportedInstruction`` / ``SimRuntimeError``.
+
+**Numerics** as for wgmma ("exact" mode): products and sum in float64, one f32 rounding per
+instruction; integer kinds exact (wrapping, or saturating with bit 3).
+
+**Completion.** An MMA is an asynchronous operation of its issuing thread's ``tcgen05`` agent
+(clock = MMAs issued so far). Eager mode computes it at issue; the adversarial mode defers it to
+a random later point. ``tcgen05.commit`` makes one arrive on its mbarrier(s) once every MMA
+the thread issued before it has completed (in the adversarial mode, deferred behind them), and
+releases their effects: a thread that observes the phase may read D (``tcgen05.ld``) and
+overwrite the operands' shared memory. Race detection records the MMA's shared-memory operand
+reads (async proxy) and its TMEM reads and writes (:class:`cutedsl.sim.tmem.TmemShadow`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import SimRuntimeError
+from .tma import defer
+from .tmem import COLUMNS, SUBOPS, tmem_of, tmem_shadow
+from .wgmma import ETYPES, _load_operand, operand_addrs
+
+#: (format code -> element type) per kind; the D format each kind allows
+KINDS = {
+    "f16": ({0: "f16", 1: "bf16"}, {1: "f32"}),
+    "tf32": ({2: "tf32"}, {1: "f32"}),
+    "f8f6f4": ({0: "e4m3", 1: "e5m2", 3: "e2m3", 4: "e3m2", 5: "e2m1"}, {1: "f32"}),
+    "i8": ({0: "u8", 1: "s8"}, {2: "s32"}),
+}
+D_FORMATS = {0: "f16", 1: "f32", 2: "s32"}
+SPAN = {0: 0, 2: 128, 4: 64, 6: 32}
+
+
+def decode_idesc(idesc: int, kind: str) -> dict:
+    """The fields of a kind::f16/tf32/f8f6f4/i8 instruction descriptor (see the module table);
+    ``SimRuntimeError`` naming the field for a value the kind does not allow."""
+    d = int(idesc) & 0xFFFFFFFF
+    f = {"sparse": d >> 2 & 1, "saturate": d >> 3 & 1, "d": d >> 4 & 3, "a": d >> 7 & 7, "b": d >> 10 & 7,
+         "neg_a": d >> 13 & 1, "neg_b": d >> 14 & 1, "mn_a": d >> 15 & 1, "mn_b": d >> 16 & 1,
+         "n": (d >> 17 & 0x3F) << 3, "m": (d >> 24 & 0x1F) << 4, "shift": d >> 30 & 3}
+    formats, d_ok = KINDS[kind]
+    where = f"instruction descriptor 0x{d:08x} (kind::{kind})"
+    if f["sparse"]:
+        raise SimRuntimeError(f"{where} sets the sparsity bit 2: sparse tcgen05.mma (.sp) is not emulated")
+    if f["shift"]:
+        raise SimRuntimeError(f"{where} sets max shift (bits 30-31), which only tcgen05.mma.ws takes")
+    if f["d"] not in d_ok:
+        what = D_FORMATS.get(f["d"], f"invalid code {f['d']}")
+        raise SimRuntimeError(f"{where}: D format (bits 4-5) {what} is not "
+                              f"{'/'.join(d_ok.values())}" + (" (an f16 accumulator is not emulated)"
+                                                              if f["d"] == 0 and kind != "i8" else ""))
+    for op, bits in (("a", "7-9"), ("b", "10-12")):
+        if f[op] not in formats:
+            raise SimRuntimeError(f"{where}: {op.upper()} format (bits {bits}) {f[op]} is none of "
+                                  f"{', '.join(f'{k} {v}' for k, v in formats.items())}")
+        t = formats[f[op]]
+        if t in ("e2m3", "e3m2", "e2m1"):
+            raise SimRuntimeError(f"{where}: {op.upper()} format {t}: 6- and 4-bit inputs of kind::f8f6f4 "
+                                  f"are not emulated yet")
+        f[op + "_type"] = t
+    if f["saturate"] and kind != "i8":
+        raise SimRuntimeError(f"{where}: saturate (bit 3) is for kind::i8 only")
+    if (f["neg_a"] or f["neg_b"]) and kind == "i8":
+        raise SimRuntimeError(f"{where}: negate (bits 13-14) is for the float kinds only")
+    m, n = f["m"], f["n"]
+    if m not in (64, 128):
+        raise SimRuntimeError(f"{where}: M (bits 24-28) = {m}; cta_group::1 takes 64 or 128")
+    step = 8 if m == 64 else 16
+    if not (step <= n <= 256 and n % step == 0):
+        raise SimRuntimeError(f"{where}: N (bits 17-22) = {n}; M = {m} takes N = {step}..256 in steps of {step}")
+    return f
+
+
+def decode_desc_sm100(desc: int):
+    """(start, LBO, SBO, base_offset, swizzle span in bytes) of an sm_100 shared-memory descriptor;
+    ``SimRuntimeError`` for a wrong fixed field, LBO mode 1 or an unknown / unemulated layout."""
+    d = int(desc)
+    fixed, lbo_mode, layout = d >> 46 & 7, d >> 52 & 1, d >> 61 & 7
+    if fixed != 1:
+        raise SimRuntimeError(f"shared-memory descriptor 0x{d:016x}: bits 46-48 must hold the constant 0b001 "
+                              f"of sm_100 descriptors, not {fixed:#05b} (an sm_90 wgmma descriptor?)")
+    if lbo_mode:
+        raise SimRuntimeError(f"shared-memory descriptor 0x{d:016x}: LBO mode 1 (bit 52) is not emulated")
+    if layout not in SPAN:
+        raise SimRuntimeError(f"shared-memory descriptor 0x{d:016x}: swizzle field (bits 61-63) {layout} is " +
+                              ("128B with 32-byte atoms, not emulated" if layout == 1 else
+                               "invalid (0 none, 2 128B, 4 64B, 6 32B)"))
+    return ((d & 0x3FFF) << 4, ((d >> 16) & 0x3FFF) << 4, ((d >> 32) & 0x3FFF) << 4, d >> 49 & 7, SPAN[layout])
+
+
+def d_lanes(m: int) -> np.ndarray:
+    """TMEM lane of each of the M rows of D (data path layout of cta_group::1)."""
+    r = np.arange(m)
+    return r if m == 128 else 32 * (r // 16) + r % 16
+
+
+def decode_mma(ctx, ins, mods, ops):
+    kinds = [x[6:] for x in mods if x.startswith("kind::")]
+    other = [x for x in mods[1:] if not x.startswith(("kind::", "cta_group::", "collector::"))]
+    if "block_scale" in other or any(k.startswith("mx") for k in kinds):
+        ctx.unsupported("block-scaled tcgen05.mma (.block_scale, kind::mxf8f6f4/mxf4/mxf4nvf4) is not emulated yet")
+    if mods[0] != "mma" or other:
+        ctx.unsupported(f"tcgen05.{'.'.join(mods)}: only the dense tcgen05.mma is emulated (not .ws/.sp)")
+    if len(kinds) != 1 or kinds[0] not in KINDS:
+        ctx.bad(f"tcgen05.mma needs one of .kind::{', .kind::'.join(KINDS)}")
+    kind = kinds[0]
+    if len(ops) < 5:
+        ctx.bad("tcgen05.mma takes [d], a, b, idesc, {disable-output-lane,} enable-input-d{, scale-input-d}")
+    d_addr = ctx.addr(ops[0])
+    a_op = ctx.operand(ops[1])
+    a_tmem = a_op.kind == "addr"
+    ra = ctx.addr(a_op) if a_tmem else ctx.rd(a_op, "u64")
+    rb = ctx.rd(ops[2], "u64")
+    ridesc = ctx.rd(ops[3], "u32")
+    rest = [ctx.operand(x) for x in ops[4:]]
+    mask = None
+    if rest and rest[0].kind == "vec":
+        v = rest.pop(0)
+        if len(v.items) != 4:
+            ctx.bad("disable-output-lane of cta_group::1 is 4 32-bit registers")
+        mask = [ctx.rd(x, "u32") for x in v.items]
+    if not rest or len(rest) > 2:
+        ctx.bad("tcgen05.mma needs enable-input-d (a predicate) and at most scale-input-d after it")
+    en = rest[0]
+    ren = ctx.rd(en, "pred") if en.kind == "reg" else (lambda w, v=bool(en.value): v)
+    scale = 0
+    if len(rest) == 2:
+        if rest[1].kind != "imm" or not 0 <= rest[1].value <= 15 or kind not in ("f16", "tf32"):
+            ctx.bad("scale-input-d is an immediate 0..15, for kind::f16 / kind::tf32 only")
+        scale = rest[1].value
+    K = {"f16": 16, "tf32": 8, "f8f6f4": 32, "i8": 32}[kind]
+
+    def lane_val(w, reader, ln):
+        v = np.asarray(reader(w))
+        return int(v[ln]) if v.ndim else int(v)
+
+    def fn(w, g, m):
+        for ln in w._lanes(m).tolist():     # a single-thread instruction: one MMA per lane
+            issue(w, ln, lane_val(w, d_addr, ln), lane_val(w, ra, ln), lane_val(w, rb, ln),
+                  lane_val(w, ridesc, ln), bool(lane_val(w, ren, ln)),
+                  [lane_val(w, r, ln) for r in mask] if mask else None)
+
+    def fail(msg):
+        raise SimRuntimeError(f"tcgen05.mma: {msg}\n    at {ins.where()}")
+
+    def issue(w, ln, d_a, a_v, b_desc, idesc, enable, dmask):
+        cta = w.cta
+        try:
+            f = decode_idesc(idesc, kind)
+        except SimRuntimeError as e:
+            fail(str(e))
+        M, N = f["m"], f["n"]
+        ea, dta = ETYPES[f["a_type"]]
+        eb, dtb = ETYPES[f["b_type"]]
+        t = tmem_of(cta)
+        if d_a >> 16:
+            fail(f"D address 0x{d_a:08x} has lane {d_a >> 16}; the accumulator starts at lane 0")
+        dcol = d_a & 0xFFFF
+        if not t.covered(dcol, N):
+            fail(f"D columns {dcol}..{dcol + N - 1} are not inside one tcgen05.alloc block "
+                 f"(allocated: {sorted(t.blocks.items())})")
+        words = []
+        try:
+            _b, bw, b_ei, b_end = operand_addrs(b_desc, N, K, eb, bool(f["mn_b"]), decode_desc_sm100)
+            if not a_tmem:
+                _a, aw, a_ei, a_end = operand_addrs(a_v, M, K, ea, bool(f["mn_a"]), decode_desc_sm100)
+        except SimRuntimeError as e:
+            fail(str(e))
+        for what, end, wd in (("B", b_end, bw),) + ((("A", a_end, aw),) if not a_tmem else ()):
+            if end > cta.smem_size:
+                fail(f"{what} operand reaches byte {end} past shared memory ({cta.smem_size} B)")
+            words.append(wd)
+        lanes = d_lanes(M)
+        if dmask is not None:
+            keep = ~np.array([(dmask[r // 32] >> (r % 32)) & 1 for r in lanes.tolist()], bool)
+        else:
+            keep = np.ones(M, bool)
+        cols = dcol + np.arange(N)
+        d_cells = (lanes[:, None] * COLUMNS + cols[None, :])
+        a_cells = None
+        if a_tmem:
+            if M != 128:
+                fail("A from tensor memory is emulated for M = 128 only")
+            if f["mn_a"]:
+                fail("A from tensor memory is K-major (instruction descriptor bit 15 must be 0)")
+            acol, alane = a_v & 0xFFFF, a_v >> 16
+            if alane:
+                fail(f"A address 0x{a_v:08x} has lane {alane}; A in tensor memory starts at lane 0")
+            if not t.covered(acol, 8):
+                fail(f"A columns {acol}..{acol + 7} are not inside one tcgen05.alloc block")
+            a_cells = np.arange(128)[:, None] * COLUMNS + (acol + np.arange(8))[None, :]
+        key = (cta.rank, w.wid, ln)
+        hb = cta.cluster.hb
+        sh = cta.shadow
+        clock = 0
+        if hb is not None and sh is not None:
+            ag = hb.agent(("tcgen05",) + key, "tcgen05", cta, w.wid, f"tcgen05 unit of thread {32 * w.wid + ln}")
+            ag.n += 1
+            clock = ag.n
+            vc, pvc = hb.async_op([w], ag.idx, clock)
+            for wd in words:
+                sh.read(wd, ag.idx, clock, vc, pvc, ins.pc, True, "tcgen05.mma operand")
+            ts = tmem_shadow(cta)
+            if a_cells is not None:
+                ts.read(a_cells.reshape(-1), ag.idx, clock, vc, pvc, ins.pc, False, "tcgen05.mma A")
+            if enable:
+                ts.read(d_cells[keep].reshape(-1), ag.idx, clock, vc, pvc, ins.pc, False, "tcgen05.mma D")
+            ts.write(d_cells[keep].reshape(-1), ag.idx, clock, vc, ins.pc, False, "tcgen05.mma D")
+
+        def perform():
+            data = t.data
+            B = _load_operand(cta, b_ei, eb, dtb).T                                   # (K, N)
+            if a_tmem:
+                raw = np.ascontiguousarray(data[:128, acol:acol + 8]).view(np.uint8).reshape(128, 32)
+                A = _load_operand_bytes(raw, ea, dta)
+            else:
+                A = _load_operand(cta, a_ei, ea, dta)                                  # (M, K)
+            old = data[lanes[:, None], cols[None, :]]
+            if kind == "i8":
+                r = A.astype(np.int64) @ B.astype(np.int64)
+                if enable:
+                    r = r + old.view(np.int32).astype(np.int64)
+                r = np.clip(r, -2 ** 31, 2 ** 31 - 1) if f["saturate"] else r
+                out = r.astype(np.int64).astype(np.int32).view(np.uint32)
+            else:
+                r = A @ B
+                if f["neg_a"] ^ f["neg_b"]:
+                    r = -r
+                if enable:
+                    r = r + old.view(np.float32).astype(np.float64) * 2.0 ** -scale
+                with np.errstate(over="ignore"):
+                    out = r.astype(np.float32).view(np.uint32)
+            data[lanes[keep][:, None], cols[None, :]] = out[keep]
+        defer(w, perform, ("tcgen05", key, clock), ("tcgen05", key))
+
+    return fn
+
+
+SUBOPS["mma"] = decode_mma
+
+
+def _load_operand_bytes(raw, esize, dt):
+    """Elements of a K-major A read from TMEM as bytes (rows, 32) -> float64/int64 (rows, K)."""
+    if esize == 4:
+        v = raw.view(np.uint32)
+        return (v & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)     # tf32
+    v = raw.view(np.dtype(dt))
+    return v.astype(np.int64) if np.dtype(dt).kind in "iu" else v.astype(np.float64)
+
+
+__all__ = ["decode_idesc", "decode_desc_sm100", "d_lanes", "decode_mma"]

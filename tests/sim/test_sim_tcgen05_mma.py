@@ -1,0 +1,262 @@
+"""tcgen05.mma in the emulator (issue 23): a one-tile GEMM in hand-written sm_100a PTX (assembled by
+the pinned ptxas first) over every input kind, both majors, each swizzle, A from shared or tensor
+memory, M = 64 and 128, checked exactly against numpy on small-integer inputs; the instruction
+and shared-memory descriptors' field checks; commit completion and the TMEM race checks."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+from cutedsl.sim import Emulator, RaceError, SimRuntimeError
+from cutedsl.sim.tcgen05_mma import d_lanes, decode_desc_sm100, decode_idesc
+import tc05kit as kit
+
+FMT = {"f16": (np.float16, 0), "bf16": (ml_dtypes.bfloat16, 1), "tf32": (np.float32, 2),
+       "e4m3": (ml_dtypes.float8_e4m3fn, 0), "e5m2": (ml_dtypes.float8_e5m2, 1),
+       "u8": (np.uint8, 0), "s8": (np.int8, 1)}
+KIND = {"f16": "f16", "bf16": "f16", "tf32": "tf32", "e4m3": "f8f6f4", "e5m2": "f8f6f4", "u8": "i8", "s8": "i8"}
+
+
+def ints(rng, shape, t):
+    lo, hi = {"u8": (0, 16), "s8": (-8, 8)}.get(t, (-3, 4))
+    return rng.integers(lo, hi, shape).astype(FMT[t][0])
+
+
+def run_tile(a, b, *, kind, at, bt, m, n, span=128, b_mn=False, a_tmem=False, enable=kit.ENABLE_ACC,
+             sat=0, emu=None, **kw):
+    """D (m x n) computed by the one-tile kernel for A (m x K) and B (n x K)."""
+    emu = emu or Emulator()
+    kb = a.shape[1] * a.dtype.itemsize
+    ksteps = kb // 32
+    a_img, alo, aso, astep = kit.kmajor_image(a, span)
+    if b_mn:
+        b_img, blo, bso, bstep = kit.mnmajor_image(b, 128)
+        bspan = 128
+    else:
+        b_img, blo, bso, bstep = kit.kmajor_image(b, span)
+        bspan = span
+    d = 2 if kind == "i8" else 1
+    idesc = kit.idesc(m, n, d=d, a=FMT[at][1], b=FMT[bt][1], mn_b=int(b_mn), sat=sat)
+    at_rows = np.zeros((128, kb), np.uint8)
+    at_rows[:m] = np.ascontiguousarray(a).view(np.uint8).reshape(m, kb)
+    prog = kit.load(kind=kind, a_tmem=a_tmem, enable=enable, **kw)
+    bufs = [emu.to_device(x) for x in (a_img, b_img, at_rows.reshape(-1))]
+    out = emu.to_device(np.zeros(128 * n, np.uint32))
+    emu.launch(prog, 1, 128, bufs + [out, len(a_img), len(b_img), idesc, kit.smem_desc(alo, aso, span),
+                                     kit.smem_desc(blo, bso, bspan), ksteps, astep >> 4, bstep >> 4, n],
+               smem=0)
+    raw = emu.to_host(out, (128, n), np.uint32)[d_lanes(m)]
+    return raw.view(np.int32) if kind == "i8" else raw.view(np.float32)
+
+
+def ref(a, b, dtype):
+    """A B^T in float64 (small integers: exact in every input type, tf32 included)."""
+    return a.astype(np.float64) @ b.astype(np.float64).T
+
+
+@pytest.mark.parametrize("t,m,n,span", [
+    ("f16", 128, 64, 128), ("bf16", 64, 32, 0), ("f16", 128, 256, 64), ("tf32", 128, 32, 128),
+    ("e4m3", 128, 48, 128), ("e5m2", 64, 8, 32), ("s8", 128, 16, 128), ("u8", 64, 24, 0),
+])
+def test_one_tile_gemm_exact(t, m, n, span):
+    """D = A B^T over K = span bytes (4 MMAs; without swizzle 128 bytes), accumulating from the
+    second MMA on; every D element exact."""
+    rng = np.random.default_rng(hash((t, m, n)) & 0xFFFF)
+    esize = np.dtype(FMT[t][0]).itemsize
+    k = (span or 128) // esize
+    a, b = ints(rng, (m, k), t), ints(rng, (n, k), t)
+    got = run_tile(a, b, kind=KIND[t], at=t, bt=t, m=m, n=n, span=span)
+    want = ref(a, b, t)
+    assert np.array_equal(got.astype(np.float64), want)
+
+
+@pytest.mark.parametrize("t", ["f16", "tf32", "e4m3", "s8"])
+def test_mn_major_b(t):
+    """B given MN-major (bit 16): N = one 128-byte swizzle row."""
+    rng = np.random.default_rng(7)
+    esize = np.dtype(FMT[t][0]).itemsize
+    n, k = 128 // esize, 128 // esize
+    a, b = ints(rng, (128, k), t), ints(rng, (n, k), t)
+    got = run_tile(a, b, kind=KIND[t], at=t, bt=t, m=128, n=n, b_mn=True)
+    assert np.array_equal(got.astype(np.float64), ref(a, b, t))
+
+
+def test_a_from_tensor_memory():
+    """The .ts form: A stored row by row into TMEM columns 256.. by tcgen05.st, B from shared."""
+    rng = np.random.default_rng(3)
+    a, b = ints(rng, (128, 64), "f16"), ints(rng, (64, 64), "f16")
+    got = run_tile(a, b, kind="f16", at="f16", bt="f16", m=128, n=64, a_tmem=True)
+    assert np.array_equal(got.astype(np.float64), ref(a, b, "f16"))
+
+
+def test_enable_input_d_accumulates_onto_tmem():
+    """enable-input-d false on every MMA: each overwrites D, so only the last K step remains."""
+    rng = np.random.default_rng(11)
+    a, b = ints(rng, (128, 64), "f16"), ints(rng, (32, 64), "f16")
+    last = run_tile(a, b, kind="f16", at="f16", bt="f16", m=128, n=32, enable="setp.ne.u32 %p7, 0, 0;")
+    assert np.array_equal(last.astype(np.float64), ref(a[:, 48:], b[:, 48:], "f16"))
+
+
+def test_scale_input_d_and_negate():
+    """scale-input-d 1 halves D before each accumulation: D = ((A0 B0)/2 + A1 B1)/2 + ..."""
+    rng = np.random.default_rng(5)
+    a, b = ints(rng, (128, 64), "f16"), ints(rng, (16, 64), "f16")
+    mma = "tcgen05.mma.cta_group::1.kind::f16 [%r42], %rd12, %rd13, %r52, %p7, 1;"
+    got = run_tile(a, b, kind="f16", at="f16", bt="f16", m=128, n=16, mma=mma)
+    want = np.zeros((128, 16))
+    for s in range(4):
+        blk = slice(16 * s, 16 * s + 16)
+        want = (want / 2 if s else 0) + ref(a[:, blk], b[:, blk], "f16")
+    assert np.array_equal(got.astype(np.float64), want.astype(np.float32).astype(np.float64))
+
+
+def test_disable_output_lane_mask():
+    """Bit i of mask register j keeps lane 32 j + i unwritten."""
+    rng = np.random.default_rng(9)
+    a, b = ints(rng, (128, 64), "f16"), ints(rng, (16, 64), "f16")
+    mma = ("mov.u32 %r60, 0x80000001; mov.u32 %r61, 0; mov.u32 %r62, 0; mov.u32 %r63, 0xFFFFFFFF;\n"
+           "\ttcgen05.mma.cta_group::1.kind::f16 [%r42], %rd12, %rd13, %r52, {%r60, %r61, %r62, %r63}, %p7;")
+    got = run_tile(a, b, kind="f16", at="f16", bt="f16", m=128, n=16, mma=mma)
+    want = ref(a, b, "f16")
+    off = np.zeros(128, bool)
+    off[[0, 31]] = True
+    off[96:] = True
+    assert (got[off] == 0).all() and np.array_equal(got[~off].astype(np.float64), want[~off])
+
+
+# every warp stores 0x7FFFFF00 into its quarter of D's 16 columns before the MMAs
+PRELOAD = ("\tadd.u32 %r44, %r42, %r43;\n",
+           "\tadd.u32 %r44, %r42, %r43;\n\tmov.u32 %r60, 0x7FFFFF00;\n"
+           "\ttcgen05.st.sync.aligned.32x32b.x8.b32 [%r44], {%r60, %r60, %r60, %r60, %r60, %r60, %r60, %r60};\n"
+           "\tadd.u32 %r61, %r44, 8;\n"
+           "\ttcgen05.st.sync.aligned.32x32b.x8.b32 [%r61], {%r60, %r60, %r60, %r60, %r60, %r60, %r60, %r60};\n"
+           "\ttcgen05.wait::st.sync.aligned;\n\tbar.sync 0;\n")
+
+
+@pytest.mark.parametrize("sat", [0, 1])
+def test_integer_accumulation_wraps_or_saturates(sat):
+    """kind::i8 onto a D preloaded near 2^31 (tcgen05.st): s32 wraps, or clamps with bit 3."""
+    a = np.full((128, 128), 127, np.int8)
+    b = np.full((16, 128), 127, np.int8)
+    got = run_tile(a, b, kind="i8", at="s8", bt="s8", m=128, n=16, enable="setp.ne.u32 %p7, 1, 0;", sat=sat,
+                   patch=[PRELOAD])
+    total = 0x7FFFFF00 + 127 * 127 * 128
+    want = 2 ** 31 - 1 if sat else total - 2 ** 32
+    assert (got == want).all()
+
+
+# -- descriptor decoding --------------------------------------------------------------------
+
+def test_idesc_fields():
+    f = decode_idesc(kit.idesc(128, 256, a=1, b=0, mn_a=1, neg_b=1), "f16")
+    assert (f["m"], f["n"], f["a_type"], f["b_type"], f["mn_a"], f["mn_b"], f["neg_b"]) == \
+        (128, 256, "bf16", "f16", 1, 0, 1)
+
+
+@pytest.mark.parametrize("word,kind,match", [
+    (kit.idesc(32, 64), "f16", r"M \(bits 24-28\) = 32; cta_group::1 takes 64 or 128"),
+    (kit.idesc(128, 40), "f16", r"N \(bits 17-22\) = 40; M = 128 takes N = 16\.\.256 in steps of 16"),
+    (kit.idesc(128, 64, a=2), "f16", r"A format \(bits 7-9\) 2 is none of 0 f16, 1 bf16"),
+    (kit.idesc(128, 64, d=0), "f16", r"D format \(bits 4-5\) f16 is not f32 \(an f16 accumulator"),
+    (kit.idesc(128, 64, d=1), "i8", r"D format \(bits 4-5\) f32 is not s32"),
+    (kit.idesc(128, 64, a=5, b=5), "f8f6f4", r"6- and 4-bit inputs of kind::f8f6f4 are not emulated"),
+    (kit.idesc(128, 64) | 4, "f16", r"sparsity bit 2"),
+    (kit.idesc(128, 64, sat=1), "f16", r"saturate \(bit 3\) is for kind::i8 only"),
+])
+def test_idesc_errors(word, kind, match):
+    with pytest.raises(SimRuntimeError, match=match):
+        decode_idesc(word, kind)
+
+
+def test_smem_descriptor_fields():
+    d = kit.smem_desc(16, 1024, 128) | (0x1230 >> 4)
+    assert decode_desc_sm100(d) == (0x1230, 16, 1024, 0, 128)
+    assert decode_desc_sm100(kit.smem_desc(128, 256, 0))[4] == 0
+    with pytest.raises(SimRuntimeError, match=r"bits 46-48 must hold the constant 0b001 .*sm_90 wgmma"):
+        decode_desc_sm100(1 << 62)              # an sm_90 128B descriptor
+    with pytest.raises(SimRuntimeError, match=r"128B with 32-byte atoms, not emulated"):
+        decode_desc_sm100(1 << 46 | 1 << 61)
+    with pytest.raises(SimRuntimeError, match=r"invalid \(0 none, 2 128B, 4 64B, 6 32B\)"):
+        decode_desc_sm100(1 << 46 | 3 << 61)
+
+
+def test_bad_descriptor_in_a_kernel_names_the_line():
+    rng = np.random.default_rng(1)
+    a, b = ints(rng, (128, 64), "f16"), ints(rng, (16, 64), "f16")
+    with pytest.raises(SimRuntimeError, match=r"tcgen05\.mma: instruction descriptor .* M \(bits 24-28\) = 0"
+                                              r"(.|\n)*at PTX line \d+"):
+        run_tile(a, b, kind="f16", at="f16", bt="f16", m=128, n=16,
+                 mma="tcgen05.mma.cta_group::1.kind::f16 [%r42], %rd12, %rd13, 16, %p7;")
+
+
+# -- completion and races ------------------------------------------------------------------
+
+def test_adversarial_mode_gives_the_same_bits():
+    rng = np.random.default_rng(21)
+    a, b = ints(rng, (128, 64), "bf16"), ints(rng, (64, 64), "bf16")
+    want = run_tile(a, b, kind="f16", at="bf16", bt="bf16", m=128, n=64)
+    for seed in (1, 2, 3):
+        got = run_tile(a, b, kind="f16", at="bf16", bt="bf16", m=128, n=64, emu=Emulator(chaos=seed))
+        assert np.array_equal(got, want)
+
+
+def test_reading_d_before_the_commit_wait_is_a_race():
+    """Planted bug: the epilogue's tcgen05.ld without waiting for the commit's mbarrier phase."""
+    rng = np.random.default_rng(2)
+    a, b = ints(rng, (128, 64), "f16"), ints(rng, (16, 64), "f16")
+    # eager order: warps 1-3 load before thread 0 issues the MMA (reported at the MMA); in other
+    # interleavings the load comes after it (reported at the load)
+    with pytest.raises(RaceError, match=r"data race on tensor memory lane \d+ column \d+ \(CTA \(0, 0, 0\)\)"
+                                        r"(.|\n)*tcgen05 unit of thread 0, tensor core \(tcgen05\)(.|\n)*"
+                                        r"missing: a (tcgen05\.commit|tcgen05\.wait::ld by the loading warp)"):
+        run_tile(a, b, kind="f16", at="f16", bt="f16", m=128, n=16, wait=False)
+
+
+def test_mma_reading_shared_memory_without_the_proxy_fence_is_a_race():
+    """Operands written with st.shared reach tcgen05.mma (async proxy) only after fence.proxy.async."""
+    rng = np.random.default_rng(4)
+    a, b = ints(rng, (128, 64), "f16"), ints(rng, (16, 64), "f16")
+    text = kit.mma_ptx(patch=[("\tfence.proxy.async.shared::cta;\n", "")])
+    from cutedsl.sim import load_ptx
+    emu = Emulator()
+    with pytest.raises(RaceError, match=r"tcgen05\.mma operand(.|\n)*fence\.proxy\.async"):
+        a_img, alo, aso, _s = kit.kmajor_image(a, 128)
+        b_img, blo, bso, _s = kit.kmajor_image(b, 128)
+        bufs = [emu.to_device(x) for x in (a_img, b_img, np.zeros(16, np.uint8))]
+        out = emu.to_device(np.zeros(128 * 16, np.uint32))
+        emu.launch(load_ptx(text), 1, 128, bufs + [out, len(a_img), len(b_img), kit.idesc(128, 16),
+                                                   kit.smem_desc(alo, aso, 128), kit.smem_desc(blo, bso, 128),
+                                                   4, 2, 2, 16])
+
+
+def test_reading_d_after_issue_without_the_commit_wait_names_the_commit():
+    """Every warp loads after thread 0 issued (a bar.sync orders the issue, not the completion)."""
+    rng = np.random.default_rng(2)
+    a, b = ints(rng, (128, 64), "f16"), ints(rng, (16, 64), "f16")
+    with pytest.raises(RaceError, match=r"write by CTA \(0, 0, 0\) tcgen05 unit of thread 0(.|\n)*"
+                                        r"read by CTA \(0, 0, 0\) tcgen05\.ld unit of warp \d(.|\n)*missing: a tcgen05\.commit"):
+        run_tile(a, b, kind="f16", at="f16", bt="f16", m=128, n=16, wait=False, before_wait="\tbar.sync 0;")
+
+
+@pytest.mark.parametrize("seed", [None, 1, 2])
+def test_accumulator_reused_before_the_epilogue_released_it(seed):
+    """Planted bug: the next tile's MMA overwrites D while other warps may still load it; issued
+    after the epilogue's barrier (the release) it is correct."""
+    rng = np.random.default_rng(6)
+    a, b = ints(rng, (128, 64), "f16"), ints(rng, (16, 64), "f16")
+    emu = Emulator(chaos=seed)
+    with pytest.raises(RaceError, match=r"data race on tensor memory(.|\n)*(tcgen05 unit of thread 0(.|\n)*"
+                                        r"tcgen05\.ld|tcgen05\.ld(.|\n)*tcgen05 unit of thread 0)"):
+        run_tile(a, b, kind="f16", at="f16", bt="f16", m=128, n=16, after_load=kit.REUSE, emu=emu)
+    got = run_tile(a, b, kind="f16", at="f16", bt="f16", m=128, n=16,
+                   after_sync=kit.REUSE + "\n" + kit.REUSE_DONE, emu=Emulator(chaos=seed))
+    assert np.array_equal(got.astype(np.float64), ref(a, b, "f16"))
+
+
+def test_releasing_the_accumulator_without_wait_ld_is_a_race():
+    """The epilogue's barrier orders its tcgen05.ld before the next MMA only after tcgen05.wait::ld
+    (the registers themselves are usable at once: see docs/emulator.md, tcgen05.ld verdict)."""
+    rng = np.random.default_rng(8)
+    a, b = ints(rng, (128, 64), "f16"), ints(rng, (16, 64), "f16")
+    with pytest.raises(RaceError, match=r"tcgen05\.ld unit of warp \d(.|\n)*missing: a tcgen05\.wait::ld"):
+        run_tile(a, b, kind="f16", at="f16", bt="f16", m=128, n=16, after_sync=kit.REUSE + "\n" + kit.REUSE_DONE,
+                 patch=[("\ttcgen05.wait::ld.sync.aligned;\n", "")])
