@@ -4,7 +4,8 @@ An :class:`Arch` owns the toolchain target (MLIR ``nvvm-attach-target`` chip and
 ``ptxas -arch``), the per-CTA shared-memory capacity, register budgets, the warp and warpgroup
 sizes, cluster limits and which atom families exist. Configs name it (``"sm_90a"``), kernels and
 collectives receive the object and read these numbers from it instead of writing them down.
-Adding an architecture (sm_100a) is a new :class:`Arch` value plus the atoms it lists.
+Adding an architecture is a new :class:`Arch` value plus the atoms it lists (sm_100a: tcgen05
+and tensor memory instead of wgmma).
 
 Sources: CUDA C++ Programming Guide, "Compute Capabilities" (sm_90: 227 KiB of shared memory
 per CTA opt-in, 64 K 32-bit registers per SM, 255 per thread, 1024 threads per CTA, portable
@@ -58,7 +59,16 @@ SM90A = Arch(name="sm_90a", chip="sm_90a", ptx_features="+ptx83", smem_per_cta=2
              atoms=frozenset({"tma", "tma_multicast", "mbarrier", "wgmma", "stmatrix", "setmaxnreg", "cluster",
                               "named_barrier", "red_f16x2"}))
 
-ARCHS = {a.name: a for a in (SM90A,)}
+#: Blackwell (B200/GB200): no wgmma; tcgen05 MMAs with the accumulator in tensor memory (128 lanes x
+#: 512 columns of 32 bits per CTA); the same 227 KiB of shared memory and 64 K registers per SM.
+#: PTX ISA 8.6 is the first with tcgen05 (LLVM 22's NVVM lowering needs it for sm_100a).
+SM100A = Arch(name="sm_100a", chip="sm_100a", ptx_features="+ptx86", smem_per_cta=232448, regs_per_sm=65536,
+              max_regs_per_thread=255, max_threads_per_cta=1024, warp_threads=32, warpgroup_threads=128,
+              max_cluster_ctas=8, producer_regs=40, consumer_regs=232,
+              atoms=frozenset({"tma", "tma_multicast", "mbarrier", "tcgen05", "tmem", "stmatrix", "setmaxnreg",
+                               "cluster", "named_barrier", "red_f16x2"}))
+
+ARCHS = {a.name: a for a in (SM90A, SM100A)}
 DEFAULT = SM90A
 
 

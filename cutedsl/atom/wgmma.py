@@ -172,15 +172,15 @@ class Descriptor:
         if isinstance(nbytes, int):
             if nbytes % unit:
                 raise ValueError(f"descriptor offsets are multiples of {unit} B, got {nbytes}")
-            return Descriptor(self.lo + (nbytes >> ADDR_SHIFT), self.layout) if nbytes else self
-        return Descriptor(self.lo + (V.u32(nbytes) >> ADDR_SHIFT), self.layout)
+            return attrs.evolve(self, lo=self.lo + (nbytes >> ADDR_SHIFT)) if nbytes else self
+        return attrs.evolve(self, lo=self.lo + (V.u32(nbytes) >> ADDR_SHIFT))
 
     def stage(self, index, stage_bytes: int) -> "Descriptor":
         """The descriptor of stage ``index`` (IR i32) of a ring whose stages are ``stage_bytes``
         apart (a multiple of 16), this being stage 0's."""
         if stage_bytes % (1 << ADDR_SHIFT):
             raise ValueError(f"stage size {stage_bytes} B is not a multiple of {1 << ADDR_SHIFT}")
-        return Descriptor(self.lo + V.u32(index) * (stage_bytes >> ADDR_SHIFT), self.layout)
+        return attrs.evolve(self, lo=self.lo + V.u32(index) * (stage_bytes >> ADDR_SHIFT))
 
     def value(self) -> Scalar:
         """The 64-bit descriptor (i64 IR value)."""
@@ -293,7 +293,55 @@ class MappedAccumulator(Accumulator):
         return self._fn(self._src.get(b, i), self._base[0] + dr, self._base[1] + dc)
 
 
-class WarpgroupMMA:
+class SmemOperands:
+    """Shared-memory operand checks of an MMA atom whose A (``m`` rows) and B (``n`` rows) are
+    read through matrix descriptors (wgmma on sm_90, tcgen05.mma on sm_100: the same canonical
+    layouts). Needs ``m``, ``n``, ``dtype``, ``b_dtype``, ``a_major``, ``b_major``, ``traits``,
+    ``label`` (the instruction, for messages) and ``descriptor_cls``."""
+
+    descriptor_cls = None
+
+    def operand_layout(self, tile, role: str) -> SmemMatrix:
+        """The descriptor layout of operand ``role`` (``"A"``: ``m x 64`` K-major; ``"B"``:
+        ``n x 64``, K- or MN-major) read from ``tile`` (an ``SmemTile``). Raises ``TypeError``
+        for a non-tile, ``LayoutError`` when the buffer's layout does not fit."""
+        if not isinstance(tile, S.SmemTile):
+            raise TypeError(f"{type(self).__name__} operand {role} must be a shared-memory tile "
+                            f"(smem[name].tile(stage)), not {type(tile).__name__}: the descriptor's "
+                            f"swizzle, LBO and SBO come from the buffer's layout")
+        rows = self.m if role == "A" else self.n
+        want = self.a_major if role == "A" else self.b_major
+        dt = self.dtype if role == "A" else self.b_dtype
+        tr = self.traits
+        bad = []
+        if tile.dtype != dt:
+            bad.append(f"dtype {tile.dtype} != {dt}")
+        elif tile.major is not None and tile.major not in (tr.majors_a if role == "A" else tr.majors_b):
+            bad.append(f"{tile.major}-major {dt} cannot be read (8-bit operands are K-major only)")
+        if tile.major is None:
+            bad.append("the buffer declares no major ('K' or 'MN')")
+        elif want is not None and tile.major != want:
+            bad.append(f"{tile.major}-major, needs {want}-major")
+        if tile.swizzle != tr.swizzle:
+            bad.append(f"swizzle {tile.swizzle} B, these descriptors need {tr.swizzle} B "
+                       f"(one {tr.k_tile}-element K row)")
+        last = tr.mn_box if tile.major == "MN" else tr.k_tile
+        if tile.shape[-1] != last or tile.nbytes != tr.tile_bytes(rows):
+            bad.append(f"tile {list(tile.shape)} is not {rows} x {tr.k_tile} elements in rows of {tr.k_tile}")
+        if bad:
+            raise LayoutError(f"{self.label} {dt} operand {role} "
+                              f"({rows} x {tr.k_tile}, {tr.swizzle}-B swizzle) does not match shared "
+                              f"{tile.describe()}: {'; '.join(bad)}")
+        return SmemMatrix(rows, tile.dtype, tile.major, tile.swizzle)
+
+    def descriptor(self, tile, role: str) -> Descriptor:
+        """The ``Descriptor`` of operand ``role`` (``"A"``/``"B"``) at ``tile`` (an
+        ``SmemTile``; layout checked by :meth:`operand_layout`)."""
+        layout = self.operand_layout(tile, role)
+        return self.descriptor_cls(descriptor_lo(tile.address(), layout), layout)
+
+
+class WarpgroupMMA(SmemOperands):
     """``wgmma.mma_async`` for one warpgroup: ``m`` (64 or 128) x ``n`` (8..256, step 8) per
     k-tile (``traits.k_tile`` elements of K), A of ``dtype`` (f16/bf16/e4m3/e5m2), B of
     ``b_dtype`` (default ``dtype``; e4m3 and e5m2 may mix), f32 accumulation; A ``a_major``
@@ -303,6 +351,7 @@ class WarpgroupMMA:
 
     #: M per warpgroup: one or two m64 blocks (more would exceed the register file)
     M_BLOCKS = (1, 2)
+    descriptor_cls = Descriptor
     N_STEP, N_MAX = 8, 256      #: PTX ISA: n = 8..256 in steps of 8 (f16/bf16 with f32 accumulators)
 
     def __init__(self, m: int, n: int, dtype: str = "f16", b_major: str | None = None, b_dtype: str | None = None,
@@ -327,44 +376,9 @@ class WarpgroupMMA:
         self.m, self.n, self.dtype, self.b_dtype, self.b_major = m, n, dtype, b_dtype, b_major
         self.a_major = a_major
 
-    def operand_layout(self, tile, role: str) -> SmemMatrix:
-        """The descriptor layout of operand ``role`` (``"A"``: ``m x 64`` K-major; ``"B"``:
-        ``n x 64``, K- or MN-major) read from ``tile`` (an ``SmemTile``). Raises ``TypeError``
-        for a non-tile, ``LayoutError`` when the buffer's layout does not fit."""
-        if not isinstance(tile, S.SmemTile):
-            raise TypeError(f"WarpgroupMMA operand {role} must be a shared-memory tile "
-                            f"(smem[name].tile(stage)), not {type(tile).__name__}: the descriptor's "
-                            f"swizzle, LBO and SBO come from the buffer's layout")
-        rows = self.m if role == "A" else self.n
-        want = self.a_major if role == "A" else self.b_major
-        dt = self.dtype if role == "A" else self.b_dtype
-        tr = self.traits
-        bad = []
-        if tile.dtype != dt:
-            bad.append(f"dtype {tile.dtype} != {dt}")
-        elif tile.major is not None and tile.major not in (tr.majors_a if role == "A" else tr.majors_b):
-            bad.append(f"{tile.major}-major {dt} cannot be read (8-bit operands are K-major only)")
-        if tile.major is None:
-            bad.append("the buffer declares no major ('K' or 'MN')")
-        elif want is not None and tile.major != want:
-            bad.append(f"{tile.major}-major, needs {want}-major")
-        if tile.swizzle != tr.swizzle:
-            bad.append(f"swizzle {tile.swizzle} B, these descriptors need {tr.swizzle} B "
-                       f"(one {tr.k_tile}-element K row)")
-        last = tr.mn_box if tile.major == "MN" else tr.k_tile
-        if tile.shape[-1] != last or tile.nbytes != tr.tile_bytes(rows):
-            bad.append(f"tile {list(tile.shape)} is not {rows} x {tr.k_tile} elements in rows of {tr.k_tile}")
-        if bad:
-            raise LayoutError(f"WarpgroupMMA m{self.m}n{self.n}k{tr.k_step} {dt} operand {role} "
-                              f"({rows} x {tr.k_tile}, {tr.swizzle}-B swizzle) does not match shared "
-                              f"{tile.describe()}: {'; '.join(bad)}")
-        return SmemMatrix(rows, tile.dtype, tile.major, tile.swizzle)
-
-    def descriptor(self, tile, role: str) -> Descriptor:
-        """The ``Descriptor`` of operand ``role`` (``"A"``/``"B"``) at ``tile`` (an
-        ``SmemTile``; layout checked by :meth:`operand_layout`)."""
-        layout = self.operand_layout(tile, role)
-        return Descriptor(descriptor_lo(tile.address(), layout), layout)
+    @property
+    def label(self) -> str:
+        return f"WarpgroupMMA m{self.m}n{self.n}k{self.traits.k_step}"
 
     @property
     def acc_type(self) -> ir.Type:

@@ -29,6 +29,18 @@ STAGES = TmaWgmmaMainloop.STAGES                #: pipeline depths of the mainlo
 B_MAJORS = ("MN", "K")                          #: B's layouts (CuTe terms); "N" is read as "MN"
 
 
+def kernel_classes(arch: str) -> dict:
+    """{schedule: kernel class} of an architecture: sm_90a's wgmma kernels, sm_100a's tcgen05
+    ones (the architecture is a set of atoms and a mainloop/epilogue choice; configs, Gemm, CLI,
+    bench and cache are shared)."""
+    from ..kernel import gemm, single_tile_sm100 as sm100, warp_specialized as ws
+    if arch == "sm_100a":
+        return {"single_tile": sm100.Sm100SingleTileGemmKernel}
+    return {"multistage": gemm.MultistageGemmKernel, "single_tile": gemm.SingleTileGemmKernel,
+            "warp_specialized": ws.WarpSpecializedGemmKernel, "cooperative": ws.CooperativeGemmKernel,
+            "pingpong": ws.PingpongGemmKernel}
+
+
 def _is_int(v) -> bool:
     """An integer that is not a bool (numpy integers included); floats such as 128.0 are not."""
     return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
@@ -96,7 +108,10 @@ class GemmConfig:
       order, compiling the second one when a shape first needs it);
       ``swizzle``: 1, 2, 4 or 8 tiles per strip across it (warp-specialized schedules).
     * ``sm_count``: SMs a persistent schedule fills (None: the device's, else 132).
-    * ``arch``: the target architecture (:mod:`cutedsl.arch`; ``"sm_90a"``, the only one so far).
+    * ``arch``: the target architecture (:mod:`cutedsl.arch`): ``"sm_90a"`` (Hopper, wgmma; every
+      schedule) or ``"sm_100a"`` (Blackwell, tcgen05 with the accumulator in tensor memory;
+      ``schedule="single_tile"`` with ``epilogue="global"`` so far). On a machine without that
+      GPU a kernel runs on the emulator.
     * ``b_major``: ``"MN"`` (B is (K, N) row-major: N-major, CuTe's MN-major; ``"N"`` is accepted
       and stored as ``"MN"``) or ``"K"`` (B stored transposed, K-major). Default: ``"MN"`` for
       16-bit types, ``"K"`` for fp8 (the only layout WGMMA reads for 8-bit operands).
@@ -167,6 +182,7 @@ class GemmConfig:
             raise ConfigError(f"tile must be (BLOCK_M, BLOCK_N, BLOCK_K), got {self.tile!r}")
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"schedule must be one of {', '.join(map(repr, SCHEDULES))}, got {self.schedule!r}")
+        self._kernel_cls()                               # the architecture has this schedule
         self._check_schedule_fields()
         if self.a_major not in ("K", "MN"):
             raise ConfigError(f"a_major must be 'K' or 'MN' (M-major), got {self.a_major!r}")
@@ -369,11 +385,13 @@ class GemmConfig:
         return getattr(cls, "CONFIG_FIELDS", None) or tuple(inspect.signature(cls).parameters)
 
     def _kernel_cls(self):
-        """The kernel class of ``schedule``."""
-        from ..kernel import gemm, warp_specialized as ws
-        return {"multistage": gemm.MultistageGemmKernel, "single_tile": gemm.SingleTileGemmKernel,
-                "warp_specialized": ws.WarpSpecializedGemmKernel, "cooperative": ws.CooperativeGemmKernel,
-                "pingpong": ws.PingpongGemmKernel}[self.schedule]
+        """The kernel class of ``schedule`` on ``arch`` (:func:`kernel_classes`); ``ConfigError``
+        for a schedule the architecture has no kernel for."""
+        kinds = kernel_classes(self.arch)
+        if self.schedule not in kinds:
+            raise ConfigError(f"schedule {self.schedule!r} has no {self.arch} kernel (yet); {self.arch} has "
+                              f"{one_of(tuple(kinds))}")
+        return kinds[self.schedule]
 
     def kernel(self, epilogue_cls=None, kernel_cls=None):
         """The ``Kernel`` object this config builds (``SharedMemoryError`` if it cannot fit).

@@ -94,6 +94,8 @@ class GemmKernel(Kernel):
     """
 
     name = "gemm"
+    #: the MMA atom family the kernel issues (``Arch.require`` checks the target has it)
+    mma_atom = "wgmma"
     #: the fix-up of tiles whose K is split over units of work (a ``PartialTileReduction``
     #: when the scheduler splits K: stream-K / split-K), else None
     reduction = None
@@ -176,7 +178,7 @@ class GemmKernel(Kernel):
         self.batched = bool(batched)
         self.traits = mma_traits(dtype)    #: K tile, element bytes, swizzle of the operands
         self.arch = get_arch(arch or DEFAULT)    #: the target: warpgroup size, budgets, toolchain
-        self.arch.require("wgmma", type(self).__name__)
+        self.arch.require(self.mma_atom, type(self).__name__)
         if b_major not in ("MN", "K"):
             raise ValueError(f"b_major must be 'MN' or 'K', got {b_major}")
         if epilogue is not None:

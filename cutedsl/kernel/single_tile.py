@@ -39,17 +39,50 @@ class SingleTileGemmKernel(GemmKernel):
         plan.buffer("b", b_shape, self.b_dtype, swizzle=t.swizzle, major=self.b_major)
         plan.barriers("bar", 1)
 
+    def boxes(self) -> tuple:
+        """The TMA boxes of A and B: a whole k-tile (K-major), or ``k_tile x mn_box`` (MN-major,
+        several per tile)."""
+        t = self.traits
+        a_box = (t.k_tile, t.mn_box) if self.a_major == "MN" else (self.tile_m, t.k_tile)
+        b_box = (t.k_tile, t.mn_box) if self.b_major == "MN" else (self.tile_n, t.k_tile)
+        return a_box, b_box
+
+    def load_k_tile(self, ta, tb, smem, bar, kt, m0, n0, la=(), lb=()) -> None:
+        """IR, by one thread: expect the tile bytes on mbarrier 0 of ``bar`` and TMA-load k-tile
+        ``kt`` of A (rows ``m0..``) and B (rows ``n0..``) into the slot (MN-major operands as
+        boxes of ``mn_box`` columns); ``la``/``lb``: batch coordinates."""
+        t, tm, tn = self.traits, self.tile_m, self.tile_n
+        a_box, b_box = self.boxes()
+        k0 = kt * t.k_tile
+        bar.arrive_expect_tx(0, t.tile_bytes(tm + tn))
+        if self.a_major == "MN":
+            for j in range(tm // t.mn_box):
+                dst = smem["a"].tile(shape=a_box, byte_offset=j * ta.box_bytes)
+                ta.load(dst, bar, 0, la + (k0, m0 + t.mn_box * j))
+        else:
+            ta.load(smem["a"].tile(), bar, 0, la + (m0, k0))
+        if self.b_major == "MN":
+            for j in range(tn // t.mn_box):
+                dst = smem["b"].tile(shape=b_box, byte_offset=j * tb.box_bytes)
+                tb.load(dst, bar, 0, lb + (k0, n0 + t.mn_box * j))
+        else:
+            tb.load(smem["b"].tile(), bar, 0, lb + (n0, k0))
+
+    def tensor_map_specs(self) -> list:
+        """The A and B tensor maps (boxes of one k-tile; rank 3 when batched)."""
+        from ..compiler.artifact import TensorMapSpec
+        t = self.traits
+        a_box, b_box = self.boxes()
+        lead = (1,) if self.batched else ()       # rank-3 (L, rows, cols) maps
+        return [TensorMapSpec("a", self.dtype, lead + a_box, swizzle=t.swizzle),
+                TensorMapSpec("b", self.b_dtype, lead + b_box, swizzle=t.swizzle)]
+
     def define(self):
         from mlir.dialects import gpu
         from ..atom import Accumulator, MBarriers, TmaCopy, WarpgroupMMA
-        from ..compiler.artifact import TensorMapSpec
         from ..ir import If, KernelBuilder, Loop, thread_idx
-        tm, tn, t = self.tile_m, self.tile_n, self.traits
-        b_box = (t.k_tile, t.mn_box) if self.b_major == "MN" else (tn, t.k_tile)
-        a_box = (t.k_tile, t.mn_box) if self.a_major == "MN" else (tm, t.k_tile)
-        lead = (1,) if self.batched else ()       # rank-3 (L, rows, cols) maps
-        specs = [TensorMapSpec("a", self.dtype, lead + a_box, swizzle=t.swizzle),
-                 TensorMapSpec("b", self.b_dtype, lead + b_box, swizzle=t.swizzle)]
+        tm, tn = self.tile_m, self.tile_n
+        specs = self.tensor_map_specs()
         plan = self.smem_plan()
         kb = KernelBuilder(self.name, self.params(), block=(self.arch.warpgroup_threads, 1, 1), arch=self.arch)
         with kb.build() as args:
@@ -68,21 +101,8 @@ class SingleTileGemmKernel(GemmKernel):
             mma = WarpgroupMMA(tm, tn, self.dtype, self.b_major, self.b_dtype, self.a_major)
             loop = Loop(0, count, carry=mma.zero().structs)
             for kt, structs in loop:
-                k0 = (kt + first) * t.k_tile
                 with If(leader):
-                    bar.arrive_expect_tx(0, t.tile_bytes(tm + tn))
-                    if self.a_major == "MN":
-                        for j in range(tm // t.mn_box):
-                            dst = smem["a"].tile(shape=a_box, byte_offset=j * ta.box_bytes)
-                            ta.load(dst, bar, 0, la + (k0, m0 + t.mn_box * j))
-                    else:
-                        ta.load(smem["a"].tile(), bar, 0, la + (m0, k0))
-                    if self.b_major == "MN":
-                        for j in range(tn // t.mn_box):
-                            dst = smem["b"].tile(shape=b_box, byte_offset=j * tb.box_bytes)
-                            tb.load(dst, bar, 0, lb + (k0, n0 + t.mn_box * j))
-                    else:
-                        tb.load(smem["b"].tile(), bar, 0, lb + (n0, k0))
+                    self.load_k_tile(ta, tb, smem, bar, kt + first, m0, n0, la, lb)
                 bar.wait(0, kt & 1)                 # the barrier completes one phase per k-tile
                 acc = mma.mma(Accumulator(structs, tn), smem["a"].tile(), smem["b"].tile())
                 mma.wait(0)

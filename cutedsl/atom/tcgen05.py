@@ -1,0 +1,264 @@
+"""tcgen05 atoms (sm_100a): tensor memory and the fifth-generation tensor-core MMA.
+
+* :class:`TensorMemory` -- a CTA's TMEM allocation (PTX ISA ``tcgen05.alloc`` / ``dealloc`` /
+  ``relinquish_alloc_permit``): one warp allocates ``columns`` (a power of two, 32..512) of
+  the 128 lanes x 512 columns x 32 bit; the TMEM address (``lane << 16 | column``) is written
+  to a 4-byte shared-memory slot and read back by every thread.
+* :class:`Umma` -- ``tcgen05.mma.cta_group::1`` issued by **one thread** (CUTLASS's UMMA):
+  ``D[M x N] (TMEM, f32) (+)= A[M x K] @ B[K x N]`` with A and B in shared memory behind
+  sm_100 matrix descriptors, one instruction per ``k_step`` of the k-tile; completion is
+  signalled by ``tcgen05.commit`` to an mbarrier (:meth:`Umma.commit`).
+* :class:`TmemFragment` -- accumulator columns loaded into registers by ``tcgen05.ld.32x32b``
+  (thread ``t`` of the 4 epilogue warps holds row ``t``): the same element-layout interface
+  as the wgmma :class:`~cutedsl.atom.wgmma.Accumulator`, so every epilogue stores it unchanged.
+
+**Instruction descriptor** (32 bits, PTX ISA "Instruction descriptor" for .kind::f16/tf32/
+f8f6f4; CUTLASS ``UMMA::InstrDescriptor``): D format bits 4-5 (1 = f32), A format 7-9 and B
+format 10-12 (kind::f16: 0 f16, 1 bf16; kind::tf32: 2; kind::f8f6f4: 0 e4m3, 1 e5m2), transpose
+A/B bits 15/16 (0 K-major, 1 MN-major), N >> 3 at bits 17-22, M >> 4 at bits 24-28.
+
+**Shared-memory descriptor** (sm_100): the sm_90 fields (start, LBO, SBO >> 4 at bits 0-13,
+16-29, 32-45; the same canonical layouts, :class:`~cutedsl.atom.wgmma.SmemMatrix`), plus the
+constant 0b001 at bits 46-48 and a 3-bit swizzle field at bits 61-63 (0 none, 2 128B, 4 64B,
+6 32B -- not sm_90's 2-bit field at 62-63).
+
+NVVM dialect ops throughout (``nvvm.tcgen05.*``, LLVM 22): no inline PTX is needed.
+"""
+from __future__ import annotations
+
+import attrs
+
+from ..ir._lazy import lazy
+from .mma_traits import mma_traits, operand_pair_reason
+from .wgmma import ADDR_MASK, ADDR_SHIFT, Descriptor, SmemMatrix, SmemOperands
+
+ir = lazy("mlir.ir")
+llvm, nvvm = lazy("mlir.dialects.llvm"), lazy("mlir.dialects.nvvm")
+V = lazy("cutedsl.ir.values")
+
+TMEM_LANES, TMEM_COLUMNS = 128, 512
+#: MMA kind and A/B format code (instruction descriptor bits 7-9 / 10-12) per operand type
+KIND = {"f16": "f16", "bf16": "f16", "tf32": "tf32", "e4m3": "f8f6f4", "e5m2": "f8f6f4"}
+FORMAT = {"f16": 0, "bf16": 1, "tf32": 2, "e4m3": 0, "e5m2": 1}
+D_F32 = 1                                   #: D format code of an f32 accumulator
+SWIZZLE_FIELD = {0: 0, 128: 2, 64: 4, 32: 6}   #: sm_100 descriptor bits 61-63
+FIXED_BITS = 1 << 46                        #: the constant 0b001 at bits 46-48
+
+
+def instr_descriptor(m: int, n: int, a_dtype: str, b_dtype: str, a_major: str = "K", b_major: str = "K") -> int:
+    """The 32-bit instruction descriptor of an f32-accumulating ``tcgen05.mma`` (see the module
+    docstring for the fields)."""
+    return (D_F32 << 4 | FORMAT[a_dtype] << 7 | FORMAT[b_dtype] << 10 | int(a_major == "MN") << 15
+            | int(b_major == "MN") << 16 | (n >> 3) << 17 | (m >> 4) << 24)
+
+
+def smem_descriptor_bits(address: int, layout: SmemMatrix) -> int:
+    """The 64-bit sm_100 matrix descriptor (Python int) of the tile at shared byte ``address``."""
+    return (_hi_bits(layout) << 32 | ((layout.lbo & ADDR_MASK) >> ADDR_SHIFT) << 16
+            | (address & ADDR_MASK) >> ADDR_SHIFT)
+
+
+def _hi_bits(layout: SmemMatrix) -> int:
+    return ((SWIZZLE_FIELD[layout.swizzle] << 61 | FIXED_BITS) >> 32) | ((layout.sbo & ADDR_MASK) >> ADDR_SHIFT)
+
+
+@attrs.frozen
+class UmmaDescriptor(Descriptor):
+    """A tcgen05 operand descriptor: :class:`~cutedsl.atom.wgmma.Descriptor`'s low word (start,
+    LBO) with the sm_100 high word (SBO, fixed bits, 3-bit swizzle field)."""
+
+    def value(self):
+        return V.to_type(self.lo, "i64", signed=False) | V.const(_hi_bits(self.layout) << 32, "i64")
+
+
+def _ptr(address, space: int):
+    a = address if str(address.type) == "i32" else V.to_type(address, "i32", signed=False)
+    return llvm.inttoptr(ir.Type.parse(f"!llvm.ptr<{space}>"), a)
+
+
+class TensorMemory:
+    """``columns`` columns of the CTA's tensor memory, their address kept in the 4-byte shared
+    slot at ``slot`` (shared address, IR integer). ``ValueError`` unless ``columns`` is a power
+    of two in 32..512 (PTX ISA tcgen05.alloc)."""
+
+    def __init__(self, slot, columns: int):
+        if columns < 32 or columns > TMEM_COLUMNS or columns & (columns - 1):
+            raise ValueError(f"tensor memory columns must be a power of two in 32..{TMEM_COLUMNS}, got {columns}")
+        self.slot, self.columns = slot, columns
+
+    @staticmethod
+    def columns_for(n: int) -> int:
+        """The allocation (power of two >= 32 columns) an ``n``-column f32 accumulator needs."""
+        c = 32
+        while c < n:
+            c *= 2
+        return c
+
+    def alloc(self) -> None:
+        """``tcgen05.alloc``: executed by one whole warp; writes the address to the slot."""
+        nvvm.tcgen05_alloc(_ptr(self.slot, 3), V.i32(self.columns))
+
+    def address(self):
+        """The allocation's TMEM address (unsigned i32), read from the slot (after a CTA barrier
+        and :meth:`fence_after`)."""
+        return V.Scalar(llvm.load(ir.IntegerType.get_signless(32), _ptr(self.slot, 3)), signed=False)
+
+    def dealloc(self, address) -> None:
+        """``tcgen05.dealloc`` by one whole warp, once no MMA or load uses the columns."""
+        nvvm.tcgen05_dealloc(_ptr(address, 6), V.i32(self.columns))
+
+    @staticmethod
+    def relinquish() -> None:
+        """``tcgen05.relinquish_alloc_permit``: the CTA allocates no more (lets a next CTA on
+        the SM allocate without waiting)."""
+        nvvm.tcgen05_relinquish_alloc_permit()
+
+    @staticmethod
+    def fence_after() -> None:
+        """``tcgen05.fence::after_thread_sync``: order later tcgen05 operations after a thread
+        synchronisation."""
+        nvvm.tcgen05_fence(ir.Attribute.parse("#nvvm.tcgen05_fence<after>"))
+
+    @staticmethod
+    def fence_before() -> None:
+        """``tcgen05.fence::before_thread_sync``: order earlier tcgen05 operations before a
+        thread synchronisation."""
+        nvvm.tcgen05_fence(ir.Attribute.parse("#nvvm.tcgen05_fence<before>"))
+
+
+class Umma(SmemOperands):
+    """``tcgen05.mma.cta_group::1`` of ``m`` (128) x ``n`` (16..256, step 16) per k-tile from
+    shared A (``dtype``, ``a_major``) and B (``b_dtype``, ``b_major``: None = as the buffer
+    declares), f32 in TMEM. ``ValueError`` for shapes or operand pairs the PTX ISA has no
+    instruction for."""
+
+    descriptor_cls = UmmaDescriptor
+    M = (128,)
+    N_STEP, N_MAX = 16, 256
+
+    def __init__(self, m: int, n: int, dtype: str = "f16", b_major: str | None = None, b_dtype: str | None = None,
+                 a_major: str = "K"):
+        if m not in self.M:
+            raise ValueError(f"tcgen05.mma M must be {' or '.join(map(str, self.M))}, got {m}")
+        if not (self.N_STEP <= n <= self.N_MAX and n % self.N_STEP == 0):
+            raise ValueError(f"tcgen05.mma N must be a multiple of {self.N_STEP} in {self.N_STEP}..{self.N_MAX} "
+                             f"for M = {m}, got {n}")
+        b_dtype = b_dtype or dtype
+        why = operand_pair_reason(dtype, b_dtype)
+        if why:
+            raise ValueError(why)
+        if KIND[dtype] != KIND[b_dtype]:
+            raise ValueError(f"tcgen05.mma takes A and B of one kind, got {dtype} and {b_dtype}")
+        self.traits = mma_traits(dtype)
+        self.m, self.n, self.dtype, self.b_dtype = m, n, dtype, b_dtype
+        self.a_major, self.b_major = a_major, b_major
+
+    @property
+    def label(self) -> str:
+        return f"tcgen05.mma m{self.m}n{self.n}k{self.traits.k_step}"
+
+    def mma(self, d, a, b, accumulate=True) -> None:
+        """Issue one k-tile: ``k_steps`` instructions into D at TMEM address ``d`` (i32). Call
+        from one thread. ``a``/``b``: ``SmemTile`` (layout checked) or descriptors;
+        ``accumulate`` (bool or IR i1): add to D on the first k-step (later ones always do)."""
+        da = a if isinstance(a, Descriptor) else self.descriptor(a, "A")
+        db = b if isinstance(b, Descriptor) else self.descriptor(b, "B")
+        idesc = V.i32(instr_descriptor(self.m, self.n, self.dtype, self.b_dtype, da.layout.major, db.layout.major))
+        kind = ir.Attribute.parse(f"#nvvm.tcgen05_mma_kind<{KIND[self.dtype]}>")
+        group = ir.Attribute.parse("#nvvm.cta_group<cta_1>")
+        dptr = _ptr(d, 6)
+        for j in range(self.traits.k_steps):
+            aj = da.offset(da.layout.k_step_offset(j)).value()
+            bj = db.offset(db.layout.k_step_offset(j)).value()
+            if j:
+                en = V.const(1, "i1")
+            elif isinstance(accumulate, bool):
+                en = V.const(int(accumulate), "i1")
+            else:
+                en = accumulate
+            nvvm.tcgen05_mma(kind, group, dptr, aj, bj, idesc, en)
+
+    @staticmethod
+    def commit(barrier_address) -> None:
+        """``tcgen05.commit`` (by the issuing thread): one arrive on the mbarrier at shared
+        address ``barrier_address`` (i32) once every MMA this thread issued has completed."""
+        nvvm.tcgen05_commit(_ptr(barrier_address, 3), group=ir.Attribute.parse("#nvvm.cta_group<cta_1>"))
+
+
+class TmemLayout:
+    """Element coordinates of a :class:`TmemFragment`: thread ``t`` of the 4 warps holds row
+    ``t`` (its warp's lane quarter), register ``i`` column ``col0 + i``."""
+
+    def __init__(self, cols: int, col0: int = 0):
+        self.cols, self.col0 = cols, col0
+        self.m_blocks = 1
+
+    @property
+    def regs(self) -> int:
+        return self.cols
+
+    def thread_base(self, warpgroup_thread=None) -> tuple:
+        t = V.thread_idx() % TMEM_LANES if warpgroup_thread is None else warpgroup_thread
+        return t, V.u32(self.col0)
+
+    @staticmethod
+    def offset(b: int, i: int) -> tuple:
+        return 0, i
+
+
+class TmemFragment:
+    """Accumulator columns ``col0 .. col0 + cols - 1`` in registers (f32 values), loaded by
+    :meth:`load`; the Accumulator interface epilogues use (``layout``, ``m_blocks``, ``regs``,
+    ``get``, ``lazy_map``)."""
+
+    def __init__(self, values, col0: int, fn=None):
+        self.values, self.col0, self._fn = list(values), col0, fn
+        self.layout = TmemLayout(len(self.values), col0)
+
+    @property
+    def m_blocks(self) -> int:
+        return 1
+
+    @property
+    def regs(self) -> int:
+        return len(self.values)
+
+    @classmethod
+    def load(cls, taddr, col0: int, cols: int) -> "TmemFragment":
+        """``tcgen05.ld.sync.aligned.32x32b.x{cols}`` of columns ``col0..`` of the accumulator at
+        TMEM address ``taddr`` (i32), each warp from its lane quarter, then ``tcgen05.wait::ld``.
+        ``cols``: a power of two, 1..128."""
+        if cols < 1 or cols > 128 or cols & (cols - 1):
+            raise ValueError(f"tcgen05.ld 32x32b loads a power of two 1..128 columns, got {cols}")
+        quarter = (V.thread_idx() // 32) % 4
+        addr = taddr + (quarter * 32 << 16) + col0
+        i32 = ir.IntegerType.get_signless(32)
+        res = ir.VectorType.get([cols], i32) if cols > 1 else i32
+        v = nvvm.tcgen05_ld(res, ir.Attribute.parse("#nvvm.tcgen05_ldst_shape<shape_32x32b>"), _ptr(addr, 6))
+        nvvm.tcgen05_wait(ir.Attribute.parse("#nvvm.tcgen05_wait<load>"))
+        f32 = ir.F32Type.get()
+        if cols == 1:
+            vals = [V.Scalar(llvm.bitcast(f32, v))]
+        else:
+            vals = [V.Scalar(llvm.bitcast(f32, llvm.extractelement(v, V.i32(i)))) for i in range(cols)]
+        return cls(vals, col0)
+
+    def get(self, b: int, i: int):
+        v = self.values[i]
+        if self._fn is None:
+            return v
+        r0, c0 = self._base
+        return self._fn(v, r0, c0 + i)
+
+    def lazy_map(self, fn, base=None) -> "TmemFragment":
+        """``fn(value, row, col)`` applied when an element is read (as ``Accumulator.lazy_map``)."""
+        if self._fn is not None:              # compose with the mapping already applied
+            inner, outer = self._fn, fn
+            fn = lambda v, r, c: outer(inner(v, r, c), r, c)      # noqa: E731
+        out = TmemFragment(self.values, self.col0, fn)
+        out._base = base or self.layout.thread_base()
+        return out
+
+
+__all__ = ["TensorMemory", "Umma", "UmmaDescriptor", "TmemFragment", "TmemLayout", "instr_descriptor",
+           "smem_descriptor_bits"]

@@ -1,0 +1,110 @@
+"""The talk's Blackwell GEMM (sm_100a, EuroLLVM 2025): the single-tile kernel of NVDSL chapter 3
+with the accumulator in tensor memory.
+
+Per CTA (128 threads, one ``128 x tile_n`` output tile): warp 0 allocates the accumulator's
+TMEM columns; one thread runs the k-loop: per k-tile it TMA-loads A and B into the slot (the
+same :meth:`~cutedsl.kernel.single_tile.SingleTileGemmKernel.load_k_tile` as the Hopper
+kernel), waits for them, issues the k-tile's ``tcgen05.mma`` instructions (enable-input-d off
+on the tile's first), ``tcgen05.commit`` s them to an mbarrier and waits for it (the MMAs read
+the slot: it is free once they complete). After the loop it commits to a second mbarrier that
+every thread waits for (phase 0, once: a per-k-tile barrier watched by idle warps could be two
+phases ahead of them and alias). The epilogue: each warp loads its lane quarter of D with
+``tcgen05.ld`` in chunks of columns and hands each chunk to the configured epilogue (a
+:class:`~cutedsl.atom.tcgen05.TmemFragment`, the accumulator interface epilogues read);
+warp 0 frees the columns.
+"""
+from __future__ import annotations
+
+from ..collective.epilogue import EpilogueContext
+from .single_tile import SingleTileGemmKernel
+
+#: accumulator columns per tcgen05.ld in the epilogue (registers per thread per chunk)
+EPILOGUE_COLUMNS = 32
+
+
+class Sm100SingleTileGemmKernel(SingleTileGemmKernel):
+    """Unpipelined tcgen05 GEMM (see the module docstring): ``tile_m`` 128, ``tile_n`` 64, 128
+    or 256 (TMEM columns: ``tile_n``); the epilogue stores from registers (``"global"``)."""
+
+    name = "gemm_single_tile_sm100"
+    mma_atom = "tcgen05"
+    TILE_M = (128,)
+
+    @classmethod
+    def can_implement(cls, config) -> str | None:
+        why = super(SingleTileGemmKernel, cls).can_implement(config)
+        if why:
+            return why
+        if config.stages not in ("auto", 1):
+            return f"single_tile has exactly one stage, got stages={config.stages!r}"
+        if config.epilogue != "global":
+            return ("the sm_100a single_tile kernel stores D from the registers tcgen05.ld fills: "
+                    "epilogue='global' (a TMA-store epilogue for sm_100a is not built yet)")
+        if config.dtype == "tf32" or (config.b_dtype or config.dtype) == "tf32":
+            return "the sm_100a kernels take f16, bf16, e4m3 and e5m2 operands so far (tf32 is not built yet)"
+        return None
+
+    def plan_extra(self, plan) -> None:
+        """The slot and its TMA barrier (as the Hopper kernel), two MMA-completion barriers (per
+        k-tile for the issuing thread; once for the whole CTA when D is complete) and the 4-byte
+        slot tcgen05.alloc writes the TMEM address to."""
+        super().plan_extra(plan)
+        plan.barriers("mma_done", 2)
+        plan.buffer("tmem_slot", (4,), "u32", align=16)
+
+    def define(self):
+        from mlir.dialects import gpu
+        from ..atom import MBarriers, TmaCopy
+        from ..atom.tcgen05 import TensorMemory, TmemFragment, Umma
+        from ..ir import If, KernelBuilder, Loop, f32, select, thread_idx, u32
+        tm, tn = self.tile_m, self.tile_n
+        specs = self.tensor_map_specs()
+        plan = self.smem_plan()
+        kb = KernelBuilder(self.name, self.params(), block=(self.arch.warpgroup_threads, 1, 1), arch=self.arch)
+        with kb.build() as args:
+            smem = plan.bind()
+            ta, tb = TmaCopy(specs[0], args.a), TmaCopy(specs[1], args.b)
+            bar = MBarriers(smem.barriers("bar"), 1)
+            done = MBarriers(smem.barriers("mma_done"), 2)
+            tid = thread_idx()
+            leader, warp0 = tid.eq(0), (tid // self.arch.warp_threads).eq(0)
+            bar.init(0, 1, predicate=leader)
+            done.init_all(1, predicate=leader)
+            self.epilogue.init(smem, leader)
+            tmem = TensorMemory(smem["tmem_slot"].address(), TensorMemory.columns_for(tn))
+            with If(warp0):
+                tmem.alloc()
+            bar.fence_init()
+            TensorMemory.fence_before()
+            gpu.barrier()
+            TensorMemory.fence_after()
+            d = tmem.address()
+            problem = self.bind_problem(args)
+            wt = self.work_tile(0)
+            m0, n0, first, count = wt.m0, wt.n0, wt.k_first, self._count(wt.k_count)
+            la, lb = ((c,) for c in self.batch_coords(wt)) if self.batched else ((), ())
+            mma = Umma(tm, tn, self.dtype, self.b_major, self.b_dtype, self.a_major)
+            with If(leader):                        # one thread loads and issues; the others wait
+                loop = Loop(0, count)
+                for kt in loop:
+                    self.load_k_tile(ta, tb, smem, bar, kt + first, m0, n0, la, lb)
+                    bar.wait(0, kt & 1)             # each barrier completes one phase per k-tile
+                    mma.mma(d, smem["a"].tile(), smem["b"].tile(), accumulate=kt.ne(0))
+                    mma.commit(done.address(0))
+                    done.wait(0, kt & 1)            # the MMAs read the slot: free once they complete
+                mma.commit(done.address(1))         # D complete (at once when there was no k-tile)
+            done.wait(1, 0)
+            TensorMemory.fence_after()
+            some = u32(count).ne(0)                 # no k-tile: D is zero, TMEM was never written
+            ctx = EpilogueContext(m0, n0, args.m, args.n, args, smem, l=wt.l, problem=problem)
+            for c0 in range(0, tn, EPILOGUE_COLUMNS):
+                frag = TmemFragment.load(d, c0, min(EPILOGUE_COLUMNS, tn))
+                frag = frag.lazy_map(lambda v, r, c: select(some, v, f32(0.0)))
+                self.epilogue.store(frag, ctx)
+            TensorMemory.fence_before()
+            gpu.barrier()                           # every warp's loads done before the columns go
+            with If(warp0):
+                TensorMemory.fence_after()
+                tmem.dealloc(d)
+                TensorMemory.relinquish()
+        return kb, plan.dynamic_bytes, specs + self.epilogue.tensor_maps()
