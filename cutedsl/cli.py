@@ -151,7 +151,7 @@ def run_gemm(args) -> tuple:
         cfg = gemm_config(args)
         warn_ignored_options(cfg)
     try:
-        backend, why, no_device = *resolve(args.backend), None
+        backend, why, no_device = *resolve(args.backend, cfg.arch if args.load is None else None), None
     except NoDeviceError as e:                      # reported after the problem's own checks
         backend, why, no_device = None, "", e
     if args.load is not None:                       # an exported GEMM: its config, its kernel, no compiler
@@ -289,9 +289,15 @@ def _print_text(rep):
         p(f"  kernel: loaded from the export {rep['loaded']} ({rep['compile_s']:.3f} s; no compiler)")
     else:
         p(f"  compile: {rep['compile_s']:.3f} s ({'cache hit; cold compile took ' + format(rep['cold_compile_s'], '.3f') + ' s' if rep['cached'] else 'cold'})")
-    # the tensor-core opcode names the operand width: HGMMA (16-bit, tf32), QGMMA (fp8)
-    mma = "QGMMA" if rep["sass"] and rep["sass"].get("QGMMA") else "HGMMA"
-    keys = (mma, "UTMALDG", "UTMASTG", "SYNCS", "BAR", "STG", "STS", "WARPGROUP", "USETMAXREG")
+    # the tensor-core opcode names the operand width: HGMMA (16-bit, tf32), QGMMA (fp8); on
+    # sm_100a the tcgen05 family (UTCHMMA, UTCQMMA ...), its commit (UTCBAR) and TMEM loads (LDTM)
+    sass = rep["sass"] or {}
+    tc = sorted(k for k in sass if k.startswith("UTC") and k.endswith("MMA"))
+    if tc:
+        keys = (*tc, "UTCBAR", "LDTM", "UTMALDG", "UTMASTG", "SYNCS", "BAR", "STG", "STS")
+    else:
+        mma = "QGMMA" if sass.get("QGMMA") else "HGMMA"
+        keys = (mma, "UTMALDG", "UTMASTG", "SYNCS", "BAR", "STG", "STS", "WARPGROUP", "USETMAXREG")
     if rep["sass"] is None:            # a machine without nvdisasm (running cached kernels)
         p("  SASS: not available here (no nvdisasm)")
     else:

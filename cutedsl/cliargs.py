@@ -243,7 +243,9 @@ def add_gemm_parser(sub):
                    help="B's layout: MN (N-major, (K, N) row-major; N is accepted) or K (transposed); "
                         "default MN for 16-bit types, K for fp8")
     g.add_argument("--arch", choices=list(ARCHS), default="sm_90a", help="target architecture")
-    g.add_argument("--epilogue", choices=list(EPILOGUE_KINDS), default="tma")
+    g.add_argument("--epilogue", choices=list(EPILOGUE_KINDS), default=None,
+                   help="how D is stored: tma (registers -> smem -> TMA store) or global (from registers); "
+                        "default: tma on sm_90a, global on sm_100a")
     f = g.add_argument_group("fused epilogue", "D = act(alpha * acc * scales + beta * C + bias); the "
                              "vectors and C are random inputs of the run, the scalars as given")
     f.add_argument("--scale", choices=["tensor", "rowcol"], default=None,

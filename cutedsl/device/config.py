@@ -27,6 +27,8 @@ OUT_DTYPES = Epilogue.OUT_DTYPES                #: what the epilogues write
 EPILOGUE_KINDS = Epilogue.KINDS
 STAGES = TmaWgmmaMainloop.STAGES                #: pipeline depths of the mainloops
 B_MAJORS = ("MN", "K")                          #: B's layouts (CuTe terms); "N" is read as "MN"
+#: the epilogue kind a config gets when it names none, per architecture (default "tma")
+DEFAULT_EPILOGUE = {"sm_100a": "global"}
 
 
 def kernel_classes(arch: str) -> dict:
@@ -115,8 +117,8 @@ class GemmConfig:
     * ``b_major``: ``"MN"`` (B is (K, N) row-major: N-major, CuTe's MN-major; ``"N"`` is accepted
       and stored as ``"MN"``) or ``"K"`` (B stored transposed, K-major). Default: ``"MN"`` for
       16-bit types, ``"K"`` for fp8 (the only layout WGMMA reads for 8-bit operands).
-    * ``epilogue``: ``"tma"`` (registers -> smem -> TMA store) or ``"global"`` (bounds-checked
-      stores from registers); or a list of fused nodes with an optional kind, e.g.
+    * ``epilogue``: ``"tma"`` (registers -> smem -> TMA store; the default on sm_90a) or
+      ``"global"`` (bounds-checked stores from registers; the default on sm_100a); or a list of fused nodes with an optional kind, e.g.
       ``["scale_a:row", "scale_b:col", "bias:col", "gelu", "global"]`` (sets ``fusion``).
     * ``a_major``: ``"K"`` (A is (M, K) row-major, default) or ``"MN"`` (M-major: A stored as
       (K, M) row-major, i.e. ``a`` is the transpose of a contiguous array; 16-bit types only).
@@ -143,7 +145,7 @@ class GemmConfig:
     schedule: str = attrs.field(default="multistage")
     b_major: str = attrs.field(default=attrs.Factory(lambda self: _default_b_major(self.dtype), takes_self=True),
                                converter=lambda v: "MN" if v == "N" else v)
-    epilogue: str = attrs.field(default="tma")
+    epilogue: object = attrs.field(default=None)
     cluster: tuple = attrs.field(default=(1, 1), converter=tuple)
     raster: str = attrs.field(default="auto")
     swizzle: int = attrs.field(default=1)
@@ -160,6 +162,8 @@ class GemmConfig:
     reasons: object = attrs.field(default=None, init=False, eq=False, repr=False, hash=False)
 
     def __attrs_post_init__(self):
+        if self.epilogue is None:                       # the architecture's store: TMA on sm_90a
+            object.__setattr__(self, "epilogue", DEFAULT_EPILOGUE.get(self.arch, "tma"))
         if isinstance(self.epilogue, (list, tuple)):    # epilogue=[nodes..., optional kind]
             self._split_epilogue_list()
         for f in attrs.fields(type(self)):      # every field annotated ``str`` must be one
@@ -188,7 +192,7 @@ class GemmConfig:
             raise ConfigError(f"a_major must be 'K' or 'MN' (M-major), got {self.a_major!r}")
         if self.b_major not in B_MAJORS:
             raise ConfigError(f"b_major must be 'MN' (or 'N') or 'K', got {self.b_major!r}")
-        if self.epilogue not in EPILOGUE_KINDS:
+        if not isinstance(self.epilogue, str) or self.epilogue not in EPILOGUE_KINDS:
             raise ConfigError(f"epilogue must be {one_of(EPILOGUE_KINDS)}, got {self.epilogue!r}")
         why = self._kernel_cls().can_implement(self)     # the schedule's own rules, all at once
         if why:

@@ -164,6 +164,10 @@ class CudaBackend(Backend):
 
     # -- modules and launch --------------------------------------------------------------
     def load(self, kernel: CompiledKernel):
+        arch = (kernel.meta.get("config") or {}).get("arch", "sm_90a")
+        if arch != "sm_90a":
+            raise LaunchError(f"kernel {kernel.entry} is compiled for {arch}; this backend drives sm_90a "
+                              f"(Hopper) GPUs: run it with backend='sim' (the PTX emulator)")
         key = (kernel.key or kernel.entry, hash(kernel.cubin))
         with self._lock:                    # load each module once, whichever thread asks first
             if key in self._modules:

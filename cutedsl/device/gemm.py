@@ -107,7 +107,7 @@ class Gemm:
             with self._lock:
                 if self._backend is None:
                     from .selection import get_backend
-                    self._backend = get_backend(self._backend_name)
+                    self._backend = get_backend(self._backend_name, self.config.arch)
                 b = self._backend
         return b
 

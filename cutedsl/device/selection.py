@@ -53,27 +53,36 @@ def check_backend_arg(backend) -> str:
     return getattr(backend, "name", "?")
 
 
-def resolve(name: str = "auto") -> tuple:
+#: the architecture the CUDA backend drives (its available() accepts only that GPU)
+CUDA_ARCH = "sm_90a"
+
+
+def resolve(name: str = "auto", arch: str | None = None) -> tuple:
     """Return ``(backend or None, reason)``. ``auto``: a Hopper GPU if present, else the
-    emulator, else None (nothing can execute)."""
+    emulator, else None (nothing can execute). ``arch``: the kernels' target; kernels for an
+    architecture the CUDA backend does not drive (sm_100a) go to the emulator under ``auto``."""
     check_backend_arg(name)
     if name == "none":
         return None, "backend 'none' requested: nothing is executed"
     if name in ("cuda", "sim"):
         return _make(name), ""
     from .cuda import CudaBackend
-    ok, why = CudaBackend.available()
-    if ok:
-        return _make("cuda"), ""
+    if arch not in (None, CUDA_ARCH):
+        why = f"{arch} kernels need a {arch} GPU, and the CUDA backend drives {CUDA_ARCH} (Hopper) GPUs"
+    else:
+        ok, why = CudaBackend.available()
+        if ok:
+            return _make("cuda"), ""
     try:
         return _make("sim"), f"no GPU ({why}); using the PTX emulator"
     except NoDeviceError as e:
         return None, f"no GPU ({why}) and {e}: nothing is executed"
 
 
-def get_backend(name: str = "auto"):
-    """The backend object for ``name``; raises ``NoDeviceError`` when none can execute."""
-    b, why = resolve(name)
+def get_backend(name: str = "auto", arch: str | None = None):
+    """The backend object for ``name`` (and kernels of ``arch``, see :func:`resolve`); raises
+    ``NoDeviceError`` when none can execute."""
+    b, why = resolve(name, arch)
     if b is None:
         raise NoDeviceError(why)
     return b

@@ -155,3 +155,25 @@ class BoundSmem:
 
 def bind(plan) -> BoundSmem:
     return BoundSmem(plan)
+
+
+def static_word(name: str) -> Scalar:
+    """The shared address (unsigned i32) of a 4-byte word in *static* shared memory (``.shared
+    .align 4 .b32 name``), declared once in the kernel's module. Its address is a link-time
+    constant ptxas rematerialises wherever it is used (a slot in the dynamic buffer costs the
+    run-time base alignment, which ptxas may keep live -- or spill -- through a whole kernel);
+    e.g. the slot ``tcgen05.alloc`` writes the tensor-memory address to."""
+    from mlir.dialects import llvm
+    blk = ir.InsertionPoint.current.block
+    op = blk.owner
+    while op is not None and op.name != "gpu.module":
+        op = op.parent
+    if op is None:
+        raise RuntimeError("static_word must be called inside a kernel body (KernelBuilder.build)")
+    body = op.regions[0].blocks[0]
+    i32 = ir.IntegerType.get_signless(32)
+    if not any(getattr(o, "sym_name", None) is not None and o.sym_name.value == name for o in body.operations):
+        with ir.InsertionPoint.at_block_begin(body):
+            llvm.GlobalOp(i32, name, ir.Attribute.parse("#llvm.linkage<internal>"), alignment=4, addr_space=3)
+    p = llvm.AddressOfOp(ir.Type.parse("!llvm.ptr<3>"), name).result
+    return Scalar(llvm.ptrtoint(i32, p), signed=False)

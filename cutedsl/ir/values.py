@@ -298,6 +298,17 @@ def warp_idx() -> Scalar:
     return thread_idx() // 32
 
 
+def warp_uniform(v) -> Scalar:
+    """``v`` (i32) broadcast from lane 0 (``shfl.sync.idx``, CUTLASS's ``canonical_warp_idx_sync``):
+    the same value, but one ptxas knows is uniform across the warp, so warp-collective code
+    guarded by it (``tcgen05.alloc``) stays on the uniform datapath instead of a divergent branch."""
+    from mlir.dialects import nvvm
+    i32 = ir.IntegerType.get_signless(32)
+    r = nvvm.shfl_sync(i32, const(-1, "i32"), to_type(v, "i32"), const(0, "i32"), const(31, "i32"),
+                       ir.Attribute.parse("#nvvm<shfl_kind idx>"))
+    return Scalar(r, signed=False)
+
+
 _REGISTERED = False
 
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 from ..collective.epilogue import EpilogueContext
 from .single_tile import SingleTileGemmKernel
 
-#: accumulator columns per tcgen05.ld in the epilogue (registers per thread per chunk)
-EPILOGUE_COLUMNS = 32
+#: accumulator columns per tcgen05.ld in the epilogue (registers per thread per chunk; with 32,
+#: ptxas 13.5 spills one value around the dealloc at 72 registers -- 16 and 64 do not)
+EPILOGUE_COLUMNS = 16
 
 
 class Sm100SingleTileGemmKernel(SingleTileGemmKernel):
@@ -46,17 +47,18 @@ class Sm100SingleTileGemmKernel(SingleTileGemmKernel):
 
     def plan_extra(self, plan) -> None:
         """The slot and its TMA barrier (as the Hopper kernel), two MMA-completion barriers (per
-        k-tile for the issuing thread; once for the whole CTA when D is complete) and the 4-byte
-        slot tcgen05.alloc writes the TMEM address to."""
+        k-tile for the issuing thread; once for the whole CTA when D is complete). The 4-byte slot
+        tcgen05.alloc writes the TMEM address to is a static shared word (``static_word``)."""
         super().plan_extra(plan)
         plan.barriers("mma_done", 2)
-        plan.buffer("tmem_slot", (4,), "u32", align=16)
 
     def define(self):
         from mlir.dialects import gpu
         from ..atom import MBarriers, TmaCopy
         from ..atom.tcgen05 import TensorMemory, TmemFragment, Umma
         from ..ir import If, KernelBuilder, Loop, f32, select, thread_idx, u32
+        from ..ir.smem_tile import static_word
+        from ..ir.values import warp_uniform
         tm, tn = self.tile_m, self.tile_n
         specs = self.tensor_map_specs()
         plan = self.smem_plan()
@@ -67,13 +69,14 @@ class Sm100SingleTileGemmKernel(SingleTileGemmKernel):
             bar = MBarriers(smem.barriers("bar"), 1)
             done = MBarriers(smem.barriers("mma_done"), 2)
             tid = thread_idx()
-            leader, warp0 = tid.eq(0), (tid // self.arch.warp_threads).eq(0)
+            leader, warp0 = tid.eq(0), warp_uniform(tid // self.arch.warp_threads).eq(0)
             bar.init(0, 1, predicate=leader)
             done.init_all(1, predicate=leader)
             self.epilogue.init(smem, leader)
-            tmem = TensorMemory(smem["tmem_slot"].address(), TensorMemory.columns_for(tn))
+            tmem = TensorMemory(static_word("tmem_address"), TensorMemory.columns_for(tn))
             with If(warp0):
                 tmem.alloc()
+                TensorMemory.relinquish()           # this CTA allocates nothing more
             bar.fence_init()
             TensorMemory.fence_before()
             gpu.barrier()
@@ -94,6 +97,7 @@ class Sm100SingleTileGemmKernel(SingleTileGemmKernel):
                     done.wait(0, kt & 1)            # the MMAs read the slot: free once they complete
                 mma.commit(done.address(1))         # D complete (at once when there was no k-tile)
             done.wait(1, 0)
+            d = tmem.address()                      # re-read: nothing TMEM-related live across the wait
             TensorMemory.fence_after()
             some = u32(count).ne(0)                 # no k-tile: D is zero, TMEM was never written
             ctx = EpilogueContext(m0, n0, args.m, args.n, args, smem, l=wt.l, problem=problem)
@@ -105,6 +109,5 @@ class Sm100SingleTileGemmKernel(SingleTileGemmKernel):
             gpu.barrier()                           # every warp's loads done before the columns go
             with If(warp0):
                 TensorMemory.fence_after()
-                tmem.dealloc(d)
-                TensorMemory.relinquish()
+                tmem.dealloc(tmem.address())        # re-read: d is not kept live through the epilogue
         return kb, plan.dynamic_bytes, specs + self.epilogue.tensor_maps()

@@ -1,0 +1,113 @@
+"""Blackwell (sm_100a, issue 24): the talk's single-tile tcgen05 GEMM from the library's layers --
+the real compiled sm_100a PTX on the emulator (the only place it can run here), shapes that are
+not tile multiples, fresh small-integer inputs (every partial sum exact, so the f32 result must
+equal the float64 reference bit for bit); its SASS (UTC*MMA per k-tile, no spills); the
+instruction and shared-memory descriptors against the emulator's independent decoders; and
+the up-front errors of configs sm_100a cannot run yet."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+from cutedsl import Gemm, GemmConfig
+from cutedsl.errors import ConfigError
+from cutedsl.kernel.single_tile_sm100 import EPILOGUE_COLUMNS
+
+NP = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn,
+      "e5m2": ml_dtypes.float8_e5m2}
+
+
+def run(cfg, m, n, k, rng, backend, l=None):
+    lead = (l,) if l else ()
+    a = rng.integers(-4, 5, lead + (m, k)).astype(NP[cfg.dtype])
+    b = rng.integers(-4, 5, lead + (k, n)).astype(NP[cfg.b_dtype or cfg.dtype])
+    d = Gemm(cfg, backend)(a, b)
+    ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    what = f"{cfg} m={m} n={n} k={k}"
+    if cfg.out_dtype == "f32":
+        assert np.array_equal(d.astype(np.float64), ref), what
+    else:
+        assert np.array_equal(d, ref.astype(np.float32).astype(d.dtype)), what
+
+
+@pytest.mark.parametrize("dtype,b_dtype,tile_n,b_major,out", [
+    ("f16", None, 128, "MN", "f32"),
+    ("bf16", None, 64, "K", "bf16"),
+    ("f16", None, 256, "K", "f16"),
+    ("e4m3", "e5m2", 128, "K", "f32"),
+])
+def test_single_tile_exact(dtype, b_dtype, tile_n, b_major, out, rng, sim):
+    """2 x 2 tiles (the last ones partial), 3 k-tiles (the last partial)."""
+    k_tile = 128 if dtype.startswith("e") else 64
+    cfg = GemmConfig(arch="sm_100a", schedule="single_tile", dtype=dtype, b_dtype=b_dtype, out_dtype=out,
+                     tile=(128, tile_n, k_tile), b_major=b_major)
+    assert cfg.epilogue == "global"                 # sm_100a's default store
+    m = 128 + int(rng.integers(1, 128))
+    n = tile_n + int(rng.integers(1, tile_n))
+    k = 2 * k_tile + int(rng.integers(1, k_tile))
+    run(cfg, m, n, k, rng, sim)
+
+
+def test_single_tile_batched_and_fused(rng, sim):
+    """A batch of 2 with bias + relu fused into the TMEM epilogue."""
+    cfg = GemmConfig(arch="sm_100a", schedule="single_tile", epilogue=["bias:col", "relu", "global"],
+                     batched=True)
+    m, n, k = 100, 70, 90
+    a = rng.integers(-4, 5, (2, m, k)).astype(np.float16)
+    b = rng.integers(-4, 5, (2, k, n)).astype(np.float16)
+    bias = rng.integers(-9, 10, n).astype(np.float32)
+    d = Gemm(cfg, sim)(a, b, bias=bias)
+    ref = np.maximum(np.matmul(a.astype(np.float64), b.astype(np.float64)) + bias, 0)
+    assert np.array_equal(d.astype(np.float64), ref)
+
+
+def test_k_shorter_than_one_k_step(rng, sim):
+    """K = 3: one k-tile, mostly TMA zero fill."""
+    run(GemmConfig(arch="sm_100a", schedule="single_tile"), 70, 50, 3, rng, sim)
+
+
+@pytest.mark.parametrize("dtype,opcode", [("f16", "UTCHMMA"), ("e4m3", "UTCQMMA")])
+def test_sass_has_tcgen05_mma_per_k_step_and_no_spills(dtype, opcode):
+    cfg = GemmConfig(arch="sm_100a", schedule="single_tile", dtype=dtype)
+    k = cfg.kernel().compile()
+    r = k.resources
+    h = r.sass
+    assert h.get(opcode) == 4                       # one k-tile = 4 k-steps of 32 bytes
+    assert h.get("UTCBAR") == 2 and h.get("LDTM") == 128 // EPILOGUE_COLUMNS    # commits; TMEM loads
+    assert "HGMMA" not in h and "QGMMA" not in h
+    assert r.spill_stores == r.spill_loads == 0 and r.registers <= 128
+    assert k.ptx.count("tcgen05.mma.cta_group::1.kind::") == 4
+
+
+def test_descriptors_match_the_emulator_decoders():
+    """The atom's instruction and shared-memory descriptors decode, in the emulator's independent
+    decoders, to the fields they were built from."""
+    from cutedsl.atom.tcgen05 import instr_descriptor, smem_descriptor_bits
+    from cutedsl.atom.wgmma import SmemMatrix
+    from cutedsl.sim.tcgen05_mma import decode_desc_sm100, decode_idesc
+    f = decode_idesc(instr_descriptor(128, 256, "bf16", "f16", "K", "MN"), "f16")
+    assert (f["m"], f["n"], f["a_type"], f["b_type"], f["mn_a"], f["mn_b"]) == (128, 256, "bf16", "f16", 0, 1)
+    f = decode_idesc(instr_descriptor(128, 64, "e4m3", "e5m2"), "f8f6f4")
+    assert (f["a_type"], f["b_type"]) == ("e4m3", "e5m2")
+    for major in ("K", "MN"):
+        lay = SmemMatrix(128, "f16", major)
+        assert decode_desc_sm100(smem_descriptor_bits(0x4400, lay)) == (0x4400, lay.lbo, lay.sbo, 0, 128)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(schedule="multistage"), r"schedule 'multistage' has no sm_100a kernel \(yet\); sm_100a has 'single_tile'"),
+    (dict(schedule="single_tile", epilogue="tma"), r"epilogue='global' \(a TMA-store epilogue for sm_100a"),
+    (dict(schedule="single_tile", tile=(64, 128, 64)), r"tile BLOCK_M must be 128, got 64"),
+    (dict(schedule="single_tile", dtype="tf32"), r"tf32 is not built yet"),
+])
+def test_configs_sm100a_cannot_run_yet(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        GemmConfig(arch="sm_100a", **kw)
+
+
+def test_for_problem_and_backend_choice():
+    """The model picks sm_100a's one schedule; without an sm_100a GPU the run goes to the emulator."""
+    from cutedsl.device.selection import resolve
+    cfg = GemmConfig.for_problem(300, 200, 100, arch="sm_100a")
+    assert (cfg.schedule, cfg.epilogue, cfg.tile[0]) == ("single_tile", "global", 128)
+    be, why = resolve("auto", "sm_100a")
+    assert be.name == "sim" and "sm_100a kernels need a sm_100a GPU" in why
