@@ -78,7 +78,7 @@ def test_version_and_info():
     rep = json.loads(r.stdout)
     assert rep["cutedsl"] == __version__ and rep["backends"]["sim"]["usable"] is True
     assert rep["toolchain"]["usable"] and rep["toolchain"]["ptxas"] not in ("", None)
-    assert rep["archs"] == ["sm_90a"] and isinstance(rep["cache"]["entries"], int)
+    assert rep["archs"] == ["sm_90a", "sm_100a"] and isinstance(rep["cache"]["entries"], int)
     if not rep["gpu"]["usable"]:
         assert rep["backends"]["cuda"]["why_not"]            # says why, never just "no"
     r = subprocess.run([sys.executable, "-m", "cutedsl", "info"], capture_output=True, text=True)

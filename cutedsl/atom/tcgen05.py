@@ -37,6 +37,9 @@ llvm, nvvm = lazy("mlir.dialects.llvm"), lazy("mlir.dialects.nvvm")
 V = lazy("cutedsl.ir.values")
 
 TMEM_LANES, TMEM_COLUMNS = 128, 512
+QUARTER_LANES = 32                          #: TMEM lanes a warp reaches: its warp id % 4 quarter
+QUARTERS = TMEM_LANES // QUARTER_LANES
+MAX_LD_COLUMNS = 128                        #: the largest .num of tcgen05.ld.32x32b (.x128)
 #: MMA kind and A/B format code (instruction descriptor bits 7-9 / 10-12) per operand type
 KIND = {"f16": "f16", "bf16": "f16", "tf32": "tf32", "e4m3": "f8f6f4", "e5m2": "f8f6f4"}
 FORMAT = {"f16": 0, "bf16": 1, "tf32": 2, "e4m3": 0, "e5m2": 1}
@@ -185,9 +188,17 @@ class Umma(SmemOperands):
         nvvm.tcgen05_commit(_ptr(barrier_address, 3), group=ir.Attribute.parse("#nvvm.cta_group<cta_1>"))
 
 
+def quarter_row():
+    """IR: the accumulator row a thread reads with ``tcgen05.ld.32x32b`` -- lane ``l`` of warp
+    ``w`` reaches TMEM lane ``32 * (w % 4) + l`` (the lane-quarter rule)."""
+    t = V.thread_idx()
+    return (t // QUARTER_LANES) % QUARTERS * QUARTER_LANES + t % QUARTER_LANES
+
+
 class TmemLayout:
-    """Element coordinates of a :class:`TmemFragment`: thread ``t`` of the 4 warps holds row
-    ``t`` (its warp's lane quarter), register ``i`` column ``col0 + i``."""
+    """Element coordinates of a :class:`TmemFragment`: lane ``l`` of warp ``w`` holds row
+    ``32 * (w % 4) + l`` (:func:`quarter_row`), register ``i`` column ``col0 + i``; any four
+    consecutive warps cover the 128 rows."""
 
     def __init__(self, cols: int, col0: int = 0):
         self.cols, self.col0 = cols, col0
@@ -198,8 +209,7 @@ class TmemLayout:
         return self.cols
 
     def thread_base(self, warpgroup_thread=None) -> tuple:
-        t = V.thread_idx() % TMEM_LANES if warpgroup_thread is None else warpgroup_thread
-        return t, V.u32(self.col0)
+        return (quarter_row() if warpgroup_thread is None else warpgroup_thread), V.u32(self.col0)
 
     @staticmethod
     def offset(b: int, i: int) -> tuple:
@@ -228,10 +238,10 @@ class TmemFragment:
         """``tcgen05.ld.sync.aligned.32x32b.x{cols}`` of columns ``col0..`` of the accumulator at
         TMEM address ``taddr`` (i32), each warp from its lane quarter, then ``tcgen05.wait::ld``.
         ``cols``: a power of two, 1..128."""
-        if cols < 1 or cols > 128 or cols & (cols - 1):
-            raise ValueError(f"tcgen05.ld 32x32b loads a power of two 1..128 columns, got {cols}")
-        quarter = (V.thread_idx() // 32) % 4
-        addr = taddr + (quarter * 32 << 16) + col0
+        if cols < 1 or cols > MAX_LD_COLUMNS or cols & (cols - 1):
+            raise ValueError(f"tcgen05.ld 32x32b loads a power of two 1..{MAX_LD_COLUMNS} columns, got {cols}")
+        quarter = (V.thread_idx() // QUARTER_LANES) % QUARTERS
+        addr = taddr + (quarter * QUARTER_LANES << 16) + col0
         i32 = ir.IntegerType.get_signless(32)
         res = ir.VectorType.get([cols], i32) if cols > 1 else i32
         v = nvvm.tcgen05_ld(res, ir.Attribute.parse("#nvvm.tcgen05_ldst_shape<shape_32x32b>"), _ptr(addr, 6))

@@ -27,8 +27,10 @@ OUT_DTYPES = Epilogue.OUT_DTYPES                #: what the epilogues write
 EPILOGUE_KINDS = Epilogue.KINDS
 STAGES = TmaWgmmaMainloop.STAGES                #: pipeline depths of the mainloops
 B_MAJORS = ("MN", "K")                          #: B's layouts (CuTe terms); "N" is read as "MN"
-#: the epilogue kind a config gets when it names none, per architecture (default "tma")
+#: the epilogue kind and schedule a config gets when it names none, per architecture (default
+#: "tma" and "multistage")
 DEFAULT_EPILOGUE = {"sm_100a": "global"}
+DEFAULT_SCHEDULE = {"sm_100a": "single_tile"}
 
 
 def kernel_classes(arch: str) -> dict:
@@ -101,6 +103,7 @@ class GemmConfig:
       consumer warpgroups, NVDSL chapter 5), ``"cooperative"`` (persistent, two consumer
       warpgroups split each tile along M; BLOCK_M 128) or ``"pingpong"`` (persistent, two
       consumer warpgroups on alternate tiles; chapter 6). See the README's schedule table.
+      Default: ``"multistage"`` on sm_90a, ``"single_tile"`` on sm_100a (its one kernel so far).
     * ``cluster``: ``(cluster_m, cluster_n)`` CTAs per cluster, ``(1, 1)``, ``(2, 1)``, ``(1, 2)``,
       ``(2, 2)``, ``(4, 1)`` or ``(1, 4)`` (warp-specialized schedules); A is multicast along the
       cluster's N, B along M (both with 2x2).
@@ -142,7 +145,7 @@ class GemmConfig:
     tile: tuple = attrs.field(default=attrs.Factory(lambda self: (128, 128, _k_tile(self.dtype)), takes_self=True),
                               converter=_tile)
     stages: object = attrs.field(default="auto", converter=_stages)
-    schedule: str = attrs.field(default="multistage")
+    schedule: object = attrs.field(default=None)
     b_major: str = attrs.field(default=attrs.Factory(lambda self: _default_b_major(self.dtype), takes_self=True),
                                converter=lambda v: "MN" if v == "N" else v)
     epilogue: object = attrs.field(default=None)
@@ -162,8 +165,15 @@ class GemmConfig:
     reasons: object = attrs.field(default=None, init=False, eq=False, repr=False, hash=False)
 
     def __attrs_post_init__(self):
+        if self.schedule is None:                       # the architecture's default schedule
+            object.__setattr__(self, "schedule", DEFAULT_SCHEDULE.get(self.arch, "multistage"))
+        if not isinstance(self.schedule, str):
+            raise ConfigError(f"schedule must be a string, got {self.schedule!r} ({type(self.schedule).__name__})")
         if self.epilogue is None:                       # the architecture's store: TMA on sm_90a
             object.__setattr__(self, "epilogue", DEFAULT_EPILOGUE.get(self.arch, "tma"))
+        if not isinstance(self.epilogue, (str, list, tuple)):
+            raise ConfigError(f"epilogue must be a string (or a list of fused nodes and a kind), got "
+                              f"{self.epilogue!r} ({type(self.epilogue).__name__})")
         if isinstance(self.epilogue, (list, tuple)):    # epilogue=[nodes..., optional kind]
             self._split_epilogue_list()
         for f in attrs.fields(type(self)):      # every field annotated ``str`` must be one

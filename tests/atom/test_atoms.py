@@ -102,10 +102,14 @@ def test_arch_object():
     from cutedsl.arch import SM90A, get_arch
     from cutedsl.errors import ConfigError
     assert get_arch("sm_90a") is SM90A and SM90A.launch_regs(384) == 168 and SM90A.warps_per_warpgroup == 4
-    with pytest.raises(ConfigError, match="arch must be one of 'sm_90a', got 'sm_100a'"):
-        get_arch("sm_100a")
+    from cutedsl.arch import SM100A
+    assert get_arch("sm_100a") is SM100A and "tcgen05" in SM100A.atoms and "wgmma" not in SM100A.atoms
+    with pytest.raises(ConfigError, match="arch must be one of 'sm_90a', 'sm_100a', got 'sm_120a'"):
+        get_arch("sm_120a")
     with pytest.raises(ConfigError, match="needs tcgen05, which sm_90a does not have"):
         SM90A.require("tcgen05")
+    with pytest.raises(ConfigError, match="needs wgmma, which sm_100a does not have"):
+        SM100A.require("wgmma")
 
 
 def test_fragment_layout_object_matches_the_isa_table():

@@ -235,9 +235,15 @@ class _Cfg:
 
 
 def test_arch_is_a_config_field_passed_down():
-    """Issue 19: the architecture object comes from the config; sm_100a is not there yet."""
-    from cutedsl.arch import SM90A
+    """Issue 19: the architecture object comes from the config; sm_100a (issue 24) picks its own
+    kernels, and an unknown architecture is refused by name."""
+    from cutedsl.arch import SM90A, SM100A
     k = GemmConfig(schedule="pingpong").kernel()
     assert k.arch is SM90A and k.config()["arch"] == "sm_90a" and k.mainloop.arch is SM90A
-    with pytest.raises(ConfigError, match="arch must be one of 'sm_90a', got 'sm_100a'"):
-        GemmConfig(arch="sm_100a")
+    k = GemmConfig(arch="sm_100a", schedule="single_tile").kernel()
+    assert k.arch is SM100A and k.config()["arch"] == "sm_100a" and k.mma_atom == "tcgen05"
+    assert GemmConfig(arch="sm_100a").schedule == "single_tile"      # the architecture's defaults
+    with pytest.raises(ConfigError, match="schedule 'multistage' has no sm_100a kernel"):
+        GemmConfig(arch="sm_100a", schedule="multistage")
+    with pytest.raises(ConfigError, match="arch must be one of 'sm_90a', 'sm_100a', got 'sm_120a'"):
+        GemmConfig(arch="sm_120a")
