@@ -182,10 +182,14 @@ class Umma(SmemOperands):
             nvvm.tcgen05_mma(kind, group, dptr, aj, bj, idesc, en)
 
     @staticmethod
-    def commit(barrier_address) -> None:
+    def commit(barrier_address, cta_mask=None) -> None:
         """``tcgen05.commit`` (by the issuing thread): one arrive on the mbarrier at shared
-        address ``barrier_address`` (i32) once every MMA this thread issued has completed."""
-        nvvm.tcgen05_commit(_ptr(barrier_address, 3), group=ir.Attribute.parse("#nvvm.cta_group<cta_1>"))
+        address ``barrier_address`` (i32) once every MMA this thread issued has completed;
+        with ``cta_mask`` (IR i16, bit r = cluster rank r) on the barrier at the same offset in
+        each of those CTAs (``.multicast::cluster``)."""
+        mask = None if cta_mask is None else V.to_type(cta_mask, "i16", signed=False)
+        nvvm.tcgen05_commit(_ptr(barrier_address, 3), multicast_mask=mask,
+                            group=ir.Attribute.parse("#nvvm.cta_group<cta_1>"))
 
 
 def quarter_row():

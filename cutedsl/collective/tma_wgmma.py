@@ -75,7 +75,7 @@ class TmaWgmmaMainloop:
                  batched: bool = False, a_major: str = "K"):
         if stages not in self.STAGES:
             raise ValueError(f"stages must be {self.STAGES.start}..{self.STAGES.stop - 1}, got {stages}")
-        self.mma_atom = WarpgroupMMA(tile_m // warpgroups, tile_n, dtype, b_major, b_dtype, a_major)
+        self.mma_atom = self.make_mma_atom(tile_m // warpgroups, tile_n, dtype, b_major, b_dtype, a_major)
         self.a_major = a_major
         self.b_dtype = self.mma_atom.b_dtype
         self.batched = batched        #: rank-3 (L, rows, cols) tensor maps, coordinates from ``ops.batch``
@@ -90,6 +90,12 @@ class TmaWgmmaMainloop:
         self.dtype, self.b_major, self.warpgroups = dtype, b_major, warpgroups
         self.wg_m = tile_m // warpgroups
         self.cluster_m, self.cluster_n = cluster
+
+    @staticmethod
+    def make_mma_atom(m: int, n: int, dtype: str, b_major: str, b_dtype, a_major: str):
+        """The MMA atom whose descriptors read the ring (``WarpgroupMMA`` here; a Blackwell
+        mainloop gives ``Umma``: the same shared-memory layouts)."""
+        return WarpgroupMMA(m, n, dtype, b_major, b_dtype, a_major)
 
     # -- static description --------------------------------------------------------
     @property

@@ -30,7 +30,7 @@ B_MAJORS = ("MN", "K")                          #: B's layouts (CuTe terms); "N"
 #: the epilogue kind and schedule a config gets when it names none, per architecture (default
 #: "tma" and "multistage")
 DEFAULT_EPILOGUE = {"sm_100a": "global"}
-DEFAULT_SCHEDULE = {"sm_100a": "single_tile"}
+DEFAULT_SCHEDULE = {"sm_100a": "warp_specialized"}
 
 
 def kernel_classes(arch: str) -> dict:
@@ -38,8 +38,9 @@ def kernel_classes(arch: str) -> dict:
     ones (the architecture is a set of atoms and a mainloop/epilogue choice; configs, Gemm, CLI,
     bench and cache are shared)."""
     from ..kernel import gemm, single_tile_sm100 as sm100, warp_specialized as ws
+    from ..kernel.warp_specialized_sm100 import Sm100WarpSpecializedGemmKernel
     if arch == "sm_100a":
-        return {"single_tile": sm100.Sm100SingleTileGemmKernel}
+        return {"single_tile": sm100.Sm100SingleTileGemmKernel, "warp_specialized": Sm100WarpSpecializedGemmKernel}
     return {"multistage": gemm.MultistageGemmKernel, "single_tile": gemm.SingleTileGemmKernel,
             "warp_specialized": ws.WarpSpecializedGemmKernel, "cooperative": ws.CooperativeGemmKernel,
             "pingpong": ws.PingpongGemmKernel}
@@ -103,7 +104,9 @@ class GemmConfig:
       consumer warpgroups, NVDSL chapter 5), ``"cooperative"`` (persistent, two consumer
       warpgroups split each tile along M; BLOCK_M 128) or ``"pingpong"`` (persistent, two
       consumer warpgroups on alternate tiles; chapter 6). See the README's schedule table.
-      Default: ``"multistage"`` on sm_90a, ``"single_tile"`` on sm_100a (its one kernel so far).
+      On sm_100a: ``"single_tile"`` (the talk's kernel) or ``"warp_specialized"`` (persistent: TMA,
+      MMA and epilogue warps, the accumulator double-buffered in tensor memory). Default:
+      ``"multistage"`` on sm_90a, ``"warp_specialized"`` on sm_100a.
     * ``cluster``: ``(cluster_m, cluster_n)`` CTAs per cluster, ``(1, 1)``, ``(2, 1)``, ``(1, 2)``,
       ``(2, 2)``, ``(4, 1)`` or ``(1, 4)`` (warp-specialized schedules); A is multicast along the
       cluster's N, B along M (both with 2x2).
@@ -210,14 +213,15 @@ class GemmConfig:
         self.kernel()   # fails now (SharedMemoryError) when explicit stages cannot fit
 
     def _split_epilogue_list(self):
-        """``epilogue=["bias:col", "gelu", "global"]``: the kind (default ``"tma"``) and the fused nodes."""
+        """``epilogue=["bias:col", "gelu", "global"]``: the kind (default: the architecture's,
+        ``"tma"`` on sm_90a) and the fused nodes."""
         items = list(self.epilogue)
         kinds = [x for x in items if isinstance(x, str) and x in EPILOGUE_KINDS]
         if len(kinds) > 1:
             raise ConfigError(f"epilogue list names more than one store kind: {kinds}")
         if self.fusion:
             raise ConfigError("give the fused nodes either in epilogue=[...] or in fusion=..., not both")
-        object.__setattr__(self, "epilogue", kinds[0] if kinds else "tma")
+        object.__setattr__(self, "epilogue", kinds[0] if kinds else DEFAULT_EPILOGUE.get(self.arch, "tma"))
         object.__setattr__(self, "fusion", _fusion.parse_nodes([x for x in items if x not in kinds]))
 
     def _check_schedule_fields(self):

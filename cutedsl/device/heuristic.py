@@ -23,8 +23,8 @@ The model, for ``M x N x K`` on ``sm_count`` SMs (132 without a device):
 5. **Stages**: ``"auto"`` (as many as fit in shared memory beside the epilogue).
 
 What the caller fixes (dtype, out_dtype, b_major, epilogue, arch, or any field passed to
-``for_problem``) is kept. On sm_100a the model picks the tile only (:data:`ARCH_FIXED`: the one
-schedule that architecture has so far). The model is checked on a table of shapes in the tests; it has not
+``for_problem``) is kept. On sm_100a the schedule is its persistent warp-specialized kernel
+(:data:`ARCH_FIXED`); tile, cluster, raster and swizzle follow the rules above. The model is checked on a table of shapes in the tests; it has not
 been calibrated on a GPU yet (see docs/performance.md once a GPU run exists).
 """
 from __future__ import annotations
@@ -38,8 +38,9 @@ CANDIDATES = ((128, 256), (128, 128), (64, 256), (128, 64), (64, 128), (64, 64))
 SHORT_K_TILES = 8           #: K at most this many k-tiles is "short" (ping-pong pays off)
 SWIZZLE_MIN_TILES = 8       #: tiles along both dimensions before swizzle 2 helps
 #: an architecture whose kernels are fewer than sm_90a's: the fields the model fixes there, why
-ARCH_FIXED = {"sm_100a": ({"schedule": "single_tile", "epilogue": "global"},
-                          "sm_100a has the single-tile tcgen05 kernel so far (it stores D from registers)")}
+ARCH_FIXED = {"sm_100a": ({"schedule": "warp_specialized", "epilogue": "global"},
+                          "sm_100a's persistent tcgen05 kernel (TMA, MMA and epilogue warps; it stores D "
+                          "from registers)")}
 
 
 def score(m: int, n: int, bm: int, bn: int, sms: int, l: int = 1) -> tuple:

@@ -94,7 +94,11 @@ def test_descriptors_match_the_emulator_decoders():
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(schedule="multistage"), r"schedule 'multistage' has no sm_100a kernel \(yet\); sm_100a has 'single_tile'"),
+    (dict(schedule="multistage"), r"schedule 'multistage' has no sm_100a kernel \(yet\); sm_100a has "
+                                  r"'single_tile' or 'warp_specialized'"),
+    (dict(schedule="cooperative"), r"schedule 'cooperative' has no sm_100a kernel"),
+    (dict(schedule="warp_specialized", epilogue="tma"), r"epilogue='global'"),
+    (dict(schedule="warp_specialized", stages=1), r"stages must be 2\.\.7"),
     (dict(schedule="single_tile", epilogue="tma"), r"epilogue='global' \(a TMA-store epilogue for sm_100a"),
     (dict(schedule="single_tile", tile=(64, 128, 64)), r"tile BLOCK_M must be 128, got 64"),
     (dict(schedule="single_tile", dtype="tf32"), r"tf32 is not built yet"),
@@ -105,9 +109,88 @@ def test_configs_sm100a_cannot_run_yet(kw, match):
 
 
 def test_for_problem_and_backend_choice():
-    """The model picks sm_100a's one schedule; without an sm_100a GPU the run goes to the emulator."""
+    """The model picks sm_100a's persistent kernel; without an sm_100a GPU the run goes to the emulator."""
     from cutedsl.device.selection import resolve
     cfg = GemmConfig.for_problem(300, 200, 100, arch="sm_100a")
-    assert (cfg.schedule, cfg.epilogue, cfg.tile[0]) == ("single_tile", "global", 128)
+    assert (cfg.schedule, cfg.epilogue, cfg.tile[0]) == ("warp_specialized", "global", 128)
+    assert "sm_100a's persistent tcgen05 kernel" in cfg.explain()
     be, why = resolve("auto", "sm_100a")
     assert be.name == "sim" and "sm_100a kernels need a sm_100a GPU" in why
+
+
+# -- the persistent warp-specialized kernel --------------------------------------------------
+
+@pytest.mark.parametrize("dtype,tile_n,b_major,cluster,out", [
+    ("f16", 128, "MN", (1, 1), "f32"),
+    ("bf16", 256, "K", (1, 1), "bf16"),
+    ("f16", 64, "K", (2, 1), "f32"),
+    ("e4m3", 128, "K", (1, 2), "f16"),
+    ("f16", 128, "MN", (2, 2), "f32"),
+])
+def test_warp_specialized_exact(dtype, tile_n, b_major, cluster, out, rng, sim):
+    """2 SMs for 3 x 3 tiles or more (every CTA runs several tiles through both accumulator
+    buffers), 3 k-tiles through 2 stages, partial tiles everywhere."""
+    k_tile = 128 if dtype.startswith("e") else 64
+    cfg = GemmConfig(arch="sm_100a", schedule="warp_specialized", dtype=dtype, out_dtype=out,
+                     tile=(128, tile_n, k_tile), b_major=b_major, cluster=cluster, stages=2, sm_count=2)
+    m = 2 * 128 * cluster[0] + int(rng.integers(1, 128))
+    n = 2 * tile_n * cluster[1] + int(rng.integers(1, tile_n))
+    k = 2 * k_tile + int(rng.integers(1, k_tile))
+    run(cfg, m, n, k, rng, sim)
+
+
+def test_warp_specialized_batched_fused(rng, sim):
+    cfg = GemmConfig(arch="sm_100a", epilogue=["scale_a:row", "bias:col", "relu", "global"], batched=True, sm_count=3)
+    assert cfg.schedule == "warp_specialized"       # sm_100a's default
+    m, n, k = 150, 140, 70
+    a = rng.integers(-4, 5, (3, m, k)).astype(np.float16)
+    b = rng.integers(-4, 5, (k, n)).astype(np.float16)      # shared by the batch
+    sa = rng.integers(-2, 3, m).astype(np.float32)
+    bias = rng.integers(-9, 10, n).astype(np.float32)
+    d = Gemm(cfg, sim)(a, b, scale_a=sa, bias=bias)
+    ref = np.maximum(np.matmul(a.astype(np.float64), b.astype(np.float64)) * sa[:, None] + bias, 0)
+    assert np.array_equal(d.astype(np.float64), ref)
+
+
+def _planted(release_first: bool = False, no_acc_wait: bool = False):
+    """A kernel with one synchronisation removed from the epilogue side."""
+    from cutedsl.kernel.warp_specialized_sm100 import Sm100WarpSpecializedGemmKernel
+
+    class Planted(Sm100WarpSpecializedGemmKernel):
+        def epilogue_loop(self, args, smem, accp, tmem):
+            if release_first:           # release the buffer before reading it
+                real = accp.consumer_release
+                accp.consumer_wait = (lambda wait: (lambda st: (wait(st), real(st))))(accp.consumer_wait)
+                accp.consumer_release = lambda st: None
+            if no_acc_wait:             # read the accumulator without waiting for its commit
+                accp.consumer_wait = lambda st: None
+            return super().epilogue_loop(args, smem, accp, tmem)
+    return Planted
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(release_first=True), r"data race on tensor memory lane \d+ column \d+"),
+    (dict(no_acc_wait=True), r"data race on tensor memory lane \d+ column \d+"),
+])
+def test_planted_tmem_bugs_are_reported(kw, match, rng):
+    """The next tile's MMA overwriting an accumulator the epilogue has not read yet, and the
+    epilogue's tcgen05.ld before the commit's mbarrier wait: each reported in one eager run."""
+    from cutedsl.sim import RaceError, SimBackend
+    cfg = GemmConfig(arch="sm_100a", tile=(128, 64, 64), stages=2, sm_count=1)
+    a = rng.integers(-4, 5, (300, 100)).astype(np.float16)
+    b = rng.integers(-4, 5, (100, 200)).astype(np.float16)
+    with pytest.raises(RaceError, match=match):
+        Gemm(cfg, SimBackend(), kernel=_planted(**kw))(a, b)
+
+
+def test_warp_specialized_sass():
+    """Per k-tile the MMA warp's loop issues the 4 UTCHMMA straight (no loop around each: the
+    elected lane keeps the operands uniform) and the release commit; budget 60; no spills."""
+    from cutedsl.compiler.sass_loops import kernel_hot_loop
+    k = GemmConfig(arch="sm_100a", tile=(128, 256, 64), stages=4).kernel().compile()
+    r = k.resources
+    assert r.spill_stores == r.spill_loads == 0
+    loop = kernel_hot_loop(k, "UTCHMMA")
+    h = loop["histogram"]
+    assert h.get("UTCHMMA") == 4 and h.get("UTCBAR") == 1 and h.get("SYNCS") == 1, loop
+    assert loop["instructions"] <= 60, loop

@@ -1,0 +1,190 @@
+"""The persistent warp-specialized Blackwell GEMM (sm_100a; CUTLASS ``KernelTmaWarpSpecialized``
+for sm100 with a 1-SM MMA), from the same collectives as the Hopper kernels.
+
+Roles (6 warps, 192 threads): warp 0 -- one thread runs the producer loop (the sm_90 kernels'
+:meth:`~cutedsl.kernel.warp_specialized.WarpSpecializedGemmKernel.producer`, TMA multicast in
+clusters); warp 1 -- allocates the tensor memory and an elected lane issues every ``tcgen05.mma``
+(:meth:`~cutedsl.collective.tcgen05_mainloop.Tcgen05Mainloop.mma_loop`); warps 2-5 -- the
+epilogue, each reading its lane quarter of the accumulator with ``tcgen05.ld``.
+
+The accumulator is **double-buffered in TMEM** (``2 x tile_n`` columns): a second pipeline of
+two slots (the same :class:`~cutedsl.collective.pipeline.TmaPipeline` protocol: a full barrier
+the MMA thread's ``tcgen05.commit`` completes when the tile's MMAs are done, an empty barrier
+every epilogue thread arrives on after its last ``tcgen05.ld``) lets the MMAs of the next tile
+run while the epilogue stores this one. All three roles walk the persistent tile scheduler's
+work tiles in the same order. At the end the CTA synchronises and warp 1 frees the columns.
+"""
+from __future__ import annotations
+
+from ..collective.pipeline import PipelineState, TmaPipeline
+from ..collective.tcgen05_mainloop import Tcgen05Mainloop
+from ..ir._lazy import lazy
+from .gemm import KernelPlan
+from .warp_specialized import WarpSpecializedGemmKernel
+
+cir = lazy("cutedsl.ir")
+
+PRODUCER_WARP, MMA_WARP, FIRST_EPILOGUE_WARP = 0, 1, 2
+ACC_STAGES = 2                      #: accumulator buffers in tensor memory
+#: accumulator columns per tcgen05.ld in the epilogue (see the single-tile kernel's choice)
+EPILOGUE_COLUMNS = 16
+
+
+class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
+    """Persistent; see the module docstring. ``tile_m`` 128, ``tile_n`` 64/128/256; ``stages``
+    2..7; ``cluster`` as the sm_90 kernels (TMA multicast, commit multicast of the releases);
+    the ``global`` epilogue (fused nodes and batches as everywhere)."""
+
+    name = "gemm_warp_specialized_sm100"
+    mma_atom = "tcgen05"
+    mainloop_cls = Tcgen05Mainloop
+    persistent = True
+    TILE_M = (128,)
+
+    @classmethod
+    def split_for(cls, tile_m: int, tile_n: int) -> int:
+        return 1
+
+    @classmethod
+    def schedule_reason(cls, tile_m, tile_n, stages, cluster) -> str | None:
+        from ..collective.warp_specialized import CLUSTERS
+        if tuple(cluster) not in CLUSTERS:
+            return f"cluster must be one of {CLUSTERS} (cluster_m, cluster_n), got {tuple(cluster)}"
+        if stages != "auto" and stages not in cls.STAGES:
+            return (f"{cls.name}: stages must be {cls.STAGES.start}..{cls.STAGES.stop - 1} (the producer fills "
+                    f"one stage while the MMAs read another), got {stages}")
+        return None
+
+    @classmethod
+    def can_implement(cls, config) -> str | None:
+        why = super().can_implement(config)
+        if why:
+            return why
+        if config.epilogue != "global":
+            return ("the sm_100a kernels store D from the registers tcgen05.ld fills: epilogue='global' "
+                    "(a TMA-store epilogue for sm_100a is not built yet)")
+        if config.dtype == "tf32" or (config.b_dtype or config.dtype) == "tf32":
+            return "the sm_100a kernels take f16, bf16, e4m3 and e5m2 operands so far (tf32 is not built yet)"
+        if config.decomposition != "data-parallel":
+            return "stream-K / split-K are not built for sm_100a yet: decomposition='data-parallel'"
+        return None
+
+    def make_plan(self) -> KernelPlan:
+        self.check()
+        warps = FIRST_EPILOGUE_WARP + self.arch.warps_per_warpgroup
+        return KernelPlan(split_warpgroups=1, consumer_warpgroups=1, producer_warpgroup=True,
+                          threads=warps * self.arch.warp_threads)
+
+    @property
+    def launch_registers(self):
+        return None                 # no setmaxnreg: ptxas sizes the kernel (192 threads)
+
+    @property
+    def epilogue_threads(self) -> int:
+        return self.arch.warpgroup_threads
+
+    def plan_extra(self, plan) -> None:
+        plan.barriers("acc_full", ACC_STAGES)
+        plan.barriers("acc_empty", ACC_STAGES)
+
+    def config(self) -> dict:
+        return {**super().config(), "acc_stages": ACC_STAGES}
+
+    # -- IR ------------------------------------------------------------------------
+    def define(self):
+        from mlir.dialects import gpu
+        from ..atom import MBarriers
+        from ..atom.tcgen05 import TensorMemory
+        from ..ir import If, KernelBuilder, thread_idx
+        from ..ir.smem_tile import static_word
+        from ..ir.values import warp_uniform
+        plan = self.smem_plan()
+        cs = self.cluster[0] * self.cluster[1]
+        kb = KernelBuilder(self.name, self.params(), block=(self.threads, 1, 1), arch=self.arch,
+                           cluster=(cs, 1, 1) if cs > 1 else None)
+        ml = self.mainloop
+        with kb.build() as args:
+            smem = plan.bind()
+            tid = thread_idx()
+            leader = tid.eq(0)
+            warp = warp_uniform(tid // self.arch.warp_threads)
+            lane0 = (tid % self.arch.warp_threads).eq(0)
+            pipeline = TmaPipeline(MBarriers(smem.barriers("full"), self.stages), ml.stage_bytes,
+                                   MBarriers(smem.barriers("empty"), self.stages), consumers=1,
+                                   cluster=self.cluster)
+            accp = TmaPipeline(MBarriers(smem.barriers("acc_full"), ACC_STAGES), 0,
+                               MBarriers(smem.barriers("acc_empty"), ACC_STAGES), consumers=self.epilogue_threads)
+            self.epilogue.init(smem, leader)
+            accp.init(leader)
+            pipeline.init(leader)
+            tmem = TensorMemory(static_word("tmem_address"), TensorMemory.columns_for(ACC_STAGES * self.tile_n))
+            with If(warp.eq(MMA_WARP)):
+                tmem.alloc()
+                TensorMemory.relinquish()
+            ops = ml.bind(smem, args, self.operand_atoms(args))
+            ml.prefetch(ops, predicate=leader)
+            TensorMemory.fence_before()
+            pipeline.sync_after_init()
+            TensorMemory.fence_after()
+            self.bind_problem(args)
+            self.scheduler.k_tiles      # emitted here: every role uses it
+            with If(warp.eq(PRODUCER_WARP) & lane0):
+                self.producer(ops, pipeline)
+            with If(warp.eq(MMA_WARP)):
+                self.mma_issuer(ops, pipeline, accp, tmem)
+            with If(warp >= FIRST_EPILOGUE_WARP):
+                self.epilogue_loop(args, smem, accp, tmem)
+            TensorMemory.fence_before()
+            gpu.barrier()               # every role done: the epilogue read the last accumulator
+            with If(warp.eq(MMA_WARP)):
+                TensorMemory.fence_after()
+                tmem.dealloc(tmem.address())
+        return kb, plan.dynamic_bytes, ml.tensor_maps() + self.epilogue.tensor_maps()
+
+    def mma_issuer(self, ops, pipeline, accp, tmem) -> None:
+        """The MMA warp (an elected lane issues): per work tile, wait for a free accumulator
+        buffer, run the tile's k-tiles into it, commit its completion to the buffer's full
+        barrier."""
+        from ..atom.sync import elect_one
+        from ..atom.tcgen05 import TensorMemory, Umma
+        sch, s, ml = self.scheduler, self.stages, self.mainloop
+        d0 = tmem.address()
+        mask = ml.release_mask()
+        loop = cir.Loop(0, sch.work_count(), carry=PipelineState(s).carry() + PipelineState(ACC_STAGES).carry())
+        for i, carried in loop:
+            st = PipelineState.from_carry(s, carried[:2])
+            acc = PipelineState.from_carry(ACC_STAGES, carried[2:])
+            wt = self.work_tile(i)
+            _, k_count = self.k_range(wt)
+            accp.producer_acquire(acc)              # the epilogue has read this buffer's last tile
+            TensorMemory.fence_after()
+            st = ml.mma_loop(ops, pipeline, st, k_count, d0 + acc.index * self.tile_n, mask)
+            with cir.If(elect_one()):
+                Umma.commit(accp.full.address(acc.index))
+            loop.next(*st.carry(), *acc.advance().carry())
+
+    def epilogue_loop(self, args, smem, accp, tmem) -> None:
+        """Warps 2-5: per work tile, wait for its accumulator, load it in column chunks (each
+        warp its lane quarter), release the buffer after the last load, store every chunk."""
+        from ..atom.tcgen05 import TensorMemory, TmemFragment
+        sch = self.scheduler
+        d0 = tmem.address()
+        cols = min(EPILOGUE_COLUMNS, self.tile_n)
+        loop = cir.Loop(0, sch.work_count(), carry=PipelineState(ACC_STAGES).carry())
+        for i, carried in loop:
+            acc = PipelineState.from_carry(ACC_STAGES, carried)
+            wt = self.work_tile(i)
+            accp.consumer_wait(acc)
+            TensorMemory.fence_after()
+            d = d0 + acc.index * self.tile_n
+            ctx = self.epilogue_context(args, smem, wt, 0, 0)
+            for c0 in range(0, self.tile_n, cols):
+                frag = TmemFragment.load(d, c0, cols)
+                if c0 + cols == self.tile_n:        # the last load: the MMAs may reuse the buffer
+                    TensorMemory.fence_before()
+                    accp.consumer_release(acc)
+                self.epilogue.store(frag, ctx)
+            loop.next(*acc.advance().carry())
+
+
+__all__ = ["Sm100WarpSpecializedGemmKernel"]
