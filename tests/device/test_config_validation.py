@@ -242,7 +242,7 @@ def test_arch_is_a_config_field_passed_down():
     assert k.arch is SM90A and k.config()["arch"] == "sm_90a" and k.mainloop.arch is SM90A
     k = GemmConfig(arch="sm_100a", schedule="single_tile").kernel()
     assert k.arch is SM100A and k.config()["arch"] == "sm_100a" and k.mma_atom == "tcgen05"
-    assert GemmConfig(arch="sm_100a").schedule == "single_tile"      # the architecture's defaults
+    assert GemmConfig(arch="sm_100a").schedule == "warp_specialized"      # the architecture's defaults
     with pytest.raises(ConfigError, match="schedule 'multistage' has no sm_100a kernel"):
         GemmConfig(arch="sm_100a", schedule="multistage")
     with pytest.raises(ConfigError, match="arch must be one of 'sm_90a', 'sm_100a', got 'sm_120a'"):
