@@ -1,4 +1,5 @@
-"""Fidelity on PTX this project did not write: Triton 3.9's sm_90a matmul kernels on the emulator.
+"""Fidelity on PTX this project did not write: Triton 3.9's sm_90a and sm_100a matmul kernels on
+the emulator.
 
 The PTX under ``tests/sim/triton_ptx/`` was produced by ``tests/sim/triton_ptx/generate_fixtures.py``
 (Triton is not needed here). Each test builds the kernel's parameters the way Triton's
@@ -45,7 +46,8 @@ def launch(emu, name, grid, values, meta, ptx=None):
 
 def test_fixture_metadata_matches_ptx():
     # The JSON describes the PTX it sits next to: entry, parameter count, thread count.
-    for name in ("triton_mm_ptr", "triton_mm_ptr_small", "triton_mm_tma", "triton_mm_ws"):
+    for name in ("triton_mm_ptr", "triton_mm_ptr_small", "triton_mm_tma", "triton_mm_ws", "triton_mm_ptr_sm100",
+                 "triton_mm_tma_sm100"):
         ptx, meta = fixture(name)
         assert f".visible .entry {meta['entry']}(" in ptx, name
         decls = re.findall(rf"^\s*\.param (.*) {meta['entry']}_param_\d+(\[128\])?,?$", ptx, re.M)
@@ -55,6 +57,7 @@ def test_fixture_metadata_matches_ptx():
             assert (kind == "tensormap") == (byval == "[128]" and ".align 64" in ptype), (name, pname)
         assert f".reqntid {meta['block'][0]}" in ptx, name
         assert meta["triton_version"].startswith("3.9"), name
+        assert f".target {meta['target']}" in ptx, name
 
 
 def run_pointer_matmul(emu, rng, ptx=None, name="triton_mm_ptr", shape=(200, 72, 80)):
@@ -107,8 +110,21 @@ def host_descriptor(emu, meta, index, buf, shape, dtype):
 
 
 @pytest.mark.sim_kernel
-def test_tma_descriptor_matmul_bit_exact(rng):
-    ptx, meta = fixture("triton_mm_tma")
+def test_blackwell_pointer_matmul_bit_exact(rng, sim_seed):
+    """Triton's sm_100a lowering: cp.async into shared memory, tcgen05.mma into tensor memory
+    (alloc, commit -> mbarrier, tcgen05.ld, dealloc), race checks on, eager and adversarial."""
+    ptx, meta = fixture("triton_mm_ptr_sm100")
+    for needle in ("tcgen05.alloc", "tcgen05.mma.cta_group::1.kind::f16", "tcgen05.commit", "tcgen05.ld",
+                   "tcgen05.dealloc", ".target sm_100a"):
+        assert needle in ptx, needle
+    out, ref = run_pointer_matmul(Emulator(), rng, name="triton_mm_ptr_sm100", shape=(200, 72, 80))
+    assert np.array_equal(out, ref), f"input seed {rng.seed_value}, chaos seed {sim_seed}"
+
+
+@pytest.mark.sim_kernel
+@pytest.mark.parametrize("fx", ["triton_mm_tma", "triton_mm_tma_sm100"])
+def test_tma_descriptor_matmul_bit_exact(fx, rng):
+    ptx, meta = fixture(fx)
     assert "cp.async.bulk.tensor.2d.shared::cluster.global" in ptx or "cp.async.bulk.tensor.2d.shared" in ptx
     c = meta["constexprs"]
     m, n, k = 100, 72, 88            # K tail of 24 zero-filled by TMA, C store clipped
@@ -123,7 +139,7 @@ def test_tma_descriptor_matmul_bit_exact(rng):
         vals[name] = tmap
         vals.update({f"{name}.shape{j}": sh[j] for j in range(2)})
         vals.update({f"{name}.stride{j}": st[j] for j in range(2)})
-    launch(emu, "triton_mm_tma", (cdiv(m, c["BLOCK_M"]), cdiv(n, c["BLOCK_N"]), 1), vals, meta)
+    launch(emu, fx, (cdiv(m, c["BLOCK_M"]), cdiv(n, c["BLOCK_N"]), 1), vals, meta)
     assert np.array_equal(emu.to_host(out, (m, n), np.float16).astype(np.float64), ref), f"seed {rng.seed_value}"
 
 

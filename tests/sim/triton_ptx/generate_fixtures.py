@@ -1,5 +1,6 @@
-"""Compile three Triton matmul kernels for sm_90a ahead of time and save their PTX as emulator
-fixtures (PTX this project did not write; issue 12 "Fidelity on foreign PTX").
+"""Compile Triton matmul kernels for sm_90a and sm_100a ahead of time and save their PTX as
+emulator fixtures (PTX this project did not write; issue 12 "Fidelity on foreign PTX", issue 23
+for the Blackwell ones).
 
 Triton is NOT a dependency of cutedsl. Run it from its own virtual environment (no GPU needed):
 
@@ -24,6 +25,9 @@ The kernels are written here in the style of Triton's tutorials (03 matrix multi
   path (``ldmatrix`` + ``mma.sync.m16n8k16``) since a warpgroup's wgmma needs 64 rows.
 * ``triton_mm_tma``: host-side tensor descriptors (``TensorDescriptor`` on the host)
   -> TMA loads with mbarriers, ``wgmma``, TMA store of an f16 C.
+* ``triton_mm_ptr_sm100`` / ``triton_mm_tma_sm100``: the pointer and TMA kernels compiled for
+  sm_100a on 128-row tiles: ``tcgen05.mma`` into tensor memory, ``tcgen05.commit`` to an
+  mbarrier, ``tcgen05.ld`` of the accumulator (no GPU needed to compile them).
 * ``triton_mm_ws``: persistent, warp-specialized (``tl.range(..., warp_specialize=True)``)
   with device-side descriptors (``tl.make_tensor_descriptor``), 384 threads: tensor maps are written to the
   global scratch with ``tensormap.replace``, a producer warp issues TMA, ``setmaxnreg``
@@ -44,6 +48,7 @@ from triton.compiler import ASTSource  # noqa: E402
 
 HERE = pathlib.Path(__file__).parent
 TARGET = GPUTarget("cuda", 90, 32)
+TARGET_SM100 = GPUTarget("cuda", 100, 32)       #: Blackwell: tcgen05.mma with the accumulator in TMEM
 DIV16 = [["tt.divisibility", 16]]
 
 
@@ -117,10 +122,10 @@ def triton_mm_ws(a_ptr, b_ptr, c_ptr, M, N, K, num_programs,
         c_desc.store([off_m, off_n], acc)
 
 
-def _compile(fn, signature, constexprs, div16, num_warps, num_stages):
+def _compile(fn, signature, constexprs, div16, num_warps, num_stages, target=TARGET):
     attrs = {(list(signature).index(n),): DIV16 for n in div16}
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
-    return triton.compile(src, target=TARGET, options={"num_warps": num_warps, "num_stages": num_stages})
+    return triton.compile(src, target=target, options={"num_warps": num_warps, "num_stages": num_stages})
 
 
 def _param_layout(signature, tensordesc_meta):
@@ -149,6 +154,7 @@ def save(name, ck, signature, constexprs, grid, shape):
     md = ck.metadata
     meta = {
         "triton_version": triton.__version__,
+        "target": f"sm_{ck.metadata.target.arch}",
         "entry": md.name,
         "num_warps": md.num_warps,
         "num_stages": md.num_stages,
@@ -197,6 +203,26 @@ def main():
     save("triton_mm_tma", ck, sig, tile, ["cdiv(M, BLOCK_M)", "cdiv(N, BLOCK_N)", "1"],
          {"K": "multiple of 8 (16-byte row pitch); M, N any",
           "descriptors": "a: M x K, b: N x K, c: M x N, all row-major f16, box [64, 64]"})
+
+    # Blackwell (sm_100): the same pointer and TMA-descriptor kernels on 128-row tiles, which
+    # Triton lowers to tcgen05.mma with the accumulator in tensor memory (alloc, commit to an
+    # mbarrier, tcgen05.ld of the result, dealloc)
+    sig = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32",
+           "stride_am": "i32", "stride_bn": "i32", "stride_cm": "i32",
+           "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
+    tile = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32}
+    ck = _compile(triton_mm_ptr, sig, tile, ["a_ptr", "b_ptr", "c_ptr", "K", "stride_am", "stride_bn",
+                                             "stride_cm"], num_warps=4, num_stages=3, target=TARGET_SM100)
+    save("triton_mm_ptr_sm100", ck, sig, tile, ["cdiv(M, BLOCK_M)", "cdiv(N, BLOCK_N)", "1"],
+         {"K": "multiple of 16 (16-byte vector loads); M, N any", "strides": "K, K, N (elements)"})
+    tile = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64}
+    sig = {"a_desc": "tensordesc<fp16[128, 64]>", "b_desc": "tensordesc<fp16[64, 64]>",
+           "c_desc": "tensordesc<fp16[128, 64]>", "M": "i32", "N": "i32", "K": "i32",
+           "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
+    ck = _compile(triton_mm_tma, sig, tile, [], num_warps=4, num_stages=3, target=TARGET_SM100)
+    save("triton_mm_tma_sm100", ck, sig, tile, ["cdiv(M, BLOCK_M)", "cdiv(N, BLOCK_N)", "1"],
+         {"K": "multiple of 8 (16-byte row pitch); M, N any",
+          "descriptors": "a: M x K (box 128 x 64), b: N x K (box 64 x 64), c: M x N (box 128 x 64), row-major f16"})
 
     tile = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 2}
     sig = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32",
