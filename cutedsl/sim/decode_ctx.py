@@ -269,11 +269,13 @@ class DecodeCtx:
         """Closure ``w -> address`` (uint64 scalar) of a symbol in its own state space."""
         sym = self.prog.symbols[name]
         space, val = sym
-        if space == "shared_dyn":
-            return lambda w: w.cta.dyn_base
+        if space == "shared_dyn":           # shared addresses carry the CTA's cluster rank (memory.py)
+            return lambda w: np.uint64(w.cta.dyn_base) | w.cta.rank_bits
         if space == "global":
             return lambda w: np.uint64(w.launch.global_addr(name))
         v = np.uint64(val)
+        if space == "shared":
+            return lambda w: v | w.cta.rank_bits
         return lambda w: v
 
     def addr(self, op):

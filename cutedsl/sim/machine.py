@@ -187,27 +187,29 @@ class Warp:
             return
         if space in ("shared", "shared::cta", "shared::cluster"):
             rk = a >> np.uint64(RANK_SHIFT)
-            if space != "shared::cluster" and np.any(rk):
-                i = int(np.flatnonzero(rk)[0])
+            own = self.cta.rank
+            if space != "shared::cluster" and np.any(rk != own):
+                i = int(np.flatnonzero(rk != own)[0])
                 self._fail(what, int(a[i]), nb, space, ins, int(lanes[i]),
-                           "shared::cta access with a shared::cluster (mapa) address")
-            u = np.unique(rk) if space == "shared::cluster" else (0,)
+                           f"shared::cta access with the address of cluster rank {int(rk[i])} (this CTA is "
+                           f"rank {own}): another CTA's shared memory is reached through shared::cluster")
+            u = np.unique(rk) if space == "shared::cluster" else (own,)
             for r in u:
                 sel = None if len(u) == 1 else (rk == r)
                 aa = a if sel is None else a[sel]
                 r = int(r)
-                if r == 0:
+                if r == own:
                     cta = self.cta
                 else:
                     cl = self.cta.cluster
-                    if r - 1 >= len(cl.ctas):
+                    if r >= len(cl.ctas):
                         i = int(np.flatnonzero(rk == r)[0]) if sel is not None else 0
                         self._fail(what, int(aa.flat[0]), nb, space, ins, int(lanes[i]),
-                                   f"cluster rank {r - 1} does not exist (cluster has {len(cl.ctas)} CTAs)")
-                    cta = cl.ctas[r - 1]
+                                   f"cluster rank {r} does not exist (cluster has {len(cl.ctas)} CTAs)")
+                    cta = cl.ctas[r]
                     if cta.exited:
                         self._fail(what, int(aa.flat[0]), nb, space, ins, int(lanes[0]),
-                                   f"distributed shared memory of CTA rank {r - 1}, which has exited")
+                                   f"distributed shared memory of CTA rank {r}, which has exited")
                 off = (aa & np.uint64(OFF_MASK)).astype(np.int64)
                 yield sel, cta.sv, off, cta.smem_size, cta, space
             return
@@ -356,6 +358,7 @@ class CTA:
         self.ctaid = ctaid
         self.cluster = cluster
         self.rank = rank
+        self.rank_bits = np.uint64(rank << RANK_SHIFT)    #: in every shared address of this CTA
         self.exited = False
         self.dyn_base = launch.dyn_base
         self.smem_size = launch.smem_total

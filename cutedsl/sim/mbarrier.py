@@ -99,14 +99,15 @@ def mbar_targets(w, a, space, ins, lanes):
         rank = v >> RANK_SHIFT
         off = v & OFF_MASK
         cta = w.cta
-        if rank:
+        if rank != cta.rank:
             if space not in ("shared::cluster", "generic"):
-                raise SimRuntimeError(f"remote mbarrier address with .{space}\n    at {ins.where()}")
+                raise SimRuntimeError(f"mbarrier address of cluster rank {rank} with .{space} (this CTA is rank "
+                                      f"{cta.rank})\n    at {ins.where()}")
             cl = w.cta.cluster
-            if rank - 1 >= len(cl.ctas):
-                raise SimRuntimeError(f"mbarrier address names cluster rank {rank - 1}, cluster has "
+            if rank >= len(cl.ctas):
+                raise SimRuntimeError(f"mbarrier address names cluster rank {rank}, cluster has "
                                       f"{len(cl.ctas)} CTAs\n    at {ins.where()}")
-            cta = cl.ctas[rank - 1]
+            cta = cl.ctas[rank]
         if off % 8 or off + 8 > cta.smem_size:
             raise SimRuntimeError(f"mbarrier address offset {off} is misaligned or outside shared memory "
                                   f"({cta.smem_size} B)\n    at {ins.where()}")

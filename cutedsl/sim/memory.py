@@ -10,9 +10,13 @@ generic window of param space     ``PARAM_WIN + offset`` into the kernel-paramet
 generic window of local space     ``LOCAL_WIN + offset`` (per thread)
 ================================  =====================================================
 
-Shared addresses: a ``.shared::cta`` address is the byte offset in the CTA's shared memory;
-a ``.shared::cluster`` address is either such an offset (the executing CTA) or
-``((rank + 1) << 24) | offset`` for CTA ``rank`` of the cluster (what ``mapa`` returns).
+Shared addresses carry the CTA's cluster rank, as on the hardware: the shared address of byte
+``offset`` of the CTA with cluster rank ``r`` is ``(r << 24) | offset`` -- its own ``.shared::cta``
+addresses (a shared symbol, the dynamic shared memory) and, in ``.shared::cluster``, the address
+other CTAs reach it by (what ``mapa`` returns). Without a cluster every CTA is rank 0. So code
+that derives a peer's address by bit operations (2-CTA kernels clear bit 24 to name the even CTA
+of the pair: ``address & 0xFEFFFFF8``) works as on the GPU; a ``.shared::cta`` access with
+another CTA's rank is an error.
 """
 from __future__ import annotations
 

@@ -121,11 +121,11 @@ def _smem_dest(w, addr, ins, what, align=128):
     rank = a >> RANK_SHIFT
     off = a & OFF_MASK
     cta = w.cta
-    if rank:
+    if rank != cta.rank:
         cl = w.cta.cluster
-        if rank - 1 >= len(cl.ctas):
-            raise SimRuntimeError(f"{what}: cluster rank {rank - 1} does not exist\n    at {ins.where()}")
-        cta = cl.ctas[rank - 1]
+        if rank >= len(cl.ctas):
+            raise SimRuntimeError(f"{what}: cluster rank {rank} does not exist\n    at {ins.where()}")
+        cta = cl.ctas[rank]
     if off % align:
         raise SimRuntimeError(f"{what}: shared-memory address {off} is not {align}-byte aligned\n    at {ins.where()}")
     return cta, off

@@ -204,8 +204,9 @@ def _dec_matrix(ctx, ins, mods, ops, store):
                 return BLOCKED
             raise SimRuntimeError(f"{ins.opcode} needs all 32 lanes\n    at {ins.where()}")
         p = np.broadcast_to(np.asarray(addr(w), np.uint64), (32,))
-        if np.any(p >> np.uint64(RANK_SHIFT)):
-            raise SimRuntimeError(f"{ins.opcode} address is not a shared::cta address\n    at {ins.where()}")
+        if np.any((p >> np.uint64(RANK_SHIFT)) != w.cta.rank):
+            raise SimRuntimeError(f"{ins.opcode} address is not a shared::cta address of this CTA\n    at {ins.where()}")
+        p = p & np.uint64(OFF_MASK)
         ad = _matrix_addrs(p, nmat, trans)
         cta = w.cta
         if np.any(ad < 0) or np.any(ad + 2 > cta.smem_size) or np.any(ad & 1) or np.any(p & np.uint64(15)):
@@ -260,7 +261,7 @@ def dec_mapa(ctx, ins, mods, ops):
         n = len(w.cta.cluster.ctas)
         if np.any(b[m] >= n) if m is not None else np.any(b >= n):   # only the executing lanes
             raise SimRuntimeError(f"mapa to CTA rank {int(np.max(b))} in a {n}-CTA cluster\n    at {ins.where()}")
-        r = ((b + np.uint64(1)) << np.uint64(RANK_SHIFT)) | (a & np.uint64(OFF_MASK))
+        r = (b << np.uint64(RANK_SHIFT)) | (a & np.uint64(OFF_MASK))
         if generic:
             r = r + np.uint64(SHARED_WIN)
         wd(w, m, r.astype(np.dtype(t.replace("u", "uint"))))
@@ -277,8 +278,7 @@ def dec_getctarank(ctx, ins, mods, ops):
         a = np.asarray(ra(w), np.uint64)
         if generic:
             a = a - np.uint64(SHARED_WIN)
-        r = (a >> np.uint64(RANK_SHIFT)).astype(np.int64)
-        wd(w, m, np.where(r == 0, w.cta.rank, r - 1).astype(np.uint32))
+        wd(w, m, (a >> np.uint64(RANK_SHIFT)).astype(np.uint32))
     return fn
 
 

@@ -157,3 +157,48 @@ def test_param_scalars_and_module_globals():
     emu.launch(prog, 1, 1, [out, 40, 1.5])
     r = emu.to_host(out, (2,), np.uint32)
     assert r[0] == 42 and r[1:].view(np.float32)[0] == 1.5
+
+
+# -- shared addresses carry the cluster rank (issue 23) ------------------------------------
+
+RANK_BITS = """
+\t.shared .align 8 .b64 bar;
+\tld.param.u64 %rd1, [p_out];
+\tcvta.to.global.u64 %rd1, %rd1;
+\tmov.u32 %r1, %tid.x;
+\tmov.u32 %r2, %cluster_ctarank;
+\tmov.u32 %r3, bar;
+\tmapa.shared::cluster.u32 %r4, %r3, 1;
+\tand.b32 %r5, %r3, 0xFEFFFFF8;
+\tgetctarank.shared::cluster.u32 %r6, %r5;
+\tshl.b32 %r7, %r2, 2;
+\tcvt.u64.u32 %rd2, %r7;
+\tmul.lo.u64 %rd2, %rd2, 4;
+\tadd.s64 %rd3, %rd1, %rd2;
+\tst.global.v4.u32 [%rd3], {%r3, %r4, %r5, %r6};
+"""
+
+
+def test_shared_addresses_carry_the_cluster_rank():
+    """As on the GPU: a CTA's own shared address has its rank at bit 24, mapa gives the peer's,
+    and clearing bit 24 (CUTLASS's 2-CTA idiom) names the even CTA of the pair."""
+    from simkit import kernel
+    emu = Emulator()
+    out = emu.to_device(np.zeros(8, np.uint32))
+    emu.launch(load_ptx(kernel(RANK_BITS)), 2, 32, [out], cluster=(2, 1, 1))
+    r = emu.to_host(out, (2, 4), np.uint32)
+    off = int(r[0, 0])
+    assert off < 1 << 24
+    assert r[1, 0] == (1 << 24) | off                  # rank 1's own address
+    assert (r[:, 1] == (1 << 24) | off).all()          # mapa to rank 1 from either CTA
+    assert (r[:, 2] == off & 0xFEFFFFF8).all() and (r[:, 3] == 0).all()
+
+
+def test_shared_cta_access_with_another_rank_is_refused():
+    from simkit import kernel
+    body = "\t.shared .align 4 .b32 w;\n\tmov.u32 %r1, w;\n\tmapa.shared::cluster.u32 %r2, %r1, 1;\n" \
+           "\tld.shared::cta.u32 %r3, [%r2];\n"
+    emu = Emulator()
+    with pytest.raises(MemoryAccessError, match=r"shared::cta access with the address of cluster rank 1 "
+                                                r"\(this CTA is rank 0\)"):
+        emu.launch(load_ptx(kernel(body)), 2, 32, [emu.to_device(np.zeros(1, np.uint32))], cluster=(2, 1, 1))
