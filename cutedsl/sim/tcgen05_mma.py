@@ -1,7 +1,7 @@
 """Blackwell ``tcgen05.mma`` (sm_100a): instruction descriptor, sm_100 shared-memory
 descriptors, the accumulator in tensor memory, and ``tcgen05.commit`` completion (issue 23).
 
-``tcgen05.mma.cta_group::1.kind::K [d], a, b, idesc{, {mask}}, enable_input_d{, scale_input_d}``
+``tcgen05.mma.cta_group::G.kind::K [d], a, b, idesc{, {mask}}, enable_input_d{, scale_input_d}``
 is issued by **one thread** (each executing lane issues one MMA): ``D[M x N] (TMEM) = A[M x K]
 x B[K x N] + (enable_input_d ? D * 2^-scale_input_d : 0)``. A is a shared-memory descriptor or
 (``[a]``) a TMEM address, B a shared-memory descriptor, D a TMEM address. K is 32 bytes of the
@@ -23,7 +23,7 @@ bits     field               values
 13, 14   negate A, B         float kinds only
 15, 16   transpose A, B      0 K-major, 1 MN-major (not for the 6- and 4-bit types)
 17-22    N >> 3              N = 8..256 (multiple of 8 for M = 64, of 16 for M = 128)
-24-28    M >> 4              64 or 128 with cta_group::1
+24-28    M >> 4              64 or 128 with cta_group::1; 256 with cta_group::2
 30-31    max shift           ``.ws`` only (must be 0)
 =======  ==================  ================================================================
 
@@ -39,8 +39,14 @@ M = 128 row ``m`` is lane ``m``; with M = 64 rows 16q..16q+15 are lanes 32q..32q
 half of each lane quarter); column ``n`` is the address's column + ``n``. The address's lane
 field must be 0. A from TMEM (M = 128): row ``m`` at lane ``m``, K packed little-endian into
 32-bit columns. ``{mask}`` (4 registers): bit ``i`` of register ``j`` keeps lane ``32j + i``
-from being written. An f16 D, ``.ws``, ``.sp``, ``.block_scale``, the 6/4-bit f8f6f4 formats
-and ``cta_group::2`` are refused with ``UnsupportedInstruction`` / ``SimRuntimeError``.
+from being written. An f16 D, ``.ws``, ``.sp``, ``.block_scale`` and the 6/4-bit f8f6f4 formats
+are refused with ``UnsupportedInstruction`` / ``SimRuntimeError``.
+
+**CTA pairs** (``cta_group::2``, M = 256; CUTLASS ``SM100_MMA_*_2x1SM`` layouts): the even CTA of
+a pair in the cluster issues; CTA ``r`` of the pair holds A's rows ``128 r ..`` and B's rows (N)
+``N/2 r ..`` at the same shared offsets the descriptors name, and receives D's rows ``128 r ..``
+in its own tensor memory (lanes 0..127, the same columns). The 8 mask registers cover the two
+CTAs' lanes in order. M = 128 pairs (64 rows per CTA) are refused.
 
 **Numerics** as for wgmma ("exact" mode): products and sum in float64, one f32 rounding per
 instruction; integer kinds exact (wrapping, or saturating with bit 3).
@@ -73,9 +79,10 @@ D_FORMATS = {0: "f16", 1: "f32", 2: "s32"}
 SPAN = {0: 0, 2: 128, 4: 64, 6: 32}
 
 
-def decode_idesc(idesc: int, kind: str) -> dict:
-    """The fields of a kind::f16/tf32/f8f6f4/i8 instruction descriptor (see the module table);
-    ``SimRuntimeError`` naming the field for a value the kind does not allow."""
+def decode_idesc(idesc: int, kind: str, group: int = 1) -> dict:
+    """The fields of a kind::f16/tf32/f8f6f4/i8 instruction descriptor (see the module table) of a
+    ``cta_group::group`` MMA; ``SimRuntimeError`` naming the field for a value the kind or the
+    group does not allow."""
     d = int(idesc) & 0xFFFFFFFF
     f = {"sparse": d >> 2 & 1, "saturate": d >> 3 & 1, "d": d >> 4 & 3, "a": d >> 7 & 7, "b": d >> 10 & 7,
          "neg_a": d >> 13 & 1, "neg_b": d >> 14 & 1, "mn_a": d >> 15 & 1, "mn_b": d >> 16 & 1,
@@ -105,8 +112,11 @@ def decode_idesc(idesc: int, kind: str) -> dict:
     if (f["neg_a"] or f["neg_b"]) and kind == "i8":
         raise SimRuntimeError(f"{where}: negate (bits 13-14) is for the float kinds only")
     m, n = f["m"], f["n"]
-    if m not in (64, 128):
+    if group == 1 and m not in (64, 128):
         raise SimRuntimeError(f"{where}: M (bits 24-28) = {m}; cta_group::1 takes 64 or 128")
+    if group == 2 and m != 256:
+        raise SimRuntimeError(f"{where}: M (bits 24-28) = {m}; cta_group::2 is emulated with M = 256 (128 rows "
+                              f"per CTA)" + (" (M = 128, 64 rows per CTA, is not)" if m == 128 else ""))
     step = 8 if m == 64 else 16
     if not (step <= n <= 256 and n % step == 0):
         raise SimRuntimeError(f"{where}: N (bits 17-22) = {n}; M = {m} takes N = {step}..256 in steps of {step}")
@@ -146,6 +156,7 @@ def decode_mma(ctx, ins, mods, ops):
     if len(kinds) != 1 or kinds[0] not in KINDS:
         ctx.bad(f"tcgen05.mma needs one of .kind::{', .kind::'.join(KINDS)}")
     kind = kinds[0]
+    group = 2 if "cta_group::2" in mods else 1
     if len(ops) < 5:
         ctx.bad("tcgen05.mma takes [d], a, b, idesc, {disable-output-lane,} enable-input-d{, scale-input-d}")
     d_addr = ctx.addr(ops[0])
@@ -158,8 +169,8 @@ def decode_mma(ctx, ins, mods, ops):
     mask = None
     if rest and rest[0].kind == "vec":
         v = rest.pop(0)
-        if len(v.items) != 4:
-            ctx.bad("disable-output-lane of cta_group::1 is 4 32-bit registers")
+        if len(v.items) != 4 * group:
+            ctx.bad(f"disable-output-lane of cta_group::{group} is {4 * group} 32-bit registers")
         mask = [ctx.rd(x, "u32") for x in v.items]
     if not rest or len(rest) > 2:
         ctx.bad("tcgen05.mma needs enable-input-d (a predicate) and at most scale-input-d after it")
@@ -186,78 +197,82 @@ def decode_mma(ctx, ins, mods, ops):
         raise SimRuntimeError(f"tcgen05.mma: {msg}\n    at {ins.where()}")
 
     def issue(w, ln, d_a, a_v, b_desc, idesc, enable, dmask):
-        cta = w.cta
         try:
-            f = decode_idesc(idesc, kind)
+            f = decode_idesc(idesc, kind, group)
         except SimRuntimeError as e:
             fail(str(e))
         M, N = f["m"], f["n"]
         ea, dta = ETYPES[f["a_type"]]
         eb, dtb = ETYPES[f["b_type"]]
-        t = tmem_of(cta)
+        ctas = pair_of(w) if group == 2 else [w.cta]
+        mc, nc = M // group, N // group         # A rows / B rows (N) each CTA holds
         if d_a >> 16:
             fail(f"D address 0x{d_a:08x} has lane {d_a >> 16}; the accumulator starts at lane 0")
         dcol = d_a & 0xFFFF
-        if not t.covered(dcol, N):
-            fail(f"D columns {dcol}..{dcol + N - 1} are not inside one tcgen05.alloc block "
-                 f"(allocated: {sorted(t.blocks.items())})")
-        words = []
+        for c in ctas:
+            t = tmem_of(c)
+            if not t.covered(dcol, N):
+                fail(f"D columns {dcol}..{dcol + N - 1} are not inside one tcgen05.alloc block of CTA {c.ctaid} "
+                     f"(allocated: {sorted(t.blocks.items())})")
         try:
-            _b, bw, b_ei, b_end = operand_addrs(b_desc, N, K, eb, bool(f["mn_b"]), decode_desc_sm100)
+            _b, bw, b_ei, b_end = operand_addrs(b_desc, nc, K, eb, bool(f["mn_b"]), decode_desc_sm100)
             if not a_tmem:
-                _a, aw, a_ei, a_end = operand_addrs(a_v, M, K, ea, bool(f["mn_a"]), decode_desc_sm100)
+                _a, aw, a_ei, a_end = operand_addrs(a_v, mc, K, ea, bool(f["mn_a"]), decode_desc_sm100)
         except SimRuntimeError as e:
             fail(str(e))
-        for what, end, wd in (("B", b_end, bw),) + ((("A", a_end, aw),) if not a_tmem else ()):
-            if end > cta.smem_size:
-                fail(f"{what} operand reaches byte {end} past shared memory ({cta.smem_size} B)")
-            words.append(wd)
-        lanes = d_lanes(M)
-        if dmask is not None:
-            keep = ~np.array([(dmask[r // 32] >> (r % 32)) & 1 for r in lanes.tolist()], bool)
-        else:
-            keep = np.ones(M, bool)
+        words = [bw] if a_tmem else [bw, aw]
+        for what, end in (("B", b_end),) + ((("A", a_end),) if not a_tmem else ()):
+            if end > w.cta.smem_size:
+                fail(f"{what} operand reaches byte {end} past shared memory ({w.cta.smem_size} B)")
+        lanes = d_lanes(mc)
+        nbits = 32 * len(dmask) if dmask is not None else 0
+        keep = np.ones((group, mc), bool)
+        if dmask is not None:                   # bit i of register j: lane 32 j + i (per CTA in order)
+            bits = np.array([(dmask[r // 32] >> (r % 32)) & 1 for r in range(nbits)], bool).reshape(group, -1)
+            keep = ~bits[:, lanes]
         cols = dcol + np.arange(N)
-        d_cells = (lanes[:, None] * COLUMNS + cols[None, :])
-        a_cells = None
+        d_cells = lanes[:, None] * COLUMNS + cols[None, :]
+        acol = None
         if a_tmem:
-            if M != 128:
-                fail("A from tensor memory is emulated for M = 128 only")
+            if mc != 128:
+                fail("A from tensor memory is emulated for 128 rows per CTA only")
             if f["mn_a"]:
                 fail("A from tensor memory is K-major (instruction descriptor bit 15 must be 0)")
             acol, alane = a_v & 0xFFFF, a_v >> 16
             if alane:
                 fail(f"A address 0x{a_v:08x} has lane {alane}; A in tensor memory starts at lane 0")
-            if not t.covered(acol, 8):
-                fail(f"A columns {acol}..{acol + 7} are not inside one tcgen05.alloc block")
-            a_cells = np.arange(128)[:, None] * COLUMNS + (acol + np.arange(8))[None, :]
+            for c in ctas:
+                if not tmem_of(c).covered(acol, 8):
+                    fail(f"A columns {acol}..{acol + 7} are not inside one tcgen05.alloc block of CTA {c.ctaid}")
+        cta = w.cta
         key = (cta.rank, w.wid, ln)
         hb = cta.cluster.hb
-        sh = cta.shadow
         clock = 0
-        if hb is not None and sh is not None:
+        if hb is not None and cta.shadow is not None:
             ag = hb.agent(("tcgen05",) + key, "tcgen05", cta, w.wid, f"tcgen05 unit of thread {32 * w.wid + ln}")
             ag.n += 1
             clock = ag.n
             vc, pvc = hb.async_op([w], ag.idx, clock)
-            for wd in words:
-                sh.read(wd, ag.idx, clock, vc, pvc, ins.pc, True, "tcgen05.mma operand")
-            ts = tmem_shadow(cta)
-            if a_cells is not None:
-                ts.read(a_cells.reshape(-1), ag.idx, clock, vc, pvc, ins.pc, False, "tcgen05.mma A")
-            if enable:
-                ts.read(d_cells[keep].reshape(-1), ag.idx, clock, vc, pvc, ins.pc, False, "tcgen05.mma D")
-            ts.write(d_cells[keep].reshape(-1), ag.idx, clock, vc, ins.pc, False, "tcgen05.mma D")
+            for i, c in enumerate(ctas):        # each CTA's operand halves, accumulator rows
+                for wd in words:
+                    c.shadow.read(wd, ag.idx, clock, vc, pvc, ins.pc, True, "tcgen05.mma operand")
+                ts = tmem_shadow(c)
+                if acol is not None:
+                    a_cells = np.arange(128)[:, None] * COLUMNS + (acol + np.arange(8))[None, :]
+                    ts.read(a_cells.reshape(-1), ag.idx, clock, vc, pvc, ins.pc, False, "tcgen05.mma A")
+                cells = d_cells[keep[i]].reshape(-1)
+                if enable:
+                    ts.read(cells, ag.idx, clock, vc, pvc, ins.pc, False, "tcgen05.mma D")
+                ts.write(cells, ag.idx, clock, vc, ins.pc, False, "tcgen05.mma D")
 
         def perform():
-            data = t.data
-            B = _load_operand(cta, b_ei, eb, dtb).T                                   # (K, N)
-            if a_tmem:
-                raw = np.ascontiguousarray(data[:128, acol:acol + 8]).view(np.uint8).reshape(128, 32)
-                A = _load_operand_bytes(raw, ea, dta)
+            B = np.concatenate([_load_operand(c, b_ei, eb, dtb) for c in ctas]).T        # (K, N)
+            if acol is not None:
+                A = np.concatenate([_load_operand_bytes(np.ascontiguousarray(tmem_of(c).data[:128, acol:acol + 8])
+                                                        .view(np.uint8).reshape(128, 32), ea, dta) for c in ctas])
             else:
-                A = _load_operand(cta, a_ei, ea, dta)                                  # (M, K)
-            old = data[lanes[:, None], cols[None, :]]
+                A = np.concatenate([_load_operand(c, a_ei, ea, dta) for c in ctas])       # (M, K)
+            old = np.concatenate([tmem_of(c).data[lanes[:, None], cols[None, :]] for c in ctas])
             if kind == "i8":
                 r = A.astype(np.int64) @ B.astype(np.int64)
                 if enable:
@@ -272,8 +287,19 @@ def decode_mma(ctx, ins, mods, ops):
                     r = r + old.view(np.float32).astype(np.float64) * 2.0 ** -scale
                 with np.errstate(over="ignore"):
                     out = r.astype(np.float32).view(np.uint32)
-            data[lanes[keep][:, None], cols[None, :]] = out[keep]
+            for i, c in enumerate(ctas):
+                part = out[i * mc:(i + 1) * mc]
+                tmem_of(c).data[lanes[keep[i]][:, None], cols[None, :]] = part[keep[i]]
         defer(w, perform, ("tcgen05", key, clock), ("tcgen05", key))
+
+    def pair_of(w):
+        """The CTA pair of a cta_group::2 MMA: the issuing (even-rank) CTA and its peer."""
+        cl = w.cta.cluster
+        r = w.cta.rank
+        if r % 2 or r + 1 >= len(cl.ctas):
+            fail(f"a cta_group::2 MMA is issued by the even CTA of a pair in a cluster of an even number of "
+                 f"CTAs; this is rank {r} of {len(cl.ctas)}")
+        return [w.cta, cl.ctas[r + 1]]
 
     return fn
 

@@ -131,7 +131,12 @@ def _smem_dest(w, addr, ins, what, align=128):
     return cta, off
 
 
-def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None):
+def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
+    """A TMA tile load into ``dst`` (and, with ``mask``, the same offset of every CTA in it),
+    completing on the mbarrier at ``mbar``: in the destination CTA, or with ``pair``
+    (``.cta_group::2``) possibly in its CTA-pair peer -- the barrier's CTA relative to the
+    issuing one (itself or its peer) is applied to every destination (PTX ISA
+    cp.async.bulk.tensor; CUTLASS's 2-SM loads signal the even CTA's barrier)."""
     tm = _tmap_of(w, tm_addr, ins)
     if len(coords) != len(tm.box):
         raise SimRuntimeError(f"TMA with {len(coords)} coordinates on a rank-{len(tm.box)} tensor map\n"
@@ -144,7 +149,12 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None):
         vals = np.full(len(gidx), tm.nan_bits, v.dtype)
         vals[inb] = v[gidx[inb]]
     dcta, doff = _smem_dest(w, dst, ins, "TMA load destination")
-    _cta, moff = _smem_dest(w, mbar, ins, "TMA mbarrier", 8)
+    mcta, moff = _smem_dest(w, mbar, ins, "TMA mbarrier", 8)
+    peer_bit = mcta.rank ^ w.cta.rank       # 0: each destination's own barrier; 1: its pair peer's
+    if peer_bit and not (pair and peer_bit == 1):
+        raise SimRuntimeError(f"TMA load signals the mbarrier of cluster rank {mcta.rank}, not the destination "
+                              f"CTA's" + ("" if pair else " (only .cta_group::2 may signal the pair peer's)")
+                              + f"\n    at {ins.where()}")
     if mask is None:
         targets = [dcta]
     else:
@@ -163,15 +173,16 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None):
         if base + int(rel.max()) + tm.esize > cta.smem_size or base + int(rel.min()) < 0:
             raise MemoryAccessError(f"TMA load box ({nbytes} B) at smem offset {doff} overruns the CTA's "
                                     f"{cta.smem_size} B of shared memory\n    at {ins.where()}")
-        bar = get_mbar(cta, moff, ins)
-        snap = async_write(w, cta, moff, words + (base >> 2), ins, "TMA load")
+        bcta = cta.cluster.ctas[cta.rank ^ peer_bit] if peer_bit else cta
+        bar = get_mbar(bcta, moff, ins)
+        snap = async_write(w, cta, moff, words + (base >> 2), ins, "TMA load", bcta)
         hb_check_init(w, bar, ins)
 
-        def land(cta=cta, bar=bar, snap=snap):
+        def land(cta=cta, bar=bar, snap=snap, bcta=bcta):
             cta.sv[tm.esize][sidx] = vals
             bar.note(f"complete_tx {nbytes} B (TMA load line {ins.line}, coords {tuple(coords)})")
             if snap is not None:
-                bar.snap = cta.cluster.hb.merge(bar.snap, snap)
+                bar.snap = bcta.cluster.hb.merge(bar.snap, snap)
             bar.complete_tx(nbytes)
         defer(w, land, remote=cta is not w.cta)
 
@@ -185,16 +196,18 @@ def defer(w, fn, tag=None, chain=None, remote=False):
         ch.defer(fn, tag, chain)
 
 
-def async_write(w, cta, moff, words, ins, what):
+def async_write(w, cta, moff, words, ins, what, bar_cta=None):
     """Record an async-proxy write of ``words`` in ``cta`` by the ``tma`` agent of warp ``w`` and
-    mbarrier ``moff``; returns the operation's (vc, pvc) to release with its complete_tx."""
+    mbarrier ``moff`` (of ``bar_cta``, default ``cta``); returns the operation's (vc, pvc) to
+    release with its complete_tx."""
     sh = cta.shadow
     if sh is None:
         return None
     hb = sh.hb
-    a = hb.agent(("tma", w.cta.rank, w.wid, cta.rank, moff), "tma", w.cta, w.wid,
+    bc = bar_cta or cta
+    a = hb.agent(("tma", w.cta.rank, w.wid, bc.rank, moff), "tma", w.cta, w.wid,
                  f"TMA unit (loads of warp {w.wid} completing on "
-                 f"{cta.launch.program.smem_symbol(moff, cta.dyn_base)})")
+                 f"{cta.launch.program.smem_symbol(moff, cta.dyn_base)} of CTA rank {bc.rank})")
     a.n += 1
     snap = hb.async_op([w], a.idx, a.n)
     sh.write(words, a.idx, a.n, snap[0], ins.pc, True, what)
@@ -327,6 +340,7 @@ def _dec_tensor(ctx, ins, mods, ops):
     direction = None
     multicast = False
     hint = False
+    pair = False
     for mm in mods:
         if mm.endswith("d") and mm[:-1].isdigit():
             dim = int(mm[:-1])
@@ -340,7 +354,9 @@ def _dec_tensor(ctx, ins, mods, ops):
             multicast = True
         elif mm == "L2::cache_hint":
             hint = True
-        elif mm in _IGN:
+        elif mm == "cta_group::2":
+            pair = True
+        elif mm in _IGN or mm == "cta_group::1":
             pass
         else:
             ctx.unsupported(f"unsupported cp.async.bulk.tensor modifier .{mm}")
@@ -366,7 +382,7 @@ def _dec_tensor(ctx, ins, mods, ops):
                 d, ta, mb = lv[:3]
                 coords = [int(np.int32(np.uint32(x & 0xFFFFFFFF).view(np.int32))) for x in lv[3:3 + dim]]
                 mk = lv[3 + dim] if rmask else None
-                tma_load(w, ins, d, ta, coords, mb, mk)
+                tma_load(w, ins, d, ta, coords, mb, mk, pair)
         return fn
     t = ctx.operand(ops[0])
     if t.kind != "addr" or t.coords is None:

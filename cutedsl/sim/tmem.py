@@ -21,8 +21,10 @@ move the data at issue; for the race detector they are accesses of the warp's ``
 (``.multicast::cluster`` too) arrives once per executing thread on the mbarrier(s) after the
 thread's earlier ``tcgen05.mma`` operations (:mod:`cutedsl.sim.tcgen05_mma`, registered here
 through :data:`SUBOPS`) completed. ``tcgen05.fence::*`` are accepted (docs/emulator.md says
-why they are not modelled). ``cta_group::2``, the other shapes (16x64b, 16x128b, 16x256b,
-16x32bx2) and ``.pack``/``.unpack`` are refused with an ``UnsupportedInstruction`` saying so.
+why they are not modelled). ``cta_group::2`` alloc / dealloc / relinquish act on each executing
+CTA's own tensor memory (the pair's warps run them alike, so both get the same columns; an MMA
+whose columns are not allocated in both CTAs is an error). The other shapes (16x64b, 16x128b,
+16x256b, 16x32bx2) and ``.pack``/``.unpack`` are refused with an ``UnsupportedInstruction``.
 """
 from __future__ import annotations
 
@@ -136,8 +138,8 @@ def _check_cols(ins, n):
 @handler("tcgen05")
 def dec_tcgen05(ctx, ins, mods, ops):
     op = mods[0] if mods else ""
-    if any(m.startswith("cta_group::") and m != "cta_group::1" for m in mods):
-        ctx.unsupported("tcgen05 with cta_group::2 (CTA pairs) is not emulated yet")
+    if any(m.startswith("cta_group::") and m not in ("cta_group::1", "cta_group::2") for m in mods):
+        ctx.bad("tcgen05 takes .cta_group::1 or .cta_group::2")
     if op == "alloc":
         return _alloc(ctx, ins, ops)
     if op == "dealloc":

@@ -266,3 +266,33 @@ def smem_desc(lbo: int, sbo: int, span: int) -> int:
 def idesc(m, n, d=1, a=0, b=0, mn_a=0, mn_b=0, neg_a=0, neg_b=0, sat=0):
     return (sat << 3 | d << 4 | a << 7 | b << 10 | neg_a << 13 | neg_b << 14 | mn_a << 15 | mn_b << 16
             | (n >> 3) << 17 | (m >> 4) << 24)
+
+
+# -- the CTA-pair variant (cta_group::2) -----------------------------------------------------
+
+def pair_ptx(kind="f16", wait=True):
+    """The one-tile kernel for a 2-CTA cluster with ``cta_group::2``: CTA ``r`` copies image ``r``
+    of A (its 128 rows) and of B (its N/2 rows) -- ``na`` / ``nb`` bytes each, back to back in
+    ``a`` / ``b`` -- into the same shared offsets; both allocate (cta_group::2); the even CTA's
+    thread 0 issues the M = 256 MMAs and commits them to the barrier of both CTAs (multicast);
+    every thread waits and stores its CTA's rows to ``out[(128 r + row) * n + col]``."""
+    text = mma_ptx(kind, wait=wait, mma=f"tcgen05.mma.cta_group::2.kind::{kind} [%r42], %rd12, %rd13, %r52, %p7;",
+                   patch=[
+        ("\tcvta.to.global.u64 %rd2, %rd2;\n",
+         "\tcvta.to.global.u64 %rd2, %rd2;\n\tmov.u32 %r57, %cluster_ctarank;\n\tld.param.u32 %r50, [p_na];\n"
+         "\tld.param.u32 %r51, [p_nb];\n\tmul.wide.u32 %rd20, %r57, %r50;\n\tadd.s64 %rd1, %rd1, %rd20;\n"
+         "\tmul.wide.u32 %rd21, %r57, %r51;\n\tadd.s64 %rd2, %rd2, %rd21;\n"),
+        ("tcgen05.alloc.cta_group::1", "tcgen05.alloc.cta_group::2"),
+        ("\tfence.proxy.async.shared::cta;\n\tbar.sync 0;\n",
+         "\tfence.proxy.async.shared::cta;\n\tfence.mbarrier_init.release.cluster;\n"
+         "\tbarrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;\n"),
+        ("\t@!%p3 bra ISSUED;\n", "\tsetp.eq.u32 %p8, %r57, 0;\n\tand.pred %p9, %p3, %p8;\n\t@!%p9 bra ISSUED;\n"),
+        ("\ttcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%r40];\n",
+         "\tmov.u16 %rs1, 3;\n\ttcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster"
+         ".b64 [%r40], %rs1;\n"),
+        ("\tmad.lo.u32 %r16, %r1, %r56, %r14;\n",
+         "\tmad.lo.u32 %r58, %r57, 128, %r1;\n\tmad.lo.u32 %r16, %r58, %r56, %r14;\n"),
+        ("\ttcgen05.dealloc.cta_group::1", "\ttcgen05.dealloc.cta_group::2"),
+        ("\ttcgen05.relinquish_alloc_permit.cta_group::1", "\ttcgen05.relinquish_alloc_permit.cta_group::2"),
+    ])
+    return text

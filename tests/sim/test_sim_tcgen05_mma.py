@@ -154,6 +154,7 @@ def test_idesc_fields():
 
 @pytest.mark.parametrize("word,kind,match", [
     (kit.idesc(32, 64), "f16", r"M \(bits 24-28\) = 32; cta_group::1 takes 64 or 128"),
+    (kit.idesc(256, 64), "f16", r"M \(bits 24-28\) = 256; cta_group::1 takes 64 or 128"),
     (kit.idesc(128, 40), "f16", r"N \(bits 17-22\) = 40; M = 128 takes N = 16\.\.256 in steps of 16"),
     (kit.idesc(128, 64, a=2), "f16", r"A format \(bits 7-9\) 2 is none of 0 f16, 1 bf16"),
     (kit.idesc(128, 64, d=0), "f16", r"D format \(bits 4-5\) f16 is not f32 \(an f16 accumulator"),
@@ -165,6 +166,13 @@ def test_idesc_fields():
 def test_idesc_errors(word, kind, match):
     with pytest.raises(SimRuntimeError, match=match):
         decode_idesc(word, kind)
+
+
+def test_idesc_of_cta_pairs():
+    assert decode_idesc(kit.idesc(256, 256), "f16", group=2)["m"] == 256
+    with pytest.raises(SimRuntimeError, match=r"cta_group::2 is emulated with M = 256 .* \(M = 128, 64 rows per CTA, "
+                                              r"is not\)"):
+        decode_idesc(kit.idesc(128, 64), "f16", group=2)
 
 
 def test_smem_descriptor_fields():
@@ -260,3 +268,61 @@ def test_releasing_the_accumulator_without_wait_ld_is_a_race():
     with pytest.raises(RaceError, match=r"tcgen05\.ld unit of warp \d(.|\n)*missing: a tcgen05\.wait::ld"):
         run_tile(a, b, kind="f16", at="f16", bt="f16", m=128, n=16, after_sync=kit.REUSE + "\n" + kit.REUSE_DONE,
                  patch=[("\ttcgen05.wait::ld.sync.aligned;\n", "")])
+
+
+# -- CTA pairs (cta_group::2) ---------------------------------------------------------------
+
+def run_pair(a, b, n, span=128, emu=None, wait=True, kind="f16"):
+    """D (256 x n) of the 2-CTA kernel: CTA r holds A rows 128 r.. and B rows (N) n/2 r.."""
+    from cutedsl.sim import load_ptx
+    emu = emu or Emulator()
+    imgs = [kit.kmajor_image(a[128 * r:128 * (r + 1)], span) for r in range(2)]
+    bimgs = [kit.kmajor_image(b[n // 2 * r:n // 2 * (r + 1)], span) for r in range(2)]
+    na, nb = len(imgs[0][0]), len(bimgs[0][0])
+    _i, alo, aso, astep = imgs[0]
+    _j, blo, bso, bstep = bimgs[0]
+    prog = load_ptx(kit.pair_ptx(kind, wait=wait))
+    bufs = [emu.to_device(np.concatenate([imgs[0][0], imgs[1][0]])),
+            emu.to_device(np.concatenate([bimgs[0][0], bimgs[1][0]])), emu.to_device(np.zeros(16, np.uint8))]
+    out = emu.to_device(np.zeros(256 * n, np.uint32))
+    ksteps = a.shape[1] * a.dtype.itemsize // 32
+    emu.launch(prog, 2, 128, bufs + [out, na, nb, kit.idesc(256, n), kit.smem_desc(alo, aso, span),
+                                     kit.smem_desc(blo, bso, span), ksteps, astep >> 4, bstep >> 4, n],
+               cluster=(2, 1, 1))
+    return emu.to_host(out, (256, n), np.uint32).view(np.float32)
+
+
+@pytest.mark.parametrize("n", [32, 256])
+def test_cta_pair_mma_splits_a_and_b_between_the_ctas(n):
+    """cta_group::2, M = 256: the even CTA issues; A's rows 128 r.. and B's N/2 r.. rows come from
+    CTA r's shared memory (the same offsets), D rows 128 r.. land in CTA r's tensor memory (CUTLASS
+    SM100_MMA_*_2x1SM layouts); the commit's multicast completes both CTAs' barriers."""
+    rng = np.random.default_rng(n)
+    a, b = ints(rng, (256, 64), "f16"), ints(rng, (n, 64), "f16")
+    got = run_pair(a, b, n)
+    assert np.array_equal(got.astype(np.float64), ref(a, b, "f16"))
+    for seed in (1, 2):
+        assert np.array_equal(run_pair(a, b, n, emu=Emulator(chaos=seed)), got)
+
+
+def test_cta_pair_peer_reading_before_the_commit_is_a_race():
+    rng = np.random.default_rng(5)
+    a, b = ints(rng, (256, 64), "f16"), ints(rng, (32, 64), "f16")
+    with pytest.raises(RaceError, match=r"data race on tensor memory lane \d+ column \d+ \(CTA \((0|1), 0, 0\)\)"):
+        run_pair(a, b, 32, wait=False)
+
+
+def test_cta_pair_mma_from_the_odd_cta_is_refused():
+    with pytest.raises(SimRuntimeError, match=r"issued by the even CTA of a pair"):
+        decode_pair_error()
+
+
+def decode_pair_error():
+    """Launch the pair kernel with the roles swapped: the odd CTA issues."""
+    from cutedsl.sim import load_ptx
+    text = kit.pair_ptx().replace("\tsetp.eq.u32 %p8, %r57, 0;\n", "\tsetp.eq.u32 %p8, %r57, 1;\n")
+    emu = Emulator()
+    z = emu.to_device(np.zeros(1 << 16, np.uint8))
+    emu.launch(load_ptx(text), 2, 128, [z, z, z, emu.to_device(np.zeros(256 * 32, np.uint32)), 16, 16,
+                                        kit.idesc(256, 32), kit.smem_desc(16, 1024, 128),
+                                        kit.smem_desc(16, 1024, 128), 1, 2, 2, 32], cluster=(2, 1, 1))
