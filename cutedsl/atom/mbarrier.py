@@ -96,3 +96,20 @@ class MBarriers:
         else:
             p = V.Scalar(parity).to("i1")
         nvgpu.mbarrier_try_wait_parity(self.group, p, V.index(ticks), self._idx(i))
+
+
+#: clears the lowest rank bit of a shared address (bit 24): the even CTA of a CTA pair
+PEER_BIT_MASK = 0xFEFFFFFF
+
+
+class PairLeaderBarriers(MBarriers):
+    """The same barriers, as the CTA pair's even CTA has them: :meth:`address` is that CTA's
+    (``address & 0xFEFFFFFF``: shared addresses carry the cluster rank at bit 24; CUTLASS's
+    ``Sm100MmaPeerBitMask``). TMA loads given these (``TmaCopy.load``) are issued with
+    ``.cta_group::2`` and complete on the even CTA's barrier -- how both CTAs of a 2-SM MMA feed
+    one pipeline. Waits and inits act on the executing CTA's own barriers."""
+
+    cta_group = 2
+
+    def address(self, i):
+        return super().address(i) & PEER_BIT_MASK

@@ -81,13 +81,18 @@ def _ptr(address, space: int):
 
 class TensorMemory:
     """``columns`` columns of the CTA's tensor memory, their address kept in the 4-byte shared
-    slot at ``slot`` (shared address, IR integer). ``ValueError`` unless ``columns`` is a power
-    of two in 32..512 (PTX ISA tcgen05.alloc)."""
+    slot at ``slot`` (shared address, IR integer). ``cta_group`` 2: allocated in both CTAs of
+    a pair (the same warp of each runs alloc/dealloc; CUTLASS ``Allocator2Sm``). ``ValueError``
+    unless ``columns`` is a power of two in 32..512 (PTX ISA tcgen05.alloc)."""
 
-    def __init__(self, slot, columns: int):
+    def __init__(self, slot, columns: int, cta_group: int = 1):
         if columns < 32 or columns > TMEM_COLUMNS or columns & (columns - 1):
             raise ValueError(f"tensor memory columns must be a power of two in 32..{TMEM_COLUMNS}, got {columns}")
-        self.slot, self.columns = slot, columns
+        self.slot, self.columns, self.cta_group = slot, columns, cta_group
+
+    @property
+    def _group(self):
+        return ir.Attribute.parse(f"#nvvm.cta_group<cta_{self.cta_group}>")
 
     @staticmethod
     def columns_for(n: int) -> int:
@@ -99,7 +104,7 @@ class TensorMemory:
 
     def alloc(self) -> None:
         """``tcgen05.alloc``: executed by one whole warp; writes the address to the slot."""
-        nvvm.tcgen05_alloc(_ptr(self.slot, 3), V.i32(self.columns))
+        nvvm.tcgen05_alloc(_ptr(self.slot, 3), V.i32(self.columns), group=self._group)
 
     def address(self):
         """The allocation's TMEM address (unsigned i32), read from the slot (after a CTA barrier
@@ -108,13 +113,12 @@ class TensorMemory:
 
     def dealloc(self, address) -> None:
         """``tcgen05.dealloc`` by one whole warp, once no MMA or load uses the columns."""
-        nvvm.tcgen05_dealloc(_ptr(address, 6), V.i32(self.columns))
+        nvvm.tcgen05_dealloc(_ptr(address, 6), V.i32(self.columns), group=self._group)
 
-    @staticmethod
-    def relinquish() -> None:
+    def relinquish(self) -> None:
         """``tcgen05.relinquish_alloc_permit``: the CTA allocates no more (lets a next CTA on
         the SM allocate without waiting)."""
-        nvvm.tcgen05_relinquish_alloc_permit()
+        nvvm.tcgen05_relinquish_alloc_permit(group=self._group)
 
     @staticmethod
     def fence_after() -> None:
@@ -130,19 +134,25 @@ class TensorMemory:
 
 
 class Umma(SmemOperands):
-    """``tcgen05.mma.cta_group::1`` of ``m`` (128) x ``n`` (16..256, step 16) per k-tile from
-    shared A (``dtype``, ``a_major``) and B (``b_dtype``, ``b_major``: None = as the buffer
-    declares), f32 in TMEM. ``ValueError`` for shapes or operand pairs the PTX ISA has no
-    instruction for."""
+    """``tcgen05.mma.cta_group::G`` of ``m`` x ``n`` (16..256, step 16) per k-tile from shared A
+    (``dtype``, ``a_major``) and B (``b_dtype``, ``b_major``: None = as the buffer declares), f32
+    in TMEM. ``cta_group`` 1: ``m`` = 128, one CTA. ``cta_group`` 2 (a CTA pair, CUTLASS's 2SM
+    MMA): ``m`` = 256; issued by the pair's even CTA, each CTA holding half of A's rows and half
+    of B's N rows at the same shared offsets and receiving its 128 rows of D in its own TMEM.
+    ``ValueError`` for shapes or operand pairs the PTX ISA has no instruction for."""
 
     descriptor_cls = UmmaDescriptor
-    M = (128,)
+    M = {1: (128,), 2: (256,)}
     N_STEP, N_MAX = 16, 256
 
     def __init__(self, m: int, n: int, dtype: str = "f16", b_major: str | None = None, b_dtype: str | None = None,
-                 a_major: str = "K"):
-        if m not in self.M:
-            raise ValueError(f"tcgen05.mma M must be {' or '.join(map(str, self.M))}, got {m}")
+                 a_major: str = "K", cta_group: int = 1):
+        if cta_group not in self.M:
+            raise ValueError(f"tcgen05.mma cta_group must be 1 or 2, got {cta_group}")
+        self.cta_group = cta_group
+        if m not in self.M[cta_group]:
+            raise ValueError(f"tcgen05.mma M must be {' or '.join(map(str, self.M[cta_group]))} with cta_group "
+                             f"{cta_group}, got {m}")
         if not (self.N_STEP <= n <= self.N_MAX and n % self.N_STEP == 0):
             raise ValueError(f"tcgen05.mma N must be a multiple of {self.N_STEP} in {self.N_STEP}..{self.N_MAX} "
                              f"for M = {m}, got {n}")
@@ -158,7 +168,19 @@ class Umma(SmemOperands):
 
     @property
     def label(self) -> str:
-        return f"tcgen05.mma m{self.m}n{self.n}k{self.traits.k_step}"
+        return f"tcgen05.mma.cta_group::{self.cta_group} m{self.m}n{self.n}k{self.traits.k_step}"
+
+    @property
+    def a_rows(self) -> int:
+        return self.m // self.cta_group
+
+    @property
+    def b_rows(self) -> int:
+        return self.n // self.cta_group
+
+    @property
+    def group_attr(self):
+        return ir.Attribute.parse(f"#nvvm.cta_group<cta_{self.cta_group}>")
 
     def mma(self, d, a, b, accumulate=True) -> None:
         """Issue one k-tile: ``k_steps`` instructions into D at TMEM address ``d`` (i32). Call
@@ -168,7 +190,7 @@ class Umma(SmemOperands):
         db = b if isinstance(b, Descriptor) else self.descriptor(b, "B")
         idesc = V.i32(instr_descriptor(self.m, self.n, self.dtype, self.b_dtype, da.layout.major, db.layout.major))
         kind = ir.Attribute.parse(f"#nvvm.tcgen05_mma_kind<{KIND[self.dtype]}>")
-        group = ir.Attribute.parse("#nvvm.cta_group<cta_1>")
+        group = self.group_attr
         dptr = _ptr(d, 6)
         for j in range(self.traits.k_steps):
             aj = da.offset(da.layout.k_step_offset(j)).value()
@@ -181,15 +203,13 @@ class Umma(SmemOperands):
                 en = accumulate
             nvvm.tcgen05_mma(kind, group, dptr, aj, bj, idesc, en)
 
-    @staticmethod
-    def commit(barrier_address, cta_mask=None) -> None:
+    def commit(self, barrier_address, cta_mask=None) -> None:
         """``tcgen05.commit`` (by the issuing thread): one arrive on the mbarrier at shared
         address ``barrier_address`` (i32) once every MMA this thread issued has completed;
         with ``cta_mask`` (IR i16, bit r = cluster rank r) on the barrier at the same offset in
         each of those CTAs (``.multicast::cluster``)."""
         mask = None if cta_mask is None else V.to_type(cta_mask, "i16", signed=False)
-        nvvm.tcgen05_commit(_ptr(barrier_address, 3), multicast_mask=mask,
-                            group=ir.Attribute.parse("#nvvm.cta_group<cta_1>"))
+        nvvm.tcgen05_commit(_ptr(barrier_address, 3), multicast_mask=mask, group=self.group_attr)
 
 
 def quarter_row():

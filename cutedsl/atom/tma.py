@@ -75,6 +75,7 @@ class TmaCopy:
 
     def __init__(self, spec: TensorMapSpec, param):
         self.spec = spec
+        self.param = param
         self.desc = builtin.unrealized_conversion_cast([descriptor_type(spec)], [param])
 
     @property
@@ -103,9 +104,28 @@ class TmaCopy:
                 raise ValueError(f"TMA multicast mask 0x{multicast_mask:x} must name 1..16 CTA ranks "
                                  f"(1..0xffff)")
             multicast_mask = V.const(multicast_mask, "i16")
+        if getattr(barriers, "cta_group", 1) == 2:
+            return self._load_pair(dst, barriers, i, coords, multicast_mask, predicate)
         dst = check_tile(self.spec, dst, "TMA load")
         nvgpu.tma_async_load(dst, barriers.group, self.desc, self._coords(coords), barriers._idx(i),
                              multicast_mask=multicast_mask, predicate=predicate)
+
+    def _load_pair(self, dst, barriers, i, coords, multicast_mask, predicate) -> None:
+        """``...mbarrier::complete_tx::bytes.cta_group::2``: the box lands in this CTA (``dst``)
+        and completes on barrier ``i`` at ``barriers.address(i)`` -- the CTA pair's even CTA's
+        (:class:`~cutedsl.atom.mbarrier.PairLeaderBarriers`). The nvgpu op has no CTA group, so
+        this one is the NVVM op."""
+        from mlir.dialects import llvm
+        check_tile(self.spec, dst, "TMA load")
+        coords = list(coords)
+        if len(coords) != self.spec.rank:
+            raise ValueError(f"tensor map {self.spec.param!r} has rank {self.spec.rank}, got {len(coords)} coordinates")
+        dptr = llvm.inttoptr(ir.Type.parse("!llvm.ptr<7>"), V.to_type(dst.address(), "i32", signed=False))
+        bptr = llvm.inttoptr(ir.Type.parse("!llvm.ptr<3>"), barriers.address(i))
+        nvvm.cp_async_bulk_tensor_shared_cluster_global(
+            dptr, self.param, [V.to_type(c, "i32") if not isinstance(c, int) else V.i32(c) for c in reversed(coords)],
+            bptr, [], multicast_mask=multicast_mask, predicate=predicate,
+            group=ir.Attribute.parse("#nvvm.cta_group<cta_2>"))
 
     def store(self, src, coords, predicate=None) -> None:
         """Store ``src`` (an ``SmemTile`` checked against the tensor map, or a raw ``memref``

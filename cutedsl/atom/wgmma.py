@@ -301,6 +301,16 @@ class SmemOperands:
 
     descriptor_cls = None
 
+    @property
+    def a_rows(self) -> int:
+        """Rows of A in this CTA's shared memory (``m``; half of it for a CTA-pair MMA)."""
+        return self.m
+
+    @property
+    def b_rows(self) -> int:
+        """Rows (N) of B in this CTA's shared memory (``n``; half of it for a CTA-pair MMA)."""
+        return self.n
+
     def operand_layout(self, tile, role: str) -> SmemMatrix:
         """The descriptor layout of operand ``role`` (``"A"``: ``m x 64`` K-major; ``"B"``:
         ``n x 64``, K- or MN-major) read from ``tile`` (an ``SmemTile``). Raises ``TypeError``
@@ -309,7 +319,7 @@ class SmemOperands:
             raise TypeError(f"{type(self).__name__} operand {role} must be a shared-memory tile "
                             f"(smem[name].tile(stage)), not {type(tile).__name__}: the descriptor's "
                             f"swizzle, LBO and SBO come from the buffer's layout")
-        rows = self.m if role == "A" else self.n
+        rows = self.a_rows if role == "A" else self.b_rows
         want = self.a_major if role == "A" else self.b_major
         dt = self.dtype if role == "A" else self.b_dtype
         tr = self.traits

@@ -91,8 +91,7 @@ class TmaWgmmaMainloop:
         self.wg_m = tile_m // warpgroups
         self.cluster_m, self.cluster_n = cluster
 
-    @staticmethod
-    def make_mma_atom(m: int, n: int, dtype: str, b_major: str, b_dtype, a_major: str):
+    def make_mma_atom(self, m: int, n: int, dtype: str, b_major: str, b_dtype, a_major: str):
         """The MMA atom whose descriptors read the ring (``WarpgroupMMA`` here; a Blackwell
         mainloop gives ``Umma``: the same shared-memory layouts)."""
         return WarpgroupMMA(m, n, dtype, b_major, b_dtype, a_major)
@@ -136,6 +135,25 @@ class TmaWgmmaMainloop:
         return self.tile_n // self.traits.mn_box if self.b_major == "MN" else 1
 
     @property
+    def b_tile_rows(self) -> int:
+        """N rows of B a CTA's stage holds (all ``tile_n``; a CTA-pair mainloop holds half)."""
+        return self.tile_n
+
+    @property
+    def multicast_b(self) -> bool:
+        """Whether B slices are multicast to the CTAs along the cluster's M."""
+        return self.cluster_m > 1
+
+    def b_placement(self, j: int, k0, n0, rm):
+        """(byte offset in the stage's B tile, TMA coordinates) of B box ``j`` of this CTA
+        (with a cluster along M: its ``1/cluster_m`` slice, multicast to the others)."""
+        t = self.traits
+        b_rows, box_off = self.b_box[0], j * t.mn_box_bytes     # MN-major: mn_box columns per box
+        off = rm * (b_rows * t.row_bytes) + box_off if self.cluster_m > 1 else box_off
+        coords = (k0 + rm * b_rows, n0 + t.mn_box * j) if self.b_major == "MN" else (n0 + rm * b_rows, k0)
+        return off, coords
+
+    @property
     def stage_bytes(self) -> int:
         """Bytes one stage receives: the whole A and B k-tiles (also with a cluster, whose
         peers multicast the other slices into it)."""
@@ -154,7 +172,7 @@ class TmaWgmmaMainloop:
         a new collective -- how ``stages="auto"`` is resolved)."""
         t, s = self.traits, stages or self.stages
         plan.buffer("a", self._a_tile_shape(self.tile_m), self.dtype, s, swizzle=t.swizzle, major=self.a_major)
-        b_shape = (self.b_boxes * t.k_tile, t.mn_box) if self.b_major == "MN" else (self.tile_n, t.k_tile)
+        b_shape = (self.b_boxes * t.k_tile, t.mn_box) if self.b_major == "MN" else (self.b_tile_rows, t.k_tile)
         plan.buffer("b", b_shape, self.b_dtype, s, swizzle=t.swizzle, major=self.b_major)
         plan.barriers("full", s)
         plan.barriers("empty", s)
@@ -212,9 +230,9 @@ class TmaWgmmaMainloop:
             from ..atom.cluster import multicast_mask
             if self.cluster_n > 1:  # A slice rn goes to every CTA with this rm (along N)
                 mask_a = multicast_mask(self.cluster, "y", (rm, rn))
-            if self.cluster_m > 1:  # B slice rm goes to every CTA with this rn (along M)
+            if self.multicast_b:    # B slice rm goes to every CTA with this rn (along M)
                 mask_b = multicast_mask(self.cluster, "x", (rm, rn))
-        a_rows, b_rows, row_bytes = self.a_box[0], self.b_box[0], t.row_bytes
+        a_rows, row_bytes = self.a_box[0], t.row_bytes
         a_off = rn * (a_rows * row_bytes) if self.cluster_n > 1 else 0
         la = lb = ()
         if self.batched:
@@ -227,10 +245,8 @@ class TmaWgmmaMainloop:
             coords = (k0 + rn * a_rows, m0 + t.mn_box * j) if self.a_major == "MN" else (m0 + rn * a_rows, k0)
             ops.tma_a.load(dst, bar, s, la + coords, multicast_mask=mask_a, predicate=predicate)
         for j in range(self.b_boxes):
-            box_off = j * t.mn_box_bytes             # MN-major: mn_box columns x k_tile K-rows per box
-            off = rm * (b_rows * row_bytes) + box_off if self.cluster_m > 1 else box_off
+            off, coords = self.b_placement(j, k0, n0, rm)
             dst = smem["b"].tile(s).sub(off, self.b_box)
-            coords = (k0 + rm * b_rows, n0 + t.mn_box * j) if self.b_major == "MN" else (n0 + rm * b_rows, k0)
             ops.tma_b.load(dst, bar, s, lb + coords, multicast_mask=mask_b, predicate=predicate)
 
     def stage_descriptor(self, ops: MainloopOperands, name: str, index):

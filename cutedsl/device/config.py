@@ -138,6 +138,9 @@ class GemmConfig:
       tile's K cut into ``splits`` pieces, reduced the same way) or ``"heuristic"`` (stream-k
       where data-parallel waves would leave SMs idle). ``splits``: pieces per tile for
       split-k (2..256; capped at the problem's k-tiles).
+    * ``mma_sm``: 1, or 2 for CUTLASS's 2SM kernel on sm_100a (``schedule="warp_specialized"``,
+      ``cluster=(2, 1)``): each CTA pair along M shares one 256-row ``tcgen05.mma``
+      (``cta_group::2``), each CTA loading its 128 rows of A and half of B.
     * ``fusion``: fused epilogue nodes (:mod:`cutedsl.collective.fusion`: alpha, scale_a[:row],
       scale_b[:col], beta[:DTYPE], bias:row|col, aux, relu, gelu, gelu_tanh, silu, clamp:LO:HI,
       or ``EpilogueNode`` objects), applied in order: ``D = act(alpha * acc * scales + beta * C
@@ -164,6 +167,7 @@ class GemmConfig:
     a_major: str = attrs.field(default="K")
     decomposition: str = attrs.field(default="data-parallel")
     splits: object = attrs.field(default=None)
+    mma_sm: int = attrs.field(default=1)
     #: why each field has its value, when the config was chosen by :meth:`for_problem`
     reasons: object = attrs.field(default=None, init=False, eq=False, repr=False, hash=False)
 
@@ -243,6 +247,9 @@ class GemmConfig:
         if self.sm_count is not None:
             object.__setattr__(self, "sm_count", int(self.sm_count))
         self._check_decomposition()
+        if not _is_int(self.mma_sm) or self.mma_sm not in (1, 2):
+            raise ConfigError(f"mma_sm must be 1 or 2 (CTAs sharing one MMA), got {self.mma_sm!r}")
+        object.__setattr__(self, "mma_sm", int(self.mma_sm))
 
     def _check_decomposition(self):
         from ..collective.stream_k import DECOMPOSITIONS
@@ -388,6 +395,11 @@ class GemmConfig:
                       sm_count=self.sm_count)
         if self.decomposition != "data-parallel":      # a kernel class without the field refuses it by name
             kw.update(decomposition=self.decomposition, splits=self.splits)
+        if self.mma_sm != 1:
+            if "mma_sm" not in takes:
+                raise ConfigError(f"mma_sm={self.mma_sm} (a CTA-pair MMA) needs arch='sm_100a' and "
+                                  f"schedule='warp_specialized', got {self.arch} {self.schedule!r}")
+            kw["mma_sm"] = self.mma_sm
         try:
             return cls(**kw)
         except ValueError as e:         # a kernel or collective refusing this config (ConfigError for users)

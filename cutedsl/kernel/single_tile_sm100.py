@@ -76,7 +76,7 @@ class Sm100SingleTileGemmKernel(SingleTileGemmKernel):
             tmem = TensorMemory(static_word("tmem_address"), TensorMemory.columns_for(tn))
             with If(warp0):
                 tmem.alloc()
-                TensorMemory.relinquish()           # this CTA allocates nothing more
+                tmem.relinquish()                   # this CTA allocates nothing more
             bar.fence_init()
             TensorMemory.fence_before()
             gpu.barrier()

@@ -40,6 +40,20 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     mainloop_cls = Tcgen05Mainloop
     persistent = True
     TILE_M = (128,)
+    CONFIG_FIELDS = WarpSpecializedGemmKernel.CONFIG_FIELDS + ("mma_sm",)
+
+    def __init__(self, *args, mma_sm: int = 1, **kw):
+        self.mma_sm = mma_sm        #: 2: CTA pairs share one 256-row MMA (cta_group::2)
+        super().__init__(*args, **kw)
+
+    @property
+    def pair(self) -> bool:
+        return self.mma_sm == 2
+
+    def make_mainloop(self):
+        return self.mainloop_cls(self.tile_m, self.tile_n, self.stages, self.dtype, self.b_major, 1, self.cluster,
+                                 arch=self.arch, b_dtype=self.b_dtype, batched=self.batched, a_major=self.a_major,
+                                 mma_sm=self.mma_sm)
 
     @classmethod
     def split_for(cls, tile_m: int, tile_n: int) -> int:
@@ -60,6 +74,16 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         why = super().can_implement(config)
         if why:
             return why
+        pairs = Tcgen05Mainloop.PAIR_CLUSTERS
+        if getattr(config, "mma_sm", 1) == 2 and tuple(config.cluster) not in pairs:
+            return (f"mma_sm=2 (a 256-row MMA shared by a CTA pair) runs on cluster "
+                    f"{' or '.join(map(str, pairs))}, got cluster={tuple(config.cluster)}")
+        if getattr(config, "mma_sm", 1) == 2 and config.b_major == "MN":
+            from ..atom.mma_traits import mma_traits
+            box = mma_traits(config.dtype).mn_box
+            if (config.tile[1] // 2) % box:
+                return (f"mma_sm=2 with an MN-major B loads tile_n / 2 = {config.tile[1] // 2} columns per CTA in "
+                        f"boxes of {box}: use tile_n >= {2 * box} or b_major='K'")
         if config.epilogue != "global":
             return ("the sm_100a kernels store D from the registers tcgen05.ld fills: epilogue='global' "
                     "(a TMA-store epilogue for sm_100a is not built yet)")
@@ -88,13 +112,16 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         plan.barriers("acc_empty", ACC_STAGES)
 
     def config(self) -> dict:
-        return {**super().config(), "acc_stages": ACC_STAGES}
+        return {**super().config(), "acc_stages": ACC_STAGES, **({"mma_sm": 2} if self.pair else {})}
 
     # -- IR ------------------------------------------------------------------------
     def define(self):
         from mlir.dialects import gpu
         from ..atom import MBarriers
+        from ..atom.cluster import cluster_sync, cta_rank
+        from ..atom.mbarrier import PairLeaderBarriers
         from ..atom.tcgen05 import TensorMemory
+        from ..collective.tcgen05_mainloop import PairPipeline
         from ..ir import If, KernelBuilder, thread_idx
         from ..ir.smem_tile import static_word
         from ..ir.values import warp_uniform
@@ -109,18 +136,27 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             leader = tid.eq(0)
             warp = warp_uniform(tid // self.arch.warp_threads)
             lane0 = (tid % self.arch.warp_threads).eq(0)
-            pipeline = TmaPipeline(MBarriers(smem.barriers("full"), self.stages), ml.stage_bytes,
-                                   MBarriers(smem.barriers("empty"), self.stages), consumers=1,
-                                   cluster=self.cluster)
+            even = (cta_rank() % 2).eq(0) if self.pair else None
+            if self.pair:                   # both CTAs' loads complete on the even CTA's barriers
+                pipeline = PairPipeline(PairLeaderBarriers(smem.barriers("full"), self.stages), ml.pair_stage_bytes,
+                                        MBarriers(smem.barriers("empty"), self.stages), even)
+            else:
+                pipeline = TmaPipeline(MBarriers(smem.barriers("full"), self.stages), ml.stage_bytes,
+                                       MBarriers(smem.barriers("empty"), self.stages), consumers=1,
+                                       cluster=self.cluster)
+            # the accumulator's empty barrier: every epilogue thread of this CTA arrives, or (a
+            # pair) lane 0 of every epilogue warp of both CTAs arrives on the even CTA's
+            releases = 2 * self.arch.warps_per_warpgroup if self.pair else self.epilogue_threads
             accp = TmaPipeline(MBarriers(smem.barriers("acc_full"), ACC_STAGES), 0,
-                               MBarriers(smem.barriers("acc_empty"), ACC_STAGES), consumers=self.epilogue_threads)
+                               MBarriers(smem.barriers("acc_empty"), ACC_STAGES), consumers=releases)
             self.epilogue.init(smem, leader)
             accp.init(leader)
             pipeline.init(leader)
-            tmem = TensorMemory(static_word("tmem_address"), TensorMemory.columns_for(ACC_STAGES * self.tile_n))
+            tmem = TensorMemory(static_word("tmem_address"), TensorMemory.columns_for(ACC_STAGES * self.tile_n),
+                                cta_group=self.mma_sm)
             with If(warp.eq(MMA_WARP)):
                 tmem.alloc()
-                TensorMemory.relinquish()
+                tmem.relinquish()
             ops = ml.bind(smem, args, self.operand_atoms(args))
             ml.prefetch(ops, predicate=leader)
             TensorMemory.fence_before()
@@ -130,12 +166,15 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             self.scheduler.k_tiles      # emitted here: every role uses it
             with If(warp.eq(PRODUCER_WARP) & lane0):
                 self.producer(ops, pipeline)
-            with If(warp.eq(MMA_WARP)):
+            with If(warp.eq(MMA_WARP) & even if self.pair else warp.eq(MMA_WARP)):
                 self.mma_issuer(ops, pipeline, accp, tmem)
             with If(warp >= FIRST_EPILOGUE_WARP):
                 self.epilogue_loop(args, smem, accp, tmem)
             TensorMemory.fence_before()
-            gpu.barrier()               # every role done: the epilogue read the last accumulator
+            if self.pair:
+                cluster_sync()          # the peer's last releases reached the even CTA; its MMAs are done
+            else:
+                gpu.barrier()           # every role done: the epilogue read the last accumulator
             with If(warp.eq(MMA_WARP)):
                 TensorMemory.fence_after()
                 tmem.dealloc(tmem.address())
@@ -146,7 +185,7 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         buffer, run the tile's k-tiles into it, commit its completion to the buffer's full
         barrier."""
         from ..atom.sync import elect_one
-        from ..atom.tcgen05 import TensorMemory, Umma
+        from ..atom.tcgen05 import TensorMemory
         sch, s, ml = self.scheduler, self.stages, self.mainloop
         d0 = tmem.address()
         mask = ml.release_mask()
@@ -159,9 +198,20 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             accp.producer_acquire(acc)              # the epilogue has read this buffer's last tile
             TensorMemory.fence_after()
             st = ml.mma_loop(ops, pipeline, st, k_count, d0 + acc.index * self.tile_n, mask)
-            with cir.If(elect_one()):
-                Umma.commit(accp.full.address(acc.index))
+            with cir.If(elect_one()):               # a pair: both CTAs' accumulators are complete
+                ml.mma_atom.commit(accp.full.address(acc.index), mask if self.pair else None)
             loop.next(*st.carry(), *acc.advance().carry())
+
+    def release_accumulator(self, accp, acc) -> None:
+        """An epilogue thread is done reading buffer ``acc``: every thread arrives on this CTA's
+        empty barrier, or (a pair) lane 0 of each warp on the even CTA's (the warp's
+        ``tcgen05.wait::ld`` covered all its lanes' loads)."""
+        if not self.pair:
+            accp.consumer_release(acc)
+            return
+        from ..atom.cluster import cta_rank
+        accp.empty.arrive_cluster(acc.index, cta_rank() & ~1,
+                                  predicate=(cir.thread_idx() % self.arch.warp_threads).eq(0))
 
     def epilogue_loop(self, args, smem, accp, tmem) -> None:
         """Warps 2-5: per work tile, wait for its accumulator, load it in column chunks (each
@@ -182,7 +232,7 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
                 frag = TmemFragment.load(d, c0, cols)
                 if c0 + cols == self.tile_n:        # the last load: the MMAs may reuse the buffer
                     TensorMemory.fence_before()
-                    accp.consumer_release(acc)
+                    self.release_accumulator(accp, acc)
                 self.epilogue.store(frag, ctx)
             loop.next(*acc.advance().carry())
 

@@ -20,6 +20,8 @@ def run(cfg, m, n, k, rng, backend, l=None):
     lead = (l,) if l else ()
     a = rng.integers(-4, 5, lead + (m, k)).astype(NP[cfg.dtype])
     b = rng.integers(-4, 5, lead + (k, n)).astype(NP[cfg.b_dtype or cfg.dtype])
+    if cfg.b_major == "K":          # memory order picks the layout: keep the config's
+        b = np.ascontiguousarray(np.swapaxes(b, -1, -2)).swapaxes(-1, -2)
     d = Gemm(cfg, backend)(a, b)
     ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
     what = f"{cfg} m={m} n={n} k={k}"
@@ -194,3 +196,49 @@ def test_warp_specialized_sass():
     h = loop["histogram"]
     assert h.get("UTCHMMA") == 4 and h.get("UTCBAR") == 1 and h.get("SYNCS") == 1, loop
     assert loop["instructions"] <= 60, loop
+
+
+# -- CTA pairs: the 2SM kernel (cta_group::2) ----------------------------------------------
+
+@pytest.mark.parametrize("dtype,tile_n,b_major,out", [
+    ("f16", 128, "MN", "f32"),
+    ("bf16", 64, "K", "bf16"),
+    ("e5m2", 256, "K", "f32"),
+])
+def test_cta_pair_kernel_exact(dtype, tile_n, b_major, out, rng, sim):
+    """mma_sm=2 on a 2x1 cluster: 256 x tile_n per pair, each CTA loading its 128 A rows and
+    tile_n / 2 B rows into its own ring, both completing on the even CTA's barriers; 4 SMs
+    (2 pairs) for 3 x 3 pair tiles or more; ragged edges."""
+    k_tile = 128 if dtype.startswith("e") else 64
+    cfg = GemmConfig(arch="sm_100a", dtype=dtype, out_dtype=out, tile=(128, tile_n, k_tile), b_major=b_major,
+                     cluster=(2, 1), mma_sm=2, stages=2, sm_count=4)
+    m = 2 * 256 + int(rng.integers(1, 256))
+    n = 2 * tile_n + int(rng.integers(1, tile_n))
+    k = 2 * k_tile + int(rng.integers(1, k_tile))
+    run(cfg, m, n, k, rng, sim)
+
+
+def test_cta_pair_sass_and_smem():
+    """The pair's MMA loop issues UTCHMMA.2CTA and releases by UTCBAR.2CTA.MULTICAST; each CTA's
+    B stage is half the 1SM kernel's (more stages fit)."""
+    from cutedsl.compiler import toolchain
+    one = GemmConfig(arch="sm_100a", tile=(128, 256, 64), cluster=(2, 1))
+    two = GemmConfig(arch="sm_100a", tile=(128, 256, 64), cluster=(2, 1), mma_sm=2)
+    assert two.kernel().mainloop.b_tile_rows == 128 and two.resolved_stages() > one.resolved_stages()
+    k = GemmConfig(arch="sm_100a", tile=(128, 256, 64), cluster=(2, 1), mma_sm=2, stages=4).kernel().compile()
+    text = toolchain.sass(k.cubin)
+    ops = {ln.split()[1] for ln in text.splitlines() if "UTC" in ln and len(ln.split()) > 1}
+    assert {"UTCHMMA.2CTA", "UTCBAR.2CTA.MULTICAST"} <= ops, ops
+    assert k.resources.spill_stores == 0 and "cta_group::2" in k.ptx
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(mma_sm=2), r"mma_sm=2 \(a 256-row MMA shared by a CTA pair\) runs on cluster \(2, 1\)"),
+    (dict(mma_sm=2, cluster=(2, 1), tile=(128, 64, 64), b_major="MN"), r"tile_n / 2 = 32 columns per CTA"),
+    (dict(mma_sm=2, schedule="single_tile"), r"mma_sm=2 \(a CTA-pair MMA\) needs arch='sm_100a' and "
+                                             r"schedule='warp_specialized'"),
+    (dict(mma_sm=3), r"mma_sm must be 1 or 2"),
+])
+def test_cta_pair_config_errors(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        GemmConfig(arch="sm_100a", **kw)
