@@ -14,7 +14,7 @@ rng = np.random.default_rng()
 m, n, k = 600, 300, 200                      # 3 x 3 pair tiles of 256 x 128, ragged at both edges
 a = rng.standard_normal((m, k), dtype=np.float32).astype(ml_dtypes.bfloat16)
 b = rng.standard_normal((k, n), dtype=np.float32).astype(ml_dtypes.bfloat16)
-cfg = GemmConfig(arch="sm_100a", schedule="warp_specialized", cluster=(2, 1), mma_sm=2, sm_count=4,
+cfg = GemmConfig(arch="sm_100a", schedule="warp_specialized", cluster=(2, 1), mma_sm=2, sm_count=4, dtype="bf16",
                  out_dtype="bf16")
 gemm = Gemm(cfg)
 d = gemm(a, b)
