@@ -19,6 +19,8 @@ from .warp_specialized import WarpSpecializedMainloop
 
 cir = lazy("cutedsl.ir")
 
+CTA_PAIR = 2        #: CTAs sharing one cta_group::2 MMA
+
 
 class Tcgen05Mainloop(WarpSpecializedMainloop):
     """See the module docstring; constructor arguments as
@@ -36,8 +38,8 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
             raise ValueError(f"mma_sm must be 1 or 2, got {mma_sm}")
         self.pair = mma_sm == 2
         super().__init__(*args, **kw)
-        if self.pair and self.b_major == "MN" and (self.tile_n // 2) % self.traits.mn_box:
-            raise ValueError(f"a CTA pair with an MN-major B loads {self.tile_n // 2} columns per CTA, not a "
+        if self.pair and self.b_major == "MN" and (self.tile_n // CTA_PAIR) % self.traits.mn_box:
+            raise ValueError(f"a CTA pair with an MN-major B loads {self.tile_n // CTA_PAIR} columns per CTA, not a "
                              f"multiple of the {self.traits.mn_box}-column box")
         if self.pair and self.cluster not in self.PAIR_CLUSTERS:
             raise ValueError(f"a CTA-pair MMA (mma_sm=2) runs on cluster {' or '.join(map(str, self.PAIR_CLUSTERS))} "
@@ -45,13 +47,13 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
 
     def make_mma_atom(self, m: int, n: int, dtype: str, b_major: str, b_dtype, a_major: str):
         if self.pair:
-            return Umma(2 * m, n, dtype, b_major, b_dtype, a_major, cta_group=2)
+            return Umma(CTA_PAIR * m, n, dtype, b_major, b_dtype, a_major, cta_group=CTA_PAIR)
         return Umma(m, n, dtype, b_major, b_dtype, a_major)
 
     # -- the CTA pair's operand split --------------------------------------------------
     @property
     def b_tile_rows(self) -> int:
-        return self.tile_n // 2 if self.pair else self.tile_n
+        return self.tile_n // CTA_PAIR if self.pair else self.tile_n
 
     @property
     def multicast_b(self) -> bool:
@@ -62,18 +64,18 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
         if not self.pair:
             return super().b_box
         t = self.traits
-        return (t.k_tile, t.mn_box) if self.b_major == "MN" else (self.tile_n // 2, t.k_tile)
+        return (t.k_tile, t.mn_box) if self.b_major == "MN" else (self.tile_n // CTA_PAIR, t.k_tile)
 
     @property
     def b_boxes(self) -> int:
         if not self.pair:
             return super().b_boxes
-        return self.tile_n // 2 // self.traits.mn_box if self.b_major == "MN" else 1
+        return self.tile_n // CTA_PAIR // self.traits.mn_box if self.b_major == "MN" else 1
 
     def b_placement(self, j: int, k0, n0, rm):
         if not self.pair:
             return super().b_placement(j, k0, n0, rm)
-        t, half = self.traits, self.tile_n // 2          # this CTA's half of the tile's N rows
+        t, half = self.traits, self.tile_n // CTA_PAIR          # this CTA's half of the tile's N rows
         if self.b_major == "MN":
             return j * t.mn_box_bytes, (k0, n0 + rm * half + t.mn_box * j)
         return 0, (n0 + rm * half, k0)
@@ -82,7 +84,7 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
     def pair_stage_bytes(self) -> int:
         """Bytes the even CTA's full barrier receives per stage from both CTAs (A: 2 x 128
         rows, B: the whole tile's N)."""
-        return self.traits.tile_bytes(2 * self.tile_m + self.tile_n)
+        return self.traits.tile_bytes(CTA_PAIR * self.tile_m + self.tile_n)
 
     def release_mask(self):
         """IR i16: the cluster ranks whose producers multicast into this CTA's slots -- its
