@@ -66,6 +66,7 @@ import numpy as np
 from .errors import SimRuntimeError
 from .tma import defer
 from .tmem import COLUMNS, SUBOPS, tmem_of, tmem_shadow
+from .tcgen05_scale import decode_idesc_scaled, read_scales, sf_cells, sf_shadow_cells
 from .wgmma import ETYPES, _load_operand, operand_addrs
 
 #: (format code -> element type) per kind; the D format each kind allows
@@ -148,15 +149,21 @@ def d_lanes(m: int) -> np.ndarray:
 
 def decode_mma(ctx, ins, mods, ops):
     kinds = [x[6:] for x in mods if x.startswith("kind::")]
-    other = [x for x in mods[1:] if not x.startswith(("kind::", "cta_group::", "collector::"))]
-    if "block_scale" in other or any(k.startswith("mx") for k in kinds):
-        ctx.unsupported("block-scaled tcgen05.mma (.block_scale, kind::mxf8f6f4/mxf4/mxf4nvf4) is not emulated yet")
+    scaled = "block_scale" in mods
+    other = [x for x in mods[1:] if not x.startswith(("kind::", "cta_group::", "collector::"))
+             and x not in ("block_scale", "scale_vec::1X", "block32")]
     if mods[0] != "mma" or other:
-        ctx.unsupported(f"tcgen05.{'.'.join(mods)}: only the dense tcgen05.mma is emulated (not .ws/.sp)")
-    if len(kinds) != 1 or kinds[0] not in KINDS:
+        ctx.unsupported(f"tcgen05.{'.'.join(mods)}: only the dense tcgen05.mma and kind::mxf8f6f4.block_scale are "
+                        f"emulated (not .ws/.sp, other scale vector sizes)")
+    if scaled and kinds != ["mxf8f6f4"]:
+        ctx.unsupported(f"block-scaled tcgen05.mma .kind::{kinds[0] if kinds else '?'}: kind::mxf8f6f4 (MXFP8) is "
+                        f"emulated; mxf4 / mxf4nvf4 not yet")
+    if not scaled and (len(kinds) != 1 or kinds[0] not in KINDS):
         ctx.bad(f"tcgen05.mma needs one of .kind::{', .kind::'.join(KINDS)}")
     kind = kinds[0]
     group = 2 if "cta_group::2" in mods else 1
+    if scaled and group == 2:
+        ctx.unsupported("block-scaled tcgen05.mma.cta_group::2 is not emulated yet")
     if len(ops) < 5:
         ctx.bad("tcgen05.mma takes [d], a, b, idesc, {disable-output-lane,} enable-input-d{, scale-input-d}")
     d_addr = ctx.addr(ops[0])
@@ -166,6 +173,12 @@ def decode_mma(ctx, ins, mods, ops):
     rb = ctx.rd(ops[2], "u64")
     ridesc = ctx.rd(ops[3], "u32")
     rest = [ctx.operand(x) for x in ops[4:]]
+    rsf = None
+    if scaled:                                  # [scale-A-tmem], [scale-B-tmem]
+        if len(rest) != 3 or rest[0].kind != "addr" or rest[1].kind != "addr":
+            ctx.bad("block-scaled tcgen05.mma takes [d], a, b, idesc, [scale-A], [scale-B], enable-input-d")
+        rsf = (ctx.addr(rest[0]), ctx.addr(rest[1]))
+        rest = rest[2:]
     mask = None
     if rest and rest[0].kind == "vec":
         v = rest.pop(0)
@@ -181,7 +194,7 @@ def decode_mma(ctx, ins, mods, ops):
         if rest[1].kind != "imm" or not 0 <= rest[1].value <= 15 or kind not in ("f16", "tf32"):
             ctx.bad("scale-input-d is an immediate 0..15, for kind::f16 / kind::tf32 only")
         scale = rest[1].value
-    K = {"f16": 16, "tf32": 8, "f8f6f4": 32, "i8": 32}[kind]
+    K = {"f16": 16, "tf32": 8, "f8f6f4": 32, "i8": 32, "mxf8f6f4": 32}[kind]
 
     def lane_val(w, reader, ln):
         v = np.asarray(reader(w))
@@ -191,14 +204,15 @@ def decode_mma(ctx, ins, mods, ops):
         for ln in w._lanes(m).tolist():     # a single-thread instruction: one MMA per lane
             issue(w, ln, lane_val(w, d_addr, ln), lane_val(w, ra, ln), lane_val(w, rb, ln),
                   lane_val(w, ridesc, ln), bool(lane_val(w, ren, ln)),
-                  [lane_val(w, r, ln) for r in mask] if mask else None)
+                  [lane_val(w, r, ln) for r in mask] if mask else None,
+                  (lane_val(w, rsf[0], ln), lane_val(w, rsf[1], ln)) if rsf else None)
 
     def fail(msg):
         raise SimRuntimeError(f"tcgen05.mma: {msg}\n    at {ins.where()}")
 
-    def issue(w, ln, d_a, a_v, b_desc, idesc, enable, dmask):
+    def issue(w, ln, d_a, a_v, b_desc, idesc, enable, dmask, sf=None):
         try:
-            f = decode_idesc(idesc, kind, group)
+            f = decode_idesc_scaled(idesc, kind) if scaled else decode_idesc(idesc, kind, group)
         except SimRuntimeError as e:
             fail(str(e))
         M, N = f["m"], f["n"]
@@ -244,6 +258,12 @@ def decode_mma(ctx, ins, mods, ops):
             for c in ctas:
                 if not tmem_of(c).covered(acol, 8):
                     fail(f"A columns {acol}..{acol + 7} are not inside one tcgen05.alloc block of CTA {c.ctaid}")
+        if sf is not None:
+            for what, addr, rows in (("scale-A", sf[0], M), ("scale-B", sf[1], N)):
+                _l, sfc, lane = sf_cells(addr, rows)
+                if lane or not tmem_of(w.cta).covered(int(sfc.min()), int(sfc.max() - sfc.min()) + 1):
+                    fail(f"{what} address 0x{addr:08x}: its {rows} rows' factors (lane 0.., columns "
+                         f"{int(sfc.min())}..{int(sfc.max())}) are not inside one tcgen05.alloc block")
         cta = w.cta
         key = (cta.rank, w.wid, ln)
         hb = cta.cluster.hb
@@ -260,6 +280,10 @@ def decode_mma(ctx, ins, mods, ops):
                 if acol is not None:
                     a_cells = np.arange(128)[:, None] * COLUMNS + (acol + np.arange(8))[None, :]
                     ts.read(a_cells.reshape(-1), ag.idx, clock, vc, pvc, ins.pc, False, "tcgen05.mma A")
+                if sf is not None:
+                    for addr, rows in ((sf[0], M), (sf[1], N)):
+                        ts.read(sf_shadow_cells(addr, rows), ag.idx, clock, vc, pvc, ins.pc, False,
+                                "tcgen05.mma scale factors")
                 cells = d_cells[keep[i]].reshape(-1)
                 if enable:
                     ts.read(cells, ag.idx, clock, vc, pvc, ins.pc, False, "tcgen05.mma D")
@@ -273,6 +297,10 @@ def decode_mma(ctx, ins, mods, ops):
             else:
                 A = np.concatenate([_load_operand(c, a_ei, ea, dta) for c in ctas])       # (M, K)
             old = np.concatenate([tmem_of(c).data[lanes[:, None], cols[None, :]] for c in ctas])
+            if sf is not None:                  # MX: every row of A and B times its E8M0 factor
+                data = tmem_of(ctas[0]).data
+                A = A * read_scales(data, sf[0], M, f["a_sf"])[:, None]
+                B = B * read_scales(data, sf[1], N, f["b_sf"])[None, :]
             if kind == "i8":
                 r = A.astype(np.int64) @ B.astype(np.int64)
                 if enable:

@@ -326,3 +326,82 @@ def decode_pair_error():
     emu.launch(load_ptx(text), 2, 128, [z, z, z, emu.to_device(np.zeros(256 * 32, np.uint32)), 16, 16,
                                         kit.idesc(256, 32), kit.smem_desc(16, 1024, 128),
                                         kit.smem_desc(16, 1024, 128), 1, 2, 2, 32], cluster=(2, 1, 1))
+
+
+# -- block-scaled MMA (MXFP8) and tcgen05.cp --------------------------------------------------
+
+def sf_atom(scales):
+    """CUTLASS's 512-byte scale-factor atom of 128 rows x 4 blocks: byte (r % 32) * 16 + (r // 32) * 4 + j."""
+    rows, blocks = scales.shape
+    out = np.zeros(512, np.uint8)
+    r = np.arange(rows)[:, None]
+    j = np.arange(blocks)[None, :]
+    out[(r % 32) * 16 + (r // 32) * 4 + j] = scales
+    return out
+
+
+#: thread 0 copies the A and B scale atoms (after B's image in smem_b) into TMEM columns 256 and
+#: 260 (32x128b.warpx4: replicated to every lane quarter), then the MMA of k-step j uses scale
+#: byte j of each (idesc | j << 29 | j << 4)
+SF_COPY = ("\tmov.u32 %r7, 0;\nISSUE:",
+           "\tadd.u32 %r70, %r11, {SFA_OFF};\n\tshr.u32 %r70, %r70, 4;\n\tcvt.u64.u32 %rd30, %r70;\n"
+           "\tor.b64 %rd30, %rd30, 0x0000400800000000;\n\tadd.u32 %r71, %r42, 256;\n"
+           "\ttcgen05.cp.cta_group::1.32x128b.warpx4 [%r71], %rd30;\n"
+           "\tadd.u32 %r72, %r11, {SFB_OFF};\n\tshr.u32 %r72, %r72, 4;\n\tcvt.u64.u32 %rd31, %r72;\n"
+           "\tor.b64 %rd31, %rd31, 0x0000400800000000;\n\tadd.u32 %r73, %r42, 260;\n"
+           "\ttcgen05.cp.cta_group::1.32x128b.warpx4 [%r73], %rd31;\n\tmov.u32 %r7, 0;\nISSUE:")
+MX_MMA = ("shl.b32 %r74, %r7, 29; shl.b32 %r75, %r7, 4; or.b32 %r76, %r52, %r74; or.b32 %r76, %r76, %r75;\n"
+          "\ttcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.scale_vec::1X [%r42], %rd12, %rd13, %r76, "
+          "[%r71], [%r73], %p7;")
+
+
+@pytest.mark.parametrize("at,bt,seed", [("e4m3", "e4m3", None), ("e5m2", "e4m3", None), ("e4m3", "e5m2", 3)])
+def test_mxfp8_block_scaled_mma_with_tcgen05_cp(at, bt, seed):
+    """D = sum over 4 blocks of 32 K: A * 2^(sfa - 127) x B * 2^(sfb - 127), scales copied from
+    shared memory by tcgen05.cp (512-byte atoms), one scale byte per block (the sf ids); exact."""
+    from cutedsl.sim import load_ptx
+    rng = np.random.default_rng(17)
+    n = 64
+    a, b = ints(rng, (128, 128), at), ints(rng, (n, 128), bt)
+    sfa = rng.integers(120, 135, (128, 4)).astype(np.uint8)
+    sfb = rng.integers(120, 135, (n, 4)).astype(np.uint8)
+    a_img, alo, aso, astep = kit.kmajor_image(a, 128)
+    b_img, blo, bso, bstep = kit.kmajor_image(b, 128)
+    sfa_off, sfb_off = len(b_img), len(b_img) + 512
+    b_all = kit.pad(np.concatenate([b_img, sf_atom(sfa), sf_atom(sfb)]))
+    text = kit.mma_ptx("f8f6f4", mma=MX_MMA, patch=[(SF_COPY[0], SF_COPY[1].replace("{SFA_OFF}", str(sfa_off))
+                                                      .replace("{SFB_OFF}", str(sfb_off)))])
+    idesc = 1 << 23 | FMT[at][1] << 7 | FMT[bt][1] << 10 | (n >> 3) << 17 | (128 >> 4) << 24
+    emu = Emulator(chaos=seed)
+    bufs = [emu.to_device(x) for x in (a_img, b_all, np.zeros(16, np.uint8))]
+    out = emu.to_device(np.zeros(128 * n, np.uint32))
+    emu.launch(load_ptx(text), 1, 128, bufs + [out, len(a_img), len(b_all), idesc, kit.smem_desc(alo, aso, 128),
+                                               kit.smem_desc(blo, bso, 128), 4, astep >> 4, bstep >> 4, n])
+    got = emu.to_host(out, (128, n), np.uint32).view(np.float32).astype(np.float64)
+    want = np.zeros((128, n))
+    for j in range(4):             # one f32 rounding per instruction (block), as the emulator's exact mode
+        blk = slice(32 * j, 32 * j + 32)
+        want = (want + (a[:, blk].astype(np.float64) * np.ldexp(1.0, sfa[:, j:j + 1].astype(int) - 127)) @
+                (b[:, blk].astype(np.float64) * np.ldexp(1.0, sfb[:, j:j + 1].astype(int) - 127)).T
+                ).astype(np.float32).astype(np.float64)
+    assert np.array_equal(got, want)
+
+
+def test_block_scaled_idesc_errors():
+    from cutedsl.sim.tcgen05_scale import decode_idesc_scaled
+    base = 1 << 23 | (64 >> 3) << 17 | (128 >> 4) << 24
+    assert decode_idesc_scaled(base | 2 << 29 | 3 << 4, "mxf8f6f4")["a_sf"] == 2
+    with pytest.raises(SimRuntimeError, match=r"scale format bit 23 = 0 \(UE4M3\)"):
+        decode_idesc_scaled(base & ~(1 << 23), "mxf8f6f4")
+    with pytest.raises(SimRuntimeError, match=r"A format e2m1: 6- and 4-bit MX inputs are not emulated"):
+        decode_idesc_scaled(base | 5 << 7, "mxf8f6f4")
+
+
+def test_tcgen05_cp_lane_maps():
+    from cutedsl.sim.tcgen05_cp import lane_map
+    (src, dst), = lane_map("128x128b", None)
+    assert (src == dst).all() and len(src) == 128
+    quarters = {int(d[0]) // 32 for _s, d in lane_map("32x128b", "warpx4")}
+    assert quarters == {0, 1, 2, 3}
+    pairs = [(int(s[0]), int(d[0])) for s, d in lane_map("64x128b", "warpx2::02_13")]
+    assert pairs == [(0, 0), (0, 64), (32, 32), (32, 96)]
