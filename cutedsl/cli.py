@@ -136,8 +136,9 @@ def _add_bench_commands(sub):
 def run_gemm(args) -> tuple:
     """Returns ``(report dict, exit status)``."""
     import numpy as np
+    from .atom.mma_traits import MX_DTYPES
     from .collective import fusion
-    from .device import Gemm
+    from .device import Gemm, mx
     from .device.selection import resolve
     from .dtypes import tensor_core_value
     from .errors import ArgumentError, CuteDSLError, DumpError, NoDeviceError
@@ -202,6 +203,10 @@ def run_gemm(args) -> tuple:
     for name in ("alpha", "beta"):             # the scalars as given on the command line
         if name in extra:
             extra[name] = getattr(args, name)
+    scales = None
+    if cfg.dtype in MX_DTYPES:                 # MX: random E8M0 factors near 1 per 32 K-elements
+        scales = [rng.integers(124, 131, (r, mx.blocks(args.k))).astype(np.uint8) for r in (args.m, args.n)]
+        extra.update(a_scales=mx.pack_scales(scales[0]), b_scales=mx.pack_scales(scales[1]))
     launched = False
     try:
         launch, result = gemm.prepare(a, b, **extra)
@@ -230,7 +235,10 @@ def run_gemm(args) -> tuple:
     rep["tflops"] = round(flops / (ms * 1e-3) / 1e12, 6)
     if args.check:
         model = dict(extra)
-        acc = tensor_core_value(a, cfg.dtype) @ tensor_core_value(b, cfg.b_dtype or cfg.dtype)
+        if scales is not None:
+            acc = mx.dequantize(a, scales[0]) @ mx.dequantize(np.asarray(b).T, scales[1]).T
+        else:
+            acc = tensor_core_value(a, cfg.dtype) @ tensor_core_value(b, cfg.b_dtype or cfg.dtype)
         ref = fusion.reference(cfg.fusion, acc, model, cfg.out_dtype)
         err = _rel_err(d, ref, cfg.out_dtype)
         if "_aux" in model:                    # the second output: the value before the activation
@@ -296,7 +304,7 @@ def _print_text(rep):
     sass = rep["sass"] or {}
     tc = sorted(k for k in sass if k.startswith("UTC") and k.endswith("MMA"))
     if tc:
-        keys = (*tc, "UTCBAR", "LDTM", "UTMALDG", "UTMASTG", "SYNCS", "BAR", "STG", "STS")
+        keys = (*tc, "UTCBAR", "UTCCP", "LDTM", "UTMALDG", "UTMASTG", "SYNCS", "BAR", "STG", "STS")
     else:
         mma = "QGMMA" if sass.get("QGMMA") else "HGMMA"
         keys = (mma, "UTMALDG", "UTMASTG", "SYNCS", "BAR", "STG", "STS", "WARPGROUP", "USETMAXREG")

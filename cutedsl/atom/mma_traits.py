@@ -109,6 +109,15 @@ class MmaTraits:
         return rows * self.row_bytes
 
 
+#: block-scaled MX input types (sm_100a; OCP Microscaling): config dtype -> element type
+MX_DTYPES = {"mxfp8": "e4m3", "mxfp8-e5m2": "e5m2"}
+
+
+def element_type(dtype):
+    """The element type of a config dtype: itself, or an MX dtype's element (``"mxfp8"`` -> e4m3)."""
+    return MX_DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype
+
+
 def mma_traits(dtype: str, swizzle: int = DEFAULT_SWIZZLE) -> MmaTraits:
     """The :class:`MmaTraits` of operand type ``dtype`` (``ConfigError`` for a type the atom lacks)."""
     return MmaTraits(dtype, swizzle)

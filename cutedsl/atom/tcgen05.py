@@ -44,6 +44,16 @@ MAX_LD_COLUMNS = 128                        #: the largest .num of tcgen05.ld.32
 KIND = {"f16": "f16", "bf16": "f16", "tf32": "tf32", "e4m3": "f8f6f4", "e5m2": "f8f6f4"}
 FORMAT = {"f16": 0, "bf16": 1, "tf32": 2, "e4m3": 0, "e5m2": 1}
 D_F32 = 1                                   #: D format code of an f32 accumulator
+SCALED_M = 128                              #: M of the block-scaled MMAs built here
+SF_ATOM_BYTES, SF_CORE_BYTES = 512, 128     #: a scale-factor atom; 8 rows x 16 B core matrices in it
+SF_COLUMNS = 4                              #: TMEM columns one atom (128 rows x 4 blocks) fills
+SF_VECTOR, SF_ROWS, SF_BLOCKS = 32, 128, 4  #: K elements per factor; rows and factors per row of an atom
+
+
+def sf_packed_rows(rows: int, k: int) -> int:
+    """Rows (of 128 bytes) of the packed scale factors of a ``rows x k`` MX operand: one 512-byte
+    atom (4 rows) per 128 rows and 4 factors (128 K elements)."""
+    return -(-rows // SF_ROWS) * -(-(-(-k // SF_VECTOR)) // SF_BLOCKS) * SF_BLOCKS
 SWIZZLE_FIELD = {0: 0, 128: 2, 64: 4, 32: 6}   #: sm_100 descriptor bits 61-63
 FIXED_BITS = 1 << 46                        #: the constant 0b001 at bits 46-48
 
@@ -53,6 +63,16 @@ def instr_descriptor(m: int, n: int, a_dtype: str, b_dtype: str, a_major: str = 
     docstring for the fields)."""
     return (D_F32 << 4 | FORMAT[a_dtype] << 7 | FORMAT[b_dtype] << 10 | int(a_major == "MN") << 15
             | int(b_major == "MN") << 16 | (n >> 3) << 17 | (m >> 4) << 24)
+
+
+def scaled_instr_descriptor(n: int, a_dtype: str, b_dtype: str, a_sf: int = 0, b_sf: int = 0) -> int:
+    """The 32-bit instruction descriptor of a ``kind::mxf8f6f4.block_scale`` MMA (M = 128, both
+    operands K-major, UE8M0 scales; CUTLASS ``UMMA::InstrDescriptorBlockScaled``): B's scale-factor
+    id bits 4-5, A/B formats 7-9 / 10-12, N >> 3 at 17-22, scale format bit 23 (1 = UE8M0),
+    M >> 4 at 24-28, A's scale-factor id bits 29-30 (the ids pick the byte -- the 32-element
+    block -- of each row's 32-bit scale word)."""
+    return (b_sf << 4 | FORMAT[a_dtype] << 7 | FORMAT[b_dtype] << 10 | (n >> 3) << 17 | 1 << 23
+            | (SCALED_M >> 4) << 24 | a_sf << 29)
 
 
 def smem_descriptor_bits(address: int, layout: SmemMatrix) -> int:
@@ -182,6 +202,38 @@ class Umma(SmemOperands):
     def group_attr(self):
         return ir.Attribute.parse(f"#nvvm.cta_group<cta_{self.cta_group}>")
 
+    def mma_scaled(self, d, a, b, sfa, sfb, accumulate=True) -> None:
+        """A block-scaled (MXFP8) k-tile: ``k_steps`` ``tcgen05.mma.kind::mxf8f6f4.block_scale``
+        into D at ``d``, step ``j`` scaling by byte ``j`` of the factors at TMEM ``sfa`` / ``sfb``
+        (i32; from :meth:`copy_scales`). One thread. (The ``.block32`` spelling of the scale
+        vector aborts LLVM 22's instruction selection with PTX 8.6; the default ``.block_scale``
+        means the same for this kind: one factor per 32 elements.)"""
+        da = a if isinstance(a, Descriptor) else self.descriptor(a, "A")
+        db = b if isinstance(b, Descriptor) else self.descriptor(b, "B")
+        if self.m != SCALED_M or da.layout.major != "K" or db.layout.major != "K":
+            raise ValueError("block-scaled MMAs are built for M = 128 with K-major A and B")
+        kind = ir.Attribute.parse("#nvvm.block_scale_kind<mxf8f6f4>")
+        dptr, pa, pb = _ptr(d, 6), _ptr(sfa, 6), _ptr(sfb, 6)
+        for j in range(self.traits.k_steps):
+            idesc = V.i32(scaled_instr_descriptor(self.n, self.dtype, self.b_dtype, j, j))
+            aj = da.offset(da.layout.k_step_offset(j)).value()
+            bj = db.offset(db.layout.k_step_offset(j)).value()
+            en = V.const(1, "i1") if j else (V.const(int(accumulate), "i1") if isinstance(accumulate, bool)
+                                             else accumulate)
+            nvvm.tcgen05_mma_block_scale(kind, self.group_attr, dptr, aj, bj, idesc, en, pa, pb)
+
+    @staticmethod
+    def copy_scales(taddr, smem_address) -> None:
+        """``tcgen05.cp.cta_group::1.32x128b.warpx4``: the 512-byte scale-factor atom at shared
+        ``smem_address`` (i32) into TMEM columns ``taddr .. + 3`` of every lane quarter (CUTLASS's
+        SF copy; a no-swizzle descriptor with 128-byte core-matrix stride). One thread; ordered
+        before the same thread's later MMAs."""
+        a = smem_address if str(smem_address.type) == "i32" else V.to_type(smem_address, "i32", signed=False)
+        desc = V.to_type((a & ADDR_MASK) >> ADDR_SHIFT, "i64", signed=False) | V.const(
+            (SF_CORE_BYTES >> ADDR_SHIFT) << 32 | FIXED_BITS, "i64")
+        nvvm.tcgen05_cp(ir.Attribute.parse("#nvvm.tcgen05_cp_shape<shape_32x128b>"), _ptr(taddr, 6), desc,
+                        multicast=ir.Attribute.parse("#nvvm.tcgen05_cp_multicast<warpx4>"))
+
     def mma(self, d, a, b, accumulate=True) -> None:
         """Issue one k-tile: ``k_steps`` instructions into D at TMEM address ``d`` (i32). Call
         from one thread. ``a``/``b``: ``SmemTile`` (layout checked) or descriptors;
@@ -295,4 +347,4 @@ class TmemFragment:
 
 
 __all__ = ["TensorMemory", "Umma", "UmmaDescriptor", "TmemFragment", "TmemLayout", "instr_descriptor",
-           "smem_descriptor_bits"]
+           "scaled_instr_descriptor", "smem_descriptor_bits"]

@@ -12,7 +12,7 @@ empty barrier counts one release per such CTA.
 """
 from __future__ import annotations
 
-from ..atom.tcgen05 import Umma
+from ..atom.tcgen05 import SF_ATOM_BYTES, SF_COLUMNS, Umma
 from ..ir._lazy import lazy
 from .pipeline import PipelineState, TmaPipeline
 from .warp_specialized import WarpSpecializedMainloop
@@ -20,6 +20,8 @@ from .warp_specialized import WarpSpecializedMainloop
 cir = lazy("cutedsl.ir")
 
 CTA_PAIR = 2        #: CTAs sharing one cta_group::2 MMA
+SF_ROWS = 128       #: rows (of M or N) one scale-factor atom covers
+SF_BOX = (4, 128)   #: one 512-byte atom as the TMA box of the packed (rows, 128) u8 scales
 
 
 class Tcgen05Mainloop(WarpSpecializedMainloop):
@@ -33,11 +35,18 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
 
     PAIR_CLUSTERS = ((2, 1),)
 
-    def __init__(self, *args, mma_sm: int = 1, **kw):
+    def __init__(self, *args, mma_sm: int = 1, block_scaled: bool = False, **kw):
         if mma_sm not in (1, 2):
             raise ValueError(f"mma_sm must be 1 or 2, got {mma_sm}")
         self.pair = mma_sm == 2
+        #: MXFP8: a 512-byte scale-factor atom per stage for A's 128 rows and for B's (tile_n 128)
+        self.block_scaled = block_scaled
         super().__init__(*args, **kw)
+        if block_scaled and (self.pair or self.tile_m != SF_ROWS or self.tile_n != SF_ROWS
+                             or self.dtype not in ("e4m3", "e5m2")):
+            raise ValueError(f"block-scaled (MX) mainloops are built for 128 x 128 tiles of e4m3/e5m2 on one "
+                             f"SM so far, got {self.tile_m} x {self.tile_n} {self.dtype}"
+                             + (" with mma_sm=2" if self.pair else ""))
         if self.pair and self.b_major == "MN" and (self.tile_n // CTA_PAIR) % self.traits.mn_box:
             raise ValueError(f"a CTA pair with an MN-major B loads {self.tile_n // CTA_PAIR} columns per CTA, not a "
                              f"multiple of the {self.traits.mn_box}-column box")
@@ -80,6 +89,42 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
             return j * t.mn_box_bytes, (k0, n0 + rm * half + t.mn_box * j)
         return 0, (n0 + rm * half, k0)
 
+    # -- MX scale factors ------------------------------------------------------------------
+    @property
+    def stage_bytes(self) -> int:
+        return super().stage_bytes + (2 * SF_ATOM_BYTES if self.block_scaled else 0)
+
+    def plan(self, plan, stages: int | None = None) -> None:
+        super().plan(plan, stages)
+        if self.block_scaled:               # one atom of A's and one of B's factors per stage
+            for name in ("sfa", "sfb"):
+                plan.buffer(name, SF_BOX, "u8", stages or self.stages)
+
+    def tensor_maps(self) -> list:
+        from ..compiler.artifact import TensorMapSpec
+        maps = super().tensor_maps()
+        if self.block_scaled:               # packed factors (cutedsl.device.mx.pack_scales)
+            maps += [TensorMapSpec("a_scales", "u8", SF_BOX), TensorMapSpec("b_scales", "u8", SF_BOX)]
+        return maps
+
+    def bind_scales(self, ops, args, k_tiles):
+        """``ops`` with the scale-factor tensor maps and the problem's k-tile count (block-scaled)."""
+        if not self.block_scaled:
+            return ops
+        import attrs
+        from ..atom.tma import TmaCopy
+        sa, sb = self.tensor_maps()[-2:]
+        return attrs.evolve(ops, scales=(TmaCopy(sa, args.a_scales), TmaCopy(sb, args.b_scales), k_tiles))
+
+    def load_stage(self, ops, pipeline, state, k_tile, m0, n0, predicate=None) -> None:
+        super().load_stage(ops, pipeline, state, k_tile, m0, n0, predicate)
+        if self.block_scaled:               # atom (row block, k-tile) of each operand's factors
+            tsa, tsb, kts = ops.scales
+            s = state.index
+            for tma, name, r0 in ((tsa, "sfa", m0), (tsb, "sfb", n0)):
+                row = ((r0 // SF_ROWS) * kts + k_tile) * SF_BOX[0]
+                tma.load(ops.smem[name].tile(s), pipeline.full, s, (row, 0), predicate=predicate)
+
     @property
     def pair_stage_bytes(self) -> int:
         """Bytes the even CTA's full barrier receives per stage from both CTAs (A: 2 x 128
@@ -103,7 +148,11 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
             mask = mask | cir.select(same, cir.u32(1 << r), cir.u32(0))
         return mask
 
-    def mma_loop(self, ops, pipeline, state: PipelineState, k_count, d, mask=None) -> PipelineState:
+    def sf_columns(self, stages: int | None = None) -> int:
+        """TMEM columns the scale factors of every stage take (block-scaled), else 0."""
+        return (stages or self.stages) * 2 * SF_COLUMNS if self.block_scaled else 0
+
+    def mma_loop(self, ops, pipeline, state: PipelineState, k_count, d, mask=None, sf=None) -> PipelineState:
         """One whole warp: accumulate ``k_count`` (IR, >= 1) k-tiles from ``state`` into the
         TMEM accumulator at ``d`` (i32; the first k-tile overwrites it); the warp waits for each
         slot and an elected lane (``elect.sync``) issues the MMAs and releases the slot by a
@@ -118,8 +167,15 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
             st = PipelineState.from_carry(self.stages, carried)
             pipeline.consumer_wait(st)
             with cir.If(elect_one()):
-                self.mma_atom.mma(d, self.stage_descriptor(ops, "a", st.index),
-                                  self.stage_descriptor(ops, "b", st.index), accumulate=i.ne(0))
+                da, db = self.stage_descriptor(ops, "a", st.index), self.stage_descriptor(ops, "b", st.index)
+                if self.block_scaled:       # the stage's factor atoms -> TMEM, then the scaled MMAs
+                    sfa = sf + st.index * (2 * SF_COLUMNS)
+                    sfb = sfa + SF_COLUMNS
+                    self.mma_atom.copy_scales(sfa, ops.smem["sfa"].tile(st.index).address())
+                    self.mma_atom.copy_scales(sfb, ops.smem["sfb"].tile(st.index).address())
+                    self.mma_atom.mma_scaled(d, da, db, sfa, sfb, accumulate=i.ne(0))
+                else:
+                    self.mma_atom.mma(d, da, db, accumulate=i.ne(0))
                 self.mma_atom.commit(pipeline.empty.address(st.index), mask)
             loop.next(*st.advance().carry())
         return PipelineState.from_carry(self.stages, loop.results)

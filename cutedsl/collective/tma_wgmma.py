@@ -58,6 +58,8 @@ class MainloopOperands:
     a_offset: object = 0
     producer: object = None
     batch: object = None
+    #: a block-scaled mainloop's scale-factor operands: ``(TmaCopy of A's, of B's, k-tiles)``
+    scales: object = None
 
 
 class TmaWgmmaMainloop:

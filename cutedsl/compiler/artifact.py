@@ -39,8 +39,8 @@ class ParamSpec:
     constant), ``ptr`` (64-bit global address), ``i32``/``u32``/``i64``/``f32`` (scalars).
 
     A ``ptr`` parameter may declare what it points to, so that the Device layer checks arrays
-    passed for it like A and B: ``shape`` (numpy order; each entry an int or one of the
-    problem sizes ``"m"``, ``"n"``, ``"k"``, ``"l"``), ``dtype`` (cutedsl name, e.g. ``"f32"``), and
+    passed for it like A and B: ``shape`` (numpy order; each entry an int, one of the problem
+    sizes ``"m"``, ``"n"``, ``"k"``, ``"l"``, or a size the kernel names in ``param_dims``), ``dtype`` (cutedsl name, e.g. ``"f32"``), and
     ``output=True`` when the kernel writes there. Undeclared (None) means unchecked. Not part
     of the compiled artifact.
     """
@@ -65,9 +65,9 @@ class ParamSpec:
             raise ValueError(f"parameter {self.name!r}: shape/dtype/output can only be declared for a ptr "
                              f"(or the array behind a tensor map)")
         for s in self.shape or ():
-            if not (s in ("m", "n", "k", "l") or (isinstance(s, int) and s > 0)):
-                raise ValueError(f"parameter {self.name!r}: shape entries are positive ints or "
-                                 f"'m', 'n', 'k', 'l', got {s!r}")
+            if not ((isinstance(s, str) and s.isidentifier()) or (isinstance(s, int) and s > 0)):
+                raise ValueError(f"parameter {self.name!r}: shape entries are positive ints or size names "
+                                 f"('m', 'n', 'k', 'l', or a kernel's own from its param_dims), got {s!r}")
 
     @property
     def size(self) -> int:

@@ -13,6 +13,7 @@ from ..atom.mma_traits import ELEMENT_BYTES, mma_traits
 from ..collective import fusion as _fusion
 from ..collective.epilogue import Epilogue
 from ..collective.tile_scheduler import RASTERS, SWIZZLES
+from ..atom.mma_traits import MX_DTYPES, element_type
 from ..collective.tma_wgmma import CLUSTERS, TmaWgmmaMainloop   # what the mainloop supports: one list
 from ..errors import ArgumentTypeError, ConfigError, ConfigTypeError, CuteDSLError, checked_arguments, one_of
 
@@ -22,7 +23,11 @@ SCHEDULES = ("multistage", "single_tile", "warp_specialized", "cooperative", "pi
 WARP_SPECIALIZED = SCHEDULES[2:]
 PERSISTENT = SCHEDULES[3:]                      #: the persistent schedules (stream-K / split-K run on them)
 MAX_SPLITS = 256                                #: split-k pieces per tile at most
-DTYPES = tuple(ELEMENT_BYTES)                   #: operand types of the MMA atom
+#: operand types: the MMA atom's, and the block-scaled MX inputs (sm_100a) named by their elements
+DTYPES = tuple(ELEMENT_BYTES) + tuple(MX_DTYPES)
+
+
+element_dtype = element_type            #: the element type of a config dtype (mxfp8 -> e4m3)
 OUT_DTYPES = Epilogue.OUT_DTYPES                #: what the epilogues write
 EPILOGUE_KINDS = Epilogue.KINDS
 STAGES = TmaWgmmaMainloop.STAGES                #: pipeline depths of the mainloops
@@ -66,11 +71,13 @@ def _tile(v) -> tuple:
 def _k_tile(dtype) -> int:
     """The default BLOCK_K: one 128-byte swizzle row of ``dtype`` (64 when the dtype is unknown:
     the dtype check then names the problem)."""
+    dtype = element_dtype(dtype)
     return 128 // ELEMENT_BYTES[dtype] if isinstance(dtype, str) and dtype in ELEMENT_BYTES else 64
 
 
 def _default_b_major(dtype) -> str:
     """B's default layout: MN-major (a row-major (K, N) array) where the MMA can read it, else K."""
+    dtype = element_dtype(dtype)
     known = isinstance(dtype, str) and dtype in ELEMENT_BYTES
     return "MN" if not known or "MN" in mma_traits(dtype).majors_b else "K"
 
@@ -300,8 +307,9 @@ class GemmConfig:
         For the CLI's main job and the tuner."""
         from ..dtypes import dtype as _dtype
         lead = (l,) if l > 1 else ()
-        a = rng.standard_normal(lead + (m, k), dtype=np.float32).astype(_dtype(self.dtype).numpy)
-        b = rng.standard_normal(lead + (k, n), dtype=np.float32).astype(_dtype(self.b_dtype or self.dtype).numpy)
+        a = rng.standard_normal(lead + (m, k), dtype=np.float32).astype(_dtype(element_dtype(self.dtype)).numpy)
+        b = rng.standard_normal(lead + (k, n), dtype=np.float32).astype(
+            _dtype(element_dtype(self.b_dtype or self.dtype)).numpy)
         if self.a_major == "MN":
             a = np.ascontiguousarray(np.swapaxes(a, -1, -2)).swapaxes(-1, -2)
         if self.b_major == "K":
@@ -375,7 +383,7 @@ class GemmConfig:
 
     def _make(self, cls, stages=None, epilogue_cls=None):
         bm, bn, _ = self.tile
-        kw = dict(tile_m=bm, tile_n=bn, dtype=self.dtype, out_dtype=self.out_dtype,
+        kw = dict(tile_m=bm, tile_n=bn, dtype=element_dtype(self.dtype), out_dtype=self.out_dtype,
                   b_major=self.b_major, epilogue=epilogue_cls or self._epilogue_cls())
         if self.b_dtype not in (None, self.dtype):
             kw["b_dtype"] = self.b_dtype        # a kernel class without the field refuses it by name
@@ -395,6 +403,11 @@ class GemmConfig:
                       sm_count=self.sm_count)
         if self.decomposition != "data-parallel":      # a kernel class without the field refuses it by name
             kw.update(decomposition=self.decomposition, splits=self.splits)
+        if self.dtype in MX_DTYPES:
+            if "block_scaled" not in takes:
+                raise ConfigError(f"dtype {self.dtype!r} (block-scaled MX inputs) needs arch='sm_100a' and "
+                                  f"schedule='warp_specialized', got {self.arch} {self.schedule!r}")
+            kw["block_scaled"] = True
         if self.mma_sm != 1:
             if "mma_sm" not in takes:
                 raise ConfigError(f"mma_sm={self.mma_sm} (a CTA-pair MMA) needs arch='sm_100a' and "

@@ -67,6 +67,10 @@ def value(be, p, v, dims, keep, owned, copy_back=None):
         raise ArgumentTypeError(f"{p.name} has dtype {dt}, the kernel expects {p.dtype} "
                                 f"(numpy: {_dtype(p.dtype).numpy})")
     if p.shape is not None:
+        unknown = [s for s in p.shape if isinstance(s, str) and s not in dims]
+        if unknown:
+            raise ValueError(f"parameter {p.name!r} declares shape {p.shape}: size {unknown[0]!r} is neither a "
+                             f"problem size (m, n, k, l) nor one the kernel's param_dims defines")
         want = tuple(dims[s] if isinstance(s, str) else s for s in p.shape)
         if tuple(shape) != want:
             spelled = "(" + ", ".join(map(str, p.shape)) + ("," if len(p.shape) == 1 else "") + ")"

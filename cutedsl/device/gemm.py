@@ -129,7 +129,8 @@ class Gemm:
         cfg = self.config
         shapes = {}
         ranks = (2, 3) if cfg.batched else (2,)
-        for name, v, want in (("a", va, cfg.dtype), ("b", vb, cfg.b_dtype or cfg.dtype)):
+        from .config import element_dtype
+        for name, v, want in (("a", va, element_dtype(cfg.dtype)), ("b", vb, element_dtype(cfg.b_dtype or cfg.dtype))):
             shape, d, dt = v.shape, v.dtype, v.raw_dtype
             if len(shape) not in ranks:
                 raise ArgumentError(f"{name} must be 2-D (or 3-D: (L, rows, cols) for a batch), got shape {tuple(shape)}")
@@ -308,8 +309,9 @@ class Gemm:
             tm, tn = GemmProblem(va.shape[-2], vb.shape[-1], 0).tiles(*cfg.tile[:2])
             if tn > tm:                # more tile columns than rows: walk along N (the auto rule)
                 out["raster"] = "N"
-        for field, v, dt, inner, outer in (("a_major", va, cfg.dtype, "K", "MN"),
-                                           ("b_major", vb, cfg.b_dtype or cfg.dtype, "MN", "K")):
+        from .config import element_dtype
+        for field, v, dt, inner, outer in (("a_major", va, element_dtype(cfg.dtype), "K", "MN"),
+                                           ("b_major", vb, element_dtype(cfg.b_dtype or cfg.dtype), "MN", "K")):
             if v.dtype is None or len(v.shape) < 2:
                 continue
             e, st = v.dtype.nbytes, v.strides
@@ -370,7 +372,7 @@ class Gemm:
                     raise ArgumentError(f"{name} must be C-contiguous for a pointer parameter")
                 values[name] = arr.ptr
         keep = [da, db, dd]            # device memory (ours or the caller's) must outlive the launch
-        dims = {"m": m, "n": n, "k": k, "l": l}
+        dims = {"m": m, "n": n, "k": k, "l": l, **self.kernel.param_dims(problem)}
         copy_back = []                 # (numpy array, device copy) of numpy arrays given for outputs
         for p in declared:
             if p.name not in values:

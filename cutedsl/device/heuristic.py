@@ -62,7 +62,8 @@ def choose(config_cls, m: int, n: int, k: int, fixed: dict, sm_count=None, l: in
     from ..errors import ConfigError
     sms = sm_count or DEFAULT_SM_COUNT
     base = {f: v for f, v in fixed.items() if v is not None}
-    k_tile = base["tile"][2] if "tile" in base else mma_traits(base.get("dtype", "f16")).k_tile
+    from .config import element_dtype
+    k_tile = base["tile"][2] if "tile" in base else mma_traits(element_dtype(base.get("dtype", "f16"))).k_tile
     kt = -(-k // k_tile)
     tried = []
     # best score first; the sort is stable, so ties keep CANDIDATES' order (larger tiles first)

@@ -113,18 +113,23 @@ class GemmKernel(Kernel):
         """Why this kernel cannot run ``config`` (a ``GemmConfig``), or None: the tile lists it
         publishes, the K tile of the MMA traits of ``config.dtype``, the output types of its
         epilogue. Subclasses add their schedule's rules (and call this first)."""
+        from ..atom.mma_traits import MX_DTYPES, element_type
         from ..errors import one_of
         bm, bn, bk = config.tile
-        why = cls.tile_reason(bm, bn, config.dtype)
+        if config.dtype in MX_DTYPES and "block_scaled" not in cls.CONFIG_FIELDS:
+            return (f"dtype {config.dtype!r} (block-scaled MX inputs) needs a block-scaled kernel: "
+                    f"arch='sm_100a', schedule='warp_specialized'")
+        dtype = element_type(config.dtype)
+        why = cls.tile_reason(bm, bn, dtype)
         if why:
             return why
-        t = mma_traits(config.dtype)
+        t = mma_traits(dtype)
         if bk != t.k_tile:
             return (f"tile BLOCK_K must be {t.k_tile} (one {t.swizzle}-byte swizzle row of {config.dtype}), "
                     f"got {bk}")
         if config.out_dtype not in Epilogue.OUT_DTYPES:
             return f"out_dtype must be {one_of(Epilogue.OUT_DTYPES)}, got {config.out_dtype!r}"
-        return cls.operand_reason(config.dtype, getattr(config, "b_dtype", None), config.b_major,
+        return cls.operand_reason(dtype, element_type(getattr(config, "b_dtype", None)), config.b_major,
                                   getattr(config, "a_major", "K"))
 
     @staticmethod
@@ -290,6 +295,11 @@ class GemmKernel(Kernel):
 
     def plan_extra(self, plan) -> None:
         """Hook: declare a subclass's own shared memory / barriers in ``plan`` (none here)."""
+
+    def param_dims(self, problem) -> dict:
+        """Host: named sizes (beyond m, n, k, l) the shapes of this kernel's declared array
+        parameters use, for ``problem`` (a ``GemmProblem`` of ints); none here."""
+        return {}
 
     def workspace(self, problem) -> dict:
         """Host: bytes of each workspace parameter (``ParamSpec.workspace``) a launch for

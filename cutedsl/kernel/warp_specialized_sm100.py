@@ -40,10 +40,12 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     mainloop_cls = Tcgen05Mainloop
     persistent = True
     TILE_M = (128,)
-    CONFIG_FIELDS = WarpSpecializedGemmKernel.CONFIG_FIELDS + ("mma_sm",)
+    CONFIG_FIELDS = WarpSpecializedGemmKernel.CONFIG_FIELDS + ("mma_sm", "block_scaled")
 
-    def __init__(self, *args, mma_sm: int = 1, **kw):
+    def __init__(self, *args, mma_sm: int = 1, block_scaled: bool = False, **kw):
         self.mma_sm = mma_sm        #: 2: CTA pairs share one 256-row MMA (cta_group::2)
+        #: MXFP8 inputs: e8m0 factors per 32 K-elements, parameters a_scales / b_scales
+        self.block_scaled = block_scaled
         super().__init__(*args, **kw)
 
     @property
@@ -53,7 +55,23 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     def make_mainloop(self):
         return self.mainloop_cls(self.tile_m, self.tile_n, self.stages, self.dtype, self.b_major, 1, self.cluster,
                                  arch=self.arch, b_dtype=self.b_dtype, batched=self.batched, a_major=self.a_major,
-                                 mma_sm=self.mma_sm)
+                                 mma_sm=self.mma_sm, block_scaled=self.block_scaled)
+
+    def params(self):
+        """The GEMM parameters; block-scaled: A's and B's packed factors (tensor maps) after B."""
+        ps = super().params()
+        if not self.block_scaled:
+            return ps
+        from ..compiler.artifact import ParamSpec as Param
+        sf = [Param("a_scales", "tensormap", shape=("sfa_rows", 128), dtype="u8"),
+              Param("b_scales", "tensormap", shape=("sfb_rows", 128), dtype="u8")]
+        return ps[:2] + sf + ps[2:]
+
+    def param_dims(self, problem) -> dict:
+        if not self.block_scaled:
+            return {}
+        from ..atom.tcgen05 import sf_packed_rows
+        return {"sfa_rows": sf_packed_rows(problem.m, problem.k), "sfb_rows": sf_packed_rows(problem.n, problem.k)}
 
     @classmethod
     def split_for(cls, tile_m: int, tile_n: int) -> int:
@@ -79,14 +97,22 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             return (f"mma_sm=2 (a 256-row MMA shared by a CTA pair) runs on cluster "
                     f"{' or '.join(map(str, pairs))}, got cluster={tuple(config.cluster)}")
         if getattr(config, "mma_sm", 1) == 2 and config.b_major == "MN":
-            from ..atom.mma_traits import mma_traits
-            box = mma_traits(config.dtype).mn_box
+            from ..atom.mma_traits import element_type, mma_traits
+            box = mma_traits(element_type(config.dtype)).mn_box
             if (config.tile[1] // 2) % box:
                 return (f"mma_sm=2 with an MN-major B loads tile_n / 2 = {config.tile[1] // 2} columns per CTA in "
                         f"boxes of {box}: use tile_n >= {2 * box} or b_major='K'")
         if config.epilogue != "global":
             return ("the sm_100a kernels store D from the registers tcgen05.ld fills: epilogue='global' "
                     "(a TMA-store epilogue for sm_100a is not built yet)")
+        from ..atom.mma_traits import MX_DTYPES
+        if config.dtype in MX_DTYPES or config.b_dtype in MX_DTYPES:
+            if config.dtype not in MX_DTYPES or config.b_dtype not in (None,) + tuple(MX_DTYPES):
+                return f"block-scaled MX inputs come in pairs: dtype {config.dtype!r}, b_dtype {config.b_dtype!r}"
+            if tuple(config.tile[:2]) != (128, 128) or getattr(config, "mma_sm", 1) != 1 or config.batched:
+                return ("block-scaled (MX) GEMMs are built for tile 128 x 128 on one SM (mma_sm=1), unbatched, "
+                        f"so far; got tile {config.tile[:2]}, mma_sm {getattr(config, 'mma_sm', 1)}"
+                        + (", batched" if config.batched else ""))
         if config.dtype == "tf32" or (config.b_dtype or config.dtype) == "tf32":
             return "the sm_100a kernels take f16, bf16, e4m3 and e5m2 operands so far (tf32 is not built yet)"
         if config.decomposition != "data-parallel":
@@ -112,7 +138,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         plan.barriers("acc_empty", ACC_STAGES)
 
     def config(self) -> dict:
-        return {**super().config(), "acc_stages": ACC_STAGES, **({"mma_sm": 2} if self.pair else {})}
+        return {**super().config(), "acc_stages": ACC_STAGES, **({"mma_sm": 2} if self.pair else {}),
+                **({"block_scaled": "mx32"} if self.block_scaled else {})}
 
     # -- IR ------------------------------------------------------------------------
     def define(self):
@@ -152,7 +179,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             self.epilogue.init(smem, leader)
             accp.init(leader)
             pipeline.init(leader)
-            tmem = TensorMemory(static_word("tmem_address"), TensorMemory.columns_for(ACC_STAGES * self.tile_n),
+            tmem = TensorMemory(static_word("tmem_address"),
+                                TensorMemory.columns_for(ACC_STAGES * self.tile_n + ml.sf_columns()),
                                 cta_group=self.mma_sm)
             with If(warp.eq(MMA_WARP)):
                 tmem.alloc()
@@ -163,7 +191,7 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             pipeline.sync_after_init()
             TensorMemory.fence_after()
             self.bind_problem(args)
-            self.scheduler.k_tiles      # emitted here: every role uses it
+            ops = ml.bind_scales(ops, args, self.scheduler.k_tiles)   # k_tiles emitted here: every role uses it
             with If(warp.eq(PRODUCER_WARP) & lane0):
                 self.producer(ops, pipeline)
             with If(warp.eq(MMA_WARP) & even if self.pair else warp.eq(MMA_WARP)):
@@ -197,7 +225,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             _, k_count = self.k_range(wt)
             accp.producer_acquire(acc)              # the epilogue has read this buffer's last tile
             TensorMemory.fence_after()
-            st = ml.mma_loop(ops, pipeline, st, k_count, d0 + acc.index * self.tile_n, mask)
+            st = ml.mma_loop(ops, pipeline, st, k_count, d0 + acc.index * self.tile_n, mask,
+                             sf=d0 + ACC_STAGES * self.tile_n)
             with cir.If(elect_one()):               # a pair: both CTAs' accumulators are complete
                 ml.mma_atom.commit(accp.full.address(acc.index), mask if self.pair else None)
             loop.next(*st.carry(), *acc.advance().carry())

@@ -77,8 +77,10 @@ def test_param_shape_only_for_pointers():
         Param("alpha", "f32", dtype="f32")
     with pytest.raises(ValueError, match="shape/dtype/output can only be declared for a ptr"):
         Param("alpha", "f32", output=True)
-    with pytest.raises(ValueError, match="shape entries are positive ints or 'm', 'n', 'k', 'l'"):
-        Param("bias", "ptr", shape=("q",))
+    with pytest.raises(ValueError, match="shape entries are positive ints or size names"):
+        Param("bias", "ptr", shape=(0,))
+    with pytest.raises(ValueError, match="shape entries are positive ints or size names"):
+        Param("bias", "ptr", shape=("no such",))
 
 
 @pytest.mark.parametrize("cfg_epilogue,cls,kind", [("global", AddBias, "tma"), ("tma", GlobalAddBias, "global")])

@@ -242,3 +242,77 @@ def test_cta_pair_sass_and_smem():
 def test_cta_pair_config_errors(kw, match):
     with pytest.raises(ConfigError, match=match):
         GemmConfig(arch="sm_100a", **kw)
+
+
+# -- block-scaled MX (MXFP8) -----------------------------------------------------------------
+
+def mx_operands(rng, m, n, k, element):
+    """Small integers on the element grid and E8M0 scales near 1 (125..129): every product and
+    partial sum is a multiple of 2^-4 well inside f32's exact range, so the GEMM is exact."""
+    from cutedsl.device import mx
+    npt = mx.ELEMENTS[element][0]
+    qa = rng.integers(-4, 5, (m, k)).astype(npt)
+    qb = rng.integers(-4, 5, (n, k)).astype(npt)
+    sa = rng.integers(125, 130, (m, mx.blocks(k))).astype(np.uint8)
+    sb = rng.integers(125, 130, (n, mx.blocks(k))).astype(np.uint8)
+    return qa, qb, sa, sb
+
+
+@pytest.mark.parametrize("dtype", ["mxfp8", "mxfp8-e5m2"])
+def test_mx_gemm_exact(dtype, rng, sim):
+    """MXFP8: each stage brings A's and B's 512-byte scale atoms by TMA, the MMA warp copies them to
+    TMEM (tcgen05.cp) and issues kind::mxf8f6f4.block_scale with the block's factor bytes; 2 x 2
+    tiles (ragged) on 2 SMs, 3 k-tiles (the last partial: K not a multiple of 32 either)."""
+    from cutedsl.device import mx
+    m = 128 + int(rng.integers(1, 128))
+    n = 128 + int(rng.integers(1, 128))
+    k = 2 * 128 + int(rng.integers(1, 100))
+    qa, qb, sa, sb = mx_operands(rng, m, n, k, mx.MX_DTYPES[dtype])
+    cfg = GemmConfig(arch="sm_100a", dtype=dtype, stages=2, sm_count=2)
+    assert (cfg.tile, cfg.b_major, cfg.schedule) == ((128, 128, 128), "K", "warp_specialized")
+    d = Gemm(cfg, sim)(qa, qb.T, a_scales=mx.pack_scales(sa), b_scales=mx.pack_scales(sb))
+    ref = mx.dequantize(qa, sa) @ mx.dequantize(qb, sb).T
+    assert np.array_equal(d.astype(np.float64), ref)
+
+
+def test_mx_host_helpers_round_trip_and_layout(rng):
+    from cutedsl.device import mx
+    x = rng.standard_normal((150, 200)) * 3
+    q, s = mx.quantize(x)
+    assert q.dtype == mx.ELEMENTS["e4m3"][0] and s.shape == (150, 7) and s.dtype == np.uint8
+    err = np.abs(mx.dequantize(q, s) - x)
+    blockmax = np.repeat(np.abs(np.pad(x, ((0, 0), (0, 24)))).reshape(150, 7, 32).max(2), 32, axis=1)[:, :200]
+    assert (err <= blockmax / 8 + 1e-12).all()        # e4m3: 3 mantissa bits, saturation at 448 of < 512
+    p = mx.pack_scales(s)
+    assert p.shape == (mx.packed_rows(150, 200), 128) == (16, 128)
+    flat = p.reshape(-1, 512)
+    for i, j in ((0, 0), (37, 5), (149, 6), (130, 3)):
+        atom = (i // 128) * 2 + j // 4
+        assert flat[atom][(i % 32) * 16 + (i % 128 // 32) * 4 + j % 4] == s[i, j]
+    with pytest.raises(Exception, match=r"scales must be a 2-D uint8 \(E8M0\) array"):
+        mx.pack_scales(s.astype(np.float32))
+
+
+def test_mx_errors(rng):
+    from cutedsl.device import mx
+    from cutedsl.errors import ArgumentError
+    with pytest.raises(ConfigError, match=r"dtype 'mxfp8' \(block-scaled MX inputs\) needs a block-scaled kernel"):
+        GemmConfig(dtype="mxfp8")
+    with pytest.raises(ConfigError, match=r"built for tile 128 x 128 on one SM"):
+        GemmConfig(arch="sm_100a", dtype="mxfp8", tile=(128, 256, 128))
+    qa, qb, sa, sb = mx_operands(rng, 100, 100, 64, "e4m3")
+    g = Gemm(GemmConfig(arch="sm_100a", dtype="mxfp8", stages=2), "sim")
+    with pytest.raises(ArgumentError, match=r"a_scales must have shape \(sfa_rows, 128\) = \(4, 128\) for this "
+                                            r"problem, got \(100, 2\)"):
+        g(qa, qb.T, a_scales=sa, b_scales=mx.pack_scales(sb))
+    with pytest.raises(ArgumentError, match=r"missing epilogue argument 'b_scales'"):
+        g(qa, qb.T, a_scales=mx.pack_scales(sa))
+
+
+def test_mx_sass():
+    """The MMA warp's loop per k-tile: 2 UTCCP (the factor atoms), 4 UTCQMMA, the release; no spills."""
+    from cutedsl.compiler.sass_loops import kernel_hot_loop
+    k = GemmConfig(arch="sm_100a", dtype="mxfp8", stages=4).kernel().compile()
+    h = kernel_hot_loop(k, "UTCQMMA")["histogram"]
+    assert (h.get("UTCCP"), h.get("UTCQMMA"), h.get("UTCBAR")) == (2, 4, 1), h
+    assert k.resources.spill_stores == 0
