@@ -73,9 +73,11 @@ def check_tile(spec: TensorMapSpec, tile, what: str = "TMA copy"):
 class TmaCopy:
     """Device-side handle of one tensor map (a ``tensormap`` kernel parameter)."""
 
-    def __init__(self, spec: TensorMapSpec, param):
+    def __init__(self, spec: TensorMapSpec, param, direct: bool = False):
         self.spec = spec
         self.param = param
+        #: issue loads through the NVVM op with 32-bit shared addresses (see :meth:`load`)
+        self.direct = direct
         self.desc = builtin.unrealized_conversion_cast([descriptor_type(spec)], [param])
 
     @property
@@ -104,17 +106,19 @@ class TmaCopy:
                 raise ValueError(f"TMA multicast mask 0x{multicast_mask:x} must name 1..16 CTA ranks "
                                  f"(1..0xffff)")
             multicast_mask = V.const(multicast_mask, "i16")
-        if getattr(barriers, "cta_group", 1) == 2:
-            return self._load_pair(dst, barriers, i, coords, multicast_mask, predicate)
+        if self.direct or getattr(barriers, "cta_group", 1) == 2:
+            return self._load_direct(dst, barriers, i, coords, multicast_mask, predicate)
         dst = check_tile(self.spec, dst, "TMA load")
         nvgpu.tma_async_load(dst, barriers.group, self.desc, self._coords(coords), barriers._idx(i),
                              multicast_mask=multicast_mask, predicate=predicate)
 
-    def _load_pair(self, dst, barriers, i, coords, multicast_mask, predicate) -> None:
-        """``...mbarrier::complete_tx::bytes.cta_group::2``: the box lands in this CTA (``dst``)
-        and completes on barrier ``i`` at ``barriers.address(i)`` -- the CTA pair's even CTA's
-        (:class:`~cutedsl.atom.mbarrier.PairLeaderBarriers`). The nvgpu op has no CTA group, so
-        this one is the NVVM op."""
+    def _load_direct(self, dst, barriers, i, coords, multicast_mask, predicate) -> None:
+        """The load through ``nvvm.cp.async.bulk.tensor.shared.cluster.global`` with 32-bit shared
+        addresses of the box and of barrier ``i`` at ``barriers.address(i)``: with a
+        :class:`~cutedsl.atom.mbarrier.PairLeaderBarriers` ``.cta_group::2`` (the CTA pair's even
+        CTA's barrier; the nvgpu op has no CTA group), and for ``direct`` atoms, whose loops
+        ptxas then builds from 32-bit uniform addresses (the nvgpu lowering passes 64-bit
+        generic ones, re-made from the shared window every k-tile)."""
         from mlir.dialects import llvm
         check_tile(self.spec, dst, "TMA load")
         coords = list(coords)
@@ -122,10 +126,11 @@ class TmaCopy:
             raise ValueError(f"tensor map {self.spec.param!r} has rank {self.spec.rank}, got {len(coords)} coordinates")
         dptr = llvm.inttoptr(ir.Type.parse("!llvm.ptr<7>"), V.to_type(dst.address(), "i32", signed=False))
         bptr = llvm.inttoptr(ir.Type.parse("!llvm.ptr<3>"), barriers.address(i))
+        pair = getattr(barriers, "cta_group", 1) == 2
         nvvm.cp_async_bulk_tensor_shared_cluster_global(
             dptr, self.param, [V.to_type(c, "i32") if not isinstance(c, int) else V.i32(c) for c in reversed(coords)],
             bptr, [], multicast_mask=multicast_mask, predicate=predicate,
-            group=ir.Attribute.parse("#nvvm.cta_group<cta_2>"))
+            group=ir.Attribute.parse("#nvvm.cta_group<cta_2>") if pair else None)
 
     def store(self, src, coords, predicate=None) -> None:
         """Store ``src`` (an ``SmemTile`` checked against the tensor map, or a raw ``memref``

@@ -2,8 +2,8 @@
 
 The operand ring, its TMA boxes, cluster multicast and the producer loop are the sm_90 ones
 (:class:`~cutedsl.collective.warp_specialized.WarpSpecializedMainloop`: the same shared-memory
-layouts, read by sm_100 descriptors instead). The MMA side is **one warp, one elected thread
-issuing** (:meth:`Tcgen05Mainloop.mma_loop`): per k-tile it waits for the slot, issues the k-tile's
+layouts, read by sm_100 descriptors instead). The MMA side is **one elected thread**
+(:meth:`Tcgen05Mainloop.mma_loop`): per k-tile it waits for the slot, issues the k-tile's
 ``tcgen05.mma`` instructions into a TMEM accumulator and releases the slot with
 ``tcgen05.commit`` on its empty barrier -- the arrive lands when those MMAs have read the slot
 (CUTLASS's ``umma_arrive``). With a cluster the commit is multicast to the empty barrier of
@@ -13,6 +13,7 @@ empty barrier counts one release per such CTA.
 from __future__ import annotations
 
 from ..atom.tcgen05 import SF_ATOM_BYTES, SF_COLUMNS, Umma
+from ..atom.tma import TmaCopy
 from ..ir._lazy import lazy
 from .pipeline import PipelineState, TmaPipeline
 from .warp_specialized import WarpSpecializedMainloop
@@ -34,6 +35,7 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
     CTA's full barrier (:class:`PairPipeline`). Cluster ``(2, 1)`` with ``mma_sm`` 2."""
 
     PAIR_CLUSTERS = ((2, 1),)
+    loop_counter = "i32"            #: 32-bit loop counters: no 64-bit compare per k-tile
 
     def __init__(self, *args, mma_sm: int = 1, block_scaled: bool = False, **kw):
         if mma_sm not in (1, 2):
@@ -58,6 +60,12 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
         if self.pair:
             return Umma(CTA_PAIR * m, n, dtype, b_major, b_dtype, a_major, cta_group=CTA_PAIR)
         return Umma(m, n, dtype, b_major, b_dtype, a_major)
+
+    def tma_atoms(self, args) -> tuple:
+        """The A and B ``TmaCopy`` atoms, issuing through the NVVM op with 32-bit shared
+        addresses (``direct``): 13 fewer instructions per k-tile in the producer loop here."""
+        specs = super().tensor_maps()[:2]
+        return TmaCopy(specs[0], args.a, direct=True), TmaCopy(specs[1], args.b, direct=True)
 
     # -- the CTA pair's operand split --------------------------------------------------
     @property
@@ -112,9 +120,9 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
         if not self.block_scaled:
             return ops
         import attrs
-        from ..atom.tma import TmaCopy
         sa, sb = self.tensor_maps()[-2:]
-        return attrs.evolve(ops, scales=(TmaCopy(sa, args.a_scales), TmaCopy(sb, args.b_scales), k_tiles))
+        return attrs.evolve(ops, scales=(TmaCopy(sa, args.a_scales, direct=True), TmaCopy(sb, args.b_scales, direct=True),
+                                         k_tiles))
 
     def load_stage(self, ops, pipeline, state, k_tile, m0, n0, predicate=None) -> None:
         super().load_stage(ops, pipeline, state, k_tile, m0, n0, predicate)
@@ -153,30 +161,27 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
         return (stages or self.stages) * 2 * SF_COLUMNS if self.block_scaled else 0
 
     def mma_loop(self, ops, pipeline, state: PipelineState, k_count, d, mask=None, sf=None) -> PipelineState:
-        """One whole warp: accumulate ``k_count`` (IR, >= 1) k-tiles from ``state`` into the
-        TMEM accumulator at ``d`` (i32; the first k-tile overwrites it); the warp waits for each
-        slot and an elected lane (``elect.sync``) issues the MMAs and releases the slot by a
-        commit (multicast to ``mask``, :meth:`release_mask`) -- CUTLASS's pattern: the operands
-        stay warp-uniform, so ptxas issues each UTC*MMA straight from uniform registers (from one
-        thread's branch it wraps each in a loop over the warp's possible values). Returns the
-        state after the last k-tile; the caller commits the accumulator's completion (under
-        :func:`~cutedsl.atom.sync.elect_one` too)."""
-        from ..atom.sync import elect_one
-        loop = cir.Loop(0, k_count, carry=state.carry())
+        """One thread, elected by ``elect.sync`` (CUTLASS's pattern: ptxas then issues each UTC*MMA
+        straight from uniform registers; from a lane-0 branch it wraps each in a loop over the
+        warp's possibly divergent operands): accumulate ``k_count`` (IR, >= 1) k-tiles from
+        ``state`` into the TMEM accumulator at ``d`` (i32; the first k-tile overwrites it), each
+        slot released by a commit (multicast to ``mask``, :meth:`release_mask`); block-scaled: the
+        stage's factor atoms copied into TMEM at ``sf`` first. Returns the state after the last
+        k-tile; the caller commits the accumulator's completion."""
+        loop = cir.Loop(0, k_count, carry=state.carry(), counter=self.loop_counter)
         for i, carried in loop:
             st = PipelineState.from_carry(self.stages, carried)
             pipeline.consumer_wait(st)
-            with cir.If(elect_one()):
-                da, db = self.stage_descriptor(ops, "a", st.index), self.stage_descriptor(ops, "b", st.index)
-                if self.block_scaled:       # the stage's factor atoms -> TMEM, then the scaled MMAs
-                    sfa = sf + st.index * (2 * SF_COLUMNS)
-                    sfb = sfa + SF_COLUMNS
-                    self.mma_atom.copy_scales(sfa, ops.smem["sfa"].tile(st.index).address())
-                    self.mma_atom.copy_scales(sfb, ops.smem["sfb"].tile(st.index).address())
-                    self.mma_atom.mma_scaled(d, da, db, sfa, sfb, accumulate=i.ne(0))
-                else:
-                    self.mma_atom.mma(d, da, db, accumulate=i.ne(0))
-                self.mma_atom.commit(pipeline.empty.address(st.index), mask)
+            da, db = self.stage_descriptor(ops, "a", st.index), self.stage_descriptor(ops, "b", st.index)
+            if self.block_scaled:           # the stage's factor atoms -> TMEM, then the scaled MMAs
+                sfa = sf + st.index * (2 * SF_COLUMNS)
+                sfb = sfa + SF_COLUMNS
+                self.mma_atom.copy_scales(sfa, ops.smem["sfa"].tile(st.index).address())
+                self.mma_atom.copy_scales(sfb, ops.smem["sfb"].tile(st.index).address())
+                self.mma_atom.mma_scaled(d, da, db, sfa, sfb, accumulate=i.ne(0))
+            else:
+                self.mma_atom.mma(d, da, db, accumulate=i.ne(0))
+            self.mma_atom.commit(pipeline.empty.address(st.index), mask)
             loop.next(*st.advance().carry())
         return PipelineState.from_carry(self.stages, loop.results)
 

@@ -34,12 +34,16 @@ class WarpSpecializedMainloop(TmaWgmmaMainloop):
     ``(cluster_m, cluster_n)`` in ``CLUSTERS``). The kernel binds the operands
     (:meth:`~TmaWgmmaMainloop.bind`) and owns the pipeline and its states."""
 
+    #: the producer loop's counter type (``cutedsl.ir.Loop``): 64-bit ``"index"`` here, ``"i32"``
+    #: where a mainloop measured fewer instructions per k-tile with it (the sm_100 one)
+    loop_counter = "index"
+
     def producer_loop(self, ops: MainloopOperands, pipeline, state: PipelineState, k_first, k_count,
                       m0, n0) -> PipelineState:
         """Fill ``k_count`` k-tiles starting at ``k_first`` (IR i32) of the tile at ``(m0, n0)``
         through ``pipeline`` from ``state``; one producer thread executes this. Returns the
         state after the last fill."""
-        loop = cir.Loop(0, k_count, carry=state.carry())
+        loop = cir.Loop(0, k_count, carry=state.carry(), counter=self.loop_counter)
         for i, carried in loop:
             st = PipelineState.from_carry(self.stages, carried)
             pipeline.producer_acquire(st)

@@ -62,9 +62,10 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         ps = super().params()
         if not self.block_scaled:
             return ps
+        from ..collective.tcgen05_mainloop import SF_BOX
         from ..compiler.artifact import ParamSpec as Param
-        sf = [Param("a_scales", "tensormap", shape=("sfa_rows", 128), dtype="u8"),
-              Param("b_scales", "tensormap", shape=("sfb_rows", 128), dtype="u8")]
+        sf = [Param("a_scales", "tensormap", shape=("sfa_rows", SF_BOX[1]), dtype="u8"),
+              Param("b_scales", "tensormap", shape=("sfb_rows", SF_BOX[1]), dtype="u8")]
         return ps[:2] + sf + ps[2:]
 
     def param_dims(self, problem) -> dict:
@@ -109,7 +110,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         if config.dtype in MX_DTYPES or config.b_dtype in MX_DTYPES:
             if config.dtype not in MX_DTYPES or config.b_dtype not in (None,) + tuple(MX_DTYPES):
                 return f"block-scaled MX inputs come in pairs: dtype {config.dtype!r}, b_dtype {config.b_dtype!r}"
-            if tuple(config.tile[:2]) != (128, 128) or getattr(config, "mma_sm", 1) != 1 or config.batched:
+            from ..collective.tcgen05_mainloop import SF_ROWS
+            if tuple(config.tile[:2]) != (SF_ROWS, SF_ROWS) or getattr(config, "mma_sm", 1) != 1 or config.batched:
                 return ("block-scaled (MX) GEMMs are built for tile 128 x 128 on one SM (mma_sm=1), unbatched, "
                         f"so far; got tile {config.tile[:2]}, mma_sm {getattr(config, 'mma_sm', 1)}"
                         + (", batched" if config.batched else ""))
@@ -147,6 +149,7 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         from ..atom import MBarriers
         from ..atom.cluster import cluster_sync, cta_rank
         from ..atom.mbarrier import PairLeaderBarriers
+        from ..atom.sync import elect_one
         from ..atom.tcgen05 import TensorMemory
         from ..collective.tcgen05_mainloop import PairPipeline
         from ..ir import If, KernelBuilder, thread_idx
@@ -192,10 +195,15 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             TensorMemory.fence_after()
             self.bind_problem(args)
             ops = ml.bind_scales(ops, args, self.scheduler.k_tiles)   # k_tiles emitted here: every role uses it
-            with If(warp.eq(PRODUCER_WARP) & lane0):
-                self.producer(ops, pipeline)
+            # one elected thread of each role's warp (CUTLASS's elect_one_sync): ptxas then keeps the
+            # role's loop on the uniform datapath (a lane-0 branch makes it wrap each UTMALDG /
+            # UTC*MMA in a loop over the warp's possibly divergent operands)
+            with If(warp.eq(PRODUCER_WARP)):
+                with If(elect_one()):
+                    self.producer(ops, pipeline)
             with If(warp.eq(MMA_WARP) & even if self.pair else warp.eq(MMA_WARP)):
-                self.mma_issuer(ops, pipeline, accp, tmem)
+                with If(elect_one()):
+                    self.mma_issuer(ops, pipeline, accp, tmem)
             with If(warp >= FIRST_EPILOGUE_WARP):
                 self.epilogue_loop(args, smem, accp, tmem)
             TensorMemory.fence_before()
@@ -209,10 +217,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         return kb, plan.dynamic_bytes, ml.tensor_maps() + self.epilogue.tensor_maps()
 
     def mma_issuer(self, ops, pipeline, accp, tmem) -> None:
-        """The MMA warp (an elected lane issues): per work tile, wait for a free accumulator
-        buffer, run the tile's k-tiles into it, commit its completion to the buffer's full
-        barrier."""
-        from ..atom.sync import elect_one
+        """The MMA warp's elected thread: per work tile, wait for a free accumulator buffer, run
+        the tile's k-tiles into it, commit its completion to the buffer's full barrier."""
         from ..atom.tcgen05 import TensorMemory
         sch, s, ml = self.scheduler, self.stages, self.mainloop
         d0 = tmem.address()
@@ -227,8 +233,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             TensorMemory.fence_after()
             st = ml.mma_loop(ops, pipeline, st, k_count, d0 + acc.index * self.tile_n, mask,
                              sf=d0 + ACC_STAGES * self.tile_n)
-            with cir.If(elect_one()):               # a pair: both CTAs' accumulators are complete
-                ml.mma_atom.commit(accp.full.address(acc.index), mask if self.pair else None)
+            # a pair: both CTAs' accumulators are complete
+            ml.mma_atom.commit(accp.full.address(acc.index), mask if self.pair else None)
             loop.next(*st.carry(), *acc.advance().carry())
 
     def release_accumulator(self, accp, acc) -> None:
