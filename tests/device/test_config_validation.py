@@ -9,7 +9,7 @@ from cutedsl.errors import (ArgumentError, ArgumentTypeError, ConfigError, NoDev
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(dtype="f32"), "dtype must be 'f16', 'bf16', 'e4m3', 'e5m2' or 'tf32'"),
+    (dict(dtype="f32"), "dtype must be 'f16', 'bf16', 'e4m3', 'e5m2', 'tf32', 'mxfp8' or 'mxfp8-e5m2'"),
     (dict(out_dtype="f64"), "out_dtype"),
     (dict(tile=(96, 128, 64)), "BLOCK_M must be 64 or 128"),
     (dict(tile=(128, 192, 64)), "BLOCK_N must be 64, 128 or 256"),
@@ -214,7 +214,7 @@ def test_config_asks_the_layers_for_what_they_implement(monkeypatch):
     from cutedsl.atom import mma_traits as mt
     from cutedsl.device import config as C
     from cutedsl.kernel import CooperativeGemmKernel, MultistageGemmKernel, SingleTileGemmKernel
-    assert C.DTYPES == tuple(mt.ELEMENT_BYTES) and C.STAGES == range(1, 8)
+    assert C.DTYPES == tuple(mt.ELEMENT_BYTES) + tuple(mt.MX_DTYPES) and C.STAGES == range(1, 8)
     assert MultistageGemmKernel.can_implement(GemmConfig()) is None
     assert "BLOCK_N must be 64, 128 or 256, got 96" in MultistageGemmKernel.can_implement(
         _Cfg(tile=(128, 96, 64)))
