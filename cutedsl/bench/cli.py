@@ -36,6 +36,10 @@ def add_parsers(sub) -> None:
                    help="output dtype (default f16, what cuBLAS writes for f16 inputs)")
     b.add_argument("--b-major", choices=["MN", "K", "N"], default=None,
                    help="B's layout (default: MN for 16-bit types, K for fp8/tf32)")
+    from ..arch import ARCHS
+    b.add_argument("--arch", choices=list(ARCHS), default="sm_90a",
+                   help="target architecture of the configs (sm_100a: its kernels, on the emulator "
+                        "unless a Blackwell GPU is driven)")
     b.add_argument("--backend", choices=["auto", "cuda", "sim"], default="auto")
     b.add_argument("--ref", choices=["auto", "torch", "cupy", "numpy"], default="auto",
                    help="array library and reference: torch.matmul, cupy.matmul (cuBLAS) or numpy")
@@ -71,7 +75,13 @@ def selected_configs(args, set_name: str) -> list:
     from ..cliargs import UsageError, stages_arg, tile_arg
     from ..errors import ConfigError
     from . import configs as C
+    from ..atom.mma_traits import MX_DTYPES
+    if args.dtype in MX_DTYPES or args.b_dtype in MX_DTYPES:
+        raise UsageError("--dtype", f"the bench does not generate MX scale factors yet: time {args.dtype} with "
+                                    f"'python -m cutedsl gemm --arch sm_100a --dtype {args.dtype}'")
     base = {"dtype": args.dtype, "out_dtype": args.out_dtype}
+    if getattr(args, "arch", "sm_90a") != "sm_90a":
+        base["arch"] = args.arch
     if args.b_major is not None:
         base["b_major"] = "MN" if args.b_major == "N" else args.b_major
     if args.b_dtype is not None:
@@ -125,7 +135,7 @@ def run_bench(args) -> int:
     plan = [(n, selected_configs(args, n)) for n in set_names(args)]
     check_output_paths(args)
     try:
-        backend = get_backend(args.backend)
+        backend = get_backend(args.backend, getattr(args, "arch", None))
     except NoDeviceError as e:
         raise UsageError("--backend", str(e)) from None
     timed = backend.name == "cuda"

@@ -71,8 +71,8 @@ def sweep_configs(set_name: str, *, tiles=None, schedules=None, stages=None, bas
     (unless ``base`` fixes one)."""
     base = dict(base or {})
     if tiles is None:               # the default tiles with the dtype's BLOCK_K (one 128-B row)
-        from ..atom.mma_traits import mma_traits
-        kt = mma_traits(base.get("dtype", "f16")).k_tile
+        from ..atom.mma_traits import element_type, mma_traits
+        kt = mma_traits(element_type(base.get("dtype", "f16"))).k_tile
         tiles = [(bm, bn, kt) for bm, bn, _ in DEFAULT_TILES]
     tiles = list(tiles)
     schedules = list(schedules or accepted_schedules())

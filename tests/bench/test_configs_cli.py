@@ -78,3 +78,16 @@ def test_bench_new_dtypes_on_the_emulator(argv, label, capsys):
                + ("128" if argv[1] != "tf32" else "32"), "--iters", "1", "--warmup", "0", *argv])
     out = capsys.readouterr().out
     assert rc == 0 and label in out and "FAIL" not in out and "pass" in out
+
+
+def test_bench_sm100a_on_the_emulator(capsys):
+    """--arch sm_100a sweeps the Blackwell kernels (single_tile, warp_specialized) -- on the
+    emulator here -- and every point passes the float64 check (issue 24)."""
+    from cutedsl.cli import main
+    rc = main(["bench", "--arch", "sm_100a", "--backend", "sim", "--set", "square", "--tile", "128x128x64",
+               "--iters", "1", "--warmup", "0"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "warp_specialized 128x128x64" in out and "single_tile 128x128x64" in out
+    assert "FAIL" not in out and out.count("pass") >= 4
+    assert main(["bench", "--arch", "sm_100a", "--dtype", "mxfp8", "--backend", "sim"]) == 2
+    assert "does not generate MX scale factors yet" in capsys.readouterr().err
