@@ -14,6 +14,7 @@ from ..collective import fusion as _fusion
 from ..collective.epilogue import Epilogue
 from ..collective.tile_scheduler import RASTERS, SWIZZLES
 from ..atom.mma_traits import MX_DTYPES, element_type
+from .kernels import DEFAULT_EPILOGUE, DEFAULT_SCHEDULE, kernel_classes
 from ..collective.tma_wgmma import CLUSTERS, TmaWgmmaMainloop   # what the mainloop supports: one list
 from ..errors import ArgumentTypeError, ConfigError, ConfigTypeError, CuteDSLError, checked_arguments, one_of
 
@@ -32,25 +33,6 @@ OUT_DTYPES = Epilogue.OUT_DTYPES                #: what the epilogues write
 EPILOGUE_KINDS = Epilogue.KINDS
 STAGES = TmaWgmmaMainloop.STAGES                #: pipeline depths of the mainloops
 B_MAJORS = ("MN", "K")                          #: B's layouts (CuTe terms); "N" is read as "MN"
-#: the epilogue kind and schedule a config gets when it names none, per architecture (default
-#: "tma" and "multistage")
-DEFAULT_EPILOGUE = {"sm_100a": "global"}
-DEFAULT_SCHEDULE = {"sm_100a": "warp_specialized"}
-
-
-def kernel_classes(arch: str) -> dict:
-    """{schedule: kernel class} of an architecture: sm_90a's wgmma kernels, sm_100a's tcgen05
-    ones (the architecture is a set of atoms and a mainloop/epilogue choice; configs, Gemm, CLI,
-    bench and cache are shared)."""
-    from ..kernel import gemm, single_tile_sm100 as sm100, warp_specialized as ws
-    from ..kernel.warp_specialized_sm100 import Sm100WarpSpecializedGemmKernel
-    if arch == "sm_100a":
-        return {"single_tile": sm100.Sm100SingleTileGemmKernel, "warp_specialized": Sm100WarpSpecializedGemmKernel}
-    return {"multistage": gemm.MultistageGemmKernel, "single_tile": gemm.SingleTileGemmKernel,
-            "warp_specialized": ws.WarpSpecializedGemmKernel, "cooperative": ws.CooperativeGemmKernel,
-            "pingpong": ws.PingpongGemmKernel}
-
-
 def _is_int(v) -> bool:
     """An integer that is not a bool (numpy integers included); floats such as 128.0 are not."""
     return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))

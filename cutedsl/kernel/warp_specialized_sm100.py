@@ -165,7 +165,6 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             tid = thread_idx()
             leader = tid.eq(0)
             warp = warp_uniform(tid // self.arch.warp_threads)
-            lane0 = (tid % self.arch.warp_threads).eq(0)
             even = (cta_rank() % 2).eq(0) if self.pair else None
             if self.pair:                   # both CTAs' loads complete on the even CTA's barriers
                 pipeline = PairPipeline(PairLeaderBarriers(smem.barriers("full"), self.stages), ml.pair_stage_bytes,
