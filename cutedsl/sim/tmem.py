@@ -11,10 +11,11 @@ that nothing can end is reported as a deadlock, naming the allocation). Errors
 a block that is not allocated (double free) or with another size, ``alloc`` after the CTA
 relinquished its permit, and columns still allocated when the CTA exits (a leak).
 
-**Data movement** (``tcgen05.ld`` / ``tcgen05.st``, shape ``32x32b``): thread ``t`` of the warp
-reads or writes lane ``base lane + t``, ``.xN`` consecutive 32-bit columns into ``N`` registers.
-A warp reaches only the lanes of its quarter, ``32 * (warp id % 4) .. + 31`` (the lane-quarter
-rule); an access outside it, or to columns no allocation covers, is an error. ``ld``/``st``
+**Data movement** (``tcgen05.ld`` / ``tcgen05.st``, shapes 32x32b, 16x64b, 16x128b, 16x256b,
+16x32bx2, ``.xN``; :func:`ldst_layout` says which lane and column each register of each thread
+maps to). A warp reaches only the lanes of its quarter, ``32 * (warp id % 4) .. + 31`` (the
+lane-quarter rule; 16-lane shapes at its first or second half); an access outside it, or to
+columns no allocation covers, is an error. ``ld``/``st``
 move the data at issue; for the race detector they are accesses of the warp's ``tcgen05ld`` /
 ``tcgen05st`` unit, which the warp (and what it releases) knows complete only after
 ``tcgen05.wait::ld`` / ``wait::st`` (:class:`TmemShadow`). ``tcgen05.commit``
@@ -23,8 +24,8 @@ thread's earlier ``tcgen05.mma`` operations (:mod:`cutedsl.sim.tcgen05_mma`, reg
 through :data:`SUBOPS`) completed. ``tcgen05.fence::*`` are accepted (docs/emulator.md says
 why they are not modelled). ``cta_group::2`` alloc / dealloc / relinquish act on each executing
 CTA's own tensor memory (the pair's warps run them alike, so both get the same columns; an MMA
-whose columns are not allocated in both CTAs is an error). The other shapes (16x64b, 16x128b,
-16x256b, 16x32bx2) and ``.pack``/``.unpack`` are refused with an ``UnsupportedInstruction``.
+whose columns are not allocated in both CTAs is an error). ``.pack``/``.unpack`` are refused
+with an ``UnsupportedInstruction``.
 """
 from __future__ import annotations
 
@@ -262,60 +263,101 @@ def _dealloc(ctx, ins, ops):
     return fn
 
 
+#: registers per repetition and TMEM lanes each data-movement shape reaches
+SHAPES = {"32x32b": (1, 32), "16x64b": (1, 16), "16x128b": (2, 16), "16x256b": (4, 16), "16x32bx2": (1, 16)}
+
+
+def ldst_layout(shape: str, n: int, split: int = 0) -> tuple:
+    """``(lanes, columns)``, each (32 threads, registers), of a ``tcgen05.ld/st.SHAPE.xN``:
+    where register ``r`` of thread ``t`` lives, relative to the address's lane and column (the
+    CuTe ``Copy_Traits`` of CUTLASS's ``SM100_TMEM_LOAD_*``; repetition ``j`` moves along the
+    columns): 32x32b lane ``t``, column ``j``; 16x64b lane ``8 (t % 2) + t // 4``, column
+    ``(t // 2) % 2 + 2 j``; 16x128b lanes ``t // 4`` and ``+ 8``, column ``t % 4 + 4 j``;
+    16x256b lanes ``t // 4`` and ``+ 8``, columns ``2 (t % 4) + {0, 1} + 8 j``; 16x32bx2 lane
+    ``t % 16``, column ``(t // 16) * split + j`` (``split``: the instruction's immediate)."""
+    per, _ = SHAPES[shape]
+    t = np.arange(32)[:, None]
+    r = np.arange(per * n)[None, :]
+    j, q = r // per, r % per
+    if shape == "32x32b":
+        lanes, cols = t + 0 * r, j + 0 * t
+    elif shape == "16x64b":
+        lanes, cols = 8 * (t % 2) + t // 4 + 0 * r, (t // 2) % 2 + 2 * j
+    elif shape == "16x128b":
+        lanes, cols = t // 4 + 8 * q, t % 4 + 4 * j
+    elif shape == "16x256b":
+        lanes, cols = t // 4 + 8 * (q // 2), 2 * (t % 4) + q % 2 + 8 * j
+    else:
+        lanes, cols = t % 16 + 0 * r, (t // 16) * split + j
+    return lanes, cols
+
+
 def _ldst(ctx, ins, mods, ops, store):
     name = "st" if store else "ld"
-    shape = next((m for m in mods if "x" in m and m[0].isdigit()), None)
+    shape = next((m for m in mods if m in SHAPES), None)
     num = next((m for m in mods if m.startswith("x") and m[1:].isdigit()), None)
     if any(m.startswith(("pack", "unpack")) for m in mods):
         ctx.unsupported(f"tcgen05.{name} with .pack/.unpack is not emulated yet")
-    if shape != "32x32b":
-        ctx.unsupported(f"tcgen05.{name} shape .{shape} is not emulated yet (32x32b is)")
+    if shape is None:
+        ctx.bad(f"tcgen05.{name} needs a shape ({', '.join(SHAPES)})")
     if num is None:
         ctx.bad(f"tcgen05.{name} needs a .xN repetition count")
     n = int(num[1:])
-    if len(ops) != 2:
-        ctx.bad(f"tcgen05.{name} takes {'[taddr], registers' if store else 'registers, [taddr]'}")
-    regs_op = ctx.operand(ops[0 if not store else 1])
+    split_op = shape == "16x32bx2"
+    if len(ops) != 2 + split_op:
+        imm = ", immHalfSplitoff" if split_op else ""
+        ctx.bad(f"tcgen05.{name}.{shape} takes " + (f"[taddr]{imm}, registers" if store else f"registers, [taddr]{imm}"))
+    addr_op = ops[0] if store else ops[1]
+    split = 0
+    if split_op:
+        o = ctx.operand(ops[1] if store else ops[2])
+        if o.kind != "imm":
+            ctx.bad(f"tcgen05.{name}.16x32bx2 takes an immediate half-split offset")
+        split = int(o.value)
+    regs_op = ctx.operand(ops[-1] if store else ops[0])
     items = regs_op.items if regs_op.kind == "vec" else [regs_op]
-    if len(items) != n:
-        ctx.bad(f"tcgen05.{name}.x{n} needs {n} registers, got {len(items)}")
-    taddr = ctx.addr(ops[1] if not store else ops[0])
+    per, span = SHAPES[shape]
+    if len(items) != per * n:
+        ctx.bad(f"tcgen05.{name}.{shape}.x{n} needs {per * n} registers, got {len(items)}")
+    taddr = ctx.addr(addr_op)
     regs = [ctx.rd(x, "b32") for x in items] if store else [ctx.wr(x, "b32")[1] for x in items]
+    lane_off, col_off = ldst_layout(shape, n, split)
+    width = int(col_off.max()) + 1
 
     def fn(w, g, m):
         a = _uniform(w, m, taddr(w), "the tensor-memory address", ins)
         lane, col = a >> 16, a & 0xFFFF
         q = QUARTER * (w.wid % 4)
-        if lane != q:
-            _fail(ins, f"tcgen05.{name}.32x32b by warp {w.wid} at lane {lane}: a warp reaches only lanes "
+        if not (q <= lane and lane + span <= q + QUARTER and (lane - q) % span == 0):
+            _fail(ins, f"tcgen05.{name}.{shape} by warp {w.wid} at lane {lane}: a warp reaches only lanes "
                        f"{q}..{q + QUARTER - 1} (warp id % 4 = {w.wid % 4}; PTX ISA: tcgen05 data movement, "
                        f"lane access restrictions)")
         t = tmem_of(w.cta)
-        if not t.covered(col, n):
-            _fail(ins, f"tcgen05.{name} of columns {col}..{col + n - 1}: not inside one tcgen05.alloc block "
+        if not t.covered(col, width):
+            _fail(ins, f"tcgen05.{name} of columns {col}..{col + width - 1}: not inside one tcgen05.alloc block "
                        f"(allocated: {sorted(t.blocks.items())})")
         lanes = w._lanes(m)
-        rows = lane + lanes
+        rows, cols = lane + lane_off, col + col_off          # (32 threads, registers)
         sh = tmem_shadow(w.cta)
         if sh is not None:                 # an access of the warp's tcgen05.ld (st) unit, known to
             hb = sh.hb                     # the warp (and its later releases) after tcgen05.wait::ld (st)
-            a = hb.agent(("tcgen05" + name, w.cta.rank, w.wid), "tcgen05" + name, w.cta, w.wid,
-                         f"tcgen05.{name} unit of warp {w.wid}")
-            a.n += 1
+            ag = hb.agent(("tcgen05" + name, w.cta.rank, w.wid), "tcgen05" + name, w.cta, w.wid,
+                          f"tcgen05.{name} unit of warp {w.wid}")
+            ag.n += 1
             vc = hb.warp_vc(w)
-            cells = (rows[:, None] * COLUMNS + col + np.arange(n)[None, :]).reshape(-1)
+            cells = np.unique(rows[lanes] * COLUMNS + cols[lanes])
             if store:
-                sh.write(cells, a.idx, a.n, vc, ins.pc, False, f"tcgen05.{name}")
+                sh.write(cells, ag.idx, ag.n, vc, ins.pc, False, f"tcgen05.{name}")
             else:
-                sh.read(cells, a.idx, a.n, vc, w.pvc, ins.pc, False, f"tcgen05.{name}")
+                sh.read(cells, ag.idx, ag.n, vc, w.pvc, ins.pc, False, f"tcgen05.{name}")
         if store:
-            for j, rd in enumerate(regs):
+            for k, rd in enumerate(regs):
                 v = np.broadcast_to(np.asarray(rd(w)).astype(np.uint32, copy=False), (32,))
-                t.data[rows, col + j] = v[lanes]
+                t.data[rows[lanes, k], cols[lanes, k]] = v[lanes]
         else:
-            for j, wr in enumerate(regs):
-                wr(w, m, t.data[rows, col + j])
+            for k, wr in enumerate(regs):
+                wr(w, m, t.data[rows[:, k], cols[:, k]])
     return fn
 
 
-__all__ = ["TensorMemory", "TmemShadow", "tmem_of", "tmem_shadow", "leak_check", "LANES", "COLUMNS"]
+__all__ = ["TensorMemory", "TmemShadow", "tmem_of", "tmem_shadow", "leak_check", "ldst_layout", "LANES", "COLUMNS"]

@@ -189,3 +189,68 @@ def test_commit_arrives_on_the_mbarrier(commit, cluster):
         return
     emu.launch(load_ptx(text), cluster, 32, [out], cluster=(cluster, 1, 1))
     assert (emu.to_host(out, (64,), np.uint32)[:32 * cluster] == 1).all()
+
+
+# -- the 16-lane data-movement shapes ---------------------------------------------------------
+
+# every warp stores lane-major values with 32x32b (thread t: lane quarter + t, column c holds
+# 1000 * lane + c), waits, then loads its quarter back with {SHAPE}.x2 ({REGS} registers) and
+# writes them to out[tid * REGS + r]
+SHAPED = """
+\t.shared .align 16 .b32 slot;
+\tld.param.u64 %rd1, [p_out];
+\tcvta.to.global.u64 %rd1, %rd1;
+\tmov.u32 %r1, %tid.x;
+\tshr.u32 %r2, %r1, 5;
+\tand.b32 %r3, %r1, 31;
+\tmov.u32 %r40, slot;
+\tsetp.eq.u32 %p1, %r2, 0;
+\t@!%p1 bra ALLOC_DONE;
+\ttcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r40], 32;
+ALLOC_DONE:
+\tbar.sync 0;
+\tld.shared.u32 %r4, [%r40];
+\tand.b32 %r5, %r2, 3;
+\tshl.b32 %r6, %r5, 21;
+\tadd.u32 %r7, %r4, %r6;
+\tshl.b32 %r8, %r5, 5;
+\tadd.u32 %r9, %r8, %r3;
+\tmul.lo.u32 %r9, %r9, 1000;
+{STORE}
+\ttcgen05.wait::st.sync.aligned;
+\t{LOAD}
+\ttcgen05.wait::ld.sync.aligned;
+{OUT}
+\tbar.sync 0;
+\t@!%p1 bra END;
+\ttcgen05.dealloc.cta_group::1.sync.aligned.b32 %r4, 32;
+\ttcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;
+END:
+"""
+
+
+@pytest.mark.parametrize("shape,regs,tail", [("16x64b", 2, ""), ("16x128b", 4, ""), ("16x256b", 8, ""),
+                                             ("16x32bx2", 2, ", 4"), ("32x32b", 2, "")])
+def test_16_lane_shapes_read_the_lanes_and_columns_of_their_layout(shape, regs, tail):
+    """Each register of each thread holds 1000 * lane + column of the TMEM cell the layout (CuTe's
+    Copy_Traits of CUTLASS's SM100_TMEM_LOAD_*) names -- the lanes of the warp's quarter's first
+    half for the 16-lane shapes."""
+    from cutedsl.sim.tmem import ldst_layout
+    store = "\n".join(f"\tadd.u32 %r{20 + c}, %r9, {c};" for c in range(16)) + \
+        "\n\ttcgen05.st.sync.aligned.32x32b.x16.b32 [%r7], {" + ", ".join(f"%r{20 + c}" for c in range(16)) + "};"
+    dst = ", ".join(f"%r{50 + r}" for r in range(regs))
+    load = f"tcgen05.ld.sync.aligned.{shape}.x2.b32 {{{dst}}}, [%r7]{tail};"
+    out = (f"\tmul.lo.u32 %r11, %r1, {4 * regs};\n\tcvt.u64.u32 %rd2, %r11;\n\tadd.s64 %rd3, %rd1, %rd2;\n"
+           + "\n".join(f"\tst.global.u32 [%rd3+{4 * r}], %r{50 + r};" for r in range(regs)))
+    body = SHAPED.replace("{STORE}", store).replace("{LOAD}", load).replace("{OUT}", out)
+    text = kernel(body).replace(kernel("").split("\n.visible")[0], SM100.rstrip("\n"), 1)
+    ptxas(text, arch=PTXAS_SM100)
+    emu = Emulator()
+    o = emu.to_device(np.zeros(128 * regs, np.uint32))
+    emu.launch(load_ptx(text), 1, 128, [o])
+    got = emu.to_host(o, (128, regs), np.uint32)
+    lanes, cols = ldst_layout(shape, 2, 4)
+    t = np.arange(128)
+    want = 1000 * (32 * (t // 32)[:, None] + lanes[t % 32]) + cols[t % 32]
+    assert np.array_equal(got, want)
+    assert (lanes < (16 if shape != "32x32b" else 32)).all()
