@@ -30,7 +30,8 @@ import attrs
 
 from ..ir._lazy import lazy
 from .mma_traits import mma_traits, operand_pair_reason
-from .wgmma import ADDR_MASK, ADDR_SHIFT, Descriptor, SmemMatrix, SmemOperands
+from .smem_operands import SmemOperands
+from .wgmma import ADDR_MASK, ADDR_SHIFT, Descriptor, SmemMatrix
 
 ir = lazy("mlir.ir")
 llvm, nvvm = lazy("mlir.dialects.llvm"), lazy("mlir.dialects.nvvm")

@@ -355,8 +355,8 @@ def _ldst(ctx, ins, mods, ops, store):
                 v = np.broadcast_to(np.asarray(rd(w)).astype(np.uint32, copy=False), (32,))
                 t.data[rows[lanes, k], cols[lanes, k]] = v[lanes]
         else:
-            for k, wr in enumerate(regs):
-                wr(w, m, t.data[rows[:, k], cols[:, k]])
+            for k, wr in enumerate(regs):       # the writer takes the executing lanes' values
+                wr(w, m, t.data[rows[lanes, k], cols[lanes, k]])
     return fn
 
 
