@@ -12,7 +12,7 @@ empty barrier counts one release per such CTA.
 """
 from __future__ import annotations
 
-from ..atom.tcgen05 import SF_ATOM_BYTES, SF_COLUMNS, Umma
+from ..atom.tcgen05 import SF_ATOM_BYTES, SF_COLUMNS, SF_ROWS, Umma
 from ..atom.tma import TmaCopy
 from ..ir._lazy import lazy
 from .pipeline import PipelineState, TmaPipeline
@@ -21,8 +21,9 @@ from .warp_specialized import WarpSpecializedMainloop
 cir = lazy("cutedsl.ir")
 
 CTA_PAIR = 2        #: CTAs sharing one cta_group::2 MMA
-SF_ROWS = 128       #: rows (of M or N) one scale-factor atom covers
-SF_BOX = (4, 128)   #: one 512-byte atom as the TMA box of the packed (rows, 128) u8 scales
+#: one 512-byte scale-factor atom (128 rows of M or N x 4 factors) as the TMA box of the packed
+#: (rows, 128) u8 scales
+SF_BOX = (SF_ATOM_BYTES // SF_ROWS, SF_ROWS)
 
 
 class Tcgen05Mainloop(WarpSpecializedMainloop):

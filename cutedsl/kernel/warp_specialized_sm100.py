@@ -110,7 +110,7 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         if config.dtype in MX_DTYPES or config.b_dtype in MX_DTYPES:
             if config.dtype not in MX_DTYPES or config.b_dtype not in (None,) + tuple(MX_DTYPES):
                 return f"block-scaled MX inputs come in pairs: dtype {config.dtype!r}, b_dtype {config.b_dtype!r}"
-            from ..collective.tcgen05_mainloop import SF_ROWS
+            from ..atom.tcgen05 import SF_ROWS
             if tuple(config.tile[:2]) != (SF_ROWS, SF_ROWS) or getattr(config, "mma_sm", 1) != 1 or config.batched:
                 return ("block-scaled (MX) GEMMs are built for tile 128 x 128 on one SM (mma_sm=1), unbatched, "
                         f"so far; got tile {config.tile[:2]}, mma_sm {getattr(config, 'mma_sm', 1)}"
