@@ -127,10 +127,20 @@ class TmaCopy:
         dptr = llvm.inttoptr(ir.Type.parse("!llvm.ptr<7>"), V.to_type(dst.address(), "i32", signed=False))
         bptr = llvm.inttoptr(ir.Type.parse("!llvm.ptr<3>"), barriers.address(i))
         pair = getattr(barriers, "cta_group", 1) == 2
-        nvvm.cp_async_bulk_tensor_shared_cluster_global(
-            dptr, self.param, [V.to_type(c, "i32") if not isinstance(c, int) else V.i32(c) for c in reversed(coords)],
-            bptr, [], multicast_mask=multicast_mask, predicate=predicate,
-            group=ir.Attribute.parse("#nvvm.cta_group<cta_2>") if pair else None)
+        crd = [V.to_type(c, "i32") if not isinstance(c, int) else V.i32(c) for c in reversed(coords)]
+
+        def issue():
+            nvvm.cp_async_bulk_tensor_shared_cluster_global(
+                dptr, self.param, crd, bptr, [], multicast_mask=multicast_mask,
+                group=ir.Attribute.parse("#nvvm.cta_group<cta_2>") if pair else None)
+        if predicate is None:
+            issue()
+            return
+        # a branch, not the op's predicate operand: LLVM 22 lowers the predicated form without
+        # its .cta_group::2 (the emulator refuses the result: the barrier is the peer's)
+        from ..ir import If
+        with If(predicate):
+            issue()
 
     def store(self, src, coords, predicate=None) -> None:
         """Store ``src`` (an ``SmemTile`` checked against the tensor map, or a raw ``memref``

@@ -41,14 +41,15 @@ class WarpSpecializedMainloop(TmaWgmmaMainloop):
     def producer_loop(self, ops: MainloopOperands, pipeline, state: PipelineState, k_first, k_count,
                       m0, n0) -> PipelineState:
         """Fill ``k_count`` k-tiles starting at ``k_first`` (IR i32) of the tile at ``(m0, n0)``
-        through ``pipeline`` from ``state``; one producer thread executes this. Returns the
-        state after the last fill."""
+        through ``pipeline`` from ``state``; one producer thread executes this -- or a whole warp
+        with ``ops.producer`` the predicate of the one lane that issues (the state then stays in
+        uniform registers). Returns the state after the last fill."""
         loop = cir.Loop(0, k_count, carry=state.carry(), counter=self.loop_counter)
         for i, carried in loop:
             st = PipelineState.from_carry(self.stages, carried)
             pipeline.producer_acquire(st)
-            pipeline.producer_expect(st)
-            self.load_stage(ops, pipeline, st, k_first + i, m0, n0)
+            pipeline.producer_expect(st, predicate=ops.producer)
+            self.load_stage(ops, pipeline, st, k_first + i, m0, n0, predicate=ops.producer)
             loop.next(*st.advance().carry())
         return PipelineState.from_carry(self.stages, loop.results)
 

@@ -197,9 +197,9 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             # one elected thread of each role's warp (CUTLASS's elect_one_sync): ptxas then keeps the
             # role's loop on the uniform datapath (a lane-0 branch makes it wrap each UTMALDG /
             # UTC*MMA in a loop over the warp's possibly divergent operands)
-            with If(warp.eq(PRODUCER_WARP)):
-                with If(elect_one()):
-                    self.producer(ops, pipeline)
+            with If(warp.eq(PRODUCER_WARP)):   # the warp walks the ring, an elected lane issues
+                import attrs
+                self.producer(attrs.evolve(ops, producer=elect_one()), pipeline)
             with If(warp.eq(MMA_WARP) & even if self.pair else warp.eq(MMA_WARP)):
                 with If(elect_one()):
                     self.mma_issuer(ops, pipeline, accp, tmem)

@@ -186,12 +186,12 @@ def test_planted_tmem_bugs_are_reported(kw, match, rng):
 
 
 @pytest.mark.parametrize("kw,mma_budget,producer_budget", [
-    (dict(), 48, 40), (dict(cluster=(2, 1), mma_sm=2), 49, 40)])
+    (dict(), 48, 33), (dict(cluster=(2, 1), mma_sm=2), 49, 33)])
 def test_warp_specialized_sass(kw, mma_budget, producer_budget):
     """Per k-tile (128 x 256, B K-major): the MMA thread's loop issues the 4 UTCHMMA straight (no
-    loop around each: elect.sync keeps the operands uniform) and the release commit, within 10 %
-    of CUTLASS 4.2's sm100 kernel (44, docs/measurements.md); the producer's 2 UTMALDG within
-    its budget (CUTLASS: 30); no spills."""
+    loop around each: elect.sync keeps the operands uniform) and the release commit, and the
+    producer warp's loop its 2 UTMALDG (ptxas unrolls it: counted per k-tile), both within 10 %
+    of CUTLASS 4.2's sm100 kernel (44 and 30, docs/measurements.md); no spills."""
     from cutedsl.compiler.sass_loops import kernel_hot_loop
     k = GemmConfig(arch="sm_100a", tile=(128, 256, 64), stages=4, b_major="K", **kw).kernel().compile()
     r = k.resources
@@ -201,7 +201,9 @@ def test_warp_specialized_sass(kw, mma_budget, producer_budget):
     assert h.get("UTCHMMA") == 4 and h.get("UTCBAR") == 1 and h.get("SYNCS") == 1 and "ELECT" not in h, loop
     assert loop["instructions"] <= mma_budget, loop
     prod = kernel_hot_loop(k, "UTMALDG")
-    assert prod["histogram"].get("UTMALDG") == 2 and prod["instructions"] <= producer_budget, prod
+    k_tiles = prod["histogram"]["UTMALDG"] / 2          # A and B boxes per k-tile
+    assert k_tiles in (1, 2) and prod["instructions"] / k_tiles <= producer_budget, prod
+    assert "R2UR" not in prod["histogram"], prod         # the ring state stays uniform
 
 
 # -- CTA pairs: the 2SM kernel (cta_group::2) ----------------------------------------------
