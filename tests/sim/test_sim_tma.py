@@ -181,3 +181,21 @@ def test_store_clips_out_of_bounds():
 def test_store_without_proxy_fence_is_a_race():
     with pytest.raises(RaceError, match="fence.proxy.async"):
         run_store((0, 0), fence=False)
+
+
+def test_tma_load_signalling_another_ctas_barrier_needs_cta_group_2():
+    """A TMA load may complete on the pair peer's mbarrier only with .cta_group::2 (CUTLASS's 2SM
+    loads); without it the emulator names both CTAs (found LLVM 22 dropping the modifier from a
+    predicated NVVM op, issue 24)."""
+    from cutedsl.sim import SimRuntimeError
+    ptx = load_kernel(2, True, False)
+    line = next(ln for ln in ptx.splitlines() if "cp.async.bulk.tensor" in ln)
+    bad = ptx.replace(line, "\tmapa.shared::cluster.u32 %r45, %r40, 1;\n" + line.replace("[%r40]", "[%r45]"))
+    t = np.arange(8 * 64, dtype=np.uint8).reshape(8, 64)
+    emu = Emulator()
+    d = emu.to_device(t)
+    tm = emu.tensor_map(d, t.shape, "u8", (8, 64))
+    out = emu.to_device(np.zeros(1024, np.uint32))
+    with pytest.raises(SimRuntimeError, match=r"TMA load signals the mbarrier of cluster rank 1, not the destination "
+                                              r"CTA's \(only \.cta_group::2 may signal the pair peer's\)"):
+        emu.launch(load_ptx(bad), 2, 128, [tm, out, 512, 0, 0], smem=1024, cluster=(2, 1, 1))
