@@ -209,18 +209,13 @@ class Umma(SmemOperands):
         (i32; from :meth:`copy_scales`). One thread. (The ``.block32`` spelling of the scale
         vector aborts LLVM 22's instruction selection with PTX 8.6; the default ``.block_scale``
         means the same for this kind: one factor per 32 elements.)"""
-        da = a if isinstance(a, Descriptor) else self.descriptor(a, "A")
-        db = b if isinstance(b, Descriptor) else self.descriptor(b, "B")
+        da, db = self._descriptors(a, b)
         if self.m != SCALED_M or da.layout.major != "K" or db.layout.major != "K":
             raise ValueError("block-scaled MMAs are built for M = 128 with K-major A and B")
         kind = ir.Attribute.parse("#nvvm.block_scale_kind<mxf8f6f4>")
         dptr, pa, pb = _ptr(d, 6), _ptr(sfa, 6), _ptr(sfb, 6)
-        for j in range(self.traits.k_steps):
+        for j, aj, bj, en in self._k_steps(da, db, accumulate):
             idesc = V.i32(scaled_instr_descriptor(self.n, self.dtype, self.b_dtype, j, j))
-            aj = da.offset(da.layout.k_step_offset(j)).value()
-            bj = db.offset(db.layout.k_step_offset(j)).value()
-            en = V.const(1, "i1") if j else (V.const(int(accumulate), "i1") if isinstance(accumulate, bool)
-                                             else accumulate)
             nvvm.tcgen05_mma_block_scale(kind, self.group_attr, dptr, aj, bj, idesc, en, pa, pb)
 
     @staticmethod
@@ -239,22 +234,29 @@ class Umma(SmemOperands):
         """Issue one k-tile: ``k_steps`` instructions into D at TMEM address ``d`` (i32). Call
         from one thread. ``a``/``b``: ``SmemTile`` (layout checked) or descriptors;
         ``accumulate`` (bool or IR i1): add to D on the first k-step (later ones always do)."""
-        da = a if isinstance(a, Descriptor) else self.descriptor(a, "A")
-        db = b if isinstance(b, Descriptor) else self.descriptor(b, "B")
+        da, db = self._descriptors(a, b)
         idesc = V.i32(instr_descriptor(self.m, self.n, self.dtype, self.b_dtype, da.layout.major, db.layout.major))
         kind = ir.Attribute.parse(f"#nvvm.tcgen05_mma_kind<{KIND[self.dtype]}>")
-        group = self.group_attr
         dptr = _ptr(d, 6)
+        for _j, aj, bj, en in self._k_steps(da, db, accumulate):
+            nvvm.tcgen05_mma(kind, self.group_attr, dptr, aj, bj, idesc, en)
+
+    def _descriptors(self, a, b) -> tuple:
+        """The A and B descriptors (``SmemTile`` operands checked and described; descriptors kept)."""
+        return (a if isinstance(a, Descriptor) else self.descriptor(a, "A"),
+                b if isinstance(b, Descriptor) else self.descriptor(b, "B"))
+
+    def _k_steps(self, da, db, accumulate):
+        """``(j, A descriptor, B descriptor, enable-input-d)`` of each k-step of a k-tile: the
+        start addresses moved ``j`` steps in; D is accumulated from step 1 on, and on step 0 as
+        ``accumulate`` (bool or IR i1) says."""
         for j in range(self.traits.k_steps):
-            aj = da.offset(da.layout.k_step_offset(j)).value()
-            bj = db.offset(db.layout.k_step_offset(j)).value()
             if j:
                 en = V.const(1, "i1")
-            elif isinstance(accumulate, bool):
-                en = V.const(int(accumulate), "i1")
             else:
-                en = accumulate
-            nvvm.tcgen05_mma(kind, group, dptr, aj, bj, idesc, en)
+                en = V.const(int(accumulate), "i1") if isinstance(accumulate, bool) else accumulate
+            yield (j, da.offset(da.layout.k_step_offset(j)).value(), db.offset(db.layout.k_step_offset(j)).value(),
+                   en)
 
     def commit(self, barrier_address, cta_mask=None) -> None:
         """``tcgen05.commit`` (by the issuing thread): one arrive on the mbarrier at shared

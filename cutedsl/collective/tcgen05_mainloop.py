@@ -122,8 +122,8 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
             return ops
         import attrs
         sa, sb = self.tensor_maps()[-2:]
-        return attrs.evolve(ops, scales=(TmaCopy(sa, args.a_scales, direct=True), TmaCopy(sb, args.b_scales, direct=True),
-                                         k_tiles))
+        tsa, tsb = TmaCopy(sa, args.a_scales, direct=True), TmaCopy(sb, args.b_scales, direct=True)
+        return attrs.evolve(ops, scales=(tsa, tsb, k_tiles))
 
     def load_stage(self, ops, pipeline, state, k_tile, m0, n0, predicate=None) -> None:
         super().load_stage(ops, pipeline, state, k_tile, m0, n0, predicate)

@@ -40,9 +40,9 @@ class ParamSpec:
 
     A ``ptr`` parameter may declare what it points to, so that the Device layer checks arrays
     passed for it like A and B: ``shape`` (numpy order; each entry an int, one of the problem
-    sizes ``"m"``, ``"n"``, ``"k"``, ``"l"``, or a size the kernel names in ``param_dims``), ``dtype`` (cutedsl name, e.g. ``"f32"``), and
-    ``output=True`` when the kernel writes there. Undeclared (None) means unchecked. Not part
-    of the compiled artifact.
+    sizes ``"m"``, ``"n"``, ``"k"``, ``"l"``, or a size the kernel names in ``param_dims``),
+    ``dtype`` (cutedsl name, e.g. ``"f32"``), and ``output=True`` when the kernel writes there.
+    Undeclared (None) means unchecked. Not part of the compiled artifact.
     """
     name: str
     kind: str = attrs.field(validator=attrs.validators.in_(PARAM_KINDS))

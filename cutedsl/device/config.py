@@ -28,7 +28,6 @@ MAX_SPLITS = 256                                #: split-k pieces per tile at mo
 DTYPES = tuple(ELEMENT_BYTES) + tuple(MX_DTYPES)
 
 
-element_dtype = element_type            #: the element type of a config dtype (mxfp8 -> e4m3)
 OUT_DTYPES = Epilogue.OUT_DTYPES                #: what the epilogues write
 EPILOGUE_KINDS = Epilogue.KINDS
 STAGES = TmaWgmmaMainloop.STAGES                #: pipeline depths of the mainloops
@@ -53,13 +52,13 @@ def _tile(v) -> tuple:
 def _k_tile(dtype) -> int:
     """The default BLOCK_K: one 128-byte swizzle row of ``dtype`` (64 when the dtype is unknown:
     the dtype check then names the problem)."""
-    dtype = element_dtype(dtype)
+    dtype = element_type(dtype)
     return 128 // ELEMENT_BYTES[dtype] if isinstance(dtype, str) and dtype in ELEMENT_BYTES else 64
 
 
 def _default_b_major(dtype) -> str:
     """B's default layout: MN-major (a row-major (K, N) array) where the MMA can read it, else K."""
-    dtype = element_dtype(dtype)
+    dtype = element_type(dtype)
     known = isinstance(dtype, str) and dtype in ELEMENT_BYTES
     return "MN" if not known or "MN" in mma_traits(dtype).majors_b else "K"
 
@@ -113,7 +112,8 @@ class GemmConfig:
       and stored as ``"MN"``) or ``"K"`` (B stored transposed, K-major). Default: ``"MN"`` for
       16-bit types, ``"K"`` for fp8 (the only layout WGMMA reads for 8-bit operands).
     * ``epilogue``: ``"tma"`` (registers -> smem -> TMA store; the default on sm_90a) or
-      ``"global"`` (bounds-checked stores from registers; the default on sm_100a); or a list of fused nodes with an optional kind, e.g.
+      ``"global"`` (bounds-checked stores from registers; the default on sm_100a); or a list
+      of fused nodes with an optional kind, e.g.
       ``["scale_a:row", "scale_b:col", "bias:col", "gelu", "global"]`` (sets ``fusion``).
     * ``a_major``: ``"K"`` (A is (M, K) row-major, default) or ``"MN"`` (M-major: A stored as
       (K, M) row-major, i.e. ``a`` is the transpose of a contiguous array; 16-bit types only).
@@ -289,9 +289,9 @@ class GemmConfig:
         For the CLI's main job and the tuner."""
         from ..dtypes import dtype as _dtype
         lead = (l,) if l > 1 else ()
-        a = rng.standard_normal(lead + (m, k), dtype=np.float32).astype(_dtype(element_dtype(self.dtype)).numpy)
+        a = rng.standard_normal(lead + (m, k), dtype=np.float32).astype(_dtype(element_type(self.dtype)).numpy)
         b = rng.standard_normal(lead + (k, n), dtype=np.float32).astype(
-            _dtype(element_dtype(self.b_dtype or self.dtype)).numpy)
+            _dtype(element_type(self.b_dtype or self.dtype)).numpy)
         if self.a_major == "MN":
             a = np.ascontiguousarray(np.swapaxes(a, -1, -2)).swapaxes(-1, -2)
         if self.b_major == "K":
@@ -365,7 +365,7 @@ class GemmConfig:
 
     def _make(self, cls, stages=None, epilogue_cls=None):
         bm, bn, _ = self.tile
-        kw = dict(tile_m=bm, tile_n=bn, dtype=element_dtype(self.dtype), out_dtype=self.out_dtype,
+        kw = dict(tile_m=bm, tile_n=bn, dtype=element_type(self.dtype), out_dtype=self.out_dtype,
                   b_major=self.b_major, epilogue=epilogue_cls or self._epilogue_cls())
         if self.b_dtype not in (None, self.dtype):
             kw["b_dtype"] = self.b_dtype        # a kernel class without the field refuses it by name

@@ -21,6 +21,7 @@ import threading
 import time
 
 
+from ..atom.mma_traits import element_type, mma_traits
 from ..dtypes import dtype as _dtype, same_storage
 from ..errors import ArgumentError, ArgumentTypeError, CuteDSLError, LaunchError, NoDeviceError, checked_arguments
 from . import arrays, extras
@@ -129,8 +130,8 @@ class Gemm:
         cfg = self.config
         shapes = {}
         ranks = (2, 3) if cfg.batched else (2,)
-        from .config import element_dtype
-        for name, v, want in (("a", va, element_dtype(cfg.dtype)), ("b", vb, element_dtype(cfg.b_dtype or cfg.dtype))):
+        for name, v, want in (("a", va, element_type(cfg.dtype)),
+                              ("b", vb, element_type(cfg.b_dtype or cfg.dtype))):
             shape, d, dt = v.shape, v.dtype, v.raw_dtype
             if len(shape) not in ranks:
                 raise ArgumentError(f"{name} must be 2-D (or 3-D: (L, rows, cols) for a batch), got shape {tuple(shape)}")
@@ -300,7 +301,6 @@ class Gemm:
         ``raster="N"`` for ``raster="auto"`` on a problem with more tile columns than rows, and the
         majors their memory order has (device arrays: strides; numpy: its order, so no
         transposing copy) where it differs from the config's and the MMA can read it."""
-        from ..atom.mma_traits import mma_traits
         from .config import WARP_SPECIALIZED
         cfg, out = self.config, {}
         if not cfg.batched and 3 in (len(va.shape), len(vb.shape)):
@@ -309,9 +309,8 @@ class Gemm:
             tm, tn = GemmProblem(va.shape[-2], vb.shape[-1], 0).tiles(*cfg.tile[:2])
             if tn > tm:                # more tile columns than rows: walk along N (the auto rule)
                 out["raster"] = "N"
-        from .config import element_dtype
-        for field, v, dt, inner, outer in (("a_major", va, element_dtype(cfg.dtype), "K", "MN"),
-                                           ("b_major", vb, element_dtype(cfg.b_dtype or cfg.dtype), "MN", "K")):
+        for field, v, dt, inner, outer in (("a_major", va, element_type(cfg.dtype), "K", "MN"),
+                                           ("b_major", vb, element_type(cfg.b_dtype or cfg.dtype), "MN", "K")):
             if v.dtype is None or len(v.shape) < 2:
                 continue
             e, st = v.dtype.nbytes, v.strides

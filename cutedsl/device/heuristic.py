@@ -24,12 +24,13 @@ The model, for ``M x N x K`` on ``sm_count`` SMs (132 without a device):
 
 What the caller fixes (dtype, out_dtype, b_major, epilogue, arch, or any field passed to
 ``for_problem``) is kept. On sm_100a the schedule is its persistent warp-specialized kernel
-(:data:`ARCH_FIXED`); tile, cluster, raster and swizzle follow the rules above. The model is checked on a table of shapes in the tests; it has not
-been calibrated on a GPU yet (see docs/performance.md once a GPU run exists).
+(:data:`ARCH_FIXED`); tile, cluster, raster and swizzle follow the rules above. The model is
+checked on a table of shapes in the tests; it has not been calibrated on a GPU yet (see
+docs/performance.md once a GPU run exists).
 """
 from __future__ import annotations
 
-from ..atom.mma_traits import mma_traits
+from ..atom.mma_traits import element_type, mma_traits
 from ..collective.tile_scheduler import DEFAULT_SM_COUNT
 from ..problem import GemmProblem
 
@@ -62,8 +63,7 @@ def choose(config_cls, m: int, n: int, k: int, fixed: dict, sm_count=None, l: in
     from ..errors import ConfigError
     sms = sm_count or DEFAULT_SM_COUNT
     base = {f: v for f, v in fixed.items() if v is not None}
-    from .config import element_dtype
-    k_tile = base["tile"][2] if "tile" in base else mma_traits(element_dtype(base.get("dtype", "f16"))).k_tile
+    k_tile = base["tile"][2] if "tile" in base else mma_traits(element_type(base.get("dtype", "f16"))).k_tile
     kt = -(-k // k_tile)
     tried = []
     # best score first; the sort is stable, so ties keep CANDIDATES' order (larger tiles first)

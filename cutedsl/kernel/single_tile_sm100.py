@@ -9,18 +9,14 @@ on the tile's first), ``tcgen05.commit`` s them to an mbarrier and waits for it 
 the slot: it is free once they complete). After the loop it commits to a second mbarrier that
 every thread waits for (phase 0, once: a per-k-tile barrier watched by idle warps could be two
 phases ahead of them and alias). The epilogue: each warp loads its lane quarter of D with
-``tcgen05.ld`` in chunks of columns and hands each chunk to the configured epilogue (a
-:class:`~cutedsl.atom.tcgen05.TmemFragment`, the accumulator interface epilogues read);
+``tcgen05.ld`` in chunks of columns and hands each chunk to the configured epilogue
+(:func:`~cutedsl.collective.tmem_epilogue.store_accumulator`);
 warp 0 frees the columns.
 """
 from __future__ import annotations
 
 from ..collective.epilogue import EpilogueContext
 from .single_tile import SingleTileGemmKernel
-
-#: accumulator columns per tcgen05.ld in the epilogue (registers per thread per chunk; with 32,
-#: ptxas 13.5 spills one value around the dealloc at 72 registers -- 16 and 64 do not)
-EPILOGUE_COLUMNS = 16
 
 
 class Sm100SingleTileGemmKernel(SingleTileGemmKernel):
@@ -55,7 +51,8 @@ class Sm100SingleTileGemmKernel(SingleTileGemmKernel):
     def define(self):
         from mlir.dialects import gpu
         from ..atom import MBarriers, TmaCopy
-        from ..atom.tcgen05 import TensorMemory, TmemFragment, Umma
+        from ..atom.tcgen05 import TensorMemory, Umma
+        from ..collective.tmem_epilogue import store_accumulator
         from ..ir import If, KernelBuilder, Loop, f32, select, thread_idx, u32
         from ..ir.smem_tile import static_word
         from ..ir.values import warp_uniform
@@ -101,10 +98,7 @@ class Sm100SingleTileGemmKernel(SingleTileGemmKernel):
             TensorMemory.fence_after()
             some = u32(count).ne(0)                 # no k-tile: D is zero, TMEM was never written
             ctx = EpilogueContext(m0, n0, args.m, args.n, args, smem, l=wt.l, problem=problem)
-            for c0 in range(0, tn, EPILOGUE_COLUMNS):
-                frag = TmemFragment.load(d, c0, min(EPILOGUE_COLUMNS, tn))
-                frag = frag.lazy_map(lambda v, r, c: select(some, v, f32(0.0)))
-                self.epilogue.store(frag, ctx)
+            store_accumulator(self.epilogue, d, tn, ctx, transform=lambda v, r, c: select(some, v, f32(0.0)))
             TensorMemory.fence_before()
             gpu.barrier()                           # every warp's loads done before the columns go
             with If(warp0):

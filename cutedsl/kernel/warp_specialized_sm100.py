@@ -1,11 +1,13 @@
 """The persistent warp-specialized Blackwell GEMM (sm_100a; CUTLASS ``KernelTmaWarpSpecialized``
 for sm100 with a 1-SM MMA), from the same collectives as the Hopper kernels.
 
-Roles (6 warps, 192 threads): warp 0 -- one thread runs the producer loop (the sm_90 kernels'
+Roles (6 warps, 192 threads): warp 0 -- the producer loop (the sm_90 kernels'
 :meth:`~cutedsl.kernel.warp_specialized.WarpSpecializedGemmKernel.producer`, TMA multicast in
-clusters); warp 1 -- allocates the tensor memory and an elected lane issues every ``tcgen05.mma``
+clusters), the whole warp walking the ring and an elected lane issuing; warp 1 -- allocates
+the tensor memory and an elected lane issues every ``tcgen05.mma``
 (:meth:`~cutedsl.collective.tcgen05_mainloop.Tcgen05Mainloop.mma_loop`); warps 2-5 -- the
-epilogue, each reading its lane quarter of the accumulator with ``tcgen05.ld``.
+epilogue, each reading its lane quarter of the accumulator with ``tcgen05.ld``
+(:func:`~cutedsl.collective.tmem_epilogue.store_accumulator`).
 
 The accumulator is **double-buffered in TMEM** (``2 x tile_n`` columns): a second pipeline of
 two slots (the same :class:`~cutedsl.collective.pipeline.TmaPipeline` protocol: a full barrier
@@ -26,8 +28,6 @@ cir = lazy("cutedsl.ir")
 
 PRODUCER_WARP, MMA_WARP, FIRST_EPILOGUE_WARP = 0, 1, 2
 ACC_STAGES = 2                      #: accumulator buffers in tensor memory
-#: accumulator columns per tcgen05.ld in the epilogue (see the single-tile kernel's choice)
-EPILOGUE_COLUMNS = 16
 
 
 class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
@@ -250,24 +250,22 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     def epilogue_loop(self, args, smem, accp, tmem) -> None:
         """Warps 2-5: per work tile, wait for its accumulator, load it in column chunks (each
         warp its lane quarter), release the buffer after the last load, store every chunk."""
-        from ..atom.tcgen05 import TensorMemory, TmemFragment
+        from ..atom.tcgen05 import TensorMemory
+        from ..collective.tmem_epilogue import store_accumulator
         sch = self.scheduler
         d0 = tmem.address()
-        cols = min(EPILOGUE_COLUMNS, self.tile_n)
         loop = cir.Loop(0, sch.work_count(), carry=PipelineState(ACC_STAGES).carry())
         for i, carried in loop:
             acc = PipelineState.from_carry(ACC_STAGES, carried)
             wt = self.work_tile(i)
             accp.consumer_wait(acc)
             TensorMemory.fence_after()
-            d = d0 + acc.index * self.tile_n
             ctx = self.epilogue_context(args, smem, wt, 0, 0)
-            for c0 in range(0, self.tile_n, cols):
-                frag = TmemFragment.load(d, c0, cols)
-                if c0 + cols == self.tile_n:        # the last load: the MMAs may reuse the buffer
-                    TensorMemory.fence_before()
-                    self.release_accumulator(accp, acc)
-                self.epilogue.store(frag, ctx)
+
+            def release(acc=acc):                   # the last load: the MMAs may reuse the buffer
+                TensorMemory.fence_before()
+                self.release_accumulator(accp, acc)
+            store_accumulator(self.epilogue, d0 + acc.index * self.tile_n, self.tile_n, ctx, release)
             loop.next(*acc.advance().carry())
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from .errors import SimRuntimeError
 from .tma import defer, swizzle
-from .tmem import COLUMNS, QUARTER, SUBOPS, tmem_of, tmem_shadow
+from .tmem import COLUMNS, QUARTER, SUBOPS, lane_value, tmem_of, tmem_shadow
 
 #: shape -> (rows, 128-bit chunks per row)
 SHAPES = {"128x256b": (128, 2), "4x256b": (4, 2), "128x128b": (128, 1), "64x128b": (64, 1), "32x128b": (32, 1)}
@@ -87,9 +87,7 @@ def decode_cp(ctx, ins, mods, ops):
 
     def fn(w, g, m):
         for ln in w._lanes(m).tolist():      # a single-thread instruction
-            a = int(np.asarray(taddr(w)).reshape(-1)[ln] if np.ndim(taddr(w)) else taddr(w))
-            d = int(np.asarray(rdesc(w)).reshape(-1)[ln] if np.ndim(rdesc(w)) else rdesc(w))
-            issue(w, ln, a, d)
+            issue(w, ln, lane_value(w, taddr, ln), lane_value(w, rdesc, ln))
 
     def issue(w, ln, a, d):
         cta = w.cta

@@ -65,7 +65,7 @@ import numpy as np
 
 from .errors import SimRuntimeError
 from .tma import defer
-from .tmem import COLUMNS, SUBOPS, tmem_of, tmem_shadow
+from .tmem import COLUMNS, SUBOPS, lane_value, tmem_of, tmem_shadow
 from .tcgen05_scale import decode_idesc_scaled, read_scales, sf_cells, sf_shadow_cells
 from .wgmma import ETYPES, _load_operand, operand_addrs
 
@@ -196,16 +196,12 @@ def decode_mma(ctx, ins, mods, ops):
         scale = rest[1].value
     K = {"f16": 16, "tf32": 8, "f8f6f4": 32, "i8": 32, "mxf8f6f4": 32}[kind]
 
-    def lane_val(w, reader, ln):
-        v = np.asarray(reader(w))
-        return int(v[ln]) if v.ndim else int(v)
-
     def fn(w, g, m):
         for ln in w._lanes(m).tolist():     # a single-thread instruction: one MMA per lane
-            issue(w, ln, lane_val(w, d_addr, ln), lane_val(w, ra, ln), lane_val(w, rb, ln),
-                  lane_val(w, ridesc, ln), bool(lane_val(w, ren, ln)),
-                  [lane_val(w, r, ln) for r in mask] if mask else None,
-                  (lane_val(w, rsf[0], ln), lane_val(w, rsf[1], ln)) if rsf else None)
+            issue(w, ln, lane_value(w, d_addr, ln), lane_value(w, ra, ln), lane_value(w, rb, ln),
+                  lane_value(w, ridesc, ln), bool(lane_value(w, ren, ln)),
+                  [lane_value(w, r, ln) for r in mask] if mask else None,
+                  (lane_value(w, rsf[0], ln), lane_value(w, rsf[1], ln)) if rsf else None)
 
     def fail(msg):
         raise SimRuntimeError(f"tcgen05.mma: {msg}\n    at {ins.where()}")

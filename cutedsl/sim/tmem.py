@@ -131,6 +131,13 @@ def _uniform(w, m, v, what, ins) -> int:
     return int(v)
 
 
+def lane_value(w, reader, lane: int) -> int:
+    """The value operand ``reader`` has in ``lane`` of warp ``w`` (a single-thread tcgen05
+    instruction executed by several lanes issues once per lane)."""
+    v = np.asarray(reader(w))
+    return int(v.reshape(-1)[lane]) if v.ndim else int(v)
+
+
 def _check_cols(ins, n):
     if n < MIN_COLS or n > COLUMNS or n & (n - 1):
         _fail(ins, f"tcgen05 column count {n} must be a power of two in {MIN_COLS}..{COLUMNS}")
@@ -306,7 +313,8 @@ def _ldst(ctx, ins, mods, ops, store):
     split_op = shape == "16x32bx2"
     if len(ops) != 2 + split_op:
         imm = ", immHalfSplitoff" if split_op else ""
-        ctx.bad(f"tcgen05.{name}.{shape} takes " + (f"[taddr]{imm}, registers" if store else f"registers, [taddr]{imm}"))
+        form = f"[taddr]{imm}, registers" if store else f"registers, [taddr]{imm}"
+        ctx.bad(f"tcgen05.{name}.{shape} takes {form}")
     addr_op = ops[0] if store else ops[1]
     split = 0
     if split_op:
@@ -360,4 +368,5 @@ def _ldst(ctx, ins, mods, ops, store):
     return fn
 
 
-__all__ = ["TensorMemory", "TmemShadow", "tmem_of", "tmem_shadow", "leak_check", "ldst_layout", "LANES", "COLUMNS"]
+__all__ = ["TensorMemory", "TmemShadow", "tmem_of", "tmem_shadow", "leak_check", "ldst_layout", "lane_value", "LANES",
+           "COLUMNS"]

@@ -10,7 +10,7 @@ import pytest
 
 from cutedsl import Gemm, GemmConfig
 from cutedsl.errors import ConfigError
-from cutedsl.kernel.single_tile_sm100 import EPILOGUE_COLUMNS
+from cutedsl.collective.tmem_epilogue import EPILOGUE_COLUMNS
 
 NP = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn,
       "e5m2": ml_dtypes.float8_e5m2}
