@@ -39,8 +39,9 @@ M = 128 row ``m`` is lane ``m``; with M = 64 rows 16q..16q+15 are lanes 32q..32q
 half of each lane quarter); column ``n`` is the address's column + ``n``. The address's lane
 field must be 0. A from TMEM (M = 128): row ``m`` at lane ``m``, K packed little-endian into
 32-bit columns. ``{mask}`` (4 registers): bit ``i`` of register ``j`` keeps lane ``32j + i``
-from being written. An f16 D, ``.ws``, ``.sp``, ``.block_scale`` and the 6/4-bit f8f6f4 formats
-are refused with ``UnsupportedInstruction`` / ``SimRuntimeError``.
+from being written. An f16 D, ``.ws`` and ``.sp`` are refused with ``UnsupportedInstruction`` /
+``SimRuntimeError``. The 6- and 4-bit f8f6f4 inputs are read from shared memory in the padded
+layout (:mod:`cutedsl.sim.subbyte`); the block-scaled kinds: :mod:`cutedsl.sim.tcgen05_scale`.
 
 **CTA pairs** (``cta_group::2``, M = 256; CUTLASS ``SM100_MMA_*_2x1SM`` layouts): the even CTA of
 a pair in the cluster issues; CTA ``r`` of the pair holds A's rows ``128 r ..`` and B's rows (N)
@@ -66,7 +67,8 @@ import numpy as np
 from .errors import SimRuntimeError
 from .tma import defer
 from .tmem import COLUMNS, SUBOPS, lane_value, tmem_of, tmem_shadow
-from .tcgen05_scale import decode_idesc_scaled, read_scales, sf_cells, sf_shadow_cells
+from .subbyte import FORMATS as SUBBYTE, ROW_BYTES, unpack
+from .tcgen05_scale import SCALED_KINDS, decode_idesc_scaled, read_scales, scale_vector, sf_cells, sf_shadow_cells
 from .wgmma import ETYPES, _load_operand, operand_addrs
 
 #: (format code -> element type) per kind; the D format each kind allows
@@ -104,9 +106,9 @@ def decode_idesc(idesc: int, kind: str, group: int = 1) -> dict:
             raise SimRuntimeError(f"{where}: {op.upper()} format (bits {bits}) {f[op]} is none of "
                                   f"{', '.join(f'{k} {v}' for k, v in formats.items())}")
         t = formats[f[op]]
-        if t in ("e2m3", "e3m2", "e2m1"):
-            raise SimRuntimeError(f"{where}: {op.upper()} format {t}: 6- and 4-bit inputs of kind::f8f6f4 "
-                                  f"are not emulated yet")
+        if t in SUBBYTE and f["mn_" + op]:
+            raise SimRuntimeError(f"{where}: {op.upper()} is {t}, which must be K-major (transpose bit "
+                                  f"{15 if op == 'a' else 16} set)")
         f[op + "_type"] = t
     if f["saturate"] and kind != "i8":
         raise SimRuntimeError(f"{where}: saturate (bit 3) is for kind::i8 only")
@@ -150,17 +152,25 @@ def d_lanes(m: int) -> np.ndarray:
 def decode_mma(ctx, ins, mods, ops):
     kinds = [x[6:] for x in mods if x.startswith("kind::")]
     scaled = "block_scale" in mods
+    vec_mods = [x for x in mods if x.startswith("scale_vec::") or x in ("block16", "block32")]
     other = [x for x in mods[1:] if not x.startswith(("kind::", "cta_group::", "collector::"))
-             and x not in ("block_scale", "scale_vec::1X", "block32")]
+             and x != "block_scale" and x not in vec_mods]
     if mods[0] != "mma" or other:
-        ctx.unsupported(f"tcgen05.{'.'.join(mods)}: only the dense tcgen05.mma and kind::mxf8f6f4.block_scale are "
-                        f"emulated (not .ws/.sp, other scale vector sizes)")
-    if scaled and kinds != ["mxf8f6f4"]:
-        ctx.unsupported(f"block-scaled tcgen05.mma .kind::{kinds[0] if kinds else '?'}: kind::mxf8f6f4 (MXFP8) is "
-                        f"emulated; mxf4 / mxf4nvf4 not yet")
+        ctx.unsupported(f"tcgen05.{'.'.join(mods)}: the dense and block-scaled tcgen05.mma are emulated (not "
+                        f".ws/.sp)")
+    if scaled and (len(kinds) != 1 or kinds[0] not in SCALED_KINDS):
+        ctx.bad(f"block-scaled tcgen05.mma needs one of .kind::{', .kind::'.join(SCALED_KINDS)}")
     if not scaled and (len(kinds) != 1 or kinds[0] not in KINDS):
         ctx.bad(f"tcgen05.mma needs one of .kind::{', .kind::'.join(KINDS)}")
+    if vec_mods and not scaled:
+        ctx.bad(f".{vec_mods[0]} is for the block-scaled tcgen05.mma (.block_scale)")
     kind = kinds[0]
+    vec = None
+    if scaled:
+        try:
+            vec = scale_vector(kind, vec_mods)
+        except ValueError as e:
+            ctx.bad(str(e))
     group = 2 if "cta_group::2" in mods else 1
     if scaled and group == 2:
         ctx.unsupported("block-scaled tcgen05.mma.cta_group::2 is not emulated yet")
@@ -194,7 +204,7 @@ def decode_mma(ctx, ins, mods, ops):
         if rest[1].kind != "imm" or not 0 <= rest[1].value <= 15 or kind not in ("f16", "tf32"):
             ctx.bad("scale-input-d is an immediate 0..15, for kind::f16 / kind::tf32 only")
         scale = rest[1].value
-    K = {"f16": 16, "tf32": 8, "f8f6f4": 32, "i8": 32, "mxf8f6f4": 32}[kind]
+    K = SCALED_KINDS[kind][0] if scaled else {"f16": 16, "tf32": 8, "f8f6f4": 32, "i8": 32}[kind]
 
     def fn(w, g, m):
         for ln in w._lanes(m).tolist():     # a single-thread instruction: one MMA per lane
@@ -208,12 +218,11 @@ def decode_mma(ctx, ins, mods, ops):
 
     def issue(w, ln, d_a, a_v, b_desc, idesc, enable, dmask, sf=None):
         try:
-            f = decode_idesc_scaled(idesc, kind) if scaled else decode_idesc(idesc, kind, group)
+            f = decode_idesc_scaled(idesc, kind, vec) if scaled else decode_idesc(idesc, kind, group)
         except SimRuntimeError as e:
             fail(str(e))
         M, N = f["m"], f["n"]
-        ea, dta = ETYPES[f["a_type"]]
-        eb, dtb = ETYPES[f["b_type"]]
+        (ea, ka, load_a), (eb, kb, load_b) = (operand_reader(f[x + "_type"], kind, K) for x in "ab")
         ctas = pair_of(w) if group == 2 else [w.cta]
         mc, nc = M // group, N // group         # A rows / B rows (N) each CTA holds
         if d_a >> 16:
@@ -225,9 +234,9 @@ def decode_mma(ctx, ins, mods, ops):
                 fail(f"D columns {dcol}..{dcol + N - 1} are not inside one tcgen05.alloc block of CTA {c.ctaid} "
                      f"(allocated: {sorted(t.blocks.items())})")
         try:
-            _b, bw, b_ei, b_end = operand_addrs(b_desc, nc, K, eb, bool(f["mn_b"]), decode_desc_sm100)
+            _b, bw, b_ei, b_end = operand_addrs(b_desc, nc, kb, eb, bool(f["mn_b"]), decode_desc_sm100)
             if not a_tmem:
-                _a, aw, a_ei, a_end = operand_addrs(a_v, mc, K, ea, bool(f["mn_a"]), decode_desc_sm100)
+                _a, aw, a_ei, a_end = operand_addrs(a_v, mc, ka, ea, bool(f["mn_a"]), decode_desc_sm100)
         except SimRuntimeError as e:
             fail(str(e))
         words = [bw] if a_tmem else [bw, aw]
@@ -248,6 +257,8 @@ def decode_mma(ctx, ins, mods, ops):
                 fail("A from tensor memory is emulated for 128 rows per CTA only")
             if f["mn_a"]:
                 fail("A from tensor memory is K-major (instruction descriptor bit 15 must be 0)")
+            if f["a_type"] in SUBBYTE:
+                fail(f"A from tensor memory with {f['a_type']} elements is not emulated (only from shared memory)")
             acol, alane = a_v & 0xFFFF, a_v >> 16
             if alane:
                 fail(f"A address 0x{a_v:08x} has lane {alane}; A in tensor memory starts at lane 0")
@@ -286,17 +297,19 @@ def decode_mma(ctx, ins, mods, ops):
                 ts.write(cells, ag.idx, clock, vc, ins.pc, False, "tcgen05.mma D")
 
         def perform():
-            B = np.concatenate([_load_operand(c, b_ei, eb, dtb) for c in ctas]).T        # (K, N)
+            B = np.concatenate([load_b(c, b_ei) for c in ctas]).T        # (K, N)
             if acol is not None:
                 A = np.concatenate([_load_operand_bytes(np.ascontiguousarray(tmem_of(c).data[:128, acol:acol + 8])
-                                                        .view(np.uint8).reshape(128, 32), ea, dta) for c in ctas])
+                                                        .view(np.uint8).reshape(128, 32), *ETYPES[f["a_type"]])
+                                    for c in ctas])
             else:
-                A = np.concatenate([_load_operand(c, a_ei, ea, dta) for c in ctas])       # (M, K)
+                A = np.concatenate([load_a(c, a_ei) for c in ctas])       # (M, K)
             old = np.concatenate([tmem_of(c).data[lanes[:, None], cols[None, :]] for c in ctas])
-            if sf is not None:                  # MX: every row of A and B times its E8M0 factor
+            if sf is not None:                  # MX: each block of K/vec elements of a row times its factor
                 data = tmem_of(ctas[0]).data
-                A = A * read_scales(data, sf[0], M, f["a_sf"])[:, None]
-                B = B * read_scales(data, sf[1], N, f["b_sf"])[None, :]
+                rep, ue8m0 = K // f["vec"], bool(f["scale_fmt"])
+                A = A * np.repeat(read_scales(data, sf[0], M, f["a_sf"], f["vec"], ue8m0), rep, axis=1)
+                B = B * np.repeat(read_scales(data, sf[1], N, f["b_sf"], f["vec"], ue8m0), rep, axis=1).T
             if kind == "i8":
                 r = A.astype(np.int64) @ B.astype(np.int64)
                 if enable:
@@ -329,6 +342,18 @@ def decode_mma(ctx, ins, mods, ops):
 
 
 SUBOPS["mma"] = decode_mma
+
+
+def operand_reader(t: str, kind: str, k: int):
+    """(element bytes and K extent for :func:`operand_addrs`, reader (cta, element indices) ->
+    values (rows, ``k``)) of an operand of element type ``t``: the 6- and 4-bit types are
+    addressed as 32 bytes per row and unpacked (:mod:`cutedsl.sim.subbyte`; packed e2m1 for
+    kind::mxf4 / mxf4nvf4)."""
+    if t in SUBBYTE:
+        packed = kind in ("mxf4", "mxf4nvf4")
+        return 1, ROW_BYTES, lambda c, ei: unpack(c.sv[1][ei], t, packed)
+    esize, dt = ETYPES[t]
+    return esize, k, lambda c, ei: _load_operand(c, ei, esize, dt)
 
 
 def _load_operand_bytes(raw, esize, dt):

@@ -182,9 +182,9 @@ REUSE_DONE = ("\t@%p3 tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::
 
 
 def mma_ptx(kind="f16", a_tmem=False, enable=ENABLE_ACC, mma=None, before_wait="", wait=True, after_load="",
-            after_sync="", patch=()):
-    """PTX text of the one-tile kernel (with the (old, new) text replacements ``patch``), checked by
-    the pinned ptxas for sm_100a."""
+            after_sync="", patch=(), version="8.7"):
+    """PTX text (``.version version``) of the one-tile kernel (with the (old, new) text
+    replacements ``patch``), checked by the pinned ptxas for sm_100a."""
     a = "[%r13]" if a_tmem else "%rd12"
     mma = mma or f"tcgen05.mma.cta_group::1.kind::{kind} [%r42], {a}, %rd13, %r52, %p7;"
     body = (BODY.replace("{A_TMEM}", A_TMEM if a_tmem else "").replace("{ENABLE}", enable)
@@ -195,7 +195,7 @@ def mma_ptx(kind="f16", a_tmem=False, enable=ENABLE_ACC, mma=None, before_wait="
         assert old in body
         body = body.replace(old, new)
     text = kernel(body, params=PARAMS, ptypes=PTYPES).replace(kernel("").split("\n.visible")[0],
-                                                                SM100.rstrip("\n"), 1)
+                                                                SM100.replace("8.7", version).rstrip("\n"), 1)
     ptxas(text, arch=PTXAS_SM100)
     return text
 
@@ -296,3 +296,38 @@ def pair_ptx(kind="f16", wait=True):
         ("\ttcgen05.relinquish_alloc_permit.cta_group::1", "\ttcgen05.relinquish_alloc_permit.cta_group::2"),
     ])
     return text
+
+
+# -- block-scaled MMAs: scale-factor atoms copied by tcgen05.cp ------------------------------
+
+def sf_atom(scales):
+    """CUTLASS's 512-byte scale-factor atom of 128 rows x 4 blocks: byte (r % 32) * 16 + (r // 32) * 4 + j."""
+    rows, blocks = scales.shape
+    out = np.zeros(512, np.uint8)
+    r = np.arange(rows)[:, None]
+    j = np.arange(blocks)[None, :]
+    out[(r % 32) * 16 + (r // 32) * 4 + j] = scales
+    return out
+
+
+#: thread 0 copies the A and B scale atoms (at smem_b + {SFA_OFF} / {SFB_OFF}) into TMEM columns
+#: 256 and 260 (32x128b.warpx4: replicated to every lane quarter) before the MMAs
+SF_COPY = ("\tmov.u32 %r7, 0;\nISSUE:",
+           "\tadd.u32 %r70, %r11, {SFA_OFF};\n\tshr.u32 %r70, %r70, 4;\n\tcvt.u64.u32 %rd30, %r70;\n"
+           "\tor.b64 %rd30, %rd30, 0x0000400800000000;\n\tadd.u32 %r71, %r42, 256;\n"
+           "\ttcgen05.cp.cta_group::1.32x128b.warpx4 [%r71], %rd30;\n"
+           "\tadd.u32 %r72, %r11, {SFB_OFF};\n\tshr.u32 %r72, %r72, 4;\n\tcvt.u64.u32 %rd31, %r72;\n"
+           "\tor.b64 %rd31, %rd31, 0x0000400800000000;\n\tadd.u32 %r73, %r42, 260;\n"
+           "\ttcgen05.cp.cta_group::1.32x128b.warpx4 [%r73], %rd31;\n\tmov.u32 %r7, 0;\nISSUE:")
+
+
+def mx_ptx(kind_mods: str, sfa_off: int, sfb_off: int, sf_per_step: int = 1, version: str = "8.7"):
+    """The one-tile kernel with the scale atoms copied to TMEM and, per k-step ``j``, the MMA
+    ``tcgen05.mma.cta_group::1.kind::{kind_mods}`` whose scale-factor ids are ``j * sf_per_step``
+    (instruction descriptor bits 29-30 and 4-5)."""
+    sh = {1: 0, 2: 1, 4: 2}[sf_per_step]
+    mma = (f"shl.b32 %r74, %r7, {29 + sh}; shl.b32 %r75, %r7, {4 + sh}; or.b32 %r76, %r52, %r74; "
+           f"or.b32 %r76, %r76, %r75;\n\ttcgen05.mma.cta_group::1.kind::{kind_mods} [%r42], %rd12, %rd13, %r76, "
+           f"[%r71], [%r73], %p7;")
+    patch = [(SF_COPY[0], SF_COPY[1].replace("{SFA_OFF}", str(sfa_off)).replace("{SFB_OFF}", str(sfb_off)))]
+    return mma_ptx("f8f6f4", mma=mma, patch=patch, version=version)

@@ -159,7 +159,7 @@ def test_idesc_fields():
     (kit.idesc(128, 64, a=2), "f16", r"A format \(bits 7-9\) 2 is none of 0 f16, 1 bf16"),
     (kit.idesc(128, 64, d=0), "f16", r"D format \(bits 4-5\) f16 is not f32 \(an f16 accumulator"),
     (kit.idesc(128, 64, d=1), "i8", r"D format \(bits 4-5\) f32 is not s32"),
-    (kit.idesc(128, 64, a=5, b=5), "f8f6f4", r"6- and 4-bit inputs of kind::f8f6f4 are not emulated"),
+    (kit.idesc(128, 64, a=5, b=0, mn_a=1), "f8f6f4", r"A is e2m1, which must be K-major \(transpose bit 15"),
     (kit.idesc(128, 64) | 4, "f16", r"sparsity bit 2"),
     (kit.idesc(128, 64, sat=1), "f16", r"saturate \(bit 3\) is for kind::i8 only"),
 ])
@@ -330,31 +330,6 @@ def decode_pair_error():
 
 # -- block-scaled MMA (MXFP8) and tcgen05.cp --------------------------------------------------
 
-def sf_atom(scales):
-    """CUTLASS's 512-byte scale-factor atom of 128 rows x 4 blocks: byte (r % 32) * 16 + (r // 32) * 4 + j."""
-    rows, blocks = scales.shape
-    out = np.zeros(512, np.uint8)
-    r = np.arange(rows)[:, None]
-    j = np.arange(blocks)[None, :]
-    out[(r % 32) * 16 + (r // 32) * 4 + j] = scales
-    return out
-
-
-#: thread 0 copies the A and B scale atoms (after B's image in smem_b) into TMEM columns 256 and
-#: 260 (32x128b.warpx4: replicated to every lane quarter), then the MMA of k-step j uses scale
-#: byte j of each (idesc | j << 29 | j << 4)
-SF_COPY = ("\tmov.u32 %r7, 0;\nISSUE:",
-           "\tadd.u32 %r70, %r11, {SFA_OFF};\n\tshr.u32 %r70, %r70, 4;\n\tcvt.u64.u32 %rd30, %r70;\n"
-           "\tor.b64 %rd30, %rd30, 0x0000400800000000;\n\tadd.u32 %r71, %r42, 256;\n"
-           "\ttcgen05.cp.cta_group::1.32x128b.warpx4 [%r71], %rd30;\n"
-           "\tadd.u32 %r72, %r11, {SFB_OFF};\n\tshr.u32 %r72, %r72, 4;\n\tcvt.u64.u32 %rd31, %r72;\n"
-           "\tor.b64 %rd31, %rd31, 0x0000400800000000;\n\tadd.u32 %r73, %r42, 260;\n"
-           "\ttcgen05.cp.cta_group::1.32x128b.warpx4 [%r73], %rd31;\n\tmov.u32 %r7, 0;\nISSUE:")
-MX_MMA = ("shl.b32 %r74, %r7, 29; shl.b32 %r75, %r7, 4; or.b32 %r76, %r52, %r74; or.b32 %r76, %r76, %r75;\n"
-          "\ttcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.scale_vec::1X [%r42], %rd12, %rd13, %r76, "
-          "[%r71], [%r73], %p7;")
-
-
 @pytest.mark.parametrize("at,bt,seed", [("e4m3", "e4m3", None), ("e5m2", "e4m3", None), ("e4m3", "e5m2", 3)])
 def test_mxfp8_block_scaled_mma_with_tcgen05_cp(at, bt, seed):
     """D = sum over 4 blocks of 32 K: A * 2^(sfa - 127) x B * 2^(sfb - 127), scales copied from
@@ -368,9 +343,8 @@ def test_mxfp8_block_scaled_mma_with_tcgen05_cp(at, bt, seed):
     a_img, alo, aso, astep = kit.kmajor_image(a, 128)
     b_img, blo, bso, bstep = kit.kmajor_image(b, 128)
     sfa_off, sfb_off = len(b_img), len(b_img) + 512
-    b_all = kit.pad(np.concatenate([b_img, sf_atom(sfa), sf_atom(sfb)]))
-    text = kit.mma_ptx("f8f6f4", mma=MX_MMA, patch=[(SF_COPY[0], SF_COPY[1].replace("{SFA_OFF}", str(sfa_off))
-                                                      .replace("{SFB_OFF}", str(sfb_off)))])
+    b_all = kit.pad(np.concatenate([b_img, kit.sf_atom(sfa), kit.sf_atom(sfb)]))
+    text = kit.mx_ptx("mxf8f6f4.block_scale.scale_vec::1X", sfa_off, sfb_off)
     idesc = 1 << 23 | FMT[at][1] << 7 | FMT[bt][1] << 10 | (n >> 3) << 17 | (128 >> 4) << 24
     emu = Emulator(chaos=seed)
     bufs = [emu.to_device(x) for x in (a_img, b_all, np.zeros(16, np.uint8))]
@@ -391,10 +365,10 @@ def test_block_scaled_idesc_errors():
     from cutedsl.sim.tcgen05_scale import decode_idesc_scaled
     base = 1 << 23 | (64 >> 3) << 17 | (128 >> 4) << 24
     assert decode_idesc_scaled(base | 2 << 29 | 3 << 4, "mxf8f6f4")["a_sf"] == 2
-    with pytest.raises(SimRuntimeError, match=r"scale format bit 23 = 0 \(UE4M3\)"):
+    with pytest.raises(SimRuntimeError, match=r"scale format bit 23 = 0 \(UE4M3\): UE4M3 factors need "
+                                              r"kind::mxf4nvf4 with scale_vec::4X"):
         decode_idesc_scaled(base & ~(1 << 23), "mxf8f6f4")
-    with pytest.raises(SimRuntimeError, match=r"A format e2m1: 6- and 4-bit MX inputs are not emulated"):
-        decode_idesc_scaled(base | 5 << 7, "mxf8f6f4")
+    assert decode_idesc_scaled(base | 5 << 7, "mxf8f6f4")["a_type"] == "e2m1"
 
 
 def test_tcgen05_cp_lane_maps():
