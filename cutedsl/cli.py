@@ -206,7 +206,7 @@ def run_gemm(args) -> tuple:
     scales = None
     if cfg.dtype in MX_DTYPES:                 # MX: random E8M0 factors near 1 per 32 K-elements
         scales = [rng.integers(124, 131, (r, mx.blocks(args.k))).astype(np.uint8) for r in (args.m, args.n)]
-        extra.update(a_scales=mx.pack_scales(scales[0]), b_scales=mx.pack_scales(scales[1]))
+        extra.update(a_scales=mx.pack_scales(scales[0], cfg.dtype), b_scales=mx.pack_scales(scales[1], cfg.dtype))
     launched = False
     try:
         launch, result = gemm.prepare(a, b, **extra)

@@ -23,10 +23,10 @@ class DType:
 
 
 def _numpy_dtype(name: str) -> np.dtype:
-    if name in ("bf16", "e4m3", "e5m2"):
+    if name in ("bf16", "e4m3", "e5m2", "e2m1"):
         import ml_dtypes
         return np.dtype({"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn,
-                         "e5m2": ml_dtypes.float8_e5m2}[name])
+                         "e5m2": ml_dtypes.float8_e5m2, "e2m1": ml_dtypes.float4_e2m1fn}[name])
     return np.dtype({"f16": np.float16, "f32": np.float32, "f64": np.float64, "tf32": np.float32,
                      "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64,
                      "i8": np.int8, "i32": np.int32, "i64": np.int64}[name])
@@ -41,6 +41,9 @@ _TABLE = [
     # tf32 lives in memory as f32 words (MLIR's own tf32 type is 19 bits wide: memrefs use f32)
     DType("tf32", 4, 11, "f32", "float"), DType("i8", 1, 0, "i8", "int"),
     DType("e4m3", 1, 0, "f8E4M3FN", "float"), DType("e5m2", 1, 0, "f8E5M2", "float"),
+    # e2m1 (MXFP4): one element per byte in numpy (ml_dtypes), packed two per byte on the device;
+    # the kernels' tensor maps move the packed bytes as u8 (MmaTraits.storage)
+    DType("e2m1", 1, -1, "f4E2M1FN", "float"),
 ]
 DTYPES = {d.name: d for d in _TABLE}
 

@@ -7,7 +7,9 @@ row of a K-major operand), the K step of one instruction, the MN-major box width
 of a tile, the core-matrix group stride (SBO) and the majors the instruction accepts. Buffers,
 WGMMA descriptors, TMA boxes and expect-tx byte counts are derived from it, so a new element
 type (fp8: k_tile 128; tf32: 32) is an entry in :data:`ELEMENT_BYTES` and :data:`MAJORS`,
-not an edit across layers.
+not an edit across layers. Sub-byte types (:data:`PACKED_BITS`: e2m1, two per byte, read by
+``tcgen05.mma.kind::mxf4``) live in memory as bytes: their buffers, boxes and tensor maps are
+``u8`` (:attr:`MmaTraits.storage`) with :attr:`MmaTraits.k_box` bytes of K per row.
 
 PTX ISA sources: "Asynchronous Warpgroup Level Matrix Multiply-Accumulate" — shapes
 m64nNk16 (f16/bf16), m64nNk8 (tf32), m64nNk32 (e4m3/e5m2): every shape consumes 32 bytes of K
@@ -24,7 +26,11 @@ from ..errors import ConfigError, one_of
 ELEMENT_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1, "e5m2": 1, "tf32": 4}
 #: the majors (A, B) each operand may have, per element width: the PTX ISA transposes only
 #: 16-bit operands (``imm-trans-a/b``); 8-bit and tf32 operands must be K-major
-MAJORS = {2: (("K", "MN"), ("K", "MN")), 1: (("K",), ("K",)), 4: (("K",), ("K",))}
+MAJORS = {16: (("K", "MN"), ("K", "MN")), 8: (("K",), ("K",)), 32: (("K",), ("K",)), 4: (("K",), ("K",))}
+#: sub-byte operand types (tcgen05 only), packed little-endian into bytes: bits per element
+PACKED_BITS = {"e2m1": 4}
+ELEMENT_BITS = {**{t: 8 * b for t, b in ELEMENT_BYTES.items()}, **PACKED_BITS}
+BYTE_BITS = 8
 #: operand types one instruction may mix (A type, B type): the fp8 kinds with each other
 MIXES = {("e4m3", "e5m2"), ("e5m2", "e4m3")}
 SWIZZLES = (128, 64, 32)
@@ -42,25 +48,47 @@ class MmaTraits:
     swizzle: int = DEFAULT_SWIZZLE
 
     def __attrs_post_init__(self):
-        if self.dtype not in ELEMENT_BYTES:
+        if self.dtype not in ELEMENT_BITS:
             raise ConfigError(f"the WGMMA atom takes {one_of(ELEMENT_BYTES, quote=False)} operands, "
                               f"got {self.dtype!r}")
         if self.swizzle not in SWIZZLES:
             raise ConfigError(f"operand swizzle must be one of {SWIZZLES} bytes, got {self.swizzle!r}")
 
     @property
+    def bits(self) -> int:
+        """Bits per element (4 for the packed e2m1)."""
+        return ELEMENT_BITS[self.dtype]
+
+    @property
     def elem_bytes(self) -> int:
-        return ELEMENT_BYTES[self.dtype]
+        """Bytes per :attr:`storage` element (1 for a packed type's bytes)."""
+        return max(self.bits // BYTE_BITS, 1)
+
+    @property
+    def packed(self) -> bool:
+        """Whether elements are packed several to a byte (held as ``u8`` in buffers and maps)."""
+        return self.bits < BYTE_BITS
+
+    @property
+    def storage(self) -> str:
+        """The element type buffers, TMA boxes and tensor maps hold: the dtype, or ``u8`` bytes."""
+        return "u8" if self.packed else self.dtype
 
     @property
     def k_tile(self) -> int:
         """K elements of one k-tile: one swizzle row of a K-major operand (64 for 16-bit)."""
-        return self.swizzle // self.elem_bytes
+        return self.swizzle * BYTE_BITS // self.bits
+
+    @property
+    def k_box(self) -> int:
+        """K extent of one k-tile in :attr:`storage` elements (a box's and a buffer's inner
+        extent): ``k_tile``, or the row's bytes for a packed type."""
+        return self.row_bytes if self.packed else self.k_tile
 
     @property
     def k_step(self) -> int:
         """K elements of one MMA instruction (16 for 16-bit types)."""
-        return K_STEP_BYTES // self.elem_bytes
+        return K_STEP_BYTES * BYTE_BITS // self.bits
 
     @property
     def k_steps(self) -> int:
@@ -75,7 +103,7 @@ class MmaTraits:
     @property
     def mn_box(self) -> int:
         """MN elements of one box of an MN-major operand (one swizzle row wide)."""
-        return self.swizzle // self.elem_bytes
+        return self.swizzle * BYTE_BITS // self.bits
 
     @property
     def mn_box_bytes(self) -> int:
@@ -98,11 +126,11 @@ class MmaTraits:
 
     @property
     def majors_a(self) -> tuple:
-        return MAJORS[self.elem_bytes][0]
+        return MAJORS[self.bits][0]
 
     @property
     def majors_b(self) -> tuple:
-        return MAJORS[self.elem_bytes][1]
+        return MAJORS[self.bits][1]
 
     def tile_bytes(self, rows: int) -> int:
         """Bytes of one k-tile of an operand with ``rows`` rows (M or N): ``rows`` swizzle rows."""
@@ -110,7 +138,7 @@ class MmaTraits:
 
 
 #: block-scaled MX input types (sm_100a; OCP Microscaling): config dtype -> element type
-MX_DTYPES = {"mxfp8": "e4m3", "mxfp8-e5m2": "e5m2"}
+MX_DTYPES = {"mxfp8": "e4m3", "mxfp8-e5m2": "e5m2", "mxfp4": "e2m1"}
 
 
 def element_type(dtype):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..errors import LayoutError
 from ..ir._lazy import lazy
+from .mma_traits import mma_traits
 from .wgmma import Descriptor, SmemMatrix, descriptor_lo
 
 S = lazy("cutedsl.ir.smem_tile")
@@ -41,8 +42,9 @@ class SmemOperands:
         dt = self.dtype if role == "A" else self.b_dtype
         tr = self.traits
         bad = []
-        if tile.dtype != dt:
-            bad.append(f"dtype {tile.dtype} != {dt}")
+        held = mma_traits(dt)                   # a packed type's buffers hold bytes (u8)
+        if tile.dtype != held.storage:
+            bad.append(f"dtype {tile.dtype} != {held.storage}" + (f" (the bytes of packed {dt})" if held.packed else ""))
         elif tile.major is not None and tile.major not in (tr.majors_a if role == "A" else tr.majors_b):
             bad.append(f"{tile.major}-major {dt} cannot be read (8-bit operands are K-major only)")
         if tile.major is None:
@@ -52,14 +54,14 @@ class SmemOperands:
         if tile.swizzle != tr.swizzle:
             bad.append(f"swizzle {tile.swizzle} B, these descriptors need {tr.swizzle} B "
                        f"(one {tr.k_tile}-element K row)")
-        last = tr.mn_box if tile.major == "MN" else tr.k_tile
+        last = tr.mn_box if tile.major == "MN" else tr.k_box
         if tile.shape[-1] != last or tile.nbytes != tr.tile_bytes(rows):
             bad.append(f"tile {list(tile.shape)} is not {rows} x {tr.k_tile} elements in rows of {tr.k_tile}")
         if bad:
             raise LayoutError(f"{self.label} {dt} operand {role} "
                               f"({rows} x {tr.k_tile}, {tr.swizzle}-B swizzle) does not match shared "
                               f"{tile.describe()}: {'; '.join(bad)}")
-        return SmemMatrix(rows, tile.dtype, tile.major, tile.swizzle)
+        return SmemMatrix(rows, dt, tile.major, tile.swizzle)
 
     def descriptor(self, tile, role: str) -> Descriptor:
         """The ``Descriptor`` of operand ``role`` (``"A"``/``"B"``) at ``tile`` (an

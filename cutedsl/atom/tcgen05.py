@@ -29,7 +29,7 @@ from __future__ import annotations
 import attrs
 
 from ..ir._lazy import lazy
-from .mma_traits import mma_traits, operand_pair_reason
+from .mma_traits import PACKED_BITS, mma_traits, operand_pair_reason
 from .smem_operands import SmemOperands
 from .wgmma import ADDR_MASK, ADDR_SHIFT, Descriptor, SmemMatrix
 
@@ -44,6 +44,10 @@ MAX_LD_COLUMNS = 128                        #: the largest .num of tcgen05.ld.32
 #: MMA kind and A/B format code (instruction descriptor bits 7-9 / 10-12) per operand type
 KIND = {"f16": "f16", "bf16": "f16", "tf32": "tf32", "e4m3": "f8f6f4", "e5m2": "f8f6f4"}
 FORMAT = {"f16": 0, "bf16": 1, "tf32": 2, "e4m3": 0, "e5m2": 1}
+#: block-scaled kind and A/B format code per operand type (MXFP8: kind::mxf8f6f4; MXFP4, packed
+#: e2m1: kind::mxf4, whose descriptor codes e2m1 as 1 -- CUTLASS ``UMMA::MXF4Format``)
+SCALED_KIND = {"e4m3": "mxf8f6f4", "e5m2": "mxf8f6f4", "e2m1": "mxf4"}
+SCALED_FORMAT = {"e4m3": 0, "e5m2": 1, "e2m1": 1}
 D_F32 = 1                                   #: D format code of an f32 accumulator
 SCALED_M = 128                              #: M of the block-scaled MMAs built here
 SF_ATOM_BYTES, SF_CORE_BYTES = 512, 128     #: a scale-factor atom; 8 rows x 16 B core matrices in it
@@ -51,10 +55,24 @@ SF_COLUMNS = 4                              #: TMEM columns one atom (128 rows x
 SF_VECTOR, SF_ROWS, SF_BLOCKS = 32, 128, 4  #: K elements per factor; rows and factors per row of an atom
 
 
-def sf_packed_rows(rows: int, k: int) -> int:
+def sf_packed_rows(rows: int, k: int, tile_atoms: int = 1) -> int:
     """Rows (of 128 bytes) of the packed scale factors of a ``rows x k`` MX operand: one 512-byte
-    atom (4 rows) per 128 rows and 4 factors (128 K elements)."""
-    return -(-rows // SF_ROWS) * -(-(-(-k // SF_VECTOR)) // SF_BLOCKS) * SF_BLOCKS
+    atom (4 rows) per 128 rows and 4 factors (128 K elements), the atoms of a row block padded
+    to whole k-tiles of ``tile_atoms`` atoms (MXFP8 1, MXFP4 2: :attr:`Umma.sf_atoms`)."""
+    return -(-rows // SF_ROWS) * sf_row_block_atoms(k, tile_atoms) * SF_BLOCKS
+
+
+def sf_tile_atoms(dtype: str) -> int:
+    """Scale-factor atoms per operand and k-tile of MX element type ``dtype`` (its k-tile over
+    128 K elements: e4m3/e5m2 1, e2m1 2)."""
+    return mma_traits(dtype).k_tile // (SF_VECTOR * SF_BLOCKS)
+
+
+def sf_row_block_atoms(k: int, tile_atoms: int = 1) -> int:
+    """Atoms of one 128-row block of the packed factors of ``k`` K elements (whole k-tiles)."""
+    per_tile = SF_VECTOR * SF_BLOCKS * tile_atoms
+    return -(-k // per_tile) * tile_atoms
+
 SWIZZLE_FIELD = {0: 0, 128: 2, 64: 4, 32: 6}   #: sm_100 descriptor bits 61-63
 FIXED_BITS = 1 << 46                        #: the constant 0b001 at bits 46-48
 
@@ -67,12 +85,12 @@ def instr_descriptor(m: int, n: int, a_dtype: str, b_dtype: str, a_major: str = 
 
 
 def scaled_instr_descriptor(n: int, a_dtype: str, b_dtype: str, a_sf: int = 0, b_sf: int = 0) -> int:
-    """The 32-bit instruction descriptor of a ``kind::mxf8f6f4.block_scale`` MMA (M = 128, both
+    """The 32-bit instruction descriptor of a ``kind::mxf8f6f4`` / ``kind::mxf4`` ``.block_scale`` MMA (M = 128, both
     operands K-major, UE8M0 scales; CUTLASS ``UMMA::InstrDescriptorBlockScaled``): B's scale-factor
     id bits 4-5, A/B formats 7-9 / 10-12, N >> 3 at 17-22, scale format bit 23 (1 = UE8M0),
     M >> 4 at 24-28, A's scale-factor id bits 29-30 (the ids pick the byte -- the 32-element
     block -- of each row's 32-bit scale word)."""
-    return (b_sf << 4 | FORMAT[a_dtype] << 7 | FORMAT[b_dtype] << 10 | (n >> 3) << 17 | 1 << 23
+    return (b_sf << 4 | SCALED_FORMAT[a_dtype] << 7 | SCALED_FORMAT[b_dtype] << 10 | (n >> 3) << 17 | 1 << 23
             | (SCALED_M >> 4) << 24 | a_sf << 29)
 
 
@@ -178,10 +196,12 @@ class Umma(SmemOperands):
             raise ValueError(f"tcgen05.mma N must be a multiple of {self.N_STEP} in {self.N_STEP}..{self.N_MAX} "
                              f"for M = {m}, got {n}")
         b_dtype = b_dtype or dtype
-        why = operand_pair_reason(dtype, b_dtype)
+        packed = [t for t in (dtype, b_dtype) if t in PACKED_BITS]
+        why = (f"packed {packed[0]} multiplies packed {packed[0]} only (tcgen05.mma.kind::mxf4), got {dtype} x "
+               f"{b_dtype}" if dtype != b_dtype else None) if packed else operand_pair_reason(dtype, b_dtype)
         if why:
             raise ValueError(why)
-        if KIND[dtype] != KIND[b_dtype]:
+        if not packed and KIND[dtype] != KIND[b_dtype]:
             raise ValueError(f"tcgen05.mma takes A and B of one kind, got {dtype} and {b_dtype}")
         self.traits = mma_traits(dtype)
         self.m, self.n, self.dtype, self.b_dtype = m, n, dtype, b_dtype
@@ -203,20 +223,36 @@ class Umma(SmemOperands):
     def group_attr(self):
         return ir.Attribute.parse(f"#nvvm.cta_group<cta_{self.cta_group}>")
 
+    @property
+    def sf_atoms(self) -> int:
+        """Scale-factor atoms (128 rows x 4 factors, :data:`SF_COLUMNS` TMEM columns each) one
+        k-tile of each operand takes: 1 for MXFP8 (128 K), 2 for MXFP4 (256 K)."""
+        return sf_tile_atoms(self.dtype)
+
     def mma_scaled(self, d, a, b, sfa, sfb, accumulate=True) -> None:
-        """A block-scaled (MXFP8) k-tile: ``k_steps`` ``tcgen05.mma.kind::mxf8f6f4.block_scale``
-        into D at ``d``, step ``j`` scaling by byte ``j`` of the factors at TMEM ``sfa`` / ``sfb``
-        (i32; from :meth:`copy_scales`). One thread. (The ``.block32`` spelling of the scale
-        vector aborts LLVM 22's instruction selection with PTX 8.6; the default ``.block_scale``
-        means the same for this kind: one factor per 32 elements.)"""
+        """A block-scaled k-tile: ``k_steps`` ``tcgen05.mma.kind::{mxf8f6f4|mxf4}.block_scale``
+        into D at ``d``, with the factors at TMEM ``sfa`` / ``sfb`` (i32; :attr:`sf_atoms` atoms
+        from :meth:`copy_scales`, :data:`SF_COLUMNS` columns apart). Each instruction takes
+        ``k_step / 32`` factors per row (MXFP8 1, MXFP4 2): step ``j``'s first 32-element block
+        ``b`` is byte ``b % 4`` (the scale-factor id) of atom ``b // 4``. One thread. (The
+        ``.block32`` spelling aborts LLVM 22's instruction selection with PTX 8.6; the default
+        vector of each kind -- 1X, 2X -- means the same: one factor per 32 elements.)"""
         da, db = self._descriptors(a, b)
         if self.m != SCALED_M or da.layout.major != "K" or db.layout.major != "K":
             raise ValueError("block-scaled MMAs are built for M = 128 with K-major A and B")
-        kind = ir.Attribute.parse("#nvvm.block_scale_kind<mxf8f6f4>")
-        dptr, pa, pb = _ptr(d, 6), _ptr(sfa, 6), _ptr(sfb, 6)
+        if self.dtype not in SCALED_KIND:
+            raise ValueError(f"block-scaled MMAs take {', '.join(SCALED_KIND)} operands, got {self.dtype}")
+        kind = ir.Attribute.parse(f"#nvvm.block_scale_kind<{SCALED_KIND[self.dtype]}>")
+        dptr = _ptr(d, 6)
+        per_step = self.traits.k_step // SF_VECTOR
+        ptrs = {}
         for j, aj, bj, en in self._k_steps(da, db, accumulate):
-            idesc = V.i32(scaled_instr_descriptor(self.n, self.dtype, self.b_dtype, j, j))
-            nvvm.tcgen05_mma_block_scale(kind, self.group_attr, dptr, aj, bj, idesc, en, pa, pb)
+            atom, sf_id = divmod(j * per_step, SF_BLOCKS)
+            if atom not in ptrs:
+                ptrs[atom] = (_ptr(sfa + atom * SF_COLUMNS if atom else sfa, 6),
+                              _ptr(sfb + atom * SF_COLUMNS if atom else sfb, 6))
+            idesc = V.i32(scaled_instr_descriptor(self.n, self.dtype, self.b_dtype, sf_id, sf_id))
+            nvvm.tcgen05_mma_block_scale(kind, self.group_attr, dptr, aj, bj, idesc, en, *ptrs[atom])
 
     @staticmethod
     def copy_scales(taddr, smem_address) -> None:
@@ -234,6 +270,8 @@ class Umma(SmemOperands):
         """Issue one k-tile: ``k_steps`` instructions into D at TMEM address ``d`` (i32). Call
         from one thread. ``a``/``b``: ``SmemTile`` (layout checked) or descriptors;
         ``accumulate`` (bool or IR i1): add to D on the first k-step (later ones always do)."""
+        if self.dtype not in KIND:
+            raise ValueError(f"{self.dtype} operands need the block-scaled MMA (mma_scaled)")
         da, db = self._descriptors(a, b)
         idesc = V.i32(instr_descriptor(self.m, self.n, self.dtype, self.b_dtype, da.layout.major, db.layout.major))
         kind = ir.Attribute.parse(f"#nvvm.tcgen05_mma_kind<{KIND[self.dtype]}>")

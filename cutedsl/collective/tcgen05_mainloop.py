@@ -12,7 +12,7 @@ empty barrier counts one release per such CTA.
 """
 from __future__ import annotations
 
-from ..atom.tcgen05 import SF_ATOM_BYTES, SF_COLUMNS, SF_ROWS, Umma
+from ..atom.tcgen05 import SF_ATOM_BYTES, SF_COLUMNS, SF_ROWS, Umma, sf_tile_atoms
 from ..atom.tma import TmaCopy
 from ..ir._lazy import lazy
 from .pipeline import PipelineState, TmaPipeline
@@ -42,14 +42,16 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
         if mma_sm not in (1, 2):
             raise ValueError(f"mma_sm must be 1 or 2, got {mma_sm}")
         self.pair = mma_sm == 2
-        #: MXFP8: a 512-byte scale-factor atom per stage for A's 128 rows and for B's (tile_n 128)
+        #: MX: per stage, :attr:`sf_atoms` 512-byte scale-factor atoms for A's 128 rows and as
+        #: many for B's (tile_n 128)
         self.block_scaled = block_scaled
         super().__init__(*args, **kw)
         if block_scaled and (self.pair or self.tile_m != SF_ROWS or self.tile_n != SF_ROWS
-                             or self.dtype not in ("e4m3", "e5m2")):
-            raise ValueError(f"block-scaled (MX) mainloops are built for 128 x 128 tiles of e4m3/e5m2 on one "
+                             or self.dtype not in ("e4m3", "e5m2", "e2m1")):
+            raise ValueError(f"block-scaled (MX) mainloops are built for 128 x 128 tiles of e4m3/e5m2/e2m1 on one "
                              f"SM so far, got {self.tile_m} x {self.tile_n} {self.dtype}"
                              + (" with mma_sm=2" if self.pair else ""))
+        self.sf_atoms = sf_tile_atoms(self.dtype) if block_scaled else 0
         if self.pair and self.b_major == "MN" and (self.tile_n // CTA_PAIR) % self.traits.mn_box:
             raise ValueError(f"a CTA pair with an MN-major B loads {self.tile_n // CTA_PAIR} columns per CTA, not a "
                              f"multiple of the {self.traits.mn_box}-column box")
@@ -82,7 +84,7 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
         if not self.pair:
             return super().b_box
         t = self.traits
-        return (t.k_tile, t.mn_box) if self.b_major == "MN" else (self.tile_n // CTA_PAIR, t.k_tile)
+        return (t.k_tile, t.mn_box) if self.b_major == "MN" else (self.tile_n // CTA_PAIR, t.k_box)
 
     @property
     def b_boxes(self) -> int:
@@ -100,20 +102,25 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
 
     # -- MX scale factors ------------------------------------------------------------------
     @property
+    def sf_box(self) -> tuple:
+        """The TMA box of one stage's factors of one operand: :attr:`sf_atoms` atoms."""
+        return (SF_BOX[0] * self.sf_atoms, SF_BOX[1])
+
+    @property
     def stage_bytes(self) -> int:
-        return super().stage_bytes + (2 * SF_ATOM_BYTES if self.block_scaled else 0)
+        return super().stage_bytes + 2 * self.sf_atoms * SF_ATOM_BYTES
 
     def plan(self, plan, stages: int | None = None) -> None:
         super().plan(plan, stages)
-        if self.block_scaled:               # one atom of A's and one of B's factors per stage
+        if self.block_scaled:               # A's and B's factor atoms per stage
             for name in ("sfa", "sfb"):
-                plan.buffer(name, SF_BOX, "u8", stages or self.stages)
+                plan.buffer(name, self.sf_box, "u8", stages or self.stages)
 
     def tensor_maps(self) -> list:
         from ..compiler.artifact import TensorMapSpec
         maps = super().tensor_maps()
         if self.block_scaled:               # packed factors (cutedsl.device.mx.pack_scales)
-            maps += [TensorMapSpec("a_scales", "u8", SF_BOX), TensorMapSpec("b_scales", "u8", SF_BOX)]
+            maps += [TensorMapSpec("a_scales", "u8", self.sf_box), TensorMapSpec("b_scales", "u8", self.sf_box)]
         return maps
 
     def bind_scales(self, ops, args, k_tiles):
@@ -127,11 +134,11 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
 
     def load_stage(self, ops, pipeline, state, k_tile, m0, n0, predicate=None) -> None:
         super().load_stage(ops, pipeline, state, k_tile, m0, n0, predicate)
-        if self.block_scaled:               # atom (row block, k-tile) of each operand's factors
+        if self.block_scaled:               # atoms (row block, k-tile) of each operand's factors
             tsa, tsb, kts = ops.scales
             s = state.index
             for tma, name, r0 in ((tsa, "sfa", m0), (tsb, "sfb", n0)):
-                row = ((r0 // SF_ROWS) * kts + k_tile) * SF_BOX[0]
+                row = ((r0 // SF_ROWS) * kts + k_tile) * self.sf_box[0]
                 tma.load(ops.smem[name].tile(s), pipeline.full, s, (row, 0), predicate=predicate)
 
     @property
@@ -159,7 +166,7 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
 
     def sf_columns(self, stages: int | None = None) -> int:
         """TMEM columns the scale factors of every stage take (block-scaled), else 0."""
-        return (stages or self.stages) * 2 * SF_COLUMNS if self.block_scaled else 0
+        return (stages or self.stages) * 2 * self.sf_atoms * SF_COLUMNS
 
     def mma_loop(self, ops, pipeline, state: PipelineState, k_count, d, mask=None, sf=None) -> PipelineState:
         """One thread, elected by ``elect.sync`` (CUTLASS's pattern: ptxas then issues each UTC*MMA
@@ -175,10 +182,14 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
             pipeline.consumer_wait(st)
             da, db = self.stage_descriptor(ops, "a", st.index), self.stage_descriptor(ops, "b", st.index)
             if self.block_scaled:           # the stage's factor atoms -> TMEM, then the scaled MMAs
-                sfa = sf + st.index * (2 * SF_COLUMNS)
-                sfb = sfa + SF_COLUMNS
-                self.mma_atom.copy_scales(sfa, ops.smem["sfa"].tile(st.index).address())
-                self.mma_atom.copy_scales(sfb, ops.smem["sfb"].tile(st.index).address())
+                cols = self.sf_atoms * SF_COLUMNS
+                sfa = sf + st.index * (2 * cols)
+                sfb = sfa + cols
+                for dst, name in ((sfa, "sfa"), (sfb, "sfb")):
+                    src = ops.smem[name].tile(st.index).address()
+                    for atom in range(self.sf_atoms):
+                        self.mma_atom.copy_scales(dst + atom * SF_COLUMNS if atom else dst,
+                                                  src + atom * SF_ATOM_BYTES if atom else src)
                 self.mma_atom.mma_scaled(d, da, db, sfa, sfb, accumulate=i.ne(0))
             else:
                 self.mma_atom.mma(d, da, db, accumulate=i.ne(0))

@@ -31,6 +31,7 @@ from __future__ import annotations
 import attrs
 
 from ..arch import DEFAULT
+from ..atom.mma_traits import mma_traits
 from ..atom.tma import TmaCopy
 from ..atom.wgmma import WarpgroupMMA
 from ..compiler.artifact import TensorMapSpec
@@ -111,7 +112,7 @@ class TmaWgmmaMainloop:
         t = self.traits
         if self.a_major == "MN":
             return (t.k_tile // self.cluster_n, t.mn_box)
-        return (self.tile_m // self.cluster_n, t.k_tile)
+        return (self.tile_m // self.cluster_n, t.k_box)
 
     @property
     def a_boxes(self) -> int:
@@ -121,7 +122,7 @@ class TmaWgmmaMainloop:
     def _a_tile_shape(self, rows: int) -> tuple:
         """Shape of ``rows`` M-rows of an A k-tile in its buffer (M-major: boxes stacked)."""
         t = self.traits
-        return ((rows // t.mn_box) * t.k_tile, t.mn_box) if self.a_major == "MN" else (rows, t.k_tile)
+        return ((rows // t.mn_box) * t.k_tile, t.mn_box) if self.a_major == "MN" else (rows, t.k_box)
 
     @property
     def b_box(self) -> tuple:
@@ -129,7 +130,7 @@ class TmaWgmmaMainloop:
         ``k_tile x mn_box``, ``tile_n / mn_box`` of them; K-major: ``tile_n x k_tile``)."""
         t = self.traits
         outer = t.k_tile if self.b_major == "MN" else self.tile_n
-        return (outer // self.cluster_m, t.k_tile if self.b_major == "K" else t.mn_box)
+        return (outer // self.cluster_m, t.k_box if self.b_major == "K" else t.mn_box)
 
     @property
     def b_boxes(self) -> int:
@@ -165,17 +166,17 @@ class TmaWgmmaMainloop:
         """A and B tensor maps: boxes :attr:`a_box` / :attr:`b_box`, with a leading batch
         extent of 1 when :attr:`batched` (rank-3 maps over (L, rows, cols))."""
         sw, lead = self.traits.swizzle, (1,) if self.batched else ()
-        return [TensorMapSpec("a", self.dtype, lead + self.a_box, swizzle=sw),
-                TensorMapSpec("b", self.b_dtype, lead + self.b_box, swizzle=sw)]
+        return [TensorMapSpec("a", mma_traits(self.dtype).storage, lead + self.a_box, swizzle=sw),
+                TensorMapSpec("b", mma_traits(self.b_dtype).storage, lead + self.b_box, swizzle=sw)]
 
     def plan(self, plan, stages: int | None = None) -> None:
         """Declare the operand ring's shared memory and barriers in a ``SmemPlan``: ``stages``
         slots (default :attr:`stages`; another count sizes a deeper or shallower ring without
         a new collective -- how ``stages="auto"`` is resolved)."""
         t, s = self.traits, stages or self.stages
-        plan.buffer("a", self._a_tile_shape(self.tile_m), self.dtype, s, swizzle=t.swizzle, major=self.a_major)
-        b_shape = (self.b_boxes * t.k_tile, t.mn_box) if self.b_major == "MN" else (self.b_tile_rows, t.k_tile)
-        plan.buffer("b", b_shape, self.b_dtype, s, swizzle=t.swizzle, major=self.b_major)
+        plan.buffer("a", self._a_tile_shape(self.tile_m), t.storage, s, swizzle=t.swizzle, major=self.a_major)
+        b_shape = (self.b_boxes * t.k_tile, t.mn_box) if self.b_major == "MN" else (self.b_tile_rows, t.k_box)
+        plan.buffer("b", b_shape, mma_traits(self.b_dtype).storage, s, swizzle=t.swizzle, major=self.b_major)
         plan.barriers("full", s)
         plan.barriers("empty", s)
 
@@ -224,7 +225,7 @@ class TmaWgmmaMainloop:
         are issued, for every mainloop: with a cluster this CTA loads its A/B slices
         (:attr:`a_box`, :attr:`b_box`) and multicasts them to the CTAs sharing them."""
         t = self.traits
-        k0 = k_tile * t.k_tile
+        k0 = k_tile * t.k_box                       # in the tensor maps' elements (bytes if packed)
         bar, s, smem = pipeline.full, state.index, ops.smem
         rm, rn = self._cluster_coords()
         mask_a = mask_b = None

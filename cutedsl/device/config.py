@@ -9,7 +9,7 @@ import attrs
 import numpy as np
 
 from ..arch import get_arch
-from ..atom.mma_traits import ELEMENT_BYTES, mma_traits
+from ..atom.mma_traits import ELEMENT_BITS, ELEMENT_BYTES, mma_traits
 from ..collective import fusion as _fusion
 from ..collective.epilogue import Epilogue
 from ..collective.tile_scheduler import RASTERS, SWIZZLES
@@ -53,13 +53,13 @@ def _k_tile(dtype) -> int:
     """The default BLOCK_K: one 128-byte swizzle row of ``dtype`` (64 when the dtype is unknown:
     the dtype check then names the problem)."""
     dtype = element_type(dtype)
-    return 128 // ELEMENT_BYTES[dtype] if isinstance(dtype, str) and dtype in ELEMENT_BYTES else 64
+    return mma_traits(dtype).k_tile if isinstance(dtype, str) and dtype in ELEMENT_BITS else 64
 
 
 def _default_b_major(dtype) -> str:
     """B's default layout: MN-major (a row-major (K, N) array) where the MMA can read it, else K."""
     dtype = element_type(dtype)
-    known = isinstance(dtype, str) and dtype in ELEMENT_BYTES
+    known = isinstance(dtype, str) and dtype in ELEMENT_BITS
     return "MN" if not known or "MN" in mma_traits(dtype).majors_b else "K"
 
 

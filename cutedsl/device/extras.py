@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..atom.mma_traits import PACKED_BITS as PACKED
 from ..dtypes import dtype as _dtype
 from ..errors import ArgumentError, ArgumentTypeError
 from . import arrays
@@ -105,9 +106,17 @@ def operand_array(be, v, major_inner: bool):
     """Device array of operand view ``v`` in the layout the tensor map reads (``major_inner``
     False: the last two axes swapped, K-major B); a host operand is copied (returns
     ``(array, copied)``)."""
+    packed = v.dtype is not None and v.dtype.name in PACKED
     if v.on_host:
         host = v.host if major_inner else np.swapaxes(v.host, -1, -2)  # K-major B: device holds B^T
+        if packed:                          # e2m1: two per byte along the rows (K), as TMA moves them
+            from .mx import pack_fp4
+            host = pack_fp4(host)
         return arrays.to_device(be, host, pitch_align=16), True
+    if packed:
+        raise ArgumentTypeError(f"{v.name}: {v.dtype.name} operands are taken as host (numpy) arrays, one "
+                                f"element per byte, and packed two per byte on the way to the device; a device "
+                                f"array of them is not supported yet")
     shape, strides = list(v.shape), list(v.strides)
     if not major_inner:
         shape[-2:], strides[-2:] = shape[:-3:-1], strides[:-3:-1]

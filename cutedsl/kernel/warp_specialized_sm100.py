@@ -44,7 +44,7 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
 
     def __init__(self, *args, mma_sm: int = 1, block_scaled: bool = False, **kw):
         self.mma_sm = mma_sm        #: 2: CTA pairs share one 256-row MMA (cta_group::2)
-        #: MXFP8 inputs: e8m0 factors per 32 K-elements, parameters a_scales / b_scales
+        #: MX inputs: e8m0 factors per 32 K-elements, parameters a_scales / b_scales
         self.block_scaled = block_scaled
         super().__init__(*args, **kw)
 
@@ -71,8 +71,25 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     def param_dims(self, problem) -> dict:
         if not self.block_scaled:
             return {}
-        from ..atom.tcgen05 import sf_packed_rows
-        return {"sfa_rows": sf_packed_rows(problem.m, problem.k), "sfb_rows": sf_packed_rows(problem.n, problem.k)}
+        from ..atom.tcgen05 import sf_packed_rows, sf_tile_atoms
+        atoms = sf_tile_atoms(self.dtype)
+        return {"sfa_rows": sf_packed_rows(problem.m, problem.k, atoms),
+                "sfb_rows": sf_packed_rows(problem.n, problem.k, atoms)}
+
+    @staticmethod
+    def operand_reason(dtype: str, b_dtype, b_major: str, a_major: str = "K") -> str | None:
+        """As the base class, plus packed e2m1 (MXFP4: ``tcgen05.mma.kind::mxf4``): e2m1 times
+        e2m1, both K-major."""
+        from ..atom.mma_traits import PACKED_BITS
+        b_dtype = b_dtype or dtype
+        if dtype not in PACKED_BITS and b_dtype not in PACKED_BITS:
+            return WarpSpecializedGemmKernel.operand_reason(dtype, b_dtype, b_major, a_major)
+        if dtype != b_dtype:
+            return f"packed {dtype} multiplies packed {dtype} only (tcgen05.mma.kind::mxf4), got {dtype} x {b_dtype}"
+        if (a_major, b_major) != ("K", "K"):
+            return (f"{dtype} operands must be K-major (packed along K): a_major='K', b_major='K' (B stored as "
+                    f"(N, K)), got a_major={a_major!r}, b_major={b_major!r}")
+        return None
 
     @classmethod
     def split_for(cls, tile_m: int, tile_n: int) -> int:
@@ -108,8 +125,10 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
                     "(a TMA-store epilogue for sm_100a is not built yet)")
         from ..atom.mma_traits import MX_DTYPES
         if config.dtype in MX_DTYPES or config.b_dtype in MX_DTYPES:
-            if config.dtype not in MX_DTYPES or config.b_dtype not in (None,) + tuple(MX_DTYPES):
-                return f"block-scaled MX inputs come in pairs: dtype {config.dtype!r}, b_dtype {config.b_dtype!r}"
+            b = config.b_dtype or config.dtype
+            if config.dtype not in MX_DTYPES or b not in MX_DTYPES or (config.dtype == "mxfp4") != (b == "mxfp4"):
+                return (f"block-scaled MX inputs come in pairs (MXFP8 with MXFP8, MXFP4 with MXFP4): dtype "
+                        f"{config.dtype!r}, b_dtype {config.b_dtype!r}")
             from ..atom.tcgen05 import SF_ROWS
             if tuple(config.tile[:2]) != (SF_ROWS, SF_ROWS) or getattr(config, "mma_sm", 1) != 1 or config.batched:
                 return ("block-scaled (MX) GEMMs are built for tile 128 x 128 on one SM (mma_sm=1), unbatched, "

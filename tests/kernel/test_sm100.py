@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cutedsl import Gemm, GemmConfig
-from cutedsl.errors import ConfigError
+from cutedsl.errors import ArgumentError, ArgumentTypeError, ConfigError
 from cutedsl.collective.tmem_epilogue import EPILOGUE_COLUMNS
 
 NP = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn,
@@ -266,19 +266,21 @@ def mx_operands(rng, m, n, k, element):
     return qa, qb, sa, sb
 
 
-@pytest.mark.parametrize("dtype", ["mxfp8", "mxfp8-e5m2"])
-def test_mx_gemm_exact(dtype, rng, sim):
-    """MXFP8: each stage brings A's and B's 512-byte scale atoms by TMA, the MMA warp copies them to
-    TMEM (tcgen05.cp) and issues kind::mxf8f6f4.block_scale with the block's factor bytes; 2 x 2
-    tiles (ragged) on 2 SMs, 3 k-tiles (the last partial: K not a multiple of 32 either)."""
+@pytest.mark.parametrize("dtype,k_tile", [("mxfp8", 128), ("mxfp8-e5m2", 128), ("mxfp4", 256)])
+def test_mx_gemm_exact(dtype, k_tile, rng, sim):
+    """MX: each stage brings A's and B's 512-byte scale atoms by TMA (MXFP4: two per operand, its
+    k-tile is 256), the MMA warp copies them to TMEM (tcgen05.cp) and issues
+    kind::mxf8f6f4.block_scale (MXFP4: kind::mxf4 on packed e2m1, two factors per instruction)
+    with the blocks' factor bytes; 2 x 2 tiles (ragged) on 2 SMs, 3 k-tiles (the last partial: K
+    not a multiple of 32 either -- odd, for MXFP4: half a byte of padding)."""
     from cutedsl.device import mx
     m = 128 + int(rng.integers(1, 128))
     n = 128 + int(rng.integers(1, 128))
-    k = 2 * 128 + int(rng.integers(1, 100))
+    k = 2 * k_tile + 2 * int(rng.integers(1, 50)) + 1
     qa, qb, sa, sb = mx_operands(rng, m, n, k, mx.MX_DTYPES[dtype])
     cfg = GemmConfig(arch="sm_100a", dtype=dtype, stages=2, sm_count=2)
-    assert (cfg.tile, cfg.b_major, cfg.schedule) == ((128, 128, 128), "K", "warp_specialized")
-    d = Gemm(cfg, sim)(qa, qb.T, a_scales=mx.pack_scales(sa), b_scales=mx.pack_scales(sb))
+    assert (cfg.tile, cfg.b_major, cfg.schedule) == ((128, 128, k_tile), "K", "warp_specialized")
+    d = Gemm(cfg, sim)(qa, qb.T, a_scales=mx.pack_scales(sa, dtype), b_scales=mx.pack_scales(sb, dtype))
     ref = mx.dequantize(qa, sa) @ mx.dequantize(qb, sb).T
     assert np.array_equal(d.astype(np.float64), ref)
 
@@ -317,10 +319,52 @@ def test_mx_errors(rng):
         g(qa, qb.T, a_scales=mx.pack_scales(sa))
 
 
-def test_mx_sass():
-    """The MMA warp's loop per k-tile: 2 UTCCP (the factor atoms), 4 UTCQMMA, the release; no spills."""
+@pytest.mark.parametrize("dtype,mma,cps", [("mxfp8", "UTCQMMA", 2), ("mxfp4", "UTCOMMA", 4)])
+def test_mx_sass(dtype, mma, cps):
+    """The MMA warp's loop per k-tile: the factor atoms' UTCCP (MXFP8 one per operand, MXFP4 two),
+    4 block-scaled MMAs (UTCQMMA for kind::mxf8f6f4, UTCOMMA for kind::mxf4), the release; no
+    spills."""
     from cutedsl.compiler.sass_loops import kernel_hot_loop
-    k = GemmConfig(arch="sm_100a", dtype="mxfp8", stages=4).kernel().compile()
-    h = kernel_hot_loop(k, "UTCQMMA")["histogram"]
-    assert (h.get("UTCCP"), h.get("UTCQMMA"), h.get("UTCBAR")) == (2, 4, 1), h
+    k = GemmConfig(arch="sm_100a", dtype=dtype, stages=4).kernel().compile()
+    h = kernel_hot_loop(k, mma)["histogram"]
+    assert (h.get("UTCCP"), h.get(mma), h.get("UTCBAR")) == (cps, 4, 1), h
     assert k.resources.spill_stores == 0
+
+
+def test_mxfp4_host_helpers(rng):
+    """e2m1 quantisation (emax 2: every block's largest value lands in [4, 8) before saturating at
+    6), nibble packing (element 2i low), and the scale packing of whole 2-atom k-tiles."""
+    from cutedsl.device import mx
+    x = rng.standard_normal((130, 300)) * 5
+    q, s = mx.quantize(x, "mxfp4")
+    assert q.dtype == mx.ELEMENTS["e2m1"][0] and s.shape == (130, 10)
+    amax = np.abs(np.pad(x, ((0, 0), (0, 20)))).reshape(130, 10, 32).max(2)
+    assert np.array_equal(s.astype(int) - 127, np.floor(np.log2(amax)).astype(int) - 2)
+    p = mx.pack_fp4(q)
+    assert p.shape == (130, 150) and p.dtype == np.uint8
+    codes = q.view(np.uint8) & 0xF
+    assert p[7, 11] == codes[7, 22] | codes[7, 23] << 4
+    assert mx.pack_fp4(q[:, :3]).shape == (130, 2) and mx.pack_fp4(q[:, :3])[0, 1] == codes[0, 2]
+    # 10 blocks = 2.5 atoms per row block: padded to whole k-tiles of 2 atoms (4 per row block)
+    assert mx.pack_scales(s, "mxfp4").shape == (mx.packed_rows(130, 300, "mxfp4"), 128) == (2 * 4 * 4, 128)
+    assert mx.pack_scales(s).shape == (2 * 3 * 4, 128)
+    with pytest.raises(Exception, match=r"pack_fp4 takes ml_dtypes.float4_e2m1fn values, got float64"):
+        mx.pack_fp4(x)
+    with pytest.raises(Exception, match=r"MX dtype must be one of mxfp8, mxfp8-e5m2, mxfp4, e4m3, e5m2, e2m1, "
+                                        r"got 'e3m2'"):
+        mx.quantize(x, "e3m2")
+
+
+def test_mxfp4_errors(rng):
+    from cutedsl.device import mx
+    with pytest.raises(ConfigError, match=r"packed e2m1 multiplies packed e2m1 only \(tcgen05.mma.kind::mxf4\), "
+                                          r"got e2m1 x e4m3"):
+        GemmConfig(arch="sm_100a", dtype="mxfp4", b_dtype="mxfp8")
+    with pytest.raises(ConfigError, match=r"BLOCK_K must be 256"):
+        GemmConfig(arch="sm_100a", dtype="mxfp4", tile=(128, 128, 128))
+    qa, qb, sa, sb = mx_operands(rng, 100, 100, 64, "e2m1")
+    g = Gemm(GemmConfig(arch="sm_100a", dtype="mxfp4", stages=2), "sim")
+    with pytest.raises(ArgumentTypeError, match=r"a has dtype float32, the config expects e2m1"):
+        g(qa.astype(np.float32), qb.T, a_scales=mx.pack_scales(sa, "mxfp4"), b_scales=mx.pack_scales(sb, "mxfp4"))
+    with pytest.raises(ArgumentError, match=r"a_scales must have shape \(sfa_rows, 128\) = \(8, 128\)"):
+        g(qa, qb.T, a_scales=mx.pack_scales(sa), b_scales=mx.pack_scales(sb, "mxfp4"))
