@@ -151,6 +151,22 @@ def mma_traits(dtype: str, swizzle: int = DEFAULT_SWIZZLE) -> MmaTraits:
     return MmaTraits(dtype, swizzle)
 
 
+def packed_pair_reason(a_dtype: str, b_dtype: str, a_major: str = "K", b_major: str = "K") -> str | None:
+    """Why a tcgen05 MMA cannot multiply ``a_dtype`` by ``b_dtype`` when either is a packed type
+    (:data:`PACKED_BITS`), or None: a packed type multiplies itself only (``kind::mxf4``), both
+    K-major (packed along K). None as well when neither is packed (other rules apply)."""
+    packed = [t for t in (a_dtype, b_dtype) if t in PACKED_BITS]
+    if not packed:
+        return None
+    if a_dtype != b_dtype:
+        return (f"packed {packed[0]} multiplies packed {packed[0]} only (tcgen05.mma.kind::mxf4), got "
+                f"{a_dtype} x {b_dtype}")
+    if (a_major, b_major) != ("K", "K"):
+        return (f"{a_dtype} operands must be K-major (packed along K): a_major='K', b_major='K' (B stored as "
+                f"(N, K)), got a_major={a_major!r}, b_major={b_major!r}")
+    return None
+
+
 def operand_pair_reason(a_dtype: str, b_dtype: str) -> str | None:
     """Why one WGMMA cannot multiply ``a_dtype`` by ``b_dtype`` operands, or None: the types
     must be equal or an fp8 mix (e4m3 x e5m2), as the PTX ISA's ``.atype``/``.btype`` allow."""

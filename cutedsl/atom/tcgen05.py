@@ -29,7 +29,7 @@ from __future__ import annotations
 import attrs
 
 from ..ir._lazy import lazy
-from .mma_traits import PACKED_BITS, mma_traits, operand_pair_reason
+from .mma_traits import PACKED_BITS, mma_traits, operand_pair_reason, packed_pair_reason
 from .smem_operands import SmemOperands
 from .wgmma import ADDR_MASK, ADDR_SHIFT, Descriptor, SmemMatrix
 
@@ -196,9 +196,9 @@ class Umma(SmemOperands):
             raise ValueError(f"tcgen05.mma N must be a multiple of {self.N_STEP} in {self.N_STEP}..{self.N_MAX} "
                              f"for M = {m}, got {n}")
         b_dtype = b_dtype or dtype
-        packed = [t for t in (dtype, b_dtype) if t in PACKED_BITS]
-        why = (f"packed {packed[0]} multiplies packed {packed[0]} only (tcgen05.mma.kind::mxf4), got {dtype} x "
-               f"{b_dtype}" if dtype != b_dtype else None) if packed else operand_pair_reason(dtype, b_dtype)
+        packed = dtype in PACKED_BITS or b_dtype in PACKED_BITS
+        why = packed_pair_reason(dtype, b_dtype, a_major, b_major or "K") if packed else \
+            operand_pair_reason(dtype, b_dtype)
         if why:
             raise ValueError(why)
         if not packed and KIND[dtype] != KIND[b_dtype]:

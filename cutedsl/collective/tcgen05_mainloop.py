@@ -12,7 +12,7 @@ empty barrier counts one release per such CTA.
 """
 from __future__ import annotations
 
-from ..atom.tcgen05 import SF_ATOM_BYTES, SF_COLUMNS, SF_ROWS, Umma, sf_tile_atoms
+from ..atom.tcgen05 import SCALED_KIND, SF_ATOM_BYTES, SF_COLUMNS, SF_ROWS, Umma, sf_tile_atoms
 from ..atom.tma import TmaCopy
 from ..ir._lazy import lazy
 from .pipeline import PipelineState, TmaPipeline
@@ -47,8 +47,8 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
         self.block_scaled = block_scaled
         super().__init__(*args, **kw)
         if block_scaled and (self.pair or self.tile_m != SF_ROWS or self.tile_n != SF_ROWS
-                             or self.dtype not in ("e4m3", "e5m2", "e2m1")):
-            raise ValueError(f"block-scaled (MX) mainloops are built for 128 x 128 tiles of e4m3/e5m2/e2m1 on one "
+                             or self.dtype not in SCALED_KIND):
+            raise ValueError(f"block-scaled (MX) mainloops are built for 128 x 128 tiles of {'/'.join(SCALED_KIND)} on one "
                              f"SM so far, got {self.tile_m} x {self.tile_n} {self.dtype}"
                              + (" with mma_sm=2" if self.pair else ""))
         self.sf_atoms = sf_tile_atoms(self.dtype) if block_scaled else 0

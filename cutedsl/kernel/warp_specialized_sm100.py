@@ -79,17 +79,12 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     @staticmethod
     def operand_reason(dtype: str, b_dtype, b_major: str, a_major: str = "K") -> str | None:
         """As the base class, plus packed e2m1 (MXFP4: ``tcgen05.mma.kind::mxf4``): e2m1 times
-        e2m1, both K-major."""
-        from ..atom.mma_traits import PACKED_BITS
+        e2m1, both K-major (:func:`~cutedsl.atom.mma_traits.packed_pair_reason`)."""
+        from ..atom.mma_traits import PACKED_BITS, packed_pair_reason
         b_dtype = b_dtype or dtype
         if dtype not in PACKED_BITS and b_dtype not in PACKED_BITS:
             return WarpSpecializedGemmKernel.operand_reason(dtype, b_dtype, b_major, a_major)
-        if dtype != b_dtype:
-            return f"packed {dtype} multiplies packed {dtype} only (tcgen05.mma.kind::mxf4), got {dtype} x {b_dtype}"
-        if (a_major, b_major) != ("K", "K"):
-            return (f"{dtype} operands must be K-major (packed along K): a_major='K', b_major='K' (B stored as "
-                    f"(N, K)), got a_major={a_major!r}, b_major={b_major!r}")
-        return None
+        return packed_pair_reason(dtype, b_dtype, a_major, b_major)
 
     @classmethod
     def split_for(cls, tile_m: int, tile_n: int) -> int:
