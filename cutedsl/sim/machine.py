@@ -15,7 +15,8 @@ import numpy as np
 from .errors import MemoryAccessError
 from .hb import lane_conflict, words_of
 from .ptxtypes import CALLPARAM_BASE
-from .memory import LOCAL_WIN, OFF_MASK, PARAM_WIN, RANK_SHIFT, SHARED_WIN, views
+from .addressing import targets
+from .memory import RANK_SHIFT, views
 
 LANES = np.arange(32, dtype=np.uint32)
 _SHIFT = {1: 0, 2: 1, 4: 2, 8: 3}
@@ -139,112 +140,6 @@ class Warp:
             f"{what} of {nb} B at 0x{addr:x} ({space}): {detail}\n    at {ins.where()}\n"
             f"    by {self.describe_lane(lane)}")
 
-    def _targets(self, space, a, nb, ins, lanes, what):
-        """Yield (sel or None, view dict, byte offsets, region size, shared-CTA or None, space)."""
-        if space == "generic":
-            hi = a >> np.uint64(40)
-            u = np.unique(hi)
-            for h in u:
-                sel = None if len(u) == 1 else (hi == h)
-                aa = a if sel is None else a[sel]
-                ll = lanes if sel is None else lanes[sel]
-                h = int(h)
-                if h == SHARED_WIN >> 40:
-                    sp, aa = "shared::cluster", aa - np.uint64(SHARED_WIN)
-                elif h == PARAM_WIN >> 40:
-                    sp, aa = "param", aa - np.uint64(PARAM_WIN)
-                elif h == LOCAL_WIN >> 40:
-                    sp, aa = "local", aa - np.uint64(LOCAL_WIN)
-                else:
-                    sp = "global"
-                for t in self._targets(sp, aa, nb, ins, ll, what):
-                    s2 = t[0]
-                    if sel is not None:
-                        full = np.zeros(len(a), bool)
-                        idx = np.flatnonzero(sel)
-                        full[idx if s2 is None else idx[s2]] = True
-                        s2 = full
-                    yield (s2,) + t[1:]
-            return
-        if space == "global" or space == "const":
-            gm = self.launch.gmem
-            al = gm.region(a, nb)
-            if al is None:
-                # find the first bad lane
-                for i, x in enumerate(np.atleast_1d(a)):
-                    x = int(x)
-                    r = gm.region(x, nb)
-                    if r is None:
-                        self._fail(what, x, nb, space, ins, int(lanes[i]), gm.describe(x))
-                # lanes in different allocations: split per allocation
-                bases = np.array([gm.find(int(x)).base for x in a], np.uint64)
-                for b in np.unique(bases):
-                    sel = bases == b
-                    al = gm.allocs[int(b)]
-                    yield sel, al.v, (a[sel] - np.uint64(al.base)).astype(np.int64), al.nbytes, None, space
-                return
-            yield None, al.v, (a - np.uint64(al.base)).astype(np.int64), al.nbytes, None, space
-            return
-        if space in ("shared", "shared::cta", "shared::cluster"):
-            rk = a >> np.uint64(RANK_SHIFT)
-            own = self.cta.rank
-            if space != "shared::cluster" and np.any(rk != own):
-                i = int(np.flatnonzero(rk != own)[0])
-                self._fail(what, int(a[i]), nb, space, ins, int(lanes[i]),
-                           f"shared::cta access with the address of cluster rank {int(rk[i])} (this CTA is "
-                           f"rank {own}): another CTA's shared memory is reached through shared::cluster")
-            u = np.unique(rk) if space == "shared::cluster" else (own,)
-            for r in u:
-                sel = None if len(u) == 1 else (rk == r)
-                aa = a if sel is None else a[sel]
-                r = int(r)
-                if r == own:
-                    cta = self.cta
-                else:
-                    cl = self.cta.cluster
-                    if r >= len(cl.ctas):
-                        i = int(np.flatnonzero(rk == r)[0]) if sel is not None else 0
-                        self._fail(what, int(aa.flat[0]), nb, space, ins, int(lanes[i]),
-                                   f"cluster rank {r} does not exist (cluster has {len(cl.ctas)} CTAs)")
-                    cta = cl.ctas[r]
-                    if cta.exited:
-                        self._fail(what, int(aa.flat[0]), nb, space, ins, int(lanes[0]),
-                                   f"distributed shared memory of CTA rank {r}, which has exited")
-                off = (aa & np.uint64(OFF_MASK)).astype(np.int64)
-                yield sel, cta.sv, off, cta.smem_size, cta, space
-            return
-        if space == "param":
-            cp = a >= np.uint64(CALLPARAM_BASE)
-            if not cp.any():
-                p = self.launch.param_views
-                yield None, p, a.astype(np.int64), self.launch.param_size, None, space
-                return
-            if not cp.all():
-                self._fail(what, int(a.flat[0]), nb, space, ins, int(lanes[0]), "mixed kernel/call parameter access")
-            size = self.cta.launch.program.callparam_size
-            stride = (size + 15) // 16 * 16
-            if self.callparam is None:
-                self.callparam = np.zeros(32 * stride + 16, np.uint8)
-            off = a.astype(np.int64) - CALLPARAM_BASE
-            bad = (off < 0) | (off + nb > size)
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                self._fail(what, int(a[i]), nb, space, ins, int(lanes[i]), "outside the call parameters")
-            yield None, {1: self.callparam}, off + lanes.astype(np.int64) * stride, 32 * stride, None, "callparam"
-            return
-        if space == "local":
-            if self.local is None:
-                self._fail(what, int(a.flat[0]), nb, space, ins, int(lanes[0]), "kernel declares no local memory")
-            off = a.astype(np.int64)
-            bad = (off < 0) | (off + nb > self.local_size)
-            if np.any(bad):
-                i = int(np.flatnonzero(bad)[0])
-                self._fail(what, int(a[i]), nb, space, ins, int(lanes[i]),
-                           f"outside the {self.local_size}-byte local frame")
-            yield None, {1: self.local}, off + lanes.astype(np.int64) * self.local_size, 32 * self.local_size, None, space
-            return
-        raise MemoryAccessError(f"unsupported state space {space} at {ins.where()}")
-
     def _check(self, off, limit, nb, lanes, space, ins, what, base_addr):
         bad = (off < 0) | (off + nb > limit)
         if bad.any():
@@ -269,7 +164,7 @@ class Warp:
         k = len(lanes)
         nb = esize * n
         out = np.empty((k, n), np.dtype(f"u{esize}") if esize <= 8 else np.uint8)
-        for sel, v, off, limit, cta, space in self._targets(space, a, nb, ins, lanes, "load"):
+        for sel, v, off, limit, cta, space in targets(self, space, a, nb, ins, lanes, "load"):
             ll = lanes if sel is None else lanes[sel]
             self._check(off, limit, nb if space != "local" else esize * n, ll, space, ins, "load",
                         a if sel is None else a[sel])
@@ -304,7 +199,7 @@ class Warp:
         vals = np.broadcast_to(np.asarray(vals).view(ut) if np.asarray(vals).dtype.itemsize == esize
                                else np.asarray(vals).astype(ut), (k, n))
         launch = self.launch
-        for sel, v, off, limit, cta, space in self._targets(space, a, nb, ins, lanes, "store"):
+        for sel, v, off, limit, cta, space in targets(self, space, a, nb, ins, lanes, "store"):
             ll = lanes if sel is None else lanes[sel]
             vv = vals if sel is None else vals[sel]
             self._check(off, limit, nb, ll, space, ins, "store", a if sel is None else a[sel])
@@ -342,7 +237,7 @@ class Warp:
         """Read ``n`` bytes at one generic address as seen by ``lane`` (tensor maps, printf)."""
         a = np.array([addr], np.uint64)
         lanes = np.array([lane])
-        for sel, v, off, limit, cta, _sp in self._targets("generic", a, n, ins, lanes, "read"):
+        for sel, v, off, limit, cta, _sp in targets(self, "generic", a, n, ins, lanes, "read"):
             o = int(off[0])
             if o < 0 or o + n > limit:
                 self._fail("read", addr, n, "generic", ins, 0, f"outside the {limit}-byte region")
