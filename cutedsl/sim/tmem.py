@@ -24,8 +24,12 @@ thread's earlier ``tcgen05.mma`` operations (:mod:`cutedsl.sim.tcgen05_mma`, reg
 through :data:`SUBOPS`) completed. ``tcgen05.fence::*`` are accepted (docs/emulator.md says
 why they are not modelled). ``cta_group::2`` alloc / dealloc / relinquish act on each executing
 CTA's own tensor memory (the pair's warps run them alike, so both get the same columns; an MMA
-whose columns are not allocated in both CTAs is an error). ``.pack``/``.unpack`` are refused
-with an ``UnsupportedInstruction``.
+whose columns are not allocated in both CTAs is an error). ``ld.pack::16b`` loads the low 16
+bits of two adjacent columns into one register (column ``2c`` in the low half, ``2c + 1`` in the
+high half, where ``c`` is the column the register has without packing: CUTLASS's
+``SM100_TMEM_LOAD_*_16b`` traits); ``st.unpack::16b`` stores the halves the same way, zero-
+extended (the ISA leaves the upper 16 bits of each column unspecified; the emulator writes 0).
+The 16x32bx2 shape with them is refused.
 """
 from __future__ import annotations
 
@@ -303,8 +307,10 @@ def _ldst(ctx, ins, mods, ops, store):
     name = "st" if store else "ld"
     shape = next((m for m in mods if m in SHAPES), None)
     num = next((m for m in mods if m.startswith("x") and m[1:].isdigit()), None)
-    if any(m.startswith(("pack", "unpack")) for m in mods):
-        ctx.unsupported(f"tcgen05.{name} with .pack/.unpack is not emulated yet")
+    packs = [m for m in mods if m.startswith(("pack", "unpack"))]
+    if packs and packs != ["unpack::16b" if store else "pack::16b"]:
+        ctx.bad(f"tcgen05.{name} takes .{'unpack' if store else 'pack'}::16b, not .{'.'.join(packs)}")
+    packed = bool(packs)
     if shape is None:
         ctx.bad(f"tcgen05.{name} needs a shape ({', '.join(SHAPES)})")
     if num is None:
@@ -329,8 +335,12 @@ def _ldst(ctx, ins, mods, ops, store):
         ctx.bad(f"tcgen05.{name}.{shape}.x{n} needs {per * n} registers, got {len(items)}")
     taddr = ctx.addr(addr_op)
     regs = [ctx.rd(x, "b32") for x in items] if store else [ctx.wr(x, "b32")[1] for x in items]
+    if packed and split_op:
+        ctx.unsupported(f"tcgen05.{name}.16x32bx2 with .{packs[0]} is not emulated")
     lane_off, col_off = ldst_layout(shape, n, split)
-    width = int(col_off.max()) + 1
+    if packed:                  # each 32-bit register <-> the low halves of columns 2c and 2c + 1
+        col_off = 2 * col_off
+    width = int(col_off.max()) + 1 + packed
 
     def fn(w, g, m):
         a = _uniform(w, m, taddr(w), "the tensor-memory address", ins)
@@ -354,17 +364,28 @@ def _ldst(ctx, ins, mods, ops, store):
             ag.n += 1
             vc = hb.warp_vc(w)
             cells = np.unique(rows[lanes] * COLUMNS + cols[lanes])
+            if packed:
+                cells = np.union1d(cells, cells + 1)
             if store:
                 sh.write(cells, ag.idx, ag.n, vc, ins.pc, False, f"tcgen05.{name}")
             else:
                 sh.read(cells, ag.idx, ag.n, vc, w.pvc, ins.pc, False, f"tcgen05.{name}")
+        low = np.uint32(0xFFFF)
         if store:
             for k, rd in enumerate(regs):
-                v = np.broadcast_to(np.asarray(rd(w)).astype(np.uint32, copy=False), (32,))
-                t.data[rows[lanes, k], cols[lanes, k]] = v[lanes]
+                v = np.broadcast_to(np.asarray(rd(w)).astype(np.uint32, copy=False), (32,))[lanes]
+                r, c = rows[lanes, k], cols[lanes, k]
+                if packed:                      # the halves, zero-extended, into two columns
+                    t.data[r, c], t.data[r, c + 1] = v & low, v >> np.uint32(16)
+                else:
+                    t.data[r, c] = v
         else:
             for k, wr in enumerate(regs):       # the writer takes the executing lanes' values
-                wr(w, m, t.data[rows[lanes, k], cols[lanes, k]])
+                r, c = rows[lanes, k], cols[lanes, k]
+                v = t.data[r, c]
+                if packed:
+                    v = (v & low) | ((t.data[r, c + 1] & low) << np.uint32(16))
+                wr(w, m, v)
     return fn
 
 

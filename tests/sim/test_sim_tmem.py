@@ -254,3 +254,53 @@ def test_16_lane_shapes_read_the_lanes_and_columns_of_their_layout(shape, regs, 
     want = 1000 * (32 * (t // 32)[:, None] + lanes[t % 32]) + cols[t % 32]
     assert np.array_equal(got, want)
     assert (lanes < (16 if shape != "32x32b" else 32)).all()
+
+
+def _run_shaped(store, load, regs):
+    out = (f"\tmul.lo.u32 %r11, %r1, {4 * regs};\n\tcvt.u64.u32 %rd2, %r11;\n\tadd.s64 %rd3, %rd1, %rd2;\n"
+           + "\n".join(f"\tst.global.u32 [%rd3+{4 * r}], %r{50 + r};" for r in range(regs)))
+    body = SHAPED.replace("{STORE}", store).replace("{LOAD}", load).replace("{OUT}", out)
+    text = kernel(body).replace(kernel("").split("\n.visible")[0], SM100.rstrip("\n"), 1)
+    ptxas(text, arch=PTXAS_SM100)
+    emu = Emulator()
+    o = emu.to_device(np.zeros(128 * regs, np.uint32))
+    emu.launch(load_ptx(text), 1, 128, [o])
+    return emu.to_host(o, (128, regs), np.uint32).astype(np.int64)
+
+
+def test_pack_16b_load_joins_the_low_halves_of_adjacent_columns():
+    """ld.16x128b.x1.pack::16b: register k holds the low 16 bits of columns 2c and 2c + 1 (low,
+    high half), c the column the unpacked layout gives it; cells hold 1000 * lane + column, so
+    lanes above 65 also check the truncation to 16 bits."""
+    from cutedsl.sim.tmem import ldst_layout
+    store = "\n".join(f"\tadd.u32 %r{20 + c}, %r9, {c};" for c in range(16)) + \
+        "\n\ttcgen05.st.sync.aligned.32x32b.x16.b32 [%r7], {" + ", ".join(f"%r{20 + c}" for c in range(16)) + "};"
+    got = _run_shaped(store, "tcgen05.ld.sync.aligned.16x128b.x1.pack::16b.b32 {%r50, %r51}, [%r7];", 2)
+    lanes, cols = ldst_layout("16x128b", 1)
+    t = np.arange(128)
+    row = 32 * (t // 32)[:, None] + lanes[t % 32]
+    c = cols[t % 32]
+    want = ((1000 * row + 2 * c) & 0xFFFF) | ((1000 * row + 2 * c + 1) & 0xFFFF) << 16
+    assert np.array_equal(got, want)
+
+
+def test_unpack_16b_store_splits_each_register_over_two_columns():
+    """st.32x32b.x2.unpack::16b of v0, v1, read back plainly: columns 0..3 hold v0's low and high
+    halves, then v1's, zero-extended."""
+    store = ("\tadd.u32 %r20, %r9, 70000;\n\tadd.u32 %r21, %r9, 3;\n"
+             "\ttcgen05.st.sync.aligned.32x32b.x2.unpack::16b.b32 [%r7], {%r20, %r21};")
+    got = _run_shaped(store, "tcgen05.ld.sync.aligned.32x32b.x4.b32 {%r50, %r51, %r52, %r53}, [%r7];", 4)
+    v = 1000 * np.arange(128)[:, None] + np.array([[70000, 3]])
+    want = np.stack([v[:, 0] & 0xFFFF, v[:, 0] >> 16, v[:, 1] & 0xFFFF, v[:, 1] >> 16], axis=1)
+    assert np.array_equal(got, want)
+
+
+def test_pack_on_a_store_is_refused_by_name():
+    """ptxas refuses st.pack::16b; so does the emulator's loader, by name."""
+    body = SHAPED.replace("{STORE}", "\ttcgen05.st.sync.aligned.32x32b.x1.pack::16b.b32 [%r7], {%r9};").replace(
+        "{LOAD}", "tcgen05.ld.sync.aligned.32x32b.x1.b32 {%r50}, [%r7];").replace("{OUT}", "")
+    text = kernel(body).replace(kernel("").split("\n.visible")[0], SM100.rstrip("\n"), 1)
+    with pytest.raises(Exception, match=r"Illegal modifier '.pack::16b' for instruction 'tcgen05.st'"):
+        ptxas(text, arch=PTXAS_SM100)
+    with pytest.raises(Exception, match=r"tcgen05.st takes .unpack::16b, not .pack::16b"):
+        load_ptx(text)
