@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..errors import CacheError
+from ..errors import CacheError, ConfigError
 
 #: hard limit on the bundle (it travels with the checkout to the GPU machine)
 MAX_BYTES = 30 * 1024 * 1024
@@ -45,6 +45,34 @@ PLANS = {
         "tests": [],
     },
 }
+
+
+def plan_for(plan_name: str, arch: str | None = None) -> dict:
+    """Plan ``plan_name`` for architecture ``arch`` (None: the default, sm_90a): another
+    architecture's bundle runs the same bench sets and main job with ``--arch`` added and the
+    architecture's own default schedule (the smoke plan's ``--schedule multistage`` is sm_90a's),
+    and no ``gpu`` tests (they drive the sm_90a CUDA backend). ``ConfigError`` for an unknown
+    architecture."""
+    from ..arch import ARCHS, DEFAULT
+    from ..errors import one_of
+    plan = dict(PLANS[plan_name])
+    if arch is None or arch == DEFAULT.name:
+        return plan
+    if arch not in ARCHS:
+        raise ConfigError(f"bundle --arch must be {one_of(tuple(ARCHS))}, got {arch!r}")
+
+    def retarget(args):
+        out, skip = [], False
+        for a in args:
+            if skip:
+                skip = False
+            elif a == "--schedule":
+                skip = True             # the architecture's default schedule instead
+            else:
+                out.append(a)
+        return out + ["--arch", arch]
+    plan.update({key: retarget(plan[key]) for key in ("bench_args", "identity_args", "main_args")}, tests=[])
+    return plan
 
 
 def _parse(argv):
@@ -94,13 +122,14 @@ def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def build(out: Path, plan_name: str = "gpu", log=print) -> dict:
-    """Compile every kernel of ``plan_name`` into ``out/cache``; write and return the manifest.
-    Raises ``CacheError`` when the bundle would pass :data:`MAX_BYTES` or a kernel fails."""
+def build(out: Path, plan_name: str = "gpu", log=print, arch: str | None = None) -> dict:
+    """Compile every kernel of ``plan_name`` (for ``arch``: :func:`plan_for`) into
+    ``out/cache``; write and return the manifest. Raises ``CacheError`` when the bundle would
+    pass :data:`MAX_BYTES` or a kernel fails."""
     from ..compiler.cache import source_hash, toolchain_hash
     from ..compiler.toolchain import versions
     from .configs import accepted_schedules, label
-    plan = PLANS[plan_name]
+    plan = plan_for(plan_name, arch)
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not (out / "manifest.json").exists():
         raise CacheError(f"{out} exists, is not empty and holds no bundle manifest: refusing to overwrite it")
@@ -114,8 +143,8 @@ def build(out: Path, plan_name: str = "gpu", log=print) -> dict:
         raise CacheError("building a bundle needs the MLIR toolchain (this machine has none)")
     os.environ["CUTEDSL_CACHE_DIR"] = str(cache_dir)     # the public way: Gemm compiles into the default cache
     cfgs, grouped = plan_configs(plan), plan_configs(plan, grouped=True)
-    log(f"bundle {plan_name}: {len(cfgs)} configs + {len(grouped)} grouped (schedules: "
-        f"{', '.join(accepted_schedules())})")
+    log(f"bundle {plan_name}{f' ({arch})' if arch else ''}: {len(cfgs)} configs + {len(grouped)} grouped (schedules: "
+        f"{', '.join(accepted_schedules(arch))})")
     from ..device.precompile import compile_all
 
     def progress(done, total, r):
@@ -145,7 +174,7 @@ def build(out: Path, plan_name: str = "gpu", log=print) -> dict:
     from ..device.gemm import Gemm
     Gemm(gemm_config(_parse(plan["main_args"])), "none").save(out / EXPORT)
     size = _size(cache_dir) + _size(out / EXPORT)
-    manifest = {"plan": plan_name, **plan, "export": EXPORT, "created_utc": datetime.datetime.now(datetime.timezone.utc)
+    manifest = {"plan": plan_name, "arch": arch or cfgs[0].arch, **plan, "export": EXPORT, "created_utc": datetime.datetime.now(datetime.timezone.utc)
                 .isoformat(timespec="seconds"), "source_hash": source_hash(), "toolchain": versions(),
                 "kernels": kernels, "tests_compiled": tests, "entries": sorted(_entries(cache_dir)),
                 "size_bytes": size}
@@ -215,8 +244,8 @@ def main(args) -> int:
     if args.verify:
         return 1 if verify(out) else 0
     try:
-        build(out, args.plan)
-    except CacheError as e:
+        build(out, args.plan, arch=args.arch)
+    except (CacheError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0 if not verify(out) else 1

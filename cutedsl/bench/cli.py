@@ -63,6 +63,9 @@ def add_parsers(sub) -> None:
     u.add_argument("--plan", choices=["gpu", "smoke"], default="gpu",
                    help="gpu: everything (tests, main job, identity, every bench set); smoke: a small plan "
                         "for testing the bundle itself")
+    u.add_argument("--arch", choices=list(ARCHS), default=None,
+                   help="the target of the bundled kernels (default sm_90a); sm_100a bundles the plan's bench "
+                        "sets and main job for Blackwell, without the gpu tests (they drive sm_90a)")
     u.add_argument("--verify", action="store_true", help="check that every kernel of DIR's manifest loads "
                                                           "from DIR/cache, compiling nothing")
     u.add_argument("--print", dest="print_key", metavar="KEY", help="print a manifest entry (shell use)")
@@ -101,7 +104,7 @@ def selected_configs(args, set_name: str) -> list:
         raise UsageError("--stages", str(e)) from None
     scheds = _csv_list(args.schedule) if args.schedule else None
     if scheds:
-        ok = C.accepted_schedules()
+        ok = C.accepted_schedules(getattr(args, "arch", None))
         bad = [s for s in scheds if s not in ok]
         if bad:
             raise UsageError("--schedule", f"{', '.join(bad)} not accepted; choose from {', '.join(ok)}")
@@ -120,7 +123,17 @@ def set_names(args) -> list:
     if bad or not names:
         raise UsageError("--set", f"{', '.join(bad) or '(empty)'} unknown; choose from "
                                   f"{', '.join(SET_NAMES)} or all")
+    if args.set == "all":           # the sets the architecture has kernels for (sm_100a: no grouped GEMM)
+        names = [n for n in names if _has_configs(args, n)]
     return names
+
+
+def _has_configs(args, set_name) -> bool:
+    from ..cliargs import UsageError
+    try:
+        return bool(selected_configs(args, set_name))
+    except UsageError:
+        return False
 
 
 def run_bench(args) -> int:

@@ -7,6 +7,7 @@ edit here.
 """
 from __future__ import annotations
 
+from ..arch import DEFAULT
 from ..device import GemmConfig
 from ..errors import CuteDSLError
 from .shapes import STAGE_STUDY, WAVE_DECOMPOSITIONS
@@ -18,11 +19,12 @@ KNOWN_SCHEDULES = ("multistage", "single_tile", "warp_specialized", "cooperative
 DEFAULT_TILES = ((128, 128, 64), (128, 256, 64))
 
 
-def accepted_schedules() -> list:
-    """Schedule names ``GemmConfig`` accepts with at least one of the default tiles, in a
-    stable order."""
+def accepted_schedules(arch: str | None = None) -> list:
+    """Schedule names ``GemmConfig`` accepts (on ``arch``; None: the default architecture) with
+    at least one of the default tiles, in a stable order."""
     names = list(KNOWN_SCHEDULES) + [s for s in getattr(GemmConfig, "SCHEDULES", ()) if s not in KNOWN_SCHEDULES]
-    return [s for s in names if any(try_config(schedule=s, tile=t) is not None for t in DEFAULT_TILES)]
+    on = {"arch": arch} if arch else {}
+    return [s for s in names if any(try_config(schedule=s, tile=t, **on) is not None for t in DEFAULT_TILES)]
 
 
 def try_config(**kw):
@@ -109,6 +111,8 @@ def label(cfg: GemmConfig) -> str:
                     if getattr(cfg, k) != d)
     if cfg.cluster != (1, 1):
         extra += " cluster={}x{}".format(*cfg.cluster)
+    if cfg.arch != DEFAULT.name:
+        extra += f" {cfg.arch}"
     if cfg.decomposition != "data-parallel":
         extra += f" {cfg.decomposition}" + (f"/{cfg.splits}" if cfg.splits else "")
     if (cfg.dtype, cfg.out_dtype, cfg.b_dtype) != ("f16", "f16", None):   # the sweep's default types stay implicit

@@ -135,3 +135,29 @@ def test_print_and_verify_without_a_bundle_say_so(tmp_path):
                                                      "FileNotFoundError") and r.stderr.count("\n") == 1
     r = run("--verify")
     assert r.returncode == 1 and f"PROBLEM: no readable manifest in {tmp_path}" in r.stdout
+
+
+def test_bundle_for_sm100a(tmp_path):
+    """bundle --arch sm_100a: the plan's bench sets and main job retargeted (--arch added, the
+    sm_90a-only --schedule dropped), no gpu tests; every kernel is an sm_100a one and --verify
+    finds them all."""
+    from cutedsl.bench.bundle import plan_for
+    p = plan_for("smoke", "sm_100a")
+    assert "--schedule" not in p["bench_args"] and p["bench_args"][-2:] == ["--arch", "sm_100a"]
+    assert p["main_args"][-2:] == ["--arch", "sm_100a"] and p["tests"] == []
+    assert plan_for("smoke", "sm_90a") == plan_for("smoke")
+    from cutedsl.bench.bundle import plan_configs      # the full plan: every set but the grouped ones
+    full = plan_for("gpu", "sm_100a")
+    assert plan_configs(full, grouped=True) == [] and {c.arch for c in plan_configs(full)} == {"sm_100a"}
+    out = tmp_path / "b"
+    r = subprocess.run([sys.executable, "-m", "cutedsl", "bundle", "--out", str(out), "--plan", "smoke", "--arch",
+                        "sm_100a"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "(schedules: single_tile, warp_specialized)" in r.stdout
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["arch"] == "sm_100a" and m["tests_compiled"] == []
+    assert m["kernels"] and all(k["config"].endswith("sm_100a") for k in m["kernels"]), m["kernels"]
+    assert json.loads((out / "export/main/cutedsl.json").read_text())["config"]["arch"] == "sm_100a"
+    v = subprocess.run([sys.executable, "-m", "cutedsl", "bundle", "--out", str(out), "--verify"], cwd=ROOT,
+                       env=_env(), capture_output=True, text=True, timeout=600)
+    assert v.returncode == 0 and "0 problems" in v.stdout, v.stdout + v.stderr
