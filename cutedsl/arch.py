@@ -61,8 +61,9 @@ SM90A = Arch(name="sm_90a", chip="sm_90a", ptx_features="+ptx83", smem_per_cta=2
 
 #: Blackwell (B200/GB200): no wgmma; tcgen05 MMAs with the accumulator in tensor memory (128 lanes x
 #: 512 columns of 32 bits per CTA); the same 227 KiB of shared memory and 64 K registers per SM.
-#: PTX ISA 8.6 is the first with tcgen05 (LLVM 22's NVVM lowering needs it for sm_100a).
-SM100A = Arch(name="sm_100a", chip="sm_100a", ptx_features="+ptx86", smem_per_cta=232448, regs_per_sm=65536,
+#: PTX ISA 8.6 is the first with tcgen05 (LLVM 22's NVVM lowering needs it for sm_100a); 8.8 for
+#: the block-scaled MMA's ``.block16`` vector (NVFP4), which LLVM 22 cannot select below it.
+SM100A = Arch(name="sm_100a", chip="sm_100a", ptx_features="+ptx88", smem_per_cta=232448, regs_per_sm=65536,
               max_regs_per_thread=255, max_threads_per_cta=1024, warp_threads=32, warpgroup_threads=128,
               max_cluster_ctas=8, producer_regs=40, consumer_regs=232,
               atoms=frozenset({"tma", "tma_multicast", "mbarrier", "tcgen05", "tmem", "stmatrix", "setmaxnreg",

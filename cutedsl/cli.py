@@ -204,8 +204,8 @@ def run_gemm(args) -> tuple:
         if name in extra:
             extra[name] = getattr(args, name)
     scales = None
-    if cfg.dtype in MX_DTYPES:                 # MX: random E8M0 factors near 1 per 32 K-elements
-        scales = [rng.integers(124, 131, (r, mx.blocks(args.k))).astype(np.uint8) for r in (args.m, args.n)]
+    if cfg.dtype in MX_DTYPES:                 # block-scaled: random factors near 1 per 32 (NVFP4: 16) K-elements
+        scales = [mx.random_scales(rng, r, args.k, cfg.dtype) for r in (args.m, args.n)]
         extra.update(a_scales=mx.pack_scales(scales[0], cfg.dtype), b_scales=mx.pack_scales(scales[1], cfg.dtype))
     launched = False
     try:
@@ -236,7 +236,7 @@ def run_gemm(args) -> tuple:
     if args.check:
         model = dict(extra)
         if scales is not None:
-            acc = mx.dequantize(a, scales[0]) @ mx.dequantize(np.asarray(b).T, scales[1]).T
+            acc = mx.dequantize(a, scales[0], cfg.dtype) @ mx.dequantize(np.asarray(b).T, scales[1], cfg.dtype).T
         else:
             acc = tensor_core_value(a, cfg.dtype) @ tensor_core_value(b, cfg.b_dtype or cfg.dtype)
         ref = fusion.reference(cfg.fusion, acc, model, cfg.out_dtype)

@@ -1,8 +1,10 @@
-"""A block-scaled MXFP4 GEMM on Blackwell (sm_100a): A and B quantised to e2m1 (4-bit: 0, 0.5, 1,
-1.5, 2, 3, 4, 6 and negatives) with one E8M0 scale per 32 elements along K (OCP Microscaling).
+"""Block-scaled 4-bit GEMMs on Blackwell (sm_100a): A and B quantised to e2m1 (0, 0.5, 1, 1.5,
+2, 3, 4, 6 and negatives) with one scale factor per block along K -- MXFP4 (OCP Microscaling:
+an E8M0 power of two per 32 elements) and NVFP4 (a UE4M3, an unsigned e4m3, per 16).
 Gemm packs the e2m1 operands two per byte on the way to the device; the kernel loads 256-element
-k-tiles (128 bytes) by TMA, copies two scale atoms per operand into tensor memory (tcgen05.cp) and
-issues tcgen05.mma.kind::mxf4.block_scale, two factors per instruction.
+k-tiles (128 bytes) by TMA, copies the scale atoms into tensor memory (tcgen05.cp) and issues
+tcgen05.mma.kind::mxf4.block_scale (MXFP4, two factors per instruction) or
+kind::mxf4nvf4.block_scale.block16 (NVFP4, four).
 
 Without a Blackwell GPU the sm_100a kernel runs on the PTX emulator."""
 import numpy as np
@@ -14,13 +16,15 @@ rng = np.random.default_rng()
 m, n, k = 300, 200, 301                      # ragged tiles, K odd: the last byte holds half an element pair
 x = rng.standard_normal((m, k))
 w = rng.standard_normal((n, k))              # a weight, stored (N, K): K-major B
-qa, sa = mx.quantize(x, "e2m1")              # e2m1 values (one per byte in numpy), E8M0 exponents
-qb, sb = mx.quantize(w, "e2m1")
-gemm = Gemm(GemmConfig(arch="sm_100a", dtype="mxfp4", out_dtype="bf16"))
-d = gemm(qa, qb.T, a_scales=mx.pack_scales(sa, "mxfp4"), b_scales=mx.pack_scales(sb, "mxfp4"))
-ref = mx.dequantize(qa, sa) @ mx.dequantize(qb, sb).T      # what the quantised inputs multiply to
-err = np.max(np.abs(d.astype(np.float64) - ref)) / np.max(np.abs(ref))
-assert err < 1e-2, err                       # one bf16 rounding
-q_err = np.max(np.abs(ref - x @ w.T)) / np.max(np.abs(x @ w.T))
-print(f"checked: MXFP4 GEMM {m}x{n}x{k} -> bf16 on {gemm.backend.name}: max rel err {err:.1e} vs the dequantised "
-      f"product ({q_err:.1e} from quantising the f64 inputs to 4 bits)")
+exact = x @ w.T
+for dtype in ("mxfp4", "nvfp4"):
+    qa, sa = mx.quantize(x, dtype)           # e2m1 values (one per byte in numpy), factor codes
+    qb, sb = mx.quantize(w, dtype)
+    gemm = Gemm(GemmConfig(arch="sm_100a", dtype=dtype, out_dtype="bf16"))
+    d = gemm(qa, qb.T, a_scales=mx.pack_scales(sa, dtype), b_scales=mx.pack_scales(sb, dtype))
+    ref = mx.dequantize(qa, sa, dtype) @ mx.dequantize(qb, sb, dtype).T    # what the quantised inputs multiply to
+    err = np.max(np.abs(d.astype(np.float64) - ref)) / np.max(np.abs(ref))
+    assert err < 1e-2, err                   # one bf16 rounding
+    q_err = np.max(np.abs(ref - exact)) / np.max(np.abs(exact))
+    print(f"checked: {dtype.upper()} GEMM {m}x{n}x{k} -> bf16 on {gemm.backend.name}: max rel err {err:.1e} vs the "
+          f"dequantised product ({q_err:.1e} from quantising the f64 inputs to 4 bits)")

@@ -137,8 +137,35 @@ class MmaTraits:
         return rows * self.row_bytes
 
 
-#: block-scaled MX input types (sm_100a; OCP Microscaling): config dtype -> element type
-MX_DTYPES = {"mxfp8": "e4m3", "mxfp8-e5m2": "e5m2", "mxfp4": "e2m1"}
+@attrs.frozen
+class BlockScale:
+    """How a block-scaled input scales its elements: one factor of format ``fmt`` per ``block``
+    consecutive K elements (``one``: the factor's code of 1.0, what padding holds). ``mx``: OCP
+    Microscaling, UE8M0 ``2^(e - 127)`` per 32; ``nv``: NVFP4, UE4M3 (an unsigned e4m3) per 16."""
+    name: str
+    block: int
+    fmt: str
+    one: int
+
+
+MX_SCALE = BlockScale("mx", 32, "ue8m0", 127)
+NV_SCALE = BlockScale("nv", 16, "ue4m3", 0x38)
+BLOCK_SCALES = {s.name: s for s in (MX_SCALE, NV_SCALE)}
+#: block-scaled input types (sm_100a): config dtype -> element type, and -> its scaling
+MX_DTYPES = {"mxfp8": "e4m3", "mxfp8-e5m2": "e5m2", "mxfp4": "e2m1", "nvfp4": "e2m1"}
+DTYPE_SCALES = {"mxfp8": MX_SCALE, "mxfp8-e5m2": MX_SCALE, "mxfp4": MX_SCALE, "nvfp4": NV_SCALE}
+
+
+def block_scale(dtype) -> BlockScale:
+    """The :class:`BlockScale` of a block-scaled config dtype, or of its name (``"mx"``/``"nv"``;
+    ``True``: ``"mx"``). ``ConfigError`` for anything else."""
+    if dtype is True:
+        return MX_SCALE
+    s = DTYPE_SCALES.get(dtype) or BLOCK_SCALES.get(dtype) if isinstance(dtype, str) else None
+    if s is None:
+        raise ConfigError(f"block scaling must be one of {one_of(tuple(DTYPE_SCALES) + tuple(BLOCK_SCALES))}, "
+                          f"got {dtype!r}")
+    return s
 
 
 def element_type(dtype):

@@ -29,7 +29,8 @@ from __future__ import annotations
 import attrs
 
 from ..ir._lazy import lazy
-from .mma_traits import PACKED_BITS, mma_traits, operand_pair_reason, packed_pair_reason
+from .mma_traits import (MX_SCALE, NV_SCALE, PACKED_BITS, BlockScale, mma_traits, operand_pair_reason,
+                          packed_pair_reason)
 from .smem_operands import SmemOperands
 from .wgmma import ADDR_MASK, ADDR_SHIFT, Descriptor, SmemMatrix
 
@@ -55,22 +56,23 @@ SF_COLUMNS = 4                              #: TMEM columns one atom (128 rows x
 SF_VECTOR, SF_ROWS, SF_BLOCKS = 32, 128, 4  #: K elements per factor; rows and factors per row of an atom
 
 
-def sf_packed_rows(rows: int, k: int, tile_atoms: int = 1) -> int:
-    """Rows (of 128 bytes) of the packed scale factors of a ``rows x k`` MX operand: one 512-byte
-    atom (4 rows) per 128 rows and 4 factors (128 K elements), the atoms of a row block padded
-    to whole k-tiles of ``tile_atoms`` atoms (MXFP8 1, MXFP4 2: :attr:`Umma.sf_atoms`)."""
-    return -(-rows // SF_ROWS) * sf_row_block_atoms(k, tile_atoms) * SF_BLOCKS
+def sf_packed_rows(rows: int, k: int, tile_atoms: int = 1, block: int = SF_VECTOR) -> int:
+    """Rows (of 128 bytes) of the packed scale factors of a ``rows x k`` block-scaled operand
+    with one factor per ``block`` K elements: one 512-byte atom (4 rows) per 128 rows and 4
+    factors, the atoms of a row block padded to whole k-tiles of ``tile_atoms`` atoms
+    (:func:`sf_tile_atoms`)."""
+    return -(-rows // SF_ROWS) * sf_row_block_atoms(k, tile_atoms, block) * SF_BLOCKS
 
 
-def sf_tile_atoms(dtype: str) -> int:
-    """Scale-factor atoms per operand and k-tile of MX element type ``dtype`` (its k-tile over
-    128 K elements: e4m3/e5m2 1, e2m1 2)."""
-    return mma_traits(dtype).k_tile // (SF_VECTOR * SF_BLOCKS)
+def sf_tile_atoms(dtype: str, block: int = SF_VECTOR) -> int:
+    """Scale-factor atoms per operand and k-tile of element type ``dtype`` with one factor per
+    ``block`` K elements: its k-tile over ``4 block`` (MXFP8 1, MXFP4 2, NVFP4 4)."""
+    return mma_traits(dtype).k_tile // (block * SF_BLOCKS)
 
 
-def sf_row_block_atoms(k: int, tile_atoms: int = 1) -> int:
+def sf_row_block_atoms(k: int, tile_atoms: int = 1, block: int = SF_VECTOR) -> int:
     """Atoms of one 128-row block of the packed factors of ``k`` K elements (whole k-tiles)."""
-    per_tile = SF_VECTOR * SF_BLOCKS * tile_atoms
+    per_tile = block * SF_BLOCKS * tile_atoms
     return -(-k // per_tile) * tile_atoms
 
 SWIZZLE_FIELD = {0: 0, 128: 2, 64: 4, 32: 6}   #: sm_100 descriptor bits 61-63
@@ -84,14 +86,16 @@ def instr_descriptor(m: int, n: int, a_dtype: str, b_dtype: str, a_major: str = 
             | int(b_major == "MN") << 16 | (n >> 3) << 17 | (m >> 4) << 24)
 
 
-def scaled_instr_descriptor(n: int, a_dtype: str, b_dtype: str, a_sf: int = 0, b_sf: int = 0) -> int:
-    """The 32-bit instruction descriptor of a ``kind::mxf8f6f4`` / ``kind::mxf4`` ``.block_scale`` MMA (M = 128, both
-    operands K-major, UE8M0 scales; CUTLASS ``UMMA::InstrDescriptorBlockScaled``): B's scale-factor
-    id bits 4-5, A/B formats 7-9 / 10-12, N >> 3 at 17-22, scale format bit 23 (1 = UE8M0),
-    M >> 4 at 24-28, A's scale-factor id bits 29-30 (the ids pick the byte -- the 32-element
-    block -- of each row's 32-bit scale word)."""
-    return (b_sf << 4 | SCALED_FORMAT[a_dtype] << 7 | SCALED_FORMAT[b_dtype] << 10 | (n >> 3) << 17 | 1 << 23
-            | (SCALED_M >> 4) << 24 | a_sf << 29)
+def scaled_instr_descriptor(n: int, a_dtype: str, b_dtype: str, a_sf: int = 0, b_sf: int = 0,
+                            ue8m0: bool = True) -> int:
+    """The 32-bit instruction descriptor of a ``kind::mxf8f6f4`` / ``mxf4`` / ``mxf4nvf4``
+    ``.block_scale`` MMA (M = 128, both operands K-major; CUTLASS
+    ``UMMA::InstrDescriptorBlockScaled``): B's scale-factor id bits 4-5, A/B formats 7-9 /
+    10-12, N >> 3 at 17-22, scale format bit 23 (1 UE8M0, 0 UE4M3), M >> 4 at 24-28, A's
+    scale-factor id bits 29-30 (the ids pick the first byte -- factor -- of each row's 32-bit
+    scale word the instruction uses)."""
+    return (b_sf << 4 | SCALED_FORMAT[a_dtype] << 7 | SCALED_FORMAT[b_dtype] << 10 | (n >> 3) << 17
+            | int(ue8m0) << 23 | (SCALED_M >> 4) << 24 | a_sf << 29)
 
 
 def smem_descriptor_bits(address: int, layout: SmemMatrix) -> int:
@@ -223,36 +227,36 @@ class Umma(SmemOperands):
     def group_attr(self):
         return ir.Attribute.parse(f"#nvvm.cta_group<cta_{self.cta_group}>")
 
-    @property
-    def sf_atoms(self) -> int:
-        """Scale-factor atoms (128 rows x 4 factors, :data:`SF_COLUMNS` TMEM columns each) one
-        k-tile of each operand takes: 1 for MXFP8 (128 K), 2 for MXFP4 (256 K)."""
-        return sf_tile_atoms(self.dtype)
-
-    def mma_scaled(self, d, a, b, sfa, sfb, accumulate=True) -> None:
-        """A block-scaled k-tile: ``k_steps`` ``tcgen05.mma.kind::{mxf8f6f4|mxf4}.block_scale``
-        into D at ``d``, with the factors at TMEM ``sfa`` / ``sfb`` (i32; :attr:`sf_atoms` atoms
-        from :meth:`copy_scales`, :data:`SF_COLUMNS` columns apart). Each instruction takes
-        ``k_step / 32`` factors per row (MXFP8 1, MXFP4 2): step ``j``'s first 32-element block
-        ``b`` is byte ``b % 4`` (the scale-factor id) of atom ``b // 4``. One thread. (The
-        ``.block32`` spelling aborts LLVM 22's instruction selection with PTX 8.6; the default
-        vector of each kind -- 1X, 2X -- means the same: one factor per 32 elements.)"""
+    def mma_scaled(self, d, a, b, sfa, sfb, accumulate=True, scale: BlockScale = MX_SCALE) -> None:
+        """A block-scaled k-tile: ``k_steps`` ``tcgen05.mma.kind::{mxf8f6f4|mxf4|mxf4nvf4}
+        .block_scale`` into D at ``d``, with the factors at TMEM ``sfa`` / ``sfb`` (i32;
+        :func:`sf_tile_atoms` atoms from :meth:`copy_scales`, :data:`SF_COLUMNS` columns apart).
+        ``scale``: MX (UE8M0 per 32: kind::mxf8f6f4, or kind::mxf4 for e2m1) or NV (NVFP4: e2m1
+        with UE4M3 per 16, kind::mxf4nvf4 ``.block16``). Each instruction takes ``k_step /
+        scale.block`` factors per row (MXFP8 1, MXFP4 2, NVFP4 4): step ``j``'s first block ``b``
+        is byte ``b % 4`` (the scale-factor id) of atom ``b // 4``. One thread. (MX uses the
+        kinds' default vector, one factor per 32 elements: the ``.block32`` spelling aborts LLVM
+        22's instruction selection, as ``.block16`` does below PTX 8.8.)"""
         da, db = self._descriptors(a, b)
         if self.m != SCALED_M or da.layout.major != "K" or db.layout.major != "K":
             raise ValueError("block-scaled MMAs are built for M = 128 with K-major A and B")
         if self.dtype not in SCALED_KIND:
             raise ValueError(f"block-scaled MMAs take {', '.join(SCALED_KIND)} operands, got {self.dtype}")
-        kind = ir.Attribute.parse(f"#nvvm.block_scale_kind<{SCALED_KIND[self.dtype]}>")
+        nv = scale == NV_SCALE
+        if nv and self.dtype not in PACKED_BITS:
+            raise ValueError(f"NVFP4 scaling (UE4M3 per 16) is for e2m1 operands (kind::mxf4nvf4), got {self.dtype}")
+        kind = ir.Attribute.parse(f"#nvvm.block_scale_kind<{'mxf4nvf4' if nv else SCALED_KIND[self.dtype]}>")
+        vec = {"block_scale": ir.Attribute.parse("#nvvm.tcgen05_mma_block_scale<block16>")} if nv else {}
         dptr = _ptr(d, 6)
-        per_step = self.traits.k_step // SF_VECTOR
+        per_step = self.traits.k_step // scale.block
         ptrs = {}
         for j, aj, bj, en in self._k_steps(da, db, accumulate):
             atom, sf_id = divmod(j * per_step, SF_BLOCKS)
             if atom not in ptrs:
                 ptrs[atom] = (_ptr(sfa + atom * SF_COLUMNS if atom else sfa, 6),
                               _ptr(sfb + atom * SF_COLUMNS if atom else sfb, 6))
-            idesc = V.i32(scaled_instr_descriptor(self.n, self.dtype, self.b_dtype, sf_id, sf_id))
-            nvvm.tcgen05_mma_block_scale(kind, self.group_attr, dptr, aj, bj, idesc, en, *ptrs[atom])
+            idesc = V.i32(scaled_instr_descriptor(self.n, self.dtype, self.b_dtype, sf_id, sf_id, ue8m0=not nv))
+            nvvm.tcgen05_mma_block_scale(kind, self.group_attr, dptr, aj, bj, idesc, en, *ptrs[atom], **vec)
 
     @staticmethod
     def copy_scales(taddr, smem_address) -> None:

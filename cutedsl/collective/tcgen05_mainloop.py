@@ -12,6 +12,7 @@ empty barrier counts one release per such CTA.
 """
 from __future__ import annotations
 
+from ..atom.mma_traits import block_scale
 from ..atom.tcgen05 import SCALED_KIND, SF_ATOM_BYTES, SF_COLUMNS, SF_ROWS, Umma, sf_tile_atoms
 from ..atom.tma import TmaCopy
 from ..ir._lazy import lazy
@@ -38,20 +39,22 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
     PAIR_CLUSTERS = ((2, 1),)
     loop_counter = "i32"            #: 32-bit loop counters: no 64-bit compare per k-tile
 
-    def __init__(self, *args, mma_sm: int = 1, block_scaled: bool = False, **kw):
+    def __init__(self, *args, mma_sm: int = 1, block_scaled=False, **kw):
         if mma_sm not in (1, 2):
             raise ValueError(f"mma_sm must be 1 or 2, got {mma_sm}")
         self.pair = mma_sm == 2
-        #: MX: per stage, :attr:`sf_atoms` 512-byte scale-factor atoms for A's 128 rows and as
-        #: many for B's (tile_n 128)
-        self.block_scaled = block_scaled
+        #: block-scaled inputs (False, or ``"mx"`` / ``"nv"``: :class:`BlockScale`; True = "mx"):
+        #: per stage, :attr:`sf_atoms` 512-byte scale-factor atoms for A's 128 rows and as many
+        #: for B's (tile_n 128)
+        self.block_scaled = bool(block_scaled)
+        self.scale = block_scale(block_scaled) if block_scaled else None
         super().__init__(*args, **kw)
         if block_scaled and (self.pair or self.tile_m != SF_ROWS or self.tile_n != SF_ROWS
                              or self.dtype not in SCALED_KIND):
             raise ValueError(f"block-scaled (MX) mainloops are built for 128 x 128 tiles of {'/'.join(SCALED_KIND)} on one "
                              f"SM so far, got {self.tile_m} x {self.tile_n} {self.dtype}"
                              + (" with mma_sm=2" if self.pair else ""))
-        self.sf_atoms = sf_tile_atoms(self.dtype) if block_scaled else 0
+        self.sf_atoms = sf_tile_atoms(self.dtype, self.scale.block) if block_scaled else 0
         if self.pair and self.b_major == "MN" and (self.tile_n // CTA_PAIR) % self.traits.mn_box:
             raise ValueError(f"a CTA pair with an MN-major B loads {self.tile_n // CTA_PAIR} columns per CTA, not a "
                              f"multiple of the {self.traits.mn_box}-column box")
@@ -190,7 +193,7 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
                     for atom in range(self.sf_atoms):
                         self.mma_atom.copy_scales(dst + atom * SF_COLUMNS if atom else dst,
                                                   src + atom * SF_ATOM_BYTES if atom else src)
-                self.mma_atom.mma_scaled(d, da, db, sfa, sfb, accumulate=i.ne(0))
+                self.mma_atom.mma_scaled(d, da, db, sfa, sfb, accumulate=i.ne(0), scale=self.scale)
             else:
                 self.mma_atom.mma(d, da, db, accumulate=i.ne(0))
             self.mma_atom.commit(pipeline.empty.address(st.index), mask)

@@ -13,7 +13,7 @@ from ..atom.mma_traits import ELEMENT_BITS, ELEMENT_BYTES, mma_traits
 from ..collective import fusion as _fusion
 from ..collective.epilogue import Epilogue
 from ..collective.tile_scheduler import RASTERS, SWIZZLES
-from ..atom.mma_traits import MX_DTYPES, element_type
+from ..atom.mma_traits import DTYPE_SCALES, MX_DTYPES, element_type
 from .kernels import DEFAULT_EPILOGUE, DEFAULT_SCHEDULE, kernel_classes
 from ..collective.tma_wgmma import CLUSTERS, TmaWgmmaMainloop   # what the mainloop supports: one list
 from ..errors import ArgumentTypeError, ConfigError, ConfigTypeError, CuteDSLError, checked_arguments, one_of
@@ -389,7 +389,7 @@ class GemmConfig:
             if "block_scaled" not in takes:
                 raise ConfigError(f"dtype {self.dtype!r} (block-scaled MX inputs) needs arch='sm_100a' and "
                                   f"schedule='warp_specialized', got {self.arch} {self.schedule!r}")
-            kw["block_scaled"] = True
+            kw["block_scaled"] = DTYPE_SCALES[self.dtype].name
         if self.mma_sm != 1:
             if "mma_sm" not in takes:
                 raise ConfigError(f"mma_sm={self.mma_sm} (a CTA-pair MMA) needs arch='sm_100a' and "

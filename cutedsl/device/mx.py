@@ -6,7 +6,9 @@ OCP Microscaling Formats (MX) v1.0: a block of 32 consecutive elements along K s
 scale ``2^(e - 127)``; the elements are e4m3 or e5m2 (MXFP8) or e2m1 (MXFP4: 0, 0.5, 1, 1.5, 2,
 3, 4, 6 and negatives). :func:`quantize` picks each block's exponent as ``floor(log2(amax)) -
 emax`` (``emax``: the element format's largest normal exponent, 8 for e4m3, 15 for e5m2, 2 for
-e2m1) and rounds ``x / scale`` to the element grid with saturation.
+e2m1) and rounds ``x / scale`` to the element grid with saturation. NVFP4 (NVIDIA's 4-bit
+format, ``"nvfp4"``): e2m1 with a UE4M3 factor (an e4m3 with sign 0) per 16 elements, the
+block's ``amax / 6`` rounded to e4m3.
 
 **Packed e2m1** (:func:`pack_fp4`): two elements per byte along the last axis, element ``2i``
 in the low nibble of byte ``i`` (what ``tcgen05.mma.kind::mxf4`` reads from shared memory and
@@ -16,8 +18,9 @@ TMA's ``16U4_ALIGN8B`` layout holds). ``Gemm`` packs numpy ``float4_e2m1fn`` ope
 .warpx4``): 128 rows x 4 blocks per 512-byte atom, the factor of row ``i`` and block ``j`` at
 byte ``(i % 32) * 16 + (i // 32) * 4 + j``; atoms ordered row block by row block, K block by K
 block within (``atom = (r // 128) * A + kb // 4`` with ``A`` atoms per row block: whole k-tiles,
-1 atom per k-tile for MXFP8, 2 for MXFP4), as a ``(atoms * 4, 128)`` uint8 array (one atom = 4
-rows of 128 bytes, the kernel's TMA box). Padding: factor 127 (1.0).
+1 atom per k-tile for MXFP8, 2 for MXFP4, 4 for NVFP4), as a ``(atoms * 4, 128)`` uint8 array
+(one atom = 4 rows of 128 bytes, the kernel's TMA box). Padding: the factor 1.0 (E8M0 127,
+UE4M3 0x38).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import ml_dtypes
 import numpy as np
 
 from ..atom.tcgen05 import SF_ATOM_BYTES as ATOM_BYTES, SF_BLOCKS as ATOM_BLOCKS, SF_ROWS as ATOM_ROWS
-from ..atom.mma_traits import MX_DTYPES, element_type
+from ..atom.mma_traits import DTYPE_SCALES, MX_DTYPES, MX_SCALE, element_type
 from ..atom.tcgen05 import SF_VECTOR as BLOCK, sf_packed_rows, sf_row_block_atoms, sf_tile_atoms
 from ..errors import ArgumentError, ArgumentTypeError
 
@@ -35,55 +38,84 @@ LANES = 32                      #: TMEM lanes per quarter: rows i and i + 32 sha
 ELEMENTS = {"e4m3": (ml_dtypes.float8_e4m3fn, 8), "e5m2": (ml_dtypes.float8_e5m2, 15),
             "e2m1": (ml_dtypes.float4_e2m1fn, 2)}
 NIBBLE = 4
+E4M3 = ml_dtypes.float8_e4m3fn       #: NVFP4's factors: UE4M3 codes (sign bit 0)
 
 
-def blocks(k: int) -> int:
-    """Scale factors per row of ``k`` elements."""
-    return -(-k // BLOCK)
-
-
-def _element(dtype: str) -> str:
+def _scheme(dtype: str):
+    """(element type, :class:`BlockScale`) of a block-scaled config dtype or an element type
+    (an element alone: OCP MX scaling)."""
     e = element_type(dtype)
     if e not in ELEMENTS:
-        raise ArgumentError(f"MX dtype must be one of {', '.join(list(MX_DTYPES) + list(ELEMENTS))}, got {dtype!r}")
-    return e
+        raise ArgumentError(f"block-scaled dtype must be one of {', '.join(list(MX_DTYPES) + list(ELEMENTS))}, "
+                            f"got {dtype!r}")
+    return e, DTYPE_SCALES.get(dtype, MX_SCALE)
+
+
+def blocks(k: int, dtype: str = "mxfp8") -> int:
+    """Scale factors per row of ``k`` elements (one per 32; NVFP4: per 16)."""
+    return -(-k // _scheme(dtype)[1].block)
 
 
 def packed_rows(rows: int, k: int, dtype: str = "mxfp8") -> int:
-    """Rows (of 128 bytes) of the packed scales of a ``rows x k`` operand of MX ``dtype``."""
-    return sf_packed_rows(rows, k, sf_tile_atoms(_element(dtype)))
+    """Rows (of 128 bytes) of the packed scales of a ``rows x k`` operand of block-scaled ``dtype``."""
+    e, sc = _scheme(dtype)
+    return sf_packed_rows(rows, k, sf_tile_atoms(e, sc.block), sc.block)
 
 
 def quantize(x, element: str = "e4m3"):
-    """``(q, scales)``: ``x`` (rows x K, real) as MX: ``q`` of the element type (ml_dtypes;
-    ``element`` e4m3, e5m2 or e2m1, or an MX config dtype such as ``"mxfp4"``) and ``scales``
-    (rows x ceil(K / 32)) uint8 E8M0 exponents, ``x ~= q * 2^(scales - 127)`` per 32-element
-    block. ``ArgumentError`` for another rank or element type."""
-    element = _element(element)
+    """``(q, scales)``: ``x`` (rows x K, real) block-scaled: ``q`` of the element type
+    (ml_dtypes) and ``scales`` (rows x blocks) uint8 factor codes. ``element``: e4m3, e5m2 or
+    e2m1 (OCP MX: E8M0 exponents per 32 elements, ``x ~= q * 2^(scales - 127)``), a config dtype
+    (``"mxfp4"``), or ``"nvfp4"``: e2m1 with a UE4M3 factor per 16 elements, the block's
+    ``amax / 6`` rounded to e4m3 (no per-tensor scale: fold one into ``alpha``).
+    ``ArgumentError`` for another rank or type."""
+    element, sc = _scheme(element)
     x = np.asarray(x, np.float64)
     if x.ndim != 2:
         raise ArgumentError(f"quantize takes a 2-D (rows, K) array, got shape {x.shape}")
     npt, emax = ELEMENTS[element]
     rows, k = x.shape
-    kb = blocks(k)
-    xp = np.zeros((rows, kb * BLOCK))
+    kb = -(-k // sc.block)
+    xp = np.zeros((rows, kb * sc.block))
     xp[:, :k] = x
-    xb = xp.reshape(rows, kb, BLOCK)
+    xb = xp.reshape(rows, kb, sc.block)
     amax = np.abs(xb).max(axis=2)
-    with np.errstate(divide="ignore"):
-        e = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1.0))) - emax, 0)
-    e = np.clip(e, -E8M0_BIAS, E8M0_BIAS).astype(np.int64)
-    scaled = xb / np.ldexp(1.0, e)[:, :, None]
     lim = float(ml_dtypes.finfo(npt).max)
-    q = np.clip(scaled, -lim, lim).astype(npt).reshape(rows, kb * BLOCK)[:, :k]
-    return np.ascontiguousarray(q), (e + E8M0_BIAS).astype(np.uint8)
+    if sc.fmt == "ue4m3":
+        tiny, big = float(ml_dtypes.finfo(E4M3).smallest_subnormal), float(ml_dtypes.finfo(E4M3).max)
+        codes = np.where(amax > 0, np.clip(amax / lim, tiny, big), 1.0).astype(E4M3).view(np.uint8)
+    else:
+        with np.errstate(divide="ignore"):
+            e = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1.0))) - emax, 0)
+        codes = (np.clip(e, -E8M0_BIAS, E8M0_BIAS).astype(np.int64) + E8M0_BIAS).astype(np.uint8)
+    scaled = xb / scale_values(codes, sc)[:, :, None]
+    q = np.clip(scaled, -lim, lim).astype(npt).reshape(rows, kb * sc.block)[:, :k]
+    return np.ascontiguousarray(q), codes
 
 
-def dequantize(q, scales) -> np.ndarray:
-    """float64 ``q * 2^(scales - 127)`` per 32-element block (rows x K)."""
+def scale_values(codes, scale=MX_SCALE) -> np.ndarray:
+    """float64 values of factor ``codes`` (uint8): UE8M0 ``2^(e - 127)``, or UE4M3 (the e4m3 of
+    the low 7 bits)."""
+    c = np.asarray(codes).astype(np.uint8)
+    if scale.fmt == "ue4m3":
+        return (c & np.uint8(0x7F)).view(E4M3).astype(np.float64)
+    return np.ldexp(1.0, c.astype(np.int64) - E8M0_BIAS)
+
+
+def dequantize(q, scales, dtype: str = "mxfp8") -> np.ndarray:
+    """float64 ``q`` times its block's factor (rows x K); ``dtype`` names the scaling
+    (``"nvfp4"``: UE4M3 per 16; otherwise E8M0 per 32)."""
+    sc = _scheme(dtype)[1]
     q = np.asarray(q).astype(np.float64)
-    s = np.ldexp(1.0, np.asarray(scales).astype(np.int64) - E8M0_BIAS)
-    return q * np.repeat(s, BLOCK, axis=1)[:, :q.shape[1]]
+    return q * np.repeat(scale_values(scales, sc), sc.block, axis=1)[:, :q.shape[1]]
+
+
+def random_scales(rng, rows: int, k: int, dtype: str = "mxfp8") -> np.ndarray:
+    """Random factor codes near 1 (rows x blocks uint8) for test inputs of block-scaled
+    ``dtype``: E8M0 ``2^-3 .. 2^3``, or UE4M3 ``0.5 .. 2``."""
+    sc = _scheme(dtype)[1]
+    lo, hi = (sc.one - 3, sc.one + 4) if sc.fmt == "ue8m0" else (0x30, 0x41)     # e4m3 0x30 = 0.5, 0x40 = 2
+    return rng.integers(lo, hi, (rows, blocks(k, dtype))).astype(np.uint8)
 
 
 def pack_fp4(q) -> np.ndarray:
@@ -100,23 +132,26 @@ def pack_fp4(q) -> np.ndarray:
 
 def pack_scales(scales, dtype: str = "mxfp8") -> np.ndarray:
     """The packed ``(atoms * 4, 128)`` uint8 layout (module docstring) of ``scales`` (rows x
-    blocks E8M0, uint8 or ml_dtypes float8_e8m0fnu) for operands of MX ``dtype`` (``"mxfp8"``,
-    ``"mxfp8-e5m2"``, ``"mxfp4"``, or the element type). ``ArgumentTypeError`` for another dtype
-    of ``scales``."""
+    blocks factor codes: uint8, or ml_dtypes float8_e8m0fnu / float8_e4m3fn) for operands of
+    block-scaled ``dtype`` (``"mxfp8"``, ``"mxfp8-e5m2"``, ``"mxfp4"``, ``"nvfp4"``, or an
+    element type). Padding is the code of 1.0. ``ArgumentTypeError`` for another dtype of
+    ``scales``."""
     s = np.asarray(scales)
-    if s.dtype == ml_dtypes.float8_e8m0fnu:
+    if s.dtype in (ml_dtypes.float8_e8m0fnu, E4M3):
         s = s.view(np.uint8)
     if s.dtype != np.uint8 or s.ndim != 2:
-        raise ArgumentTypeError(f"scales must be a 2-D uint8 (E8M0) array (rows, ceil(K / 32)), got "
+        raise ArgumentTypeError(f"scales must be a 2-D uint8 array of factor codes (rows, blocks), got "
                                 f"{s.dtype} shape {s.shape}")
+    e, sc = _scheme(dtype)
     rows, kb = s.shape
-    rb, kt = -(-rows // ATOM_ROWS), sf_row_block_atoms(kb * BLOCK, sf_tile_atoms(_element(dtype)))
-    full = np.full((rb * ATOM_ROWS, kt * ATOM_BLOCKS), E8M0_BIAS, np.uint8)
+    rb = -(-rows // ATOM_ROWS)
+    kt = sf_row_block_atoms(kb * sc.block, sf_tile_atoms(e, sc.block), sc.block)
+    full = np.full((rb * ATOM_ROWS, kt * ATOM_BLOCKS), sc.one, np.uint8)
     full[:rows, :kb] = s
     t = full.reshape(rb, ATOM_ROWS // LANES, LANES, kt, ATOM_BLOCKS)     # (rb, i // 32, i % 32, kt, j)
     atoms = t.transpose(0, 3, 2, 1, 4).reshape(rb * kt, ATOM_BYTES)      # byte (i % 32) * 16 + (i // 32) * 4 + j
     return np.ascontiguousarray(atoms.reshape(rb * kt * ATOM_BLOCKS, ATOM_ROWS))
 
 
-__all__ = ["quantize", "dequantize", "pack_scales", "pack_fp4", "packed_rows", "blocks", "BLOCK", "MX_DTYPES",
-           "ELEMENTS"]
+__all__ = ["quantize", "dequantize", "pack_scales", "pack_fp4", "packed_rows", "blocks", "scale_values", "random_scales",
+           "BLOCK", "MX_DTYPES", "ELEMENTS"]

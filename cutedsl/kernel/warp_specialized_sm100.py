@@ -18,6 +18,8 @@ work tiles in the same order. At the end the CTA synchronises and warp 1 frees t
 """
 from __future__ import annotations
 
+from ..atom.mma_traits import block_scale
+
 from ..collective.pipeline import PipelineState, TmaPipeline
 from ..collective.tcgen05_mainloop import Tcgen05Mainloop
 from ..ir._lazy import lazy
@@ -42,10 +44,11 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     TILE_M = (128,)
     CONFIG_FIELDS = WarpSpecializedGemmKernel.CONFIG_FIELDS + ("mma_sm", "block_scaled")
 
-    def __init__(self, *args, mma_sm: int = 1, block_scaled: bool = False, **kw):
+    def __init__(self, *args, mma_sm: int = 1, block_scaled=False, **kw):
         self.mma_sm = mma_sm        #: 2: CTA pairs share one 256-row MMA (cta_group::2)
-        #: MX inputs: e8m0 factors per 32 K-elements, parameters a_scales / b_scales
-        self.block_scaled = block_scaled
+        #: block-scaled inputs, parameters a_scales / b_scales: False, "mx" (E8M0 factors per 32
+        #: K elements; True means it too) or "nv" (NVFP4: UE4M3 per 16)
+        self.block_scaled = block_scale(block_scaled).name if block_scaled else False
         super().__init__(*args, **kw)
 
     @property
@@ -72,9 +75,10 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         if not self.block_scaled:
             return {}
         from ..atom.tcgen05 import sf_packed_rows, sf_tile_atoms
-        atoms = sf_tile_atoms(self.dtype)
-        return {"sfa_rows": sf_packed_rows(problem.m, problem.k, atoms),
-                "sfb_rows": sf_packed_rows(problem.n, problem.k, atoms)}
+        block = block_scale(self.block_scaled).block
+        atoms = sf_tile_atoms(self.dtype, block)
+        return {"sfa_rows": sf_packed_rows(problem.m, problem.k, atoms, block),
+                "sfb_rows": sf_packed_rows(problem.n, problem.k, atoms, block)}
 
     @staticmethod
     def operand_reason(dtype: str, b_dtype, b_major: str, a_major: str = "K") -> str | None:
@@ -120,10 +124,12 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
                     "(a TMA-store epilogue for sm_100a is not built yet)")
         from ..atom.mma_traits import MX_DTYPES
         if config.dtype in MX_DTYPES or config.b_dtype in MX_DTYPES:
+            from ..atom.mma_traits import DTYPE_SCALES
             b = config.b_dtype or config.dtype
-            if config.dtype not in MX_DTYPES or b not in MX_DTYPES or (config.dtype == "mxfp4") != (b == "mxfp4"):
-                return (f"block-scaled MX inputs come in pairs (MXFP8 with MXFP8, MXFP4 with MXFP4): dtype "
-                        f"{config.dtype!r}, b_dtype {config.b_dtype!r}")
+            if config.dtype not in MX_DTYPES or b not in MX_DTYPES or DTYPE_SCALES[config.dtype] != DTYPE_SCALES[b] \
+                    or (MX_DTYPES[config.dtype] == "e2m1") != (MX_DTYPES[b] == "e2m1"):
+                return (f"block-scaled inputs come in pairs (MXFP8 with MXFP8, MXFP4 with MXFP4, NVFP4 with NVFP4): "
+                        f"dtype {config.dtype!r}, b_dtype {config.b_dtype!r}")
             from ..atom.tcgen05 import SF_ROWS
             if tuple(config.tile[:2]) != (SF_ROWS, SF_ROWS) or getattr(config, "mma_sm", 1) != 1 or config.batched:
                 return ("block-scaled (MX) GEMMs are built for tile 128 x 128 on one SM (mma_sm=1), unbatched, "
@@ -155,7 +161,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
 
     def config(self) -> dict:
         return {**super().config(), "acc_stages": ACC_STAGES, **({"mma_sm": 2} if self.pair else {}),
-                **({"block_scaled": "mx32"} if self.block_scaled else {})}
+                **({"block_scaled": self.block_scaled + str(block_scale(self.block_scaled).block)}
+                   if self.block_scaled else {})}
 
     # -- IR ------------------------------------------------------------------------
     def define(self):

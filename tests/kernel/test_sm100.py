@@ -254,34 +254,34 @@ def test_cta_pair_config_errors(kw, match):
 
 # -- block-scaled MX (MXFP8) -----------------------------------------------------------------
 
-def mx_operands(rng, m, n, k, element):
-    """Small integers on the element grid and E8M0 scales near 1 (125..129): every product and
-    partial sum is a multiple of 2^-4 well inside f32's exact range, so the GEMM is exact."""
+def mx_operands(rng, m, n, k, dtype):
+    """Small integers on the element grid and factors near 1 (E8M0 2^-3..2^3, UE4M3 0.5..2): every
+    product and partial sum has few significant bits, well inside f32's exact range, so the GEMM
+    is exact."""
     from cutedsl.device import mx
-    npt = mx.ELEMENTS[element][0]
+    npt = mx.ELEMENTS[mx.MX_DTYPES[dtype]][0]
     qa = rng.integers(-4, 5, (m, k)).astype(npt)
     qb = rng.integers(-4, 5, (n, k)).astype(npt)
-    sa = rng.integers(125, 130, (m, mx.blocks(k))).astype(np.uint8)
-    sb = rng.integers(125, 130, (n, mx.blocks(k))).astype(np.uint8)
-    return qa, qb, sa, sb
+    return qa, qb, mx.random_scales(rng, m, k, dtype), mx.random_scales(rng, n, k, dtype)
 
 
-@pytest.mark.parametrize("dtype,k_tile", [("mxfp8", 128), ("mxfp8-e5m2", 128), ("mxfp4", 256)])
+@pytest.mark.parametrize("dtype,k_tile", [("mxfp8", 128), ("mxfp8-e5m2", 128), ("mxfp4", 256), ("nvfp4", 256)])
 def test_mx_gemm_exact(dtype, k_tile, rng, sim):
-    """MX: each stage brings A's and B's 512-byte scale atoms by TMA (MXFP4: two per operand, its
-    k-tile is 256), the MMA warp copies them to TMEM (tcgen05.cp) and issues
-    kind::mxf8f6f4.block_scale (MXFP4: kind::mxf4 on packed e2m1, two factors per instruction)
-    with the blocks' factor bytes; 2 x 2 tiles (ragged) on 2 SMs, 3 k-tiles (the last partial: K
-    not a multiple of 32 either -- odd, for MXFP4: half a byte of padding)."""
+    """Block-scaled: each stage brings A's and B's 512-byte scale atoms by TMA (MXFP4: two per
+    operand, its k-tile is 256; NVFP4: four, a factor per 16), the MMA warp copies them to TMEM
+    (tcgen05.cp) and issues kind::mxf8f6f4.block_scale (MXFP4: kind::mxf4 on packed e2m1, two
+    factors per instruction; NVFP4: kind::mxf4nvf4.block16, four UE4M3 factors) with the blocks'
+    factor bytes; 2 x 2 tiles (ragged) on 2 SMs, 3 k-tiles (the last partial: K not a multiple
+    of 32 either -- odd, for the 4-bit types: half a byte of padding)."""
     from cutedsl.device import mx
     m = 128 + int(rng.integers(1, 128))
     n = 128 + int(rng.integers(1, 128))
     k = 2 * k_tile + 2 * int(rng.integers(1, 50)) + 1
-    qa, qb, sa, sb = mx_operands(rng, m, n, k, mx.MX_DTYPES[dtype])
+    qa, qb, sa, sb = mx_operands(rng, m, n, k, dtype)
     cfg = GemmConfig(arch="sm_100a", dtype=dtype, stages=2, sm_count=2)
     assert (cfg.tile, cfg.b_major, cfg.schedule) == ((128, 128, k_tile), "K", "warp_specialized")
     d = Gemm(cfg, sim)(qa, qb.T, a_scales=mx.pack_scales(sa, dtype), b_scales=mx.pack_scales(sb, dtype))
-    ref = mx.dequantize(qa, sa) @ mx.dequantize(qb, sb).T
+    ref = mx.dequantize(qa, sa, dtype) @ mx.dequantize(qb, sb, dtype).T
     assert np.array_equal(d.astype(np.float64), ref)
 
 
@@ -299,7 +299,7 @@ def test_mx_host_helpers_round_trip_and_layout(rng):
     for i, j in ((0, 0), (37, 5), (149, 6), (130, 3)):
         atom = (i // 128) * 2 + j // 4
         assert flat[atom][(i % 32) * 16 + (i % 128 // 32) * 4 + j % 4] == s[i, j]
-    with pytest.raises(Exception, match=r"scales must be a 2-D uint8 \(E8M0\) array"):
+    with pytest.raises(Exception, match=r"scales must be a 2-D uint8 array of factor codes \(rows, blocks\), got float32"):
         mx.pack_scales(s.astype(np.float32))
 
 
@@ -310,7 +310,7 @@ def test_mx_errors(rng):
         GemmConfig(dtype="mxfp8")
     with pytest.raises(ConfigError, match=r"built for tile 128 x 128 on one SM"):
         GemmConfig(arch="sm_100a", dtype="mxfp8", tile=(128, 256, 128))
-    qa, qb, sa, sb = mx_operands(rng, 100, 100, 64, "e4m3")
+    qa, qb, sa, sb = mx_operands(rng, 100, 100, 64, "mxfp8")
     g = Gemm(GemmConfig(arch="sm_100a", dtype="mxfp8", stages=2), "sim")
     with pytest.raises(ArgumentError, match=r"a_scales must have shape \(sfa_rows, 128\) = \(4, 128\) for this "
                                             r"problem, got \(100, 2\)"):
@@ -319,7 +319,7 @@ def test_mx_errors(rng):
         g(qa, qb.T, a_scales=mx.pack_scales(sa))
 
 
-@pytest.mark.parametrize("dtype,mma,cps", [("mxfp8", "UTCQMMA", 2), ("mxfp4", "UTCOMMA", 4)])
+@pytest.mark.parametrize("dtype,mma,cps", [("mxfp8", "UTCQMMA", 2), ("mxfp4", "UTCOMMA", 4), ("nvfp4", "UTCOMMA", 8)])
 def test_mx_sass(dtype, mma, cps):
     """The MMA warp's loop per k-tile: the factor atoms' UTCCP (MXFP8 one per operand, MXFP4 two),
     4 block-scaled MMAs (UTCQMMA for kind::mxf8f6f4, UTCOMMA for kind::mxf4), the release; no
@@ -350,8 +350,8 @@ def test_mxfp4_host_helpers(rng):
     assert mx.pack_scales(s).shape == (2 * 3 * 4, 128)
     with pytest.raises(Exception, match=r"pack_fp4 takes ml_dtypes.float4_e2m1fn values, got float64"):
         mx.pack_fp4(x)
-    with pytest.raises(Exception, match=r"MX dtype must be one of mxfp8, mxfp8-e5m2, mxfp4, e4m3, e5m2, e2m1, "
-                                        r"got 'e3m2'"):
+    with pytest.raises(Exception, match=r"block-scaled dtype must be one of mxfp8, mxfp8-e5m2, mxfp4, nvfp4, e4m3, "
+                                        r"e5m2, e2m1, got 'e3m2'"):
         mx.quantize(x, "e3m2")
 
 
@@ -362,9 +362,30 @@ def test_mxfp4_errors(rng):
         GemmConfig(arch="sm_100a", dtype="mxfp4", b_dtype="mxfp8")
     with pytest.raises(ConfigError, match=r"BLOCK_K must be 256"):
         GemmConfig(arch="sm_100a", dtype="mxfp4", tile=(128, 128, 128))
-    qa, qb, sa, sb = mx_operands(rng, 100, 100, 64, "e2m1")
+    qa, qb, sa, sb = mx_operands(rng, 100, 100, 64, "mxfp4")
     g = Gemm(GemmConfig(arch="sm_100a", dtype="mxfp4", stages=2), "sim")
     with pytest.raises(ArgumentTypeError, match=r"a has dtype float32, the config expects e2m1"):
         g(qa.astype(np.float32), qb.T, a_scales=mx.pack_scales(sa, "mxfp4"), b_scales=mx.pack_scales(sb, "mxfp4"))
     with pytest.raises(ArgumentError, match=r"a_scales must have shape \(sfa_rows, 128\) = \(8, 128\)"):
         g(qa, qb.T, a_scales=mx.pack_scales(sa), b_scales=mx.pack_scales(sb, "mxfp4"))
+
+
+def test_nvfp4_host_helpers(rng):
+    """NVFP4: one UE4M3 factor per 16 elements, the block's amax / 6 rounded to e4m3 (so the
+    block's largest element lands near 6); four atoms per 256-element k-tile, padded with 1.0
+    (0x38: E8M0's 127 would be an e4m3 NaN)."""
+    from cutedsl.device import mx
+    x = rng.standard_normal((130, 300)) * 5
+    q, s = mx.quantize(x, "nvfp4")
+    assert q.dtype == mx.ELEMENTS["e2m1"][0] and s.shape == (130, 19) and s.dtype == np.uint8
+    amax = np.abs(np.pad(x, ((0, 0), (0, 4)))).reshape(130, 19, 16).max(2)
+    assert np.array_equal(s, (amax / 6).astype(ml_dtypes.float8_e4m3fn).view(np.uint8))
+    err = np.abs(mx.dequantize(q, s, "nvfp4") - x)
+    assert (err <= np.repeat(amax, 16, axis=1)[:, :300] / 4).all()      # e2m1's coarsest gap is 2 of 6
+    p = mx.pack_scales(s, "nvfp4")
+    assert p.shape == (mx.packed_rows(130, 300, "nvfp4"), 128) == (2 * 8 * 4, 128)
+    flat = p.reshape(-1, 512)
+    assert flat[0][(5 % 32) * 16 + 2] == s[5, 2] and flat[7][511] == 0x38    # the padding of the 2nd k-tile
+    assert mx.blocks(300, "nvfp4") == 19 and mx.blocks(300) == 10
+    with pytest.raises(ConfigError, match=r"NVFP4 with NVFP4\): dtype 'nvfp4', b_dtype 'mxfp4'"):
+        GemmConfig(arch="sm_100a", dtype="nvfp4", b_dtype="mxfp4")
