@@ -135,10 +135,11 @@ def dec_prmt(ctx, ins, mods, ops):
     ra, rb, rc = ctx.rd(ops[1], "b32"), ctx.rd(ops[2], "b32"), ctx.rd(ops[3], "b32")
 
     def fn(w, g, m):
-        a = np.broadcast_to(np.asarray(ra(w), np.uint32), (32,))
-        b = np.broadcast_to(np.asarray(rb(w), np.uint32), (32,))
-        c = np.broadcast_to(np.asarray(rc(w), np.uint32), (32,))
-        src = np.concatenate([a[:, None], b[:, None]], axis=1).view(np.uint8)   # (32, 8) bytes
+        width = w.p.shape[1]        # 32 lanes, or a lockstep batch of warps
+        a = np.broadcast_to(np.asarray(ra(w), np.uint32), (width,))
+        b = np.broadcast_to(np.asarray(rb(w), np.uint32), (width,))
+        c = np.broadcast_to(np.asarray(rc(w), np.uint32), (width,))
+        src = np.concatenate([a[:, None], b[:, None]], axis=1).view(np.uint8)   # (lanes, 8) bytes
         if mode is None:
             sels = [(c >> (4 * i)) & 0xF for i in range(4)]
         else:
@@ -148,10 +149,10 @@ def dec_prmt(ctx, ins, mods, ops):
                    "ecr": lambda i: np.where(i >= s, i, s),
                    "rc16": lambda i: ((c & 1) * 2 + (i & 1))}
             sels = [np.asarray(tab[mode](i), np.uint32) for i in range(4)]
-        lanes = np.arange(32)
-        out = np.zeros((32, 4), np.uint8)
+        lanes = np.arange(width)
+        out = np.zeros((width, 4), np.uint8)
         for i, sel in enumerate(sels):
-            sel = np.broadcast_to(sel, (32,))
+            sel = np.broadcast_to(sel, (width,))
             byte = src[lanes, (sel & 7).astype(np.int64)]
             if mode is None:
                 rep = (sel & 8) != 0

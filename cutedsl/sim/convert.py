@@ -32,7 +32,7 @@ def dec_mov(ctx, ins, mods, ops):
         sh = [np.array(8 * edt.itemsize * i, dtype=np.uint64).astype(ut)[()] for i in range(n)]
 
         def fn(w, g, m):
-            acc = np.zeros(32, ut)
+            acc = np.zeros(w.p.shape[1], ut)     # 32 lanes, or a lockstep batch
             for i, r in enumerate(readers):
                 acc |= np.asarray(r(w)).astype(ut) << sh[i]
             w_full(w, m, acc)

@@ -217,16 +217,19 @@ class Shadow:
 
     # -- checks ------------------------------------------------------------------------------
     def read(self, words, agent, clock, vc, pvc, pc, async_read, what):
-        """Record a read of ``words`` by ``agent`` at ``clock`` (knowledge ``vc``/``pvc``)."""
+        """Record a read of ``words`` (word ids, or a slice of them: :func:`word_set`) by
+        ``agent`` at ``clock`` (knowledge ``vc``/``pvc``)."""
         hb = self.hb
         wa = self.w_agent[words]
-        if (wa >= 0).any():
+        written = wa >= 0
+        if written.any():
             vc = hb.fit(vc)
-            sel = wa >= 0
-            idx = wa[sel]
-            need = self.w_clock[words][sel]
-            have = vc[idx]
-            bad = need > have
+            if written.all():       # the usual case: no selection to copy
+                sel, idx, need = slice(None), wa, self.w_clock[words]
+            else:
+                sel = written
+                idx, need = wa[sel], self.w_clock[words][sel]
+            bad = need > vc[idx]
             if async_read:
                 gen = ~self.w_async[words][sel]
                 if gen.any():
@@ -234,10 +237,10 @@ class Shadow:
                     badp = gen & (need > pv) & ~bad
                     if badp.any():
                         i = int(np.flatnonzero(badp)[0])
-                        self._report(words[sel][i], agent, pc, what, "read", "proxy")
+                        self._report(word_ids(words)[sel][i], agent, pc, what, "read", "proxy")
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
-                self._report(words[sel][i], agent, pc, what, "read", None)
+                self._report(word_ids(words)[sel][i], agent, pc, what, "read", None)
         c = self._col(agent)
         self.r_clock[c, words] = clock
         self.r_pc[c, words] = pc
@@ -256,7 +259,7 @@ class Shadow:
                 bad = self.w_clock[words][sel] > vc[wa[sel]]
                 if bad.any() and not (same is not None and same()):
                     i = int(np.flatnonzero(bad)[0])
-                    self._report(words[sel][i], agent, pc, what, "write", None)
+                    self._report(word_ids(words)[sel][i], agent, pc, what, "write", None)
         nc = self.ncols
         if nc:
             rc = self.r_clock[:nc, words]
@@ -267,7 +270,7 @@ class Shadow:
                 bad = rc > lim[:, None]
                 if bad.any():
                     ci, wi = np.argwhere(bad)[0]
-                    self._report(words[wi], agent, pc, what, "write", None, col=int(ci))
+                    self._report(word_ids(words)[wi], agent, pc, what, "write", None, col=int(ci))
                 self.r_clock[:nc, words] = 0
         self.w_agent[words] = agent
         self.w_clock[words] = clock
@@ -320,6 +323,21 @@ class Shadow:
             f"    {pmode} by {hb.describe(pa, ppc, ln)}\n"
             f"    {mode} by {hb.describe(agent, pc, ln)} ({what})\n"
             f"    are not ordered by synchronisation; missing: {EDGE[edge]}" + hb.seed_note())
+
+
+def word_set(words, shift=0):
+    """Sorted unique word ids ``words`` + ``shift`` as the shadow takes them: a slice when they
+    are contiguous (a TMA box, a bulk copy), so its updates touch views instead of gathering."""
+    n = len(words)
+    if n and int(words[-1]) - int(words[0]) + 1 == n:
+        lo = int(words[0]) + shift
+        return slice(lo, lo + n)
+    return words + shift
+
+
+def word_ids(words):
+    """The word ids of ``words`` (an array, or a slice from :func:`word_set`)."""
+    return np.arange(words.start, words.stop) if isinstance(words, slice) else words
 
 
 def words_of(off, nb):
@@ -377,6 +395,9 @@ def lane_conflict(cta, off, vals, nb, lanes, w, ins) -> None:
     location: the PTX memory model makes one of them win, undefined which (equal bytes are
     benign, as for the happens-before checker)."""
     if len(off) < 2:
+        return
+    so = np.sort(off)
+    if int((so[1:] - so[:-1]).min()) >= nb:     # no two lanes overlap (the common case)
         return
     order = np.argsort(off, kind="stable")
     so = off[order]

@@ -16,10 +16,14 @@ from .errors import MemoryAccessError
 from .hb import lane_conflict, words_of
 from .ptxtypes import CALLPARAM_BASE
 from .addressing import targets
-from .memory import RANK_SHIFT, views
+from .memory import OFF_MASK, RANK_SHIFT, views
 
 LANES = np.arange(32, dtype=np.uint32)
+_ALL_LANES = np.arange(32)
 _SHIFT = {1: 0, 2: 1, 4: 2, 8: 3}
+_CTA_SHARED = ("shared", "shared::cta")
+_RANK_SHIFT = np.uint64(RANK_SHIFT)
+_OFF_MASK = np.uint64(OFF_MASK)
 
 
 class Group:
@@ -37,10 +41,55 @@ class Group:
         self.m = None if self.count == 32 else mask
 
 
+def register_files(nregs, width):
+    """Register arrays ``[nregs, width]`` per class (p, 16, 32, 64 bit) for ``width`` lanes."""
+    return {"p": np.zeros((max(nregs["p"], 1), width), bool),
+            "h": np.zeros((max(nregs["h"], 1), width), np.uint16),
+            "r": np.zeros((max(nregs["r"], 1), width), np.uint32),
+            "d": np.zeros((max(nregs["d"], 1), width), np.uint64)}
+
+
+def set_register_views(obj, files, cols):
+    """Give ``obj`` the typed register views (``u32``, ``f32``, ...) of ``files[:, cols]``."""
+    obj.p = files["p"][:, cols]
+    obj.u16 = files["h"][:, cols]
+    obj.s16 = obj.u16.view(np.int16)
+    obj.f16 = obj.u16.view(np.float16)
+    obj.bf16 = obj.u16.view(ml_dtypes.bfloat16)
+    obj.u32 = files["r"][:, cols]
+    obj.s32 = obj.u32.view(np.int32)
+    obj.f32 = obj.u32.view(np.float32)
+    obj.u64 = files["d"][:, cols]
+    obj.s64 = obj.u64.view(np.int64)
+    obj.f64 = obj.u64.view(np.float64)
+
+
+class WarpBatch:
+    """Warps ``lo .. hi - 1`` of one CTA executing one register-only instruction together
+    (lockstep): the register views span their ``32 (hi - lo)`` lanes, so a decoded closure runs
+    once for all of them. Only instructions the decoder marked ``batch`` (arithmetic, logic,
+    comparisons, conversions and moves on registers, immediates and lane-invariant special
+    registers) run this way; see ``Launch._run_warp``."""
+
+    def __init__(self, cta, lo, hi):
+        self.cta = cta
+        self.launch = cta.launch
+        self.lo, self.hi = lo, hi
+        self.full = True
+        set_register_views(self, cta.files, slice(32 * lo, 32 * hi))
+        ws = cta.warps[lo:hi]
+        self.sregs = {k: (np.concatenate([w.sregs[k] for w in ws]) if np.ndim(v) else v)
+                      for k, v in ws[0].sregs.items() if k != "%warpid"}
+        self.sregs["%warpid"] = np.repeat(np.arange(lo, hi, dtype=np.uint32), 32)
+
+    def sreg(self, name):
+        return self.sregs[name]
+
+
 class Warp:
     """One warp of a CTA (see module docstring)."""
 
-    def __init__(self, cta, wid, tids, nregs, local_size):
+    def __init__(self, cta, wid, tids, nregs, local_size, files=None):
         self.cta = cta
         self.launch = cta.launch
         self.wid = wid
@@ -48,6 +97,7 @@ class Warp:
         valid = np.zeros(32, bool)
         valid[:n] = True
         self.valid = valid
+        self.full = n == 32         # all 32 lanes exist (the fast paths index nothing)
         self.live = valid.copy()
         self.nlive = n
         self.groups = [Group(0, valid.copy())]
@@ -62,17 +112,10 @@ class Warp:
         self.acc_pending = []       # (register bits, wgmma agent, group clock, pc)
         self.spin_pcs = set()       # PCs seen at round ends while nothing changes (livelock report)
         self.insts = 0
-        self.p = np.zeros((max(nregs["p"], 1), 32), bool)
-        self.u16 = np.zeros((max(nregs["h"], 1), 32), np.uint16)
-        self.s16 = self.u16.view(np.int16)
-        self.f16 = self.u16.view(np.float16)
-        self.bf16 = self.u16.view(ml_dtypes.bfloat16)
-        self.u32 = np.zeros((max(nregs["r"], 1), 32), np.uint32)
-        self.s32 = self.u32.view(np.int32)
-        self.f32 = self.u32.view(np.float32)
-        self.u64 = np.zeros((max(nregs["d"], 1), 32), np.uint64)
-        self.s64 = self.u64.view(np.int64)
-        self.f64 = self.u64.view(np.float64)
+        if files is None:           # a warp of its own (tests); CTAs pass their register files
+            set_register_views(self, register_files(nregs, 32), slice(0, 32))
+        else:
+            set_register_views(self, files, slice(32 * wid, 32 * wid + 32))
         self.local_size = local_size
         self.local = np.zeros(32 * local_size + 16, np.uint8) if local_size else None
         self.callparam = None
@@ -133,7 +176,9 @@ class Warp:
 
     # -- memory -------------------------------------------------------------------------
     def _lanes(self, m):
-        return np.flatnonzero(self.valid if m is None else m)
+        if m is None:
+            return _ALL_LANES if self.full else np.flatnonzero(self.valid)
+        return np.flatnonzero(m)
 
     def _fail(self, what, addr, nb, space, ins, lane, detail):
         raise MemoryAccessError(
@@ -190,6 +235,8 @@ class Warp:
 
     def store(self, space, addr, m, esize, n, vals, ins, race=True):
         """Store ``vals`` ((k, n) of unsigned esize-byte ints, or broadcastable) per active lane."""
+        if space in _CTA_SHARED and np.ndim(addr) and self._store_own_shared(addr, m, esize, n, vals, ins, race):
+            return
         lanes = self._lanes(m)
         k = len(lanes)
         a = np.asarray(addr, np.uint64)
@@ -232,6 +279,40 @@ class Warp:
                 if not launch.changed and not np.array_equal(v[esize][ix], vv):
                     launch.changed = True
                 v[esize][ix] = vv
+
+    def _store_own_shared(self, addr, m, esize, n, vals, ins, race):
+        """The common case of :meth:`store` -- per-lane addresses in this CTA's own shared memory,
+        in bounds and aligned -- with a few whole-warp numpy operations. Returns False (nothing
+        done) when any lane needs the general path, which also produces the error messages."""
+        lanes = self._lanes(m)
+        a = np.asarray(addr, np.uint64)
+        if len(lanes) != 32:
+            a = a[lanes]
+        cta = self.cta
+        if ((a >> _RANK_SHIFT) != cta.rank).any():
+            return False
+        off = (a & _OFF_MASK).astype(np.int64)
+        nb = esize * n
+        if int(off.max()) + nb > cta.smem_size or (nb > 1 and int(np.bitwise_or.reduce(off)) & (nb - 1)):
+            return False
+        k = len(lanes)
+        ut = np.dtype(f"u{esize}")
+        vals = np.asarray(vals)
+        vals = np.broadcast_to(vals.view(ut) if vals.dtype.itemsize == esize else vals.astype(ut), (k, n))
+        if cta.mbar:
+            cta.check_not_mbarrier(off, nb, self, ins)
+        v = cta.sv[esize]
+        idx = off >> _SHIFT[esize]
+        ix = idx if n == 1 else idx[:, None] + np.arange(n)
+        vv = vals[:, 0] if n == 1 else vals
+        if race and cta.shadow is not None:
+            lane_conflict(cta, off, vals, nb, lanes, self, ins)
+            cta.race_access(off, nb, self, ins, True, same=lambda: np.array_equal(v[ix], vv))
+        launch = self.launch
+        if not launch.changed and not np.array_equal(v[ix], vv):
+            launch.changed = True       # progress: an equal value written is none
+        v[ix] = vv
+        return True
 
     def read_generic_bytes(self, addr: int, n: int, ins, lane: int = 0) -> bytes:
         """Read ``n`` bytes at one generic address as seen by ``lane`` (tensor maps, printf)."""
@@ -288,10 +369,22 @@ class CTA:
         lin = np.arange(nthreads)
         tx, ty, tz = lin % bx, (lin // bx) % by, lin // (bx * by)
         self.warps = []
-        for wi in range((nthreads + 31) // 32):
+        nw = (nthreads + 31) // 32
+        # one register array per class for the whole CTA; each warp owns 32 columns of it, so
+        # warps at the same PC can run a register-only instruction as one (WarpBatch)
+        self.files = register_files(prog.nregs, 32 * nw)
+        self.batches = {}
+        for wi in range(nw):
             s = slice(32 * wi, min(32 * wi + 32, nthreads))
-            self.warps.append(Warp(self, wi, (tx[s], ty[s], tz[s]), prog.nregs, prog.local_size))
+            self.warps.append(Warp(self, wi, (tx[s], ty[s], tz[s]), prog.nregs, prog.local_size, self.files))
         self.shadow = None          # hb.Shadow, set by the scheduler when race checks are on
+
+    def batch(self, lo, hi):
+        """The :class:`WarpBatch` of warps ``lo .. hi - 1`` (cached)."""
+        b = self.batches.get((lo, hi))
+        if b is None:
+            b = self.batches[(lo, hi)] = WarpBatch(self, lo, hi)
+        return b
 
     def on_exit(self, warp):
         from .sync import check_named_barriers

@@ -93,9 +93,13 @@ def mbar_targets(w, a, space, ins, lanes):
         if np.any((a >> np.uint64(40)) != np.uint64(SHARED_WIN >> 40)):
             raise SimRuntimeError(f"mbarrier operand is not a shared-memory address\n    at {ins.where()}")
         a = a - np.uint64(SHARED_WIN)
-    vals, counts = np.unique(a, return_counts=True)
+    if len(a) == 1 or (a == a[0]).all():        # the usual case: one barrier for every lane
+        pairs = ((int(a[0]), len(a)),)
+    else:
+        vals, counts = np.unique(a, return_counts=True)
+        pairs = zip(vals.tolist(), counts.tolist())
     out = []
-    for v, c in zip(vals.tolist(), counts.tolist()):
+    for v, c in pairs:
         rank = v >> RANK_SHIFT
         off = v & OFF_MASK
         cta = w.cta
@@ -280,10 +284,11 @@ def dec_mbarrier(ctx, ins, mods, ops):
             sv = np.broadcast_to(np.asarray(rs(w)), (32,))[lanes]
             res = np.zeros(32, bool)
             first = None
-            _vals, inv = np.unique(av, return_inverse=True)
-            for i, (cta, off, n) in enumerate(mbar_targets(w, av, space, ins, lanes)):
+            targets = mbar_targets(w, av, space, ins, lanes)
+            inv = np.unique(av, return_inverse=True)[1] if len(targets) > 1 else None
+            for i, (cta, off, n) in enumerate(targets):
                 b = get_mbar(cta, off, ins)
-                sel = inv == i
+                sel = slice(None) if inv is None else inv == i
                 s = sv[sel]
                 if parity:
                     ok = (b.phase & 1) != (s.astype(np.int64) & 1)

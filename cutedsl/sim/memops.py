@@ -122,8 +122,11 @@ def dec_st(ctx, ins, mods, ops):
             if v.ndim:
                 vals = vals[w._lanes(lanes_m)]
         else:
-            cols = [np.broadcast_to(np.asarray(r(w)), (32,)) for r in readers]
-            vals = np.stack(cols, axis=1)[w._lanes(lanes_m)]
+            vals = np.empty((32, vec), ut)
+            for j, r in enumerate(readers):
+                vals[:, j] = r(w)
+            if lanes_m is not None or not w.full:
+                vals = vals[w._lanes(lanes_m)]
         w.store(space, a, lanes_m, esize, vec, np.asarray(vals).astype(ut, copy=False), ins, race=not strong)
         if sync and w.launch.ghb is not None:     # after the store: it publishes what came before
             _sync_write(w, a, lanes_m, rel, rmw=False)

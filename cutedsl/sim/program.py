@@ -208,6 +208,7 @@ def decode_entry(module, entry, key="", limits=DEFAULT_LIMITS) -> Program:
         if h is None:
             raise UnsupportedInstruction(f"unsupported instruction '{segs[0]}'", it.line, it.text)
         ins.fn = h(ctx, ins, segs[1:], ops)
+        ins.batch = _batchable(ctx, segs[0], ops)
         if segs[0] == "wgmma":
             ins.rbits = 0       # wgmma's own accumulator accesses are ordered by the hardware
         code.append(ins)
@@ -217,6 +218,34 @@ def decode_entry(module, entry, key="", limits=DEFAULT_LIMITS) -> Program:
     end.fn = HANDLERS["ret"](ctx, end, [], [])
     code.append(end)
     return prog
+
+
+#: instructions that only compute on registers: one closure call may serve a batch of warps
+_BATCH_OPS = frozenset((
+    "add", "sub", "mul", "mad", "fma", "div", "rem", "abs", "neg", "min", "max", "and", "or", "xor",
+    "not", "cnot", "shl", "shr", "bfe", "bfi", "prmt", "popc", "clz", "brev", "bfind", "copysign",
+    "testp", "setp", "selp", "slct", "mov", "cvt", "rcp", "sqrt", "rsqrt", "ex2", "lg2", "sin", "cos",
+    "tanh"))
+#: special registers whose value is computed at the read (the virtual clock)
+_TIMED_SREGS = frozenset(("%clock", "%clock64", "%globaltimer", "%globaltimer_lo", "%globaltimer_hi"))
+
+
+def _batchable(ctx, opcode, ops) -> bool:
+    """Whether the instruction reads and writes registers only (no memory, no control flow,
+    no clock): then running it for several warps at once is indistinguishable from running it
+    for each in turn."""
+    if opcode not in _BATCH_OPS:
+        return False
+    for s in ops:
+        o = ctx.operand(s)
+        items = o.items if o.kind == "vec" else (o,)
+        for x in items:
+            if x.kind in ("reg", "imm", "fimm", "sink", "sym"):
+                continue
+            if x.kind == "sreg" and x.name not in _TIMED_SREGS:
+                continue
+            return False
+    return True
 
 
 def _add_shared(prog: Program, v: Var):

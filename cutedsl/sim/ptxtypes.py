@@ -58,13 +58,15 @@ def bits_of(t: str) -> int:
 
 class Instr:
     """One decoded instruction."""
-    __slots__ = ("pc", "line", "text", "opcode", "guard", "neg", "fn", "scope", "info", "rbits")
+    __slots__ = ("pc", "line", "text", "opcode", "guard", "neg", "fn", "scope", "info", "rbits", "batch")
 
     def __init__(self, pc, line, text, opcode, scope):
         self.pc, self.line, self.text, self.opcode, self.scope = pc, line, text, opcode, scope
         self.guard, self.neg, self.fn, self.info = -1, False, None, None
         #: bit i set when the instruction names 32-bit register i (wgmma accumulator checks)
         self.rbits = 0
+        #: register-only: warps at this PC may run it together (machine.WarpBatch)
+        self.batch = False
 
     def where(self) -> str:
         return f"PTX line {self.line}: {self.text}"

@@ -45,7 +45,7 @@ from .hb import HB, Shadow, acc_check
 from .limits import DEFAULT_LIMITS, fmt_bytes, warp_bytes
 from .machine import CTA, Cluster
 from .memory import views
-from .registry import JUMPED, YIELD
+from .registry import JUMPED, RESCHED, YIELD
 
 DEFAULT_BUDGET = 200_000_000
 DEFAULT_SM_COUNT = 132          #: H100 SXM: the SMs a launch's resident CTAs spread over
@@ -80,6 +80,16 @@ def _dispose(cl) -> None:
             w.__dict__.clear()
         c.__dict__.clear()
     cl.__dict__.clear()
+
+
+def _joins(x, pc, ins) -> bool:
+    """Warp ``x`` can join a lockstep batch at ``pc``: one runnable group of all its lanes there,
+    and no wgmma still owning a register the instruction names (that check runs per warp)."""
+    gs = x.groups
+    if len(gs) != 1 or not x.full:
+        return False
+    g = gs[0]
+    return g.pc == pc and g.m is None and g.blocked is None and not (x.acc_bits and ins.rbits & x.acc_bits)
 
 
 class Launch:
@@ -344,6 +354,7 @@ class Launch:
         w.poll = False
         groups = w.groups
         ins = None
+        gang = None                 # (lo, hi): the warps that ran the last instruction with w
         try:
             while not w.done:
                 g = None
@@ -388,7 +399,16 @@ class Launch:
                         n += 1
                     if w.acc_bits and ins.rbits & w.acc_bits:
                         acc_check(w, ins)
-                    r = ins.fn(w, g, m)
+                    if ins.batch and m is None and others is None and w.full:
+                        r, gang = self._lockstep(w, g, ins)
+                    else:
+                        pc0 = g.pc
+                        r = ins.fn(w, g, m)
+                        if gang is not None:
+                            if m is None and others is None and r != YIELD and r != RESCHED:
+                                self._step_gang(w, gang, pc0, ins)
+                            else:
+                                gang = None
                     if r is None:
                         g.pc += 1
                     elif r == JUMPED:
@@ -419,6 +439,45 @@ class Launch:
             w.insts += n
             self.insts += n
         return n
+
+    def _lockstep(self, w, g, ins):
+        """Run register-only ``ins`` for ``w`` and for the neighbouring warps of its CTA that wait
+        at the same PC with all lanes (a contiguous run, so their registers are one slice of the
+        CTA's register files: :class:`machine.WarpBatch`). Those warps advance past it now; as the
+        instruction touches only their own registers, no other warp can tell."""
+        ws = w.cta.warps
+        pc = g.pc
+        lo = w.wid
+        while lo > 0 and _joins(ws[lo - 1], pc, ins):
+            lo -= 1
+        hi = w.wid + 1
+        while hi < len(ws) and _joins(ws[hi], pc, ins):
+            hi += 1
+        if hi - lo == 1:
+            return ins.fn(w, g, None), None
+        cta = w.cta
+        gi = ins.guard
+        if gi >= 0:             # every lane of the batch must take it (w's lanes all do)
+            row = cta.files["p"][gi, 32 * lo:32 * hi]
+            if not (not row.any() if ins.neg else row.all()):
+                return ins.fn(w, g, None), None
+        ins.fn(cta.batch(lo, hi), None, None)
+        for x in ws[lo:hi]:
+            if x is not w:
+                x.groups[0].pc += 1
+                x.insts += 1
+        self.insts += hi - lo - 1
+        return None, (lo, hi)
+
+    def _step_gang(self, w, gang, pc, ins):
+        """``w`` just ran ``ins`` (at ``pc``) alone -- a memory, barrier, wgmma or branch
+        instruction. Its gang (the warps that ran the previous instruction with it) runs it too,
+        each on its own, so that they stay together for the next register-only instruction. Any
+        warp may run at any time, so this is one of the interleavings the scheduler allows."""
+        ws = w.cta.warps
+        for x in ws[gang[0]:gang[1]]:
+            if x is not w and _joins(x, pc, ins):
+                self._run_warp(x, 1)
 
     @staticmethod
     def _merge(w, g, o):

@@ -30,7 +30,7 @@ from ..errors import TensorMapError
 from .errors import MemoryAccessError, SimRuntimeError
 from .memory import OFF_MASK, PARAM_WIN, RANK_SHIFT, SHARED_WIN
 from .registry import handler
-from .hb import words_of
+from .hb import word_set, words_of
 from .cp_async import dec_cp_async
 from .mbarrier import get_mbar, hb_check_init
 from .tensormap import decode
@@ -175,7 +175,7 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
                                     f"{cta.smem_size} B of shared memory\n    at {ins.where()}")
         bcta = cta.cluster.ctas[cta.rank ^ peer_bit] if peer_bit else cta
         bar = get_mbar(bcta, moff, ins)
-        snap = async_write(w, cta, moff, words + (base >> 2), ins, "TMA load", bcta)
+        snap = async_write(w, cta, moff, word_set(words, base >> 2), ins, "TMA load", bcta)
         hb_check_init(w, bar, ins)
 
         def land(cta=cta, bar=bar, snap=snap, bcta=bcta):
@@ -238,7 +238,7 @@ def tma_store(w, ins, tm_addr, coords, src):
     base = soff - dmod
     if base + int(rel.max()) + tm.esize > scta.smem_size:
         raise MemoryAccessError(f"TMA store box at smem offset {soff} overruns shared memory\n    at {ins.where()}")
-    bulk_read(w, scta, ch + (base >> 2), ins, "TMA store source")
+    bulk_read(w, scta, word_set(ch, base >> 2), ins, "TMA store source")
     sidx = (base + rel) // tm.esize
     v = al.v[tm.esize]
     if w.launch.ghb is not None:        # the global side: a write in flight until wait_group
@@ -266,7 +266,7 @@ def _bulk_copy(w, ins, dst_space, dst, src_space, src, size, mbar=None, mask=Non
     data = w.load(src_space, np.uint64(src), one, 1, size, np.uint8, ins, race=False)[0]
     if src_space != "global":
         scta, soff = _smem_dest(w, src, ins, "bulk copy source", 16)
-        bulk_read(w, scta, words_of(np.arange(soff, soff + size, 4), 4), ins, "bulk copy source")
+        bulk_read(w, scta, word_set(words_of(np.arange(soff, soff + size, 4), 4)), ins, "bulk copy source")
     if dst_space == "global":
         w.store("global", np.uint64(dst), one, 1, size, data[None, :], ins, race=False)
         if w.launch.ghb is not None:
@@ -281,7 +281,7 @@ def _bulk_copy(w, ins, dst_space, dst, src_space, src, size, mbar=None, mask=Non
             raise MemoryAccessError(f"bulk copy of {size} B at smem offset {doff} overruns shared memory\n"
                                     f"    at {ins.where()}")
         bar = get_mbar(cta, moff, ins)
-        snap = async_write(w, cta, moff, words_of(np.arange(doff, doff + size, 4), 4), ins, "bulk copy")
+        snap = async_write(w, cta, moff, word_set(words_of(np.arange(doff, doff + size, 4), 4)), ins, "bulk copy")
 
         def land(cta=cta, bar=bar, snap=snap):
             cta.smem[doff:doff + size] = data

@@ -102,6 +102,21 @@ def d_map(n: int):
     return row * n + col
 
 
+def frag_to_tile(regs, n: int):
+    """The (64, n) f32 tile held by f32 accumulator fragments ``regs`` (128 threads, n/2): thread
+    t = 32 q + 4 g + j holds rows 16 q + g (+ 8 h) and columns 8 c + 2 j + e -- :func:`d_map`
+    as a transpose: regs axes (q, g, j, c, h, e) -> tile axes (q, h, g, c, j, e). The pair
+    (e = 0, 1) moves as one 8-byte element (a third of the cost of moving floats)."""
+    pairs = np.ascontiguousarray(regs, np.float32).view(np.uint64)
+    return pairs.reshape(4, 8, 4, n // 8, 2).transpose(0, 4, 1, 3, 2).reshape(64, n // 2).view(np.float32)
+
+
+def tile_to_frag(tile, n: int):
+    """Inverse of :func:`frag_to_tile`: (64, n) f32 -> (128 threads, n/2 registers)."""
+    pairs = np.ascontiguousarray(tile, np.float32).view(np.uint64)
+    return pairs.reshape(4, 2, 8, n // 8, 4).transpose(0, 2, 4, 3, 1).reshape(128, n // 4).view(np.float32)
+
+
 @lru_cache(maxsize=8)
 def a_reg_map():
     """(row, k) of each (thread, value v in 0..7) of a 16-bit register A fragment (64x16)."""
@@ -142,6 +157,17 @@ def _wg(cta, gi):
 
 
 def _uniform(warps, reader, ins, what):
+    cta = warps[0].cta
+    lo = warps[0].wid
+    if cta.warps[lo:lo + len(warps)] == warps and all(w.full for w in warps):
+        # the warpgroup's lanes are one slice of the CTA's register files: read them at once
+        b = cta.batch(lo, lo + len(warps))
+        v = reader(b)
+        if not getattr(v, "ndim", 0):
+            return int(v)
+        a = v[0]
+        if (v == a).all():
+            return int(a)
     x0 = None
     for w in warps:
         v = reader(w)
@@ -311,14 +337,16 @@ def dec_wgmma(ctx, ins, mods, ops):
                 w.acc_bits |= rbits
 
         def perform():
-            regs = np.concatenate([w.u32[didx] for w in warps], axis=1).T      # (128, nd)
+            lanes = slice(32 * warps[0].wid, 32 * warps[-1].wid + 32)
+            regs = cta.files["r"][didx, lanes].T                                 # (128, nd)
             B = _load_operand(cta, b_ei, eb, dtb).T                              # (K, N)
             Am = A if A is not None else _load_operand(cta, a_ei, ea, dta)       # (64, K)
-            compute(warps, regs, Am, B, scale_d)
+            cta.files["r"][didx, lanes] = compute(regs, Am, B, scale_d).T
         key = (cta.rank, gi)
         defer(warps[0], perform, ("wgmma", key, group), ("wgmma", key))
 
-    def compute(warps, regs, A, B, scale_d):
+    def compute(regs, A, B, scale_d):
+        """The accumulator registers (128 threads, nd) after D = A B (+ D)."""
         if is_int:
             prod = A.astype(np.int64) @ B.astype(np.int64)
             flat = np.empty(64 * N, np.int64)
@@ -332,15 +360,15 @@ def dec_wgmma(ctx, ins, mods, ops):
             if sign != 1.0:
                 prod = -prod
             if scale_d:
-                flat = np.empty(64 * N, np.float64)
                 if dtype_d == "f16":
+                    flat = np.empty(64 * N, np.float64)
                     lo = (regs & 0xFFFF).astype(np.uint16).view(np.float16)
                     hi = (regs >> 16).astype(np.uint16).view(np.float16)
                     e = np.stack([lo, hi], axis=2).reshape(128, N // 2)
                     flat[dmap] = e.astype(np.float64)
+                    r = flat.reshape(64, N) + prod
                 else:
-                    flat[dmap] = regs.view(np.float32).astype(np.float64)
-                r = flat.reshape(64, N) + prod
+                    r = frag_to_tile(regs.view(np.float32), N).astype(np.float64) + prod
             else:
                 r = prod
             if dtype_d == "f16":
@@ -349,9 +377,8 @@ def dec_wgmma(ctx, ins, mods, ops):
                 out = e[:, :, 0] | (e[:, :, 1] << 16)
             else:
                 with np.errstate(over="ignore"):
-                    out = r.reshape(-1)[dmap].astype(np.float32).view(np.uint32)
-        for j, w in enumerate(warps):
-            w.u32[didx] = out[32 * j:32 * j + 32].T
+                    out = tile_to_frag(r.astype(np.float32), N).view(np.uint32)
+        return out
 
     def fn(w, g, m):
         if m is not g.m:
