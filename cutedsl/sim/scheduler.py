@@ -82,14 +82,22 @@ def _dispose(cl) -> None:
     cl.__dict__.clear()
 
 
-def _joins(x, pc, ins) -> bool:
-    """Warp ``x`` can join a lockstep batch at ``pc``: one runnable group of all its lanes there,
-    and no wgmma still owning a register the instruction names (that check runs per warp)."""
+#: how far (in instructions) a warp may be behind to catch up with a lockstep batch
+_CATCH_UP = 8
+
+
+def _joins(x, pc, ins, ready=False) -> bool:
+    """Warp ``x`` can join a lockstep batch at ``pc``: one runnable group of all its lanes there
+    (``ready``: or one whose wait is over), and no wgmma still owning a register the
+    instruction names (that check runs per warp)."""
     gs = x.groups
     if len(gs) != 1 or not x.full:
         return False
     g = gs[0]
-    return g.pc == pc and g.m is None and g.blocked is None and not (x.acc_bits and ins.rbits & x.acc_bits)
+    if g.pc != pc or g.m is not None or (x.acc_bits and ins.rbits & x.acc_bits):
+        return False
+    b = g.blocked
+    return b is None or (ready and b.ready())
 
 
 class Launch:
@@ -175,6 +183,7 @@ class Launch:
         self.time_limit = float(time_limit) if time_limit is not None else default_time_limit()
         self.changed = False     # a store changed memory this round (see _run_resident)
         self.insts = 0
+        self._stepping = False       # inside _step_gang (no nested stepping)
         self.printf = []
         self.version = 0
         self.cta_serial = 0
@@ -354,7 +363,6 @@ class Launch:
         w.poll = False
         groups = w.groups
         ins = None
-        gang = None                 # (lo, hi): the warps that ran the last instruction with w
         try:
             while not w.done:
                 g = None
@@ -385,6 +393,8 @@ class Launch:
                         n += 1
                         if c == 0:
                             g.pc += 1
+                            if others is None and w.full and g.m is None and not self._stepping:
+                                self._step_gang(w, g.pc - 1, ins)
                             if others is not None:
                                 o = others.get(g.pc)
                                 if o is not None:
@@ -400,15 +410,13 @@ class Launch:
                     if w.acc_bits and ins.rbits & w.acc_bits:
                         acc_check(w, ins)
                     if ins.batch and m is None and others is None and w.full:
-                        r, gang = self._lockstep(w, g, ins)
+                        r = self._lockstep(w, g, ins)
                     else:
                         pc0 = g.pc
                         r = ins.fn(w, g, m)
-                        if gang is not None:
-                            if m is None and others is None and r != YIELD and r != RESCHED:
-                                self._step_gang(w, gang, pc0, ins)
-                            else:
-                                gang = None
+                        if (m is None and others is None and w.full and r != YIELD and r != RESCHED
+                                and not self._stepping):
+                            self._step_gang(w, pc0, ins)
                     if r is None:
                         g.pc += 1
                     elif r == JUMPED:
@@ -445,39 +453,73 @@ class Launch:
         at the same PC with all lanes (a contiguous run, so their registers are one slice of the
         CTA's register files: :class:`machine.WarpBatch`). Those warps advance past it now; as the
         instruction touches only their own registers, no other warp can tell."""
+        if self._stepping:      # w is being stepped for a leader that is itself at an instruction
+            return ins.fn(w, g, None)
         ws = w.cta.warps
         pc = g.pc
         lo = w.wid
-        while lo > 0 and _joins(ws[lo - 1], pc, ins):
+        while lo > 0 and self._meets(ws[lo - 1], pc, ins):
             lo -= 1
         hi = w.wid + 1
-        while hi < len(ws) and _joins(ws[hi], pc, ins):
+        while hi < len(ws) and self._meets(ws[hi], pc, ins):
             hi += 1
         if hi - lo == 1:
-            return ins.fn(w, g, None), None
+            return ins.fn(w, g, None)
         cta = w.cta
         gi = ins.guard
         if gi >= 0:             # every lane of the batch must take it (w's lanes all do)
             row = cta.files["p"][gi, 32 * lo:32 * hi]
             if not (not row.any() if ins.neg else row.all()):
-                return ins.fn(w, g, None), None
+                return ins.fn(w, g, None)
         ins.fn(cta.batch(lo, hi), None, None)
         for x in ws[lo:hi]:
             if x is not w:
                 x.groups[0].pc += 1
                 x.insts += 1
         self.insts += hi - lo - 1
-        return None, (lo, hi)
+        return None
 
-    def _step_gang(self, w, gang, pc, ins):
+    def _meets(self, x, pc, ins) -> bool:
+        """Warp ``x`` is at ``pc`` ready to join a batch, possibly after running it alone for a
+        few instructions: a warp a little behind (a branch taken by one lane, a wait that
+        ended later) catches up, as the scheduler could have run it at any earlier time."""
+        if _joins(x, pc, ins):
+            return True
+        gs = x.groups
+        if self._stepping or not gs or min(g.pc for g in gs) < pc - _CATCH_UP or min(g.pc for g in gs) >= pc:
+            return False
+        self._stepping = True
+        try:
+            for _ in range(_CATCH_UP):
+                if not self._run_warp(x, 1) or x.poll or x.done:
+                    return False
+                if _joins(x, pc, ins):
+                    return True
+                if min(g.pc for g in x.groups) >= pc:
+                    return False
+        finally:
+            self._stepping = False
+        return False
+
+    def _step_gang(self, w, pc, ins):
         """``w`` just ran ``ins`` (at ``pc``) alone -- a memory, barrier, wgmma or branch
-        instruction. Its gang (the warps that ran the previous instruction with it) runs it too,
-        each on its own, so that they stay together for the next register-only instruction. Any
-        warp may run at any time, so this is one of the interleavings the scheduler allows."""
+        instruction. The neighbouring warps waiting at the same PC (a contiguous run) run it
+        too, each on its own, so that they stay together for the next register-only
+        instruction. Any warp may run at any time: this is one of the interleavings the
+        scheduler allows."""
         ws = w.cta.warps
-        for x in ws[gang[0]:gang[1]]:
-            if x is not w and _joins(x, pc, ins):
-                self._run_warp(x, 1)
+        self._stepping = True
+        try:
+            i = w.wid - 1
+            while i >= 0 and _joins(ws[i], pc, ins, True):
+                self._run_warp(ws[i], 1)
+                i -= 1
+            i = w.wid + 1
+            while i < len(ws) and _joins(ws[i], pc, ins, True):
+                self._run_warp(ws[i], 1)
+                i += 1
+        finally:
+            self._stepping = False
 
     @staticmethod
     def _merge(w, g, o):

@@ -292,7 +292,11 @@ def pair_ptx(kind="f16", wait=True):
          ".b64 [%r40], %rs1;\n"),
         ("\tmad.lo.u32 %r16, %r1, %r56, %r14;\n",
          "\tmad.lo.u32 %r58, %r57, 128, %r1;\n\tmad.lo.u32 %r16, %r58, %r56, %r14;\n"),
-        ("\ttcgen05.dealloc.cta_group::1", "\ttcgen05.dealloc.cta_group::2"),
+        # the pair frees its tensor memory only when both CTAs are done with it (CUTLASS's 2-SM
+        # kernels sync the cluster before the dealloc): the peer's MMA writes both CTAs' TMEM
+        ("\t@!%p2 bra END;\n\ttcgen05.dealloc.cta_group::1",
+         "\tbarrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;\n"
+         "\t@!%p2 bra END;\n\ttcgen05.dealloc.cta_group::2"),
         ("\ttcgen05.relinquish_alloc_permit.cta_group::1", "\ttcgen05.relinquish_alloc_permit.cta_group::2"),
     ])
     return text
