@@ -71,6 +71,8 @@ class WarpBatch:
     comparisons, conversions and moves on registers, immediates and lane-invariant special
     registers) run this way; see ``Launch._run_warp``."""
 
+    is_batch = True
+
     def __init__(self, cta, lo, hi):
         self.cta = cta
         self.launch = cta.launch
@@ -85,9 +87,58 @@ class WarpBatch:
     def sreg(self, name):
         return self.sregs[name]
 
+    def _lanes(self, m):
+        return np.arange(32 * (self.hi - self.lo)) if m is None else np.flatnonzero(m)
+
+    def store(self, space, addr, m, esize, n, vals, ins, race=True):
+        """:meth:`Warp.store` for the batch: stores to the CTA's own shared memory whose lanes
+        touch distinct words at once (one bounds check, one race-detector update for all the
+        warps); anything else -- and every case that needs a report -- as each warp's own store
+        in turn, exactly as if they had run one after the other."""
+        ws = self.cta.warps[self.lo:self.hi]
+        k = 32 * len(ws)
+        vals = np.broadcast_to(np.asarray(vals), (k, n))
+        if m is None and self._store_shared(space, addr, esize, n, vals, ins, race, ws):
+            return
+        a = np.asarray(addr)
+        for j, w in enumerate(ws):
+            part = slice(32 * j, 32 * j + 32)
+            w.store(space, a[part] if a.ndim else a, None if m is None else m[part], esize, n, vals[part], ins, race)
+
+    def _store_shared(self, space, addr, esize, n, vals, ins, race, ws):
+        nb = esize * n
+        if space not in _CTA_SHARED or not np.ndim(addr) or nb < 4:
+            return False
+        a = np.asarray(addr, np.uint64)
+        cta = self.cta
+        if ((a >> _RANK_SHIFT) != cta.rank).any():
+            return False
+        off = (a & _OFF_MASK).astype(np.int64)
+        so = np.sort(off)
+        if (int(so[-1]) + nb > cta.smem_size or int(np.bitwise_or.reduce(off)) & (nb - 1)
+                or int((so[1:] - so[:-1]).min()) < nb or cta.overlaps_mbarrier(int(so[0]), int(so[-1]) + nb)):
+            return False
+        ut = np.dtype(f"u{esize}")
+        vals = vals.view(ut) if vals.dtype.itemsize == esize else vals.astype(ut)
+        if race and cta.shadow is not None:
+            words = words_of(off, nb)
+            wi = np.repeat(np.arange(len(ws)), 32 * (nb // 4))
+            if not cta.shadow.write_warps(words, wi, ws, ins.pc):
+                return False
+        v = cta.sv[esize]
+        idx = off >> _SHIFT[esize]
+        ix = idx if n == 1 else idx[:, None] + np.arange(n)
+        vv = vals[:, 0] if n == 1 else vals
+        launch = self.launch
+        if not launch.changed and not np.array_equal(v[ix], vv):
+            launch.changed = True
+        v[ix] = vv
+        return True
+
 
 class Warp:
     """One warp of a CTA (see module docstring)."""
+    is_batch = False
 
     def __init__(self, cta, wid, tids, nregs, local_size, files=None):
         self.cta = cta
@@ -109,6 +160,8 @@ class Warp:
         self.mbinit = None
         self.wg_commits = self.bulk_commits = self.cp_commits = 0
         self.acc_bits = 0           # 32-bit registers an unretired wgmma may still write
+        self.lazy_bits = 0          # 32-bit registers whose value a warpgroup holds (wgmma_acc)
+        self.held = None
         self.acc_pending = []       # (register bits, wgmma agent, group clock, pc)
         self.spin_pcs = set()       # PCs seen at round ends while nothing changes (livelock report)
         self.insts = 0
@@ -400,6 +453,10 @@ class CTA:
                 # the CTA's shared memory goes to the next CTA: reads that are still pending see garbage
                 self.launch.chaos.flush(lambda t: t is not None and t[0] == "wgmma" and t[1][0] == self.rank)
                 self.smem[:] = 0xFF
+
+    def overlaps_mbarrier(self, lo, hi) -> bool:
+        """Whether bytes ``lo .. hi - 1`` reach an initialised mbarrier of this CTA."""
+        return any(o < hi and o + 8 > lo for o in self.mbar)
 
     def check_not_mbarrier(self, off, nb, w, ins):
         if not self.mbar:

@@ -122,7 +122,7 @@ def dec_st(ctx, ins, mods, ops):
             if v.ndim:
                 vals = vals[w._lanes(lanes_m)]
         else:
-            vals = np.empty((32, vec), ut)
+            vals = np.empty((w.p.shape[1], vec), ut)     # 32 lanes, or a lockstep batch
             for j, r in enumerate(readers):
                 vals[:, j] = r(w)
             if lanes_m is not None or not w.full:

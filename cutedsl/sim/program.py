@@ -208,7 +208,7 @@ def decode_entry(module, entry, key="", limits=DEFAULT_LIMITS) -> Program:
         if h is None:
             raise UnsupportedInstruction(f"unsupported instruction '{segs[0]}'", it.line, it.text)
         ins.fn = h(ctx, ins, segs[1:], ops)
-        ins.batch = _batchable(ctx, segs[0], ops)
+        ins.batch = _batchable(ctx, segs[0], segs[1:], ops)
         if segs[0] == "wgmma":
             ins.rbits = 0       # wgmma's own accumulator accesses are ordered by the hardware
         code.append(ins)
@@ -230,17 +230,20 @@ _BATCH_OPS = frozenset((
 _TIMED_SREGS = frozenset(("%clock", "%clock64", "%globaltimer", "%globaltimer_lo", "%globaltimer_hi"))
 
 
-def _batchable(ctx, opcode, ops) -> bool:
+def _batchable(ctx, opcode, mods, ops) -> bool:
     """Whether the instruction reads and writes registers only (no memory, no control flow,
-    no clock): then running it for several warps at once is indistinguishable from running it
-    for each in turn."""
-    if opcode not in _BATCH_OPS:
+    no clock), or is a store to the CTA's shared memory (``machine.WarpBatch.store``): then
+    running it for several warps at once is indistinguishable from running it for each in turn."""
+    store = opcode == "st" and ("shared" in mods or "shared::cta" in mods)
+    if opcode == "wgmma" and mods[:1] == ["mma_async"]:
+        return True         # whole warpgroups of a batch issue at once (wgmma.py)
+    if opcode not in _BATCH_OPS and not store:
         return False
     for s in ops:
         o = ctx.operand(s)
         items = o.items if o.kind == "vec" else (o,)
         for x in items:
-            if x.kind in ("reg", "imm", "fimm", "sink", "sym"):
+            if x.kind in ("reg", "imm", "fimm", "sink", "sym") or (store and x.kind == "addr"):
                 continue
             if x.kind == "sreg" and x.name not in _TIMED_SREGS:
                 continue

@@ -11,10 +11,12 @@ It also defines the status codes an execution closure ``fn(warp, group, mask)`` 
 ``None`` (fall through), ``JUMPED`` (it set ``group.pc``), ``BLOCKED`` (the group waits and
 re-executes the instruction when ready), ``RESCHED`` (lane groups changed; the scheduler
 re-picks) and ``YIELD`` (the closure advanced the PC and the warp should let others run).
+Called with a lockstep batch of warps (``machine.WarpBatch``), a closure may return
+``NOT_BATCHED`` (having done nothing): the scheduler then runs the warps one at a time.
 """
 from __future__ import annotations
 
-JUMPED, BLOCKED, RESCHED, YIELD = 1, 2, 3, 4
+JUMPED, BLOCKED, RESCHED, YIELD, NOT_BATCHED = 1, 2, 3, 4, 5
 
 #: opcode base (text before the first dot) -> decode function ``f(ctx, ins, mods, ops)``
 HANDLERS: dict = {}

@@ -45,7 +45,7 @@ from .hb import HB, Shadow, acc_check
 from .limits import DEFAULT_LIMITS, fmt_bytes, warp_bytes
 from .machine import CTA, Cluster
 from .memory import views
-from .registry import JUMPED, RESCHED, YIELD
+from .registry import JUMPED, NOT_BATCHED, RESCHED, YIELD
 
 DEFAULT_BUDGET = 200_000_000
 DEFAULT_SM_COUNT = 132          #: H100 SXM: the SMs a launch's resident CTAs spread over
@@ -94,7 +94,8 @@ def _joins(x, pc, ins, ready=False) -> bool:
     if len(gs) != 1 or not x.full:
         return False
     g = gs[0]
-    if g.pc != pc or g.m is not None or (x.acc_bits and ins.rbits & x.acc_bits):
+    if g.pc != pc or g.m is not None or (x.acc_bits and ins.rbits & x.acc_bits) or (
+            x.lazy_bits and ins.rbits & x.lazy_bits):
         return False
     b = g.blocked
     return b is None or (ready and b.ready())
@@ -409,6 +410,8 @@ class Launch:
                         n += 1
                     if w.acc_bits and ins.rbits & w.acc_bits:
                         acc_check(w, ins)
+                    if w.lazy_bits and ins.rbits & w.lazy_bits:
+                        w.held.settle(ins.rbits)
                     if ins.batch and m is None and others is None and w.full:
                         r = self._lockstep(w, g, ins)
                     else:
@@ -471,7 +474,8 @@ class Launch:
             row = cta.files["p"][gi, 32 * lo:32 * hi]
             if not (not row.any() if ins.neg else row.all()):
                 return ins.fn(w, g, None)
-        ins.fn(cta.batch(lo, hi), None, None)
+        if ins.fn(cta.batch(lo, hi), None, None) == NOT_BATCHED:
+            return ins.fn(w, g, None)
         for x in ws[lo:hi]:
             if x is not w:
                 x.groups[0].pc += 1

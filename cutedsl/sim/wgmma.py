@@ -40,9 +40,10 @@ import numpy as np
 from . import numerics as nm
 from .errors import SimRuntimeError
 from .hb import acc_prune
-from .registry import BLOCKED, handler
+from .registry import BLOCKED, NOT_BATCHED, handler
 from .sync import need_converged
 from .tma import defer, swizzle
+from .wgmma_acc import HeldTiles, frag_to_tile, tile_to_frag
 
 ETYPES = {"f16": (2, np.float16), "bf16": (2, ml_dtypes.bfloat16), "tf32": (4, np.uint32),
           "e4m3": (1, ml_dtypes.float8_e4m3fn), "e5m2": (1, ml_dtypes.float8_e5m2),
@@ -102,21 +103,6 @@ def d_map(n: int):
     return row * n + col
 
 
-def frag_to_tile(regs, n: int):
-    """The (64, n) f32 tile held by f32 accumulator fragments ``regs`` (128 threads, n/2): thread
-    t = 32 q + 4 g + j holds rows 16 q + g (+ 8 h) and columns 8 c + 2 j + e -- :func:`d_map`
-    as a transpose: regs axes (q, g, j, c, h, e) -> tile axes (q, h, g, c, j, e). The pair
-    (e = 0, 1) moves as one 8-byte element (a third of the cost of moving floats)."""
-    pairs = np.ascontiguousarray(regs, np.float32).view(np.uint64)
-    return pairs.reshape(4, 8, 4, n // 8, 2).transpose(0, 4, 1, 3, 2).reshape(64, n // 2).view(np.float32)
-
-
-def tile_to_frag(tile, n: int):
-    """Inverse of :func:`frag_to_tile`: (64, n) f32 -> (128 threads, n/2 registers)."""
-    pairs = np.ascontiguousarray(tile, np.float32).view(np.uint64)
-    return pairs.reshape(4, 2, 8, n // 8, 4).transpose(0, 2, 4, 3, 1).reshape(128, n // 4).view(np.float32)
-
-
 @lru_cache(maxsize=8)
 def a_reg_map():
     """(row, k) of each (thread, value v in 0..7) of a 16-bit register A fragment (64x16)."""
@@ -128,10 +114,11 @@ def a_reg_map():
 
 
 class WarpGroupState:
-    __slots__ = ("arrivals",)
+    __slots__ = ("arrivals", "held")
 
     def __init__(self):
         self.arrivals = {}
+        self.held = None        # HeldTiles (eager mode)
 
 
 class Rendezvous:
@@ -296,12 +283,26 @@ def dec_wgmma(ctx, ins, mods, ops):
     dmap = d_map(N)
     sign = float(sa * sb)
 
-    rbits = 0
-    for i in didx.tolist() + (aidx.tolist() if a_regs else []):
+    dbits = 0
+    for i in didx.tolist():
+        dbits |= 1 << int(i)
+    rbits = dbits
+    for i in (aidx.tolist() if a_regs else []):
         rbits |= 1 << int(i)
+    dkey = tuple(didx.tolist())
+    hold = dtype_d == "f32"         # f32 accumulators are held as tiles between MMAs (wgmma_acc)
 
     def execute(warps, cta):
         # issue: registers read now (scale-d, descriptors, register A), operand addresses
+        st = _wg(cta, warps[0].wid // 4)
+        held = st.held
+        if held is not None and held.tiles:
+            other = 0
+            for k, t in held.tiles.items():
+                if k != dkey:
+                    other |= t[3]
+            if other & rbits:       # registers another held tile owns: write it back first
+                held.settle(other & rbits)
         scale_d = bool(_uniform(warps, rscale, ins, "scale-d"))
         b_desc = _uniform(warps, rb, ins, "B descriptor")
         _b, b_words, b_ei, b_end = operand_addrs(b_desc, N, K, eb, bool(trans_b))
@@ -338,12 +339,31 @@ def dec_wgmma(ctx, ins, mods, ops):
 
         def perform():
             lanes = slice(32 * warps[0].wid, 32 * warps[-1].wid + 32)
-            regs = cta.files["r"][didx, lanes].T                                 # (128, nd)
             B = _load_operand(cta, b_ei, eb, dtb).T                              # (K, N)
             Am = A if A is not None else _load_operand(cta, a_ei, ea, dta)       # (64, K)
+            if hold and cta.launch.chaos is None:
+                if st.held is None:
+                    st.held = HeldTiles(cta, warps)
+                t = st.held.tiles.get(dkey)
+                c = None
+                if scale_d:
+                    c = t[1] if t is not None else frag_to_tile(cta.files["r"][didx, lanes].T.view(np.float32), N)
+                st.held.put(dkey, didx, product(c, Am, B), N, dbits)
+                return
+            regs = cta.files["r"][didx, lanes].T                                 # (128, nd)
             cta.files["r"][didx, lanes] = compute(regs, Am, B, scale_d).T
         key = (cta.rank, gi)
         defer(warps[0], perform, ("wgmma", key, group), ("wgmma", key))
+
+    def product(c, A, B):
+        """The (64, N) f32 tile D = A B (+ c, an f32 tile or None), one rounding (exact mode)."""
+        prod = A @ B
+        if sign != 1.0:
+            prod = -prod
+        if c is not None:
+            prod += c
+        with np.errstate(over="ignore"):
+            return prod.astype(np.float32)
 
     def compute(regs, A, B, scale_d):
         """The accumulator registers (128 threads, nd) after D = A B (+ D)."""
@@ -380,7 +400,24 @@ def dec_wgmma(ctx, ins, mods, ops):
                     out = tile_to_frag(r.astype(np.float32), N).view(np.uint32)
         return out
 
+    def batch_fn(b):
+        """A lockstep batch made of whole warpgroups, none of whose warps has arrived at this
+        wgmma on its own: each warpgroup's rendezvous is complete at once."""
+        cta = b.cta
+        if b.lo % 4 or b.hi % 4:
+            return NOT_BATCHED
+        for gi in range(b.lo // 4, b.hi // 4):
+            st = cta.warpgroups.get(gi)
+            if st is not None and st.arrivals.get(ins.pc):
+                return NOT_BATCHED
+        for gi in range(b.lo // 4, b.hi // 4):
+            execute(cta.warps[4 * gi:4 * gi + 4], cta)
+        cta.launch.version += 1
+        return None
+
     def fn(w, g, m):
+        if w.is_batch:
+            return batch_fn(w)
         if m is not g.m:
             raise SimRuntimeError(f"wgmma executed by only part of a warp\n    at {ins.where()}")
         if need_converged(w, g, ins):
