@@ -221,16 +221,15 @@ class Shadow:
         ``agent`` at ``clock`` (knowledge ``vc``/``pvc``)."""
         hb = self.hb
         wa = self.w_agent[words]
-        written = wa >= 0
-        if written.any():
+        if int(wa.max()) >= 0:
             vc = hb.fit(vc)
-            if written.all():       # the usual case: no selection to copy
+            if int(wa.min()) >= 0:      # the usual case: every word written, nothing to select
                 sel, idx, need = slice(None), wa, self.w_clock[words]
             else:
-                sel = written
+                sel = wa >= 0
                 idx, need = wa[sel], self.w_clock[words][sel]
             bad = need > vc[idx]
-            if async_read:
+            if async_read and not self.w_async[words].all():
                 gen = ~self.w_async[words][sel]
                 if gen.any():
                     pv = hb.fit(pvc)[idx]
@@ -242,8 +241,8 @@ class Shadow:
                 i = int(np.flatnonzero(bad)[0])
                 self._report(word_ids(words)[sel][i], agent, pc, what, "read", None)
         c = self._col(agent)
-        self.r_clock[c, words] = clock
-        self.r_pc[c, words] = pc
+        self.r_clock[c][words] = clock      # through the row view: a 1-D scatter is cheaper
+        self.r_pc[c][words] = pc
 
     def write(self, words, agent, clock, vc, pc, async_write, what, same=None):
         """Record a write; ``same()`` (generic stores) tells whether it stores the bytes already

@@ -185,6 +185,7 @@ class Launch:
         self.changed = False     # a store changed memory this round (see _run_resident)
         self.insts = 0
         self._stepping = False       # inside _step_gang (no nested stepping)
+        self.tmap_cache = {}         # param-space address -> decoded tensor map (tma.py)
         self.printf = []
         self.version = 0
         self.cta_serial = 0

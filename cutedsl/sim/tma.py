@@ -75,9 +75,21 @@ def _goff(box, strides):
 
 
 def _tmap_of(w, tm_addr, ins):
-    blob = w.read_generic_bytes(int(tm_addr), 128, ins)
+    a = int(tm_addr)
+    launch = w.launch
+    # a map in the kernel parameters cannot change during the launch: decode it once
+    cacheable = PARAM_WIN <= a < PARAM_WIN + launch.param_size
+    if cacheable:
+        cache = launch.tmap_cache
+        tm = cache.get(a)
+        if tm is not None:
+            return tm
+    blob = w.read_generic_bytes(a, 128, ins)
     try:
-        return decode(blob)
+        tm = decode(blob)
+        if cacheable:
+            cache[a] = tm
+        return tm
     except TensorMapError as e:
         raise SimRuntimeError(f"tensor-map operand at 0x{int(tm_addr):x} holds neither a tensor map encoded by "
                               f"SimBackend.encode_tensor_map nor a valid device-built one ({e})\n"
@@ -319,10 +331,7 @@ def dec_cp(ctx, ins, mods, ops):
 
 def _lane_scalars(w, m, *vals):
     lanes = np.flatnonzero(w.valid if m is None else m)
-    out = []
-    for ln in lanes:
-        out.append([int(np.broadcast_to(np.asarray(v), (32,))[ln]) for v in vals])
-    return out
+    return [[int(v[ln]) if np.ndim(v) else int(v) for v in vals] for ln in lanes]
 
 
 def _tmap_reader(ctx, base):

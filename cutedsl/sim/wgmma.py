@@ -93,6 +93,14 @@ def operand_addrs(desc: int, rows: int, kelems: int, esize: int, mn_major: bool,
     return a, words, ei, int(a.max()) + esize
 
 
+@lru_cache(maxsize=1024)
+def operand_words(b_desc, n, k, eb, trans_b, a_desc, ea, trans_a):
+    """The shared-memory words both operands of one wgmma read (B's, then A's): one race check."""
+    w = np.concatenate([operand_addrs(b_desc, n, k, eb, trans_b)[1], operand_addrs(a_desc, 64, k, ea, trans_a)[1]])
+    w.flags.writeable = False
+    return w
+
+
 @lru_cache(maxsize=64)
 def d_map(n: int):
     """Flat index row*N + col (128, N/2) of each (thread, f32-accumulator register)."""
@@ -323,7 +331,7 @@ def dec_wgmma(ctx, ins, mods, ops):
             if a_end > cta.smem_size:
                 raise SimRuntimeError(f"wgmma A operand (descriptor 0x{a_desc:x}) reaches past shared memory "
                                       f"({cta.smem_size} B)\n    at {ins.where()}")
-            words.append(a_words)
+            words = [operand_words(b_desc, N, K, eb, bool(trans_b), a_desc, ea, bool(trans_a))]
         group = warps[0].wg_commits
         gi = warps[0].wid // 4
         sh = cta.shadow
