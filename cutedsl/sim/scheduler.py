@@ -45,7 +45,8 @@ from .hb import HB, Shadow, acc_check
 from .limits import DEFAULT_LIMITS, fmt_bytes, warp_bytes
 from .machine import CTA, Cluster
 from .memory import views
-from .registry import JUMPED, NOT_BATCHED, RESCHED, YIELD
+from .lockstep import lockstep, step_gang
+from .registry import JUMPED, RESCHED, YIELD
 
 DEFAULT_BUDGET = 200_000_000
 DEFAULT_SM_COUNT = 132          #: H100 SXM: the SMs a launch's resident CTAs spread over
@@ -80,25 +81,6 @@ def _dispose(cl) -> None:
             w.__dict__.clear()
         c.__dict__.clear()
     cl.__dict__.clear()
-
-
-#: how far (in instructions) a warp may be behind to catch up with a lockstep batch
-_CATCH_UP = 8
-
-
-def _joins(x, pc, ins, ready=False) -> bool:
-    """Warp ``x`` can join a lockstep batch at ``pc``: one runnable group of all its lanes there
-    (``ready``: or one whose wait is over), and no wgmma still owning a register the
-    instruction names (that check runs per warp)."""
-    gs = x.groups
-    if len(gs) != 1 or not x.full:
-        return False
-    g = gs[0]
-    if g.pc != pc or g.m is not None or (x.acc_bits and ins.rbits & x.acc_bits) or (
-            x.lazy_bits and ins.rbits & x.lazy_bits):
-        return False
-    b = g.blocked
-    return b is None or (ready and b.ready())
 
 
 class Launch:
@@ -378,6 +360,7 @@ class Launch:
                         g = gg
                 if g is None:
                     break
+                gang = None             # (lo, hi): warps known to be at g.pc with w (lockstep.py)
                 others = None
                 if len(groups) > 1:
                     others = {o.pc: o for o in groups if o is not g}
@@ -395,8 +378,9 @@ class Launch:
                         n += 1
                         if c == 0:
                             g.pc += 1
+                            gang = None
                             if others is None and w.full and g.m is None and not self._stepping:
-                                self._step_gang(w, g.pc - 1, ins)
+                                step_gang(self, w, g.pc - 1, ins)
                             if others is not None:
                                 o = others.get(g.pc)
                                 if o is not None:
@@ -414,13 +398,15 @@ class Launch:
                     if w.lazy_bits and ins.rbits & w.lazy_bits:
                         w.held.settle(ins.rbits)
                     if ins.batch and m is None and others is None and w.full:
-                        r = self._lockstep(w, g, ins)
+                        r, gang, more = lockstep(self, w, g, ins, gang, quantum - n)
+                        n += more
                     else:
+                        gang = None
                         pc0 = g.pc
                         r = ins.fn(w, g, m)
                         if (m is None and others is None and w.full and r != YIELD and r != RESCHED
                                 and not self._stepping):
-                            self._step_gang(w, pc0, ins)
+                            step_gang(self, w, pc0, ins)
                     if r is None:
                         g.pc += 1
                     elif r == JUMPED:
@@ -451,80 +437,6 @@ class Launch:
             w.insts += n
             self.insts += n
         return n
-
-    def _lockstep(self, w, g, ins):
-        """Run register-only ``ins`` for ``w`` and for the neighbouring warps of its CTA that wait
-        at the same PC with all lanes (a contiguous run, so their registers are one slice of the
-        CTA's register files: :class:`machine.WarpBatch`). Those warps advance past it now; as the
-        instruction touches only their own registers, no other warp can tell."""
-        if self._stepping:      # w is being stepped for a leader that is itself at an instruction
-            return ins.fn(w, g, None)
-        ws = w.cta.warps
-        pc = g.pc
-        lo = w.wid
-        while lo > 0 and self._meets(ws[lo - 1], pc, ins):
-            lo -= 1
-        hi = w.wid + 1
-        while hi < len(ws) and self._meets(ws[hi], pc, ins):
-            hi += 1
-        if hi - lo == 1:
-            return ins.fn(w, g, None)
-        cta = w.cta
-        gi = ins.guard
-        if gi >= 0:             # every lane of the batch must take it (w's lanes all do)
-            row = cta.files["p"][gi, 32 * lo:32 * hi]
-            if not (not row.any() if ins.neg else row.all()):
-                return ins.fn(w, g, None)
-        if ins.fn(cta.batch(lo, hi), None, None) == NOT_BATCHED:
-            return ins.fn(w, g, None)
-        for x in ws[lo:hi]:
-            if x is not w:
-                x.groups[0].pc += 1
-                x.insts += 1
-        self.insts += hi - lo - 1
-        return None
-
-    def _meets(self, x, pc, ins) -> bool:
-        """Warp ``x`` is at ``pc`` ready to join a batch, possibly after running it alone for a
-        few instructions: a warp a little behind (a branch taken by one lane, a wait that
-        ended later) catches up, as the scheduler could have run it at any earlier time."""
-        if _joins(x, pc, ins):
-            return True
-        gs = x.groups
-        if self._stepping or not gs or min(g.pc for g in gs) < pc - _CATCH_UP or min(g.pc for g in gs) >= pc:
-            return False
-        self._stepping = True
-        try:
-            for _ in range(_CATCH_UP):
-                if not self._run_warp(x, 1) or x.poll or x.done:
-                    return False
-                if _joins(x, pc, ins):
-                    return True
-                if min(g.pc for g in x.groups) >= pc:
-                    return False
-        finally:
-            self._stepping = False
-        return False
-
-    def _step_gang(self, w, pc, ins):
-        """``w`` just ran ``ins`` (at ``pc``) alone -- a memory, barrier, wgmma or branch
-        instruction. The neighbouring warps waiting at the same PC (a contiguous run) run it
-        too, each on its own, so that they stay together for the next register-only
-        instruction. Any warp may run at any time: this is one of the interleavings the
-        scheduler allows."""
-        ws = w.cta.warps
-        self._stepping = True
-        try:
-            i = w.wid - 1
-            while i >= 0 and _joins(ws[i], pc, ins, True):
-                self._run_warp(ws[i], 1)
-                i -= 1
-            i = w.wid + 1
-            while i < len(ws) and _joins(ws[i], pc, ins, True):
-                self._run_warp(ws[i], 1)
-                i += 1
-        finally:
-            self._stepping = False
 
     @staticmethod
     def _merge(w, g, o):
