@@ -276,31 +276,35 @@ class Shadow:
         self.w_pc[words] = pc
         self.w_async[words] = async_write
 
-    def write_warps(self, words, wi, warps, pc) -> bool:
-        """Generic-proxy writes of ``words`` (distinct word ids) by several warps at once: word
-        ``i`` is written by ``warps[wi[i]]`` at its current epoch. Records them and returns True
+    def write_warps(self, words, warps, pc) -> bool:
+        """Generic-proxy writes of ``words`` (distinct word ids, in equal consecutive blocks, one
+        per warp of ``warps``) by each warp at its current epoch. Records them and returns True
         when every check passes; returns False, recording nothing, otherwise -- the caller then
         replays the warps one by one, which produces the exact report (or a benign verdict)."""
         hb = self.hb
+        k = len(warps)
+        per = len(words) // k
         vcs = np.stack([hb.warp_vc(w) for w in warps])            # (warps, agents)
         agents = np.array([w.agent for w in warps])
-        ag = agents[wi]
+        ag = np.repeat(agents, per)
         wa = self.w_agent[words]
         sel = (wa >= 0) & (wa != ag)
-        if sel.any() and (self.w_clock[words][sel] > vcs[wi[sel], wa[sel]]).any():
-            return False
+        if sel.any():
+            wi = np.flatnonzero(sel) // per
+            if (self.w_clock[words][sel] > vcs[wi, wa[sel]]).any():
+                return False
         nc = self.ncols
         if nc:
             rc = self.r_clock[:nc, words]
             if rc.any():
                 ca = self.col_agent[:nc]
-                lim = vcs[:, ca][wi].T                               # (readers, words)
-                lim[ca[:, None] == ag[None, :]] = 1 << 60           # a warp's own reads
-                if (rc > lim).any():
+                lim = vcs[:, ca].T.copy()                            # (readers, warps)
+                lim[ca[:, None] == agents[None, :]] = 1 << 60       # a warp's own reads
+                if (rc.reshape(nc, k, per) > lim[:, :, None]).any():
                     return False
                 self.r_clock[:nc, words] = 0
         self.w_agent[words] = ag
-        self.w_clock[words] = vcs[np.arange(len(warps)), agents][wi]
+        self.w_clock[words] = np.repeat(vcs[np.arange(k), agents], per)
         self.w_pc[words] = pc
         self.w_async[words] = False
         return True

@@ -121,9 +121,7 @@ class WarpBatch:
         ut = np.dtype(f"u{esize}")
         vals = vals.view(ut) if vals.dtype.itemsize == esize else vals.astype(ut)
         if race and cta.shadow is not None:
-            words = words_of(off, nb)
-            wi = np.repeat(np.arange(len(ws)), 32 * (nb // 4))
-            if not cta.shadow.write_warps(words, wi, ws, ins.pc):
+            if not cta.shadow.write_warps(words_of(off, nb), ws, ins.pc):
                 return False
         v = cta.sv[esize]
         idx = off >> _SHIFT[esize]

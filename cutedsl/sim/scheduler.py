@@ -348,7 +348,7 @@ class Launch:
         groups = w.groups
         ins = None
         try:
-            while not w.done:
+            while not w.done and n < quantum:
                 g = None
                 for gg in groups:
                     b = gg.blocked
