@@ -228,7 +228,7 @@ class Shadow:
             else:
                 sel = wa >= 0
                 idx, need = wa[sel], self.w_clock[words][sel]
-            bad = need > vc[idx]
+            bad = need > vc.astype(np.int32).take(idx)      # the shadow's clocks are int32
             if async_read and not self.w_async[words].all():
                 gen = ~self.w_async[words][sel]
                 if gen.any():

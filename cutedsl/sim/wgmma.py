@@ -151,18 +151,22 @@ def _wg(cta, gi):
     return s
 
 
-def _uniform(warps, reader, ins, what):
-    cta = warps[0].cta
-    lo = warps[0].wid
-    if cta.warps[lo:lo + len(warps)] == warps and all(w.full for w in warps):
-        # the warpgroup's lanes are one slice of the CTA's register files: read them at once
-        b = cta.batch(lo, lo + len(warps))
-        v = reader(b)
+def _same_lanes(v) -> bool:
+    """Every element of 1-D ``v`` equals the first (compared as bytes: cheaper than a ufunc)."""
+    raw = v.tobytes()
+    n = v.itemsize
+    return raw == raw[:n] * len(v)
+
+
+def _uniform(warps, reader, ins, what, batch=None):
+    """The warp-uniform value ``reader`` gives for ``warps`` (``batch``: their WarpBatch, read
+    at once); ``SimRuntimeError`` when lanes or warps differ."""
+    if batch is not None:
+        v = reader(batch)
         if not getattr(v, "ndim", 0):
             return int(v)
-        a = v[0]
-        if (v == a).all():
-            return int(a)
+        if _same_lanes(v):
+            return int(v[0])
     x0 = None
     for w in warps:
         v = reader(w)
@@ -179,12 +183,22 @@ def _uniform(warps, reader, ins, what):
     return int(x0)
 
 
+@lru_cache(maxsize=16)
+def _to_f64(dt):
+    """Table: every bit pattern of 8-/16-bit float type ``dt`` -> its float64 value."""
+    bits = np.dtype(dt).itemsize * 8
+    t = np.arange(1 << bits, dtype=np.dtype(f"u{bits // 8}")).view(dt).astype(np.float64)
+    t.flags.writeable = False
+    return t
+
+
 def _load_operand(cta, eidx, esize, dt):
     v = cta.sv[esize][eidx]
     if dt == np.uint32:          # tf32: drop 13 low mantissa bits
         return (v & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
-    return v.view(dt).astype(np.float64) if np.dtype(dt).kind != "i" and np.dtype(dt).kind != "u" \
-        else v.view(dt).astype(np.int64)
+    if np.dtype(dt).kind in "iu":
+        return v.view(dt).astype(np.int64)
+    return _to_f64(dt)[v]       # a table look-up: cheaper than the f16/bf16/fp8 -> f64 cast
 
 
 @handler("wgmma")
@@ -303,6 +317,8 @@ def dec_wgmma(ctx, ins, mods, ops):
     def execute(warps, cta):
         # issue: registers read now (scale-d, descriptors, register A), operand addresses
         st = _wg(cta, warps[0].wid // 4)
+        lo = warps[0].wid
+        batch = cta.batch(lo, lo + 4) if warps[0].full and warps[3].full else None
         held = st.held
         if held is not None and held.tiles:
             other = 0
@@ -311,8 +327,8 @@ def dec_wgmma(ctx, ins, mods, ops):
                     other |= t[3]
             if other & rbits:       # registers another held tile owns: write it back first
                 held.settle(other & rbits)
-        scale_d = bool(_uniform(warps, rscale, ins, "scale-d"))
-        b_desc = _uniform(warps, rb, ins, "B descriptor")
+        scale_d = bool(_uniform(warps, rscale, ins, "scale-d", batch))
+        b_desc = _uniform(warps, rb, ins, "B descriptor", batch)
         _b, b_words, b_ei, b_end = operand_addrs(b_desc, N, K, eb, bool(trans_b))
         if b_end > cta.smem_size:
             raise SimRuntimeError(f"wgmma B operand (descriptor 0x{b_desc:x}) reaches past shared memory "
@@ -326,7 +342,7 @@ def dec_wgmma(ctx, ins, mods, ops):
             A = np.zeros((64, K), np.float64)
             A[mm, kk] = halves.view(dta).astype(np.float64)
         else:
-            a_desc = _uniform(warps, ra, ins, "A descriptor")
+            a_desc = _uniform(warps, ra, ins, "A descriptor", batch)
             _a, a_words, a_ei, a_end = operand_addrs(a_desc, 64, K, ea, bool(trans_a))
             if a_end > cta.smem_size:
                 raise SimRuntimeError(f"wgmma A operand (descriptor 0x{a_desc:x}) reaches past shared memory "
