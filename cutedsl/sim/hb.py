@@ -284,27 +284,27 @@ class Shadow:
         hb = self.hb
         k = len(warps)
         per = len(words) // k
-        vcs = np.stack([hb.warp_vc(w) for w in warps])            # (warps, agents)
+        vcl = [hb.warp_vc(w) for w in warps]
         agents = np.array([w.agent for w in warps])
         ag = np.repeat(agents, per)
         wa = self.w_agent[words]
         sel = (wa >= 0) & (wa != ag)
         if sel.any():
             wi = np.flatnonzero(sel) // per
-            if (self.w_clock[words][sel] > vcs[wi, wa[sel]]).any():
+            if (self.w_clock[words][sel] > np.stack(vcl)[wi, wa[sel]]).any():
                 return False
         nc = self.ncols
         if nc:
             rc = self.r_clock[:nc, words]
             if rc.any():
                 ca = self.col_agent[:nc]
-                lim = vcs[:, ca].T.copy()                            # (readers, warps)
+                lim = np.stack([v[ca] for v in vcl], axis=1)         # (readers, warps)
                 lim[ca[:, None] == agents[None, :]] = 1 << 60       # a warp's own reads
                 if (rc.reshape(nc, k, per) > lim[:, :, None]).any():
                     return False
                 self.r_clock[:nc, words] = 0
         self.w_agent[words] = ag
-        self.w_clock[words] = np.repeat(vcs[np.arange(k), agents], per)
+        self.w_clock[words] = np.repeat(np.array([int(v[w.agent]) for v, w in zip(vcl, warps)]), per)
         self.w_pc[words] = pc
         self.w_async[words] = False
         return True

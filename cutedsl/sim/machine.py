@@ -97,7 +97,9 @@ class WarpBatch:
         in turn, exactly as if they had run one after the other."""
         ws = self.cta.warps[self.lo:self.hi]
         k = 32 * len(ws)
-        vals = np.broadcast_to(np.asarray(vals), (k, n))
+        vals = np.asarray(vals)
+        if vals.shape != (k, n):
+            vals = np.broadcast_to(vals, (k, n))
         if m is None and self._store_shared(space, addr, esize, n, vals, ins, race, ws):
             return
         a = np.asarray(addr)

@@ -278,7 +278,32 @@ def dec_mbarrier(ctx, ins, mods, ops):
         addr = ctx.addr(ops[1])
         rs = ctx.rd(ops[2], "u32" if parity else "u64")
 
+        def fast(w, g, a, sv):
+            """All 32 lanes wait on one barrier for one phase (the usual case)."""
+            ((cta, off, _n),) = mbar_targets(w, np.array([a], np.uint64), space, ins, _LANE0)
+            b = get_mbar(cta, off, ins)
+            ok = (b.phase & 1) != (sv & 1) if parity else b.phase > sv
+            hb = w.cta.cluster.hb
+            if hb is not None:
+                hb_check_init(w, b, ins)
+                if ok and "relaxed" not in sub:
+                    hb.acquire(w, b.done)
+            if ok:
+                wp(w, None, True)
+                return None
+            if blocking:
+                g.blocked = WaitMbarrier(b, (sv & 1) if parity else None, None if parity else sv, ins)
+                return BLOCKED
+            w.poll = True
+            wp(w, None, False)
+            g.pc += 1
+            return YIELD
+
         def fn(w, g, m):
+            if m is None and w.full:
+                a, sv = addr(w), rs(w)
+                if (not np.ndim(a) or uniform_lanes(a)) and (not np.ndim(sv) or uniform_lanes(sv)):
+                    return fast(w, g, int(a if not np.ndim(a) else a[0]), int(sv if not np.ndim(sv) else sv[0]))
             lanes = w._lanes(m)
             av = lane_vals(addr(w), lanes)
             sv = np.broadcast_to(np.asarray(rs(w)), (32,))[lanes]
@@ -316,6 +341,15 @@ def dec_mbarrier(ctx, ins, mods, ops):
     if op == "pending_count":
         ctx.unsupported("mbarrier.pending_count is not supported")
     ctx.unsupported(f"unsupported mbarrier operation .{op}")
+
+
+_LANE0 = np.zeros(1, np.int64)
+
+
+def uniform_lanes(v) -> bool:
+    """Every element of 1-D ``v`` equals the first (compared as bytes: cheaper than a ufunc)."""
+    raw = v.tobytes()
+    return raw == raw[:v.itemsize] * len(v)
 
 
 def lane_vals(v, lanes):

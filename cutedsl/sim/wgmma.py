@@ -40,6 +40,7 @@ import numpy as np
 from . import numerics as nm
 from .errors import SimRuntimeError
 from .hb import acc_prune
+from .mbarrier import uniform_lanes
 from .registry import BLOCKED, NOT_BATCHED, handler
 from .sync import need_converged
 from .tma import defer, swizzle
@@ -151,13 +152,6 @@ def _wg(cta, gi):
     return s
 
 
-def _same_lanes(v) -> bool:
-    """Every element of 1-D ``v`` equals the first (compared as bytes: cheaper than a ufunc)."""
-    raw = v.tobytes()
-    n = v.itemsize
-    return raw == raw[:n] * len(v)
-
-
 def _uniform(warps, reader, ins, what, batch=None):
     """The warp-uniform value ``reader`` gives for ``warps`` (``batch``: their WarpBatch, read
     at once); ``SimRuntimeError`` when lanes or warps differ."""
@@ -165,7 +159,7 @@ def _uniform(warps, reader, ins, what, batch=None):
         v = reader(batch)
         if not getattr(v, "ndim", 0):
             return int(v)
-        if _same_lanes(v):
+        if uniform_lanes(v):
             return int(v[0])
     x0 = None
     for w in warps:
