@@ -14,7 +14,7 @@ reproducibly:
   its shared-memory operands and writes its accumulator at a random point up to the first
   ``wgmma.wait_group`` of its warpgroup that covers it (operations of one warpgroup, and the
   read and write stage of one store, stay in order); mbarrier arrivals on another CTA of the
-  cluster land later likewise (Ampere ``cp.async`` copies complete at issue).
+  cluster land later likewise, and Ampere ``cp.async`` copies write shared memory late.
 
 All of this is inside what the PTX ISA guarantees (an operation completes between issue and
 the wait that observes it), so a correct kernel gives bit-identical integer results under
@@ -50,6 +50,7 @@ class Chaos:
         self.seed = int(seed)
         self.rng = random.Random(self.seed)
         self.pending = []          # [fn, tag, chain, lazy], in issue order
+        self._heads = None         # cached _eager_heads()
 
     # -- scheduling --------------------------------------------------------------------------
     def order(self, warps):
@@ -64,16 +65,33 @@ class Chaos:
     def step(self):
         """A scheduling point: maybe complete one pending operation that is not *lazy*."""
         if self.pending and self.rng.random() < self.P_COMPLETE:
-            # a lazy operation also holds back the later operations of its chain
-            heads = {self._first_of_chain(i) for i in range(len(self.pending))}
-            eager = sorted(i for i in heads if not self.pending[i][3])
+            eager = self._eager_heads()
             if eager:
                 self._run(self.rng.choice(eager))
+
+    def _eager_heads(self):
+        """Indices of the oldest operation of each chain that is not lazy (a lazy one also holds
+        back the later operations of its chain); one pass, cached until the queue changes --
+        it holds hundreds of operations when 64 CTAs are live, and most scheduling points visit
+        a blocked warp and change nothing."""
+        if self._heads is None:
+            chains = set()
+            eager = []
+            for i, (_fn, _tag, chain, lazy) in enumerate(self.pending):
+                if chain is not None:
+                    if chain in chains:
+                        continue
+                    chains.add(chain)
+                if not lazy:
+                    eager.append(i)
+            self._heads = eager
+        return self._heads
 
     # -- deferred operations -----------------------------------------------------------------
     def defer(self, fn, tag=None, chain=None):
         # half of the operations are lazy: they complete only when a wait (or a stall) forces them
         self.pending.append([fn, tag, chain, self.rng.random() < 0.5])
+        self._heads = None
 
     def _first_of_chain(self, i):
         chain = self.pending[i][2]
@@ -86,6 +104,7 @@ class Chaos:
 
     def _run(self, i):
         fn = self.pending.pop(i)[0]
+        self._heads = None
         fn()
 
     def run_one(self):

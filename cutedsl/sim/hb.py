@@ -182,6 +182,9 @@ class HB:
             if self.seed is not None else ""
 
 
+_BLK = 8       # log2 of the words per block of Shadow.blk_read (256 words = 1 KiB)
+
+
 class Shadow:
     """Per-4-byte shadow of one CTA's shared memory (last write epoch, per-agent read clocks)."""
 
@@ -199,6 +202,10 @@ class Shadow:
         self.r_clock = np.zeros((ncap, n), np.int32)
         self.r_pc = np.zeros((ncap, n), np.int32)
         self.col_agent = np.zeros(ncap, np.int64)
+        # per reader column and 1 KiB block, the clock of its latest read there (clocks of one
+        # agent only grow): a write whose blocks hold no read its writer does not know skips
+        # the per-word check
+        self.blk_read = np.zeros((ncap, (n >> _BLK) + 1), np.int32)
         self.cols = {}
 
     def _col(self, agent):
@@ -210,6 +217,7 @@ class Shadow:
                 self.r_clock = np.concatenate([self.r_clock, np.zeros((grow, self.n), np.int32)])
                 self.r_pc = np.concatenate([self.r_pc, np.zeros((grow, self.n), np.int32)])
                 self.col_agent = np.concatenate([self.col_agent, np.zeros(grow, np.int64)])
+                self.blk_read = np.concatenate([self.blk_read, np.zeros((grow, self.blk_read.shape[1]), np.int32)])
             self.col_agent[c] = agent
             self.cols[agent] = c
             self.ncols = c + 1
@@ -243,6 +251,7 @@ class Shadow:
         c = self._col(agent)
         self.r_clock[c][words] = clock      # through the row view: a 1-D scatter is cheaper
         self.r_pc[c][words] = pc
+        self.blk_read[c][_blocks(words)] = clock
 
     def write(self, words, agent, clock, vc, pc, async_write, what, same=None):
         """Record a write; ``same()`` (generic stores) tells whether it stores the bytes already
@@ -261,11 +270,14 @@ class Shadow:
                     self._report(word_ids(words)[sel][i], agent, pc, what, "write", None)
         nc = self.ncols
         if nc:
-            rc = self.r_clock[:nc, words]
-            if rc.any():
-                vc = hb.fit(vc)
-                lim = vc[self.col_agent[:nc]]
-                lim[self.col_agent[:nc] == agent] = 1 << 60
+            vc = hb.fit(vc)
+            lim = vc[self.col_agent[:nc]]
+            lim[self.col_agent[:nc] == agent] = 1 << 60
+            # every read recorded in these blocks is known to the writer: nothing to check. The
+            # reads are then left in place -- each is ordered before this write, so before every
+            # later access ordered after it (knowledge travels whole along each edge).
+            rc = None if (self._block_reads(words, nc) <= lim).all() else self.r_clock[:nc, words]
+            if rc is not None and rc.any():
                 bad = rc > lim[:, None]
                 if bad.any():
                     ci, wi = np.argwhere(bad)[0]
@@ -284,30 +296,38 @@ class Shadow:
         hb = self.hb
         k = len(warps)
         per = len(words) // k
-        vcl = [hb.warp_vc(w) for w in warps]
+        vcs = np.stack([hb.warp_vc(w) for w in warps])            # (warps, agents)
         agents = np.array([w.agent for w in warps])
         ag = np.repeat(agents, per)
         wa = self.w_agent[words]
         sel = (wa >= 0) & (wa != ag)
         if sel.any():
             wi = np.flatnonzero(sel) // per
-            if (self.w_clock[words][sel] > np.stack(vcl)[wi, wa[sel]]).any():
+            if (self.w_clock[words][sel] > vcs[wi, wa[sel]]).any():
                 return False
         nc = self.ncols
         if nc:
-            rc = self.r_clock[:nc, words]
-            if rc.any():
-                ca = self.col_agent[:nc]
-                lim = np.stack([v[ca] for v in vcl], axis=1)         # (readers, warps)
-                lim[ca[:, None] == agents[None, :]] = 1 << 60       # a warp's own reads
+            ca = self.col_agent[:nc]
+            lim = vcs[:, ca].T                                       # (readers, warps)
+            lim[ca[:, None] == agents[None, :]] = 1 << 60           # a warp's own reads
+            if not (self._block_reads(words, nc)[:, None] <= lim).all():    # see write()
+                rc = self.r_clock[:nc, words]
                 if (rc.reshape(nc, k, per) > lim[:, :, None]).any():
                     return False
                 self.r_clock[:nc, words] = 0
         self.w_agent[words] = ag
-        self.w_clock[words] = np.repeat(np.array([int(v[w.agent]) for v, w in zip(vcl, warps)]), per)
+        self.w_clock[words] = np.repeat(vcs[np.arange(k), agents], per)
         self.w_pc[words] = pc
         self.w_async[words] = False
         return True
+
+    def _block_reads(self, words, nc):
+        """Per reader column, the latest read clock in the 1 KiB blocks ``words`` span."""
+        if isinstance(words, slice):
+            lo, hi = words.start, words.stop - 1
+        else:
+            lo, hi = int(words.min()), int(words.max())
+        return self.blk_read[:nc, lo >> _BLK:(hi >> _BLK) + 1].max(axis=1)
 
     def exit_check(self):
         """The CTA exits: its shared memory may be reassigned, so every asynchronous read of it
@@ -355,6 +375,13 @@ class Shadow:
             f"    {pmode} by {hb.describe(pa, ppc, ln)}\n"
             f"    {mode} by {hb.describe(agent, pc, ln)} ({what})\n"
             f"    are not ordered by synchronisation; missing: {EDGE[edge]}" + hb.seed_note())
+
+
+def _blocks(words):
+    """Index of the 1 KiB blocks of ``words`` (a slice, or word ids with repeats)."""
+    if isinstance(words, slice):
+        return slice(words.start >> _BLK, ((words.stop - 1) >> _BLK) + 1)
+    return words >> _BLK
 
 
 def word_set(words, shift=0):
