@@ -19,8 +19,11 @@ raise :class:`RaceError` naming both instructions and clusters. Strong accesses 
 morally strong with each other (never a race) and are not recorded; a weak write storing
 the bytes already there is benign (as in shared memory). Limits (docs/emulator.md): one
 agent per cluster (a missing ``bar.sync`` between the warp that acquired and the warps that
-read is not seen), the last reader per word only, and the async proxy (TMA loads/stores of
-global memory) is not tracked yet.
+read is not seen), the last reader per word only. The async proxy: TMA stores and bulk copies
+to global memory are writes in flight until their ``wait_group``; a TMA load of bytes a
+generic write of this launch stored needs that write ordered before it and a
+``fence.proxy.async`` between them (:meth:`GlobalHB.async_read`); TMA loads are not recorded
+as reads.
 """
 from __future__ import annotations
 
@@ -64,6 +67,7 @@ class _Shadow:
         self.r_agent = np.full(n, -1, np.int32)
         self.r_clock = np.zeros(n, np.int32)
         self.r_pc = np.zeros(n, np.int32)
+        self.written = False                    # a generic write was recorded (async_read)
 
 
 class GlobalHB:
@@ -134,6 +138,58 @@ class GlobalHB:
         self._join(self.know[c], self.pending.pop(c, None))
         self.fenced[c] = self._snapshot(c)
 
+    # -- the async proxy ------------------------------------------------------------------------
+    def fence_proxy(self, w) -> None:
+        """``fence.proxy.async`` (or ``.global``) by a warp of cluster ``c``: what ``c`` knows of
+        generic global writes -- its own so far, and the others' it acquired -- becomes visible
+        to its later async-proxy accesses, and travels with its releases (keys ``("p", a)``)."""
+        c = self._me(w)
+        k = self.know[c]
+        for a, v in list(k.items()):
+            if not isinstance(a, tuple) and k.get(("p", a), 0) < v:
+                k[("p", a)] = v
+        k[("p", c)] = self.clock[c]
+        self.clock[c] += 1          # generic writes after the fence are not covered
+
+    def async_read(self, w, alloc, off, nb: int, ins) -> None:
+        """A TMA load by cluster ``c`` of ``nb``-byte elements at byte offsets ``off`` of
+        ``alloc``: every generic write of those bytes in this launch must be ordered before it
+        (release -> acquire across clusters) and made visible to the async proxy by a
+        ``fence.proxy.async`` -- by the writer before its release, or by the reader after its
+        acquire (PTX ISA: Memory Consistency Model, proxies; membar/fence)."""
+        sh = self.shadows.get(alloc.base)
+        if sh is None or not sh.written:
+            return
+        c = self._me(w)
+        sh, words, mask = self._words(alloc, off, nb)
+        ag = sh.w_agent[words]
+        hit = (ag >= 0) & ((sh.w_mask[words] & mask) != 0) & ~sh.pending[words]
+        if not hit.any():
+            return
+        know = self.know[c]
+        clk = sh.w_clock[words]
+        for i in np.flatnonzero(hit):
+            a, k = int(ag[i]), int(clk[i])
+            if a != c and know.get(a, 0) < k:
+                why = ("are not ordered by synchronisation; missing: a release by the writing cluster after "
+                       "its write that the loading cluster acquires before the TMA load (PTX ISA: Memory "
+                       "Consistency Model, release and acquire patterns), and a fence.proxy.async")
+            elif know.get(("p", a), 0) < k:
+                why = ("are in different proxies with no proxy fence between them; missing: "
+                       "fence.proxy.async (or fence.proxy.async.global) after the generic write -- by the "
+                       "writer before its release, or by the loading thread after its acquire -- and "
+                       "before the TMA load (PTX ISA: membar/fence, proxy fences; Memory Consistency "
+                       "Model, proxies)")
+            else:
+                continue
+            word = int(words[i])
+            raise RaceError(
+                f"data race on global memory {alloc.base + 4 * word:#x} (allocation {alloc.tag or hex(alloc.base)}, "
+                f"byte offset {4 * word}):\n"
+                f"    generic write by cluster {a} at {self._where(int(sh.w_pc[word]))}\n"
+                f"    TMA load (async proxy) by cluster {c} (CTA {self._ctas_of(c)}) at {self._where(ins.pc)}\n"
+                f"    {why}" + self._seed())
+
     # -- async-proxy writes (TMA stores, bulk copies to global) ---------------------------------
     def async_write(self, w, alloc, off, nb: int, ins) -> None:
         """Warp ``w`` issued an async-proxy write of ``nb``-byte elements at byte offsets ``off``
@@ -181,6 +237,7 @@ class GlobalHB:
         if write:
             self._check(sh, words, mask, c, know, "r", alloc, ins, "write", same)
             sh.w_agent[words], sh.w_clock[words], sh.w_pc[words], sh.w_mask[words] = c, clock, ins.pc, mask
+            sh.written = True
         else:
             sh.r_agent[words], sh.r_clock[words], sh.r_pc[words], sh.r_mask[words] = c, clock, ins.pc, mask
 

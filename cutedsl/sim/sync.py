@@ -279,14 +279,15 @@ def dec_fence(ctx, ins, mods, ops):
             return fn
         return lambda w, g, m: None
     if "proxy" in mods and "async" in mods:
-        if "global" in mods:
-            # .global restricts the proxy fence to global memory, which the detector does not track
-            return lambda w, g, m: None
+        shared = "global" not in mods                                   # .global: global memory only
+        glob = not ({"shared::cta", "shared::cluster"} & set(mods))     # .shared::*: shared only
 
         def fn(w, g, m):
             hb = w.cta.cluster.hb
-            if hb is not None:
+            if shared and hb is not None:
                 hb.fence_proxy(w)
+            if glob and w.launch.ghb is not None:     # generic global writes -> TMA loads
+                w.launch.ghb.fence_proxy(w)
         return fn
     if "mbarrier_init" in mods:
         def fn(w, g, m):

@@ -183,3 +183,88 @@ def test_one_way_proxy_fences(fence, race):
     else:
         emu.launch(prog, 1, 32, [out])
         assert emu.to_host(out, (8,), np.uint32)[4] == 42
+
+
+# CTA 0 writes data[1..32] with plain stores and publishes the flag data[0] ({WFENCE} before the
+# release); CTA 1 acquires the flag ({RFENCE} after it) and TMA-loads data[1..32] into shared
+# memory, then copies them to data[33..64]
+TMA_HANDOFF = """
+\t.shared .align 128 .b8 buf[128];
+\t.shared .align 8 .b8 bar[8];
+\tld.param.u64 %rd1, [p_out];
+\tcvta.to.global.u64 %rd1, %rd1;
+\tmov.u32 %r1, %tid.x;
+\tmov.u32 %r2, %ctaid.x;
+\tmul.wide.u32 %rd2, %r1, 4;
+\tadd.s64 %rd3, %rd1, %rd2;
+\tsetp.ne.u32 %p1, %r2, 0;
+\t@%p1 bra CONSUMER;
+\tadd.u32 %r3, %r1, 100;
+\tst.global.u32 [%rd3+4], %r3;
+\tbar.sync 0;
+\tsetp.ne.u32 %p2, %r1, 0;
+\t@%p2 bra END;
+{WFENCE}
+\tst.release.gpu.global.u32 [%rd1], 1;
+\tbra END;
+CONSUMER:
+\tmov.u32 %r10, bar;
+\tmov.u32 %r11, buf;
+\tsetp.ne.u32 %p2, %r1, 0;
+\t@%p2 bra LOADED;
+\tmbarrier.init.shared.b64 [%r10], 1;
+SPIN:
+\tld.acquire.gpu.global.u32 %r4, [%rd1];
+\tsetp.eq.u32 %p3, %r4, 0;
+\t@%p3 bra SPIN;
+{RFENCE}
+\tmbarrier.arrive.expect_tx.shared.b64 _, [%r10], 128;
+\tmov.u32 %r12, 1;
+\tcp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%r11], [p_tm, {%r12}], [%r10];
+LOADED:
+\tbar.sync 0;
+\t{
+\t.reg .pred P1;
+\tLAB_WAIT:
+\tmbarrier.try_wait.parity.shared.b64 P1, [%r10], 0;
+\t@P1 bra.uni DONE;
+\tbra.uni LAB_WAIT;
+\tDONE:
+\t}
+\tshl.b32 %r13, %r1, 2;
+\tadd.u32 %r14, %r11, %r13;
+\tld.shared.u32 %r5, [%r14];
+\tst.global.u32 [%rd3+132], %r5;
+END:
+"""
+
+
+def run_tma_handoff(wfence="", rfence="", chaos=None):
+    emu = Emulator(chaos=chaos)
+    body = TMA_HANDOFF.replace("{WFENCE}", wfence).replace("{RFENCE}", rfence)
+    prog = load_ptx(kernel(body, params=("out", "tm"), ptypes={"tm": ".align 64 .b8"}).replace(".b8 p_tm", ".b8 p_tm[128]"))
+    out = emu.to_device(np.zeros(65, np.uint32))
+    tm = emu.tensor_map(out, (65,), "f32", (32,))
+    emu.launch(prog, 2, 32, [out, tm])
+    return emu.to_host(out, (65,), np.uint32)
+
+
+@pytest.mark.parametrize("chaos", [None, 2])
+@pytest.mark.parametrize("wfence,rfence", [("", "\tfence.proxy.async.global;"), ("\tfence.proxy.async;", ""),
+                                           ("", "\tfence.proxy.async;")])
+def test_tma_load_of_generic_writes_with_a_proxy_fence(wfence, rfence, chaos):
+    """A TMA load of bytes another cluster wrote with st.global: ordered by release -> acquire,
+    and made visible to the async proxy by fence.proxy.async(.global) on either side."""
+    r = run_tma_handoff(wfence, rfence, chaos)
+    assert (r[33:] == np.arange(100, 132)).all()
+
+
+@pytest.mark.parametrize("rfence", ["", "\tfence.proxy.async.shared::cta;"])
+def test_tma_load_of_generic_writes_without_a_proxy_fence_is_a_race(rfence):
+    """Without the proxy fence (or with one restricted to shared memory) the TMA load may read
+    stale bytes: reported in one eager run, naming the generic store and the TMA load."""
+    with pytest.raises(RaceError, match=r"(?s)data race on global memory .*\n    generic write by cluster 0 at PTX "
+                                        r"line \d+: st\.global\.u32.*\n    TMA load \(async proxy\) by cluster 1 "
+                                        r"\(CTA \(1, 0, 0\)\) at PTX line \d+: cp\.async\.bulk\.tensor.*missing: "
+                                        r"fence\.proxy\.async"):
+        run_tma_handoff(rfence=rfence)
