@@ -1,7 +1,7 @@
 """Machine state: lane groups, warps (register files), CTAs (shared memory) and clusters.
 
-A :class:`Warp` owns one register array per register class (``[nregs, 32]``) plus typed
-views, its special registers, its lane groups (:class:`Group`: lanes at the same PC) and
+A :class:`Warp` owns 32 columns of its CTA's register arrays (one per register class,
+``[nregs, 32 x warps]``, :mod:`cutedsl.sim.warpbatch`) through typed views, its special registers, its lane groups (:class:`Group`: lanes at the same PC) and
 per-thread local memory. Memory accesses of one instruction go through
 :meth:`Warp.load` / :meth:`Warp.store`, vectorised over the active lanes, with bounds and
 natural-alignment checks that raise :class:`MemoryAccessError` naming the PTX line, CTA,
@@ -13,10 +13,12 @@ import ml_dtypes
 import numpy as np
 
 from .errors import MemoryAccessError
-from .hb import lane_conflict, words_of
+from .hb import words_of
+from .hb_warp import lane_conflict
 from .ptxtypes import CALLPARAM_BASE
 from .addressing import targets
 from .memory import OFF_MASK, RANK_SHIFT, views
+from .warpbatch import WarpBatch, register_files, set_register_views
 
 LANES = np.arange(32, dtype=np.uint32)
 _ALL_LANES = np.arange(32)
@@ -39,101 +41,6 @@ class Group:
         self.mask = mask
         self.count = int(np.count_nonzero(mask))
         self.m = None if self.count == 32 else mask
-
-
-def register_files(nregs, width):
-    """Register arrays ``[nregs, width]`` per class (p, 16, 32, 64 bit) for ``width`` lanes."""
-    return {"p": np.zeros((max(nregs["p"], 1), width), bool),
-            "h": np.zeros((max(nregs["h"], 1), width), np.uint16),
-            "r": np.zeros((max(nregs["r"], 1), width), np.uint32),
-            "d": np.zeros((max(nregs["d"], 1), width), np.uint64)}
-
-
-def set_register_views(obj, files, cols):
-    """Give ``obj`` the typed register views (``u32``, ``f32``, ...) of ``files[:, cols]``."""
-    obj.p = files["p"][:, cols]
-    obj.u16 = files["h"][:, cols]
-    obj.s16 = obj.u16.view(np.int16)
-    obj.f16 = obj.u16.view(np.float16)
-    obj.bf16 = obj.u16.view(ml_dtypes.bfloat16)
-    obj.u32 = files["r"][:, cols]
-    obj.s32 = obj.u32.view(np.int32)
-    obj.f32 = obj.u32.view(np.float32)
-    obj.u64 = files["d"][:, cols]
-    obj.s64 = obj.u64.view(np.int64)
-    obj.f64 = obj.u64.view(np.float64)
-
-
-class WarpBatch:
-    """Warps ``lo .. hi - 1`` of one CTA executing one register-only instruction together
-    (lockstep): the register views span their ``32 (hi - lo)`` lanes, so a decoded closure runs
-    once for all of them. Only instructions the decoder marked ``batch`` (arithmetic, logic,
-    comparisons, conversions and moves on registers, immediates and lane-invariant special
-    registers) run this way; see ``Launch._run_warp``."""
-
-    is_batch = True
-
-    def __init__(self, cta, lo, hi):
-        self.cta = cta
-        self.launch = cta.launch
-        self.lo, self.hi = lo, hi
-        self.full = True
-        set_register_views(self, cta.files, slice(32 * lo, 32 * hi))
-        ws = cta.warps[lo:hi]
-        self.sregs = {k: (np.concatenate([w.sregs[k] for w in ws]) if np.ndim(v) else v)
-                      for k, v in ws[0].sregs.items() if k != "%warpid"}
-        self.sregs["%warpid"] = np.repeat(np.arange(lo, hi, dtype=np.uint32), 32)
-
-    def sreg(self, name):
-        return self.sregs[name]
-
-    def _lanes(self, m):
-        return np.arange(32 * (self.hi - self.lo)) if m is None else np.flatnonzero(m)
-
-    def store(self, space, addr, m, esize, n, vals, ins, race=True):
-        """:meth:`Warp.store` for the batch: stores to the CTA's own shared memory whose lanes
-        touch distinct words at once (one bounds check, one race-detector update for all the
-        warps); anything else -- and every case that needs a report -- as each warp's own store
-        in turn, exactly as if they had run one after the other."""
-        ws = self.cta.warps[self.lo:self.hi]
-        k = 32 * len(ws)
-        vals = np.asarray(vals)
-        if vals.shape != (k, n):
-            vals = np.broadcast_to(vals, (k, n))
-        if m is None and self._store_shared(space, addr, esize, n, vals, ins, race, ws):
-            return
-        a = np.asarray(addr)
-        for j, w in enumerate(ws):
-            part = slice(32 * j, 32 * j + 32)
-            w.store(space, a[part] if a.ndim else a, None if m is None else m[part], esize, n, vals[part], ins, race)
-
-    def _store_shared(self, space, addr, esize, n, vals, ins, race, ws):
-        nb = esize * n
-        if space not in _CTA_SHARED or not np.ndim(addr) or nb < 4:
-            return False
-        a = np.asarray(addr, np.uint64)
-        cta = self.cta
-        if ((a >> _RANK_SHIFT) != cta.rank).any():
-            return False
-        off = (a & _OFF_MASK).astype(np.int64)
-        so = np.sort(off)
-        if (int(so[-1]) + nb > cta.smem_size or int(np.bitwise_or.reduce(off)) & (nb - 1)
-                or int((so[1:] - so[:-1]).min()) < nb or cta.overlaps_mbarrier(int(so[0]), int(so[-1]) + nb)):
-            return False
-        ut = np.dtype(f"u{esize}")
-        vals = vals.view(ut) if vals.dtype.itemsize == esize else vals.astype(ut)
-        if race and cta.shadow is not None:
-            if not cta.shadow.write_warps(words_of(off, nb), ws, ins.pc):
-                return False
-        v = cta.sv[esize]
-        idx = off >> _SHIFT[esize]
-        ix = idx if n == 1 else idx[:, None] + np.arange(n)
-        vv = vals[:, 0] if n == 1 else vals
-        launch = self.launch
-        if not launch.changed and not np.array_equal(v[ix], vv):
-            launch.changed = True
-        v[ix] = vv
-        return True
 
 
 class Warp:

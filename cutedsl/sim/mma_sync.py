@@ -28,7 +28,7 @@ from . import numerics as nm
 from .errors import SimRuntimeError
 from .registry import BLOCKED, handler
 from .sync import need_converged
-from .wgmma import ETYPES
+from .wgmma_layout import ETYPES
 
 #: operand type -> allowed K values of m16n8kK
 SHAPES = {"f16": (8, 16), "bf16": (8, 16), "tf32": (4, 8), "s8": (16, 32), "u8": (16, 32), "e4m3": (32,),

@@ -41,7 +41,8 @@ from ..device.backend import SMEM_LIMIT
 from .chaos import Chaos
 from .errors import (DeadlockError, InstructionBudgetExceeded, SimError, SimLaunchError,
                      SimRuntimeError, TimeLimitExceeded)
-from .hb import HB, Shadow, acc_check
+from .hb import HB, Shadow
+from .hb_warp import acc_check
 from .limits import DEFAULT_LIMITS, fmt_bytes, warp_bytes
 from .machine import CTA, Cluster
 from .memory import views

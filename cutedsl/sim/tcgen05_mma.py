@@ -69,7 +69,7 @@ from .tma import defer
 from .tmem import COLUMNS, SUBOPS, lane_value, tmem_of, tmem_shadow
 from .subbyte import FORMATS as SUBBYTE, ROW_BYTES, unpack
 from .tcgen05_scale import SCALED_KINDS, decode_idesc_scaled, read_scales, scale_vector, sf_cells, sf_shadow_cells
-from .wgmma import ETYPES, _load_operand, operand_addrs
+from .wgmma_layout import ETYPES, load_operand, operand_addrs
 
 #: (format code -> element type) per kind; the D format each kind allows
 KINDS = {
@@ -353,7 +353,7 @@ def operand_reader(t: str, kind: str, k: int):
         packed = kind in ("mxf4", "mxf4nvf4")
         return 1, ROW_BYTES, lambda c, ei: unpack(c.sv[1][ei], t, packed)
     esize, dt = ETYPES[t]
-    return esize, k, lambda c, ei: _load_operand(c, ei, esize, dt)
+    return esize, k, lambda c, ei: load_operand(c, ei, esize, dt)
 
 
 def _load_operand_bytes(raw, esize, dt):

@@ -32,94 +32,19 @@ the MMA once over the 128 lanes and releases the others.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 
-import ml_dtypes
 import numpy as np
 
 from . import numerics as nm
 from .errors import SimRuntimeError
-from .hb import acc_prune
+from .hb_warp import acc_prune
 from .mbarrier import uniform_lanes
 from .registry import BLOCKED, NOT_BATCHED, handler
 from .sync import need_converged
-from .tma import defer, swizzle
+from .tma import defer
 from .wgmma_acc import HeldTiles, frag_to_tile, tile_to_frag
-
-ETYPES = {"f16": (2, np.float16), "bf16": (2, ml_dtypes.bfloat16), "tf32": (4, np.uint32),
-          "e4m3": (1, ml_dtypes.float8_e4m3fn), "e5m2": (1, ml_dtypes.float8_e5m2),
-          "s8": (1, np.int8), "u8": (1, np.uint8)}
-SPAN = {0: 0, 1: 128, 2: 64, 3: 32}
-
-
-def decode_desc(d: int):
-    """Return (start, lbo, sbo, base_offset, span) of a wgmma shared-memory descriptor."""
-    d = int(d)
-    return ((d & 0x3FFF) << 4, ((d >> 16) & 0x3FFF) << 4, ((d >> 32) & 0x3FFF) << 4,
-            (d >> 49) & 7, SPAN[(d >> 62) & 3])
-
-
-@lru_cache(maxsize=1024)
-def operand_addrs(desc: int, rows: int, kelems: int, esize: int, mn_major: bool, decode=decode_desc):
-    """(byte addresses (rows, kelems), sorted 4-B word ids, element indices, end byte) of an operand
-    whose shared-memory descriptor ``decode`` (sm_90's by default, or sm_100's) splits into
-    (start, LBO, SBO, base_offset, swizzle span); the canonical layouts are the same on both."""
-    start, lbo, sbo, base_off, span = decode(desc)
-    if base_off:
-        raise SimRuntimeError(f"shared-memory descriptor 0x{desc:x} has base_offset {base_off}; only 0 is "
-                              f"supported")
-    T = 16 // esize
-    r = np.arange(rows, dtype=np.int64)[:, None]
-    k = np.arange(kelems, dtype=np.int64)[None, :]
-    if not mn_major:
-        kc, ke = k // T, k % T
-        if span:
-            off = (r % 8) * span + (r // 8) * sbo + kc * 16 + ke * esize
-        else:
-            off = (r % 8) * 16 + (r // 8) * sbo + kc * lbo + ke * esize
-    else:
-        W = span // 16 if span else 1
-        re_, rc, rm = r % T, (r // T) % W, r // (T * W)
-        kr, kg = k % 8, k // 8
-        if span:
-            off = re_ * esize + rc * 16 + rm * lbo + kr * span + kg * sbo
-        else:
-            off = re_ * esize + rm * sbo + kr * 16 + kg * lbo
-    a = swizzle(start + off, span)
-    a.flags.writeable = False
-    words = np.unique(a >> 2)
-    words.flags.writeable = False
-    ei = a // esize
-    ei.flags.writeable = False
-    return a, words, ei, int(a.max()) + esize
-
-
-@lru_cache(maxsize=1024)
-def operand_words(b_desc, n, k, eb, trans_b, a_desc, ea, trans_a):
-    """The shared-memory words both operands of one wgmma read (B's, then A's): one race check."""
-    w = np.concatenate([operand_addrs(b_desc, n, k, eb, trans_b)[1], operand_addrs(a_desc, 64, k, ea, trans_a)[1]])
-    w.flags.writeable = False
-    return w
-
-
-@lru_cache(maxsize=64)
-def d_map(n: int):
-    """Flat index row*N + col (128, N/2) of each (thread, f32-accumulator register)."""
-    t = np.arange(128)[:, None]
-    i = np.arange(n // 2)[None, :]
-    row = 16 * (t // 32) + (t % 32) // 4 + 8 * ((i // 2) % 2)
-    col = 8 * (i // 4) + 2 * (t % 4) + (i % 2)
-    return row * n + col
-
-
-@lru_cache(maxsize=8)
-def a_reg_map():
-    """(row, k) of each (thread, value v in 0..7) of a 16-bit register A fragment (64x16)."""
-    t = np.arange(128)[:, None]
-    v = np.arange(8)[None, :]
-    m = 16 * (t // 32) + (t % 32) // 4 + 8 * ((v >> 1) & 1)
-    k = 8 * (v >> 2) + 2 * (t % 4) + (v & 1)
-    return m, k
+# decode_desc and operand_addrs are also this module's public names (tests, tcgen05)
+from .wgmma_layout import ETYPES, a_reg_map, d_map, decode_desc, load_operand, operand_addrs, operand_words  # noqa: F401
 
 
 class WarpGroupState:
@@ -175,24 +100,6 @@ def _uniform(warps, reader, ins, what, batch=None):
         elif a != x0:
             raise SimRuntimeError(f"wgmma {what} differs between the warps of the warpgroup\n    at {ins.where()}")
     return int(x0)
-
-
-@lru_cache(maxsize=16)
-def _to_f64(dt):
-    """Table: every bit pattern of 8-/16-bit float type ``dt`` -> its float64 value."""
-    bits = np.dtype(dt).itemsize * 8
-    t = np.arange(1 << bits, dtype=np.dtype(f"u{bits // 8}")).view(dt).astype(np.float64)
-    t.flags.writeable = False
-    return t
-
-
-def _load_operand(cta, eidx, esize, dt):
-    v = cta.sv[esize][eidx]
-    if dt == np.uint32:          # tf32: drop 13 low mantissa bits
-        return (v & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
-    if np.dtype(dt).kind in "iu":
-        return v.view(dt).astype(np.int64)
-    return _to_f64(dt)[v]       # a table look-up: cheaper than the f16/bf16/fp8 -> f64 cast
 
 
 @handler("wgmma")
@@ -357,8 +264,8 @@ def dec_wgmma(ctx, ins, mods, ops):
 
         def perform():
             lanes = slice(32 * warps[0].wid, 32 * warps[-1].wid + 32)
-            B = _load_operand(cta, b_ei, eb, dtb).T                              # (K, N)
-            Am = A if A is not None else _load_operand(cta, a_ei, ea, dta)       # (64, K)
+            B = load_operand(cta, b_ei, eb, dtb).T                              # (K, N)
+            Am = A if A is not None else load_operand(cta, a_ei, ea, dta)       # (64, K)
             if hold and cta.launch.chaos is None:
                 if st.held is None:
                     st.held = HeldTiles(cta, warps)
