@@ -74,6 +74,18 @@ def _goff(box, strides):
     return off
 
 
+def _whole_words(off, esize):
+    """``(offsets, element size)`` for the race detector: 2-/1-byte elements that fill whole
+    4-byte words in order (a box whose rows span whole words) as the words themselves."""
+    k = 4 // esize if esize < 4 else 1
+    if k == 1 or len(off) % k:
+        return off, esize
+    first = off[::k]
+    if (first & 3).any() or not all(np.array_equal(off[j::k], first + j * esize) for j in range(1, k)):
+        return off, esize
+    return first, 4
+
+
 def _tmap_of(w, tm_addr, ins):
     a = int(tm_addr)
     launch = w.launch
@@ -155,7 +167,7 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
                               f"    at {ins.where()}")
     al, gidx, inb = _elements(w, tm, coords, ins)
     if w.launch.ghb is not None:        # generic writes of these bytes: ordered and proxy-fenced?
-        w.launch.ghb.async_read(w, al, (gidx if inb is None else gidx[inb]) * tm.esize, tm.esize, ins)
+        w.launch.ghb.async_read(w, al, *_whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize), ins)
     v = al.v[tm.esize]
     if inb is None:
         vals = v[gidx]
@@ -256,7 +268,7 @@ def tma_store(w, ins, tm_addr, coords, src):
     sidx = (base + rel) // tm.esize
     v = al.v[tm.esize]
     if w.launch.ghb is not None:        # the global side: a write in flight until wait_group
-        w.launch.ghb.async_write(w, al, (gidx if inb is None else gidx[inb]) * tm.esize, tm.esize, ins)
+        w.launch.ghb.async_write(w, al, *_whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize), ins)
     group = w.bulk_commits
     key = (w.cta.rank, w.wid)
 
