@@ -48,6 +48,8 @@ def classify(mods) -> tuple:
     return strong, bool(ms & {"release", "acq_rel"}), bool(ms & {"acquire", "acq_rel"}), wide
 
 
+_GBLK = 8      # log2 of the words per block of _Shadow.touched (256 words = 1 KiB)
+
 #: write clock of a word an async-proxy store has not completed yet: no knowledge covers it
 PENDING = np.iinfo(np.int32).max
 
@@ -68,6 +70,7 @@ class _Shadow:
         self.r_clock = np.zeros(n, np.int32)
         self.r_pc = np.zeros(n, np.int32)
         self.written = False                    # a generic write was recorded (async_read)
+        self.touched = np.zeros((n >> _GBLK) + 1, bool)    # per 1 KiB block: any access recorded
 
 
 class GlobalHB:
@@ -195,8 +198,8 @@ class GlobalHB:
         """Warp ``w`` issued an async-proxy write of ``nb``-byte elements at byte offsets ``off``
         of ``alloc`` in its current bulk group: checked as a write now, complete (its clock the
         cluster's then) only when a ``cp.async.bulk.wait_group`` (not ``.read``) covers the group."""
-        sh, words, _mask = self._words(alloc, off, nb)
-        self.access(w, alloc, off, nb, True, ins)
+        sh, words, mask = self._words(alloc, off, nb)
+        self.access(w, alloc, off, nb, True, ins, words=(sh, words, mask))
         sh.w_clock[words], sh.pending[words] = PENDING, True
         key = (w.cta.cluster.cid, w.cta.rank, w.wid)
         self.inflight.setdefault(key, []).append((w.bulk_commits, sh, words))
@@ -226,16 +229,22 @@ class GlobalHB:
         # a sub-word access: only the bytes it touches conflict (f16 / fp8 outputs share words)
         return sh, off >> 2, (((1 << nb) - 1) << (off & 3)).astype(np.uint8)
 
-    def access(self, w, alloc, off, nb: int, write: bool, ins, same=None) -> None:
-        """Check and record a weak access of ``nb`` bytes at byte offsets ``off`` of ``alloc``."""
+    def access(self, w, alloc, off, nb: int, write: bool, ins, same=None, words=None) -> None:
+        """Check and record a weak access of ``nb`` bytes at byte offsets ``off`` of ``alloc``
+        (``words``: their ``_words`` when the caller has them)."""
         c = self._me(w)
-        sh, words, mask = self._words(alloc, off, nb)
+        sh, words, mask = words or self._words(alloc, off, nb)
         know, clock = self.know[c], self.clock[c]
-        if sh.pending[words].any() and (sh.w_mask[words][sh.pending[words]] & mask[sh.pending[words]]).any():          # an async-proxy store of these bytes is still in flight
-            self._inflight_race(sh, words, c, alloc, ins, "write" if write else "read")
-        self._check(sh, words, mask, c, know, "w", alloc, ins, "write" if write else "read", same if write else None)
+        blocks = words >> _GBLK
+        if sh.touched[blocks].any():        # else nothing recorded there yet: nothing to check
+            if sh.pending[words].any() and (sh.w_mask[words][sh.pending[words]] & mask[sh.pending[words]]).any():
+                # an async-proxy store of these bytes is still in flight
+                self._inflight_race(sh, words, c, alloc, ins, "write" if write else "read")
+            self._check(sh, words, mask, c, know, "w", alloc, ins, "write" if write else "read", same if write else None)
+            if write:
+                self._check(sh, words, mask, c, know, "r", alloc, ins, "write", same)
+        sh.touched[blocks] = True
         if write:
-            self._check(sh, words, mask, c, know, "r", alloc, ins, "write", same)
             sh.w_agent[words], sh.w_clock[words], sh.w_pc[words], sh.w_mask[words] = c, clock, ins.pc, mask
             sh.written = True
         else:
