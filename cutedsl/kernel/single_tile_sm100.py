@@ -37,8 +37,6 @@ class Sm100SingleTileGemmKernel(SingleTileGemmKernel):
         if config.epilogue != "global":
             return ("the sm_100a single_tile kernel stores D from the registers tcgen05.ld fills: "
                     "epilogue='global' (a TMA-store epilogue for sm_100a is not built yet)")
-        if config.dtype == "tf32" or (config.b_dtype or config.dtype) == "tf32":
-            return "the sm_100a kernels take f16, bf16, e4m3 and e5m2 operands so far (tf32 is not built yet)"
         return None
 
     def plan_extra(self, plan) -> None:

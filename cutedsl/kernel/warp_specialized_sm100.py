@@ -135,8 +135,6 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
                 return ("block-scaled (MX) GEMMs are built for tile 128 x 128 on one SM (mma_sm=1), unbatched, "
                         f"so far; got tile {config.tile[:2]}, mma_sm {getattr(config, 'mma_sm', 1)}"
                         + (", batched" if config.batched else ""))
-        if config.dtype == "tf32" or (config.b_dtype or config.dtype) == "tf32":
-            return "the sm_100a kernels take f16, bf16, e4m3 and e5m2 operands so far (tf32 is not built yet)"
         if config.decomposition != "data-parallel":
             return "stream-K / split-K are not built for sm_100a yet: decomposition='data-parallel'"
         return None

@@ -13,7 +13,9 @@ from cutedsl.errors import ArgumentError, ArgumentTypeError, ConfigError
 from cutedsl.collective.tmem_epilogue import EPILOGUE_COLUMNS
 
 NP = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn,
-      "e5m2": ml_dtypes.float8_e5m2}
+      "e5m2": ml_dtypes.float8_e5m2, "tf32": np.float32}
+#: elements per k-tile of 128 bytes (one 128-byte swizzle row of K)
+K_TILE = {"f16": 64, "bf16": 64, "e4m3": 128, "e5m2": 128, "tf32": 32}
 
 
 def run(cfg, m, n, k, rng, backend, l=None):
@@ -36,10 +38,11 @@ def run(cfg, m, n, k, rng, backend, l=None):
     ("bf16", None, 64, "K", "bf16"),
     ("f16", None, 256, "K", "f16"),
     ("e4m3", "e5m2", 128, "K", "f32"),
+    ("tf32", None, 128, "K", "f32"),
 ])
 def test_single_tile_exact(dtype, b_dtype, tile_n, b_major, out, rng, sim):
     """2 x 2 tiles (the last ones partial), 3 k-tiles (the last partial)."""
-    k_tile = 128 if dtype.startswith("e") else 64
+    k_tile = K_TILE[dtype]
     cfg = GemmConfig(arch="sm_100a", schedule="single_tile", dtype=dtype, b_dtype=b_dtype, out_dtype=out,
                      tile=(128, tile_n, k_tile), b_major=b_major)
     assert cfg.epilogue == "global"                 # sm_100a's default store
@@ -67,7 +70,7 @@ def test_k_shorter_than_one_k_step(rng, sim):
     run(GemmConfig(arch="sm_100a", schedule="single_tile"), 70, 50, 3, rng, sim)
 
 
-@pytest.mark.parametrize("dtype,opcode", [("f16", "UTCHMMA"), ("e4m3", "UTCQMMA")])
+@pytest.mark.parametrize("dtype,opcode", [("f16", "UTCHMMA"), ("e4m3", "UTCQMMA"), ("tf32", "UTCHMMA")])
 def test_sass_has_tcgen05_mma_per_k_step_and_no_spills(dtype, opcode):
     cfg = GemmConfig(arch="sm_100a", schedule="single_tile", dtype=dtype)
     k = cfg.kernel().compile()
@@ -103,7 +106,7 @@ def test_descriptors_match_the_emulator_decoders():
     (dict(schedule="warp_specialized", stages=1), r"stages must be 2\.\.7"),
     (dict(schedule="single_tile", epilogue="tma"), r"epilogue='global' \(a TMA-store epilogue for sm_100a"),
     (dict(schedule="single_tile", tile=(64, 128, 64)), r"tile BLOCK_M must be 128, got 64"),
-    (dict(schedule="single_tile", dtype="tf32"), r"tf32 is not built yet"),
+    (dict(schedule="single_tile", dtype="tf32", b_major="MN"), r"tf32 operands must be K-major"),
 ])
 def test_configs_sm100a_cannot_run_yet(kw, match):
     with pytest.raises(ConfigError, match=match):
@@ -128,11 +131,12 @@ def test_for_problem_and_backend_choice():
     ("f16", 64, "K", (2, 1), "f32"),
     ("e4m3", 128, "K", (1, 2), "f16"),
     ("f16", 128, "MN", (2, 2), "f32"),
+    ("tf32", 128, "K", (2, 1), "f32"),
 ])
 def test_warp_specialized_exact(dtype, tile_n, b_major, cluster, out, rng, sim):
     """2 SMs for 3 x 3 tiles or more (every CTA runs several tiles through both accumulator
     buffers), 3 k-tiles through 2 stages, partial tiles everywhere."""
-    k_tile = 128 if dtype.startswith("e") else 64
+    k_tile = K_TILE[dtype]
     cfg = GemmConfig(arch="sm_100a", schedule="warp_specialized", dtype=dtype, out_dtype=out,
                      tile=(128, tile_n, k_tile), b_major=b_major, cluster=cluster, stages=2, sm_count=2)
     m = 2 * 128 * cluster[0] + int(rng.integers(1, 128))
@@ -212,12 +216,13 @@ def test_warp_specialized_sass(kw, mma_budget, producer_budget):
     ("f16", 128, "MN", "f32"),
     ("bf16", 64, "K", "bf16"),
     ("e5m2", 256, "K", "f32"),
+    ("tf32", 128, "K", "f32"),
 ])
 def test_cta_pair_kernel_exact(dtype, tile_n, b_major, out, rng, sim):
     """mma_sm=2 on a 2x1 cluster: 256 x tile_n per pair, each CTA loading its 128 A rows and
     tile_n / 2 B rows into its own ring, both completing on the even CTA's barriers; 4 SMs
     (2 pairs) for 3 x 3 pair tiles or more; ragged edges."""
-    k_tile = 128 if dtype.startswith("e") else 64
+    k_tile = K_TILE[dtype]
     cfg = GemmConfig(arch="sm_100a", dtype=dtype, out_dtype=out, tile=(128, tile_n, k_tile), b_major=b_major,
                      cluster=(2, 1), mma_sm=2, stages=2, sm_count=4)
     m = 2 * 256 + int(rng.integers(1, 256))
@@ -389,3 +394,20 @@ def test_nvfp4_host_helpers(rng):
     assert mx.blocks(300, "nvfp4") == 19 and mx.blocks(300) == 10
     with pytest.raises(ConfigError, match=r"NVFP4 with NVFP4\): dtype 'nvfp4', b_dtype 'mxfp4'"):
         GemmConfig(arch="sm_100a", dtype="nvfp4", b_dtype="mxfp4")
+
+
+def test_tf32_drops_the_low_mantissa_bits(rng, sim):
+    """tf32 (kind::tf32): f32 operands with their 13 low mantissa bits ignored by the tensor core,
+    products exact, one f32 rounding per instruction (the emulator's model): the result matches
+    float64 over the truncated inputs to f32 rounding, and differs from the untruncated product."""
+    cfg = GemmConfig(arch="sm_100a", dtype="tf32", sm_count=2)
+    m, n, k = 150, 70, 45
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = np.ascontiguousarray(rng.standard_normal((n, k)).astype(np.float32)).T      # K-major B
+    d = Gemm(cfg, sim)(a, b).astype(np.float64)
+
+    def tf32(x):
+        return (np.ascontiguousarray(x).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+    ref = tf32(a) @ tf32(b)
+    assert np.max(np.abs(d - ref)) <= 1e-5 * np.max(np.abs(ref))
+    assert np.max(np.abs(d - a.astype(np.float64) @ b.astype(np.float64))) > 1e-4
