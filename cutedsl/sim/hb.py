@@ -207,6 +207,7 @@ class Shadow:
         # the per-word check
         self.blk_read = np.zeros((ncap, (n >> _BLK) + 1), np.int32)
         self.cols = {}
+        self.defer_mark = None      # words with a deferred batched store (warpbatch.flush)
 
     def _col(self, agent):
         c = self.cols.get(agent)
@@ -288,35 +289,35 @@ class Shadow:
         self.w_pc[words] = pc
         self.w_async[words] = async_write
 
-    def write_warps(self, words, warps, pc) -> bool:
-        """Generic-proxy writes of ``words`` (distinct word ids, in equal consecutive blocks, one
-        per warp of ``warps``) by each warp at its current epoch. Records them and returns True
-        when every check passes; returns False, recording nothing, otherwise -- the caller then
-        replays the warps one by one, which produces the exact report (or a benign verdict)."""
+    def write_warps(self, words, warps, pc, owner=None) -> bool:
+        """Generic-proxy writes of ``words`` (distinct word ids) by several warps at their
+        current epochs: word ``i`` is written by ``warps[owner[i]]`` at PC ``pc[i]`` (``owner``
+        None: equal consecutive blocks, one per warp, all at PC ``pc``). Records them and returns
+        True when every check passes; returns False, recording nothing, otherwise -- the caller
+        then replays the warps one by one, which produces the exact report (or a benign
+        verdict)."""
         hb = self.hb
         k = len(warps)
-        per = len(words) // k
+        if owner is None:
+            owner = np.repeat(np.arange(k), len(words) // k)
         vcs = np.stack([hb.warp_vc(w) for w in warps])            # (warps, agents)
         agents = np.array([w.agent for w in warps])
-        ag = np.repeat(agents, per)
+        ag = agents[owner]
         wa = self.w_agent[words]
         sel = (wa >= 0) & (wa != ag)
-        if sel.any():
-            wi = np.flatnonzero(sel) // per
-            if (self.w_clock[words][sel] > vcs[wi, wa[sel]]).any():
-                return False
+        if sel.any() and (self.w_clock[words][sel] > vcs[owner[sel], wa[sel]]).any():
+            return False
         nc = self.ncols
         if nc:
             ca = self.col_agent[:nc]
             lim = vcs[:, ca].T                                       # (readers, warps)
             lim[ca[:, None] == agents[None, :]] = 1 << 60           # a warp's own reads
             if not (self._block_reads(words, nc)[:, None] <= lim).all():    # see write()
-                rc = self.r_clock[:nc, words]
-                if (rc.reshape(nc, k, per) > lim[:, :, None]).any():
+                if (self.r_clock[:nc, words] > lim[:, owner]).any():
                     return False
                 self.r_clock[:nc, words] = 0
         self.w_agent[words] = ag
-        self.w_clock[words] = np.repeat(vcs[np.arange(k), agents], per)
+        self.w_clock[words] = vcs[np.arange(k), agents][owner]
         self.w_pc[words] = pc
         self.w_async[words] = False
         return True

@@ -29,6 +29,9 @@ from __future__ import annotations
 
 from .registry import JUMPED, NOT_BATCHED
 
+#: ``Instr.batch`` of wgmma.mma_async (program._batchable)
+WGMMA_BATCH = 3
+
 #: how far (in instructions) a warp may be behind to catch up with a lockstep batch
 CATCH_UP = 8
 
@@ -88,9 +91,9 @@ def lockstep(launch, w, g, ins, gang, budget):
             take, skip = (not some, every) if ins.neg else (every, not some)
             if not (take or skip):
                 break           # some lanes only: w alone, through the main loop
-            if take and ins.fn(b, None, None) == NOT_BATCHED:
+            if take and _run(ins, b) == NOT_BATCHED:
                 break
-        elif ins.fn(b, None, None) == NOT_BATCHED:
+        elif _run(ins, b) == NOT_BATCHED:
             break
         pc += 1
         done += 1
@@ -99,6 +102,7 @@ def lockstep(launch, w, g, ins, gang, budget):
         ins = code[pc]
         if not ins.batch or (ins.rbits and _owned(part, ins.rbits)):
             break
+    b.flush()                   # the run's shared stores, checked at once
     if done == 0:               # the first instruction declined the batch
         return ins.fn(w, g, None), None, 0
     for x in part:
@@ -107,6 +111,14 @@ def lockstep(launch, w, g, ins, gang, budget):
             x.insts += done
     launch.insts += (hi - lo - 1) * done
     return JUMPED, (lo, hi), done - 1
+
+
+def _run(ins, b):
+    """Run batch instruction ``ins`` for batch ``b``; a wgmma reads shared memory, so the
+    deferred stores of the run are recorded first."""
+    if ins.batch == WGMMA_BATCH:
+        b.flush()
+    return ins.fn(b, None, None)
 
 
 def _owned(warps, rbits) -> bool:

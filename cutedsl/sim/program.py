@@ -236,7 +236,7 @@ def _batchable(ctx, opcode, mods, ops) -> bool:
     running it for several warps at once is indistinguishable from running it for each in turn."""
     store = opcode == "st" and ("shared" in mods or "shared::cta" in mods)
     if opcode == "wgmma" and mods[:1] == ["mma_async"]:
-        return True         # whole warpgroups of a batch issue at once (wgmma.py)
+        return 3            # whole warpgroups of a batch issue at once (wgmma.py; lockstep.WGMMA_BATCH)
     if opcode not in _BATCH_OPS and not store:
         return False
     for s in ops:

@@ -57,6 +57,7 @@ class WarpBatch:
         self.launch = cta.launch
         self.lo, self.hi = lo, hi
         self.full = True
+        self.deferred = []          # shared stores whose race check waits for flush()
         set_register_views(self, cta.files, slice(32 * lo, 32 * hi))
         ws = cta.warps[lo:hi]
         self.sregs = {k: (np.concatenate([w.sregs[k] for w in ws]) if np.ndim(v) else v)
@@ -65,6 +66,32 @@ class WarpBatch:
 
     def sreg(self, name):
         return self.sregs[name]
+
+    def flush(self):
+        """Record the deferred shared stores of this batch in the race detector at once
+        (``hb.Shadow.write_warps``). If a check fails, undo their bytes (newest first) and
+        replay them store by store, warp by warp -- the order the lockstep run executed them
+        in -- so the report (or a benign verdict) is exactly the per-warp one."""
+        d = self.deferred
+        if not d:
+            return
+        self.deferred = []
+        cta = self.cta
+        sh = cta.shadow
+        ws = cta.warps[self.lo:self.hi]
+        k = len(ws)
+        words = np.concatenate([e[0] for e in d])
+        sh.defer_mark[words] = False
+        owner = np.concatenate([np.repeat(np.arange(k), len(e[0]) // k) for e in d])
+        pcs = np.concatenate([np.full(len(e[0]), e[1].pc, np.int32) for e in d])
+        if sh.write_warps(words, ws, pcs, owner):
+            return
+        for _w, _ins, ix, old, _a, _v, esize, _n, _sp in reversed(d):
+            cta.sv[esize][ix] = old
+        for _w, ins, _ix, _old, a, vals, esize, n, space in d:
+            for j, w in enumerate(ws):
+                part = slice(32 * j, 32 * j + 32)
+                w.store(space, a[part], None, esize, n, vals[part], ins, True)
 
     def _lanes(self, m):
         return np.arange(32 * (self.hi - self.lo)) if m is None else np.flatnonzero(m)
@@ -81,6 +108,7 @@ class WarpBatch:
             vals = np.broadcast_to(vals, (k, n))
         if m is None and self._store_shared(space, addr, esize, n, vals, ins, race, ws):
             return
+        self.flush()                # the deferred stores come first
         a = np.asarray(addr)
         for j, w in enumerate(ws):
             part = slice(32 * j, 32 * j + 32)
@@ -101,13 +129,20 @@ class WarpBatch:
             return False
         ut = np.dtype(f"u{esize}")
         vals = vals.view(ut) if vals.dtype.itemsize == esize else vals.astype(ut)
-        if race and cta.shadow is not None:
-            if not cta.shadow.write_warps(words_of(off, nb), ws, ins.pc):
-                return False
         v = cta.sv[esize]
         idx = off >> _SHIFT[esize]
         ix = idx if n == 1 else idx[:, None] + np.arange(n)
         vv = vals[:, 0] if n == 1 else vals
+        sh = cta.shadow
+        if race and sh is not None:
+            # the race check of consecutive stores of a lockstep run is done once, at flush()
+            words = words_of(off, nb)
+            if sh.defer_mark is None:
+                sh.defer_mark = np.zeros(sh.n, bool)
+            if self.deferred and sh.defer_mark[words].any():
+                self.flush()            # overwrites a word a deferred store wrote: settle those first
+            self.deferred.append((words, ins, ix, v[ix].copy(), a.copy(), np.array(vals), esize, n, space))
+            sh.defer_mark[words] = True
         launch = self.launch
         if not launch.changed and not np.array_equal(v[ix], vv):
             launch.changed = True

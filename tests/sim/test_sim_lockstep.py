@@ -147,3 +147,49 @@ def test_batched_store_over_an_mbarrier_names_the_warp():
     with pytest.raises(SimRuntimeError, match=r"generic store over the initialised mbarrier at bars\+64 "
                                               r"\(CTA \(0, 0, 0\)\)[\s\S]*by warp 0"):
         emu.launch(load_ptx(kernel(body, params=(), decls="\t.shared .align 8 .b8 bars[512];\n")), 1, 128, [])
+
+
+TWO_STORES = """
+\tmov.u32 %r1, %tid.x;
+\tmov.u32 %r2, dyn;
+\tshl.b32 %r3, %r1, 2;
+\tadd.u32 %r4, %r2, %r3;
+\tst.shared.u32 [%r4], %r1;
+\txor.b32 %r5, %r1, 32;
+\tshl.b32 %r6, %r5, 2;
+\tadd.u32 %r7, %r2, %r6;
+\tadd.u32 %r7, %r7, {off};
+\tadd.u32 %r8, %r1, 1000;
+\tst.shared.u32 [%r7], %r8;
+\tbar.sync 0;
+\tld.shared.u32 %r9, [%r4+{off}];
+\tld.param.u64 %rd1, [p_out];
+\tmul.wide.u32 %rd2, %r1, 4;
+\tadd.s64 %rd3, %rd1, %rd2;
+\tst.global.u32 [%rd3], %r9;
+"""
+
+
+def run_two_stores(off):
+    emu = Emulator()
+    out = emu.to_device(np.zeros(128, np.uint32))
+    prog = load_ptx(kernel(TWO_STORES.format(off=off), decls="\t.extern .shared .align 16 .b8 dyn[];\n"))
+    emu.launch(prog, 1, 128, [out], smem=2048)
+    return emu.to_host(out, (128,), np.uint32)
+
+
+def test_consecutive_batched_stores_are_checked_together(batches):
+    """Two stores in one lockstep run, the second to words no one stored before: their race
+    check is deferred to the end of the run and done once; the values are the stored ones."""
+    got = run_two_stores(512)
+    assert np.array_equal(got, (np.arange(128) ^ 32) + 1000)
+    assert (0, 4) in batches
+
+
+def test_a_later_store_of_the_run_racing_an_earlier_one_is_reported():
+    """The second store of warp w writes the words warp w ^ 1 stored in the first one, with no
+    barrier between: the deferred check fails, the run is replayed warp by warp and the race is
+    reported as per-warp execution reports it (a store of warp 0 or 1 against the other's)."""
+    with pytest.raises(RaceError, match=r"(?s)write by CTA \(0, 0, 0\) warp [01] .*st\.shared\.u32.*"
+                                        r"write by CTA \(0, 0, 0\) warp [01] .*st\.shared\.u32"):
+        run_two_stores(0)
