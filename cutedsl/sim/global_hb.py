@@ -154,6 +154,12 @@ class GlobalHB:
         k[("p", c)] = self.clock[c]
         self.clock[c] += 1          # generic writes after the fence are not covered
 
+    def written(self, alloc) -> bool:
+        """Whether a generic write to ``alloc`` was recorded in this launch (cheap: callers skip
+        computing the offsets of a TMA load otherwise)."""
+        sh = self.shadows.get(alloc.base)
+        return sh is not None and sh.written
+
     def async_read(self, w, alloc, off, nb: int, ins) -> None:
         """A TMA load by cluster ``c`` of ``nb``-byte elements at byte offsets ``off`` of
         ``alloc``: every generic write of those bytes in this launch must be ordered before it

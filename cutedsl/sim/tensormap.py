@@ -67,7 +67,10 @@ class TensorMap:
 
     @property
     def box_bytes(self):
-        return int(np.prod(self.box)) * self.esize
+        n = self.esize
+        for b in self.box:          # plain ints: np.prod costs microseconds per TMA
+            n *= b
+        return n
 
 
 def register_tensor_map(enc) -> bytes:

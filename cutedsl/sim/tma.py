@@ -166,8 +166,9 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
         raise SimRuntimeError(f"TMA with {len(coords)} coordinates on a rank-{len(tm.box)} tensor map\n"
                               f"    at {ins.where()}")
     al, gidx, inb = _elements(w, tm, coords, ins)
-    if w.launch.ghb is not None:        # generic writes of these bytes: ordered and proxy-fenced?
-        w.launch.ghb.async_read(w, al, *_whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize), ins)
+    ghb = w.launch.ghb
+    if ghb is not None and ghb.written(al):     # generic writes of these bytes: ordered and proxy-fenced?
+        ghb.async_read(w, al, *_whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize), ins)
     v = al.v[tm.esize]
     if inb is None:
         vals = v[gidx]
