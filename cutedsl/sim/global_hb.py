@@ -48,7 +48,7 @@ def classify(mods) -> tuple:
     return strong, bool(ms & {"release", "acq_rel"}), bool(ms & {"acquire", "acq_rel"}), wide
 
 
-_GBLK = 8      # log2 of the words per block of _Shadow.touched (256 words = 1 KiB)
+_GBLK = 6      # log2 of the words per block of _Shadow.touched (64 words = 256 B: one f16 row of a 128-wide tile)
 
 #: write clock of a word an async-proxy store has not completed yet: no knowledge covers it
 PENDING = np.iinfo(np.int32).max
