@@ -182,7 +182,11 @@ class HB:
             if self.seed is not None else ""
 
 
-_BLK = 8       # log2 of the words per block of Shadow.blk_read (256 words = 1 KiB)
+#: log2 of the words per block of Shadow.blk_read / blk_w (256 words = 1 KiB)
+BLOCK_SHIFT = 8
+_BLK = BLOCK_SHIFT
+_BW = 1 << _BLK
+_NEVER, _MIXED = -2, -1     # Shadow.blk_w: no write yet / not one write's
 
 
 class Shadow:
@@ -206,6 +210,11 @@ class Shadow:
         # agent only grow): a write whose blocks hold no read its writer does not know skips
         # the per-word check
         self.blk_read = np.zeros((ncap, (n >> _BLK) + 1), np.int32)
+        # per 1 KiB block, the epoch (agent << 32 | clock) of the one write that covered all of
+        # it last (a TMA box), _MIXED after any other write, _NEVER before the first: a read of
+        # such blocks (a wgmma operand) is checked per block instead of per word
+        self.blk_w = np.full((n >> _BLK) + 1, _NEVER, np.int64)
+        self.blk_wasync = np.zeros((n >> _BLK) + 1, bool)
         self.cols = {}
         self.defer_mark = None      # words with a deferred batched store (warpbatch.flush)
 
@@ -225,10 +234,17 @@ class Shadow:
         return c
 
     # -- checks ------------------------------------------------------------------------------
-    def read(self, words, agent, clock, vc, pvc, pc, async_read, what):
+    def read(self, words, agent, clock, vc, pvc, pc, async_read, what, blocks=None):
         """Record a read of ``words`` (word ids, or a slice of them: :func:`word_set`) by
-        ``agent`` at ``clock`` (knowledge ``vc``/``pvc``)."""
+        ``agent`` at ``clock`` (knowledge ``vc``/``pvc``); ``blocks``: the 1 KiB blocks the
+        words lie in, when the caller has them (then whole-block writes are checked per block)."""
         hb = self.hb
+        if blocks is not None and self._blocks_known(blocks, vc, pvc, async_read):
+            c = self._col(agent)
+            self.r_clock[c][words] = clock
+            self.r_pc[c][words] = pc
+            self.blk_read[c][blocks] = clock
+            return
         wa = self.w_agent[words]
         if int(wa.max()) >= 0:
             vc = hb.fit(vc)
@@ -288,6 +304,18 @@ class Shadow:
         self.w_clock[words] = clock
         self.w_pc[words] = pc
         self.w_async[words] = async_write
+        if isinstance(words, slice):        # whole blocks take the write's epoch, edges are mixed
+            lo, hi = words.start, words.stop
+            first, end = (lo + _BW - 1) >> _BLK, hi >> _BLK
+            if first < end:
+                self.blk_w[first:end] = (agent << 32) | clock
+                self.blk_wasync[first:end] = async_write
+            if lo & (_BW - 1):
+                self.blk_w[lo >> _BLK] = _MIXED
+            if hi & (_BW - 1):
+                self.blk_w[hi >> _BLK] = _MIXED
+        else:
+            self.blk_w[words >> _BLK] = _MIXED
 
     def write_warps(self, words, warps, pc, owner=None) -> bool:
         """Generic-proxy writes of ``words`` (distinct word ids) by several warps at their
@@ -320,6 +348,29 @@ class Shadow:
         self.w_clock[words] = vcs[np.arange(k), agents][owner]
         self.w_pc[words] = pc
         self.w_async[words] = False
+        self.blk_w[words >> _BLK] = _MIXED
+        return True
+
+    def _blocks_known(self, blocks, vc, pvc, async_read) -> bool:
+        """Every write to ``blocks`` is known to a reader with ``vc``/``pvc`` (an async-proxy
+        reader: generic writes through ``pvc``), judged from whole-block write epochs; False
+        when a block is mixed or a write is not known (the per-word check then decides)."""
+        e = self.blk_w[blocks]
+        if (e == _MIXED).any():
+            return False
+        wr = e >= 0
+        if not wr.any():
+            return True
+        e = e[wr]
+        ag = e >> 32
+        ck = e & 0xFFFFFFFF
+        hb = self.hb
+        if (ck > hb.fit(vc)[ag]).any():
+            return False
+        if async_read:
+            gen = ~self.blk_wasync[blocks][wr]
+            if gen.any() and (ck[gen] > hb.fit(pvc)[ag[gen]]).any():
+                return False
         return True
 
     def _block_reads(self, words, nc):

@@ -234,7 +234,7 @@ def dec_wgmma(ctx, ins, mods, ops):
         if b_end > cta.smem_size:
             raise SimRuntimeError(f"wgmma B operand (descriptor 0x{b_desc:x}) reaches past shared memory "
                                   f"({cta.smem_size} B)\n    at {ins.where()}")
-        words = [b_words]
+        words = [(b_words, None)]
         A = a_ei = None
         if a_regs:
             ar = np.concatenate([w.u32[aidx] for w in warps], axis=1).T         # (128, 4)
@@ -248,7 +248,7 @@ def dec_wgmma(ctx, ins, mods, ops):
             if a_end > cta.smem_size:
                 raise SimRuntimeError(f"wgmma A operand (descriptor 0x{a_desc:x}) reaches past shared memory "
                                       f"({cta.smem_size} B)\n    at {ins.where()}")
-            words = [operand_words(b_desc, N, K, eb, bool(trans_b), a_desc, ea, bool(trans_a))]
+            words = [operand_words(b_desc, N, K, eb, bool(trans_b), a_desc, ea, bool(trans_a))]     # (words, blocks)
         group = warps[0].wg_commits
         gi = warps[0].wid // 4
         sh = cta.shadow
@@ -256,8 +256,8 @@ def dec_wgmma(ctx, ins, mods, ops):
             hb = sh.hb
             ag = hb.agent(("wgmma", cta.rank, gi), "wgmma", cta, gi, f"wgmma of warpgroup {gi}")
             vc, pvc = hb.async_op(warps, ag.idx, group + 1)
-            for wd in words:
-                sh.read(wd, ag.idx, group + 1, vc, pvc, ins.pc, True, "wgmma operand")
+            for wd, blk in words:
+                sh.read(wd, ag.idx, group + 1, vc, pvc, ins.pc, True, "wgmma operand", blk)
             for w in warps:
                 w.acc_pending.append((rbits, ag.idx, group + 1, ins.pc))
                 w.acc_bits |= rbits

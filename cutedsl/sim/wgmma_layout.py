@@ -10,6 +10,7 @@ import ml_dtypes
 import numpy as np
 
 from .errors import SimRuntimeError
+from .hb import BLOCK_SHIFT
 from .tma import swizzle
 
 ETYPES = {"f16": (2, np.float16), "bf16": (2, ml_dtypes.bfloat16), "tf32": (4, np.uint32),
@@ -62,10 +63,13 @@ def operand_addrs(desc: int, rows: int, kelems: int, esize: int, mn_major: bool,
 
 @lru_cache(maxsize=1024)
 def operand_words(b_desc, n, k, eb, trans_b, a_desc, ea, trans_a):
-    """The shared-memory words both operands of one wgmma read (B's, then A's): one race check."""
+    """The shared-memory words both operands of one wgmma read (B's, then A's; one race check)
+    and the 1 KiB blocks they lie in."""
     w = np.concatenate([operand_addrs(b_desc, n, k, eb, trans_b)[1], operand_addrs(a_desc, 64, k, ea, trans_a)[1]])
     w.flags.writeable = False
-    return w
+    blocks = np.unique(w >> BLOCK_SHIFT)        # the race detector's blocks
+    blocks.flags.writeable = False
+    return w, blocks
 
 
 @lru_cache(maxsize=64)
