@@ -9,7 +9,6 @@ thread and the nearest allocation.
 """
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from .errors import MemoryAccessError

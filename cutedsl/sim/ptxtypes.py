@@ -9,7 +9,6 @@ import struct
 import ml_dtypes
 import numpy as np
 
-from .errors import PTXParseError, UnsupportedInstruction
 from .parser import TYPE_SIZES
 
 #: param-space offset of call-sequence parameters (per thread, for vprintf)

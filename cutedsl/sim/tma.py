@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import TensorMapError
 from .errors import MemoryAccessError, SimRuntimeError
-from .memory import OFF_MASK, PARAM_WIN, RANK_SHIFT, SHARED_WIN
+from .memory import OFF_MASK, PARAM_WIN, RANK_SHIFT
 from .registry import handler
 from .hb import word_set, words_of
 from .cp_async import dec_cp_async
@@ -363,7 +363,6 @@ def _dec_tensor(ctx, ins, mods, ops):
     dim = None
     direction = None
     multicast = False
-    hint = False
     pair = False
     for mm in mods:
         if mm.endswith("d") and mm[:-1].isdigit():
@@ -377,7 +376,7 @@ def _dec_tensor(ctx, ins, mods, ops):
         elif mm == "multicast::cluster":
             multicast = True
         elif mm == "L2::cache_hint":
-            hint = True
+            pass            # its cache-policy operand (the last one) is a performance hint: ignored
         elif mm == "cta_group::2":
             pair = True
         elif mm in _IGN or mm == "cta_group::1":
