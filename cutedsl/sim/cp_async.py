@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import SimRuntimeError
-from .hb import words_of
+from .shadow_words import words_of
 from .mbarrier import get_mbar, hb_check_init, lane_vals, mbar_targets
 
 

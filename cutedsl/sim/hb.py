@@ -33,6 +33,8 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import RaceError
+# word_set and words_of are also this module's names (tests and older callers import them here)
+from .shadow_words import BLOCK_SHIFT, blocks_of as _blocks, word_ids, word_set, words_of  # noqa: F401
 
 #: the edge that would have ordered a prior access of this kind before a conflicting one
 EDGE = {
@@ -182,8 +184,6 @@ class HB:
             if self.seed is not None else ""
 
 
-#: log2 of the words per block of Shadow.blk_read / blk_w (256 words = 1 KiB)
-BLOCK_SHIFT = 8
 _BLK = BLOCK_SHIFT
 _BW = 1 << _BLK
 _NEVER, _MIXED = -2, -1     # Shadow.blk_w: no write yet / not one write's
@@ -427,33 +427,3 @@ class Shadow:
             f"    {pmode} by {hb.describe(pa, ppc, ln)}\n"
             f"    {mode} by {hb.describe(agent, pc, ln)} ({what})\n"
             f"    are not ordered by synchronisation; missing: {EDGE[edge]}" + hb.seed_note())
-
-
-def _blocks(words):
-    """Index of the 1 KiB blocks of ``words`` (a slice, or word ids with repeats)."""
-    if isinstance(words, slice):
-        return slice(words.start >> _BLK, ((words.stop - 1) >> _BLK) + 1)
-    return words >> _BLK
-
-
-def word_set(words, shift=0):
-    """Sorted unique word ids ``words`` + ``shift`` as the shadow takes them: a slice when they
-    are contiguous (a TMA box, a bulk copy), so its updates touch views instead of gathering."""
-    n = len(words)
-    if n and int(words[-1]) - int(words[0]) + 1 == n:
-        lo = int(words[0]) + shift
-        return slice(lo, lo + n)
-    return words + shift
-
-
-def word_ids(words):
-    """The word ids of ``words`` (an array, or a slice from :func:`word_set`)."""
-    return np.arange(words.start, words.stop) if isinstance(words, slice) else words
-
-
-def words_of(off, nb):
-    """4-byte word indices touched by accesses of ``nb`` bytes at byte offsets ``off``."""
-    off = np.asarray(off, np.int64)
-    if nb <= 4:
-        return (off >> 2).reshape(-1)
-    return ((off.reshape(-1, 1) + np.arange(0, nb, 4)) >> 2).reshape(-1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import MemoryAccessError
-from .hb import words_of
+from .shadow_words import words_of
 from .hb_warp import lane_conflict
 from .ptxtypes import CALLPARAM_BASE
 from .addressing import targets

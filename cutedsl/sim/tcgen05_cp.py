@@ -27,7 +27,8 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import SimRuntimeError
-from .tma import defer, swizzle
+from .tma import defer
+from .tma_box import swizzle
 from .tmem import COLUMNS, QUARTER, SUBOPS, lane_value, tmem_of, tmem_shadow
 
 #: shape -> (rows, 128-bit chunks per row)

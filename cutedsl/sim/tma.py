@@ -22,137 +22,15 @@ bulk group), which ``cp.async.bulk.wait_group[.read]`` makes known to the waitin
 """
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 
-from ..errors import TensorMapError
 from .errors import MemoryAccessError, SimRuntimeError
-from .memory import OFF_MASK, PARAM_WIN, RANK_SHIFT
+from .memory import PARAM_WIN
 from .registry import handler
-from .hb import word_set, words_of
+from .shadow_words import word_set, words_of
 from .cp_async import dec_cp_async
 from .mbarrier import get_mbar, hb_check_init
-from .tensormap import decode
-
-
-def swizzle(a, span):
-    """Absolute-address swizzle of TMA/wgmma (span 0, 32, 64 or 128 bytes)."""
-    if not span:
-        return a
-    m = span // 16 - 1
-    return a ^ (((a >> 7) & m) << 4)
-
-
-@lru_cache(maxsize=256)
-def box_layout(box, esize, span, dst_mod):
-    """(xs, rel, words): element coordinates (rank, n) innermost first, swizzled byte
-    offsets relative to ``dst - dst_mod`` (dst_mod = dst % 1024), and the 4-B word ids."""
-    r = len(box)
-    idx = np.indices(box[::-1]).reshape(r, -1)[::-1].astype(np.int64)
-    pitch = span if span else box[0] * esize
-    rows = np.zeros(idx.shape[1], np.int64)
-    mul = 1
-    for i in range(1, r):
-        rows += idx[i] * mul
-        mul *= box[i]
-    lin = idx[0] * esize + pitch * rows
-    rel = swizzle(dst_mod + lin, span)
-    rel.flags.writeable = False
-    idx.flags.writeable = False
-    ch = np.unique(rel >> 2)
-    ch.flags.writeable = False
-    return idx, rel, ch
-
-
-@lru_cache(maxsize=256)
-def _goff(box, strides):
-    idx, _r, _c = box_layout(box, strides[0], 0, 0)
-    off = np.zeros(idx.shape[1], np.int64)
-    for i, s in enumerate(strides):
-        off += idx[i] * s
-    return off
-
-
-def _whole_words(off, esize):
-    """``(offsets, element size)`` for the race detector: 2-/1-byte elements that fill whole
-    4-byte words in order (a box whose rows span whole words) as the words themselves."""
-    k = 4 // esize if esize < 4 else 1
-    if k == 1 or len(off) % k:
-        return off, esize
-    first = off[::k]
-    if (first & 3).any() or not all(np.array_equal(off[j::k], first + j * esize) for j in range(1, k)):
-        return off, esize
-    return first, 4
-
-
-def _tmap_of(w, tm_addr, ins):
-    a = int(tm_addr)
-    launch = w.launch
-    # a map in the kernel parameters cannot change during the launch: decode it once
-    cacheable = PARAM_WIN <= a < PARAM_WIN + launch.param_size
-    if cacheable:
-        cache = launch.tmap_cache
-        tm = cache.get(a)
-        if tm is not None:
-            return tm
-    blob = w.read_generic_bytes(a, 128, ins)
-    try:
-        tm = decode(blob)
-        if cacheable:
-            cache[a] = tm
-        return tm
-    except TensorMapError as e:
-        raise SimRuntimeError(f"tensor-map operand at 0x{int(tm_addr):x} holds neither a tensor map encoded by "
-                              f"SimBackend.encode_tensor_map nor a valid device-built one ({e})\n"
-                              f"    at {ins.where()}") from None
-
-
-def _elements(w, tm, coords, ins):
-    """Global element indices and in-bounds mask for a box at ``coords``."""
-    gm = w.launch.gmem
-    al = gm.find(tm.address)
-    if al is None:
-        raise MemoryAccessError(f"tensor map global address 0x{tm.address:x} is not allocated "
-                                f"({gm.describe(tm.address)})\n    at {ins.where()}")
-    base = tm.address - al.base
-    inb = None
-    for i, c in enumerate(coords):
-        if c < 0 or c + tm.box[i] > tm.dims[i]:
-            xs = box_layout(tm.box, tm.esize, 0, 0)[0]
-            g = xs[i] + c
-            ok = (g >= 0) & (g < tm.dims[i])
-            inb = ok if inb is None else inb & ok
-        base += c * tm.strides[i]
-    gb = base + _goff(tm.box, tm.strides)
-    if inb is None:
-        lo, hi = int(gb[0]), int(gb[-1])
-        lo, hi = min(lo, int(gb.min())), max(hi, int(gb.max()))
-    elif inb.any():
-        lo, hi = int(gb[inb].min()), int(gb[inb].max())
-    else:
-        lo = hi = 0
-    if lo < 0 or hi + tm.esize > al.nbytes:
-        bad = al.base + (lo if lo < 0 else hi)
-        raise MemoryAccessError(f"TMA box at coordinates {tuple(coords)} reaches global address 0x{bad:x} outside "
-                                f"the tensor's allocation ({gm.describe(bad)})\n    at {ins.where()}")
-    return al, gb // tm.esize, inb
-
-
-def _smem_dest(w, addr, ins, what, align=128):
-    """(cta, offset) of a shared::cluster address."""
-    a = int(addr)
-    rank = a >> RANK_SHIFT
-    off = a & OFF_MASK
-    cta = w.cta
-    if rank != cta.rank:
-        cl = w.cta.cluster
-        if rank >= len(cl.ctas):
-            raise SimRuntimeError(f"{what}: cluster rank {rank} does not exist\n    at {ins.where()}")
-        cta = cl.ctas[rank]
-    if off % align:
-        raise SimRuntimeError(f"{what}: shared-memory address {off} is not {align}-byte aligned\n    at {ins.where()}")
-    return cta, off
+from .tma_box import elements, smem_dest, tmap_of, whole_words, box_layout
 
 
 def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
@@ -161,22 +39,22 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
     (``.cta_group::2``) possibly in its CTA-pair peer -- the barrier's CTA relative to the
     issuing one (itself or its peer) is applied to every destination (PTX ISA
     cp.async.bulk.tensor; CUTLASS's 2-SM loads signal the even CTA's barrier)."""
-    tm = _tmap_of(w, tm_addr, ins)
+    tm = tmap_of(w, tm_addr, ins)
     if len(coords) != len(tm.box):
         raise SimRuntimeError(f"TMA with {len(coords)} coordinates on a rank-{len(tm.box)} tensor map\n"
                               f"    at {ins.where()}")
-    al, gidx, inb = _elements(w, tm, coords, ins)
+    al, gidx, inb = elements(w, tm, coords, ins)
     ghb = w.launch.ghb
     if ghb is not None and ghb.written(al):     # generic writes of these bytes: ordered and proxy-fenced?
-        ghb.async_read(w, al, *_whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize), ins)
+        ghb.async_read(w, al, *whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize), ins)
     v = al.v[tm.esize]
     if inb is None:
         vals = v[gidx]
     else:
         vals = np.full(len(gidx), tm.nan_bits, v.dtype)
         vals[inb] = v[gidx[inb]]
-    dcta, doff = _smem_dest(w, dst, ins, "TMA load destination")
-    mcta, moff = _smem_dest(w, mbar, ins, "TMA mbarrier", 8)
+    dcta, doff = smem_dest(w, dst, ins, "TMA load destination")
+    mcta, moff = smem_dest(w, mbar, ins, "TMA mbarrier", 8)
     peer_bit = mcta.rank ^ w.cta.rank       # 0: each destination's own barrier; 1: its pair peer's
     if peer_bit and not (pair and peer_bit == 1):
         raise SimRuntimeError(f"TMA load signals the mbarrier of cluster rank {mcta.rank}, not the destination "
@@ -254,12 +132,12 @@ def bulk_read(w, cta, words, ins, what):
 
 
 def tma_store(w, ins, tm_addr, coords, src):
-    tm = _tmap_of(w, tm_addr, ins)
+    tm = tmap_of(w, tm_addr, ins)
     if len(coords) != len(tm.box):
         raise SimRuntimeError(f"TMA with {len(coords)} coordinates on a rank-{len(tm.box)} tensor map\n"
                               f"    at {ins.where()}")
-    al, gidx, inb = _elements(w, tm, coords, ins)
-    scta, soff = _smem_dest(w, src, ins, "TMA store source")
+    al, gidx, inb = elements(w, tm, coords, ins)
+    scta, soff = smem_dest(w, src, ins, "TMA store source")
     dmod = soff % 1024
     _xs, rel, ch = box_layout(tm.box, tm.esize, tm.swizzle, dmod)
     base = soff - dmod
@@ -269,7 +147,7 @@ def tma_store(w, ins, tm_addr, coords, src):
     sidx = (base + rel) // tm.esize
     v = al.v[tm.esize]
     if w.launch.ghb is not None:        # the global side: a write in flight until wait_group
-        w.launch.ghb.async_write(w, al, *_whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize), ins)
+        w.launch.ghb.async_write(w, al, *whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize), ins)
     group = w.bulk_commits
     key = (w.cta.rank, w.wid)
 
@@ -292,7 +170,7 @@ def _bulk_copy(w, ins, dst_space, dst, src_space, src, size, mbar=None, mask=Non
     one[int(np.flatnonzero(w.live)[0]) if w.live.any() else 0] = True
     data = w.load(src_space, np.uint64(src), one, 1, size, np.uint8, ins, race=False)[0]
     if src_space != "global":
-        scta, soff = _smem_dest(w, src, ins, "bulk copy source", 16)
+        scta, soff = smem_dest(w, src, ins, "bulk copy source", 16)
         bulk_read(w, scta, word_set(words_of(np.arange(soff, soff + size, 4), 4)), ins, "bulk copy source")
     if dst_space == "global":
         w.store("global", np.uint64(dst), one, 1, size, data[None, :], ins, race=False)
@@ -300,8 +178,8 @@ def _bulk_copy(w, ins, dst_space, dst, src_space, src, size, mbar=None, mask=Non
             al = w.launch.gmem.find(int(dst))
             w.launch.ghb.async_write(w, al, np.arange(int(dst) - al.base, int(dst) - al.base + size, 4), 4, ins)
         return
-    dcta, doff = _smem_dest(w, dst, ins, "bulk copy destination", 16)
-    _c, moff = _smem_dest(w, mbar, ins, "bulk copy mbarrier", 8)
+    dcta, doff = smem_dest(w, dst, ins, "bulk copy destination", 16)
+    _c, moff = smem_dest(w, mbar, ins, "bulk copy mbarrier", 8)
     targets = [dcta] if mask is None else [c for i, c in enumerate(w.cta.cluster.ctas) if int(mask) >> i & 1]
     for cta in targets:
         if doff + size > cta.smem_size:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from .hb import words_of
+from .shadow_words import words_of
 from .memory import OFF_MASK, RANK_SHIFT
 
 _SHIFT = {1: 0, 2: 1, 4: 2, 8: 3}

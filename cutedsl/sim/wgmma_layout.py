@@ -10,8 +10,8 @@ import ml_dtypes
 import numpy as np
 
 from .errors import SimRuntimeError
-from .hb import BLOCK_SHIFT
-from .tma import swizzle
+from .shadow_words import BLOCK_SHIFT
+from .tma_box import swizzle
 
 ETYPES = {"f16": (2, np.float16), "bf16": (2, ml_dtypes.bfloat16), "tf32": (4, np.uint32),
           "e4m3": (1, ml_dtypes.float8_e4m3fn), "e5m2": (1, ml_dtypes.float8_e5m2),
