@@ -16,15 +16,11 @@ from .shadow_words import words_of
 from .hb_warp import lane_conflict
 from .ptxtypes import CALLPARAM_BASE
 from .addressing import targets
-from .memory import OFF_MASK, RANK_SHIFT, views
+from .memory import CTA_SHARED, ELEM_SHIFT, OFF_MASK_U64, RANK_SHIFT, RANK_SHIFT_U64, views
 from .warpbatch import WarpBatch, register_files, set_register_views
 
 LANES = np.arange(32, dtype=np.uint32)
 _ALL_LANES = np.arange(32)
-_SHIFT = {1: 0, 2: 1, 4: 2, 8: 3}
-_CTA_SHARED = ("shared", "shared::cta")
-_RANK_SHIFT = np.uint64(RANK_SHIFT)
-_OFF_MASK = np.uint64(OFF_MASK)
 
 
 class Group:
@@ -181,7 +177,7 @@ class Warp:
                 elif race and space == "global" and self.launch.ghb is not None:
                     al = self.launch.gmem.find(int((a if sel is None else a[sel])[0]))
                     self.launch.ghb.access(self, al, off, nb, False, ins)
-                idx = off >> _SHIFT[esize]
+                idx = off >> ELEM_SHIFT[esize]
                 if n == 1:
                     r = v[esize][idx][:, None]
                 else:
@@ -194,7 +190,7 @@ class Warp:
 
     def store(self, space, addr, m, esize, n, vals, ins, race=True):
         """Store ``vals`` ((k, n) of unsigned esize-byte ints, or broadcastable) per active lane."""
-        if space in _CTA_SHARED and np.ndim(addr) and self._store_own_shared(addr, m, esize, n, vals, ins, race):
+        if space in CTA_SHARED and np.ndim(addr) and self._store_own_shared(addr, m, esize, n, vals, ins, race):
             return
         lanes = self._lanes(m)
         k = len(lanes)
@@ -219,7 +215,7 @@ class Warp:
                 v[1][idx] = new
                 continue
             def same(v=v, off=off, vv=vv):      # the write stores the bytes already there (benign)
-                return np.array_equal(v[esize][(off >> _SHIFT[esize])[:, None] + np.arange(n)], vv)
+                return np.array_equal(v[esize][(off >> ELEM_SHIFT[esize])[:, None] + np.arange(n)], vv)
             if cta is not None:
                 cta.check_not_mbarrier(off, nb, self, ins)
                 if race and cta.shadow is not None:
@@ -228,7 +224,7 @@ class Warp:
             elif race and space == "global" and launch.ghb is not None:
                 launch.ghb.access(self, launch.gmem.find(int((a if sel is None else a[sel])[0])), off, nb, True,
                                   ins, same)
-            idx = off >> _SHIFT[esize]
+            idx = off >> ELEM_SHIFT[esize]
             if n == 1:
                 if not launch.changed and not np.array_equal(v[esize][idx], vv[:, 0]):
                     launch.changed = True
@@ -248,9 +244,9 @@ class Warp:
         if len(lanes) != 32:
             a = a[lanes]
         cta = self.cta
-        if ((a >> _RANK_SHIFT) != cta.rank).any():
+        if ((a >> RANK_SHIFT_U64) != cta.rank).any():
             return False
-        off = (a & _OFF_MASK).astype(np.int64)
+        off = (a & OFF_MASK_U64).astype(np.int64)
         nb = esize * n
         if int(off.max()) + nb > cta.smem_size or (nb > 1 and int(np.bitwise_or.reduce(off)) & (nb - 1)):
             return False
@@ -261,7 +257,7 @@ class Warp:
         if cta.mbar:
             cta.check_not_mbarrier(off, nb, self, ins)
         v = cta.sv[esize]
-        idx = off >> _SHIFT[esize]
+        idx = off >> ELEM_SHIFT[esize]
         ix = idx if n == 1 else idx[:, None] + np.arange(n)
         vv = vals[:, 0] if n == 1 else vals
         if race and cta.shadow is not None:

@@ -35,6 +35,12 @@ LOCAL_WIN = 0x5C00_0000_0000
 WIN_SIZE = 1 << 32
 RANK_SHIFT = 24
 OFF_MASK = (1 << RANK_SHIFT) - 1
+RANK_SHIFT_U64 = np.uint64(RANK_SHIFT)     #: the same, as numpy scalars for address arrays
+OFF_MASK_U64 = np.uint64(OFF_MASK)
+#: state spaces naming the executing CTA's own shared memory
+CTA_SHARED = ("shared", "shared::cta")
+#: log2 of an element size in bytes (word index = byte offset >> ELEM_SHIFT[size])
+ELEM_SHIFT = {1: 0, 2: 1, 4: 2, 8: 3}
 
 
 def views(data: np.ndarray) -> dict:

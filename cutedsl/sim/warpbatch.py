@@ -12,12 +12,8 @@ import ml_dtypes
 import numpy as np
 
 from .shadow_words import words_of
-from .memory import OFF_MASK, RANK_SHIFT
+from .memory import CTA_SHARED, ELEM_SHIFT, OFF_MASK_U64, RANK_SHIFT_U64
 
-_SHIFT = {1: 0, 2: 1, 4: 2, 8: 3}
-_CTA_SHARED = ("shared", "shared::cta")
-_RANK_SHIFT = np.uint64(RANK_SHIFT)
-_OFF_MASK = np.uint64(OFF_MASK)
 
 
 def register_files(nregs, width):
@@ -116,13 +112,13 @@ class WarpBatch:
 
     def _store_shared(self, space, addr, esize, n, vals, ins, race, ws):
         nb = esize * n
-        if space not in _CTA_SHARED or not np.ndim(addr) or nb < 4:
+        if space not in CTA_SHARED or not np.ndim(addr) or nb < 4:
             return False
         a = np.asarray(addr, np.uint64)
         cta = self.cta
-        if ((a >> _RANK_SHIFT) != cta.rank).any():
+        if ((a >> RANK_SHIFT_U64) != cta.rank).any():
             return False
-        off = (a & _OFF_MASK).astype(np.int64)
+        off = (a & OFF_MASK_U64).astype(np.int64)
         so = np.sort(off)
         if (int(so[-1]) + nb > cta.smem_size or int(np.bitwise_or.reduce(off)) & (nb - 1)
                 or int((so[1:] - so[:-1]).min()) < nb or cta.overlaps_mbarrier(int(so[0]), int(so[-1]) + nb)):
@@ -130,7 +126,7 @@ class WarpBatch:
         ut = np.dtype(f"u{esize}")
         vals = vals.view(ut) if vals.dtype.itemsize == esize else vals.astype(ut)
         v = cta.sv[esize]
-        idx = off >> _SHIFT[esize]
+        idx = off >> ELEM_SHIFT[esize]
         ix = idx if n == 1 else idx[:, None] + np.arange(n)
         vv = vals[:, 0] if n == 1 else vals
         sh = cta.shadow
