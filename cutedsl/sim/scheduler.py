@@ -7,7 +7,7 @@ next multiple of 1024 B plus an optional stress offset. ``%dynamic_smem_size`` i
 launched dynamic size.
 
 **Residency.** As on the GPU, every cluster that fits at once is live together
-(:meth:`Launch.residency`: ``sm_count`` SMs, each holding at most 32 CTAs, 2048 threads,
+(:func:`cutedsl.sim.residency.resident_clusters`: ``sm_count`` SMs, each holding at most 32 CTAs, 2048 threads,
 228 KiB of shared memory (1 KiB reserved per CTA) and 64 K registers at ``.maxnreg``; then
 what the emulator's ``SimLimits.memory_bytes`` allows); when a cluster exits the next one in
 launch order takes its place. So CTAs that synchronise through global memory (semaphores,
@@ -43,16 +43,15 @@ from .errors import (DeadlockError, InstructionBudgetExceeded, SimError, SimLaun
                      SimRuntimeError, TimeLimitExceeded)
 from .hb import HB, Shadow
 from .hb_warp import acc_check
-from .limits import DEFAULT_LIMITS, fmt_bytes, warp_bytes
+from .limits import DEFAULT_LIMITS
 from .machine import CTA, Cluster
 from .memory import views
 from .lockstep import lockstep, step_gang
 from .registry import JUMPED, RESCHED, YIELD
+from .residency import cluster_bytes, resident_clusters
 
 DEFAULT_BUDGET = 200_000_000
 DEFAULT_SM_COUNT = 132          #: H100 SXM: the SMs a launch's resident CTAs spread over
-#: per-SM resources of sm_90 (CUDA occupancy rules): CTAs, threads, shared memory, registers
-SM_CTAS, SM_THREADS, SM_SMEM, SMEM_RESERVED, SM_REGS = 32, 2048, 233472, 1024, 65536
 #: default wall-clock limit per launch in seconds (env CUTEDSL_SIM_TIME_LIMIT overrides)
 DEFAULT_TIME_LIMIT = 900.0
 
@@ -152,9 +151,11 @@ class Launch:
         al = program.dyn_align
         self.dyn_base = (static + al - 1) // al * al + int(dyn_smem_offset)
         self.smem_total = self.dyn_base + smem
-        self._check_memory(limits or DEFAULT_LIMITS, nthreads, ncl, race_check)
+        memory_bytes = (limits or DEFAULT_LIMITS).memory_bytes
+        need = cluster_bytes(program, nthreads, ncl, self.smem_total, race_check, memory_bytes)
         self.sm_count = int(sm_count)
-        self.resident = self.residency(nthreads, ncl, (limits or DEFAULT_LIMITS).memory_bytes)
+        self.resident, self.resident_limit = resident_clusters(
+            program, nthreads, ncl, self.smem_total, self.sm_count, need, memory_bytes)
         self.budget = int(budget)
         self.race_check = bool(race_check)
         self.ghb = None             # GlobalHB (global-memory races between clusters), with race checks
@@ -167,28 +168,13 @@ class Launch:
         self.time_limit = float(time_limit) if time_limit is not None else default_time_limit()
         self.changed = False     # a store changed memory this round (see _run_resident)
         self.insts = 0
-        self._stepping = False       # inside _step_gang (no nested stepping)
+        self._stepping = False       # a warp runs for lockstep.meets / step_gang (no nesting)
         self.tmap_cache = {}         # param-space address -> decoded tensor map (tma.py)
         self.printf = []
         self.version = 0
         self.cta_serial = 0
         self.global_syms = global_syms if global_syms is not None else {}
         self.code = program.code
-
-    def _check_memory(self, limits, nthreads, ncl, race_check) -> None:
-        """Refuse, before allocating, a launch whose live CTAs (one cluster: register files,
-        local memory, shared memory and its race-check shadow) exceed ``limits.memory_bytes``."""
-        p = self.program
-        per_warp = warp_bytes(p.nregs, p.local_size, getattr(p, "callparam_size", 0))
-        per_cta = -(-nthreads // 32) * per_warp + self.smem_total * (1 + (13 if race_check else 0))
-        need = ncl * per_cta
-        self._cluster_bytes = need
-        if need > limits.memory_bytes:
-            raise SimLaunchError(
-                f"kernel {p.name!r}: {ncl} CTA(s) of {nthreads} threads would need {fmt_bytes(need)} of emulator "
-                f"memory ({sum(p.nregs.values())} registers, {p.local_size} local bytes per thread, "
-                f"{self.smem_total} shared bytes per CTA); the limit is {fmt_bytes(limits.memory_bytes)} "
-                f"(SimLimits.memory_bytes)")
 
     def global_addr(self, name):
         a = self.global_syms.get(name)
@@ -201,17 +187,6 @@ class Launch:
                 al.data[:len(data)] = np.frombuffer(data, np.uint8)
             a = self.global_syms[name] = al.base
         return a
-
-    def residency(self, nthreads: int, ncl: int, memory_bytes: int) -> int:
-        """Clusters live at once (see the module docstring): what ``sm_count`` SMs hold, capped
-        by the emulator's memory limit; at least one."""
-        per_sm = min(SM_CTAS, SM_THREADS // max(nthreads, 1), SM_SMEM // (self.smem_total + SMEM_RESERVED))
-        mx = self.program.directives.get("maxnreg")
-        if mx:
-            per_sm = min(per_sm, SM_REGS // (int(mx[0] if isinstance(mx, (tuple, list)) else mx) * nthreads))
-        hw = max(1, self.sm_count * max(per_sm, 1) // ncl)
-        self.resident_limit = "hardware" if hw * self._cluster_bytes <= memory_bytes else "memory"
-        return max(1, min(hw, memory_bytes // max(self._cluster_bytes, 1)))
 
     # -- running -----------------------------------------------------------------------
     def _clusters(self):
@@ -380,7 +355,7 @@ class Launch:
                         if c == 0:
                             g.pc += 1
                             gang = None
-                            if others is None and w.full and g.m is None and not self._stepping:
+                            if others is None and g.m is None:
                                 step_gang(self, w, g.pc - 1, ins)
                             if others is not None:
                                 o = others.get(g.pc)
@@ -405,8 +380,7 @@ class Launch:
                         gang = None
                         pc0 = g.pc
                         r = ins.fn(w, g, m)
-                        if (m is None and others is None and w.full and r != YIELD and r != RESCHED
-                                and not self._stepping):
+                        if m is None and others is None and r != YIELD and r != RESCHED:
                             step_gang(self, w, pc0, ins)
                     if r is None:
                         g.pc += 1
