@@ -27,10 +27,7 @@ warps together:
 """
 from __future__ import annotations
 
-from .registry import JUMPED, NOT_BATCHED
-
-#: ``Instr.batch`` of wgmma.mma_async (program._batchable)
-WGMMA_BATCH = 3
+from .registry import BATCH_WGMMA, JUMPED, NOT_BATCHED
 
 #: how far (in instructions) a warp may be behind to catch up with a lockstep batch
 CATCH_UP = 8
@@ -44,8 +41,7 @@ def joins(x, pc, ins, ready=False) -> bool:
     if len(gs) != 1 or not x.full:
         return False
     g = gs[0]
-    if g.pc != pc or g.m is not None or (x.acc_bits and ins.rbits & x.acc_bits) or (
-            x.lazy_bits and ins.rbits & x.lazy_bits):
+    if g.pc != pc or g.m is not None or (x.acc_bits | x.lazy_bits) & ins.rbits:
         return False
     b = g.blocked
     return b is None or (ready and b.ready())
@@ -116,7 +112,7 @@ def lockstep(launch, w, g, ins, gang, budget):
 def _run(ins, b):
     """Run batch instruction ``ins`` for batch ``b``; a wgmma reads shared memory, so the
     deferred stores of the run are recorded first."""
-    if ins.batch == WGMMA_BATCH:
+    if ins.batch == BATCH_WGMMA:
         b.flush()
     return ins.fn(b, None, None)
 
@@ -155,8 +151,11 @@ def meets(launch, x, pc, ins) -> bool:
 
 
 def step_gang(launch, w, pc, ins):
-    """``w`` just ran ``ins`` (at ``pc``) alone: the neighbouring warps waiting at the same PC (a
-    contiguous run) run it too, each on its own, so they stay together for the next batch."""
+    """``w`` (one group of all its lanes) just ran ``ins`` (at ``pc``) alone: the neighbouring
+    warps waiting at the same PC (a contiguous run) run it too, each on its own, so they stay
+    together for the next batch. Nothing when ``w`` is itself being stepped."""
+    if launch._stepping or not w.full:
+        return
     ws = w.cta.warps
     launch._stepping = True
     try:

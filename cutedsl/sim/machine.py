@@ -16,7 +16,8 @@ from .shadow_words import words_of
 from .hb_warp import lane_conflict
 from .ptxtypes import CALLPARAM_BASE
 from .addressing import targets
-from .memory import CTA_SHARED, ELEM_SHIFT, OFF_MASK_U64, RANK_SHIFT, RANK_SHIFT_U64, views
+from .memory import (CTA_SHARED, OFF_MASK_U64, RANK_SHIFT, RANK_SHIFT_U64, as_unsigned, element_index, views,
+                     write_noting_change)
 from .warpbatch import WarpBatch, register_files, set_register_views
 
 LANES = np.arange(32, dtype=np.uint32)
@@ -177,11 +178,7 @@ class Warp:
                 elif race and space == "global" and self.launch.ghb is not None:
                     al = self.launch.gmem.find(int((a if sel is None else a[sel])[0]))
                     self.launch.ghb.access(self, al, off, nb, False, ins)
-                idx = off >> ELEM_SHIFT[esize]
-                if n == 1:
-                    r = v[esize][idx][:, None]
-                else:
-                    r = v[esize][idx[:, None] + np.arange(n)]
+                r = v[esize][element_index(off, esize, n)].reshape(len(off), n)
             if sel is None:
                 out = r
             else:
@@ -197,9 +194,7 @@ class Warp:
         a = np.asarray(addr, np.uint64)
         a = np.broadcast_to(a, (32,))[lanes] if a.ndim else np.full(k, a, np.uint64)
         nb = esize * n
-        ut = np.dtype(f"u{esize}")
-        vals = np.broadcast_to(np.asarray(vals).view(ut) if np.asarray(vals).dtype.itemsize == esize
-                               else np.asarray(vals).astype(ut), (k, n))
+        vals = np.broadcast_to(as_unsigned(vals, esize), (k, n))
         launch = self.launch
         for sel, v, off, limit, cta, space in targets(self, space, a, nb, ins, lanes, "store"):
             ll = lanes if sel is None else lanes[sel]
@@ -208,14 +203,14 @@ class Warp:
             if space == "param" and not (a >= np.uint64(CALLPARAM_BASE)).all():
                 raise MemoryAccessError(f"store to kernel parameter space at {ins.where()}")
             if space == "local" or space == "callparam":
-                idx = off[:, None] + np.arange(nb)
                 new = np.ascontiguousarray(vv).view(np.uint8).reshape(len(off), nb)
-                if not launch.changed and not np.array_equal(v[1][idx], new):
-                    launch.changed = True       # progress: an equal value written is none
-                v[1][idx] = new
+                write_noting_change(launch, v[1], off[:, None] + np.arange(nb), new)
                 continue
-            def same(v=v, off=off, vv=vv):      # the write stores the bytes already there (benign)
-                return np.array_equal(v[esize][(off >> ELEM_SHIFT[esize])[:, None] + np.arange(n)], vv)
+            ix = element_index(off, esize, n)
+            vv = vv[:, 0] if n == 1 else vv
+
+            def same(v=v, ix=ix, vv=vv):        # the write stores the bytes already there (benign)
+                return np.array_equal(v[esize][ix], vv)
             if cta is not None:
                 cta.check_not_mbarrier(off, nb, self, ins)
                 if race and cta.shadow is not None:
@@ -224,16 +219,7 @@ class Warp:
             elif race and space == "global" and launch.ghb is not None:
                 launch.ghb.access(self, launch.gmem.find(int((a if sel is None else a[sel])[0])), off, nb, True,
                                   ins, same)
-            idx = off >> ELEM_SHIFT[esize]
-            if n == 1:
-                if not launch.changed and not np.array_equal(v[esize][idx], vv[:, 0]):
-                    launch.changed = True
-                v[esize][idx] = vv[:, 0]
-            else:
-                ix = idx[:, None] + np.arange(n)
-                if not launch.changed and not np.array_equal(v[esize][ix], vv):
-                    launch.changed = True
-                v[esize][ix] = vv
+            write_noting_change(launch, v[esize], ix, vv)
 
     def _store_own_shared(self, addr, m, esize, n, vals, ins, race):
         """The common case of :meth:`store` -- per-lane addresses in this CTA's own shared memory,
@@ -244,29 +230,20 @@ class Warp:
         if len(lanes) != 32:
             a = a[lanes]
         cta = self.cta
-        if ((a >> RANK_SHIFT_U64) != cta.rank).any():
-            return False
-        off = (a & OFF_MASK_U64).astype(np.int64)
         nb = esize * n
-        if int(off.max()) + nb > cta.smem_size or (nb > 1 and int(np.bitwise_or.reduce(off)) & (nb - 1)):
+        off = cta.own_offsets(a, nb)
+        if off is None:
             return False
-        k = len(lanes)
-        ut = np.dtype(f"u{esize}")
-        vals = np.asarray(vals)
-        vals = np.broadcast_to(vals.view(ut) if vals.dtype.itemsize == esize else vals.astype(ut), (k, n))
+        vals = np.broadcast_to(as_unsigned(vals, esize), (len(lanes), n))
         if cta.mbar:
             cta.check_not_mbarrier(off, nb, self, ins)
         v = cta.sv[esize]
-        idx = off >> ELEM_SHIFT[esize]
-        ix = idx if n == 1 else idx[:, None] + np.arange(n)
+        ix = element_index(off, esize, n)
         vv = vals[:, 0] if n == 1 else vals
         if race and cta.shadow is not None:
             lane_conflict(cta, off, vals, nb, lanes, self, ins)
             cta.race_access(off, nb, self, ins, True, same=lambda: np.array_equal(v[ix], vv))
-        launch = self.launch
-        if not launch.changed and not np.array_equal(v[ix], vv):
-            launch.changed = True       # progress: an equal value written is none
-        v[ix] = vv
+        write_noting_change(self.launch, v, ix, vv)
         return True
 
     def read_generic_bytes(self, addr: int, n: int, ins, lane: int = 0) -> bytes:
@@ -355,6 +332,17 @@ class CTA:
                 # the CTA's shared memory goes to the next CTA: reads that are still pending see garbage
                 self.launch.chaos.flush(lambda t: t is not None and t[0] == "wgmma" and t[1][0] == self.rank)
                 self.smem[:] = 0xFF
+
+    def own_offsets(self, a, nb: int):
+        """Byte offsets (int64) of shared addresses ``a`` (uint64, one per lane) when every one is
+        this CTA's own, in bounds for ``nb`` bytes and ``nb``-aligned; else None (the general
+        path then reports which lane is wrong)."""
+        if ((a >> RANK_SHIFT_U64) != self.rank).any():
+            return None
+        off = (a & OFF_MASK_U64).astype(np.int64)
+        if int(off.max()) + nb > self.smem_size or (nb > 1 and int(np.bitwise_or.reduce(off)) & (nb - 1)):
+            return None
+        return off
 
     def overlaps_mbarrier(self, lo, hi) -> bool:
         """Whether bytes ``lo .. hi - 1`` reach an initialised mbarrier of this CTA."""

@@ -43,6 +43,27 @@ CTA_SHARED = ("shared", "shared::cta")
 ELEM_SHIFT = {1: 0, 2: 1, 4: 2, 8: 3}
 
 
+def as_unsigned(vals, esize: int):
+    """``vals`` as unsigned ``esize``-byte integers: a view of same-size data, else a cast."""
+    vals = np.asarray(vals)
+    return vals.view(f"u{esize}") if vals.dtype.itemsize == esize else vals.astype(f"u{esize}")
+
+
+def element_index(off, esize: int, n: int):
+    """Index into an ``esize``-byte view of ``n`` consecutive elements at byte offsets ``off``:
+    ``(k,)`` for ``n == 1``, else ``(k, n)``."""
+    idx = off >> ELEM_SHIFT[esize]
+    return idx if n == 1 else idx[:, None] + np.arange(n)
+
+
+def write_noting_change(launch, arr, ix, vals) -> None:
+    """``arr[ix] = vals``, setting ``launch.changed`` when that changes memory (the livelock
+    detector's notion of progress: storing the value already there is none)."""
+    if not launch.changed and not np.array_equal(arr[ix], vals):
+        launch.changed = True
+    arr[ix] = vals
+
+
 def views(data: np.ndarray) -> dict:
     """Typed views of a uint8 buffer whose length is a multiple of 16: {nbytes: view}."""
     return {1: data, 2: data.view(np.uint16), 4: data.view(np.uint32), 8: data.view(np.uint64)}

@@ -31,6 +31,7 @@ from .limits import DEFAULT_LIMITS
 from .parser import Var, parse_var, split_top
 from .ptxtypes import CALLPARAM_BASE, REG_CLASS, Instr
 from .registry import BLOCKED, HANDLERS, JUMPED, RESCHED, YIELD  # noqa: F401  (re-exported)
+from .registry import BATCH_REGS, BATCH_STORE, BATCH_WGMMA, NO_BATCH
 
 
 class Program:
@@ -230,15 +231,16 @@ _BATCH_OPS = frozenset((
 _TIMED_SREGS = frozenset(("%clock", "%clock64", "%globaltimer", "%globaltimer_lo", "%globaltimer_hi"))
 
 
-def _batchable(ctx, opcode, mods, ops) -> bool:
-    """Whether the instruction reads and writes registers only (no memory, no control flow,
-    no clock), or is a store to the CTA's shared memory (``machine.WarpBatch.store``): then
-    running it for several warps at once is indistinguishable from running it for each in turn."""
+def _batchable(ctx, opcode, mods, ops) -> int:
+    """The ``Instr.batch`` kind (registry): the instruction reads and writes registers only (no
+    memory, no control flow, no clock), is a store to the CTA's shared memory
+    (``warpbatch.WarpBatch.store``) or a wgmma issue -- running it for several warps at once is
+    then indistinguishable from running it for each in turn -- or none of these."""
     store = opcode == "st" and ("shared" in mods or "shared::cta" in mods)
     if opcode == "wgmma" and mods[:1] == ["mma_async"]:
-        return 3            # whole warpgroups of a batch issue at once (wgmma.py; lockstep.WGMMA_BATCH)
+        return BATCH_WGMMA      # whole warpgroups of a batch issue at once (wgmma.py)
     if opcode not in _BATCH_OPS and not store:
-        return False
+        return NO_BATCH
     for s in ops:
         o = ctx.operand(s)
         items = o.items if o.kind == "vec" else (o,)
@@ -247,8 +249,8 @@ def _batchable(ctx, opcode, mods, ops) -> bool:
                 continue
             if x.kind == "sreg" and x.name not in _TIMED_SREGS:
                 continue
-            return False
-    return True
+            return NO_BATCH
+    return BATCH_STORE if store else BATCH_REGS
 
 
 def _add_shared(prog: Program, v: Var):

@@ -64,8 +64,8 @@ class Instr:
         self.guard, self.neg, self.fn, self.info = -1, False, None, None
         #: bit i set when the instruction names 32-bit register i (wgmma accumulator checks)
         self.rbits = 0
-        #: register-only: warps at this PC may run it together (machine.WarpBatch)
-        self.batch = False
+        #: registry.NO_BATCH / BATCH_*: whether warps at this PC may run it together (lockstep.py)
+        self.batch = 0
 
     def where(self) -> str:
         return f"PTX line {self.line}: {self.text}"

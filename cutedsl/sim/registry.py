@@ -18,6 +18,10 @@ from __future__ import annotations
 
 JUMPED, BLOCKED, RESCHED, YIELD, NOT_BATCHED = 1, 2, 3, 4, 5
 
+#: ``Instr.batch``: how warps at the same PC may run an instruction together
+#: (:mod:`cutedsl.sim.lockstep`): not at all, register-only, a shared-memory store, a wgmma issue
+NO_BATCH, BATCH_REGS, BATCH_STORE, BATCH_WGMMA = 0, 1, 2, 3
+
 #: opcode base (text before the first dot) -> decode function ``f(ctx, ins, mods, ops)``
 HANDLERS: dict = {}
 

@@ -12,7 +12,7 @@ import ml_dtypes
 import numpy as np
 
 from .shadow_words import words_of
-from .memory import CTA_SHARED, ELEM_SHIFT, OFF_MASK_U64, RANK_SHIFT_U64
+from .memory import CTA_SHARED, as_unsigned, element_index, write_noting_change
 
 
 
@@ -116,18 +116,15 @@ class WarpBatch:
             return False
         a = np.asarray(addr, np.uint64)
         cta = self.cta
-        if ((a >> RANK_SHIFT_U64) != cta.rank).any():
+        off = cta.own_offsets(a, nb)
+        if off is None:
             return False
-        off = (a & OFF_MASK_U64).astype(np.int64)
-        so = np.sort(off)
-        if (int(so[-1]) + nb > cta.smem_size or int(np.bitwise_or.reduce(off)) & (nb - 1)
-                or int((so[1:] - so[:-1]).min()) < nb or cta.overlaps_mbarrier(int(so[0]), int(so[-1]) + nb)):
+        so = np.sort(off)           # lanes of different warps must not meet: else per warp
+        if int((so[1:] - so[:-1]).min()) < nb or cta.overlaps_mbarrier(int(so[0]), int(so[-1]) + nb):
             return False
-        ut = np.dtype(f"u{esize}")
-        vals = vals.view(ut) if vals.dtype.itemsize == esize else vals.astype(ut)
+        vals = as_unsigned(vals, esize)
         v = cta.sv[esize]
-        idx = off >> ELEM_SHIFT[esize]
-        ix = idx if n == 1 else idx[:, None] + np.arange(n)
+        ix = element_index(off, esize, n)
         vv = vals[:, 0] if n == 1 else vals
         sh = cta.shadow
         if race and sh is not None:
@@ -139,8 +136,5 @@ class WarpBatch:
                 self.flush()            # overwrites a word a deferred store wrote: settle those first
             self.deferred.append((words, ins, ix, v[ix].copy(), a.copy(), np.array(vals), esize, n, space))
             sh.defer_mark[words] = True
-        launch = self.launch
-        if not launch.changed and not np.array_equal(v[ix], vv):
-            launch.changed = True
-        v[ix] = vv
+        write_noting_change(self.launch, v, ix, vv)
         return True
