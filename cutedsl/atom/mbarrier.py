@@ -82,9 +82,15 @@ class MBarriers:
                         "r,r,r", has_side_effects=True)
 
     def arrive_expect_tx(self, i, tx_bytes, predicate=None) -> None:
-        """``mbarrier.arrive.expect_tx``: add ``tx_bytes`` expected transaction bytes and arrive."""
+        """``mbarrier.arrive.expect_tx``: add ``tx_bytes`` expected transaction bytes and arrive,
+        where ``predicate`` (IR i1, or a :class:`~cutedsl.atom.sync.ElectEach`) holds."""
         tx = V.index(tx_bytes)
-        nvgpu.mbarrier_arrive_expect_tx(self.group, tx, self._idx(i), predicate=predicate)
+        from .sync import ElectEach, elected, operand_predicate
+        if isinstance(predicate, ElectEach) and predicate.shared is None:
+            with elected(predicate):
+                nvgpu.mbarrier_arrive_expect_tx(self.group, tx, self._idx(i))
+            return
+        nvgpu.mbarrier_arrive_expect_tx(self.group, tx, self._idx(i), predicate=operand_predicate(predicate))
 
     def wait(self, i, parity, ticks: int = 10_000_000) -> None:
         """Block until the phase of parity ``parity`` (0/1; int or IR i1/i32) of barrier ``i``

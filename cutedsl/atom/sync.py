@@ -116,6 +116,44 @@ def elect_one():
     return V.Scalar(nvvm.elect_sync(ir.IntegerType.get_signless(1)), signed=False)
 
 
+class ElectEach:
+    """A predicate for atoms issued by one lane of a warp that runs the issuing code together:
+    each instruction issued in a branch gets its own ``elect.sync`` (CUTLASS's
+    ``elect_one_sync()`` around every TMA load, UMMA, copy and commit). ptxas recognises the
+    pattern and issues the instruction once from uniform registers with no branch or
+    reconvergence (BSSY/BSYNC) around it, which one elected predicate shared by several
+    branches does not get. ``shared`` (IR i1 from :func:`elect_one`, or None): the predicate
+    of instructions that take one as an operand (an expect-tx arrive): a predicated
+    instruction needs no branch, and one ``elect.sync`` before the loop serves them all."""
+
+    def __init__(self, shared=None):
+        self.shared = shared
+
+    def __repr__(self) -> str:
+        return "ElectEach()" if self.shared is None else "ElectEach(shared)"
+
+
+#: :class:`ElectEach` without a shared predicate
+ELECT_EACH = ElectEach()
+
+
+def elected(predicate):
+    """The context an instruction issued under ``predicate`` is emitted in: None -- none (the
+    caller is already the issuing thread); an :class:`ElectEach` -- ``If(elect.sync)``; an IR
+    i1 -- ``If(predicate)``."""
+    if predicate is None:
+        from contextlib import nullcontext
+        return nullcontext()
+    from ..ir.control import If
+    return If(elect_one() if isinstance(predicate, ElectEach) else predicate)
+
+
+def operand_predicate(predicate):
+    """``predicate`` as an instruction's predicate operand (IR i1 or None): an
+    :class:`ElectEach`'s shared predicate; None where it has none (then see :func:`elected`)."""
+    return predicate.shared if isinstance(predicate, ElectEach) else predicate
+
+
 def wait_flag(ptr, idx, value) -> None:
     """Spin until element ``idx`` of ``ptr`` (a u32 ``GlobalPtr``) equals ``value`` (IR i32),
     each read an ``ld.acquire.gpu`` (``scf.while``): the writes the setting CTA made before its
@@ -126,4 +164,4 @@ def wait_flag(ptr, idx, value) -> None:
 
 
 __all__ = ["wait_flag", "setmaxnreg", "warpgroup_reg_alloc", "warpgroup_reg_dealloc", "NamedBarrier",
-           "fence_proxy_async", "elect_one", "MIN_REGS", "MAX_REGS", "NUM_BARRIERS"]
+           "fence_proxy_async", "elect_one", "ElectEach", "ELECT_EACH", "elected", "operand_predicate", "MIN_REGS", "MAX_REGS", "NUM_BARRIERS"]

@@ -79,6 +79,14 @@ SWIZZLE_FIELD = {0: 0, 128: 2, 64: 4, 32: 6}   #: sm_100 descriptor bits 61-63
 FIXED_BITS = 1 << 46                        #: the constant 0b001 at bits 46-48
 
 
+def issuing(elect: bool):
+    """The context one tcgen05 instruction is emitted in: ``elect`` -- the whole warp runs the
+    issuing code and each instruction gets its own ``elect.sync``
+    (:data:`~cutedsl.atom.sync.ELECT_EACH`); otherwise the caller is already one thread."""
+    from .sync import ELECT_EACH, elected
+    return elected(ELECT_EACH if elect else None)
+
+
 def instr_descriptor(m: int, n: int, a_dtype: str, b_dtype: str, a_major: str = "K", b_major: str = "K") -> int:
     """The 32-bit instruction descriptor of an f32-accumulating ``tcgen05.mma`` (see the module
     docstring for the fields)."""
@@ -227,14 +235,15 @@ class Umma(SmemOperands):
     def group_attr(self):
         return ir.Attribute.parse(f"#nvvm.cta_group<cta_{self.cta_group}>")
 
-    def mma_scaled(self, d, a, b, sfa, sfb, accumulate=True, scale: BlockScale = MX_SCALE) -> None:
+    def mma_scaled(self, d, a, b, sfa, sfb, accumulate=True, scale: BlockScale = MX_SCALE, elect=False) -> None:
         """A block-scaled k-tile: ``k_steps`` ``tcgen05.mma.kind::{mxf8f6f4|mxf4|mxf4nvf4}
         .block_scale`` into D at ``d``, with the factors at TMEM ``sfa`` / ``sfb`` (i32;
         :func:`sf_tile_atoms` atoms from :meth:`copy_scales`, :data:`SF_COLUMNS` columns apart).
         ``scale``: MX (UE8M0 per 32: kind::mxf8f6f4, or kind::mxf4 for e2m1) or NV (NVFP4: e2m1
         with UE4M3 per 16, kind::mxf4nvf4 ``.block16``). Each instruction takes ``k_step /
         scale.block`` factors per row (MXFP8 1, MXFP4 2, NVFP4 4): step ``j``'s first block ``b``
-        is byte ``b % 4`` (the scale-factor id) of atom ``b // 4``. One thread. (MX uses the
+        is byte ``b % 4`` (the scale-factor id) of atom ``b // 4``. One thread, or the warp with
+        ``elect`` (:func:`issuing`). (MX uses the
         kinds' default vector, one factor per 32 elements: the ``.block32`` spelling aborts LLVM
         22's instruction selection, as ``.block16`` does below PTX 8.8.)"""
         da, db = self._descriptors(a, b)
@@ -256,24 +265,36 @@ class Umma(SmemOperands):
                 ptrs[atom] = (_ptr(sfa + atom * SF_COLUMNS if atom else sfa, 6),
                               _ptr(sfb + atom * SF_COLUMNS if atom else sfb, 6))
             idesc = V.i32(scaled_instr_descriptor(self.n, self.dtype, self.b_dtype, sf_id, sf_id, ue8m0=not nv))
-            nvvm.tcgen05_mma_block_scale(kind, self.group_attr, dptr, aj, bj, idesc, en, *ptrs[atom], **vec)
+            with issuing(elect):
+                nvvm.tcgen05_mma_block_scale(kind, self.group_attr, dptr, aj, bj, idesc, en, *ptrs[atom], **vec)
 
     @staticmethod
-    def copy_scales(taddr, smem_address) -> None:
-        """``tcgen05.cp.cta_group::1.32x128b.warpx4``: the 512-byte scale-factor atom at shared
-        ``smem_address`` (i32) into TMEM columns ``taddr .. + 3`` of every lane quarter (CUTLASS's
-        SF copy; a no-swizzle descriptor with 128-byte core-matrix stride). One thread; ordered
-        before the same thread's later MMAs."""
+    def scales_descriptor(smem_address):
+        """The low word (i32: start address >> 4) of the descriptor :meth:`copy_scales` reads
+        the 512-byte scale-factor atom at shared ``smem_address`` (i32 or i64) through. A
+        pipelined loop computes stage 0's once and adds ``stage bytes >> 4`` per stage: 32-bit
+        uniform adds instead of 64-bit descriptor arithmetic per atom and k-tile."""
         a = smem_address if str(smem_address.type) == "i32" else V.to_type(smem_address, "i32", signed=False)
-        desc = V.to_type((a & ADDR_MASK) >> ADDR_SHIFT, "i64", signed=False) | V.const(
-            (SF_CORE_BYTES >> ADDR_SHIFT) << 32 | FIXED_BITS, "i64")
-        nvvm.tcgen05_cp(ir.Attribute.parse("#nvvm.tcgen05_cp_shape<shape_32x128b>"), _ptr(taddr, 6), desc,
-                        multicast=ir.Attribute.parse("#nvvm.tcgen05_cp_multicast<warpx4>"))
+        return (a & ADDR_MASK) >> ADDR_SHIFT
 
-    def mma(self, d, a, b, accumulate=True) -> None:
+    @staticmethod
+    def copy_scales(taddr, desc_lo, elect=False) -> None:
+        """``tcgen05.cp.cta_group::1.32x128b.warpx4``: the 512-byte scale-factor atom whose
+        descriptor low word is ``desc_lo`` (:meth:`scales_descriptor`) into TMEM columns
+        ``taddr .. + 3`` of every lane quarter (CUTLASS's SF copy; a no-swizzle descriptor with
+        128-byte core-matrix stride). One thread (or the warp with ``elect``, :func:`issuing`);
+        ordered before the same thread's later MMAs."""
+        desc = V.to_type(desc_lo, "i64", signed=False) | V.const(
+            (SF_CORE_BYTES >> ADDR_SHIFT) << 32 | FIXED_BITS, "i64")
+        with issuing(elect):
+            nvvm.tcgen05_cp(ir.Attribute.parse("#nvvm.tcgen05_cp_shape<shape_32x128b>"), _ptr(taddr, 6), desc,
+                            multicast=ir.Attribute.parse("#nvvm.tcgen05_cp_multicast<warpx4>"))
+
+    def mma(self, d, a, b, accumulate=True, elect=False) -> None:
         """Issue one k-tile: ``k_steps`` instructions into D at TMEM address ``d`` (i32). Call
         from one thread. ``a``/``b``: ``SmemTile`` (layout checked) or descriptors;
-        ``accumulate`` (bool or IR i1): add to D on the first k-step (later ones always do)."""
+        ``accumulate`` (bool or IR i1): add to D on the first k-step (later ones always do);
+        ``elect``: the whole warp calls this, an elected lane issues (:func:`issuing`)."""
         if self.dtype not in KIND:
             raise ValueError(f"{self.dtype} operands need the block-scaled MMA (mma_scaled)")
         da, db = self._descriptors(a, b)
@@ -281,7 +302,8 @@ class Umma(SmemOperands):
         kind = ir.Attribute.parse(f"#nvvm.tcgen05_mma_kind<{KIND[self.dtype]}>")
         dptr = _ptr(d, 6)
         for _j, aj, bj, en in self._k_steps(da, db, accumulate):
-            nvvm.tcgen05_mma(kind, self.group_attr, dptr, aj, bj, idesc, en)
+            with issuing(elect):
+                nvvm.tcgen05_mma(kind, self.group_attr, dptr, aj, bj, idesc, en)
 
     def _descriptors(self, a, b) -> tuple:
         """The A and B descriptors (``SmemTile`` operands checked and described; descriptors kept)."""
@@ -300,13 +322,14 @@ class Umma(SmemOperands):
             yield (j, da.offset(da.layout.k_step_offset(j)).value(), db.offset(db.layout.k_step_offset(j)).value(),
                    en)
 
-    def commit(self, barrier_address, cta_mask=None) -> None:
+    def commit(self, barrier_address, cta_mask=None, elect=False) -> None:
         """``tcgen05.commit`` (by the issuing thread): one arrive on the mbarrier at shared
         address ``barrier_address`` (i32) once every MMA this thread issued has completed;
         with ``cta_mask`` (IR i16, bit r = cluster rank r) on the barrier at the same offset in
-        each of those CTAs (``.multicast::cluster``)."""
+        each of those CTAs (``.multicast::cluster``). ``elect``: see :func:`issuing`."""
         mask = None if cta_mask is None else V.to_type(cta_mask, "i16", signed=False)
-        nvvm.tcgen05_commit(_ptr(barrier_address, 3), multicast_mask=mask, group=self.group_attr)
+        with issuing(elect):
+            nvvm.tcgen05_commit(_ptr(barrier_address, 3), multicast_mask=mask, group=self.group_attr)
 
 
 def quarter_row():

@@ -133,13 +133,10 @@ class TmaCopy:
             nvvm.cp_async_bulk_tensor_shared_cluster_global(
                 dptr, self.param, crd, bptr, [], multicast_mask=multicast_mask,
                 group=ir.Attribute.parse("#nvvm.cta_group<cta_2>") if pair else None)
-        if predicate is None:
-            issue()
-            return
         # a branch, not the op's predicate operand: LLVM 22 lowers the predicated form without
         # its .cta_group::2 (the emulator refuses the result: the barrier is the peer's)
-        from ..ir import If
-        with If(predicate):
+        from .sync import elected
+        with elected(predicate):
             issue()
 
     def store(self, src, coords, predicate=None) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from ..atom.mma_traits import block_scale
 from ..atom.tcgen05 import SCALED_KIND, SF_ATOM_BYTES, SF_COLUMNS, SF_ROWS, Umma, sf_tile_atoms
 from ..atom.tma import TmaCopy
+from ..atom.wgmma import ADDR_SHIFT
 from ..ir._lazy import lazy
 from .pipeline import PipelineState, TmaPipeline
 from .warp_specialized import WarpSpecializedMainloop
@@ -140,8 +141,9 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
         if self.block_scaled:               # atoms (row block, k-tile) of each operand's factors
             tsa, tsb, kts = ops.scales
             s = state.index
+            k_rows = k_tile * self.sf_box[0]        # shared by both operands: one shift per k-tile
             for tma, name, r0 in ((tsa, "sfa", m0), (tsb, "sfb", n0)):
-                row = ((r0 // SF_ROWS) * kts + k_tile) * self.sf_box[0]
+                row = (r0 // SF_ROWS) * kts * self.sf_box[0] + k_rows
                 tma.load(ops.smem[name].tile(s), pipeline.full, s, (row, 0), predicate=predicate)
 
     @property
@@ -171,36 +173,46 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
         """TMEM columns the scale factors of every stage take (block-scaled), else 0."""
         return (stages or self.stages) * 2 * self.sf_atoms * SF_COLUMNS
 
-    def mma_loop(self, ops, pipeline, state: PipelineState, k_count, d, mask=None, sf=None) -> PipelineState:
-        """One thread, elected by ``elect.sync`` (CUTLASS's pattern: ptxas then issues each UTC*MMA
-        straight from uniform registers; from a lane-0 branch it wraps each in a loop over the
-        warp's possibly divergent operands): accumulate ``k_count`` (IR, >= 1) k-tiles from
-        ``state`` into the TMEM accumulator at ``d`` (i32; the first k-tile overwrites it), each
-        slot released by a commit (multicast to ``mask``, :meth:`release_mask`); block-scaled: the
-        stage's factor atoms copied into TMEM at ``sf`` first. Returns the state after the last
-        k-tile; the caller commits the accumulator's completion."""
+    def mma_loop(self, ops, pipeline, state: PipelineState, k_count, d, mask=None, sf=None,
+                 elect=False) -> PipelineState:
+        """Accumulate ``k_count`` (IR, >= 1) k-tiles from ``state`` into the TMEM accumulator at
+        ``d`` (i32; the first k-tile overwrites it), each slot released by a commit (multicast
+        to ``mask``, :meth:`release_mask`); block-scaled: the stage's factor atoms copied into
+        TMEM at ``sf`` first. Returns the state after the last k-tile; the caller commits the
+        accumulator's completion.
+
+        ``elect``: the whole warp walks the ring and waits, and ``elect.sync`` picks the lane
+        that issues each instruction (CUTLASS's pattern, :func:`~cutedsl.atom.tcgen05.issuing`:
+        the loop stays on the uniform datapath -- no register-to-uniform moves and no branch per
+        k-tile); False: the caller runs this in one thread."""
+        if self.block_scaled:               # stage 0's factor descriptors, moved per stage in the loop
+            sf0 = {name: (self.mma_atom.scales_descriptor(ops.smem[name].tile(0).address()),
+                          ops.smem[name].buf.stage_bytes >> ADDR_SHIFT) for name in ("sfa", "sfb")}
         loop = cir.Loop(0, k_count, carry=state.carry(), counter=self.loop_counter)
         for i, carried in loop:
             st = PipelineState.from_carry(self.stages, carried)
             pipeline.consumer_wait(st)
             da, db = self.stage_descriptor(ops, "a", st.index), self.stage_descriptor(ops, "b", st.index)
-            if self.block_scaled:           # the stage's factor atoms -> TMEM, then the scaled MMAs
-                cols = self.sf_atoms * SF_COLUMNS
-                sfa = sf + st.index * (2 * cols)
-                sfb = sfa + cols
-                for dst, name in ((sfa, "sfa"), (sfb, "sfb")):
-                    src = ops.smem[name].tile(st.index).address()
-                    for atom in range(self.sf_atoms):
-                        self.mma_atom.copy_scales(dst + atom * SF_COLUMNS if atom else dst,
-                                                  src + atom * SF_ATOM_BYTES if atom else src)
-                self.mma_atom.mma_scaled(d, da, db, sfa, sfb, accumulate=i.ne(0), scale=self.scale)
-            else:
-                self.mma_atom.mma(d, da, db, accumulate=i.ne(0))
-            self.mma_atom.commit(pipeline.empty.address(st.index), mask)
+            self._issue_k_tile(ops, pipeline, st, i, d, da, db, mask, sf, sf0 if self.block_scaled else None, elect)
             loop.next(*st.advance().carry())
         return PipelineState.from_carry(self.stages, loop.results)
 
-
+    def _issue_k_tile(self, ops, pipeline, st, i, d, da, db, mask, sf, sf0, elect) -> None:
+        """One k-tile's copies (block-scaled), MMAs and slot-release commit."""
+        if self.block_scaled:           # the stage's factor atoms -> TMEM, then the scaled MMAs
+            cols = self.sf_atoms * SF_COLUMNS
+            sfa = sf + st.index * (2 * cols)
+            sfb = sfa + cols
+            for dst, name in ((sfa, "sfa"), (sfb, "sfb")):
+                lo0, stage_units = sf0[name]
+                src = lo0 + cir.u32(st.index) * stage_units
+                for atom in range(self.sf_atoms):
+                    self.mma_atom.copy_scales(dst + atom * SF_COLUMNS if atom else dst,
+                                              src + atom * (SF_ATOM_BYTES >> ADDR_SHIFT) if atom else src, elect)
+            self.mma_atom.mma_scaled(d, da, db, sfa, sfb, accumulate=i.ne(0), scale=self.scale, elect=elect)
+        else:
+            self.mma_atom.mma(d, da, db, accumulate=i.ne(0), elect=elect)
+        self.mma_atom.commit(pipeline.empty.address(st.index), mask, elect)
 
 
 class PairPipeline(TmaPipeline):
@@ -214,7 +226,13 @@ class PairPipeline(TmaPipeline):
         self.leader = leader        #: IR i1: this CTA is the pair's even CTA
 
     def producer_expect(self, state, predicate=None) -> None:
-        p = self.leader if predicate is None else predicate & self.leader
+        from ..atom.sync import ElectEach
+        if isinstance(predicate, ElectEach) and predicate.shared is None:   # the even CTA's elected lane
+            with cir.If(self.leader):
+                self.full.arrive_expect_tx(state.index, self.tx_bytes, predicate=predicate)
+            return
+        from ..atom.sync import operand_predicate
+        p = self.leader if predicate is None else operand_predicate(predicate) & self.leader
         self.full.arrive_expect_tx(state.index, self.tx_bytes, predicate=p)
 
     def sync_after_init(self) -> None:

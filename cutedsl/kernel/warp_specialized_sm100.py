@@ -168,7 +168,7 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         from ..atom import MBarriers
         from ..atom.cluster import cluster_sync, cta_rank
         from ..atom.mbarrier import PairLeaderBarriers
-        from ..atom.sync import elect_one
+        from ..atom.sync import ElectEach, elect_one
         from ..atom.tcgen05 import TensorMemory
         from ..collective.tcgen05_mainloop import PairPipeline
         from ..ir import If, KernelBuilder, thread_idx
@@ -213,15 +213,16 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             TensorMemory.fence_after()
             self.bind_problem(args)
             ops = ml.bind_scales(ops, args, self.scheduler.k_tiles)   # k_tiles emitted here: every role uses it
-            # one elected thread of each role's warp (CUTLASS's elect_one_sync): ptxas then keeps the
-            # role's loop on the uniform datapath (a lane-0 branch makes it wrap each UTMALDG /
-            # UTC*MMA in a loop over the warp's possibly divergent operands)
-            with If(warp.eq(PRODUCER_WARP)):   # the warp walks the ring, an elected lane issues
+            # the producer and MMA warps walk their rings whole and each instruction is issued by
+            # an elected lane (CUTLASS's elect_one_sync per instruction, ElectEach): ptxas then
+            # keeps the loops on the uniform datapath with no branch around the UTMALDG / UTC*
+            # instructions (a lane-0 branch makes it wrap each in a loop over the warp's possibly
+            # divergent operands; one elected predicate shared by several, in BSSY/BSYNC)
+            with If(warp.eq(PRODUCER_WARP)):
                 import attrs
-                self.producer(attrs.evolve(ops, producer=elect_one()), pipeline)
+                self.producer(attrs.evolve(ops, producer=ElectEach(elect_one())), pipeline)
             with If(warp.eq(MMA_WARP) & even if self.pair else warp.eq(MMA_WARP)):
-                with If(elect_one()):
-                    self.mma_issuer(ops, pipeline, accp, tmem)
+                self.mma_issuer(ops, pipeline, accp, tmem)
             with If(warp >= FIRST_EPILOGUE_WARP):
                 self.epilogue_loop(args, smem, accp, tmem)
             TensorMemory.fence_before()
@@ -235,8 +236,9 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         return kb, plan.dynamic_bytes, ml.tensor_maps() + self.epilogue.tensor_maps()
 
     def mma_issuer(self, ops, pipeline, accp, tmem) -> None:
-        """The MMA warp's elected thread: per work tile, wait for a free accumulator buffer, run
-        the tile's k-tiles into it, commit its completion to the buffer's full barrier."""
+        """The MMA warp: per work tile, wait for a free accumulator buffer, run the tile's
+        k-tiles into it, commit its completion to the buffer's full barrier; the whole warp
+        waits, an elected lane issues each tcgen05 instruction."""
         from ..atom.tcgen05 import TensorMemory
         sch, s, ml = self.scheduler, self.stages, self.mainloop
         d0 = tmem.address()
@@ -250,9 +252,9 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             accp.producer_acquire(acc)              # the epilogue has read this buffer's last tile
             TensorMemory.fence_after()
             st = ml.mma_loop(ops, pipeline, st, k_count, d0 + acc.index * self.tile_n, mask,
-                             sf=d0 + ACC_STAGES * self.tile_n)
+                             sf=d0 + ACC_STAGES * self.tile_n, elect=True)
             # a pair: both CTAs' accumulators are complete
-            ml.mma_atom.commit(accp.full.address(acc.index), mask if self.pair else None)
+            ml.mma_atom.commit(accp.full.address(acc.index), mask if self.pair else None, elect=True)
             loop.next(*st.carry(), *acc.advance().carry())
 
     def release_accumulator(self, accp, acc) -> None:
