@@ -32,6 +32,7 @@ import tempfile
 CONFIGS = {
     "f16_128x256": ("f16", (128, 256), (1, 1, 1), dict(tile=(128, 256, 64), b_major="K"), "UTCHMMA"),
     "f16_128x128": ("f16", (128, 128), (1, 1, 1), dict(tile=(128, 128, 64), b_major="K"), "UTCHMMA"),
+    # CuTe DSL: a CTA-pair M = 128 MMA (64 rows per CTA); ours: one CTA per MMA, B multicast
     "f16_128x128_2x1": ("f16", (128, 128), (2, 1, 1), dict(tile=(128, 128, 64), b_major="K", cluster=(2, 1)),
                         "UTCHMMA"),
     "f16_256x256_2sm": ("f16", (256, 256), (2, 1, 1), dict(tile=(128, 256, 64), b_major="K", cluster=(2, 1),

@@ -23,12 +23,13 @@ if TYPE_CHECKING:
 # -- decode context ----------------------------------------------------------------------
 
 class Scope:
-    __slots__ = ("id", "parent", "regs", "labels")
+    __slots__ = ("id", "parent", "regs", "labels", "vectors")
 
     def __init__(self, sid, parent):
         self.id, self.parent = sid, parent
         self.regs = {}
         self.labels = {}
+        self.vectors = {}       #: vector register name (``.reg .v4 .s32 v``) -> its component names
 
 
 class DecodeCtx:
@@ -55,6 +56,15 @@ class DecodeCtx:
             r = s.regs.get(name)
             if r is not None:
                 return r
+            s = s.parent
+        return None
+
+    def lookup_vector(self, name: str):
+        s = self.scope
+        while s is not None:
+            v = s.vectors.get(name)
+            if v is not None:
+                return v
             s = s.parent
         return None
 
@@ -88,6 +98,9 @@ class DecodeCtx:
             if r[0] == "r":
                 self.ins.rbits |= 1 << r[1]
             return Op("reg", cls=r[0], idx=r[1], name=s, neg=neg)
+        vec = self.lookup_vector(s)
+        if vec is not None:             # a vector register names its components in order
+            return Op("vec", items=[self.operand(c) for c in vec])
         if SPECIAL.match(s):
             return Op("sreg", name=s)
         m = _F32_RE.match(s)

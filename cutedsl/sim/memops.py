@@ -102,6 +102,9 @@ def dec_ld(ctx, ins, mods, ops):
 
 @handler("st")
 def dec_st(ctx, ins, mods, ops):
+    if mods[:1] == ["async"]:
+        from .st_async import dec_st_async
+        return dec_st_async(ctx, ins, mods, ops)
     space, vec, t = parse_ldst(ctx, mods)
     srcs = _data_operands(ctx, ops, 1, vec, "st", "an address and a source", "source operands")
     st_t = _store_type(t)

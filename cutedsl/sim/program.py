@@ -81,12 +81,19 @@ class Program:
         return f"{best[0]}+{offset - best[1]}" if offset != best[1] else best[0]
 
 
+#: component names of a vector register (PTX ISA "Vectors": .x .y .z .w, or .r .g .b .a)
+VECTOR_COMPONENTS = (("x", "r"), ("y", "g"), ("z", "b"), ("w", "a"))
+
+
 def _decl_regs(scope: Scope, text: str, nregs: dict, line: int, limit: int):
-    m = re.match(r"\.reg\s+(?:\.v\d\s+)?\.(\w+)\s+(.*)$", text)
-    if not m or m.group(1) not in REG_CLASS:
+    m = re.match(r"\.reg\s+(?:\.v(\d)\s+)?\.(\w+)\s+(.*)$", text)
+    if not m or m.group(2) not in REG_CLASS:
         raise UnsupportedInstruction("unsupported register declaration", line, text)
-    cls = REG_CLASS[m.group(1)]
-    for part in split_top(m.group(2)):
+    cls = REG_CLASS[m.group(2)]
+    if m.group(1):
+        _decl_vectors(scope, int(m.group(1)), cls, m.group(3), nregs, line, text)
+        return
+    for part in split_top(m.group(3)):
         mm = re.fullmatch(r"([%$\w]+)\s*<\s*(\d+)\s*>", part)
         if mm:
             base, n = mm.group(1), int(mm.group(2))
@@ -99,6 +106,22 @@ def _decl_regs(scope: Scope, text: str, nregs: dict, line: int, limit: int):
         else:
             scope.regs[part.strip()] = (cls, nregs[cls])
             nregs[cls] += 1
+
+
+def _decl_vectors(scope: Scope, n: int, cls: str, names: str, nregs: dict, line: int, text: str) -> None:
+    """``.reg .v2/.v4 .type a, b;``: each name is ``n`` registers, its components ``a.x`` ..
+    (or ``a.r`` ..), and the bare name the brace list of them (``st.v4 [p], a``)."""
+    if n not in (2, 4):
+        raise UnsupportedInstruction(f"vector registers have 2 or 4 components, not {n}", line, text)
+    for part in split_top(names):
+        name = part.strip()
+        if not re.fullmatch(r"[%$\w]+", name):
+            raise UnsupportedInstruction("vector register arrays are not supported", line, text)
+        for comp in VECTOR_COMPONENTS[:n]:
+            for alias in comp:
+                scope.regs[f"{name}.{alias}"] = (cls, nregs[cls])
+            nregs[cls] += 1
+        scope.vectors[name] = [f"{name}.{c[0]}" for c in VECTOR_COMPONENTS[:n]]
 
 
 def _check_local(prog, v, used: int, limits, line: int, text: str) -> None:

@@ -43,11 +43,12 @@ from being written. An f16 D, ``.ws`` and ``.sp`` are refused with ``Unsupported
 ``SimRuntimeError``. The 6- and 4-bit f8f6f4 inputs are read from shared memory in the padded
 layout (:mod:`cutedsl.sim.subbyte`); the block-scaled kinds: :mod:`cutedsl.sim.tcgen05_scale`.
 
-**CTA pairs** (``cta_group::2``, M = 256; CUTLASS ``SM100_MMA_*_2x1SM`` layouts): the even CTA of
-a pair in the cluster issues; CTA ``r`` of the pair holds A's rows ``128 r ..`` and B's rows (N)
-``N/2 r ..`` at the same shared offsets the descriptors name, and receives D's rows ``128 r ..``
-in its own tensor memory (lanes 0..127, the same columns). The 8 mask registers cover the two
-CTAs' lanes in order. M = 128 pairs (64 rows per CTA) are refused.
+**CTA pairs** (``cta_group::2``, M = 256 or 128; CUTLASS ``SM100_MMA_*_2x1SM`` layouts): the even
+CTA of a pair in the cluster issues; CTA ``r`` of the pair holds A's rows ``(M/2) r ..`` and B's
+rows (N) ``N/2 r ..`` at the same shared offsets the descriptors name, and receives D's rows
+``(M/2) r ..`` in its own tensor memory: M = 256 -- lanes 0..127, the same columns; M = 128 --
+row ``i`` of its 64 at lane ``i`` for the first N/2 columns and at lane ``64 + i`` for the rest
+(:func:`d_layout`). The 8 mask registers cover the two CTAs' lanes in order.
 
 **Numerics** as for wgmma ("exact" mode): products and sum in float64, one f32 rounding per
 instruction; integer kinds exact (wrapping, or saturating with bit 3).
@@ -117,9 +118,8 @@ def decode_idesc(idesc: int, kind: str, group: int = 1) -> dict:
     m, n = f["m"], f["n"]
     if group == 1 and m not in (64, 128):
         raise SimRuntimeError(f"{where}: M (bits 24-28) = {m}; cta_group::1 takes 64 or 128")
-    if group == 2 and m != 256:
-        raise SimRuntimeError(f"{where}: M (bits 24-28) = {m}; cta_group::2 is emulated with M = 256 (128 rows "
-                              f"per CTA)" + (" (M = 128, 64 rows per CTA, is not)" if m == 128 else ""))
+    if group == 2 and m not in (128, 256):
+        raise SimRuntimeError(f"{where}: M (bits 24-28) = {m}; cta_group::2 takes 128 or 256")
     step = 8 if m == 64 else 16
     if not (step <= n <= 256 and n % step == 0):
         raise SimRuntimeError(f"{where}: N (bits 17-22) = {n}; M = {m} takes N = {step}..256 in steps of {step}")
@@ -147,6 +147,23 @@ def d_lanes(m: int) -> np.ndarray:
     """TMEM lane of each of the M rows of D (data path layout of cta_group::1)."""
     r = np.arange(m)
     return r if m == 128 else 32 * (r // 16) + r % 16
+
+
+def d_layout(rows: int, n: int, group: int) -> tuple:
+    """``(lane, column offset)``, each ``rows x n``, of D's element ``(row, col)`` in one CTA's
+    tensor memory (PTX ISA "Data path layout"): 128 rows -- row ``r`` at lane ``r``; 64 rows
+    of cta_group::1 (M = 64) -- rows ``16q + i`` at lanes ``32q + i``, the first half of each
+    lane quarter; 64 rows of a pair (M = 128, cta_group::2) -- row ``r`` at lane ``r`` for the
+    first half of the columns and at lane ``64 + r`` for the second, so the accumulator spans
+    ``n / 2`` columns (CuTe's 2x1SM M = 128 accumulator layout: CuTe DSL's epilogue reads it
+    so, ``tests/sim/test_cute_dsl_fixtures.py``)."""
+    r, c = np.arange(rows)[:, None], np.arange(n)[None, :]
+    if rows == 128:
+        return np.broadcast_to(r, (rows, n)), np.broadcast_to(c, (rows, n))
+    if group == 1:
+        return np.broadcast_to(32 * (r // 16) + r % 16, (rows, n)), np.broadcast_to(c, (rows, n))
+    half = n // 2
+    return r + rows * (c // half), np.broadcast_to(c % half, (rows, n))
 
 
 def decode_mma(ctx, ins, mods, ops):
@@ -228,10 +245,12 @@ def decode_mma(ctx, ins, mods, ops):
         if d_a >> 16:
             fail(f"D address 0x{d_a:08x} has lane {d_a >> 16}; the accumulator starts at lane 0")
         dcol = d_a & 0xFFFF
+        lane_of, col_of = d_layout(mc, N, group)
+        span = int(col_of.max()) + 1
         for c in ctas:
             t = tmem_of(c)
-            if not t.covered(dcol, N):
-                fail(f"D columns {dcol}..{dcol + N - 1} are not inside one tcgen05.alloc block of CTA {c.ctaid} "
+            if not t.covered(dcol, span):
+                fail(f"D columns {dcol}..{dcol + span - 1} are not inside one tcgen05.alloc block of CTA {c.ctaid} "
                      f"(allocated: {sorted(t.blocks.items())})")
         try:
             _b, bw, b_ei, b_end = operand_addrs(b_desc, nc, kb, eb, bool(f["mn_b"]), decode_desc_sm100)
@@ -243,14 +262,13 @@ def decode_mma(ctx, ins, mods, ops):
         for what, end in (("B", b_end),) + ((("A", a_end),) if not a_tmem else ()):
             if end > w.cta.smem_size:
                 fail(f"{what} operand reaches byte {end} past shared memory ({w.cta.smem_size} B)")
-        lanes = d_lanes(mc)
         nbits = 32 * len(dmask) if dmask is not None else 0
-        keep = np.ones((group, mc), bool)
+        keep = np.ones((group, mc, N), bool)
         if dmask is not None:                   # bit i of register j: lane 32 j + i (per CTA in order)
             bits = np.array([(dmask[r // 32] >> (r % 32)) & 1 for r in range(nbits)], bool).reshape(group, -1)
-            keep = ~bits[:, lanes]
-        cols = dcol + np.arange(N)
-        d_cells = lanes[:, None] * COLUMNS + cols[None, :]
+            keep = ~bits[:, lane_of]
+        cols = dcol + col_of
+        d_cells = lane_of * COLUMNS + cols
         acol = None
         if a_tmem:
             if mc != 128:
@@ -304,7 +322,7 @@ def decode_mma(ctx, ins, mods, ops):
                                     for c in ctas])
             else:
                 A = np.concatenate([load_a(c, a_ei) for c in ctas])       # (M, K)
-            old = np.concatenate([tmem_of(c).data[lanes[:, None], cols[None, :]] for c in ctas])
+            old = np.concatenate([tmem_of(c).data[lane_of, cols] for c in ctas])
             if sf is not None:                  # MX: each block of K/vec elements of a row times its factor
                 data = tmem_of(ctas[0]).data
                 rep, ue8m0 = K // f["vec"], bool(f["scale_fmt"])
@@ -326,7 +344,7 @@ def decode_mma(ctx, ins, mods, ops):
                     out = r.astype(np.float32).view(np.uint32)
             for i, c in enumerate(ctas):
                 part = out[i * mc:(i + 1) * mc]
-                tmem_of(c).data[lanes[keep[i]][:, None], cols[None, :]] = part[keep[i]]
+                tmem_of(c).data[lane_of[keep[i]], cols[keep[i]]] = part[keep[i]]
         defer(w, perform, ("tcgen05", key, clock), ("tcgen05", key))
 
     def pair_of(w):

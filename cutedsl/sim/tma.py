@@ -101,10 +101,10 @@ def defer(w, fn, tag=None, chain=None, remote=False):
         ch.defer(fn, tag, chain)
 
 
-def async_write(w, cta, moff, words, ins, what, bar_cta=None):
+def async_write(w, cta, moff, words, ins, what, bar_cta=None, proxy_async=True):
     """Record an async-proxy write of ``words`` in ``cta`` by the ``tma`` agent of warp ``w`` and
     mbarrier ``moff`` (of ``bar_cta``, default ``cta``); returns the operation's (vc, pvc) to
-    release with its complete_tx."""
+    release with its complete_tx. ``proxy_async`` False: a generic-proxy write (``st.async``)."""
     sh = cta.shadow
     if sh is None:
         return None
@@ -115,7 +115,7 @@ def async_write(w, cta, moff, words, ins, what, bar_cta=None):
                  f"{cta.launch.program.smem_symbol(moff, cta.dyn_base)} of CTA rank {bc.rank})")
     a.n += 1
     snap = hb.async_op([w], a.idx, a.n)
-    sh.write(words, a.idx, a.n, snap[0], ins.pc, True, what)
+    sh.write(words, a.idx, a.n, snap[0], ins.pc, proxy_async, what)
     return snap
 
 
@@ -294,7 +294,15 @@ def _dec_tensor(ctx, ins, mods, ops):
 
     def fn(w, g, m):
         vals = [tmr(w), src(w)] + [c(w) for c in crs]
+        seen = set()
         for lv in _lane_scalars(w, m, *vals):
+            # lanes storing the same box from the same source (CuTe DSL issues its epilogue's TMA
+            # stores from a whole warp) write the same bytes: one store, as the warp's bulk
+            # group holds it either way (docs/emulator.md, "Redundant TMA stores")
+            key = tuple(int(x) for x in lv)
+            if key in seen:
+                continue
+            seen.add(key)
             coords = [int(np.int32(np.uint32(x & 0xFFFFFFFF).view(np.int32))) for x in lv[2:]]
             tma_store(w, ins, lv[0], coords, lv[1])
     return fn

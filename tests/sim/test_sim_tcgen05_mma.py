@@ -170,9 +170,20 @@ def test_idesc_errors(word, kind, match):
 
 def test_idesc_of_cta_pairs():
     assert decode_idesc(kit.idesc(256, 256), "f16", group=2)["m"] == 256
-    with pytest.raises(SimRuntimeError, match=r"cta_group::2 is emulated with M = 256 .* \(M = 128, 64 rows per CTA, "
-                                              r"is not\)"):
-        decode_idesc(kit.idesc(128, 64), "f16", group=2)
+    assert decode_idesc(kit.idesc(128, 64), "f16", group=2)["m"] == 128
+    with pytest.raises(SimRuntimeError, match=r"M \(bits 24-28\) = 64; cta_group::2 takes 128 or 256"):
+        decode_idesc(kit.idesc(64, 64), "f16", group=2)
+
+
+def test_pair_m128_accumulator_layout():
+    """A CTA pair's M = 128 MMA: each CTA's 64 rows at lanes 0..63 for the first half of the
+    columns and 64..127 for the second (what CuTe DSL's epilogue reads; the fixture test runs it)."""
+    from cutedsl.sim.tcgen05_mma import d_layout
+    lane, col = d_layout(64, 128, 2)
+    assert (lane[5, 3], col[5, 3]) == (5, 3) and (lane[5, 64 + 3], col[5, 64 + 3]) == (64 + 5, 3)
+    assert len(set(zip(lane.ravel().tolist(), col.ravel().tolist()))) == 64 * 128 and col.max() == 63
+    lane1, col1 = d_layout(64, 96, 1)        # M = 64 on one CTA: first half of each lane quarter
+    assert lane1[17, 0] == 32 + 1 and col1[17, 95] == 95
 
 
 def test_smem_descriptor_fields():

@@ -1,0 +1,113 @@
+"""Fidelity on Blackwell PTX this project did not write: CuTe DSL's sm_100a GEMMs on the emulator.
+
+The PTX under ``tests/sim/cute_dsl_ptx/`` is quack-kernels' ``GemmSm100`` -- a persistent
+warp-specialized tcgen05 GEMM written in NVIDIA's CuTe DSL 4.8.1 (derived from CUTLASS's CuTe DSL
+Blackwell examples, which the wheels do not ship) -- compiled for sm_100a without a GPU by
+``tests/sim/cute_dsl_ptx/generate_fixtures.py`` (CuTe DSL is not needed here). Each test packs
+the kernel's parameters the way CuTe DSL's host launcher does (the TiledMMA's runtime state, a
+tensor map and the coordinate tensor's shape per operand, the static scheduler's tile counts and
+fast-divmod pairs), launches the fixture's grid and cluster with race checks on, on shapes that
+are not tile multiples with small-integer inputs, and checks D bit for bit against numpy in
+float64: TMA loads (128-byte swizzle), ``tcgen05.alloc`` / ``mma`` / ``commit`` (1 CTA and CTA
+pairs: ``cta_group::2`` with 128 and 64 rows per CTA), ``tcgen05.ld``, the epilogue's
+``st.shared`` + TMA store, named barriers, and the persistent tile loop.
+"""
+import json
+import pathlib
+import re
+
+import numpy as np
+import pytest
+
+from cutedsl.sim import Emulator
+
+HERE = pathlib.Path(__file__).parent / "cute_dsl_ptx"
+DENSE = ["cute_dsl_gemm_sm100_1sm", "cute_dsl_gemm_sm100_2sm", "cute_dsl_gemm_sm100_pair_m128"]
+SMEM = 232448           #: sm_100's largest dynamic shared memory per CTA (the launcher asks the kernel's own)
+SWIZZLE = 8             #: the scheduler's raster group (quack's max_swizzle_size argument)
+
+
+def fixture(name):
+    return (HERE / f"{name}.ptx").read_text(), json.loads((HERE / f"{name}.json").read_text())
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def fast_divmod(d: int) -> tuple:
+    """CuTe DSL's FastDivmod of divisor ``d`` as its host function computes it: ``(multiplier,
+    shift)`` with ``q = mulhi(x, multiplier) >> shift`` (multiplier 0: ``d`` is 1)."""
+    s = max(31 - (32 - ((d - 1) & 0xFFFFFFFF).bit_length()), 0)
+    return ((1 << (s + 32)) + d - 1) // d & 0xFFFFFFFF, s
+
+
+def scheduler_params(tiles_m: int, tiles_n: int, batches: int, swizzle: int = SWIZZLE) -> list:
+    """The static persistent scheduler's 17 i32 parameters in the kernel's order (the fixture
+    IR's host function, transcribed): cluster-tile counts, raster order, and the fast-divmod
+    pairs of the tile count, the raster group and its remainder and stride."""
+    total = tiles_m * tiles_n
+    n_major = cdiv(tiles_n, swizzle) * swizzle <= cdiv(tiles_m, swizzle) * swizzle
+    major, minor = (tiles_n, tiles_m) if n_major else (tiles_m, tiles_n)
+    group = min(swizzle, major)
+    rem = major % group
+    stride = group * minor
+    rem1 = rem if rem > 0 else 1
+    return [tiles_m, tiles_n, batches, int(n_major), *fast_divmod(total), total, major // group,
+            *fast_divmod(group), group, *fast_divmod(rem1), rem1, *fast_divmod(stride), stride]
+
+
+def i32s(*v) -> bytes:
+    return np.array(v, np.int32).tobytes()
+
+
+def run_dense(name, m, n, k, rng, ctas=2, ptx=None):
+    """Launch fixture ``name`` on ``m x n x k`` (A: m x k, B: n x k, both K-major f16 small
+    integers; D: m x n f32) with ``ctas`` persistent clusters; returns ``(D, reference)``."""
+    text, meta = fixture(name)
+    a = rng.integers(-3, 4, (m, k)).astype(np.float16)
+    b = rng.integers(-3, 4, (n, k)).astype(np.float16)
+    emu = Emulator()
+    prog = emu.load(ptx or text, meta["entry"])
+    da, db, dd = emu.to_device(a), emu.to_device(b), emu.alloc(m * n * 4)
+    (ak, am), (bk, bn), (dn, dm) = meta["boxes"]
+    maps = [emu.tensor_map(da, (1, m, k), "f16", (1, am, ak), swizzle=128),
+            emu.tensor_map(db, (1, n, k), "f16", (1, bn, bk), swizzle=128),
+            emu.tensor_map(dd, (1, m, n), "f32", (1, dm, dn), swizzle=128)]
+    cm, cn = meta["cluster_tiles"]
+    tiles_m, tiles_n = cdiv(cdiv(m, meta["cta_tile_m"]), cm), cdiv(cdiv(n, meta["tile_n"]), cn)
+    # the TiledMMA's runtime state (accumulate / negate flags; its size per atom): all clear
+    args = [bytes(prog.params[0].size), maps[0], i32s(m, k, 1), maps[1], i32s(n, k, 1), maps[2], i32s(m, n, 1),
+            *scheduler_params(tiles_m, tiles_n, 1)]
+    cluster = tuple(meta["cluster"])
+    grid = (cluster[0], 1, min(tiles_m * tiles_n, ctas))
+    emu.launch(prog, grid=grid, block=tuple(meta["block"]), args=args, cluster=cluster, smem=SMEM)
+    return emu.to_host(dd, (m, n), np.float32), a.astype(np.float64) @ b.astype(np.float64).T
+
+
+def test_fixture_metadata_matches_ptx():
+    for name in DENSE:
+        ptx, meta = fixture(name)
+        assert f".visible .entry {meta['entry']}(" in ptx and ".target sm_100a" in ptx, name
+        params = re.findall(rf"^\s*\.param (.*) {meta['entry']}_param_\d+(\[\d+\])?,?$", ptx, re.M)
+        # TiledMMA (1 CTA: 32 bytes, a pair: 64), (tensor map, coordinate shape) x 3, the scheduler's 17 i32
+        assert [size for _, size in params[:7]] == [params[0][1], "[128]", "[12]", "[128]", "[12]", "[128]", "[12]"]
+        assert params[0][1] == ("[32]" if meta["cluster"] == [1, 1, 1] else "[64]"), name
+        assert len(params) == 7 + 17 and all(t == ".u32" for t, _ in params[7:]), name
+        assert f".reqntid {meta['block'][0]}" in ptx and meta["cute_dsl_version"] == "4.8.1", name
+
+
+@pytest.mark.sim_kernel
+@pytest.mark.parametrize("name,shape,ctas", [
+    ("cute_dsl_gemm_sm100_1sm", (200, 136, 200), 2),       # 2 x 2 tiles (ragged M, N), K tail of 8
+    ("cute_dsl_gemm_sm100_1sm", (129, 8, 8), 1),           # one k-tile, mostly out of bounds
+    ("cute_dsl_gemm_sm100_2sm", (300, 264, 136), 2),       # 2 x 2 pair tiles on 2 pairs
+    ("cute_dsl_gemm_sm100_pair_m128", (200, 136, 72), 1),  # 2 x 2 pair tiles (64 rows per CTA) on 1 pair
+])
+def test_dense_gemm_bit_exact(name, shape, ctas, rng, sim_seed):
+    ptx, _ = fixture(name)
+    for needle in ("tcgen05.alloc", "tcgen05.mma", "tcgen05.commit", "tcgen05.ld.sync.aligned.32x32b",
+                   "cp.async.bulk.tensor.3d.global.shared::cta", "elect.sync"):
+        assert needle in ptx, needle
+    out, ref = run_dense(name, *shape, rng, ctas)
+    assert np.array_equal(out, ref), f"input seed {rng.seed_value}, chaos seed {sim_seed}"
