@@ -45,9 +45,9 @@ CONFIGS = {
 BOXES = {"f16": 2, "mxfp8": 4, "mxfp4": 4, "nvfp4": 4}
 
 
-def compile_one(kind: str, tile, cluster, out: str) -> None:
-    """Runs in the CuTe DSL venv: compile quack's sm100 GEMM (K-major A and B, persistent, static
-    scheduler) and keep its PTX in ``out``."""
+def compile_one(kind: str, tile, cluster, out: str, dynamic: bool = False) -> None:
+    """Runs in the CuTe DSL venv: compile quack's sm100 GEMM (K-major A and B, persistent; the
+    static scheduler, or with ``dynamic`` cluster launch control) and keep its PTX in ``out``."""
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_100a")
     os.environ["QUACK_CACHE_ENABLED"] = "0"
     os.environ["CUTE_DSL_NO_CACHE"] = "1"
@@ -68,7 +68,7 @@ def compile_one(kind: str, tile, cluster, out: str) -> None:
     d = f32 if kind == "f16" else cutlass.BFloat16
     # quack.gemm._compile_gemm's positional flags: no C, persistent, no epilogue extras
     _compile_gemm(ab, ab, d, None, "k", "k", "n", None, tuple(tile), tuple(cluster),
-                  False, True, False, None, None, 0, 0, 0, False, None, False, False, False, False, False,
+                  False, True, dynamic, None, None, 0, 0, 0, False, None, False, False, False, False, False,
                   (10, 0), None, 0, None, sf_dtype=sf, sf_vec_size=vec)
 
 
@@ -100,11 +100,12 @@ def main() -> None:
     ap.add_argument("--cute-python", help="python of the CuTe DSL venv (see the module docstring)")
     ap.add_argument("--keep", help="directory to keep CuTe DSL's PTX in (one sub-directory per configuration)")
     ap.add_argument("--only", nargs="*", choices=sorted(CONFIGS), help="configurations (default: all)")
-    ap.add_argument("--compile-one", nargs=4, metavar=("KIND", "TILE", "CLUSTER", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--compile-one", nargs="+", metavar="KIND TILE CLUSTER OUT [clc]", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.compile_one:
-        kind, tile, cluster, out = a.compile_one
-        compile_one(kind, [int(x) for x in tile.split("x")], [int(x) for x in cluster.split("x")], out)
+        kind, tile, cluster, out = a.compile_one[:4]
+        compile_one(kind, [int(x) for x in tile.split("x")], [int(x) for x in cluster.split("x")], out,
+                    dynamic=a.compile_one[4:] == ["clc"])
         return
     if not a.cute_python:
         ap.error("--cute-python is required (the CuTe DSL venv's python; see the module docstring)")

@@ -68,8 +68,10 @@ class SimBackend(Backend):
     (checked before allocating: :class:`SimLaunchError`); ``sm_count`` - the SMs of the
     modelled GPU (default 132): the CTAs that fit on them at once run together (residency,
     ``cutedsl.sim.scheduler``), and persistent GEMM schedules size their grid from it.
-    After each launch ``last_launch`` holds ``{"instructions", "seconds", "ctas", "printf"}``
-    (``printf``: the lines ``vprintf`` produced, also written to stdout).
+    After each launch ``last_launch`` holds ``{"instructions", "seconds", "ctas", "printf", "chaos",
+    "resident_clusters", "clusters_started", "clusters_cancelled"}`` (``printf``: the lines
+    ``vprintf`` produced, also written to stdout; the last two: clusters that ran, and clusters
+    that cluster launch control cancelled before they started).
     """
 
     name = "sim"
@@ -190,7 +192,8 @@ class SimBackend(Backend):
         ln.run()
         self.last_launch = {"instructions": ln.insts, "seconds": time.perf_counter() - t,
                             "ctas": ln.grid[0] * ln.grid[1] * ln.grid[2], "printf": ln.printf,
-                            "chaos": ln.seed, "resident_clusters": ln.resident}
+                            "chaos": ln.seed, "resident_clusters": ln.resident,
+                            "clusters_started": ln.clusters_started, "clusters_cancelled": len(ln.cancelled)}
 
     def synchronize(self) -> None:
         return None

@@ -18,6 +18,8 @@ from .ptxtypes import NP
 
 @handler("mov")
 def dec_mov(ctx, ins, mods, ops):
+    if mods == ["b128"]:
+        return _mov_b128(ctx, ops)
     flags, (t,) = split_mods(ctx, mods, set())
     need_ops(ctx, ops, 2)
     d = ctx.operand(ops[0])
@@ -60,6 +62,22 @@ def dec_mov(ctx, ins, mods, ops):
 
     def fn(w, g, m):
         w_full(w, m, rs(w))
+    return fn
+
+
+def _mov_b128(ctx, ops):
+    """``mov.b128 d, {lo, hi}`` / ``mov.b128 {lo, hi}, s`` / ``mov.b128 d, s``: a ``.b128``
+    register is its two 64-bit halves (:func:`cutedsl.sim.program._decl_b128`)."""
+    need_ops(ctx, ops, 2)
+    d, s = ctx.operand(ops[0]), ctx.operand(ops[1])
+    if d.kind != "vec" or s.kind != "vec" or len(d.items) != 2 or len(s.items) != 2:
+        ctx.bad("mov.b128 moves a .b128 register or a {lo, hi} pair of 64-bit registers")
+    moves = [(ctx.wr(a, "b64")[0], ctx.rd(b, "u64")) for a, b in zip(d.items, s.items)]
+
+    def fn(w, g, m):
+        vals = [r(w) for _, r in moves]          # both read before either is written
+        for (wr, _), v in zip(moves, vals):
+            wr(w, m, v)
     return fn
 
 

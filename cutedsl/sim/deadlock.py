@@ -42,7 +42,8 @@ def report(launch, live, livelock=False, head=True):
              if len(live) == 1 else f"clusters {', '.join(str(c.cid) for c in live)} (all resident)")
     lines = [f"{text} in kernel {launch.program.name!r}, {where}, after {launch.insts} warp-instructions"
              + launch._seed_note()] if head else []
-    waiting = getattr(launch, "clusters_total", 0) - getattr(launch, "clusters_started", 0)
+    waiting = (getattr(launch, "clusters_total", 0) - getattr(launch, "clusters_started", 0)
+               - len(getattr(launch, "cancelled", ())))
     if waiting > 0:
         lines.append(f"{waiting} more cluster(s) of the launch cannot become resident until one of these "
                      f"exits ({launch.resident} live at once: {launch.sm_count} SMs"

@@ -40,6 +40,9 @@ from .shadow_words import BLOCK_SHIFT, blocks_of as _blocks, word_ids, word_set,
 EDGE = {
     "tma": "an mbarrier try_wait/test_wait observing the phase that this TMA load's complete_tx "
            "completes (PTX ISA: cp.async.bulk.tensor, mbarrier.test_wait/try_wait), before the access",
+    "asyncst": "an mbarrier try_wait/test_wait observing the phase that this write's complete_tx "
+               "completes (PTX ISA: st.async, clusterlaunchcontrol.try_cancel, mbarrier.test_wait/try_wait), "
+               "before the access",
     "wgmma": "a wgmma.wait_group covering that wgmma group (in any warp of the warpgroup), then a "
              "release -> acquire (mbarrier arrive -> wait, or a barrier) to the writer "
              "(PTX ISA: wgmma.wait_group)",
@@ -170,7 +173,7 @@ class HB:
     def describe(self, a, pc, launch):
         ag = self.agents[a]
         ins = launch.code[pc] if 0 <= pc < len(launch.code) else None
-        kind = {"warp": "generic proxy", "tma": "async proxy", "wgmma": "async proxy",
+        kind = {"warp": "generic proxy", "tma": "async proxy", "asyncst": "generic proxy", "wgmma": "async proxy",
                 "bulk": "async proxy", "cpasync": "generic proxy", "tcgen05": "tensor core (tcgen05)",
                 "tcgen05ld": "tensor memory load", "tcgen05st": "tensor memory store"}[ag.kind]
         where = f"PTX line {ins.line}: {ins.text.strip()}" if ins is not None else "?"

@@ -87,6 +87,9 @@ VECTOR_COMPONENTS = (("x", "r"), ("y", "g"), ("z", "b"), ("w", "a"))
 
 def _decl_regs(scope: Scope, text: str, nregs: dict, line: int, limit: int):
     m = re.match(r"\.reg\s+(?:\.v(\d)\s+)?\.(\w+)\s+(.*)$", text)
+    if m and m.group(2) == "b128" and not m.group(1):
+        _decl_b128(scope, m.group(3), nregs, line, text)
+        return
     if not m or m.group(2) not in REG_CLASS:
         raise UnsupportedInstruction("unsupported register declaration", line, text)
     cls = REG_CLASS[m.group(2)]
@@ -122,6 +125,21 @@ def _decl_vectors(scope: Scope, n: int, cls: str, names: str, nregs: dict, line:
                 scope.regs[f"{name}.{alias}"] = (cls, nregs[cls])
             nregs[cls] += 1
         scope.vectors[name] = [f"{name}.{c[0]}" for c in VECTOR_COMPONENTS[:n]]
+
+
+def _decl_b128(scope: Scope, names: str, nregs: dict, line: int, text: str) -> None:
+    """``.reg .b128 h;`` (sm_90+): a 128-bit register held as two 64-bit halves, low first --
+    the operand the ``.b128`` instructions (``mov.b128 h, {lo, hi}``, the cluster launch control
+    queries) read as a pair."""
+    for part in split_top(names):
+        name = part.strip()
+        if not re.fullmatch(r"[%$\w]+", name):
+            raise UnsupportedInstruction(".b128 register arrays are not supported", line, text)
+        halves = [f"{name}#lo", f"{name}#hi"]
+        for h in halves:
+            scope.regs[h] = ("d", nregs["d"])
+            nregs["d"] += 1
+        scope.vectors[name] = halves
 
 
 def _check_local(prog, v, used: int, limits, line: int, text: str) -> None:

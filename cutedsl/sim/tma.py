@@ -110,9 +110,10 @@ def async_write(w, cta, moff, words, ins, what, bar_cta=None, proxy_async=True):
         return None
     hb = sh.hb
     bc = bar_cta or cta
-    a = hb.agent(("tma", w.cta.rank, w.wid, bc.rank, moff), "tma", w.cta, w.wid,
-                 f"TMA unit (loads of warp {w.wid} completing on "
-                 f"{cta.launch.program.smem_symbol(moff, cta.dyn_base)} of CTA rank {bc.rank})")
+    kind = "tma" if proxy_async else "asyncst"
+    a = hb.agent((kind, w.cta.rank, w.wid, bc.rank, moff), kind, w.cta, w.wid,
+                 f"{'TMA unit (loads' if proxy_async else 'asynchronous stores (' + what} of warp {w.wid} "
+                 f"completing on {cta.launch.program.smem_symbol(moff, cta.dyn_base)} of CTA rank {bc.rank})")
     a.n += 1
     snap = hb.async_op([w], a.idx, a.n)
     sh.write(words, a.idx, a.n, snap[0], ins.pc, proxy_async, what)

@@ -22,7 +22,8 @@ import pytest
 from cutedsl.sim import Emulator
 
 HERE = pathlib.Path(__file__).parent / "cute_dsl_ptx"
-DENSE = ["cute_dsl_gemm_sm100_1sm", "cute_dsl_gemm_sm100_2sm", "cute_dsl_gemm_sm100_pair_m128"]
+DENSE = ["cute_dsl_gemm_sm100_1sm", "cute_dsl_gemm_sm100_2sm", "cute_dsl_gemm_sm100_pair_m128",
+         "cute_dsl_gemm_sm100_clc"]
 SMEM = 232448           #: sm_100's largest dynamic shared memory per CTA (the launcher asks the kernel's own)
 SWIZZLE = 8             #: the scheduler's raster group (quack's max_swizzle_size argument)
 
@@ -61,13 +62,15 @@ def i32s(*v) -> bytes:
     return np.array(v, np.int32).tobytes()
 
 
-def run_dense(name, m, n, k, rng, ctas=2, ptx=None):
+def run_dense(name, m, n, k, rng, ctas=2, ptx=None, sm_count=None, launch_info=None):
     """Launch fixture ``name`` on ``m x n x k`` (A: m x k, B: n x k, both K-major f16 small
-    integers; D: m x n f32) with ``ctas`` persistent clusters; returns ``(D, reference)``."""
+    integers; D: m x n f32) with ``ctas`` persistent clusters (static scheduler) or one per
+    tile (cluster launch control; ``sm_count`` SMs make the rest wait to be launched or
+    cancelled); returns ``(D, reference)``."""
     text, meta = fixture(name)
     a = rng.integers(-3, 4, (m, k)).astype(np.float16)
     b = rng.integers(-3, 4, (n, k)).astype(np.float16)
-    emu = Emulator()
+    emu = Emulator(**({"sm_count": sm_count} if sm_count else {}))
     prog = emu.load(ptx or text, meta["entry"])
     da, db, dd = emu.to_device(a), emu.to_device(b), emu.alloc(m * n * 4)
     (ak, am), (bk, bn), (dn, dm) = meta["boxes"]
@@ -80,8 +83,13 @@ def run_dense(name, m, n, k, rng, ctas=2, ptx=None):
     args = [bytes(prog.params[0].size), maps[0], i32s(m, k, 1), maps[1], i32s(n, k, 1), maps[2], i32s(m, n, 1),
             *scheduler_params(tiles_m, tiles_n, 1)]
     cluster = tuple(meta["cluster"])
-    grid = (cluster[0], 1, min(tiles_m * tiles_n, ctas))
-    emu.launch(prog, grid=grid, block=tuple(meta["block"]), args=args, cluster=cluster, smem=SMEM)
+    if meta["scheduler"] == "clc":      # the launcher's grid: every tile
+        grid = (cluster[0] * tiles_m * tiles_n, 1, 1)
+    else:                               # persistent: at most the clusters that fit
+        grid = (cluster[0], 1, min(tiles_m * tiles_n, ctas))
+    info = emu.launch(prog, grid=grid, block=tuple(meta["block"]), args=args, cluster=cluster, smem=SMEM)
+    if launch_info is not None:
+        launch_info.update(info)
     return emu.to_host(dd, (m, n), np.float32), a.astype(np.float64) @ b.astype(np.float64).T
 
 
@@ -111,3 +119,26 @@ def test_dense_gemm_bit_exact(name, shape, ctas, rng, sim_seed):
         assert needle in ptx, needle
     out, ref = run_dense(name, *shape, rng, ctas)
     assert np.array_equal(out, ref), f"input seed {rng.seed_value}, chaos seed {sim_seed}"
+
+
+@pytest.mark.sim_kernel
+@pytest.mark.parametrize("sm_count", [1, 2, 132])
+def test_cluster_launch_control_gemm_bit_exact(sm_count, rng, sim_seed):
+    """CuTe DSL's dynamic persistent GEMM: one CTA per tile is launched, and each running CTA's
+    scheduler warp asks ``clusterlaunchcontrol.try_cancel`` for an unstarted one's tile. On 1
+    or 2 SMs most CTAs never start (their tiles are done by the running ones); on 132 every CTA
+    starts and each request fails. Every tile exactly once either way (bit-exact D)."""
+    ptx, _ = fixture("cute_dsl_gemm_sm100_clc")
+    for needle in ("clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes",
+                   "clusterlaunchcontrol.query_cancel.is_canceled.pred.b128", ".reg .b128"):
+        assert needle in ptx, needle
+    info = {}
+    out, ref = run_dense("cute_dsl_gemm_sm100_clc", 520, 392, 72, rng, sm_count=sm_count, launch_info=info)
+    assert np.array_equal(out, ref), f"input seed {rng.seed_value}, chaos seed {sim_seed}"
+    assert info["clusters_started"] + info["clusters_cancelled"] == 5 * 4, info
+    if sm_count == 132:
+        assert info["clusters_cancelled"] == 0, info
+    elif sim_seed is None:              # eager: every request succeeds while a tile waits
+        assert info["clusters_started"] == sm_count, info
+    else:                               # some requests fail, and those clusters run themselves
+        assert info["clusters_cancelled"] > 0, info

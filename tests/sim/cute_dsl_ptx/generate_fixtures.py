@@ -24,11 +24,13 @@ import tempfile
 
 HERE = pathlib.Path(__file__).parent
 ANCHOR = HERE.parents[2] / "scripts" / "cute_dsl_anchor.py"
-#: name: (A/B element kind, MMA tile (M, N), cluster (M, N, K))
+#: name: (A/B element kind, MMA tile (M, N), cluster (M, N, K), scheduler)
 FIXTURES = {
-    "cute_dsl_gemm_sm100_1sm": ("f16", (128, 128), (1, 1, 1)),     # 1 CTA per MMA, 128 x 128
-    "cute_dsl_gemm_sm100_2sm": ("f16", (256, 256), (2, 1, 1)),     # CTA pair, 128 rows each
-    "cute_dsl_gemm_sm100_pair_m128": ("f16", (128, 128), (2, 1, 1)),  # CTA pair, 64 rows each
+    "cute_dsl_gemm_sm100_1sm": ("f16", (128, 128), (1, 1, 1), "static"),     # 1 CTA per MMA, 128 x 128
+    "cute_dsl_gemm_sm100_2sm": ("f16", (256, 256), (2, 1, 1), "static"),     # CTA pair, 128 rows each
+    "cute_dsl_gemm_sm100_pair_m128": ("f16", (128, 128), (2, 1, 1), "static"),  # CTA pair, 64 rows each
+    # cluster launch control: a CTA per tile is launched; running ones cancel unstarted ones
+    "cute_dsl_gemm_sm100_clc": ("f16", (128, 128), (1, 1, 1), "clc"),
 }
 
 
@@ -50,14 +52,15 @@ def host_facts(ir: str) -> dict:
 
 def main() -> None:
     from importlib.metadata import version
-    for name, (kind, tile, cluster) in FIXTURES.items():
+    for name, (kind, tile, cluster, scheduler) in FIXTURES.items():
         with tempfile.TemporaryDirectory() as tmp:
             env = dict(os.environ, CUTE_DSL_KEEP="ir", CUTE_DSL_DUMP_DIR=tmp)
             subprocess.run([sys.executable, str(ANCHOR), "--compile-one", kind, "x".join(map(str, tile)),
-                            "x".join(map(str, cluster)), tmp], check=True, env=env, capture_output=True)
+                            "x".join(map(str, cluster)), tmp] + (["clc"] if scheduler == "clc" else []),
+                           check=True, env=env, capture_output=True)
             ptx = open(glob.glob(f"{tmp}/*.ptx")[0]).read()
             ir = open(glob.glob(f"{tmp}/*_clean.mlir")[0]).read()
-        meta = {"entry": re.search(r"\.visible \.entry (\w+)\(", ptx).group(1), "kind": kind,
+        meta = {"entry": re.search(r"\.visible \.entry (\w+)\(", ptx).group(1), "kind": kind, "scheduler": scheduler,
                 "mma_tile": list(tile), **host_facts(ir),
                 "cute_dsl_version": version("nvidia-cutlass-dsl"), "quack_version": version("quack-kernels"),
                 "generated_by": "tests/sim/cute_dsl_ptx/generate_fixtures.py"}
