@@ -53,9 +53,11 @@ def check_tensor_map(spec: TensorMapSpec, address: int, shape, strides) -> Encod
 
     ``shape`` (elements) and ``strides`` (bytes) are in numpy order, outermost first; the
     innermost stride must equal the element size. Rules (CUDA driver API, tensor memory
-    access): rank 1..5; address 16-B aligned; each dim 1..2^32; strides multiples of 16 B,
-    < 2^40 B and non-decreasing enough not to overlap rows; box dims 1..256 and within the
-    swizzle span; innermost box bytes a multiple of 16.
+    access): rank 1..5; address 16-B aligned; each dim 1..2^32; strides multiples of 16 B and
+    < 2^40 B -- in any order, as the driver takes them (an outer dimension may step less than an
+    inner one spans: the block-scale factor maps of CUTLASS and CuTe DSL nest a 512-byte K atom
+    inside a larger row-block stride); box dims 1..256 and within the swizzle span; innermost box
+    bytes a multiple of 16.
 
     Raises ``TensorMapError`` naming the parameter, the dimension and the limit.
     """
@@ -83,17 +85,12 @@ def check_tensor_map(spec: TensorMapSpec, address: int, shape, strides) -> Encod
                              f"(stride {strides[-1]} B, element size {e} B)")
     dims = shape[::-1]
     gstr = strides[::-1][1:]          # driver order, dims 1..rank-1
-    prev = dims[0] * e
     for i, s in enumerate(gstr, start=1):
         if s % 16:
             raise TensorMapError(f"tensor map {name!r}: stride of dimension {rank - 1 - i} is {s} B, "
                                  f"TMA needs a multiple of 16 B")
         if s >= 2 ** 40:
             raise TensorMapError(f"tensor map {name!r}: stride {s} B is past TMA's limit 2^40 B")
-        if s < prev:
-            raise TensorMapError(f"tensor map {name!r}: stride of dimension {rank - 1 - i} ({s} B) is "
-                                 f"smaller than the extent of the dimension inside it ({prev} B)")
-        prev = s * dims[i]
     box = spec.box[::-1]
     for i, b in enumerate(box):
         if not 1 <= b <= 256:

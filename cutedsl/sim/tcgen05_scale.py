@@ -32,7 +32,9 @@ scale-factor id bits 29-30, K size bit 31 (0; 1 is the K = 96 of sm_103, not emu
 .warpx4`` of its 512-byte shared-memory atom produces): the factors of row ``r`` (of A's M or
 B's N) sit in lane ``r % 32`` of each lane quarter, 32-bit column ``column + r // 32``, bytes
 ``sf id .. sf id + V - 1`` (the id picks which blocks of the four a column holds this
-instruction uses: 0..3 with 1X, 0 or 2 with 2X, 0 with 4X).
+instruction uses: 0..3 with 1X, 0 or 2 with 2X, 0 with 4X). The factor addresses' bits 30-31 are
+not read: CuTe's scale-factor pointers carry the sf id there (CuTe DSL's block-scaled GEMM passes
+``column | id << 30`` and derives the descriptor's id fields from those bits).
 """
 from __future__ import annotations
 
@@ -111,12 +113,19 @@ def decode_idesc_scaled(idesc: int, kind: str, vec: int | None = None) -> dict:
     return f
 
 
+#: bits of a scale-factor TMEM address the MMA does not read: CuTe (DSL and C++) keeps the
+#: factor's byte in its 32-bit column -- the sf id, which the instruction takes from the
+#: instruction descriptor -- in bits 30-31 of the address it passes (``tmem_sf_frg`` pointers)
+SF_ADDRESS_BYTE_BITS = 0xC000_0000
+
+
 def sf_cells(address: int, rows: int) -> tuple:
     """(lanes, columns) of the scale factors of ``rows`` rows at TMEM ``address`` (module
-    docstring), and the address's lane (must be 0)."""
+    docstring), and the address's lane (must be 0; bits 30-31 are ignored,
+    :data:`SF_ADDRESS_BYTE_BITS`)."""
     r = np.arange(rows)
     lanes = r % QUARTER + QUARTER * ((r // QUARTER) % 4)
-    return lanes, (address & 0xFFFF) + r // QUARTER, address >> 16
+    return lanes, (address & 0xFFFF) + r // QUARTER, (address & ~SF_ADDRESS_BYTE_BITS & 0xFFFF_FFFF) >> 16
 
 
 def read_scales(data: np.ndarray, address: int, rows: int, sf_id: int, vec: int = 1,

@@ -24,6 +24,7 @@ from cutedsl.sim import Emulator
 HERE = pathlib.Path(__file__).parent / "cute_dsl_ptx"
 DENSE = ["cute_dsl_gemm_sm100_1sm", "cute_dsl_gemm_sm100_2sm", "cute_dsl_gemm_sm100_pair_m128",
          "cute_dsl_gemm_sm100_clc"]
+MX = ["cute_dsl_gemm_sm100_mxfp8"]
 SMEM = 232448           #: sm_100's largest dynamic shared memory per CTA (the launcher asks the kernel's own)
 SWIZZLE = 8             #: the scheduler's raster group (quack's max_swizzle_size argument)
 
@@ -77,31 +78,74 @@ def run_dense(name, m, n, k, rng, ctas=2, ptx=None, sm_count=None, launch_info=N
     maps = [emu.tensor_map(da, (1, m, k), "f16", (1, am, ak), swizzle=128),
             emu.tensor_map(db, (1, n, k), "f16", (1, bn, bk), swizzle=128),
             emu.tensor_map(dd, (1, m, n), "f32", (1, dm, dn), swizzle=128)]
-    cm, cn = meta["cluster_tiles"]
-    tiles_m, tiles_n = cdiv(cdiv(m, meta["cta_tile_m"]), cm), cdiv(cdiv(n, meta["tile_n"]), cn)
+    tiles_m, tiles_n = cdiv(m, meta["mma_tile"][0]), cdiv(n, meta["mma_tile"][1])   # cluster tiles
     # the TiledMMA's runtime state (accumulate / negate flags; its size per atom): all clear
     args = [bytes(prog.params[0].size), maps[0], i32s(m, k, 1), maps[1], i32s(n, k, 1), maps[2], i32s(m, n, 1),
             *scheduler_params(tiles_m, tiles_n, 1)]
-    cluster = tuple(meta["cluster"])
-    if meta["scheduler"] == "clc":      # the launcher's grid: every tile
-        grid = (cluster[0] * tiles_m * tiles_n, 1, 1)
-    else:                               # persistent: at most the clusters that fit
-        grid = (cluster[0], 1, min(tiles_m * tiles_n, ctas))
-    info = emu.launch(prog, grid=grid, block=tuple(meta["block"]), args=args, cluster=cluster, smem=SMEM)
+    info = launch(emu, prog, meta, tiles_m, tiles_n, args, ctas)
     if launch_info is not None:
         launch_info.update(info)
     return emu.to_host(dd, (m, n), np.float32), a.astype(np.float64) @ b.astype(np.float64).T
 
 
+def launch(emu, prog, meta, tiles_m, tiles_n, args, ctas):
+    cluster = tuple(meta["cluster"])
+    if meta["scheduler"] == "clc":      # the launcher's grid: every tile
+        grid = (cluster[0] * tiles_m * tiles_n, 1, 1)
+    else:                               # persistent: at most the clusters that fit
+        grid = (cluster[0], 1, min(tiles_m * tiles_n, ctas))
+    return emu.launch(prog, grid=grid, block=tuple(meta["block"]), args=args, cluster=cluster, smem=SMEM)
+
+
+def run_mxfp8(m, n, k, rng, ctas=2):
+    """The block-scaled fixture on ``m x n x k``: e4m3 A (m x k) and B (n x k), K-major, small
+    integers; E8M0 factors 2^-1..2^1 per 32 K-elements, packed as CUTLASS's 512-byte atoms
+    (``cutedsl.device.mx.pack_scales``: 128 rows x 4 factors, row blocks of K atoms), which the
+    kernel reads through 4-D u16 tensor maps -- A's factors (atom, row block, K atom, batch) with
+    the row-block stride outside the K-atom one (nested), B's (atom, K atom, row block, batch);
+    D bf16. Returns ``(D as float64, reference rounded to bf16)``."""
+    import ml_dtypes
+    from cutedsl.device import mx
+    text, meta = fixture("cute_dsl_gemm_sm100_mxfp8")
+    e4m3 = ml_dtypes.float8_e4m3fn
+    a = rng.integers(-4, 5, (m, k)).astype(e4m3)
+    b = rng.integers(-4, 5, (n, k)).astype(e4m3)
+    sa = rng.integers(126, 129, (m, cdiv(k, 32))).astype(np.uint8)
+    sb = rng.integers(126, 129, (n, cdiv(k, 32))).astype(np.uint8)
+    ref = mx.dequantize(a, sa) @ mx.dequantize(b, sb).T
+    emu = Emulator()
+    prog = emu.load(text, meta["entry"])
+    da, db, dd = emu.to_device(a.view(np.uint8)), emu.to_device(b.view(np.uint8)), emu.alloc(m * n * 2)
+    rm, rn, rk = cdiv(m, 128), cdiv(n, 128), cdiv(k, 128)
+    psa, psb = mx.pack_scales(sa), mx.pack_scales(sb)
+    assert psa.size == rm * rk * 512 and psb.size == rn * rk * 512
+    dsa, dsb = emu.to_device(psa), emu.to_device(psb)
+    (ak, am), (bk, bn), _, _, (dn, dm) = meta["boxes"]
+    sw = meta["swizzles"]
+    atom = (1, 1, 1, 256)               # one 512-byte atom as 256 u16
+    maps = [emu.tensor_map(da, (1, m, k), "e4m3", (1, am, ak), swizzle=sw[0]),
+            emu.tensor_map(db, (1, n, k), "e4m3", (1, bn, bk), swizzle=sw[1]),
+            emu.tensor_map(dsa, (1, rk, rm, 256), "u16", atom, strides=(rm * rk * 512, 512, rk * 512, 2)),
+            emu.tensor_map(dsb, (1, rn, rk, 256), "u16", atom, strides=(rn * rk * 512, rk * 512, 512, 2)),
+            emu.tensor_map(dd, (1, m, n), "bf16", (1, dm, dn), swizzle=sw[4])]
+    tiles_m, tiles_n = cdiv(m, 128), cdiv(n, 128)
+    args = [bytes(prog.params[0].size), maps[0], i32s(m, k, 1), maps[1], i32s(n, k, 1), maps[2], i32s(rm, rk, 1),
+            maps[3], i32s(rk, rn, 1), maps[4], i32s(m, n, 1), *scheduler_params(tiles_m, tiles_n, 1)]
+    launch(emu, prog, meta, tiles_m, tiles_n, args, ctas)
+    out = emu.to_host(dd, (m, n), np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
+    return out, ref.astype(ml_dtypes.bfloat16).astype(np.float64)
+
+
 def test_fixture_metadata_matches_ptx():
-    for name in DENSE:
+    for name in DENSE + MX:
         ptx, meta = fixture(name)
         assert f".visible .entry {meta['entry']}(" in ptx and ".target sm_100a" in ptx, name
         params = re.findall(rf"^\s*\.param (.*) {meta['entry']}_param_\d+(\[\d+\])?,?$", ptx, re.M)
-        # TiledMMA (1 CTA: 32 bytes, a pair: 64), (tensor map, coordinate shape) x 3, the scheduler's 17 i32
-        assert [size for _, size in params[:7]] == [params[0][1], "[128]", "[12]", "[128]", "[12]", "[128]", "[12]"]
-        assert params[0][1] == ("[32]" if meta["cluster"] == [1, 1, 1] else "[64]"), name
-        assert len(params) == 7 + 17 and all(t == ".u32" for t, _ in params[7:]), name
+        # TiledMMA state, (tensor map, coordinate shape) per operand (MX: A, B, SFA, SFB, D), the
+        # scheduler's 17 i32
+        maps = len(meta["boxes"])
+        assert [size for _, size in params[1:1 + 2 * maps]] == ["[128]", "[12]"] * maps, name
+        assert len(params) == 1 + 2 * maps + 17 and all(t == ".u32" for t, _ in params[1 + 2 * maps:]), name
         assert f".reqntid {meta['block'][0]}" in ptx and meta["cute_dsl_version"] == "4.8.1", name
 
 
@@ -142,3 +186,17 @@ def test_cluster_launch_control_gemm_bit_exact(sm_count, rng, sim_seed):
         assert info["clusters_started"] == sm_count, info
     else:                               # some requests fail, and those clusters run themselves
         assert info["clusters_cancelled"] > 0, info
+
+
+@pytest.mark.sim_kernel
+@pytest.mark.parametrize("shape", [(200, 136, 208), (129, 72, 64)])
+def test_mxfp8_gemm_bit_exact(shape, rng, sim_seed):
+    """CuTe DSL's block-scaled GEMM (``tcgen05.mma.kind::mxf8f6f4.block_scale``): the factors'
+    atoms TMA-loaded through nested 4-D maps, ``tcgen05.cp`` into TMEM, the scaled MMAs; bf16 D
+    equal to the exactly scaled product rounded once (ragged M, N and a K tail)."""
+    ptx, _ = fixture("cute_dsl_gemm_sm100_mxfp8")
+    for needle in ("tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale", "tcgen05.cp.cta_group::1.32x128b.warpx4",
+                   "cp.async.bulk.tensor.4d"):
+        assert needle in ptx, needle
+    out, ref = run_mxfp8(*shape, rng)
+    assert np.array_equal(out, ref), f"input seed {rng.seed_value}, chaos seed {sim_seed}"

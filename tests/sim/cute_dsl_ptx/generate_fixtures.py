@@ -9,9 +9,8 @@ Each fixture is quack's ``GemmSm100`` (a persistent warp-specialized tcgen05 GEM
 CuTe DSL) compiled for sm_100a through quack's tensor-free path, with K-major A and B (batch
 first: ``(L, M, K)`` / ``(L, N, K)``) and a row-major f32 D (``(L, M, N)``): ``<name>.ptx`` as
 CuTe DSL emitted it, and ``<name>.json`` with what its host launcher does, read from the
-compiled module's host function (``CUTE_DSL_KEEP=ir``): block and cluster shape, the CTA and
-cluster tile the static scheduler divides the problem by, and each TMA atom's box in launch
-order (innermost dimension first).
+compiled module's host function (``CUTE_DSL_KEEP=ir``): block and cluster shape, and each TMA
+atom's box (its first two modes, innermost first) and shared-memory swizzle in launch order.
 """
 import glob
 import json
@@ -31,6 +30,10 @@ FIXTURES = {
     "cute_dsl_gemm_sm100_pair_m128": ("f16", (128, 128), (2, 1, 1), "static"),  # CTA pair, 64 rows each
     # cluster launch control: a CTA per tile is launched; running ones cancel unstarted ones
     "cute_dsl_gemm_sm100_clc": ("f16", (128, 128), (1, 1, 1), "clc"),
+    # block-scaled: e4m3 A and B with E8M0 factors per 32 K-elements, bf16 D
+    "cute_dsl_gemm_sm100_mxfp8": ("mxfp8", (128, 128), (1, 1, 1), "static"),
+    # packed e2m1 (two per byte) with UE4M3 factors per 16 K-elements (NVFP4), bf16 D
+    "cute_dsl_gemm_sm100_nvfp4": ("nvfp4", (128, 128), (1, 1, 1), "static"),
 }
 
 
@@ -38,16 +41,23 @@ def host_facts(ir: str) -> dict:
     host = ir[ir.index("func.func @cutlass"):]
     launch = re.search(r"blockDim = \((%c(\d+)_i32), %c1_i32, %c1_i32\)", host)
     cluster = re.search(r"cuda.launch_cfg.cluster_dim\[%\d+\] \(%c(\d+)_i32, %c(\d+)_i32, %c(\d+)_i32\)", host)
-    # the first four ceil_divs: M by the CTA's tile M, N by the tile N, then those counts by the
-    # cluster's M and N (a "1:0" tile is 1)
-    tile = {m.group(1): int(m.group(2)) for m in
-            re.finditer(r'(%tile\w*) = cute.make_tile\(\) : \(\) -> !cute.tile<"(\d+):\d+">', host)}
-    divs = re.findall(r"cute.ceil_div\(%\w+, (%tile\w*)\)", host)[:4]
-    cta_m, tile_n, cm, cn = (tile[t] for t in divs)
     args = host[host.index("cuda.launch_ex"):]
-    boxes = [[int(x) for x in g.split(",")] for g in re.findall(r'tma_gbasis = <"\((\d+,\d+),1\)', args)]
+    # each TMA atom's box: (inner, outer) of a 2-D tile box "(i,o,1):..."; None for the
+    # block-scale factor atoms (their 4-D boxes are one 512-byte atom: the test builds them)
+    gbases = re.findall(r'tma_gbasis = <"([^"]*)">', args)
+    boxes = [[int(m.group(1)), int(m.group(2))] if (m := re.match(r"\((\d+),(\d+),1\)", g)) else None
+             for g in gbases]
+    # each TMA atom's shared-memory swizzle (S<B,4,3>: 16 << B bytes; a plain layout: none), in
+    # the order the host makes them (A, B, then the factors' and D's as this kernel orders them)
+    swizzles = {}
+    for line in host.splitlines():
+        if "make_non_exec_tiled_tma_" in line:
+            name = re.match(r"\s*(%non_exec_atom\w*),", line).group(1)
+            sw = re.search(r'!cute\.composed_layout<"S<(\d),4,3>', line.split("->")[0])
+            swizzles[name] = 16 << int(sw.group(1)) if sw else 0
+    order = re.findall(r"%non_exec_atom\w*", args)
     return {"block": [int(launch.group(2)), 1, 1], "cluster": [int(c) for c in cluster.groups()],
-            "cta_tile_m": cta_m, "tile_n": tile_n, "cluster_tiles": [cm, cn], "boxes": boxes}
+            "boxes": boxes, "gbasis": gbases, "swizzles": [swizzles[a] for a in order if a in swizzles]}
 
 
 def main() -> None:
