@@ -48,6 +48,23 @@ _TABLE = [
 DTYPES = {d.name: d for d in _TABLE}
 
 
+@attrs.frozen
+class PackedTmaType:
+    """A TMA data type of sub-byte elements (``CUtensorMapDataType`` 13-15, cuda.h): groups of 16
+    ``bits``-bit values, packed in global memory, ``smem_group_bytes`` per group in shared memory
+    (8: packed as in global memory; 16: each group padded to 16 bytes, the layout
+    ``tcgen05.mma.kind::f8f6f4`` reads 4- and 6-bit operands in). Tensor-map dims and coordinates
+    count elements; a tensor map of one has no element stride."""
+    name: str
+    bits: int
+    tma_code: int
+    smem_group_bytes: int
+
+
+PACKED_TMA = {t.name: t for t in (PackedTmaType("16u4_align8b", 4, 13, 8), PackedTmaType("16u4_align16b", 4, 14, 16),
+                                  PackedTmaType("16u6_align16b", 6, 15, 16))}
+
+
 def dtype(x) -> DType:
     """Return the :class:`DType` for a cutedsl name (``"f16"``), a numpy dtype or a DType.
 

@@ -62,6 +62,9 @@ def check_tensor_map(spec: TensorMapSpec, address: int, shape, strides) -> Encod
     Raises ``TensorMapError`` naming the parameter, the dimension and the limit.
     """
     name = spec.param
+    from ..dtypes import PACKED_TMA
+    if spec.dtype in PACKED_TMA:
+        return _check_packed(spec, address, shape, strides, PACKED_TMA[spec.dtype])
     dt = _dtype(spec.dtype)
     if dt.tma_code < 0:
         raise TensorMapError(f"tensor map {name!r}: dtype {dt.name} cannot be moved by TMA")
@@ -101,6 +104,52 @@ def check_tensor_map(spec: TensorMapSpec, address: int, shape, strides) -> Encod
         raise TensorMapError(f"tensor map {name!r}: innermost box is {box[0] * e} B, larger than the "
                              f"{spec.swizzle}-byte swizzle span")
     if spec.oob == "nan" and dt.kind != "float":
+        raise TensorMapError(f"tensor map {name!r}: NaN out-of-bounds fill needs a float dtype")
+    return EncodedTensorMap(spec, address, dims, gstr, box, (1,) * rank)
+
+
+def _check_packed(spec: TensorMapSpec, address: int, shape, strides, t) -> EncodedTensorMap:
+    """:func:`check_tensor_map` of a packed sub-byte type ``t`` (``dtypes.PACKED_TMA``), with the
+    driver's extra rules (cuda.h, cuTensorMapEncodeTiled): the innermost dimension in elements, a
+    multiple of 2 (16U4_ALIGN8B) or 128 (the ALIGN16B types, whose box's innermost dimension is
+    128 and whose address and strides are multiples of 32 B); ``strides`` in bytes with the
+    innermost one 0 (packed elements have no byte stride)."""
+    name = spec.param
+    shape, strides = tuple(int(s) for s in shape), tuple(int(s) for s in strides)
+    rank = len(shape)
+    if not 1 <= rank <= 5 or rank != spec.rank or len(strides) != rank:
+        raise TensorMapError(f"tensor map {name!r}: rank {rank} (box rank {spec.rank}, {len(strides)} strides) "
+                             f"must agree and be 1..5")
+    wide = t.smem_group_bytes == 16         # the ALIGN16B types
+    align = 32 if wide else 16
+    if address % align:
+        raise TensorMapError(f"tensor map {name!r}: global address 0x{address:x} is not {align}-byte aligned "
+                             f"({t.name})")
+    dims = shape[::-1]
+    if not all(1 <= d <= 2 ** 32 for d in dims):
+        raise TensorMapError(f"tensor map {name!r}: dimension sizes {shape} must be 1..2^32")
+    if dims[0] % (128 if wide else 2):
+        raise TensorMapError(f"tensor map {name!r}: innermost dimension {dims[0]} must be a multiple of "
+                             f"{128 if wide else 2} for {t.name}")
+    if strides[-1] != 0:
+        raise TensorMapError(f"tensor map {name!r}: packed {t.name} elements have no byte stride: pass 0 as "
+                             f"the innermost stride, got {strides[-1]}")
+    gstr = strides[::-1][1:]
+    for i, s in enumerate(gstr, start=1):
+        if s % align or not 0 < s < 2 ** 40:
+            raise TensorMapError(f"tensor map {name!r}: stride of dimension {rank - 1 - i} is {s} B, TMA needs "
+                                 f"a multiple of {align} B below 2^40 for {t.name}")
+    box = spec.box[::-1]
+    if not all(1 <= b <= 256 for b in box):
+        raise TensorMapError(f"tensor map {name!r}: box {spec.box} dimensions must be 1..256")
+    smem_row = box[0] // 16 * t.smem_group_bytes
+    if (wide and box[0] != 128) or (not wide and (box[0] * t.bits) % 128):
+        raise TensorMapError(f"tensor map {name!r}: innermost box {box[0]} must be "
+                             + ("128 elements" if wide else "a multiple of 16 bytes (32 elements)") + f" for {t.name}")
+    if spec.swizzle and smem_row > spec.swizzle:
+        raise TensorMapError(f"tensor map {name!r}: innermost box is {smem_row} B in shared memory, larger than "
+                             f"the {spec.swizzle}-byte swizzle span")
+    if spec.oob == "nan":
         raise TensorMapError(f"tensor map {name!r}: NaN out-of-bounds fill needs a float dtype")
     return EncodedTensorMap(spec, address, dims, gstr, box, (1,) * rank)
 

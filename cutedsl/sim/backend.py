@@ -266,17 +266,20 @@ class Emulator:
         return out
 
     def tensor_map(self, buf, array_shape, dtype, box, swizzle=0, oob="zero", strides=None) -> bytes:
-        """Encode a tiled tensor map over a row-major tensor at ``buf`` (numpy-order shape/box)."""
+        """Encode a tiled tensor map over a row-major tensor at ``buf`` (numpy-order shape/box;
+        ``dtype`` a cutedsl dtype or a packed TMA type of ``cutedsl.dtypes.PACKED_TMA``, e.g.
+        ``"16u4_align8b"``: shape in elements, rows packed)."""
         from ..compiler.artifact import TensorMapSpec
-        from ..dtypes import dtype as _dt
-        d = _dt(dtype)
-        if strides is None:
-            strides, s = [], d.nbytes
-            for n in reversed(array_shape):
+        from ..dtypes import PACKED_TMA, dtype as _dt
+        packed = PACKED_TMA.get(dtype) if isinstance(dtype, str) else None
+        name = packed.name if packed else _dt(dtype).name
+        if strides is None:             # row-major; a packed type's rows are its packed bytes
+            strides, s = [], _dt(dtype).nbytes if not packed else 0
+            for i, n in enumerate(reversed(array_shape)):
                 strides.append(s)
-                s *= n
+                s = (n * packed.bits // 8) if packed and i == 0 else s * n
             strides = strides[::-1]
-        spec = TensorMapSpec("tmap", d.name, tuple(box), swizzle, oob)
+        spec = TensorMapSpec("tmap", name, tuple(box), swizzle, oob)
         ptr = buf.ptr if isinstance(buf, DeviceBuffer) else int(buf)
         return self.backend.encode_tensor_map(spec, ptr, array_shape, strides)
 

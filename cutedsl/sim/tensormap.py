@@ -35,7 +35,7 @@ import numpy as np
 
 from ..compiler.artifact import TensorMapSpec
 from ..device.backend import check_tensor_map
-from ..dtypes import dtype as _dt
+from ..dtypes import PACKED_TMA, dtype as _dt
 from ..errors import TensorMapError
 
 MAGIC = b"CUTEDSL-SIM-TMAP"
@@ -45,19 +45,31 @@ _IDS = itertools.count(1)
 
 class TensorMap:
     """Decoded tensor map: ``dims``/``box`` innermost first (elements), ``strides`` in bytes for
-    dims 0..rank-1 (``strides[0] = e``), ``esize`` bytes, ``swizzle`` span bytes, ``oob``."""
+    dims 0..rank-1 (``strides[0] = e``), ``esize`` bytes, ``swizzle`` span bytes, ``oob``.
+    A packed 16U4_ALIGN8B map is kept in bytes (``unit`` = 2 elements per byte: dims[0], box[0]
+    and coordinate 0 divided by it; shared memory holds the packed bytes as global memory does).
+    The ALIGN16B types (padded in shared memory) are refused: not emulated yet."""
     __slots__ = ("id", "address", "dims", "strides", "box", "esize", "swizzle", "oob", "dtype",
-                 "nan_bits", "enc")
+                 "nan_bits", "enc", "unit")
 
     def __init__(self, enc):
         spec = enc.spec
-        dt = _dt(spec.dtype)
         self.enc = enc
         self.address = int(enc.address)
         self.dims = tuple(int(d) for d in enc.dims)
+        self.box = tuple(int(b) for b in enc.box)
+        self.unit = 1
+        packed = PACKED_TMA.get(spec.dtype)
+        if packed is not None:
+            if packed.smem_group_bytes != 8:
+                raise TensorMapError(f"tensor map {spec.param!r}: {packed.name} (16 elements padded to 16 bytes in "
+                                     f"shared memory) is not emulated yet; 16u4_align8b is")
+            self.unit = 8 // packed.bits
+            self.dims = (self.dims[0] // self.unit,) + self.dims[1:]
+            self.box = (self.box[0] // self.unit,) + self.box[1:]
+        dt = _dt("u8" if packed is not None else spec.dtype)
         self.esize = dt.nbytes
         self.strides = (self.esize,) + tuple(int(s) for s in enc.strides)
-        self.box = tuple(int(b) for b in enc.box)
         self.swizzle = int(spec.swizzle)
         self.oob = spec.oob
         self.dtype = dt.numpy
@@ -98,9 +110,9 @@ assert _LAYOUT.size == SIZE
 #: PTX ``elemtype`` encodings the emulator moves -> cutedsl dtype names (FTZ and packed
 #: sub-byte types are rejected when the map is used)
 ELEMTYPE = {0: "u8", 1: "u16", 2: "u32", 3: "i32", 4: "u64", 5: "i64", 6: "f16", 7: "f32", 9: "f64",
-            10: "bf16", 11: "tf32"}
+            10: "bf16", 11: "tf32", 13: "16u4_align8b"}
 _ELEMTYPE_OF = {"u8": 0, "i8": 0, "e4m3": 0, "e5m2": 0, "u16": 1, "u32": 2, "i32": 3, "u64": 4, "i64": 5,
-                "f16": 6, "f32": 7, "f64": 9, "bf16": 10, "tf32": 11}
+                "f16": 6, "f32": 7, "f64": 9, "bf16": 10, "tf32": 11, "16u4_align8b": 13}
 SWIZZLE = {0: 0, 1: 32, 2: 64, 3: 128}
 #: field name -> (register type, takes an ordinal, ordinal limit)
 FIELDS = {"global_address": ("b64", False, 0), "rank": ("b32", False, 0), "box_dim": ("b32", True, 5),
@@ -131,9 +143,9 @@ class Fields:
         r = len(tm.dims)
         f = cls()
         f.global_address = tm.address
-        f.global_dim = list(tm.dims) + [0] * (5 - r)
+        f.global_dim = [int(d) for d in tm.enc.dims] + [0] * (5 - r)     # elements (packed types too)
         f.global_stride = list(tm.strides[1:]) + [0] * (5 - r)
-        f.box_dim = list(tm.box) + [0] * (5 - r)
+        f.box_dim = [int(b) for b in tm.enc.box] + [0] * (5 - r)
         f.element_stride = [1] * r + [0] * (5 - r)
         f.rank = r - 1
         f.elemtype = _ELEMTYPE_OF[tm.enc.spec.dtype]
@@ -168,7 +180,7 @@ def decode_fields(blob: bytes):
     dtype = ELEMTYPE[f.elemtype]
     spec = TensorMapSpec("device tensor map", dtype, tuple(f.box_dim[:rank][::-1]), SWIZZLE[f.swizzle_mode],
                          "nan" if f.fill_mode else "zero")
-    esize = _dt(dtype).nbytes
+    esize = 0 if dtype in PACKED_TMA else _dt(dtype).nbytes      # packed elements have no byte stride
     shape = f.global_dim[:rank][::-1]
     strides = ([esize] + f.global_stride[:rank - 1])[::-1]
     enc = check_tensor_map(spec, f.global_address, shape, strides)

@@ -43,6 +43,7 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
     if len(coords) != len(tm.box):
         raise SimRuntimeError(f"TMA with {len(coords)} coordinates on a rank-{len(tm.box)} tensor map\n"
                               f"    at {ins.where()}")
+    coords = packed_coords(tm, coords, ins)
     al, gidx, inb = elements(w, tm, coords, ins)
     ghb = w.launch.ghb
     if ghb is not None and ghb.written(al):     # generic writes of these bytes: ordered and proxy-fenced?
@@ -132,11 +133,23 @@ def bulk_read(w, cta, words, ins, what):
     sh.read(words, a.idx, clock, vc, pvc, ins.pc, True, what)
 
 
+def packed_coords(tm, coords, ins):
+    """``coords`` in the map's byte units: a packed 4-bit map's innermost coordinate counts
+    elements, two per byte (it must fall on a byte)."""
+    if tm.unit == 1:
+        return coords
+    if coords[0] % tm.unit:
+        raise SimRuntimeError(f"TMA coordinate {coords[0]} of a packed 4-bit tensor map is not a multiple of "
+                              f"{tm.unit} (elements share bytes)\n    at {ins.where()}")
+    return [coords[0] // tm.unit] + list(coords[1:])
+
+
 def tma_store(w, ins, tm_addr, coords, src):
     tm = tmap_of(w, tm_addr, ins)
     if len(coords) != len(tm.box):
         raise SimRuntimeError(f"TMA with {len(coords)} coordinates on a rank-{len(tm.box)} tensor map\n"
                               f"    at {ins.where()}")
+    coords = packed_coords(tm, coords, ins)
     al, gidx, inb = elements(w, tm, coords, ins)
     scta, soff = smem_dest(w, src, ins, "TMA store source")
     dmod = soff % 1024

@@ -255,3 +255,31 @@ def test_arch_is_a_config_field_passed_down():
         GemmConfig(arch="sm_100a", schedule="multistage")
     with pytest.raises(ConfigError, match="arch must be one of 'sm_90a', 'sm_100a', got 'sm_120a'"):
         GemmConfig(arch="sm_120a")
+
+
+def test_packed_4bit_tensor_map_rules():
+    """16U4_ALIGN8B / the ALIGN16B types as cuda.h lists their rules: dims in elements (a
+    multiple of 2, resp. 128), no element stride (innermost 0), ALIGN16B boxes 128 wide with
+    32-byte aligned address and strides."""
+    spec = TensorMapSpec("a", "16u4_align8b", (128, 256), swizzle=128)
+    enc = check_tensor_map(spec, 0, (300, 512), (256, 0))
+    assert enc.dims == (512, 300) and enc.box == (256, 128)
+    for shape, strides, addr, sp, match in [
+        ((300, 511), (256, 0), 0, spec, r"innermost dimension 511 must be a multiple of 2"),
+        ((300, 512), (256, 1), 0, spec, r"have no byte stride: pass 0"),
+        ((300, 512), (256, 0), 0, TensorMapSpec("a", "16u4_align8b", (128, 16)), r"multiple of 16 bytes"),
+        ((300, 512), (256, 0), 16, TensorMapSpec("a", "16u6_align16b", (128, 128)), r"not 32-byte aligned"),
+        ((300, 512), (400, 0), 0, TensorMapSpec("a", "16u6_align16b", (128, 128)), r"multiple of 32 B"),
+        ((300, 512), (384, 0), 0, TensorMapSpec("a", "16u4_align16b", (128, 64)), r"must be 128 elements"),
+    ]:
+        with pytest.raises(TensorMapError, match=match):
+            check_tensor_map(sp, addr, shape, strides)
+
+
+def test_emulator_moves_packed_4bit_and_refuses_the_padded_types():
+    from cutedsl.sim import Emulator
+    emu = Emulator()
+    buf = emu.alloc(128 * 256)
+    emu.tensor_map(buf, (128, 512), "16u4_align8b", (128, 256), swizzle=128)      # rows of 256 B
+    with pytest.raises(TensorMapError, match=r"16u4_align16b .* is not emulated yet"):
+        emu.tensor_map(buf, (128, 512), "16u4_align16b", (128, 128), swizzle=128, strides=(256, 0))

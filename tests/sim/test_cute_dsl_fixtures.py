@@ -24,7 +24,7 @@ from cutedsl.sim import Emulator
 HERE = pathlib.Path(__file__).parent / "cute_dsl_ptx"
 DENSE = ["cute_dsl_gemm_sm100_1sm", "cute_dsl_gemm_sm100_2sm", "cute_dsl_gemm_sm100_pair_m128",
          "cute_dsl_gemm_sm100_clc"]
-MX = ["cute_dsl_gemm_sm100_mxfp8"]
+MX = ["cute_dsl_gemm_sm100_mxfp8", "cute_dsl_gemm_sm100_nvfp4"]
 SMEM = 232448           #: sm_100's largest dynamic shared memory per CTA (the launcher asks the kernel's own)
 SWIZZLE = 8             #: the scheduler's raster group (quack's max_swizzle_size argument)
 
@@ -97,36 +97,65 @@ def launch(emu, prog, meta, tiles_m, tiles_n, args, ctas):
     return emu.launch(prog, grid=grid, block=tuple(meta["block"]), args=args, cluster=cluster, smem=SMEM)
 
 
-def run_mxfp8(m, n, k, rng, ctas=2):
-    """The block-scaled fixture on ``m x n x k``: e4m3 A (m x k) and B (n x k), K-major, small
-    integers; E8M0 factors 2^-1..2^1 per 32 K-elements, packed as CUTLASS's 512-byte atoms
-    (``cutedsl.device.mx.pack_scales``: 128 rows x 4 factors, row blocks of K atoms), which the
-    kernel reads through 4-D u16 tensor maps -- A's factors (atom, row block, K atom, batch) with
-    the row-block stride outside the K-atom one (nested), B's (atom, K atom, row block, batch);
-    D bf16. Returns ``(D as float64, reference rounded to bf16)``."""
+#: block-scaled fixtures: (element, factor block along K, factor codes to draw from, element values)
+SCALED = {"cute_dsl_gemm_sm100_mxfp8": ("e4m3", 32, (126, 127, 128), range(-4, 5)),
+          # UE4M3 codes of 0.5, 1, 2 per 16 packed e2m1 values (two per byte)
+          "cute_dsl_gemm_sm100_nvfp4": ("e2m1", 16, (0x30, 0x38, 0x40), (-4, -3, -2, -1, 0, 1, 2, 3, 4))}
+
+
+def sf_map(emu, buf, gbasis, rows_blocks, k_atoms):
+    """The 4-D u16 tensor map CuTe DSL reads an operand's packed factors through, from its
+    ``gbasis``: one 512-byte atom (256 u16) innermost, then the row-block and K-atom modes in
+    the order the basis names them (A's: ``1@1@0`` row block, ``1@1@1`` K atom; B's i16 view:
+    K atom, row block), then the batch; the box spans ``X`` atoms along K where the basis says."""
+    strides = {"rows": k_atoms * 512, "k": 512}
+    m = re.fullmatch(r"\(\(2,4,32\),(\d+),1,1\):\(\([^)]*\),(1@1@[01]),(1@1@[01]),1@2\)", gbasis)
+    if m:
+        modes = ["rows" if x == "1@1@0" else "k" for x in m.group(2, 3)]
+        box = (1, 1, int(m.group(1)), 256) if modes[0] == "k" else (1, int(m.group(1)), 1, 256)
+    else:
+        m = re.fullmatch(r"\(256,(\d+),1,1\):\(1@0,1@1,1@2,1@3\)", gbasis)
+        modes, box = ["k", "rows"], (1, 1, int(m.group(1)), 256)
+    size = {"rows": rows_blocks, "k": k_atoms}
+    shape = (1, size[modes[1]], size[modes[0]], 256)            # numpy order: batch, mode 2, mode 1, atom
+    st = (rows_blocks * k_atoms * 512, strides[modes[1]], strides[modes[0]], 2)
+    return emu.tensor_map(buf, shape, "u16", box, strides=st)
+
+
+def run_block_scaled(name, m, n, k, rng, ctas=2):
+    """A block-scaled fixture on ``m x n x k``: A (m x k) and B (n x k) K-major small values of
+    the element type (e4m3, or e2m1 packed two per byte and moved by 16U4_ALIGN8B tensor maps),
+    factors per block of K packed as CUTLASS's 512-byte atoms (``cutedsl.device.mx.pack_scales``:
+    128 rows x 4 factors; a row block's atoms K-atom by K-atom, padded to whole k-tiles), read
+    through 4-D u16 tensor maps whose row-block stride nests outside the K-atom one; D bf16.
+    Returns ``(D as float64, the exactly scaled product rounded to bf16)``."""
     import ml_dtypes
     from cutedsl.device import mx
-    text, meta = fixture("cute_dsl_gemm_sm100_mxfp8")
-    e4m3 = ml_dtypes.float8_e4m3fn
-    a = rng.integers(-4, 5, (m, k)).astype(e4m3)
-    b = rng.integers(-4, 5, (n, k)).astype(e4m3)
-    sa = rng.integers(126, 129, (m, cdiv(k, 32))).astype(np.uint8)
-    sb = rng.integers(126, 129, (n, cdiv(k, 32))).astype(np.uint8)
-    ref = mx.dequantize(a, sa) @ mx.dequantize(b, sb).T
+    text, meta = fixture(name)
+    element, block, codes, values = SCALED[name]
+    dtype = "nvfp4" if element == "e2m1" else "mxfp8"
+    et = mx.ELEMENTS[element][0]
+    a = rng.choice(values, (m, k)).astype(et)
+    b = rng.choice(values, (n, k)).astype(et)
+    sa = rng.choice(codes, (m, cdiv(k, block))).astype(np.uint8)
+    sb = rng.choice(codes, (n, cdiv(k, block))).astype(np.uint8)
+    ref = mx.dequantize(a, sa, dtype) @ mx.dequantize(b, sb, dtype).T
     emu = Emulator()
     prog = emu.load(text, meta["entry"])
-    da, db, dd = emu.to_device(a.view(np.uint8)), emu.to_device(b.view(np.uint8)), emu.alloc(m * n * 2)
-    rm, rn, rk = cdiv(m, 128), cdiv(n, 128), cdiv(k, 128)
-    psa, psb = mx.pack_scales(sa), mx.pack_scales(sb)
-    assert psa.size == rm * rk * 512 and psb.size == rn * rk * 512
-    dsa, dsb = emu.to_device(psa), emu.to_device(psb)
+    if element == "e2m1":
+        da, db, tdt = emu.to_device(mx.pack_fp4(a)), emu.to_device(mx.pack_fp4(b)), "16u4_align8b"
+    else:
+        da, db, tdt = emu.to_device(a.view(np.uint8)), emu.to_device(b.view(np.uint8)), element
+    dd = emu.alloc(m * n * 2)
+    psa, psb = mx.pack_scales(sa, dtype), mx.pack_scales(sb, dtype)
+    rm, rn, rk = cdiv(m, 128), cdiv(n, 128), psa.size // 512 // cdiv(m, 128)
+    assert psb.size == rn * rk * 512
     (ak, am), (bk, bn), _, _, (dn, dm) = meta["boxes"]
-    sw = meta["swizzles"]
-    atom = (1, 1, 1, 256)               # one 512-byte atom as 256 u16
-    maps = [emu.tensor_map(da, (1, m, k), "e4m3", (1, am, ak), swizzle=sw[0]),
-            emu.tensor_map(db, (1, n, k), "e4m3", (1, bn, bk), swizzle=sw[1]),
-            emu.tensor_map(dsa, (1, rk, rm, 256), "u16", atom, strides=(rm * rk * 512, 512, rk * 512, 2)),
-            emu.tensor_map(dsb, (1, rn, rk, 256), "u16", atom, strides=(rn * rk * 512, rk * 512, 512, 2)),
+    sw, gb = meta["swizzles"], meta["gbasis"]
+    sfa = sf_map(emu, emu.to_device(psa), gb[2], rm, rk)
+    sfb = sf_map(emu, emu.to_device(psb), gb[3], rn, rk)
+    maps = [emu.tensor_map(da, (1, m, k), tdt, (1, am, ak), swizzle=sw[0]),
+            emu.tensor_map(db, (1, n, k), tdt, (1, bn, bk), swizzle=sw[1]), sfa, sfb,
             emu.tensor_map(dd, (1, m, n), "bf16", (1, dm, dn), swizzle=sw[4])]
     tiles_m, tiles_n = cdiv(m, 128), cdiv(n, 128)
     args = [bytes(prog.params[0].size), maps[0], i32s(m, k, 1), maps[1], i32s(n, k, 1), maps[2], i32s(rm, rk, 1),
@@ -189,14 +218,17 @@ def test_cluster_launch_control_gemm_bit_exact(sm_count, rng, sim_seed):
 
 
 @pytest.mark.sim_kernel
-@pytest.mark.parametrize("shape", [(200, 136, 208), (129, 72, 64)])
-def test_mxfp8_gemm_bit_exact(shape, rng, sim_seed):
-    """CuTe DSL's block-scaled GEMM (``tcgen05.mma.kind::mxf8f6f4.block_scale``): the factors'
+@pytest.mark.parametrize("name,shape", [("cute_dsl_gemm_sm100_mxfp8", (200, 136, 208)),
+                                        ("cute_dsl_gemm_sm100_mxfp8", (129, 72, 64)),
+                                        ("cute_dsl_gemm_sm100_nvfp4", (200, 136, 320)),
+                                        ("cute_dsl_gemm_sm100_nvfp4", (72, 264, 64))])
+def test_block_scaled_gemm_bit_exact(name, shape, rng, sim_seed):
+    """CuTe DSL's block-scaled GEMMs (MXFP8: ``kind::mxf8f6f4.block_scale``; NVFP4: packed e2m1 by
+    16U4_ALIGN8B maps, ``kind::mxf4nvf4.block_scale.block16`` with UE4M3 factors): the factors'
     atoms TMA-loaded through nested 4-D maps, ``tcgen05.cp`` into TMEM, the scaled MMAs; bf16 D
-    equal to the exactly scaled product rounded once (ragged M, N and a K tail)."""
-    ptx, _ = fixture("cute_dsl_gemm_sm100_mxfp8")
-    for needle in ("tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale", "tcgen05.cp.cta_group::1.32x128b.warpx4",
-                   "cp.async.bulk.tensor.4d"):
+    equal to the exactly scaled product rounded once (ragged M, N and K tails)."""
+    ptx, _ = fixture(name)
+    for needle in (".block_scale", "tcgen05.cp.cta_group::1.32x128b.warpx4", "cp.async.bulk.tensor.4d"):
         assert needle in ptx, needle
-    out, ref = run_mxfp8(*shape, rng)
+    out, ref = run_block_scaled(name, *shape, rng)
     assert np.array_equal(out, ref), f"input seed {rng.seed_value}, chaos seed {sim_seed}"
