@@ -19,7 +19,11 @@ shape                       rows -> lanes
 ``32x128b.warpx4``          rows 0..31 -> every lane quarter (the scale-factor copy)
 ==========================  ======================================================
 
-The decompressing forms (``.b8x16.b6x16_p32`` / ``.b4x16_p64``) and ``cta_group::2`` are
+``cta_group::2`` (a CTA pair's MMA operands): issued by the pair's even CTA, the copy happens in
+both CTAs of the pair -- each from its own shared memory at the descriptor's address into its
+own tensor memory at ``taddr`` (as the pair's MMA reads each CTA's operand half from that CTA;
+CuTe DSL's 2-SM block-scaled GEMM has each CTA load its own factors there, and its fixture is
+bit-exact with this). The decompressing forms (``.b8x16.b6x16_p32`` / ``.b4x16_p64``) are
 refused with ``UnsupportedInstruction``.
 """
 from __future__ import annotations
@@ -72,8 +76,7 @@ def decode_cp(ctx, ins, mods, ops):
     multicast = next((m for m in mods if m in MULTICAST and m is not None), None)
     if any(m.startswith(("b8x16", "b6x16", "b4x16")) for m in mods):
         ctx.unsupported("tcgen05.cp with decompression (.b8x16.b6x16_p32 / .b4x16_p64) is not emulated yet")
-    if "cta_group::2" in mods:
-        ctx.unsupported("tcgen05.cp.cta_group::2 is not emulated yet")
+    group = 2 if "cta_group::2" in mods else 1
     if shape is None:
         ctx.bad(f"tcgen05.cp needs a shape ({', '.join(SHAPES)})")
     if NEEDS.get(shape, (None,)) != (None,) and multicast not in NEEDS[shape]:
@@ -91,7 +94,17 @@ def decode_cp(ctx, ins, mods, ops):
             issue(w, ln, lane_value(w, taddr, ln), lane_value(w, rdesc, ln))
 
     def issue(w, ln, a, d):
-        cta = w.cta
+        if group == 1:
+            return copy(w, ln, a, d, w.cta, 0)
+        cl, r = w.cta.cluster, w.cta.rank
+        if r % 2 or r + 1 >= len(cl.ctas):
+            raise SimRuntimeError(f"tcgen05.cp.cta_group::2 is issued by the even CTA of a pair in a cluster of an "
+                                  f"even number of CTAs; this is rank {r} of {len(cl.ctas)}\n    at {ins.where()}")
+        for i, cta in enumerate((w.cta, cl.ctas[r + 1])):
+            copy(w, ln, a, d, cta, i)
+
+    def copy(w, ln, a, d, cta, member):
+        """The copy in ``cta`` (``member`` 0: the issuing CTA, 1: its pair peer)."""
         lane0, col = a >> 16, a & 0xFFFF
         ncols = 4 * chunks
         try:
@@ -106,12 +119,12 @@ def decode_cp(ctx, ins, mods, ops):
         if top >= 128 or not t.covered(col, ncols):
             raise SimRuntimeError(f"tcgen05.cp.{shape} to lane {lane0}, columns {col}..{col + ncols - 1}: outside "
                                   f"tensor memory or not inside one tcgen05.alloc block\n    at {ins.where()}")
-        key = (cta.rank, w.wid, ln)
+        key = (w.cta.rank, w.wid, ln)
         hb, sh = cta.cluster.hb, cta.shadow
         clock = 0
         if hb is not None and sh is not None:
-            ag = hb.agent(("tcgen05",) + key, "tcgen05", cta, w.wid, f"tcgen05 unit of thread {32 * w.wid + ln}")
-            ag.n += 1
+            ag = hb.agent(("tcgen05",) + key, "tcgen05", w.cta, w.wid, f"tcgen05 unit of thread {32 * w.wid + ln}")
+            ag.n += member == 0                 # one operation of the issuing thread, in both CTAs
             clock = ag.n
             vc, pvc = hb.async_op([w], ag.idx, clock)
             sh.read(np.unique(src >> 2).reshape(-1), ag.idx, clock, vc, pvc, ins.pc, True, "tcgen05.cp source")

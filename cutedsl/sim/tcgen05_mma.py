@@ -189,8 +189,6 @@ def decode_mma(ctx, ins, mods, ops):
         except ValueError as e:
             ctx.bad(str(e))
     group = 2 if "cta_group::2" in mods else 1
-    if scaled and group == 2:
-        ctx.unsupported("block-scaled tcgen05.mma.cta_group::2 is not emulated yet")
     if len(ops) < 5:
         ctx.bad("tcgen05.mma takes [d], a, b, idesc, {disable-output-lane,} enable-input-d{, scale-input-d}")
     d_addr = ctx.addr(ops[0])
@@ -235,7 +233,7 @@ def decode_mma(ctx, ins, mods, ops):
 
     def issue(w, ln, d_a, a_v, b_desc, idesc, enable, dmask, sf=None):
         try:
-            f = decode_idesc_scaled(idesc, kind, vec) if scaled else decode_idesc(idesc, kind, group)
+            f = decode_idesc_scaled(idesc, kind, vec, group) if scaled else decode_idesc(idesc, kind, group)
         except SimRuntimeError as e:
             fail(str(e))
         M, N = f["m"], f["n"]
@@ -284,11 +282,13 @@ def decode_mma(ctx, ins, mods, ops):
                 if not tmem_of(c).covered(acol, 8):
                     fail(f"A columns {acol}..{acol + 7} are not inside one tcgen05.alloc block of CTA {c.ctaid}")
         if sf is not None:
-            for what, addr, rows in (("scale-A", sf[0], M), ("scale-B", sf[1], N)):
+            for what, addr, rows in (("scale-A", sf[0], mc), ("scale-B", sf[1], N)):
                 _l, sfc, lane = sf_cells(addr, rows)
-                if lane or not tmem_of(w.cta).covered(int(sfc.min()), int(sfc.max() - sfc.min()) + 1):
-                    fail(f"{what} address 0x{addr:08x}: its {rows} rows' factors (lane 0.., columns "
-                         f"{int(sfc.min())}..{int(sfc.max())}) are not inside one tcgen05.alloc block")
+                for c in ctas:
+                    if lane or not tmem_of(c).covered(int(sfc.min()), int(sfc.max() - sfc.min()) + 1):
+                        fail(f"{what} address 0x{addr:08x}: its {rows} rows' factors (lane 0.., columns "
+                             f"{int(sfc.min())}..{int(sfc.max())}) are not inside one tcgen05.alloc block of CTA "
+                             f"{c.ctaid}")
         cta = w.cta
         key = (cta.rank, w.wid, ln)
         hb = cta.cluster.hb
@@ -306,7 +306,7 @@ def decode_mma(ctx, ins, mods, ops):
                     a_cells = np.arange(128)[:, None] * COLUMNS + (acol + np.arange(8))[None, :]
                     ts.read(a_cells.reshape(-1), ag.idx, clock, vc, pvc, ins.pc, False, "tcgen05.mma A")
                 if sf is not None:
-                    for addr, rows in ((sf[0], M), (sf[1], N)):
+                    for addr, rows in ((sf[0], mc), (sf[1], N)):
                         ts.read(sf_shadow_cells(addr, rows), ag.idx, clock, vc, pvc, ins.pc, False,
                                 "tcgen05.mma scale factors")
                 cells = d_cells[keep[i]].reshape(-1)
@@ -324,10 +324,14 @@ def decode_mma(ctx, ins, mods, ops):
                 A = np.concatenate([load_a(c, a_ei) for c in ctas])       # (M, K)
             old = np.concatenate([tmem_of(c).data[lane_of, cols] for c in ctas])
             if sf is not None:                  # MX: each block of K/vec elements of a row times its factor
-                data = tmem_of(ctas[0]).data
                 rep, ue8m0 = K // f["vec"], bool(f["scale_fmt"])
-                A = A * np.repeat(read_scales(data, sf[0], M, f["a_sf"], f["vec"], ue8m0), rep, axis=1)
-                B = B * np.repeat(read_scales(data, sf[1], N, f["b_sf"], f["vec"], ue8m0), rep, axis=1).T
+                # A's rows' factors in their own CTA's tensor memory; B's (all N rows) in each
+                # CTA's, read from the issuing one's (a pair keeps the same factors in both)
+                sfa = np.concatenate([read_scales(tmem_of(c).data, sf[0], mc, f["a_sf"], f["vec"], ue8m0)
+                                      for c in ctas])
+                A = A * np.repeat(sfa, rep, axis=1)
+                B = B * np.repeat(read_scales(tmem_of(ctas[0]).data, sf[1], N, f["b_sf"], f["vec"], ue8m0),
+                                  rep, axis=1).T
             if kind == "i8":
                 r = A.astype(np.int64) @ B.astype(np.int64)
                 if enable:

@@ -71,7 +71,7 @@ def scale_vector(kind: str, mods) -> int:
     return v
 
 
-def decode_idesc_scaled(idesc: int, kind: str, vec: int | None = None) -> dict:
+def decode_idesc_scaled(idesc: int, kind: str, vec: int | None = None, group: int = 1) -> dict:
     """The fields of a block-scaled instruction descriptor (module docstring) of a ``kind`` MMA
     with ``vec`` factors per row (default: the kind's); ``SimRuntimeError`` naming the field for
     a value not emulated or not allowed."""
@@ -106,8 +106,9 @@ def decode_idesc_scaled(idesc: int, kind: str, vec: int | None = None) -> dict:
             raise SimRuntimeError(f"{where}: {op.upper()}'s scale-factor id {f[op + '_sf']} (bits "
                                   f"{'29-30' if op == 'a' else '4-5'}); {vec}X takes "
                                   f"{', '.join(map(str, SF_IDS[vec]))}")
-    if f["m"] != 128:
-        raise SimRuntimeError(f"{where}: M (bits 24-28) = {f['m']}; block-scaled MMAs are emulated with M = 128")
+    if f["m"] != 128 * group:
+        raise SimRuntimeError(f"{where}: M (bits 24-28) = {f['m']}; block-scaled MMAs are emulated with M = "
+                              f"{128 * group} on cta_group::{group} (128 rows per CTA)")
     if not (16 <= f["n"] <= 256 and f["n"] % 16 == 0):
         raise SimRuntimeError(f"{where}: N (bits 17-22) = {f['n']}; M = 128 takes N = 16..256 in steps of 16")
     return f

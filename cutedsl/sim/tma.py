@@ -36,9 +36,11 @@ from .tma_box import elements, smem_dest, tmap_of, whole_words, box_layout
 def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
     """A TMA tile load into ``dst`` (and, with ``mask``, the same offset of every CTA in it),
     completing on the mbarrier at ``mbar``: in the destination CTA, or with ``pair``
-    (``.cta_group::2``) possibly in its CTA-pair peer -- the barrier's CTA relative to the
-    issuing one (itself or its peer) is applied to every destination (PTX ISA
-    cp.async.bulk.tensor; CUTLASS's 2-SM loads signal the even CTA's barrier)."""
+    (``.cta_group::2``) in the CTA of the destination's pair that the barrier address's rank bit 0
+    names -- each destination ``d`` signals CTA ``(d & ~1) | (rank & 1)`` (PTX ISA
+    cp.async.bulk.tensor; CUTLASS's and CuTe DSL's 2-SM loads name the even CTA's barrier, and a
+    pair multicasting factors to both of its CTAs arms the even CTA's barrier with all four
+    deliveries)."""
     tm = tmap_of(w, tm_addr, ins)
     if len(coords) != len(tm.box):
         raise SimRuntimeError(f"TMA with {len(coords)} coordinates on a rank-{len(tm.box)} tensor map\n"
@@ -79,7 +81,7 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
         if base + int(rel.max()) + tm.esize > cta.smem_size or base + int(rel.min()) < 0:
             raise MemoryAccessError(f"TMA load box ({nbytes} B) at smem offset {doff} overruns the CTA's "
                                     f"{cta.smem_size} B of shared memory\n    at {ins.where()}")
-        bcta = cta.cluster.ctas[cta.rank ^ peer_bit] if peer_bit else cta
+        bcta = cta.cluster.ctas[(cta.rank & ~1) | (mcta.rank & 1)] if pair else cta
         bar = get_mbar(bcta, moff, ins)
         snap = async_write(w, cta, moff, word_set(words, base >> 2), ins, "TMA load", bcta)
         hb_check_init(w, bar, ins)

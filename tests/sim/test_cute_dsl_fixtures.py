@@ -24,7 +24,7 @@ from cutedsl.sim import Emulator
 HERE = pathlib.Path(__file__).parent / "cute_dsl_ptx"
 DENSE = ["cute_dsl_gemm_sm100_1sm", "cute_dsl_gemm_sm100_2sm", "cute_dsl_gemm_sm100_pair_m128",
          "cute_dsl_gemm_sm100_clc"]
-MX = ["cute_dsl_gemm_sm100_mxfp8", "cute_dsl_gemm_sm100_nvfp4"]
+MX = ["cute_dsl_gemm_sm100_mxfp8", "cute_dsl_gemm_sm100_nvfp4", "cute_dsl_gemm_sm100_mxfp8_2sm"]
 SMEM = 232448           #: sm_100's largest dynamic shared memory per CTA (the launcher asks the kernel's own)
 SWIZZLE = 8             #: the scheduler's raster group (quack's max_swizzle_size argument)
 
@@ -99,15 +99,18 @@ def launch(emu, prog, meta, tiles_m, tiles_n, args, ctas):
 
 #: block-scaled fixtures: (element, factor block along K, factor codes to draw from, element values)
 SCALED = {"cute_dsl_gemm_sm100_mxfp8": ("e4m3", 32, (126, 127, 128), range(-4, 5)),
+          "cute_dsl_gemm_sm100_mxfp8_2sm": ("e4m3", 32, (126, 127, 128), range(-4, 5)),
           # UE4M3 codes of 0.5, 1, 2 per 16 packed e2m1 values (two per byte)
           "cute_dsl_gemm_sm100_nvfp4": ("e2m1", 16, (0x30, 0x38, 0x40), (-4, -3, -2, -1, 0, 1, 2, 3, 4))}
 
 
-def sf_map(emu, buf, gbasis, rows_blocks, k_atoms):
+def sf_map(emu, buf, gbasis, rows_blocks, k_atoms, split=1):
     """The 4-D u16 tensor map CuTe DSL reads an operand's packed factors through, from its
     ``gbasis``: one 512-byte atom (256 u16) innermost, then the row-block and K-atom modes in
     the order the basis names them (A's: ``1@1@0`` row block, ``1@1@1`` K atom; B's i16 view:
-    K atom, row block), then the batch; the box spans ``X`` atoms along K where the basis says."""
+    K atom, row block), then the batch; the box spans ``X`` atoms along K where the basis says.
+    ``split`` 2: a CTA pair's B factors, each CTA loading half an atom (at u16 coordinate
+    rank x 128, into its half of the buffer) and multicasting it to both."""
     strides = {"rows": k_atoms * 512, "k": 512}
     m = re.fullmatch(r"\(\(2,4,32\),(\d+),1,1\):\(\([^)]*\),(1@1@[01]),(1@1@[01]),1@2\)", gbasis)
     if m:
@@ -115,7 +118,7 @@ def sf_map(emu, buf, gbasis, rows_blocks, k_atoms):
         box = (1, 1, int(m.group(1)), 256) if modes[0] == "k" else (1, int(m.group(1)), 1, 256)
     else:
         m = re.fullmatch(r"\(256,(\d+),1,1\):\(1@0,1@1,1@2,1@3\)", gbasis)
-        modes, box = ["k", "rows"], (1, 1, int(m.group(1)), 256)
+        modes, box = ["k", "rows"], (1, 1, int(m.group(1)), 256 // split)
     size = {"rows": rows_blocks, "k": k_atoms}
     shape = (1, size[modes[1]], size[modes[0]], 256)            # numpy order: batch, mode 2, mode 1, atom
     st = (rows_blocks * k_atoms * 512, strides[modes[1]], strides[modes[0]], 2)
@@ -153,11 +156,11 @@ def run_block_scaled(name, m, n, k, rng, ctas=2):
     (ak, am), (bk, bn), _, _, (dn, dm) = meta["boxes"]
     sw, gb = meta["swizzles"], meta["gbasis"]
     sfa = sf_map(emu, emu.to_device(psa), gb[2], rm, rk)
-    sfb = sf_map(emu, emu.to_device(psb), gb[3], rn, rk)
+    sfb = sf_map(emu, emu.to_device(psb), gb[3], rn, rk, split=meta["cluster"][0])
     maps = [emu.tensor_map(da, (1, m, k), tdt, (1, am, ak), swizzle=sw[0]),
             emu.tensor_map(db, (1, n, k), tdt, (1, bn, bk), swizzle=sw[1]), sfa, sfb,
             emu.tensor_map(dd, (1, m, n), "bf16", (1, dm, dn), swizzle=sw[4])]
-    tiles_m, tiles_n = cdiv(m, 128), cdiv(n, 128)
+    tiles_m, tiles_n = cdiv(m, meta["mma_tile"][0]), cdiv(n, meta["mma_tile"][1])
     args = [bytes(prog.params[0].size), maps[0], i32s(m, k, 1), maps[1], i32s(n, k, 1), maps[2], i32s(rm, rk, 1),
             maps[3], i32s(rk, rn, 1), maps[4], i32s(m, n, 1), *scheduler_params(tiles_m, tiles_n, 1)]
     launch(emu, prog, meta, tiles_m, tiles_n, args, ctas)
@@ -221,14 +224,17 @@ def test_cluster_launch_control_gemm_bit_exact(sm_count, rng, sim_seed):
 @pytest.mark.parametrize("name,shape", [("cute_dsl_gemm_sm100_mxfp8", (200, 136, 208)),
                                         ("cute_dsl_gemm_sm100_mxfp8", (129, 72, 64)),
                                         ("cute_dsl_gemm_sm100_nvfp4", (200, 136, 320)),
-                                        ("cute_dsl_gemm_sm100_nvfp4", (72, 264, 64))])
+                                        ("cute_dsl_gemm_sm100_nvfp4", (72, 264, 64)),
+                                        ("cute_dsl_gemm_sm100_mxfp8_2sm", (300, 200, 208))])
 def test_block_scaled_gemm_bit_exact(name, shape, rng, sim_seed):
     """CuTe DSL's block-scaled GEMMs (MXFP8: ``kind::mxf8f6f4.block_scale``; NVFP4: packed e2m1 by
     16U4_ALIGN8B maps, ``kind::mxf4nvf4.block_scale.block16`` with UE4M3 factors): the factors'
     atoms TMA-loaded through nested 4-D maps, ``tcgen05.cp`` into TMEM, the scaled MMAs; bf16 D
-    equal to the exactly scaled product rounded once (ragged M, N and K tails)."""
+    equal to the exactly scaled product rounded once (ragged M, N and K tails). The CTA pair's
+    (cta_group::2): each CTA's factors copied into its own TMEM by the even CTA's
+    ``tcgen05.cp.cta_group::2``, the 256-row scaled MMA."""
     ptx, _ = fixture(name)
-    for needle in (".block_scale", "tcgen05.cp.cta_group::1.32x128b.warpx4", "cp.async.bulk.tensor.4d"):
+    for needle in (".block_scale", ".32x128b.warpx4", "cp.async.bulk.tensor.4d"):
         assert needle in ptx, needle
     out, ref = run_block_scaled(name, *shape, rng)
     assert np.array_equal(out, ref), f"input seed {rng.seed_value}, chaos seed {sim_seed}"

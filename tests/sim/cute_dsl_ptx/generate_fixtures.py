@@ -34,6 +34,8 @@ FIXTURES = {
     "cute_dsl_gemm_sm100_mxfp8": ("mxfp8", (128, 128), (1, 1, 1), "static"),
     # packed e2m1 (two per byte) with UE4M3 factors per 16 K-elements (NVFP4), bf16 D
     "cute_dsl_gemm_sm100_nvfp4": ("nvfp4", (128, 128), (1, 1, 1), "static"),
+    # block-scaled on a CTA pair (cta_group::2, 128 rows each): MXFP8, 256 x 128 MMA tile
+    "cute_dsl_gemm_sm100_mxfp8_2sm": ("mxfp8", (256, 128), (2, 1, 1), "static"),
 }
 
 
