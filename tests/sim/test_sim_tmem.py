@@ -304,3 +304,38 @@ def test_pack_on_a_store_is_refused_by_name():
         ptxas(text, arch=PTXAS_SM100)
     with pytest.raises(Exception, match=r"tcgen05.st takes .unpack::16b, not .pack::16b"):
         load_ptx(text)
+
+
+SHIFT = """\tmov.u32 %r60, sbar;
+\tsetp.eq.u32 %p5, %r1, 0;
+\t@%p5 mbarrier.init.shared::cta.b64 [%r60], 1;
+\ttcgen05.fence::before_thread_sync;
+\tbar.sync 0;
+\t@%p5 tcgen05.shift.cta_group::1.down [%r4];
+\t@%p5 tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%r60];
+SHIFT_WAIT:
+\tmbarrier.try_wait.parity.shared::cta.b64 %p6, [%r60], 0;
+\t@!%p6 bra SHIFT_WAIT;
+\ttcgen05.fence::after_thread_sync;
+"""
+
+
+def test_shift_moves_every_row_but_the_last_down_one():
+    """tcgen05.shift.down (one thread; commit -> mbarrier -> everyone loads): the 8 columns (one
+    32-byte element) of lanes 0..126 move to lanes 1..127; lane 0 keeps its value; the next
+    columns are untouched. Without the commit's wait the loads race with the shift."""
+    store = ("\t.shared .align 8 .b64 sbar;\n" + "\n".join(f"\tadd.u32 %r{20 + c}, %r9, {c};" for c in range(16))
+             + "\n\ttcgen05.st.sync.aligned.32x32b.x16.b32 [%r7], {" + ", ".join(f"%r{20 + c}" for c in range(16))
+             + "};")
+    load = SHIFT + "\ttcgen05.ld.sync.aligned.32x32b.x16.b32 {" + ", ".join(f"%r{50 + r}" for r in range(16)) \
+        + "}, [%r7];"
+    got = _run_shaped(store, load, 16)
+    lane, col = np.arange(128)[:, None], np.arange(16)[None, :]
+    want = np.where(col < 8, 1000 * np.maximum(lane - 1, 0) + col, 1000 * lane + col)
+    assert np.array_equal(got, want)
+    from cutedsl.sim import RaceError
+    racy = SHIFT.replace("SHIFT_WAIT:\n\tmbarrier.try_wait.parity.shared::cta.b64 %p6, [%r60], 0;\n"
+                         "\t@!%p6 bra SHIFT_WAIT;\n", "")
+    with pytest.raises(RaceError, match=r"tcgen05\.shift"):
+        _run_shaped(store, racy + "\ttcgen05.ld.sync.aligned.32x32b.x16.b32 {"
+                    + ", ".join(f"%r{50 + r}" for r in range(16)) + "}, [%r7];", 16)
