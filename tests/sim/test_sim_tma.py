@@ -58,7 +58,6 @@ def reference_image(tensor, coords, box, swizzle):
     rows = int(np.prod(box[1:]))
     pitch = swizzle if swizzle else box[0] * e
     img = np.zeros(rows * pitch, np.uint8)
-    flat_t = tensor.reshape(-1)
     for j in range(idx.shape[1]):
         g = [coords[i] + idx[i, j] for i in range(rank)]
         ok = all(0 <= g[i] < tensor.shape[rank - 1 - i] for i in range(rank))
