@@ -29,7 +29,8 @@ bits of two adjacent columns into one register (column ``2c`` in the low half, `
 high half, where ``c`` is the column the register has without packing: CUTLASS's
 ``SM100_TMEM_LOAD_*_16b`` traits); ``st.unpack::16b`` stores the halves the same way, zero-
 extended (the ISA leaves the upper 16 bits of each column unspecified; the emulator writes 0).
-The 16x32bx2 shape with them is refused.
+With 16x32bx2 the half-split immediate stays a column offset: the second 16 lanes' registers
+pack columns ``split + 2c, split + 2c + 1``.
 """
 from __future__ import annotations
 
@@ -335,11 +336,10 @@ def _ldst(ctx, ins, mods, ops, store):
         ctx.bad(f"tcgen05.{name}.{shape}.x{n} needs {per * n} registers, got {len(items)}")
     taddr = ctx.addr(addr_op)
     regs = [ctx.rd(x, "b32") for x in items] if store else [ctx.wr(x, "b32")[1] for x in items]
-    if packed and split_op:
-        ctx.unsupported(f"tcgen05.{name}.16x32bx2 with .{packs[0]} is not emulated")
     lane_off, col_off = ldst_layout(shape, n, split)
     if packed:                  # each 32-bit register <-> the low halves of columns 2c and 2c + 1
-        col_off = 2 * col_off
+        half = col_off - ldst_layout(shape, n, 0)[1]        # 16x32bx2: the second half's column offset
+        col_off = 2 * (col_off - half) + half
     width = int(col_off.max()) + 1 + packed
 
     def fn(w, g, m):

@@ -339,3 +339,16 @@ def test_shift_moves_every_row_but_the_last_down_one():
     with pytest.raises(RaceError, match=r"tcgen05\.shift"):
         _run_shaped(store, racy + "\ttcgen05.ld.sync.aligned.32x32b.x16.b32 {"
                     + ", ".join(f"%r{50 + r}" for r in range(16)) + "}, [%r7];", 16)
+
+
+def test_pack_16b_with_the_half_split_shape():
+    """ld.16x32bx2.x2.pack::16b with half-split offset 8: thread t reads lane t % 16; its register
+    j packs columns 2j and 2j + 1, plus 8 for threads 16..31 (the offset stays in columns)."""
+    store = "\n".join(f"\tadd.u32 %r{20 + c}, %r9, {c};" for c in range(16)) + \
+        "\n\ttcgen05.st.sync.aligned.32x32b.x16.b32 [%r7], {" + ", ".join(f"%r{20 + c}" for c in range(16)) + "};"
+    got = _run_shaped(store, "tcgen05.ld.sync.aligned.16x32bx2.x2.pack::16b.b32 {%r50, %r51}, [%r7], 8;", 2)
+    t = np.arange(128)
+    row = (32 * (t // 32) + t % 16)[:, None]
+    c = 8 * ((t % 32) // 16)[:, None] + 2 * np.arange(2)[None, :]
+    want = ((1000 * row + c) & 0xFFFF) | ((1000 * row + c + 1) & 0xFFFF) << 16
+    assert np.array_equal(got, want)
