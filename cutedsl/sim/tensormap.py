@@ -46,11 +46,13 @@ _IDS = itertools.count(1)
 class TensorMap:
     """Decoded tensor map: ``dims``/``box`` innermost first (elements), ``strides`` in bytes for
     dims 0..rank-1 (``strides[0] = e``), ``esize`` bytes, ``swizzle`` span bytes, ``oob``.
-    A packed 16U4_ALIGN8B map is kept in bytes (``unit`` = 2 elements per byte: dims[0], box[0]
-    and coordinate 0 divided by it; shared memory holds the packed bytes as global memory does).
-    The ALIGN16B types (padded in shared memory) are refused: not emulated yet."""
+    A packed sub-byte map is kept in global bytes: ``bits`` per element (dims[0], box[0] and
+    coordinate 0 scaled by it; 0 for the byte-sized types). 16U4_ALIGN8B: shared memory holds the
+    packed bytes as global memory does. The ALIGN16B types: ``group`` (8 or 12) data bytes of
+    every 16 elements land in a 16-byte slot of shared memory, the rest of the slot zero
+    (cuda.h: "8 byte gaps" / "4 byte gaps"); rows of 128 elements, 128 bytes in shared memory."""
     __slots__ = ("id", "address", "dims", "strides", "box", "esize", "swizzle", "oob", "dtype",
-                 "nan_bits", "enc", "unit")
+                 "nan_bits", "enc", "bits", "group")
 
     def __init__(self, enc):
         spec = enc.spec
@@ -58,15 +60,14 @@ class TensorMap:
         self.address = int(enc.address)
         self.dims = tuple(int(d) for d in enc.dims)
         self.box = tuple(int(b) for b in enc.box)
-        self.unit = 1
+        self.bits = self.group = 0
         packed = PACKED_TMA.get(spec.dtype)
         if packed is not None:
-            if packed.smem_group_bytes != 8:
-                raise TensorMapError(f"tensor map {spec.param!r}: {packed.name} (16 elements padded to 16 bytes in "
-                                     f"shared memory) is not emulated yet; 16u4_align8b is")
-            self.unit = 8 // packed.bits
-            self.dims = (self.dims[0] // self.unit,) + self.dims[1:]
-            self.box = (self.box[0] // self.unit,) + self.box[1:]
+            self.bits = packed.bits
+            self.dims = (self.dims[0] * packed.bits // 8,) + self.dims[1:]
+            self.box = (self.box[0] * packed.bits // 8,) + self.box[1:]
+            if packed.smem_group_bytes == 16:
+                self.group = 16 * packed.bits // 8
         dt = _dt("u8" if packed is not None else spec.dtype)
         self.esize = dt.nbytes
         self.strides = (self.esize,) + tuple(int(s) for s in enc.strides)

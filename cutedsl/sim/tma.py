@@ -56,6 +56,10 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
     else:
         vals = np.full(len(gidx), tm.nan_bits, v.dtype)
         vals[inb] = v[gidx[inb]]
+    sbox = tm.box
+    if tm.group:                            # padded sub-byte types: 16-byte slots in shared memory
+        vals = padded_rows(tm, vals)
+        sbox = (tm.box[0] // tm.group * 16,) + tm.box[1:]
     dcta, doff = smem_dest(w, dst, ins, "TMA load destination")
     mcta, moff = smem_dest(w, mbar, ins, "TMA mbarrier", 8)
     peer_bit = mcta.rank ^ w.cta.rank       # 0: each destination's own barrier; 1: its pair peer's
@@ -73,10 +77,10 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
                                   f"{len(cl.ctas)}-CTA cluster\n    at {ins.where()}")
         targets = [cl.ctas[i] for i in range(len(cl.ctas)) if mask >> i & 1]
     dmod = doff % 1024
-    _xs, rel, words = box_layout(tm.box, tm.esize, tm.swizzle, dmod)
+    _xs, rel, words = box_layout(sbox, tm.esize, tm.swizzle, dmod)
     base = doff - dmod
     sidx = (base + rel) // tm.esize
-    nbytes = tm.box_bytes
+    nbytes = tm.esize * int(np.prod(sbox))      # the bytes written into shared memory
     for cta in targets:
         if base + int(rel.max()) + tm.esize > cta.smem_size or base + int(rel.min()) < 0:
             raise MemoryAccessError(f"TMA load box ({nbytes} B) at smem offset {doff} overruns the CTA's "
@@ -136,20 +140,33 @@ def bulk_read(w, cta, words, ins, what):
 
 
 def packed_coords(tm, coords, ins):
-    """``coords`` in the map's byte units: a packed 4-bit map's innermost coordinate counts
-    elements, two per byte (it must fall on a byte)."""
-    if tm.unit == 1:
+    """``coords`` in the map's byte units: a packed sub-byte map's innermost coordinate counts
+    elements -- on a byte for 16U4_ALIGN8B, on a group of 16 for the ALIGN16B types."""
+    if not tm.bits:
         return coords
-    if coords[0] % tm.unit:
-        raise SimRuntimeError(f"TMA coordinate {coords[0]} of a packed 4-bit tensor map is not a multiple of "
-                              f"{tm.unit} (elements share bytes)\n    at {ins.where()}")
-    return [coords[0] // tm.unit] + list(coords[1:])
+    step = 16 if tm.group else 8 // tm.bits
+    if coords[0] % step:
+        raise SimRuntimeError(f"TMA coordinate {coords[0]} of a packed {tm.bits}-bit tensor map is not a multiple "
+                              f"of {step} elements\n    at {ins.where()}")
+    return [coords[0] * tm.bits // 8] + list(coords[1:])
+
+
+def padded_rows(tm, vals):
+    """A padded (ALIGN16B) box's global bytes spread into shared memory: each group of
+    ``tm.group`` bytes (16 elements) in a 16-byte slot, the rest of the slot zero."""
+    g = vals.reshape(-1, tm.group)
+    out = np.zeros((g.shape[0], 16), vals.dtype)
+    out[:, :tm.group] = g
+    return out.reshape(-1)
 
 
 def tma_store(w, ins, tm_addr, coords, src):
     tm = tmap_of(w, tm_addr, ins)
     if len(coords) != len(tm.box):
         raise SimRuntimeError(f"TMA with {len(coords)} coordinates on a rank-{len(tm.box)} tensor map\n"
+                              f"    at {ins.where()}")
+    if tm.group:
+        raise SimRuntimeError(f"TMA store through a padded {tm.bits}-bit tensor map (ALIGN16B) is not emulated\n"
                               f"    at {ins.where()}")
     coords = packed_coords(tm, coords, ins)
     al, gidx, inb = elements(w, tm, coords, ins)

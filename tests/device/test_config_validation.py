@@ -276,10 +276,13 @@ def test_packed_4bit_tensor_map_rules():
             check_tensor_map(sp, addr, shape, strides)
 
 
-def test_emulator_moves_packed_4bit_and_refuses_the_padded_types():
+def test_emulator_encodes_the_packed_types_with_their_row_bytes():
+    """Default strides of a packed map: its rows are its packed bytes (tests/sim/test_sim_tma.py
+    runs loads through all three types)."""
     from cutedsl.sim import Emulator
     emu = Emulator()
-    buf = emu.alloc(128 * 256)
-    emu.tensor_map(buf, (128, 512), "16u4_align8b", (128, 256), swizzle=128)      # rows of 256 B
-    with pytest.raises(TensorMapError, match=r"16u4_align16b .* is not emulated yet"):
-        emu.tensor_map(buf, (128, 512), "16u4_align16b", (128, 128), swizzle=128, strides=(256, 0))
+    buf = emu.alloc(128 * 384)
+    emu.tensor_map(buf, (128, 512), "16u4_align8b", (128, 256), swizzle=128)            # rows of 256 B
+    emu.tensor_map(buf, (128, 512), "16u6_align16b", (128, 128), swizzle=128)           # rows of 384 B
+    with pytest.raises(TensorMapError, match=r"innermost dimension 400 must be a multiple of 128 for 16u4_align16b"):
+        emu.tensor_map(buf, (128, 400), "16u4_align16b", (128, 128))    # 400 elements need dim % 128

@@ -198,3 +198,52 @@ def test_tma_load_signalling_another_ctas_barrier_needs_cta_group_2():
     with pytest.raises(SimRuntimeError, match=r"TMA load signals the mbarrier of cluster rank 1, not the destination "
                                               r"CTA's \(only \.cta_group::2 may signal the pair peer's\)"):
         emu.launch(load_ptx(bad), 2, 128, [tm, out, 512, 0, 0], smem=1024, cluster=(2, 1, 1))
+
+
+def _swizzled(img, swizzle):
+    """``img`` (rows of 16-byte chunks) with the TMA swizzle applied (as in reference_image)."""
+    if not swizzle:
+        return img
+    nb = {32: 1, 64: 2, 128: 3}[swizzle]
+    out = np.zeros_like(img)
+    for c in range(len(img) // 16):
+        line, chunk = c // 8, c % 8
+        nc = chunk ^ (line % (1 << nb))
+        out[16 * (line * 8 + nc):16 * (line * 8 + nc) + 16] = img[16 * c:16 * c + 16]
+    return out
+
+
+@pytest.mark.parametrize("dtype,bits,swizzle", [("16u6_align16b", 6, 128), ("16u4_align16b", 4, 0),
+                                                ("16u4_align8b", 4, 128)])
+def test_packed_sub_byte_loads(dtype, bits, swizzle):
+    """TMA of packed 4-/6-bit tensors (cuda.h's 16U4_ALIGN8B, 16U4_ALIGN16B, 16U6_ALIGN16B): dims
+    and coordinates in elements; ALIGN8B lands the packed bytes as they are, the ALIGN16B types
+    each group of 16 elements' 8 / 12 bytes in a 16-byte slot (zeros after); the expect-tx is
+    the bytes written into shared memory."""
+    rng = np.random.default_rng(bits + swizzle)
+    rows, k = 9, 512                           # elements per row; 384 / 256 packed bytes
+    rb = k * bits // 8
+    packed = rng.integers(0, 256, (rows, rb)).astype(np.uint8)
+    box = (4, 256 if dtype == "16u4_align8b" else 128)
+    coords = (128, 3)                          # innermost first: element 128, row 3
+    emu = Emulator()
+    d = emu.to_device(packed)
+    tm = emu.tensor_map(d, (rows, k), dtype, box, swizzle=swizzle, strides=(rb, 0))
+    group = 16 * bits // 8
+    padded = dtype != "16u4_align8b"
+    row_smem = box[1] // 16 * (16 if padded else group)
+    img_bytes = box[0] * row_smem
+    prog = load_ptx(load_kernel(2))
+    out = emu.to_device(np.zeros(img_bytes // 4 + 64, np.uint32))
+    emu.launch(prog, 1, 128, [tm, out, img_bytes, *coords], smem=img_bytes + 64)
+    got = emu.to_host(out, (img_bytes // 4 + 64,), np.uint32).view(np.uint8)[:img_bytes]
+    first = coords[0] * bits // 8
+    src = packed[coords[1]:coords[1] + box[0], first:first + box[1] * bits // 8]
+    if padded:
+        slots = np.zeros((box[0], box[1] // 16, 16), np.uint8)
+        slots[:, :, :group] = src.reshape(box[0], -1, group)
+        src = slots
+    assert np.array_equal(got, _swizzled(src.reshape(-1), swizzle))
+    from cutedsl.sim import SimRuntimeError
+    with pytest.raises(SimRuntimeError, match=r"not a multiple of (16|2) elements"):
+        emu.launch(prog, 1, 128, [tm, out, img_bytes, 1, 3], smem=img_bytes + 64)
