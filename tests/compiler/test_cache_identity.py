@@ -9,8 +9,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
 from cutedsl.compiler.identity import code_identity, kernel_key
 
 BASE = """
