@@ -47,6 +47,9 @@ def source_offsets(desc: int, rows: int, chunks: int) -> np.ndarray:
     """Shared byte address of every source byte (rows, chunks * 16) of a tcgen05.cp."""
     from .tcgen05_mma import decode_desc_sm100
     start, lbo, sbo, base, span = decode_desc_sm100(desc)
+    if span < 0:
+        raise SimRuntimeError(f"tcgen05.cp descriptor 0x{desc:x}: the 128B_BASE32B swizzle is for MMA operands "
+                              f"(MN-major), not copies")
     if base:
         raise SimRuntimeError(f"tcgen05.cp descriptor 0x{desc:x} has base_offset {base}; only 0 is supported")
     r = np.arange(rows)[:, None]

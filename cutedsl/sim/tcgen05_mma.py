@@ -70,7 +70,7 @@ from .tma import defer
 from .tmem import COLUMNS, SUBOPS, lane_value, tmem_of, tmem_shadow
 from .subbyte import FORMATS as SUBBYTE, ROW_BYTES, unpack
 from .tcgen05_scale import SCALED_KINDS, decode_idesc_scaled, read_scales, scale_vector, sf_cells, sf_shadow_cells
-from .wgmma_layout import ETYPES, load_operand, operand_addrs
+from .wgmma_layout import ETYPES, SW128_BASE32B, load_operand, operand_addrs
 
 #: (format code -> element type) per kind; the D format each kind allows
 KINDS = {
@@ -80,7 +80,7 @@ KINDS = {
     "i8": ({0: "u8", 1: "s8"}, {2: "s32"}),
 }
 D_FORMATS = {0: "f16", 1: "f32", 2: "s32"}
-SPAN = {0: 0, 2: 128, 4: 64, 6: 32}
+SPAN = {0: 0, 2: 128, 4: 64, 6: 32, 1: SW128_BASE32B}
 
 
 def decode_idesc(idesc: int, kind: str, group: int = 1) -> dict:
@@ -137,9 +137,8 @@ def decode_desc_sm100(desc: int):
     if lbo_mode:
         raise SimRuntimeError(f"shared-memory descriptor 0x{d:016x}: LBO mode 1 (bit 52) is not emulated")
     if layout not in SPAN:
-        raise SimRuntimeError(f"shared-memory descriptor 0x{d:016x}: swizzle field (bits 61-63) {layout} is " +
-                              ("128B with 32-byte atoms, not emulated" if layout == 1 else
-                               "invalid (0 none, 2 128B, 4 64B, 6 32B)"))
+        raise SimRuntimeError(f"shared-memory descriptor 0x{d:016x}: swizzle field (bits 61-63) {layout} is "
+                              f"invalid (0 none, 1 128B with 32-byte atoms, 2 128B, 4 64B, 6 32B)")
     return ((d & 0x3FFF) << 4, ((d >> 16) & 0x3FFF) << 4, ((d >> 32) & 0x3FFF) << 4, d >> 49 & 7, SPAN[layout])
 
 

@@ -26,6 +26,12 @@ def decode_desc(d: int):
             (d >> 49) & 7, SPAN[(d >> 62) & 3])
 
 
+#: the "span" sm_100's 128B_BASE32B descriptors decode to (layout type 1): 128-byte MN rows in
+#: 4-row K atoms, 32-byte granules swizzled by the row (CuTe ``Swizzle<2,5,2>``, CUTLASS's
+#: ``Layout_MN_SW128_32B_Atom``: ((8, n), (4, k)) 16-byte units; MN-major only)
+SW128_BASE32B = -128
+
+
 @lru_cache(maxsize=1024)
 def operand_addrs(desc: int, rows: int, kelems: int, esize: int, mn_major: bool, decode=decode_desc):
     """(byte addresses (rows, kelems), sorted 4-B word ids, element indices, end byte) of an operand
@@ -38,6 +44,14 @@ def operand_addrs(desc: int, rows: int, kelems: int, esize: int, mn_major: bool,
     T = 16 // esize
     r = np.arange(rows, dtype=np.int64)[:, None]
     k = np.arange(kelems, dtype=np.int64)[None, :]
+    if span == SW128_BASE32B:
+        if not mn_major:
+            raise SimRuntimeError(f"shared-memory descriptor 0x{desc:x}: the 128B_BASE32B swizzle is for MN-major "
+                                  f"operands only (CUTLASS: invalid for Major-K)")
+        re_, rc, rm = r % T, (r // T) % 8, r // (T * 8)
+        a = start + re_ * esize + rc * 16 + rm * lbo + (k % 4) * 128 + (k // 4) * sbo
+        a = a ^ (((a >> 7) & 3) << 5)
+        return _finish(a, esize)
     if not mn_major:
         kc, ke = k // T, k % T
         if span:
@@ -52,7 +66,10 @@ def operand_addrs(desc: int, rows: int, kelems: int, esize: int, mn_major: bool,
             off = re_ * esize + rc * 16 + rm * lbo + kr * span + kg * sbo
         else:
             off = re_ * esize + rm * sbo + kr * 16 + kg * lbo
-    a = swizzle(start + off, span)
+    return _finish(swizzle(start + off, span), esize)
+
+
+def _finish(a, esize):
     a.flags.writeable = False
     words = np.unique(a >> 2)
     words.flags.writeable = False

@@ -251,11 +251,28 @@ def mnmajor_image(x: np.ndarray, span: int = 128):
     return pad(img), 8 * span * 4, 8 * span, (32 // esize // 8) * 8 * span
 
 
+def mnmajor_base32b_image(x: np.ndarray):
+    """(bytes, LBO, SBO, start advance per 32-byte K step) of an MN-major operand (rows = MN, K)
+    of 128 MN bytes in the 128B_BASE32B layout (CUTLASS ``Layout_MN_SW128_32B_Atom``: CuTe
+    ``Swizzle<2,5,2>`` over 128-byte K rows in 4-row atoms): K row ``k`` at ``(k % 4) * 128``,
+    4-row groups at SBO = 512, the 32-byte granule ``g`` of row ``k`` at ``g ^ (k % 4)``."""
+    mn, k = x.shape
+    xt = np.ascontiguousarray(x.T).view(np.uint8).reshape(k, -1)     # (K, 128 MN bytes)
+    assert xt.shape[1] == 128
+    kk = np.arange(k)[:, None]
+    b = np.arange(128)[None, :]
+    off = (kk // 4) * 512 + (kk % 4) * 128 + ((b // 32) ^ (kk % 4)) * 32 + b % 32
+    img = np.zeros(int(off.max()) + 1, np.uint8)
+    img[off] = xt
+    esize = x.dtype.itemsize
+    return pad(img), 0, 512, (32 // esize // 4) * 512
+
+
 def pad(img):
     return np.concatenate([img, np.zeros(-len(img) % 2048, np.uint8)])
 
 
-LAYOUT = {0: 0, 128: 2, 64: 4, 32: 6}
+LAYOUT = {0: 0, 128: 2, 64: 4, 32: 6, "128b32": 1}
 
 
 def smem_desc(lbo: int, sbo: int, span: int) -> int:

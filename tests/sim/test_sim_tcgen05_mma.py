@@ -28,14 +28,17 @@ def run_tile(a, b, *, kind, at, bt, m, n, span=128, b_mn=False, a_tmem=False, en
     kb = a.shape[1] * a.dtype.itemsize
     ksteps = kb // 32
     a_img, alo, aso, astep = kit.kmajor_image(a, span)
-    if b_mn:
+    if b_mn == "128b32":
+        b_img, blo, bso, bstep = kit.mnmajor_base32b_image(b)
+        bspan = "128b32"
+    elif b_mn:
         b_img, blo, bso, bstep = kit.mnmajor_image(b, 128)
         bspan = 128
     else:
         b_img, blo, bso, bstep = kit.kmajor_image(b, span)
         bspan = span
     d = 2 if kind == "i8" else 1
-    idesc = kit.idesc(m, n, d=d, a=FMT[at][1], b=FMT[bt][1], mn_b=int(b_mn), sat=sat)
+    idesc = kit.idesc(m, n, d=d, a=FMT[at][1], b=FMT[bt][1], mn_b=int(bool(b_mn)), sat=sat)
     at_rows = np.zeros((128, kb), np.uint8)
     at_rows[:m] = np.ascontiguousarray(a).view(np.uint8).reshape(m, kb)
     prog = kit.load(kind=kind, a_tmem=a_tmem, enable=enable, **kw)
@@ -192,9 +195,10 @@ def test_smem_descriptor_fields():
     assert decode_desc_sm100(kit.smem_desc(128, 256, 0))[4] == 0
     with pytest.raises(SimRuntimeError, match=r"bits 46-48 must hold the constant 0b001 .*sm_90 wgmma"):
         decode_desc_sm100(1 << 62)              # an sm_90 128B descriptor
-    with pytest.raises(SimRuntimeError, match=r"128B with 32-byte atoms, not emulated"):
-        decode_desc_sm100(1 << 46 | 1 << 61)
-    with pytest.raises(SimRuntimeError, match=r"invalid \(0 none, 2 128B, 4 64B, 6 32B\)"):
+    from cutedsl.sim.wgmma_layout import SW128_BASE32B
+    assert decode_desc_sm100(1 << 46 | 1 << 61)[4] == SW128_BASE32B
+    with pytest.raises(SimRuntimeError, match=r"swizzle field \(bits 61-63\) 3 is invalid \(0 none, 1 128B with "
+                                              r"32-byte atoms, 2 128B, 4 64B, 6 32B\)"):
         decode_desc_sm100(1 << 46 | 3 << 61)
 
 
@@ -390,3 +394,17 @@ def test_tcgen05_cp_lane_maps():
     assert quarters == {0, 1, 2, 3}
     pairs = [(int(s[0]), int(d[0])) for s, d in lane_map("64x128b", "warpx2::02_13")]
     assert pairs == [(0, 0), (0, 64), (32, 32), (32, 96)]
+
+
+def test_tf32_mn_major_b_in_the_128b_base32b_layout():
+    """tf32 B MN-major (32 columns = 128 bytes) in 128B_BASE32B (descriptor layout type 1; CuTe
+    ``Swizzle<2,5,2>``: 32-byte granules permuted by the K row within 4-row atoms), the image
+    built here independently of the emulator's address function: D exact."""
+    rng = np.random.default_rng(12)
+    a, b = ints(rng, (128, 32), "tf32"), ints(rng, (32, 32), "tf32")
+    got = run_tile(a, b, kind="tf32", at="tf32", bt="tf32", m=128, n=32, b_mn="128b32")
+    assert np.array_equal(got.astype(np.float64), ref(a, b, "tf32"))
+    from cutedsl.sim.wgmma_layout import operand_addrs
+    from cutedsl.sim.tcgen05_mma import decode_desc_sm100
+    with pytest.raises(SimRuntimeError, match=r"128B_BASE32B swizzle is for MN-major operands only"):
+        operand_addrs(1 << 46 | 1 << 61, 128, 8, 4, False, decode_desc_sm100)
