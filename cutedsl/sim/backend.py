@@ -67,7 +67,11 @@ class SimBackend(Backend):
     ``limits`` - a :class:`~cutedsl.sim.limits.SimLimits` bounding what a launch may allocate
     (checked before allocating: :class:`SimLaunchError`); ``sm_count`` - the SMs of the
     modelled GPU (default 132): the CTAs that fit on them at once run together (residency,
-    ``cutedsl.sim.scheduler``), and persistent GEMM schedules size their grid from it.
+    ``cutedsl.sim.scheduler``), and persistent GEMM schedules size their grid from it;
+    ``strict_tcgen05_fences`` - order a thread's tcgen05 operations' tensor-memory accesses after
+    a thread synchronisation only through ``tcgen05.fence::after_thread_sync`` (the PTX ISA's
+    rule; off by default because CUTLASS's, CuTe DSL's and Triton's sm_100 GEMMs omit the fence:
+    docs/emulator.md).
     After each launch ``last_launch`` holds ``{"instructions", "seconds", "ctas", "printf", "chaos",
     "resident_clusters", "clusters_started", "clusters_cancelled"}`` (``printf``: the lines
     ``vprintf`` produced, also written to stdout; the last two: clusters that ran, and clusters
@@ -79,7 +83,7 @@ class SimBackend(Backend):
     @checked_arguments()
     def __init__(self, *, budget: int = DEFAULT_BUDGET, race_check: bool = True, dyn_smem_offset: int = 0,
                  chaos: int | None = None, time_limit: float | None = None, limits: SimLimits | None = None,
-                 sm_count: int = DEFAULT_SM_COUNT):
+                 sm_count: int = DEFAULT_SM_COUNT, strict_tcgen05_fences: bool = False):
         self.gmem = GlobalMemory()
         if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget <= 0:
             raise ArgumentError(f"budget must be a positive int number of warp-instructions, got {budget!r}")
@@ -99,6 +103,7 @@ class SimBackend(Backend):
             raise ArgumentError(f"sm_count must be an int in 1..4096 (the SMs resident CTAs spread over), "
                                 f"got {sm_count!r}")
         self.sm_count = int(sm_count)
+        self.strict_tcgen05_fences = bool(strict_tcgen05_fences)
         self.last_launch = {}
         self._lock = threading.RLock()   # reentrant: a finalizer may free memory inside a locked call
         self._tmaps = set()              # ids of the tensor maps this backend registered
@@ -189,6 +194,7 @@ class SimBackend(Backend):
                     global_syms=handle.global_syms, time_limit=self.time_limit,
                     chaos=self.chaos if self.chaos is not None else env_seed(), limits=self.limits,
                     sm_count=self.sm_count)
+        ln.strict_tcgen05_fences = self.strict_tcgen05_fences
         ln.run()
         self.last_launch = {"instructions": ln.insts, "seconds": time.perf_counter() - t,
                             "ctas": ln.grid[0] * ln.grid[1] * ln.grid[2], "printf": ln.printf,

@@ -56,7 +56,9 @@ EDGE = {
                "mbarrier observing the phase the commit completes, before the access (PTX ISA: "
                "tcgen05.commit, tcgen05.mma)",
     "tcgen05ld": "a tcgen05.wait::ld by the loading warp after its tcgen05.ld, then a release -> acquire "
-                 "(e.g. mbarrier arrive -> wait) to the other access (PTX ISA: tcgen05.wait, tcgen05.ld)",
+                 "(e.g. mbarrier arrive -> wait) to the other access -- with strict tcgen05 fences, and a "
+                 "tcgen05.fence::after_thread_sync after that acquire when the other access is a tcgen05 "
+                 "operation (PTX ISA: tcgen05.wait, tcgen05.ld, tcgen05.fence)",
     "tcgen05st": "a tcgen05.wait::st by the storing warp after its tcgen05.st, then a release -> acquire "
                  "to the other access (PTX ISA: tcgen05.wait, tcgen05.st)",
     "proxy": "a fence.proxy.async after the generic-proxy write (by the writer, or by a thread that "

@@ -173,6 +173,7 @@ class Launch:
         self.printf = []
         self.version = 0
         self.cta_serial = 0
+        self.strict_tcgen05_fences = False      # SimBackend(strict_tcgen05_fences=...): tmem.tmem_order
         self.global_syms = global_syms if global_syms is not None else {}
         self.code = program.code
 

@@ -33,7 +33,7 @@ import numpy as np
 from .errors import SimRuntimeError
 from .tma import defer
 from .tma_box import swizzle
-from .tmem import COLUMNS, QUARTER, SUBOPS, lane_value, tmem_of, tmem_shadow
+from .tmem import COLUMNS, QUARTER, SUBOPS, lane_value, tmem_of, tmem_order, tmem_shadow
 
 #: shape -> (rows, 128-bit chunks per row)
 SHAPES = {"128x256b": (128, 2), "4x256b": (4, 2), "128x128b": (128, 1), "64x128b": (64, 1), "32x128b": (32, 1)}
@@ -131,6 +131,7 @@ def decode_cp(ctx, ins, mods, ops):
             clock = ag.n
             vc, pvc = hb.async_op([w], ag.idx, clock)
             sh.read(np.unique(src >> 2).reshape(-1), ag.idx, clock, vc, pvc, ins.pc, True, "tcgen05.cp source")
+            vc = tmem_order(w, hb, vc, ag.idx)
             cells = np.concatenate([((dl + lane0)[:, None] * COLUMNS + col + np.arange(ncols)[None, :]).reshape(-1)
                                     for _s, dl in pairs])
             tmem_shadow(cta).write(cells, ag.idx, clock, vc, ins.pc, False, "tcgen05.cp")

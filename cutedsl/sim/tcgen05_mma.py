@@ -67,7 +67,7 @@ import numpy as np
 
 from .errors import SimRuntimeError
 from .tma import defer
-from .tmem import COLUMNS, SUBOPS, lane_value, tmem_of, tmem_shadow
+from .tmem import COLUMNS, SUBOPS, lane_value, tmem_of, tmem_order, tmem_shadow
 from .subbyte import FORMATS as SUBBYTE, ROW_BYTES, unpack
 from .tcgen05_scale import SCALED_KINDS, decode_idesc_scaled, read_scales, scale_vector, sf_cells, sf_shadow_cells
 from .wgmma_layout import ETYPES, SW128_BASE32B, load_operand, operand_addrs
@@ -297,21 +297,22 @@ def decode_mma(ctx, ins, mods, ops):
             ag.n += 1
             clock = ag.n
             vc, pvc = hb.async_op([w], ag.idx, clock)
+            tvc = tmem_order(w, hb, vc, ag.idx)
             for i, c in enumerate(ctas):        # each CTA's operand halves, accumulator rows
                 for wd in words:
                     c.shadow.read(wd, ag.idx, clock, vc, pvc, ins.pc, True, "tcgen05.mma operand")
-                ts = tmem_shadow(c)
+                ts = tmem_shadow(c)                 # tensor memory: ordered as the fences allow (tvc)
                 if acol is not None:
                     a_cells = np.arange(128)[:, None] * COLUMNS + (acol + np.arange(8))[None, :]
-                    ts.read(a_cells.reshape(-1), ag.idx, clock, vc, pvc, ins.pc, False, "tcgen05.mma A")
+                    ts.read(a_cells.reshape(-1), ag.idx, clock, tvc, pvc, ins.pc, False, "tcgen05.mma A")
                 if sf is not None:
                     for addr, rows in ((sf[0], mc), (sf[1], N)):
-                        ts.read(sf_shadow_cells(addr, rows), ag.idx, clock, vc, pvc, ins.pc, False,
+                        ts.read(sf_shadow_cells(addr, rows), ag.idx, clock, tvc, pvc, ins.pc, False,
                                 "tcgen05.mma scale factors")
                 cells = d_cells[keep[i]].reshape(-1)
                 if enable:
-                    ts.read(cells, ag.idx, clock, vc, pvc, ins.pc, False, "tcgen05.mma D")
-                ts.write(cells, ag.idx, clock, vc, ins.pc, False, "tcgen05.mma D")
+                    ts.read(cells, ag.idx, clock, tvc, pvc, ins.pc, False, "tcgen05.mma D")
+                ts.write(cells, ag.idx, clock, tvc, ins.pc, False, "tcgen05.mma D")
 
         def perform():
             B = np.concatenate([load_b(c, b_ei) for c in ctas]).T        # (K, N)

@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import SimRuntimeError
 from .tma import defer
-from .tmem import COLUMNS, SUBOPS, lane_value, tmem_of, tmem_shadow
+from .tmem import COLUMNS, SUBOPS, lane_value, tmem_of, tmem_order, tmem_shadow
 
 ELEMENT_COLUMNS = 8         #: a 32-byte element: 8 32-bit columns
 LANES = 128
@@ -64,6 +64,7 @@ def decode_shift(ctx, ins, mods, ops):
             ag.n += 1
             clock = ag.n
             vc, pvc = hb.async_op([w], ag.idx, clock)
+            vc = tmem_order(w, hb, vc, ag.idx)
             for c in ctas:
                 ts = tmem_shadow(c)
                 ts.read((src[:, None] * COLUMNS + cols).reshape(-1), ag.idx, clock, vc, pvc, ins.pc, False,

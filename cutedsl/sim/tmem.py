@@ -136,6 +136,20 @@ def _uniform(w, m, v, what, ins) -> int:
     return int(v)
 
 
+def tmem_order(w, hb, vc, *own):
+    """The vector clock a tcgen05 operation of warp ``w`` orders its tensor-memory accesses by:
+    ``vc``; with the launch's strict tcgen05 fences, what the warp knew at its last
+    ``tcgen05.fence::after_thread_sync`` (nothing before one) plus its own program order and the
+    entries ``own`` (agent indices, e.g. the operation's tcgen05 unit) of ``vc`` -- PTX ISA: a
+    thread synchronisation orders later asynchronous tcgen05 operations only through that fence."""
+    if not w.launch.strict_tcgen05_fences:
+        return vc
+    out = hb.fit(getattr(w, "tc_after", None)).copy()
+    for a in (w.agent, *own):
+        out[a] = vc[a]
+    return out
+
+
 def lane_value(w, reader, lane: int) -> int:
     """The value operand ``reader`` has in ``lane`` of warp ``w`` (a single-thread tcgen05
     instruction executed by several lanes issues once per lane)."""
@@ -176,7 +190,13 @@ def dec_tcgen05(ctx, ins, mods, ops):
             if a is not None:
                 hb.observe(w, a.idx, a.n)
         return wait
-    if op in ("fence::before_thread_sync", "fence::after_thread_sync"):
+    if op == "fence::after_thread_sync":
+        def after(w, g, m):                 # what the warp knows now orders its later tcgen05 ops
+            hb = w.cta.cluster.hb
+            if hb is not None:
+                w.tc_after = hb.warp_vc(w).copy()
+        return after
+    if op == "fence::before_thread_sync":
         return lambda w, g, m: None
     ctx.unsupported(f"tcgen05.{op} is not emulated yet")
 
@@ -362,7 +382,7 @@ def _ldst(ctx, ins, mods, ops, store):
             ag = hb.agent(("tcgen05" + name, w.cta.rank, w.wid), "tcgen05" + name, w.cta, w.wid,
                           f"tcgen05.{name} unit of warp {w.wid}")
             ag.n += 1
-            vc = hb.warp_vc(w)
+            vc = tmem_order(w, hb, hb.warp_vc(w))
             cells = np.unique(rows[lanes] * COLUMNS + cols[lanes])
             if packed:
                 cells = np.union1d(cells, cells + 1)
@@ -389,5 +409,6 @@ def _ldst(ctx, ins, mods, ops, store):
     return fn
 
 
-__all__ = ["TensorMemory", "TmemShadow", "tmem_of", "tmem_shadow", "leak_check", "ldst_layout", "lane_value", "LANES",
+__all__ = ["TensorMemory", "TmemShadow", "tmem_of", "tmem_shadow", "tmem_order", "leak_check", "ldst_layout",
+           "lane_value", "LANES",
            "COLUMNS"]

@@ -421,3 +421,17 @@ def test_tf32_drops_the_low_mantissa_bits(rng, sim):
     ref = tf32(a) @ tf32(b)
     assert np.max(np.abs(d - ref)) <= 1e-5 * np.max(np.abs(ref))
     assert np.max(np.abs(d - a.astype(np.float64) @ b.astype(np.float64))) > 1e-4
+
+
+@pytest.mark.sim_kernel
+@pytest.mark.parametrize("kw", [dict(), dict(tile=(128, 256, 64), cluster=(2, 1), mma_sm=2),
+                                dict(schedule="single_tile", tile=(128, 128, 64))])
+def test_kernels_order_tensor_memory_by_the_tcgen05_fences(kw, rng, sim_seed):
+    """Every sm_100a kernel here fences its thread synchronisations (tcgen05.fence::after_thread_sync
+    after each barrier wait before its next tcgen05 operation): clean and exact under the
+    emulator's strict fence rule (docs/emulator.md), which CuTe DSL's GEMMs do not pass."""
+    from cutedsl.sim import SimBackend
+    a = rng.integers(-3, 4, (300, 200)).astype(np.float16)
+    b = rng.integers(-3, 4, (200, 264)).astype(np.float16)
+    out = Gemm(GemmConfig(arch="sm_100a", **kw), SimBackend(strict_tcgen05_fences=True))(a, b)
+    assert np.array_equal(np.asarray(out, np.float64), a.astype(np.float64) @ b.astype(np.float64)), rng.seed_value

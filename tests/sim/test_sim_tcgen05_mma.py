@@ -408,3 +408,23 @@ def test_tf32_mn_major_b_in_the_128b_base32b_layout():
     from cutedsl.sim.tcgen05_mma import decode_desc_sm100
     with pytest.raises(SimRuntimeError, match=r"128B_BASE32B swizzle is for MN-major operands only"):
         operand_addrs(1 << 46 | 1 << 61, 128, 8, 4, False, decode_desc_sm100)
+
+
+def test_missing_fence_after_thread_sync_in_the_strict_mode():
+    """Planted bug (issue 23): the next tile's MMA issued after the epilogue's release barrier
+    but without tcgen05.fence::after_thread_sync. With SimBackend(strict_tcgen05_fences=True)
+    the barrier does not order the MMA's accumulator writes after the other warps' tcgen05.ld:
+    reported in one eager run; with the fence it runs to the exact result. (Off by default:
+    CUTLASS's, CuTe DSL's and Triton's sm_100 GEMMs omit the fence -- docs/emulator.md.)"""
+    from cutedsl.sim import SimBackend
+    rng = np.random.default_rng(6)
+    a, b = ints(rng, (128, 64), "f16"), ints(rng, (16, 64), "f16")
+    after = kit.REUSE + "\n" + kit.REUSE_DONE
+    strict = Emulator(SimBackend(strict_tcgen05_fences=True))
+    with pytest.raises(RaceError, match=r"data race on tensor memory(.|\n)*tcgen05\.fence::after_thread_sync"):
+        run_tile(a, b, kind="f16", at="f16", bt="f16", m=128, n=16, after_sync=after, emu=strict)
+    got = run_tile(a, b, kind="f16", at="f16", bt="f16", m=128, n=16, emu=Emulator(SimBackend(strict_tcgen05_fences=True)),
+                   after_sync="\ttcgen05.fence::after_thread_sync;\n" + after)
+    assert np.array_equal(got.astype(np.float64), ref(a, b, "f16"))
+    got = run_tile(a, b, kind="f16", at="f16", bt="f16", m=128, n=16, after_sync=after)     # default: accepted
+    assert np.array_equal(got.astype(np.float64), ref(a, b, "f16"))
