@@ -17,7 +17,10 @@ def store_accumulator(epilogue, taddr, tile_n: int, ctx, after_last_load=None, t
     """IR, by four consecutive warps: store the ``128 x tile_n`` f32 accumulator at TMEM address
     ``taddr`` (i32) through ``epilogue`` with context ``ctx``. ``after_last_load()`` runs once
     the last chunk is in registers (e.g. release the buffer to the MMAs before its store);
-    ``transform(value, row, col)`` is applied to every element first."""
+    ``transform(value, row, col)`` is applied to every element first. An epilogue that stores
+    from tensor memory itself (``store_tmem``, e.g. the TMA-store one) is handed the whole job."""
+    if hasattr(epilogue, "store_tmem"):
+        return epilogue.store_tmem(taddr, tile_n, ctx, after_last_load, transform)
     cols = min(EPILOGUE_COLUMNS, tile_n)
     for c0 in range(0, tile_n, cols):
         frag = TmemFragment.load(taddr, c0, cols)

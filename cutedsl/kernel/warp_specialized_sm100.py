@@ -35,7 +35,9 @@ ACC_STAGES = 2                      #: accumulator buffers in tensor memory
 class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     """Persistent; see the module docstring. ``tile_m`` 128, ``tile_n`` 64/128/256; ``stages``
     2..7; ``cluster`` as the sm_90 kernels (TMA multicast, commit multicast of the releases);
-    the ``global`` epilogue (fused nodes and batches as everywhere)."""
+    the ``global`` epilogue, or ``tma`` (each epilogue warp stages its 32 rows in swizzled shared
+    sub-tiles for TMA stores: :class:`~cutedsl.collective.tmem_epilogue_tma.TmemTmaStoreEpilogue`);
+    fused nodes and batches as everywhere (``beta * C`` with the global epilogue)."""
 
     name = "gemm_warp_specialized_sm100"
     mma_atom = "tcgen05"
@@ -119,9 +121,13 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             if (config.tile[1] // 2) % box:
                 return (f"mma_sm=2 with an MN-major B loads tile_n / 2 = {config.tile[1] // 2} columns per CTA in "
                         f"boxes of {box}: use tile_n >= {2 * box} or b_major='K'")
-        if config.epilogue != "global":
-            return ("the sm_100a kernels store D from the registers tcgen05.ld fills: epilogue='global' "
-                    "(a TMA-store epilogue for sm_100a is not built yet)")
+        if config.epilogue == "tma":
+            from ..atom.cvt import FP8
+            from ..collective.fusion import AddC
+            if config.out_dtype in FP8:
+                return f"the sm_100a TMA-store epilogue writes f32, f16 or bf16, not {config.out_dtype}: epilogue='global'"
+            if any(isinstance(nd, AddC) for nd in (config.fusion or ())):
+                return "beta * C is not built for the sm_100a TMA-store epilogue: epilogue='global'"
         from ..atom.mma_traits import MX_DTYPES
         if config.dtype in MX_DTYPES or config.b_dtype in MX_DTYPES:
             from ..atom.mma_traits import DTYPE_SCALES
@@ -142,8 +148,18 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     def make_plan(self) -> KernelPlan:
         self.check()
         warps = FIRST_EPILOGUE_WARP + self.arch.warps_per_warpgroup
+        # a TMA-store epilogue's last wait comes after the tile loop (epilogue_loop)
         return KernelPlan(split_warpgroups=1, consumer_warpgroups=1, producer_warpgroup=True,
-                          threads=warps * self.arch.warp_threads)
+                          threads=warps * self.arch.warp_threads, epilogue={"defer_tail": True})
+
+    def make_epilogue(self):
+        """The configured epilogue; a TMA-store one as the tcgen05 variant that stages tensor
+        memory rows (:class:`~cutedsl.collective.tmem_epilogue_tma.TmemTmaStoreEpilogue`)."""
+        from ..collective.epilogue_tma import TmaStoreEpilogue
+        from ..collective.tmem_epilogue_tma import TmemTmaStoreEpilogue
+        if self.epilogue_cls is TmaStoreEpilogue:
+            self.epilogue_cls = TmemTmaStoreEpilogue
+        return super().make_epilogue()
 
     @property
     def launch_registers(self):
@@ -288,6 +304,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
                 self.release_accumulator(accp, acc)
             store_accumulator(self.epilogue, d0 + acc.index * self.tile_n, self.tile_n, ctx, release)
             loop.next(*acc.advance().carry())
+        if getattr(self.epilogue, "defer_tail", False):
+            self.epilogue.store_tail()          # no CTA exits while a TMA store reads its smem
 
 
 __all__ = ["Sm100WarpSpecializedGemmKernel"]

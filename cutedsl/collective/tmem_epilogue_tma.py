@@ -1,0 +1,149 @@
+"""The TMA-store epilogue of a tcgen05 kernel (CUTLASS's sm100 TMA epilogue): tensor memory ->
+registers -> 128-byte-swizzled shared sub-tiles -> TMA store, each epilogue warp on its own.
+
+See :class:`TmemTmaStoreEpilogue`. The sm_90 variant (:mod:`.epilogue_tma`) stages a
+warpgroup's wgmma fragments; here every thread holds one accumulator row (``tcgen05.ld.32x32b``:
+lane ``l`` of warp ``w`` row ``32 (w % 4) + l``), so a warp owns 32 whole rows and stores them
+without waiting for the others.
+"""
+from __future__ import annotations
+
+from ..atom.cvt import FP8
+from ..atom.tcgen05 import QUARTER_LANES, QUARTERS, TmemFragment
+from ..atom.tma import TmaCopy, bulk_commit_group, bulk_wait_group
+from ..compiler.artifact import TensorMapSpec
+from ..ir._lazy import lazy
+from .epilogue_tma import TmaStoreEpilogue
+from .tmem_epilogue import EPILOGUE_COLUMNS
+
+ir, llvm, vector, nvvm = lazy("mlir.ir"), lazy("mlir.dialects.llvm"), lazy("mlir.dialects.vector"), \
+    lazy("mlir.dialects.nvvm")
+cir = lazy("cutedsl.ir")
+
+FULL_WARP = 0xFFFFFFFF
+VECTOR_WORDS = 4            #: 32-bit words of one st.shared.v4 (one 16-byte swizzle chunk)
+
+
+class TmemTmaStoreEpilogue(TmaStoreEpilogue):
+    """D from tensor memory through shared memory and TMA stores, warp by warp.
+
+    Each of the four epilogue warps stores its lane quarter (32 rows) of the tile in sub-tiles
+    of ``32 x epi_n`` (one 128-byte swizzle row: 32 f32 or 64 f16/bf16 columns): per column
+    chunk (:data:`~cutedsl.collective.tmem_epilogue.EPILOGUE_COLUMNS` columns, one
+    ``tcgen05.ld``) every thread writes its row's values with ``st.shared.v4`` into the
+    128-byte-swizzled buffer (chunk ``c ^ (row % 8)``: the 8 rows of a group hit 8 different
+    16-byte chunks), and after the sub-tile's last chunk ``fence.proxy.async``,
+    ``bar.warp.sync`` and lane 0 issues the TMA store (the tensor map clips rows >= M and
+    columns >= N) as one bulk group. Sub-tiles rotate over ``ring`` buffers per warp; before
+    writing a buffer lane 0 waits (``cp.async.bulk.wait_group.read ring - 1``) until the store
+    that last used it has read it. Fused nodes (bias, activation, scaling, ``visit``) apply to
+    each element as they do everywhere, except ``beta * C`` (its TMA source is the sm_90
+    epilogue's): ``ValueError``. Output f32, f16 or bf16. Options: ``buffers`` (1..8, per
+    warp), ``defer_tail`` (leave the final wait to the kernel: :meth:`store_tail`).
+    """
+
+    SUB_M = QUARTER_LANES           #: rows per sub-tile: one warp's lane quarter
+    OPTIONS = ("buffers", "defer_tail")
+    WARPS = QUARTERS                #: the epilogue warps (one lane quarter each)
+
+    def __init__(self, tile_m: int, tile_n: int, out_dtype: str = "f32", *, buffers: int = 2,
+                 defer_tail: bool = False, **_ignored):
+        if out_dtype in FP8:
+            raise ValueError(f"the sm_100a TMA-store epilogue writes f32, f16 or bf16, not {out_dtype}")
+        super().__init__(tile_m, tile_n, out_dtype, buffers=buffers, defer_tail=defer_tail)
+
+    @property
+    def ring(self) -> int:
+        """Sub-tile buffers per warp: the largest count <= ``buffers`` dividing the
+        ``tile_n / epi_n`` sub-tiles a warp stores per tile."""
+        subs = self.tile_n // self.epi_n
+        return max(d for d in range(1, self.buffers + 1) if subs % d == 0)
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.WARPS * self.ring * self.sub_tile_bytes
+
+    def tensor_maps(self) -> list:
+        lead = (1,) if self.batched else ()
+        return [TensorMapSpec("d", self.out_dtype, lead + (self.SUB_M, self.epi_n), swizzle=self.ROW_BYTES)]
+
+    def source(self):
+        from .fusion import AddC
+        if any(isinstance(nd, AddC) for nd in self.fusion):
+            raise ValueError("beta * C (AddC) is not built for the sm_100a TMA-store epilogue: use "
+                             "epilogue='global'")
+        return None
+
+    def plan(self, plan) -> None:
+        self.source()
+        plan.buffer("epilogue", (self.SUB_M, self.epi_n), self.out_dtype, self.WARPS * self.ring,
+                    swizzle=self.ROW_BYTES)
+
+    def store(self, acc, ctx) -> None:
+        raise TypeError("TmemTmaStoreEpilogue stores from tensor memory: store_tmem(taddr, tile_n, ctx)")
+
+    # -- IR ------------------------------------------------------------------------
+    def store_tmem(self, taddr, tile_n: int, ctx, after_last_load=None, transform=None) -> None:
+        """IR, by the four epilogue warps: load the ``128 x tile_n`` f32 accumulator at TMEM
+        address ``taddr`` chunk by chunk and store it (as
+        :func:`~cutedsl.collective.tmem_epilogue.store_accumulator`, whose arguments these are)."""
+        from ..atom.sync import fence_proxy_async
+        tma = TmaCopy(self.tensor_maps()[0], ctx.args.d)
+        t = cir.thread_idx()
+        lane = t % self.arch.warp_threads
+        quarter = (t // self.arch.warp_threads) % self.WARPS
+        leader = lane.eq(0)
+        row_off = lane * self.ROW_BYTES                      # this thread's row in the sub-tile
+        x = (lane % 8) * self.CHUNK                          # its swizzle: chunk ^ (row % 8)
+        chunk_cols = min(EPILOGUE_COLUMNS, self.epi_n)
+        ring, buf = self.ring, ctx.smem["epilogue"]
+        for s in range(tile_n // self.epi_n):
+            slot = quarter * ring + (s % ring)
+            with cir.If(leader):            # the store that used this buffer last has read it
+                bulk_wait_group(ring - 1, read=True)
+            nvvm.bar_warp_sync(cir.u32(FULL_WARP))
+            addr = buf.address(slot)
+            for c0 in range(s * self.epi_n, (s + 1) * self.epi_n, chunk_cols):
+                frag = TmemFragment.load(taddr, c0, chunk_cols)
+                if transform is not None:
+                    frag = frag.lazy_map(transform)
+                frag = self._visit_all(frag, ctx, frag.layout.thread_base())
+                if after_last_load is not None and c0 + chunk_cols == tile_n:
+                    after_last_load()
+                self._write_row(frag, c0 % self.epi_n, addr, row_off, x)
+            fence_proxy_async()             # generic smem writes -> visible to the TMA (async proxy)
+            nvvm.bar_warp_sync(cir.u32(FULL_WARP))
+            with cir.If(leader):
+                lead = (ctx.l,) if self.batched else ()
+                tma.store(buf.tile(slot), lead + (ctx.m0 + quarter * self.SUB_M, ctx.n0 + s * self.epi_n))
+                bulk_commit_group()
+        if not self.defer_tail:
+            self.store_tail()
+
+    def store_tail(self) -> None:
+        """Lane 0 of each epilogue warp waits until its TMA stores have read shared memory."""
+        with cir.If((cir.thread_idx() % self.arch.warp_threads).eq(0)):
+            bulk_wait_group(0, read=True)
+
+    def _write_row(self, frag, col, addr, row_off, x) -> None:
+        """This thread's ``frag.regs`` values (columns ``col ..`` of the sub-tile, converted to
+        the output type) into its row: one ``st.shared.v4.b32`` per 16-byte chunk."""
+        from ..atom.stmatrix import pack_b16x2
+        esize = self.ROW_BYTES // self.epi_n
+        per_chunk = self.CHUNK // esize
+        ptr_t = ir.Type.parse("!llvm.ptr<3>")
+        v4 = ir.VectorType.get([VECTOR_WORDS], ir.IntegerType.get_signless(32))
+        for j in range(frag.regs // per_chunk):
+            i0 = j * per_chunk
+            if esize == 4:
+                words = [llvm.bitcast(ir.IntegerType.get_signless(32), frag.get(0, i0 + k)) for k in range(VECTOR_WORDS)]
+            else:
+                words = [pack_b16x2(frag.get(0, i0 + 2 * k), frag.get(0, i0 + 2 * k + 1), self.out_dtype)
+                         for k in range(VECTOR_WORDS)]
+            chunk = (col * esize) // self.CHUNK + j
+            off = row_off + (x ^ (chunk * self.CHUNK))
+            a = addr + cir.i64(off)
+            llvm.store(vector.from_elements(v4, words), llvm.inttoptr(ptr_t, cir.i32(a)), alignment=16)
+
+
+__all__ = ["TmemTmaStoreEpilogue"]
