@@ -78,10 +78,6 @@ def selected_configs(args, set_name: str) -> list:
     from ..cliargs import UsageError, stages_arg, tile_arg
     from ..errors import ConfigError
     from . import configs as C
-    from ..atom.mma_traits import MX_DTYPES
-    if args.dtype in MX_DTYPES or args.b_dtype in MX_DTYPES:
-        raise UsageError("--dtype", f"the bench does not generate MX scale factors yet: time {args.dtype} with "
-                                    f"'python -m cutedsl gemm --arch sm_100a --dtype {args.dtype}'")
     base = {"dtype": args.dtype, "out_dtype": args.out_dtype}
     if getattr(args, "arch", "sm_90a") != "sm_90a":
         base["arch"] = args.arch

@@ -75,6 +75,9 @@ class Sweep:
         return self.timer.time([fns[i] for i in timed], between=self.flush)
 
     def _inputs(self, m, n, k, dt, out_dt, b_major, b_dt=None):
+        from ..atom.mma_traits import MX_DTYPES
+        if dt in MX_DTYPES:
+            return self._mx_inputs(m, n, k, dt)
         from ..dtypes import dtype as _dtype
         lib = self.lib
         b_dt = b_dt or dt
@@ -89,8 +92,24 @@ class Sweep:
             sets.append({"a": a, "b": b, "out": lib.empty((m, n), out_dt), "ref": lib.empty((m, n), ref_dt)})
         return sets
 
+    def _mx_inputs(self, m, n, k, dt):
+        """One host input set of block-scaled ``dt`` (MXFP8 / MXFP4 / NVFP4): randn A (m x k)
+        and B^T (n x k) quantized along K (:func:`cutedsl.device.mx.quantize`), the packed
+        factors as the kernel's ``a_scales`` / ``b_scales``, and the reference: the dequantized
+        product in float64 (no library has a reference for these on every machine; not timed)."""
+        import numpy as np
+        from ..device import mx
+        rng = np.random.default_rng(m * 1_000_003 + n * 1009 + k)
+        qa, sa = mx.quantize(rng.standard_normal((m, k)), dt)
+        qb, sb = mx.quantize(rng.standard_normal((n, k)), dt)
+        ref = mx.dequantize(qa, sa, dt) @ mx.dequantize(qb, sb, dt).T
+        extra = {"a_scales": mx.pack_scales(sa, dt), "b_scales": mx.pack_scales(sb, dt)}
+        return [{"a": qa, "b": qb.T, "out": None, "ref": None, "ref0": ref, "extra": extra}]
+
     def _reference(self, sets, m, n, k):
         """Run (and, on a GPU, time) the reference; returns (median ms or None, ref of set 0)."""
+        if "ref0" in sets[0]:               # computed with the inputs (block-scaled)
+            return None, sets[0]["ref0"]
         lib = self.lib
         if lib.times_reference:
             fns = [lambda s=s: lib.matmul(s["a"], s["b"], s["ref"]) for s in sets]
@@ -114,7 +133,7 @@ class Sweep:
 
     def _one(self, cfg, sets, ref0, row):
         gemm = self.gemm(cfg)
-        prepared = [gemm.prepare(s["a"], s["b"], out=s["out"]) for s in sets]
+        prepared = [gemm.prepare(s["a"], s["b"], out=s["out"], **s.get("extra", {})) for s in sets]
         times = self._time([self._launcher(gemm, p[0]) for p in prepared])
         d0 = prepared[0][1]()
         if ref0 is not None:

@@ -89,5 +89,14 @@ def test_bench_sm100a_on_the_emulator(capsys):
     out = capsys.readouterr().out
     assert rc == 0 and "warp_specialized 128x128x64" in out and "single_tile 128x128x64" in out
     assert "FAIL" not in out and out.count("pass") >= 4
-    assert main(["bench", "--arch", "sm_100a", "--dtype", "mxfp8", "--backend", "sim"]) == 2
-    assert "does not generate MX scale factors yet" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dtype", ["mxfp8", "nvfp4"])
+def test_bench_block_scaled_on_the_emulator(dtype, capsys):
+    """Block-scaled inputs: randn quantized along K with their packed factors, checked against
+    the dequantized product in float64 (issue 24)."""
+    from cutedsl.cli import main
+    rc = main(["bench", "--arch", "sm_100a", "--dtype", dtype, "--backend", "sim", "--set", "square",
+               "--iters", "1", "--warmup", "0"])
+    out = capsys.readouterr().out
+    assert rc == 0 and f"{dtype}->f16" in out and "FAIL" not in out and out.count("pass (") == 2, out
