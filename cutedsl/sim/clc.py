@@ -11,7 +11,7 @@ the dynamic persistent scheduling of CUTLASS's and CuTe DSL's sm100 GEMMs.
   decode a response ``r`` (a ``.b128`` register).
 
 **Which cluster is cancelled** is the emulator's choice, made when the request completes
-(:meth:`cutedsl.sim.scheduler.Launch.cancel_cluster`): the next cluster in launch order that has
+(:func:`cancel_cluster`): the next cluster in launch order that has
 not started (eager), or under the adversarial mode a random one of them -- and a quarter of the
 requests fail although clusters remain (the ISA lets a request fail; a kernel must then leave
 that work to the cluster's own launch). A cancelled cluster never starts; no cluster left to
@@ -38,6 +38,28 @@ TAG = 0xC1C0_0000            #: the response's first word: tag | canceled
 TAG_MASK = 0xFFFF_0000
 UNDEFINED_CTAID = 0xFFFF_FFFF
 _TRY_MODS = {"async", "shared::cta", "mbarrier::complete_tx::bytes", "multicast::cluster::all", "b128"}
+
+
+def cancel_cluster(launch) -> tuple | None:
+    """Cancel a cluster of ``launch`` that has not started and return its first CTA's id, or
+    None (the request fails): eager, the next in launch order; adversarial, a random one, and a
+    quarter of the requests fail anyway. The scheduler (``Launch._clusters``) skips the ids in
+    ``launch.cancelled``; ``launch.next_cluster`` is the first it has not reached."""
+    waiting = [c for c in range(launch.next_cluster, launch.clusters_total) if c not in launch.cancelled]
+    if not waiting:
+        return None
+    chaos = launch.chaos
+    if chaos is not None:
+        if chaos.rng.random() < 0.25:
+            return None
+        cid = chaos.rng.choice(waiting)
+    else:
+        cid = waiting[0]
+    launch.cancelled.add(cid)
+    grid, cluster = launch.grid, launch.cluster
+    nx, ny = grid[0] // cluster[0], grid[1] // cluster[1]
+    k = (cid % nx, cid // nx % ny, cid // (nx * ny))
+    return tuple(ki * ci for ki, ci in zip(k, cluster))
 
 
 def response(ctaid) -> np.ndarray:
@@ -90,7 +112,7 @@ def _dec_try_cancel(ctx, ins, mods, ops):
                                                             proxy_async=False)) for c in targets]
 
             def land(sent=sent, off=off):
-                data = response(w.launch.cancel_cluster(w.cta.cluster))
+                data = response(cancel_cluster(w.launch))
                 for c, bar, snap in sent:
                     c.smem[off:off + RESPONSE_BYTES] = data
                     if snap is not None:

@@ -192,7 +192,7 @@ class Launch:
     # -- running -----------------------------------------------------------------------
     def _clusters(self):
         """The launch's clusters in launch order (x fastest), created when they become resident;
-        clusters cancelled by cluster launch control (:meth:`cancel_cluster`) are skipped."""
+        clusters cancelled by cluster launch control (:func:`cutedsl.sim.clc.cancel_cluster`) are skipped."""
         gx, gy, gz = self.grid
         cx, cy, cz = self.cluster
         cid = 0
@@ -235,25 +235,6 @@ class Launch:
                 for cl in self.live:
                     _dispose(cl)
                 self.live = []
-
-    def cancel_cluster(self, by) -> tuple | None:
-        """Cluster launch control (``clusterlaunchcontrol.try_cancel``, :mod:`cutedsl.sim.clc`),
-        asked by a CTA of cluster ``by``: cancel a cluster that has not started and return its
-        first CTA's id, or None (the request fails). Eager: the next in launch order; adversarial:
-        a random one, and a quarter of the requests fail anyway."""
-        waiting = [c for c in range(self.next_cluster, self.clusters_total) if c not in self.cancelled]
-        if not waiting:
-            return None
-        if self.chaos is not None:
-            if self.chaos.rng.random() < 0.25:
-                return None
-            cid = self.chaos.rng.choice(waiting)
-        else:
-            cid = waiting[0]
-        self.cancelled.add(cid)
-        nx, ny = self.grid[0] // self.cluster[0], self.grid[1] // self.cluster[1]
-        k = (cid % nx, cid // nx % ny, cid // (nx * ny))
-        return tuple(ki * ci for ki, ci in zip(k, self.cluster))
 
     def _admit(self, pending) -> None:
         while len(self.live) < self.resident:
