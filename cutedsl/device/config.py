@@ -245,8 +245,10 @@ class GemmConfig:
         d, s = self.decomposition, self.splits
         if d not in DECOMPOSITIONS:
             raise ConfigError(f"decomposition must be {one_of(DECOMPOSITIONS)}, got {d!r}")
-        if d != "data-parallel" and self.schedule not in PERSISTENT:
-            raise ConfigError(f"decomposition {d!r} needs a persistent schedule ({', '.join(PERSISTENT)}): "
+        kinds = kernel_classes(self.arch)
+        if d != "data-parallel" and not getattr(kinds.get(self.schedule), "persistent", False):
+            names = [name for name, cls in kinds.items() if getattr(cls, "persistent", False)]
+            raise ConfigError(f"decomposition {d!r} needs a persistent schedule ({', '.join(names)} on {self.arch}): "
                               f"its CTAs share tiles, got schedule {self.schedule!r}")
         if d == "split-k":
             if s is None or not _is_int(s) or not 2 <= s <= MAX_SPLITS:

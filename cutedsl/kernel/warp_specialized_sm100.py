@@ -37,7 +37,9 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     2..7; ``cluster`` as the sm_90 kernels (TMA multicast, commit multicast of the releases);
     the ``global`` epilogue, or ``tma`` (each epilogue warp stages its 32 rows in swizzled shared
     sub-tiles for TMA stores: :class:`~cutedsl.collective.tmem_epilogue_tma.TmemTmaStoreEpilogue`);
-    fused nodes and batches as everywhere (``beta * C`` with the global epilogue)."""
+    fused nodes and batches as everywhere (``beta * C`` with the global epilogue); stream-K /
+    split-K (``decomposition``) with ``mma_sm`` 1 and the global epilogue: the epilogue warps
+    reduce each piece's TMEM rows (:func:`~cutedsl.collective.tmem_epilogue.store_partial`)."""
 
     name = "gemm_warp_specialized_sm100"
     mma_atom = "tcgen05"
@@ -141,8 +143,9 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
                 return ("block-scaled (MX) GEMMs are built for tile 128 x 128 on one SM (mma_sm=1), unbatched, "
                         f"so far; got tile {config.tile[:2]}, mma_sm {getattr(config, 'mma_sm', 1)}"
                         + (", batched" if config.batched else ""))
-        if config.decomposition != "data-parallel":
-            return "stream-K / split-K are not built for sm_100a yet: decomposition='data-parallel'"
+        if config.decomposition != "data-parallel" and (getattr(config, "mma_sm", 1) == 2 or config.epilogue != "global"):
+            return ("stream-K / split-K on sm_100a are built for one SM per MMA (mma_sm=1) with "
+                    "epilogue='global' so far")
         return None
 
     def make_plan(self) -> KernelPlan:
@@ -302,7 +305,12 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             def release(acc=acc):                   # the last load: the MMAs may reuse the buffer
                 TensorMemory.fence_before()
                 self.release_accumulator(accp, acc)
-            store_accumulator(self.epilogue, d0 + acc.index * self.tile_n, self.tile_n, ctx, release)
+            if self.reduction is None:
+                store_accumulator(self.epilogue, d0 + acc.index * self.tile_n, self.tile_n, ctx, release)
+            else:                                   # a stream-K / split-K piece: fix-up, then the final one stores
+                from ..collective.tmem_epilogue import store_partial
+                store_partial(self.epilogue, d0 + acc.index * self.tile_n, self.tile_n, ctx, release,
+                              self.reduction, wt, self.reduction.BARRIER_ID)
             loop.next(*acc.advance().carry())
         if getattr(self.epilogue, "defer_tail", False):
             self.epilogue.store_tail()          # no CTA exits while a TMA store reads its smem

@@ -20,7 +20,8 @@ FLOAT_TYPES = {"f32", "f64", "f16", "bf16"}
 PACKED = {"f16x2": "f16", "bf16x2": "bf16"}
 RND = {"rn", "rz", "rm", "rp"}
 IRND = {"rni", "rzi", "rmi", "rpi"}
-ALL_TYPES = INT_TYPES | FLOAT_TYPES | set(PACKED) | {"pred"}
+F32X2 = "f32x2"      #: two f32 in a 64-bit register, low half first (add/sub/mul/fma on sm_100)
+ALL_TYPES = INT_TYPES | FLOAT_TYPES | set(PACKED) | {F32X2, "pred"}
 
 
 def split_mods(ctx, mods, allowed, types=ALL_TYPES, ntypes=1):
@@ -45,6 +46,20 @@ def utype(t):
 def need_ops(ctx, ops, n):
     if len(ops) != n:
         ctx.bad(f"expected {n} operands, got {len(ops)}")
+
+
+# -- packed f32x2 (sm_100: add/sub/mul/fma .f32x2 on .b64 registers) --------------------------
+
+def unpack_f32x2(v):
+    v = np.asarray(v, np.uint64)
+    return ((v & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.float32),
+            (v >> np.uint64(32)).astype(np.uint32).view(np.float32))
+
+
+def pack_f32x2(lo, hi):
+    lo = np.asarray(lo, np.float32).view(np.uint32).astype(np.uint64)
+    hi = np.asarray(hi, np.float32).view(np.uint32).astype(np.uint64)
+    return lo | (hi << np.uint64(32))
 
 
 # -- packed half helpers -------------------------------------------------------------------
@@ -83,6 +98,13 @@ def float_post(r, flags, dt):
 
 def float_binop(ctx, flags, t, f64op, f32fast):
     """Closure computing a float binary op with rounding mode handling."""
+    if t == F32X2:                      # the f32 operation on each half
+        half = float_binop(ctx, flags, "f32", f64op, f32fast)
+
+        def op2(a, b):
+            (al, ah), (bl, bh) = unpack_f32x2(a), unpack_f32x2(b)
+            return pack_f32x2(half(al, bl), half(ah, bh))
+        return op2
     mode = next((m for m in flags if m in RND), "rn")
     dt = NP[t]
     ftzf = "ftz" in flags

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import numerics as nm
-from .alu import (FLOAT_TYPES, INT_TYPES, PACKED, RND, binary, float_binop, float_post, need_ops,
-                  pack2, split_mods, unary, unpack2, utype)
+from .alu import (F32X2, FLOAT_TYPES, INT_TYPES, PACKED, RND, binary, float_binop, float_post, need_ops,
+                  pack2, pack_f32x2, split_mods, unary, unpack2, unpack_f32x2, utype)
 from .registry import handler
 from .ptxtypes import NP
 
@@ -128,16 +128,24 @@ def dec_mad(ctx, ins, mods, ops):
     w_full, _ = ctx.wr(ops[0], t)
     ra, rb, rc = ctx.rd(ops[1], t), ctx.rd(ops[2], t), ctx.rd(ops[3], t)
     dt = NP[t]
-    if t == "f32":
+    if t in ("f32", F32X2):
         ftzf = "ftz" in flags
         simple = not (flags - {"rn"})
+        f32 = NP["f32"]
+
+        def fma32(a, b, c):
+            if ftzf:
+                a, b, c = nm.ftz(np.asarray(a, f32)), nm.ftz(np.asarray(b, f32)), nm.ftz(np.asarray(c, f32))
+            r = nm.fma_f32(a, b, c, mode)
+            return r if simple else float_post(r, flags, f32)
+        if t == F32X2:                  # each half
+            def fn(w, g, m):
+                (al, ah), (bl, bh), (cl, ch) = (unpack_f32x2(r(w)) for r in (ra, rb, rc))
+                w_full(w, m, pack_f32x2(fma32(al, bl, cl), fma32(ah, bh, ch)))
+            return fn
 
         def fn(w, g, m):
-            a, b, c = ra(w), rb(w), rc(w)
-            if ftzf:
-                a, b, c = nm.ftz(np.asarray(a, dt)), nm.ftz(np.asarray(b, dt)), nm.ftz(np.asarray(c, dt))
-            r = nm.fma_f32(a, b, c, mode)
-            w_full(w, m, r if simple else float_post(r, flags, dt))
+            w_full(w, m, fma32(ra(w), rb(w), rc(w)))
         return fn
     if t == "f64":
         def fn(w, g, m):

@@ -18,7 +18,7 @@ CALLPARAM_BASE = 1 << 20
 NP = {"b8": np.uint8, "u8": np.uint8, "s8": np.int8, "b16": np.uint16, "u16": np.uint16,
       "s16": np.int16, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "b32": np.uint32,
       "u32": np.uint32, "s32": np.int32, "f32": np.float32, "f16x2": np.uint32,
-      "bf16x2": np.uint32, "tf32": np.uint32, "b64": np.uint64, "u64": np.uint64,
+      "bf16x2": np.uint32, "f32x2": np.uint64, "tf32": np.uint32, "b64": np.uint64, "u64": np.uint64,
       "s64": np.int64, "f64": np.float64, "pred": np.bool_, "e4m3x2": np.uint16,
       "e5m2x2": np.uint16}
 NP = {k: np.dtype(v) for k, v in NP.items()}
@@ -26,7 +26,7 @@ NP = {k: np.dtype(v) for k, v in NP.items()}
 #: register class of each declared register type
 REG_CLASS = {"pred": "p", "b8": "h", "u8": "h", "s8": "h", "b16": "h", "u16": "h", "s16": "h",
              "f16": "h", "bf16": "h", "b32": "r", "u32": "r", "s32": "r", "f32": "r",
-             "f16x2": "r", "bf16x2": "r", "b64": "d", "u64": "d", "s64": "d", "f64": "d"}
+             "f16x2": "r", "bf16x2": "r", "f32x2": "d", "b64": "d", "u64": "d", "s64": "d", "f64": "d"}
 CLASS_BITS = {"p": 1, "h": 16, "r": 32, "d": 64}
 
 #: typed register-file views: (class, kind) -> attribute name on the warp

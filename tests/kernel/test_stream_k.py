@@ -115,8 +115,11 @@ def test_sass_main_loops_unchanged():
     (dict(schedule="cooperative", tile=(128, 64, 64), decomposition="stream-k", splits=2),
      "splits=2 is for decomposition 'split-k', got decomposition 'stream-k'"),
     (dict(schedule="multistage", decomposition="stream-k"),
-     "decomposition 'stream-k' needs a persistent schedule (cooperative, pingpong): its CTAs share tiles, "
-     "got schedule 'multistage'"),
+     "decomposition 'stream-k' needs a persistent schedule (cooperative, pingpong on sm_90a): its CTAs share "
+     "tiles, got schedule 'multistage'"),
+    (dict(arch="sm_100a", schedule="single_tile", decomposition="split-k", splits=2),
+     "decomposition 'split-k' needs a persistent schedule (warp_specialized on sm_100a): its CTAs share tiles, "
+     "got schedule 'single_tile'"),
     (dict(schedule="pingpong", decomposition="streamk"),
      "decomposition must be 'heuristic', 'data-parallel', 'split-k' or 'stream-k', got 'streamk'"),
 ])
@@ -135,3 +138,24 @@ def test_more_ctas_than_resident_is_refused(rng):
     with pytest.raises(ArgumentError, match="stream-k launches 8 CTAs that wait on each other, but the device "
                                             "holds 2 at once"):
         Gemm(cfg, SimBackend(sm_count=2))(a, b)
+
+
+@pytest.mark.sim_kernel
+@pytest.mark.parametrize("fields", [dict(decomposition="stream-k", sm_count=3),
+                                    dict(decomposition="split-k", splits=3, sm_count=4),
+                                    dict(decomposition="heuristic", sm_count=5, out_dtype="bf16")])
+def test_sm100a_pieces_reduced_in_tensor_memory_order(fields, rng, sim):
+    """sm_100a's persistent kernel with stream-K / split-K pieces: the epilogue warps reduce each
+    piece's tensor-memory rows through the workspace (tmem_epilogue.store_partial) and the
+    piece ending a tile stores it; exact on ragged shapes, eager and adversarial."""
+    m, n = 128 + int(rng.integers(1, 128)), 128 + int(rng.integers(1, 128))
+    k = 64 * int(rng.integers(9, 16)) + int(rng.integers(1, 64))
+    a = rng.integers(-3, 4, (m, k)).astype(np.float16)
+    b = rng.integers(-3, 4, (k, n)).astype(np.float16)
+    cfg = GemmConfig(arch="sm_100a", tile=(128, 128, 64), stages=2, **fields)
+    d = Gemm(cfg, sim)(a, b)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    if cfg.out_dtype == "f32":
+        assert np.array_equal(np.asarray(d, np.float64), ref), rng.seed_value
+    else:
+        assert np.array_equal(d, ref.astype(np.float32).astype(d.dtype)), rng.seed_value

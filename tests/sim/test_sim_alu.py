@@ -228,3 +228,25 @@ def test_64bit_add_and_logic(t, dt):
     assert alu(f"add.{t} {{d}}, {{a}}, {{b}}", [t, t], [a, b], np.uint64).tolist() == \
         [(int(x) + int(y)) % 2 ** 64 for x, y in zip(a, b)]
     assert alu("xor.b64 {d}, {a}, {b}", ["b64", "b64"], [a, b], np.uint64).tolist() == (a ^ b).tolist()
+
+
+def test_packed_f32x2_add_mul_fma():
+    """sm_100's add/sub/mul/fma .f32x2 on 64-bit registers (LLVM 22 pairs f32 adds into them):
+    each 32-bit half is the f32 operation of the halves (low half first), rounding per half."""
+    from simkit import alu
+    rng = np.random.default_rng(5)
+    lo = rng.standard_normal((3, 32)).astype(np.float32)
+    hi = rng.standard_normal((3, 32)).astype(np.float32)
+    pk = [(lo[i].view(np.uint32).astype(np.uint64) | hi[i].view(np.uint32).astype(np.uint64) << np.uint64(32))
+          for i in range(3)]
+
+    def halves(v):
+        v = np.asarray(v, np.uint64)
+        return (v & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.float32), \
+            (v >> np.uint64(32)).astype(np.uint32).view(np.float32)
+    for instr, f in (("add.rn.f32x2", np.add), ("sub.rn.f32x2", np.subtract), ("mul.rn.f32x2", np.multiply)):
+        got = halves(alu(instr + " {d}, {a}, {b}", ["u64", "u64"], pk[:2], np.uint64))
+        assert np.array_equal(got[0], f(lo[0], lo[1])) and np.array_equal(got[1], f(hi[0], hi[1])), instr
+    got = halves(alu("fma.rn.f32x2 {d}, {a}, {b}, {c}", ["u64"] * 3, pk, np.uint64))
+    want = [(x[0].astype(np.float64) * x[1] + x[2]).astype(np.float32) for x in (lo, hi)]
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
