@@ -69,6 +69,9 @@ SM100A = Arch(name="sm_100a", chip="sm_100a", ptx_features="+ptx88", smem_per_ct
               atoms=frozenset({"tma", "tma_multicast", "mbarrier", "tcgen05", "tmem", "stmatrix", "setmaxnreg",
                                "cluster", "named_barrier", "red_f16x2"}))
 
+#: SMs assumed when no device reports its count (H100 SXM): persistent grids, the emulator's residency
+DEFAULT_SM_COUNT = 132
+
 ARCHS = {a.name: a for a in (SM90A, SM100A)}
 DEFAULT = SM90A
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import attrs
 
+from ..arch import DEFAULT_SM_COUNT
 from ..ir._lazy import lazy
 
 cir = lazy("cutedsl.ir")
@@ -154,7 +155,6 @@ class TileScheduler:
         return 0, k_tiles
 
 
-DEFAULT_SM_COUNT = 132      #: H100 SXM, used when no device reports its SM count
 RASTERS = ("M", "N")
 SWIZZLES = (1, 2, 4, 8)
 

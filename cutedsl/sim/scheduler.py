@@ -37,6 +37,7 @@ import time
 import numpy as np
 
 from .. import envvars
+from ..arch import DEFAULT_SM_COUNT
 from ..device.backend import SMEM_LIMIT
 from .chaos import Chaos
 from .errors import (DeadlockError, InstructionBudgetExceeded, SimError, SimLaunchError,
@@ -51,7 +52,6 @@ from .registry import JUMPED, RESCHED, YIELD
 from .residency import cluster_bytes, resident_clusters
 
 DEFAULT_BUDGET = 200_000_000
-DEFAULT_SM_COUNT = 132          #: H100 SXM: the SMs a launch's resident CTAs spread over
 #: default wall-clock limit per launch in seconds (env CUTEDSL_SIM_TIME_LIMIT overrides)
 DEFAULT_TIME_LIMIT = 900.0
 
