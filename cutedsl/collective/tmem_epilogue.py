@@ -44,7 +44,8 @@ def store_partial(epilogue, taddr, tile_n: int, ctx, after_last_load, reduction,
     after the tile's first waits until the tile's workspace slot holds the pieces before it
     (its thread 0 spins on the slot's semaphore, then named barrier ``barrier_id``) and adds
     them chunk by chunk as it loads; the piece ending the tile stores the sum through
-    ``epilogue`` (and resets the semaphore), any other writes it to the slot (each thread its
+    ``epilogue`` (one with ``store_tmem``, the TMA-store one, loads the chunks itself and adds
+    them through its ``chunk`` hook) and resets the semaphore; any other writes it to the slot (each thread its
     row, 16-byte vectors), then barrier and a release of the semaphore = its last k-tile. The
     accumulator is released after the last chunk's load either way (``after_last_load``)."""
     from ..atom import NamedBarrier, wait_flag
@@ -75,7 +76,11 @@ def store_partial(epilogue, taddr, tile_n: int, ctx, after_last_load, reduction,
                 for q in range(cols // VEC):
                     ws.store_vec(row + c0 + q * VEC, vector.from_elements(v4, frag.values[q * VEC:(q + 1) * VEC]))
     with cir.If(final):
-        chunks(True)
+        if hasattr(epilogue, "store_tmem"):     # an epilogue that loads the chunks itself (TMA store)
+            epilogue.store_tmem(taddr, tile_n, ctx, after_last_load,
+                                chunk=lambda frag, c0: _add_partial(frag, prev, ws, row + c0))
+        else:
+            chunks(True)
         with cir.If(leader & prev):
             locks.store(slot, cir.u32(0))    # ready for the next launch
     with cir.If(~final):

@@ -83,10 +83,12 @@ class TmemTmaStoreEpilogue(TmaStoreEpilogue):
         raise TypeError("TmemTmaStoreEpilogue stores from tensor memory: store_tmem(taddr, tile_n, ctx)")
 
     # -- IR ------------------------------------------------------------------------
-    def store_tmem(self, taddr, tile_n: int, ctx, after_last_load=None, transform=None) -> None:
+    def store_tmem(self, taddr, tile_n: int, ctx, after_last_load=None, transform=None, chunk=None) -> None:
         """IR, by the four epilogue warps: load the ``128 x tile_n`` f32 accumulator at TMEM
         address ``taddr`` chunk by chunk and store it (as
-        :func:`~cutedsl.collective.tmem_epilogue.store_accumulator`, whose arguments these are)."""
+        :func:`~cutedsl.collective.tmem_epilogue.store_accumulator`, whose arguments these are;
+        ``chunk(fragment, first column)`` -> fragment runs on each loaded chunk first, e.g. the
+        stream-K fix-up adding the tile's other pieces)."""
         from ..atom.sync import fence_proxy_async
         tma = TmaCopy(self.tensor_maps()[0], ctx.args.d)
         t = cir.thread_idx()
@@ -105,6 +107,8 @@ class TmemTmaStoreEpilogue(TmaStoreEpilogue):
             addr = buf.address(slot)
             for c0 in range(s * self.epi_n, (s + 1) * self.epi_n, chunk_cols):
                 frag = TmemFragment.load(taddr, c0, chunk_cols)
+                if chunk is not None:
+                    frag = chunk(frag, c0)
                 if transform is not None:
                     frag = frag.lazy_map(transform)
                 frag = self._visit_all(frag, ctx, frag.layout.thread_base())
@@ -146,4 +150,10 @@ class TmemTmaStoreEpilogue(TmaStoreEpilogue):
             llvm.store(vector.from_elements(v4, words), llvm.inttoptr(ptr_t, cir.i32(a)), alignment=16)
 
 
-__all__ = ["TmemTmaStoreEpilogue"]
+def for_tcgen05(epilogue_cls):
+    """The epilogue class a tcgen05 kernel builds for ``epilogue_cls``: the TMA-store epilogue
+    as :class:`TmemTmaStoreEpilogue`, any other as it is."""
+    return TmemTmaStoreEpilogue if epilogue_cls is TmaStoreEpilogue else epilogue_cls
+
+
+__all__ = ["TmemTmaStoreEpilogue", "for_tcgen05"]

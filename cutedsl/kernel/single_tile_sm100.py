@@ -34,10 +34,20 @@ class Sm100SingleTileGemmKernel(SingleTileGemmKernel):
             return why
         if config.stages not in ("auto", 1):
             return f"single_tile has exactly one stage, got stages={config.stages!r}"
-        if config.epilogue != "global":
-            return ("the sm_100a single_tile kernel (the talk's) stores D from the registers tcgen05.ld fills: "
-                    "epilogue='global' (the TMA-store epilogue is built for schedule='warp_specialized')")
+        if config.epilogue == "tma":
+            from ..atom.cvt import FP8
+            from ..collective.fusion import AddC
+            if config.out_dtype in FP8 or any(isinstance(nd, AddC) for nd in (config.fusion or ())):
+                return ("the sm_100a TMA-store epilogue writes f32, f16 or bf16 and has no beta * C: "
+                        "epilogue='global'")
         return None
+
+    def make_epilogue(self):
+        """The configured epilogue; a TMA-store one as the tcgen05 variant (each warp stages its
+        32 accumulator rows: :class:`~cutedsl.collective.tmem_epilogue_tma.TmemTmaStoreEpilogue`)."""
+        from ..collective.tmem_epilogue_tma import for_tcgen05
+        self.epilogue_cls = for_tcgen05(self.epilogue_cls)
+        return super().make_epilogue()
 
     def plan_extra(self, plan) -> None:
         """The slot and its TMA barrier (as the Hopper kernel), two MMA-completion barriers (per

@@ -38,7 +38,7 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     the ``global`` epilogue, or ``tma`` (each epilogue warp stages its 32 rows in swizzled shared
     sub-tiles for TMA stores: :class:`~cutedsl.collective.tmem_epilogue_tma.TmemTmaStoreEpilogue`);
     fused nodes and batches as everywhere (``beta * C`` with the global epilogue); stream-K /
-    split-K (``decomposition``) with ``mma_sm`` 1 and the global epilogue: the epilogue warps
+    split-K (``decomposition``) with ``mma_sm`` 1: the epilogue warps
     reduce each piece's TMEM rows (:func:`~cutedsl.collective.tmem_epilogue.store_partial`)."""
 
     name = "gemm_warp_specialized_sm100"
@@ -143,9 +143,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
                 return ("block-scaled (MX) GEMMs are built for tile 128 x 128 on one SM (mma_sm=1), unbatched, "
                         f"so far; got tile {config.tile[:2]}, mma_sm {getattr(config, 'mma_sm', 1)}"
                         + (", batched" if config.batched else ""))
-        if config.decomposition != "data-parallel" and (getattr(config, "mma_sm", 1) == 2 or config.epilogue != "global"):
-            return ("stream-K / split-K on sm_100a are built for one SM per MMA (mma_sm=1) with "
-                    "epilogue='global' so far")
+        if config.decomposition != "data-parallel" and getattr(config, "mma_sm", 1) == 2:
+            return "stream-K / split-K on sm_100a are built for one SM per MMA (mma_sm=1) so far"
         return None
 
     def make_plan(self) -> KernelPlan:
@@ -158,10 +157,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     def make_epilogue(self):
         """The configured epilogue; a TMA-store one as the tcgen05 variant that stages tensor
         memory rows (:class:`~cutedsl.collective.tmem_epilogue_tma.TmemTmaStoreEpilogue`)."""
-        from ..collective.epilogue_tma import TmaStoreEpilogue
-        from ..collective.tmem_epilogue_tma import TmemTmaStoreEpilogue
-        if self.epilogue_cls is TmaStoreEpilogue:
-            self.epilogue_cls = TmemTmaStoreEpilogue
+        from ..collective.tmem_epilogue_tma import for_tcgen05
+        self.epilogue_cls = for_tcgen05(self.epilogue_cls)
         return super().make_epilogue()
 
     @property

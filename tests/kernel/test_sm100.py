@@ -103,8 +103,8 @@ def test_descriptors_match_the_emulator_decoders():
                                   r"'single_tile' or 'warp_specialized'"),
     (dict(schedule="cooperative"), r"schedule 'cooperative' has no sm_100a kernel"),
     (dict(schedule="warp_specialized", stages=1), r"stages must be 2\.\.7"),
-    (dict(schedule="single_tile", epilogue="tma"), r"epilogue='global' \(the TMA-store epilogue is built for "
-                                                   r"schedule='warp_specialized'\)"),
+    (dict(schedule="single_tile", epilogue="tma", out_dtype="e4m3", dtype="e4m3"),
+     r"the sm_100a TMA-store epilogue writes f32, f16 or bf16 and has no beta \* C"),
     (dict(schedule="single_tile", tile=(64, 128, 64)), r"tile BLOCK_M must be 128, got 64"),
     (dict(schedule="single_tile", dtype="tf32", b_major="MN"), r"tf32 operands must be K-major"),
 ])

@@ -31,12 +31,14 @@ def test_kernels_order_tensor_memory_by_the_tcgen05_fences(kw, rng, sim_seed):
     ("bf16", 256, dict()),
     ("f16", 64, dict(cluster=(2, 1))),
     ("f32", 256, dict(cluster=(2, 1), mma_sm=2)),
+    ("bf16", 128, dict(schedule="single_tile", stages=1)),
 ])
 def test_tma_store_epilogue_exact(out, tile_n, kw, rng, sim):
-    """epilogue='tma' on every sm_100a warp-specialized variant: 2 SMs for several tiles per
-    CTA (the sub-tile buffers' ring runs on across tiles), partial tiles clipped by the tensor map."""
-    cfg = GemmConfig(arch="sm_100a", epilogue="tma", out_dtype=out, tile=(128, tile_n, 64), stages=2, sm_count=2,
-                     **kw)
+    """epilogue='tma' on every sm_100a kernel: the persistent ones on 2 SMs for several tiles
+    per CTA (the sub-tile buffers' ring runs on across tiles), the talk's single-tile one; partial
+    tiles clipped by the tensor map."""
+    kw = {"stages": 2, "sm_count": 2, **kw}
+    cfg = GemmConfig(arch="sm_100a", epilogue="tma", out_dtype=out, tile=(128, tile_n, 64), **kw)
     cm = kw.get("cluster", (1, 1))[0]
     m = 2 * 128 * cm + int(rng.integers(1, 128))
     n = 2 * tile_n + int(rng.integers(1, tile_n // 8)) * 8

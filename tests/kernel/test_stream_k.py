@@ -143,11 +143,13 @@ def test_more_ctas_than_resident_is_refused(rng):
 @pytest.mark.sim_kernel
 @pytest.mark.parametrize("fields", [dict(decomposition="stream-k", sm_count=3),
                                     dict(decomposition="split-k", splits=3, sm_count=4),
-                                    dict(decomposition="heuristic", sm_count=5, out_dtype="bf16")])
+                                    dict(decomposition="heuristic", sm_count=5, out_dtype="bf16"),
+                                    dict(decomposition="stream-k", sm_count=3, epilogue="tma", out_dtype="bf16")])
 def test_sm100a_pieces_reduced_in_tensor_memory_order(fields, rng, sim):
     """sm_100a's persistent kernel with stream-K / split-K pieces: the epilogue warps reduce each
     piece's tensor-memory rows through the workspace (tmem_epilogue.store_partial) and the
-    piece ending a tile stores it; exact on ragged shapes, eager and adversarial."""
+    piece ending a tile stores it (global or TMA-store epilogue); exact on ragged shapes, eager
+    and adversarial."""
     m, n = 128 + int(rng.integers(1, 128)), 128 + int(rng.integers(1, 128))
     k = 64 * int(rng.integers(9, 16)) + int(rng.integers(1, 64))
     a = rng.integers(-3, 4, (m, k)).astype(np.float16)
