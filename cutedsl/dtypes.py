@@ -23,10 +23,11 @@ class DType:
 
 
 def _numpy_dtype(name: str) -> np.dtype:
-    if name in ("bf16", "e4m3", "e5m2", "e2m1"):
+    if name in ("bf16", "e4m3", "e5m2", "e2m1", "e2m3", "e3m2"):
         import ml_dtypes
         return np.dtype({"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn,
-                         "e5m2": ml_dtypes.float8_e5m2, "e2m1": ml_dtypes.float4_e2m1fn}[name])
+                         "e5m2": ml_dtypes.float8_e5m2, "e2m1": ml_dtypes.float4_e2m1fn,
+                         "e2m3": ml_dtypes.float6_e2m3fn, "e3m2": ml_dtypes.float6_e3m2fn}[name])
     return np.dtype({"f16": np.float16, "f32": np.float32, "f64": np.float64, "tf32": np.float32,
                      "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64,
                      "i8": np.int8, "i32": np.int32, "i64": np.int64}[name])
@@ -44,6 +45,9 @@ _TABLE = [
     # e2m1 (MXFP4): one element per byte in numpy (ml_dtypes), packed two per byte on the device;
     # the kernels' tensor maps move the packed bytes as u8 (MmaTraits.storage)
     DType("e2m1", 1, -1, "f4E2M1FN", "float"),
+    # e2m3 / e3m2 (MXFP6): one element per byte in numpy; packed 6 bits each on the device and
+    # moved by 16U6_ALIGN16B tensor maps (MmaTraits.tma_dtype)
+    DType("e2m3", 1, -1, "f6E2M3FN", "float"), DType("e3m2", 1, -1, "f6E3M2FN", "float"),
 ]
 DTYPES = {d.name: d for d in _TABLE}
 

@@ -44,7 +44,7 @@ MISTAKES = [   # (arguments, option named, what the message must say)
     (["--tile", "128x256x64", "--stages", "5"], "--tile/--stages", r"past the 232448 B limit"),
     (["--stages", "7"], "--stages", r"past the 232448 B limit"),
     (["--schedule", "single_tile", "--stages", "3"], "--stages/--schedule", r"exactly one stage"),
-    (["--dtype", "f32"], "--dtype", r"invalid choice: 'f32' \(choose from 'f16', 'bf16', 'e4m3', 'e5m2', 'tf32', 'mxfp8', 'mxfp8-e5m2', 'mxfp4', 'nvfp4'\)"),
+    (["--dtype", "f32"], "--dtype", r"invalid choice: 'f32' \(choose from 'f16', 'bf16', 'e4m3', 'e5m2', 'tf32', 'mxfp8', 'mxfp8-e5m2', 'mxfp6', 'mxfp6-e3m2', 'mxfp4', 'nvfp4'\)"),
     (["--m", "10000000"], "--m/--n/--k", r"gridDim.y = 78125 CTAs.*; the hardware allows 1\.\.65535 on y"),
     (["--dump", "/dev/null/x"], "--dump", r"cannot write dumps to '/dev/null/x'"),
 ]

@@ -29,7 +29,12 @@ ELEMENT_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1, "e5m2": 1, "tf32": 4}
 MAJORS = {16: (("K", "MN"), ("K", "MN")), 8: (("K",), ("K",)), 32: (("K",), ("K",)), 4: (("K",), ("K",))}
 #: sub-byte operand types (tcgen05 only), packed little-endian into bytes: bits per element
 PACKED_BITS = {"e2m1": 4}
-ELEMENT_BITS = {**{t: 8 * b for t, b in ELEMENT_BYTES.items()}, **PACKED_BITS}
+#: 6-bit operand types (MXFP6, ``tcgen05.mma.kind::mxf8f6f4``): packed in global memory, each in a
+#: byte of shared memory (16 elements per 16 bytes, the padded layout TMA's ``16U6_ALIGN16B``
+#: writes), so their shared-memory geometry is an 8-bit type's
+PADDED_6BIT = {"e2m3": 6, "e3m2": 6}
+PADDED_TMA = "16u6_align16b"        #: the tensor-map type that moves them (cutedsl.dtypes.PACKED_TMA)
+ELEMENT_BITS = {**{t: 8 * b for t, b in ELEMENT_BYTES.items()}, **PACKED_BITS, **{t: 8 for t in PADDED_6BIT}}
 BYTE_BITS = 8
 #: operand types one instruction may mix (A type, B type): the fp8 kinds with each other
 MIXES = {("e4m3", "e5m2"), ("e5m2", "e4m3")}
@@ -71,8 +76,15 @@ class MmaTraits:
 
     @property
     def storage(self) -> str:
-        """The element type buffers, TMA boxes and tensor maps hold: the dtype, or ``u8`` bytes."""
-        return "u8" if self.packed else self.dtype
+        """The element type buffers, TMA boxes and tensor maps hold: the dtype, or ``u8`` bytes
+        (packed types; 6-bit types in shared memory)."""
+        return "u8" if self.packed or self.dtype in PADDED_6BIT else self.dtype
+
+    @property
+    def tma_dtype(self) -> str:
+        """The type of the operand's tensor maps: :attr:`storage`, or for a 6-bit type the
+        packed ``16u6_align16b`` (global memory packed, shared memory padded to bytes)."""
+        return PADDED_TMA if self.dtype in PADDED_6BIT else self.storage
 
     @property
     def k_tile(self) -> int:
@@ -152,8 +164,10 @@ MX_SCALE = BlockScale("mx", 32, "ue8m0", 127)
 NV_SCALE = BlockScale("nv", 16, "ue4m3", 0x38)
 BLOCK_SCALES = {s.name: s for s in (MX_SCALE, NV_SCALE)}
 #: block-scaled input types (sm_100a): config dtype -> element type, and -> its scaling
-MX_DTYPES = {"mxfp8": "e4m3", "mxfp8-e5m2": "e5m2", "mxfp4": "e2m1", "nvfp4": "e2m1"}
-DTYPE_SCALES = {"mxfp8": MX_SCALE, "mxfp8-e5m2": MX_SCALE, "mxfp4": MX_SCALE, "nvfp4": NV_SCALE}
+MX_DTYPES = {"mxfp8": "e4m3", "mxfp8-e5m2": "e5m2", "mxfp6": "e2m3", "mxfp6-e3m2": "e3m2", "mxfp4": "e2m1",
+             "nvfp4": "e2m1"}
+DTYPE_SCALES = {"mxfp8": MX_SCALE, "mxfp8-e5m2": MX_SCALE, "mxfp6": MX_SCALE, "mxfp6-e3m2": MX_SCALE,
+                "mxfp4": MX_SCALE, "nvfp4": NV_SCALE}
 
 
 def block_scale(dtype) -> BlockScale:

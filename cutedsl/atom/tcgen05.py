@@ -29,7 +29,7 @@ from __future__ import annotations
 import attrs
 
 from ..ir._lazy import lazy
-from .mma_traits import (MX_SCALE, NV_SCALE, PACKED_BITS, BlockScale, mma_traits, operand_pair_reason,
+from .mma_traits import (MX_SCALE, NV_SCALE, PACKED_BITS, PADDED_6BIT, BlockScale, mma_traits, operand_pair_reason,
                           packed_pair_reason)
 from .smem_operands import SmemOperands
 from .wgmma import ADDR_MASK, ADDR_SHIFT, Descriptor, SmemMatrix
@@ -47,8 +47,8 @@ KIND = {"f16": "f16", "bf16": "f16", "tf32": "tf32", "e4m3": "f8f6f4", "e5m2": "
 FORMAT = {"f16": 0, "bf16": 1, "tf32": 2, "e4m3": 0, "e5m2": 1}
 #: block-scaled kind and A/B format code per operand type (MXFP8: kind::mxf8f6f4; MXFP4, packed
 #: e2m1: kind::mxf4, whose descriptor codes e2m1 as 1 -- CUTLASS ``UMMA::MXF4Format``)
-SCALED_KIND = {"e4m3": "mxf8f6f4", "e5m2": "mxf8f6f4", "e2m1": "mxf4"}
-SCALED_FORMAT = {"e4m3": 0, "e5m2": 1, "e2m1": 1}
+SCALED_KIND = {"e4m3": "mxf8f6f4", "e5m2": "mxf8f6f4", "e2m3": "mxf8f6f4", "e3m2": "mxf8f6f4", "e2m1": "mxf4"}
+SCALED_FORMAT = {"e4m3": 0, "e5m2": 1, "e2m3": 3, "e3m2": 4, "e2m1": 1}
 D_F32 = 1                                   #: D format code of an f32 accumulator
 SCALED_M = 128                              #: M of the block-scaled MMAs built here
 SF_ATOM_BYTES, SF_CORE_BYTES = 512, 128     #: a scale-factor atom; 8 rows x 16 B core matrices in it
@@ -209,11 +209,16 @@ class Umma(SmemOperands):
                              f"for M = {m}, got {n}")
         b_dtype = b_dtype or dtype
         packed = dtype in PACKED_BITS or b_dtype in PACKED_BITS
-        why = packed_pair_reason(dtype, b_dtype, a_major, b_major or "K") if packed else \
-            operand_pair_reason(dtype, b_dtype)
+        six = dtype in PADDED_6BIT or b_dtype in PADDED_6BIT    # MXFP6: block-scaled kind::mxf8f6f4 only
+        if six:
+            why = None if {dtype, b_dtype} <= {"e4m3", "e5m2", *PADDED_6BIT} else \
+                f"6-bit operands mix with e4m3, e5m2, e2m3, e3m2 only (kind::mxf8f6f4), got {dtype} x {b_dtype}"
+        else:
+            why = packed_pair_reason(dtype, b_dtype, a_major, b_major or "K") if packed else \
+                operand_pair_reason(dtype, b_dtype)
         if why:
             raise ValueError(why)
-        if not packed and KIND[dtype] != KIND[b_dtype]:
+        if not (packed or six) and KIND[dtype] != KIND[b_dtype]:
             raise ValueError(f"tcgen05.mma takes A and B of one kind, got {dtype} and {b_dtype}")
         self.traits = mma_traits(dtype)
         self.m, self.n, self.dtype, self.b_dtype = m, n, dtype, b_dtype

@@ -42,9 +42,11 @@ _L2 = {0: "none", 64: "l2promo_64b", 128: "l2promo_128b", 256: "l2promo_256b"}
 def descriptor_type(spec: TensorMapSpec) -> ir.Type:
     """The ``!nvgpu.tensormap.descriptor`` type of ``spec`` (box as a workgroup memref,
     swizzle, L2 promotion, OOB fill)."""
+    from ..dtypes import PACKED_TMA
     shape = "x".join(map(str, spec.box))
+    elt = "i8" if spec.dtype in PACKED_TMA else _dtype(spec.dtype).mlir    # a padded 6-bit box: one byte each
     return ir.Type.parse(
-        f"!nvgpu.tensormap.descriptor<tensor = memref<{shape}x{_dtype(spec.dtype).mlir}, "
+        f"!nvgpu.tensormap.descriptor<tensor = memref<{shape}x{elt}, "
         f"#gpu.address_space<workgroup>>, swizzle = {_SWZ[spec.swizzle]}, l2promo = {_L2[spec.l2promo]}, "
         f"oob = {spec.oob}, interleave = none>")
 
@@ -54,9 +56,12 @@ def check_tile(spec: TensorMapSpec, tile, what: str = "TMA copy"):
     ``tile`` may also be a raw ``memref`` (returned unchecked). Raises ``LayoutError``."""
     if not isinstance(tile, S.SmemTile):
         return tile
+    from ..dtypes import PACKED_TMA
     bad = []
-    if _dtype(spec.dtype).name != tile.dtype:
-        bad.append(f"dtype {_dtype(spec.dtype).name} != {tile.dtype}")
+    # a packed sub-byte map fills a byte buffer (16U6_ALIGN16B: one element per byte there)
+    smem_type = "u8" if spec.dtype in PACKED_TMA else _dtype(spec.dtype).name
+    if smem_type != tile.dtype:
+        bad.append(f"dtype {smem_type} != {tile.dtype}")
     if spec.swizzle != tile.swizzle:
         bad.append(f"swizzle {spec.swizzle} B != {tile.swizzle} B")
     box = tuple(spec.box)
@@ -64,7 +69,7 @@ def check_tile(spec: TensorMapSpec, tile, what: str = "TMA copy"):
     if lead < 0 or box[lead:] != tile.shape or any(x != 1 for x in box[:lead]):
         bad.append(f"box {list(spec.box)} != tile {list(tile.shape)}")
     if bad:
-        raise LayoutError(f"{what}: tensor map {spec.param!r} ({_dtype(spec.dtype).name} box "
+        raise LayoutError(f"{what}: tensor map {spec.param!r} ({spec.dtype} box "
                           f"{list(spec.box)}, swizzle {spec.swizzle} B) does not match shared "
                           f"{tile.describe()}: {'; '.join(bad)}")
     return tile.memref(shape=box) if lead else tile.memref()

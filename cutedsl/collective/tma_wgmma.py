@@ -166,8 +166,8 @@ class TmaWgmmaMainloop:
         """A and B tensor maps: boxes :attr:`a_box` / :attr:`b_box`, with a leading batch
         extent of 1 when :attr:`batched` (rank-3 maps over (L, rows, cols))."""
         sw, lead = self.traits.swizzle, (1,) if self.batched else ()
-        return [TensorMapSpec("a", mma_traits(self.dtype).storage, lead + self.a_box, swizzle=sw),
-                TensorMapSpec("b", mma_traits(self.b_dtype).storage, lead + self.b_box, swizzle=sw)]
+        return [TensorMapSpec("a", mma_traits(self.dtype).tma_dtype, lead + self.a_box, swizzle=sw),
+                TensorMapSpec("b", mma_traits(self.b_dtype).tma_dtype, lead + self.b_box, swizzle=sw)]
 
     def plan(self, plan, stages: int | None = None) -> None:
         """Declare the operand ring's shared memory and barriers in a ``SmemPlan``: ``stages``

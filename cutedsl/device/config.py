@@ -370,7 +370,7 @@ class GemmConfig:
         kw = dict(tile_m=bm, tile_n=bn, dtype=element_type(self.dtype), out_dtype=self.out_dtype,
                   b_major=self.b_major, epilogue=epilogue_cls or self._epilogue_cls())
         if self.b_dtype not in (None, self.dtype):
-            kw["b_dtype"] = self.b_dtype        # a kernel class without the field refuses it by name
+            kw["b_dtype"] = element_type(self.b_dtype)     # a kernel class without the field refuses it by name
         if self.fusion:
             kw["fusion"] = self.fusion
         if self.batched:

@@ -152,7 +152,9 @@ class CudaBackend(Backend):
     def encode_tensor_map(self, spec: TensorMapSpec, address: int, shape, strides) -> bytes:
         enc = check_tensor_map(spec, address, shape, strides)
         drv = self.drv
-        dt = drv.CUtensorMapDataType(_dtype(spec.dtype).tma_code)
+        from ..dtypes import PACKED_TMA
+        code = PACKED_TMA[spec.dtype].tma_code if spec.dtype in PACKED_TMA else _dtype(spec.dtype).tma_code
+        dt = drv.CUtensorMapDataType(code)
         tmap = _check(drv.cuTensorMapEncodeTiled(
             dt, enc.spec.rank, address,
             [drv.cuuint64_t(d) for d in enc.dims], [drv.cuuint64_t(s) for s in enc.strides],

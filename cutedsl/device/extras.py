@@ -106,9 +106,14 @@ def operand_array(be, v, major_inner: bool):
     """Device array of operand view ``v`` in the layout the tensor map reads (``major_inner``
     False: the last two axes swapped, K-major B); a host operand is copied (returns
     ``(array, copied)``)."""
-    packed = v.dtype is not None and v.dtype.name in PACKED
+    from ..atom.mma_traits import PADDED_6BIT
+    six = v.dtype is not None and v.dtype.name in PADDED_6BIT
+    packed = v.dtype is not None and v.dtype.name in PACKED or six
     if v.on_host:
         host = v.host if major_inner else np.swapaxes(v.host, -1, -2)  # K-major B: device holds B^T
+        if six:                             # e2m3/e3m2: 6 bits each, rows of 128 elements (16U6_ALIGN16B)
+            from .mx import pack_fp6
+            return arrays.to_device(be, pack_fp6(host), pitch_align=32), True
         if packed:                          # e2m1: two per byte along the rows (K), as TMA moves them
             from .mx import pack_fp4
             host = pack_fp4(host)
@@ -121,6 +126,17 @@ def operand_array(be, v, major_inner: bool):
     if not major_inner:
         shape[-2:], strides[-2:] = shape[:-3:-1], strides[:-3:-1]
     return arrays.DeviceArray(v.ptr, tuple(shape), tuple(strides), v.dtype, be, v.owner), False
+
+
+def map_extent(spec, arr) -> tuple:
+    """``(shape, strides)`` a tensor map of ``spec`` takes for device array ``arr``: the array's,
+    or for a packed sub-byte map (``dtypes.PACKED_TMA``) the rows' elements (bytes x 8 / bits)
+    with no element stride."""
+    from ..dtypes import PACKED_TMA
+    t = PACKED_TMA.get(spec.dtype)
+    if t is None:
+        return arr.shape, arr.strides
+    return (tuple(arr.shape[:-1]) + (arr.shape[-1] * 8 // t.bits,), tuple(arr.strides[:-1]) + (0,))
 
 
 def check_tma_layout(name, arr: "arrays.DeviceArray"):

@@ -316,7 +316,7 @@ class Gemm:
             if cfg.batched:                          # one batch of a rank-3 (L, rows, cols) map
                 arr = arrays.as_batch(arr)
             if name in specs:
-                values[name] = be.encode_tensor_map(specs[name], arr.ptr, arr.shape, arr.strides)
+                values[name] = be.encode_tensor_map(specs[name], arr.ptr, *extras.map_extent(specs[name], arr))
                 scratch.tmaps.append(values[name])
             else:
                 if not arr.is_c_contiguous():

@@ -14,6 +14,11 @@ block's ``amax / 6`` rounded to e4m3.
 in the low nibble of byte ``i`` (what ``tcgen05.mma.kind::mxf4`` reads from shared memory and
 TMA's ``16U4_ALIGN8B`` layout holds). ``Gemm`` packs numpy ``float4_e2m1fn`` operands itself.
 
+**Packed e2m3 / e3m2** (MXFP6, :func:`pack_fp6`): 6 bits per element, little-endian along the
+last axis, rows padded to 128 elements (TMA's ``16U6_ALIGN16B`` reads 16 packed elements and
+writes them into a 16-byte slot of shared memory, the layout ``kind::mxf8f6f4`` reads).
+``Gemm`` packs numpy ``float6_e2m3fn`` / ``float6_e3m2fn`` operands itself.
+
 **Packed scales** (:func:`pack_scales`, CUTLASS's scale-factor atom for ``tcgen05.cp.32x128b
 .warpx4``): 128 rows x 4 blocks per 512-byte atom, the factor of row ``i`` and block ``j`` at
 byte ``(i % 32) * 16 + (i // 32) * 4 + j``; atoms ordered row block by row block, K block by K
@@ -36,7 +41,10 @@ E8M0_BIAS = 127
 LANES = 32                      #: TMEM lanes per quarter: rows i and i + 32 share an atom row
 #: element type -> (numpy type, largest normal exponent)
 ELEMENTS = {"e4m3": (ml_dtypes.float8_e4m3fn, 8), "e5m2": (ml_dtypes.float8_e5m2, 15),
+            "e2m3": (ml_dtypes.float6_e2m3fn, 2), "e3m2": (ml_dtypes.float6_e3m2fn, 4),
             "e2m1": (ml_dtypes.float4_e2m1fn, 2)}
+SIX = 6                     #: bits of an MXFP6 element
+PADDED_GROUP = 128          #: a 6-bit tensor map's row: a multiple of 128 elements (cuda.h, 16U6_ALIGN16B)
 NIBBLE = 4
 E4M3 = ml_dtypes.float8_e4m3fn       #: NVFP4's factors: UE4M3 codes (sign bit 0)
 
@@ -130,6 +138,25 @@ def pack_fp4(q) -> np.ndarray:
     return np.ascontiguousarray(codes[..., 0::2] | (codes[..., 1::2] << np.uint8(NIBBLE)))
 
 
+def pack_fp6(q) -> np.ndarray:
+    """e2m3 / e3m2 values (``float6_e2m3fn`` / ``float6_e3m2fn``, any shape ``(..., K)``) packed 6
+    bits each along the last axis, little-endian (element ``i`` in bits ``6i .. 6i + 5`` of the
+    row; four elements per three bytes), the row padded with zeros to a multiple of 128 elements
+    (what the 16U6_ALIGN16B tensor map takes): uint8 ``(..., ceil(K / 128) * 96)``.
+    ``ArgumentTypeError`` for another dtype."""
+    q = np.asarray(q)
+    if q.dtype not in (ml_dtypes.float6_e2m3fn, ml_dtypes.float6_e3m2fn):
+        raise ArgumentTypeError(f"pack_fp6 takes ml_dtypes.float6_e2m3fn or float6_e3m2fn values, got {q.dtype}")
+    k = q.shape[-1]
+    kp = -(-k // PADDED_GROUP) * PADDED_GROUP
+    codes = np.zeros(q.shape[:-1] + (kp,), np.uint32)
+    codes[..., :k] = q.view(np.uint8) & np.uint8(0x3F)
+    c = codes.reshape(q.shape[:-1] + (kp // 4, 4))
+    word = c[..., 0] | c[..., 1] << 6 | c[..., 2] << 12 | c[..., 3] << 18          # 24 bits, 3 bytes
+    out = np.stack([(word >> s) & 0xFF for s in (0, 8, 16)], axis=-1).astype(np.uint8)
+    return np.ascontiguousarray(out.reshape(q.shape[:-1] + (kp // 4 * 3,)))
+
+
 def pack_scales(scales, dtype: str = "mxfp8") -> np.ndarray:
     """The packed ``(atoms * 4, 128)`` uint8 layout (module docstring) of ``scales`` (rows x
     blocks factor codes: uint8, or ml_dtypes float8_e8m0fnu / float8_e4m3fn) for operands of
@@ -153,5 +180,5 @@ def pack_scales(scales, dtype: str = "mxfp8") -> np.ndarray:
     return np.ascontiguousarray(atoms.reshape(rb * kt * ATOM_BLOCKS, ATOM_ROWS))
 
 
-__all__ = ["quantize", "dequantize", "pack_scales", "pack_fp4", "packed_rows", "blocks", "scale_values", "random_scales",
+__all__ = ["quantize", "dequantize", "pack_scales", "pack_fp4", "pack_fp6", "packed_rows", "blocks", "scale_values", "random_scales",
            "BLOCK", "MX_DTYPES", "ELEMENTS"]

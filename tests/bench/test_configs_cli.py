@@ -91,7 +91,7 @@ def test_bench_sm100a_on_the_emulator(capsys):
     assert "FAIL" not in out and out.count("pass") >= 4
 
 
-@pytest.mark.parametrize("dtype", ["mxfp8", "nvfp4"])
+@pytest.mark.parametrize("dtype", ["mxfp8", "mxfp6", "nvfp4"])
 def test_bench_block_scaled_on_the_emulator(dtype, capsys):
     """Block-scaled inputs: randn quantized along K with their packed factors, checked against
     the dequantized product in float64 (issue 24)."""

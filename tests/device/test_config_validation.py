@@ -9,7 +9,7 @@ from cutedsl.errors import (ArgumentError, ArgumentTypeError, ConfigError, NoDev
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(dtype="f32"), "dtype must be 'f16', 'bf16', 'e4m3', 'e5m2', 'tf32', 'mxfp8', 'mxfp8-e5m2', 'mxfp4' or 'nvfp4'"),
+    (dict(dtype="f32"), "dtype must be 'f16', 'bf16', 'e4m3', 'e5m2', 'tf32', 'mxfp8', 'mxfp8-e5m2', 'mxfp6', 'mxfp6-e3m2', 'mxfp4' or 'nvfp4'"),
     (dict(out_dtype="f64"), "out_dtype"),
     (dict(tile=(96, 128, 64)), "BLOCK_M must be 64 or 128"),
     (dict(tile=(128, 192, 64)), "BLOCK_N must be 64, 128 or 256"),

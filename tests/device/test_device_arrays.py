@@ -70,7 +70,7 @@ def test_one_shot_gemm_takes_the_dtype_from_a(sim, rng):
     d = gemm(a, b, backend=sim)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     assert d.dtype == np.float32 and np.max(np.abs(d - ref)) / np.max(np.abs(ref)) < 2e-5
-    with pytest.raises(Exception, match="dtype must be 'f16', 'bf16', 'e4m3', 'e5m2', 'tf32', 'mxfp8', 'mxfp8-e5m2', 'mxfp4' or 'nvfp4'"):
+    with pytest.raises(Exception, match="dtype must be 'f16', 'bf16', 'e4m3', 'e5m2', 'tf32', 'mxfp8', 'mxfp8-e5m2', 'mxfp6', 'mxfp6-e3m2', 'mxfp4' or 'nvfp4'"):
         gemm(a.astype(np.float32), b, backend=sim)
 
 

@@ -63,7 +63,7 @@ def test_fp8_defaults_and_adversarial_interleavings(rng):
     (dict(dtype="e4m3", b_dtype="f16"), "A and B must have the same type, or mix e4m3 with e5m2 .* e4m3 x f16"),
     (dict(dtype="f16", b_dtype="bf16"), "got f16 x bf16"),
     (dict(dtype="e4m3", tile=(128, 128, 64)), "BLOCK_K must be 128 .*one 128-byte swizzle row of e4m3"),
-    (dict(dtype="e5m2", b_dtype="f32"), "b_dtype must be None or 'f16', 'bf16', 'e4m3', 'e5m2', 'tf32', 'mxfp8', 'mxfp8-e5m2', 'mxfp4' or 'nvfp4'"),
+    (dict(dtype="e5m2", b_dtype="f32"), "b_dtype must be None or 'f16', 'bf16', 'e4m3', 'e5m2', 'tf32', 'mxfp8', 'mxfp8-e5m2', 'mxfp6', 'mxfp6-e3m2', 'mxfp4' or 'nvfp4'"),
     (dict(dtype="e5m2", b_dtype="tf32"), "mix e4m3 with e5m2 .* got e5m2 x tf32"),
 ])
 def test_fp8_config_errors(kw, match):

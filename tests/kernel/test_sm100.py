@@ -327,13 +327,15 @@ def test_mx_errors(rng):
 
 
 @pytest.mark.parametrize("dtype,mma,cps,anchor_mma", [
-    ("mxfp8", "UTCQMMA", 2, 64), ("mxfp4", "UTCOMMA", 4, 55), ("nvfp4", "UTCOMMA", 8, 67)])
+    ("mxfp8", "UTCQMMA", 2, 64), ("mxfp6", "UTCQMMA", 2, 64), ("mxfp4", "UTCOMMA", 4, 55),
+    ("nvfp4", "UTCOMMA", 8, 67)])
 def test_mx_sass(dtype, mma, cps, anchor_mma):
     """The MMA warp's loop per k-tile: the factor atoms' UTCCP (MXFP8 one per operand, MXFP4 two),
     4 block-scaled MMAs (UTCQMMA for kind::mxf8f6f4, UTCOMMA for kind::mxf4), the release, with
     no branch and no register-to-uniform move; the MMA and the producer loop (4 UTMALDG: A, B
     and their factors) within 10 % of CuTe DSL's block-scaled sm100 GEMM of the same tile
-    (``anchor_mma``; producer 44: docs/measurements.md); no spills."""
+    (``anchor_mma``; producer 44: docs/measurements.md; MXFP6 is the same kind::mxf8f6f4 loop,
+    held to MXFP8's anchor); no spills."""
     from cutedsl.compiler.sass_loops import kernel_hot_loop
     k = GemmConfig(arch="sm_100a", dtype=dtype, stages=4).kernel().compile()
     loop = kernel_hot_loop(k, mma)
@@ -365,9 +367,9 @@ def test_mxfp4_host_helpers(rng):
     assert mx.pack_scales(s).shape == (2 * 3 * 4, 128)
     with pytest.raises(Exception, match=r"pack_fp4 takes ml_dtypes.float4_e2m1fn values, got float64"):
         mx.pack_fp4(x)
-    with pytest.raises(Exception, match=r"block-scaled dtype must be one of mxfp8, mxfp8-e5m2, mxfp4, nvfp4, e4m3, "
-                                        r"e5m2, e2m1, got 'e3m2'"):
-        mx.quantize(x, "e3m2")
+    with pytest.raises(Exception, match=r"block-scaled dtype must be one of mxfp8, mxfp8-e5m2, mxfp6, mxfp6-e3m2, "
+                                        r"mxfp4, nvfp4, e4m3, e5m2, e2m3, e3m2, e2m1, got 'e4m2'"):
+        mx.quantize(x, "e4m2")
 
 
 def test_mxfp4_errors(rng):
