@@ -146,8 +146,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             b = config.b_dtype or config.dtype
             if config.dtype not in MX_DTYPES or b not in MX_DTYPES or DTYPE_SCALES[config.dtype] != DTYPE_SCALES[b] \
                     or (MX_DTYPES[config.dtype] == "e2m1") != (MX_DTYPES[b] == "e2m1"):
-                return (f"block-scaled inputs come in pairs (MXFP8 with MXFP8, MXFP4 with MXFP4, NVFP4 with NVFP4): "
-                        f"dtype {config.dtype!r}, b_dtype {config.b_dtype!r}")
+                return (f"block-scaled inputs come in pairs (MXFP8 or MXFP6 with MXFP8 or MXFP6, MXFP4 with MXFP4, "
+                        f"NVFP4 with NVFP4): dtype {config.dtype!r}, b_dtype {config.b_dtype!r}")
             from ..atom.tcgen05 import SF_ROWS
             if tuple(config.tile[:2]) != (SF_ROWS, SF_ROWS) or getattr(config, "mma_sm", 1) != 1 or config.batched:
                 return ("block-scaled (MX) GEMMs are built for tile 128 x 128 on one SM (mma_sm=1), unbatched, "

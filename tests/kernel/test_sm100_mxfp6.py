@@ -64,3 +64,27 @@ def test_mxfp6_kernel_and_quantize():
     q, s = mx.quantize(x, "mxfp6")
     amax = np.abs(x).reshape(4, 2, 32).max(2)
     assert q.dtype == ml_dtypes.float6_e2m3fn and np.array_equal(s.astype(int) - 127, np.floor(np.log2(amax)) - 2)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(dtype="mxfp6", b_dtype="f16"), r"6-bit operands mix with e4m3, e5m2, e2m3, e3m2 only "
+                                         r"\(tcgen05.mma.kind::mxf8f6f4\), got e2m3 x f16"),
+    (dict(dtype="mxfp6", b_dtype="nvfp4"), r"6-bit operands mix with .* got e2m3 x e2m1"),
+    (dict(dtype="mxfp6", b_dtype="e4m3"), r"block-scaled inputs come in pairs \(MXFP8 or MXFP6 with MXFP8 or MXFP6, "
+                                          r"MXFP4 with MXFP4, NVFP4 with NVFP4\): dtype 'mxfp6', b_dtype 'e4m3'"),
+    (dict(dtype="mxfp6", b_major="MN"), r"e2m3 x e2m3 operands must be K-major .* b_major='MN'"),
+    (dict(dtype="mxfp6", tile=(128, 128, 64)), r"BLOCK_K must be 128"),
+    (dict(dtype="mxfp6", arch="sm_90a"), r"dtype 'mxfp6' \(block-scaled MX inputs\) needs a block-scaled kernel"),
+])
+def test_mxfp6_config_errors(kw, match):
+    from cutedsl.errors import ConfigError
+    with pytest.raises(ConfigError, match=match):
+        GemmConfig(**{"arch": "sm_100a", **kw})
+
+
+def test_mxfp6_operand_dtype_is_checked(rng, sim):
+    """A float32 operand where the config expects e2m3 is refused before any launch."""
+    a, b, sa, sb, _ = operands(rng, 64, 64, 64, "mxfp6", "mxfp6")
+    with pytest.raises(ArgumentTypeError, match=r"a has dtype float32, the config expects e2m3"):
+        Gemm(GemmConfig(arch="sm_100a", dtype="mxfp6", stages=2), sim)(a.astype(np.float32), b.T,
+                                                                       a_scales=sa, b_scales=sb)
