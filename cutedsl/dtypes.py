@@ -30,7 +30,7 @@ def _numpy_dtype(name: str) -> np.dtype:
                          "e2m3": ml_dtypes.float6_e2m3fn, "e3m2": ml_dtypes.float6_e3m2fn}[name])
     return np.dtype({"f16": np.float16, "f32": np.float32, "f64": np.float64, "tf32": np.float32,
                      "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64,
-                     "i8": np.int8, "i32": np.int32, "i64": np.int64}[name])
+                     "i8": np.int8, "i32": np.int32, "i64": np.int64, "e2m1x2": np.uint8}[name])
 
 
 _TABLE = [
@@ -48,7 +48,14 @@ _TABLE = [
     # e2m3 / e3m2 (MXFP6): one element per byte in numpy; packed 6 bits each on the device and
     # moved by 16U6_ALIGN16B tensor maps (MmaTraits.tma_dtype)
     DType("e2m3", 1, -1, "f6E2M3FN", "float"), DType("e3m2", 1, -1, "f6E3M2FN", "float"),
+    # e2m1x2: a byte of two e2m1 (element 2i in the low nibble), torch's float4_e2m1fn_x2: the
+    # storage type of device-resident MXFP4 / NVFP4 operands (cutedsl.device.mx.to_device);
+    # numpy holds it as uint8 (after u8 here, so a numpy uint8 array stays u8)
+    DType("e2m1x2", 1, -1, "i8", "float"),
 ]
+#: packed storage type -> (element type, elements per byte): device operands of these types are
+#: read as their elements, the contiguous axis counting elements (cutedsl.device.arrays.TensorView)
+PACKED_STORAGE = {"e2m1x2": ("e2m1", 2)}
 DTYPES = {d.name: d for d in _TABLE}
 
 

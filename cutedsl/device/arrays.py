@@ -31,7 +31,7 @@ import weakref
 import attrs
 import numpy as np
 
-from ..dtypes import DType, dtype as _dtype
+from ..dtypes import PACKED_STORAGE, DType, dtype as _dtype
 from ..errors import ArgumentError, ArgumentTypeError
 
 
@@ -169,6 +169,23 @@ class DeviceArray:
         v = attrs.evolve(self, ptr=self.ptr + int(offset), shape=shape, strides=strides)
         v.check_allocation("view()")
         return v
+
+    @property
+    def mT(self) -> "DeviceArray":
+        """The view with the last two axes swapped (no copy): e.g. ``b.mT`` hands a K-major
+        ``(N, K)`` array to a GEMM as its ``(K, N)`` B. ``ArgumentError`` below 2-D."""
+        if self.ndim < 2:
+            raise ArgumentError(f"mT needs a 2-D or 3-D array, got shape {self.shape}")
+        swap = lambda t: tuple(t[:-2]) + (t[-1], t[-2])      # noqa: E731
+        return attrs.evolve(self, shape=swap(self.shape), strides=swap(self.strides))
+
+    @property
+    def T(self) -> "DeviceArray":
+        """The transpose of a 2-D array (no copy; as numpy's ``.T``). ``ArgumentError`` for other
+        ranks (use :attr:`mT` for a batch of matrices)."""
+        if self.ndim != 2:
+            raise ArgumentError(f"T is the transpose of a 2-D array, got shape {self.shape} (mT swaps the last two axes)")
+        return self.mT
 
     def byte_span(self) -> tuple | None:
         """``(first, end)``: byte offsets from ``ptr`` of the lowest byte the view covers and one
@@ -346,7 +363,8 @@ def describe(x, name: str = "array"):
         import torch  # noqa: F401 - only reached when the caller passed a torch tensor
         if x.is_cuda:
             names = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32",
-                     "torch.float8_e4m3fn": "e4m3", "torch.float8_e5m2": "e5m2"}
+                     "torch.float8_e4m3fn": "e4m3", "torch.float8_e5m2": "e5m2",
+                     "torch.float4_e2m1fn_x2": "e2m1x2"}
             dt = _dtype(names.get(str(x.dtype), "x"))
             e = dt.nbytes
             return x.data_ptr(), tuple(x.shape), tuple(s * e for s in x.stride()), dt, "torch"
@@ -407,14 +425,21 @@ class TensorView:
     ptr: int = 0
     strides: tuple = ()
     framework: str = "numpy"
+    #: elements per byte along the contiguous axis of a packed device operand (``e2m1x2``: 2;
+    #: ``dtypes.PACKED_STORAGE``); ``shape`` then counts elements, ``strides`` stay the storage's
+    packed: int = 1
 
     @classmethod
     def of(cls, x, name: str) -> "TensorView":
         """Describe ``x`` (numpy, a DeviceArray, torch/cupy CUDA, any DLPack array, or anything
-        ``np.asarray`` takes). ``ArgumentTypeError`` for no array at all."""
+        ``np.asarray`` takes). ``ArgumentTypeError`` for no array at all; ``ArgumentError`` for a
+        packed device array (``e2m1x2``) whose bytes are not contiguous along one of its last two
+        axes."""
         dev = describe(x, name)
         if dev is not None:
             ptr, shape, strides, dt, fw = dev
+            if dt.name in PACKED_STORAGE:
+                return cls._packed(name, x, ptr, tuple(shape), tuple(strides), dt, fw)
             return cls(name, tuple(shape), dt, dt.name, x, None, ptr, tuple(strides), fw)
         h = host_array(x)
         try:
@@ -422,6 +447,19 @@ class TensorView:
         except ArgumentTypeError:
             dt = None
         return cls(name, tuple(h.shape), dt, h.dtype, x, h, 0, tuple(h.strides), "numpy")
+
+    @classmethod
+    def _packed(cls, name, x, ptr, shape, strides, dt, fw) -> "TensorView":
+        """A device array of packed storage read as its elements: the axis whose byte stride is
+        1 (the last or the second-last) counts ``per_byte`` elements per stored byte."""
+        elem, per_byte = PACKED_STORAGE[dt.name]
+        axis = next((ax for ax in (-1, -2) if len(shape) >= -ax and strides[ax] == 1), None)
+        if axis is None:
+            raise ArgumentError(f"{name}: a {dt.name} array ({per_byte} {elem} per byte) must be contiguous along "
+                                f"its last or second-last axis (byte stride 1), got strides {strides} B")
+        shape = list(shape)
+        shape[axis] *= per_byte
+        return cls(name, tuple(shape), _dtype(elem), dt.name, x, None, ptr, strides, fw, per_byte)
 
     @property
     def on_host(self) -> bool:

@@ -118,13 +118,20 @@ def operand_array(be, v, major_inner: bool):
             from .mx import pack_fp4
             host = pack_fp4(host)
         return arrays.to_device(be, host, pitch_align=16), True
-    if packed:
+    if packed and v.packed == 1:
+        to_dev = "" if six else " (or a device array from cutedsl.device.mx.to_device)"
         raise ArgumentTypeError(f"{v.name}: {v.dtype.name} operands are taken as host (numpy) arrays, one "
-                                f"element per byte, and packed two per byte on the way to the device; a device "
-                                f"array of them is not supported yet")
+                                f"element per byte, packed on the way to the device{to_dev}; got a device array of "
+                                f"{v.raw_dtype} elements")
     shape, strides = list(v.shape), list(v.strides)
     if not major_inner:
         shape[-2:], strides[-2:] = shape[:-3:-1], strides[:-3:-1]
+    if v.packed > 1:                        # e2m1x2 storage: its bytes, rows along K (the MMA's K-major)
+        if strides[-1] != 1:
+            raise ArgumentError(f"{v.name}: a {v.raw_dtype} operand's packed pairs must run along K (K-major), "
+                                f"got strides {tuple(v.strides)} B for shape {tuple(v.shape)} (elements)")
+        shape[-1] //= v.packed
+        return arrays.DeviceArray(v.ptr, tuple(shape), tuple(strides), _dtype("u8"), be, v.owner), False
     return arrays.DeviceArray(v.ptr, tuple(shape), tuple(strides), v.dtype, be, v.owner), False
 
 

@@ -12,7 +12,9 @@ block's ``amax / 6`` rounded to e4m3.
 
 **Packed e2m1** (:func:`pack_fp4`): two elements per byte along the last axis, element ``2i``
 in the low nibble of byte ``i`` (what ``tcgen05.mma.kind::mxf4`` reads from shared memory and
-TMA's ``16U4_ALIGN8B`` layout holds). ``Gemm`` packs numpy ``float4_e2m1fn`` operands itself.
+TMA's ``16U4_ALIGN8B`` layout holds). ``Gemm`` packs numpy ``float4_e2m1fn`` operands itself;
+:func:`to_device` packs once into a device-resident ``e2m1x2`` array (torch's
+``float4_e2m1fn_x2`` layout) that ``Gemm`` then reads in place, call after call.
 
 **Packed e2m3 / e3m2** (MXFP6, :func:`pack_fp6`): 6 bits per element, little-endian along the
 last axis, rows padded to 128 elements (TMA's ``16U6_ALIGN16B`` reads 16 packed elements and
@@ -29,6 +31,7 @@ UE4M3 0x38).
 """
 from __future__ import annotations
 
+import attrs
 import ml_dtypes
 import numpy as np
 
@@ -157,6 +160,24 @@ def pack_fp6(q) -> np.ndarray:
     return np.ascontiguousarray(out.reshape(q.shape[:-1] + (kp // 4 * 3,)))
 
 
+def to_device(backend, q):
+    """Pack e2m1 values (``float4_e2m1fn``, shape ``(..., K)``, K along the last axis) two per
+    byte (:func:`pack_fp4`) into a new device array of ``backend`` (a ``Gemm``'s ``.backend``):
+    ``DeviceArray`` of dtype ``e2m1x2``, shape ``(..., ceil(K / 2))`` (bytes; an odd K gets a
+    zero element, so the GEMM sees K + 1), rows padded to a 16-byte pitch (TMA's rule). A GEMM
+    reads it as a K-major operand: pass ``A`` as is and a weight stored ``(N, K)`` as ``w.T``
+    (``w.mT`` for a batch). ``ArgumentTypeError`` for another dtype or a non-backend."""
+    from ..dtypes import dtype as _dtype
+    from . import arrays
+    q = np.asarray(q)
+    if q.dtype != ml_dtypes.float4_e2m1fn:
+        raise ArgumentTypeError(f"mx.to_device(backend, q) packs ml_dtypes.float4_e2m1fn values (MXFP4 / NVFP4 "
+                                f"elements), got {q.dtype} (MXFP8 operands are device arrays as they are; MXFP6 "
+                                f"ones are taken as host arrays)")
+    arr = arrays.to_device(backend, pack_fp4(q), pitch_align=16)
+    return attrs.evolve(arr, dtype=_dtype("e2m1x2"))      # the same memory, read as packed pairs
+
+
 def pack_scales(scales, dtype: str = "mxfp8") -> np.ndarray:
     """The packed ``(atoms * 4, 128)`` uint8 layout (module docstring) of ``scales`` (rows x
     blocks factor codes: uint8, or ml_dtypes float8_e8m0fnu / float8_e4m3fn) for operands of
@@ -180,5 +201,5 @@ def pack_scales(scales, dtype: str = "mxfp8") -> np.ndarray:
     return np.ascontiguousarray(atoms.reshape(rb * kt * ATOM_BLOCKS, ATOM_ROWS))
 
 
-__all__ = ["quantize", "dequantize", "pack_scales", "pack_fp4", "pack_fp6", "packed_rows", "blocks", "scale_values", "random_scales",
+__all__ = ["quantize", "dequantize", "pack_scales", "pack_fp4", "pack_fp6", "to_device", "packed_rows", "blocks", "scale_values", "random_scales",
            "BLOCK", "MX_DTYPES", "ELEMENTS"]

@@ -31,7 +31,10 @@ def check_operands(cfg, va, vb):
         shapes[name] = tuple(shape)
     (m, k), (k2, n) = shapes["a"][-2:], shapes["b"][-2:]
     if k != k2:
-        raise ArgumentError(f"a.shape[-1] ({k}) != b.shape[-2] ({k2}): inner dimensions must match")
+        packed = [f"{x} is {v.raw_dtype} device storage (K = 2 x its bytes; mx.to_device pads an odd K by one "
+                  f"zero element)" for x, v in (("a", va), ("b", vb)) if v.packed > 1]
+        raise ArgumentError(f"a.shape[-1] ({k}) != b.shape[-2] ({k2}): inner dimensions must match"
+                            + (f" ({'; '.join(packed)})" if packed else ""))
     la, lb = (shapes[x][0] if len(shapes[x]) == 3 else 1 for x in ("a", "b"))
     l = max(la, lb)
     if la not in (1, l) or lb not in (1, l):
