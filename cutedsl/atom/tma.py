@@ -31,7 +31,7 @@ builtin, nvgpu, nvvm = lazy("mlir.dialects.builtin"), lazy("mlir.dialects.nvgpu"
 V = lazy("cutedsl.ir.values")
 
 from ..compiler.artifact import TensorMapSpec
-from ..dtypes import dtype as _dtype
+from ..dtypes import PACKED_TMA, dtype as _dtype
 from ..errors import LayoutError
 from .sync import fence_proxy_async
 
@@ -42,7 +42,6 @@ _L2 = {0: "none", 64: "l2promo_64b", 128: "l2promo_128b", 256: "l2promo_256b"}
 def descriptor_type(spec: TensorMapSpec) -> ir.Type:
     """The ``!nvgpu.tensormap.descriptor`` type of ``spec`` (box as a workgroup memref,
     swizzle, L2 promotion, OOB fill)."""
-    from ..dtypes import PACKED_TMA
     shape = "x".join(map(str, spec.box))
     elt = "i8" if spec.dtype in PACKED_TMA else _dtype(spec.dtype).mlir    # a padded 6-bit box: one byte each
     return ir.Type.parse(
@@ -56,7 +55,6 @@ def check_tile(spec: TensorMapSpec, tile, what: str = "TMA copy"):
     ``tile`` may also be a raw ``memref`` (returned unchecked). Raises ``LayoutError``."""
     if not isinstance(tile, S.SmemTile):
         return tile
-    from ..dtypes import PACKED_TMA
     bad = []
     # a packed sub-byte map fills a byte buffer (16U6_ALIGN16B: one element per byte there)
     smem_type = "u8" if spec.dtype in PACKED_TMA else _dtype(spec.dtype).name

@@ -15,7 +15,7 @@ import ctypes
 import threading
 
 from ..compiler.artifact import CompiledKernel, TensorMapSpec
-from ..dtypes import dtype as _dtype
+from ..dtypes import PACKED_TMA, dtype as _dtype
 from ..errors import ArgumentError, LaunchError, NoDeviceError
 from .backend import Backend, DeviceBuffer, check_launch, check_nbytes, check_tensor_map
 
@@ -152,7 +152,6 @@ class CudaBackend(Backend):
     def encode_tensor_map(self, spec: TensorMapSpec, address: int, shape, strides) -> bytes:
         enc = check_tensor_map(spec, address, shape, strides)
         drv = self.drv
-        from ..dtypes import PACKED_TMA
         code = PACKED_TMA[spec.dtype].tma_code if spec.dtype in PACKED_TMA else _dtype(spec.dtype).tma_code
         dt = drv.CUtensorMapDataType(code)
         tmap = _check(drv.cuTensorMapEncodeTiled(

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..atom.mma_traits import PACKED_BITS as PACKED
-from ..dtypes import dtype as _dtype
+from ..atom.mma_traits import PACKED_BITS as PACKED, PADDED_6BIT
+from ..dtypes import PACKED_TMA, dtype as _dtype
 from ..errors import ArgumentError, ArgumentTypeError
 from . import arrays
 
@@ -105,8 +105,10 @@ def value(be, p, v, dims, keep, owned, copy_back=None):
 def operand_array(be, v, major_inner: bool):
     """Device array of operand view ``v`` in the layout the tensor map reads (``major_inner``
     False: the last two axes swapped, K-major B); a host operand is copied (returns
-    ``(array, copied)``)."""
-    from ..atom.mma_traits import PADDED_6BIT
+    ``(array, copied)``). Sub-byte elements: host e2m1 packed two per byte, host e2m3/e3m2
+    6 bits each (rows padded to 128 elements); a packed ``e2m1x2`` device operand as its bytes
+    (``ArgumentError`` unless the pairs run along K); ``ArgumentTypeError`` for a device array
+    of one sub-byte element per byte."""
     six = v.dtype is not None and v.dtype.name in PADDED_6BIT
     packed = v.dtype is not None and v.dtype.name in PACKED or six
     if v.on_host:
@@ -139,7 +141,6 @@ def map_extent(spec, arr) -> tuple:
     """``(shape, strides)`` a tensor map of ``spec`` takes for device array ``arr``: the array's,
     or for a packed sub-byte map (``dtypes.PACKED_TMA``) the rows' elements (bytes x 8 / bits)
     with no element stride."""
-    from ..dtypes import PACKED_TMA
     t = PACKED_TMA.get(spec.dtype)
     if t is None:
         return arr.shape, arr.strides
