@@ -188,12 +188,14 @@ class Umma(SmemOperands):
     """``tcgen05.mma.cta_group::G`` of ``m`` x ``n`` (16..256, step 16) per k-tile from shared A
     (``dtype``, ``a_major``) and B (``b_dtype``, ``b_major``: None = as the buffer declares), f32
     in TMEM. ``cta_group`` 1: ``m`` = 128, one CTA. ``cta_group`` 2 (a CTA pair, CUTLASS's 2SM
-    MMA): ``m`` = 256; issued by the pair's even CTA, each CTA holding half of A's rows and half
-    of B's N rows at the same shared offsets and receiving its 128 rows of D in its own TMEM.
+    MMA): ``m`` = 256 or 128; issued by the pair's even CTA, each CTA holding half of A's rows
+    and half of B's N rows at the same shared offsets and receiving its ``m / 2`` rows of D in its
+    own TMEM (``m`` = 128: its 64 rows at lanes 0..63 for the first ``n / 2`` columns and at lanes
+    64..127 for the rest, ``n / 2`` columns wide -- :class:`TmemLayout` with ``split``).
     ``ValueError`` for shapes or operand pairs the PTX ISA has no instruction for."""
 
     descriptor_cls = UmmaDescriptor
-    M = {1: (128,), 2: (256,)}
+    M = {1: (128,), 2: (256, 128)}
     N_STEP, N_MAX = 16, 256
 
     def __init__(self, m: int, n: int, dtype: str = "f16", b_major: str | None = None, b_dtype: str | None = None,
@@ -347,10 +349,12 @@ def quarter_row():
 class TmemLayout:
     """Element coordinates of a :class:`TmemFragment`: lane ``l`` of warp ``w`` holds row
     ``32 * (w % 4) + l`` (:func:`quarter_row`), register ``i`` column ``col0 + i``; any four
-    consecutive warps cover the 128 rows."""
+    consecutive warps cover the 128 rows. With ``split`` (a CTA pair's M = 128 accumulator: 64
+    rows per CTA, the second ``split`` columns in lanes 64..127) lane ``l`` of warp ``w`` holds
+    row ``32 * (w % 2) + l`` and register ``i`` column ``col0 + split * ((w % 4) // 2) + i``."""
 
-    def __init__(self, cols: int, col0: int = 0):
-        self.cols, self.col0 = cols, col0
+    def __init__(self, cols: int, col0: int = 0, split: int = 0):
+        self.cols, self.col0, self.split = cols, col0, split
         self.m_blocks = 1
 
     @property
@@ -358,7 +362,12 @@ class TmemLayout:
         return self.cols
 
     def thread_base(self, warpgroup_thread=None) -> tuple:
-        return (quarter_row() if warpgroup_thread is None else warpgroup_thread), V.u32(self.col0)
+        if warpgroup_thread is not None or not self.split:
+            return (quarter_row() if warpgroup_thread is None else warpgroup_thread), V.u32(self.col0)
+        t = V.thread_idx()
+        quarter = (t // QUARTER_LANES) % QUARTERS
+        row = quarter % 2 * QUARTER_LANES + t % QUARTER_LANES
+        return row, quarter // 2 * self.split + self.col0
 
     @staticmethod
     def offset(b: int, i: int) -> tuple:
@@ -370,9 +379,9 @@ class TmemFragment:
     :meth:`load`; the Accumulator interface epilogues use (``layout``, ``m_blocks``, ``regs``,
     ``get``, ``lazy_map``)."""
 
-    def __init__(self, values, col0: int, fn=None):
+    def __init__(self, values, col0: int, fn=None, split: int = 0):
         self.values, self.col0, self._fn = list(values), col0, fn
-        self.layout = TmemLayout(len(self.values), col0)
+        self.layout = TmemLayout(len(self.values), col0, split)
 
     @property
     def m_blocks(self) -> int:
@@ -383,10 +392,11 @@ class TmemFragment:
         return len(self.values)
 
     @classmethod
-    def load(cls, taddr, col0: int, cols: int) -> "TmemFragment":
+    def load(cls, taddr, col0: int, cols: int, split: int = 0) -> "TmemFragment":
         """``tcgen05.ld.sync.aligned.32x32b.x{cols}`` of columns ``col0..`` of the accumulator at
         TMEM address ``taddr`` (i32), each warp from its lane quarter, then ``tcgen05.wait::ld``.
-        ``cols``: a power of two, 1..128."""
+        ``cols``: a power of two, 1..128. ``split``: the fragment of a CTA pair's M = 128
+        accumulator (:class:`TmemLayout`)."""
         if cols < 1 or cols > MAX_LD_COLUMNS or cols & (cols - 1):
             raise ValueError(f"tcgen05.ld 32x32b loads a power of two 1..{MAX_LD_COLUMNS} columns, got {cols}")
         quarter = (V.thread_idx() // QUARTER_LANES) % QUARTERS
@@ -400,7 +410,7 @@ class TmemFragment:
             vals = [V.Scalar(llvm.bitcast(f32, v))]
         else:
             vals = [V.Scalar(llvm.bitcast(f32, llvm.extractelement(v, V.i32(i)))) for i in range(cols)]
-        return cls(vals, col0)
+        return cls(vals, col0, split=split)
 
     def get(self, b: int, i: int):
         v = self.values[i]
@@ -414,7 +424,7 @@ class TmemFragment:
         if self._fn is not None:              # compose with the mapping already applied
             inner, outer = self._fn, fn
             fn = lambda v, r, c: outer(inner(v, r, c), r, c)      # noqa: E731
-        out = TmemFragment(self.values, self.col0, fn)
+        out = TmemFragment(self.values, self.col0, fn, self.layout.split)
         out._base = base or self.layout.thread_base()
         return out
 

@@ -19,20 +19,27 @@ EPILOGUE_THREADS = 128      #: the four warps that read the accumulator's lane q
 VEC = 4                     #: f32 per workspace access (16 bytes)
 
 
-def store_accumulator(epilogue, taddr, tile_n: int, ctx, after_last_load=None, transform=None) -> None:
+def store_accumulator(epilogue, taddr, tile_n: int, ctx, after_last_load=None, transform=None,
+                      split: bool = False) -> None:
     """IR, by four consecutive warps: store the ``128 x tile_n`` f32 accumulator at TMEM address
     ``taddr`` (i32) through ``epilogue`` with context ``ctx``. ``after_last_load()`` runs once
     the last chunk is in registers (e.g. release the buffer to the MMAs before its store);
-    ``transform(value, row, col)`` is applied to every element first. An epilogue that stores
-    from tensor memory itself (``store_tmem``, e.g. the TMA-store one) is handed the whole job."""
+    ``transform(value, row, col)`` is applied to every element first. ``split``: the ``64 x
+    tile_n`` accumulator of a CTA pair's M = 128 MMA (``tile_n / 2`` columns, the second half
+    of the tile in lanes 64..127: :class:`~cutedsl.atom.tcgen05.TmemLayout`). An epilogue that
+    stores from tensor memory itself (``store_tmem``, e.g. the TMA-store one) is handed the
+    whole job (``ValueError`` with ``split``: not built)."""
     if hasattr(epilogue, "store_tmem"):
+        if split:
+            raise ValueError(f"{type(epilogue).__name__} does not store a CTA pair's M = 128 accumulator")
         return epilogue.store_tmem(taddr, tile_n, ctx, after_last_load, transform)
-    cols = min(EPILOGUE_COLUMNS, tile_n)
-    for c0 in range(0, tile_n, cols):
-        frag = TmemFragment.load(taddr, c0, cols)
+    width = tile_n // 2 if split else tile_n            # accumulator columns per TMEM lane
+    cols = min(EPILOGUE_COLUMNS, width)
+    for c0 in range(0, width, cols):
+        frag = TmemFragment.load(taddr, c0, cols, split=width if split else 0)
         if transform is not None:
             frag = frag.lazy_map(transform)
-        if after_last_load is not None and c0 + cols == tile_n:
+        if after_last_load is not None and c0 + cols == width:
             after_last_load()
         epilogue.store(frag, ctx)
 

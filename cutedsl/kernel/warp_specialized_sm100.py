@@ -30,10 +30,14 @@ cir = lazy("cutedsl.ir")
 
 PRODUCER_WARP, MMA_WARP, FIRST_EPILOGUE_WARP = 0, 1, 2
 ACC_STAGES = 2                      #: accumulator buffers in tensor memory
+#: why tile_m 64 needs a CTA pair (one SM's M = 64 MMA keeps rows in 16-lane halves: not built)
+PAIR_M64 = ("BLOCK_M 64 on sm_100a is a CTA pair's half of an M = 128 tcgen05.mma: mma_sm=2, cluster (2, 1) "
+            "(CLI --mma-sm 2 --cluster 2x1)")
 
 
 class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
-    """Persistent; see the module docstring. ``tile_m`` 128, ``tile_n`` 64/128/256; ``stages``
+    """Persistent; see the module docstring. ``tile_m`` 128 (or 64 with ``mma_sm`` 2: a CTA
+    pair's M = 128 MMA, 64 rows per CTA), ``tile_n`` 64/128/256; ``stages``
     2..7; ``cluster`` as the sm_90 kernels (TMA multicast, commit multicast of the releases);
     the ``global`` epilogue, or ``tma`` (each epilogue warp stages its 32 rows in swizzled shared
     sub-tiles for TMA stores: :class:`~cutedsl.collective.tmem_epilogue_tma.TmemTmaStoreEpilogue`);
@@ -45,7 +49,7 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     mma_atom = "tcgen05"
     mainloop_cls = Tcgen05Mainloop
     persistent = True
-    TILE_M = (128,)
+    TILE_M = (128, 64)
     CONFIG_FIELDS = WarpSpecializedGemmKernel.CONFIG_FIELDS + ("mma_sm", "block_scaled")
 
     def __init__(self, *args, mma_sm: int = 1, block_scaled=False, **kw):
@@ -53,11 +57,25 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         #: block-scaled inputs, parameters a_scales / b_scales: False, "mx" (E8M0 factors per 32
         #: K elements; True means it too) or "nv" (NVFP4: UE4M3 per 16)
         self.block_scaled = block_scale(block_scaled).name if block_scaled else False
+        tile_m = kw.get("tile_m", args[0] if args else 128)
+        if tile_m == 64 and mma_sm != 2:
+            raise ValueError(f"{type(self).__name__}(tile_m=64): {PAIR_M64}")
         super().__init__(*args, **kw)
 
     @property
     def pair(self) -> bool:
         return self.mma_sm == 2
+
+    @property
+    def split_accumulator(self) -> bool:
+        """A CTA pair's M = 128 MMA (``tile_m`` 64): each CTA's 64 x ``tile_n`` accumulator in
+        ``tile_n / 2`` columns, its second half of the columns in lanes 64..127."""
+        return self.pair and self.tile_m == 64
+
+    @property
+    def acc_columns(self) -> int:
+        """TMEM columns of one accumulator buffer."""
+        return self.tile_n // 2 if self.split_accumulator else self.tile_n
 
     def make_mainloop(self):
         return self.mainloop_cls(self.tile_m, self.tile_n, self.stages, self.dtype, self.b_major, 1, self.cluster,
@@ -124,6 +142,11 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         if why:
             return why
         pairs = Tcgen05Mainloop.PAIR_CLUSTERS
+        if config.tile[0] == 64 and getattr(config, "mma_sm", 1) != 2:
+            return PAIR_M64
+        if config.tile[0] == 64 and config.epilogue == "tma":
+            return ("the sm_100a TMA-store epilogue is built for 128-row accumulators: with BLOCK_M 64 (a CTA "
+                    "pair's M = 128 MMA) use epilogue='global'")
         if getattr(config, "mma_sm", 1) == 2 and tuple(config.cluster) not in pairs:
             return (f"mma_sm=2 (a 256-row MMA shared by a CTA pair) runs on cluster "
                     f"{' or '.join(map(str, pairs))}, got cluster={tuple(config.cluster)}")
@@ -227,7 +250,7 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             accp.init(leader)
             pipeline.init(leader)
             tmem = TensorMemory(static_word("tmem_address"),
-                                TensorMemory.columns_for(ACC_STAGES * self.tile_n + ml.sf_columns()),
+                                TensorMemory.columns_for(ACC_STAGES * self.acc_columns + ml.sf_columns()),
                                 cta_group=self.mma_sm)
             with If(warp.eq(MMA_WARP)):
                 tmem.alloc()
@@ -277,8 +300,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             _, k_count = self.k_range(wt)
             accp.producer_acquire(acc)              # the epilogue has read this buffer's last tile
             TensorMemory.fence_after()
-            st = ml.mma_loop(ops, pipeline, st, k_count, d0 + acc.index * self.tile_n, mask,
-                             sf=d0 + ACC_STAGES * self.tile_n, elect=True)
+            st = ml.mma_loop(ops, pipeline, st, k_count, d0 + acc.index * self.acc_columns, mask,
+                             sf=d0 + ACC_STAGES * self.acc_columns, elect=True)
             # a pair: both CTAs' accumulators are complete
             ml.mma_atom.commit(accp.full.address(acc.index), mask if self.pair else None, elect=True)
             loop.next(*st.carry(), *acc.advance().carry())
@@ -313,7 +336,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
                 TensorMemory.fence_before()
                 self.release_accumulator(accp, acc)
             if self.reduction is None:
-                store_accumulator(self.epilogue, d0 + acc.index * self.tile_n, self.tile_n, ctx, release)
+                store_accumulator(self.epilogue, d0 + acc.index * self.acc_columns, self.tile_n, ctx, release,
+                                  split=self.split_accumulator)
             else:                                   # a stream-K / split-K piece: fix-up, then the final one stores
                 from ..collective.tmem_epilogue import store_partial
                 store_partial(self.epilogue, d0 + acc.index * self.tile_n, self.tile_n, ctx, release,
