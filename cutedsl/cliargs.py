@@ -225,8 +225,8 @@ def add_gemm_parser(sub):
                    help="CTAs per cluster, cluster_m x cluster_n: 1x1, 2x1, 1x2, 2x2, 4x1 or 1x4 (warp-specialized "
                         "schedules)")
     g.add_argument("--mma-sm", type=int, choices=[1, 2], default=None,
-                   help="sm_100a: 2 = CUTLASS's 2SM kernel, a CTA pair along M sharing one 256-row tcgen05.mma "
-                        "(needs --cluster 2x1); default 1")
+                   help="sm_100a: 2 = CUTLASS's 2SM kernel, a CTA pair along M sharing one tcgen05.mma "
+                        "of 256 rows (--tile 128x...) or 128 (--tile 64x...); default 1")
     g.add_argument("--raster", choices=[*RASTERS, "auto"], default=None,
                    help="the tile scheduler walks along M or N first; auto (default): along the dimension with "
                         "more tiles")

@@ -33,7 +33,8 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
     :class:`~cutedsl.collective.tma_wgmma.TmaWgmmaMainloop` with ``warpgroups = 1`` (the MMA
     covers the whole ``tile_m`` = 128 rows), plus ``mma_sm``: 1, or 2 for a CTA-pair MMA
     (``cta_group::2``, CUTLASS's 2SM kernels): the cluster's CTA pairs along M share one
-    256-row MMA issued by the even CTA; each CTA loads its own 128 rows of A and half of the
+    MMA of 2 x ``tile_m`` rows (256, or 128: CTA-pair M = 128) issued by the even CTA; each CTA
+    loads its own ``tile_m`` rows of A and half of the
     tile's N rows of B (no multicast between the two) and both CTAs' loads complete on the even
     CTA's full barrier (:class:`PairPipeline`). Cluster ``(2, 1)`` with ``mma_sm`` 2."""
 

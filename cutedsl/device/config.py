@@ -128,8 +128,8 @@ class GemmConfig:
       where data-parallel waves would leave SMs idle). ``splits``: pieces per tile for
       split-k (2..256; capped at the problem's k-tiles).
     * ``mma_sm``: 1, or 2 for CUTLASS's 2SM kernel on sm_100a (``schedule="warp_specialized"``,
-      ``cluster=(2, 1)``): each CTA pair along M shares one 256-row ``tcgen05.mma``
-      (``cta_group::2``), each CTA loading its 128 rows of A and half of B.
+      ``cluster=(2, 1)``): each CTA pair along M shares one ``tcgen05.mma`` (``cta_group::2``)
+      of 2 x BLOCK_M rows (BLOCK_M 128 or 64), each CTA loading its BLOCK_M rows of A and half of B.
     * ``fusion``: fused epilogue nodes (:mod:`cutedsl.collective.fusion`: alpha, scale_a[:row],
       scale_b[:col], beta[:DTYPE], bias:row|col, aux, relu, gelu, gelu_tanh, silu, clamp:LO:HI,
       or ``EpilogueNode`` objects), applied in order: ``D = act(alpha * acc * scales + beta * C

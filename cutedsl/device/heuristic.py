@@ -116,7 +116,7 @@ def _try(config_cls, m, n, bm, bn, kt, k_tile, sms, sm_count, base, fallback, tr
     ws = kw.get("schedule", "multistage") in ("warp_specialized", "cooperative", "pingpong")
     if "cluster" not in base and ws and base.get("mma_sm") == 2:
         kw["cluster"] = (2, 1)
-        why["cluster"] = "2x1: mma_sm=2, a CTA pair along M shares each 256-row MMA"
+        why["cluster"] = "2x1: mma_sm=2, a CTA pair along M shares each MMA"
     elif "cluster" not in base and ws:
         two = tm >= 2 and tiles >= sms
         kw["cluster"] = (2, 1) if two else (1, 1)

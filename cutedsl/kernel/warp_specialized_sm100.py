@@ -53,7 +53,7 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     CONFIG_FIELDS = WarpSpecializedGemmKernel.CONFIG_FIELDS + ("mma_sm", "block_scaled")
 
     def __init__(self, *args, mma_sm: int = 1, block_scaled=False, **kw):
-        self.mma_sm = mma_sm        #: 2: CTA pairs share one 256-row MMA (cta_group::2)
+        self.mma_sm = mma_sm        #: 2: CTA pairs share one MMA of 2 x tile_m rows (cta_group::2)
         #: block-scaled inputs, parameters a_scales / b_scales: False, "mx" (E8M0 factors per 32
         #: K elements; True means it too) or "nv" (NVFP4: UE4M3 per 16)
         self.block_scaled = block_scale(block_scaled).name if block_scaled else False
@@ -148,7 +148,7 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             return ("the sm_100a TMA-store epilogue is built for 128-row accumulators: with BLOCK_M 64 (a CTA "
                     "pair's M = 128 MMA) use epilogue='global'")
         if getattr(config, "mma_sm", 1) == 2 and tuple(config.cluster) not in pairs:
-            return (f"mma_sm=2 (a 256-row MMA shared by a CTA pair) runs on cluster "
+            return (f"mma_sm=2 (one MMA shared by a CTA pair: 256 or 128 rows) runs on cluster "
                     f"{' or '.join(map(str, pairs))}, got cluster={tuple(config.cluster)}")
         if getattr(config, "mma_sm", 1) == 2 and config.b_major == "MN":
             from ..atom.mma_traits import element_type, mma_traits

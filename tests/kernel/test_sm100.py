@@ -248,7 +248,7 @@ def test_cta_pair_sass_and_smem():
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(mma_sm=2), r"mma_sm=2 \(a 256-row MMA shared by a CTA pair\) runs on cluster \(2, 1\)"),
+    (dict(mma_sm=2), r"mma_sm=2 \(one MMA shared by a CTA pair: 256 or 128 rows\) runs on cluster \(2, 1\)"),
     (dict(mma_sm=2, cluster=(2, 1), tile=(128, 64, 64), b_major="MN"), r"tile_n / 2 = 32 columns per CTA"),
     (dict(mma_sm=2, schedule="single_tile"), r"mma_sm=2 \(a CTA-pair MMA\) needs arch='sm_100a' and "
                                              r"schedule='warp_specialized'"),

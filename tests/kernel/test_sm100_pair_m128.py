@@ -75,7 +75,7 @@ def test_pair_m128_kernel_sass():
     (dict(tile=(64, 128, 64), cluster=(2, 1)), r"BLOCK_M 64 on sm_100a is a CTA pair's half"),
     (dict(tile=(64, 128, 64), mma_sm=2, cluster=(2, 1), epilogue="tma"),
      r"the sm_100a TMA-store epilogue is built for 128-row accumulators: with BLOCK_M 64 .* use epilogue='global'"),
-    (dict(tile=(64, 128, 64), mma_sm=2), r"mma_sm=2 \(a 256-row MMA shared by a CTA pair\) runs on cluster \(2, 1\)"),
+    (dict(tile=(64, 128, 64), mma_sm=2), r"mma_sm=2 \(one MMA shared by a CTA pair: 256 or 128 rows\) runs on cluster \(2, 1\)"),
     (dict(tile=(64, 128, 64), schedule="single_tile"), r"tile BLOCK_M must be 128, got 64"),
 ])
 def test_pair_m128_config_errors(kw, match):
