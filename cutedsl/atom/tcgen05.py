@@ -50,10 +50,12 @@ FORMAT = {"f16": 0, "bf16": 1, "tf32": 2, "e4m3": 0, "e5m2": 1}
 SCALED_KIND = {"e4m3": "mxf8f6f4", "e5m2": "mxf8f6f4", "e2m3": "mxf8f6f4", "e3m2": "mxf8f6f4", "e2m1": "mxf4"}
 SCALED_FORMAT = {"e4m3": 0, "e5m2": 1, "e2m3": 3, "e3m2": 4, "e2m1": 1}
 D_F32 = 1                                   #: D format code of an f32 accumulator
-SCALED_M = 128                              #: M of the block-scaled MMAs built here
+SCALED_M = {1: 128, 2: 256}                 #: M of the block-scaled MMAs built here, per cta_group
 SF_ATOM_BYTES, SF_CORE_BYTES = 512, 128     #: a scale-factor atom; 8 rows x 16 B core matrices in it
 SF_COLUMNS = 4                              #: TMEM columns one atom (128 rows x 4 blocks) fills
 SF_VECTOR, SF_ROWS, SF_BLOCKS = 32, 128, 4  #: K elements per factor; rows and factors per row of an atom
+#: rows each CTA holds of a CTA pair's M = 128 MMA (its accumulator split across lane halves)
+PAIR_SPLIT_M = 64
 
 
 def sf_packed_rows(rows: int, k: int, tile_atoms: int = 1, block: int = SF_VECTOR) -> int:
@@ -95,15 +97,15 @@ def instr_descriptor(m: int, n: int, a_dtype: str, b_dtype: str, a_major: str = 
 
 
 def scaled_instr_descriptor(n: int, a_dtype: str, b_dtype: str, a_sf: int = 0, b_sf: int = 0,
-                            ue8m0: bool = True) -> int:
+                            ue8m0: bool = True, m: int = 128) -> int:
     """The 32-bit instruction descriptor of a ``kind::mxf8f6f4`` / ``mxf4`` / ``mxf4nvf4``
-    ``.block_scale`` MMA (M = 128, both operands K-major; CUTLASS
+    ``.block_scale`` MMA (M = ``m``: 128, or a CTA pair's 256; both operands K-major; CUTLASS
     ``UMMA::InstrDescriptorBlockScaled``): B's scale-factor id bits 4-5, A/B formats 7-9 /
     10-12, N >> 3 at 17-22, scale format bit 23 (1 UE8M0, 0 UE4M3), M >> 4 at 24-28, A's
     scale-factor id bits 29-30 (the ids pick the first byte -- factor -- of each row's 32-bit
     scale word the instruction uses)."""
     return (b_sf << 4 | SCALED_FORMAT[a_dtype] << 7 | SCALED_FORMAT[b_dtype] << 10 | (n >> 3) << 17
-            | int(ue8m0) << 23 | (SCALED_M >> 4) << 24 | a_sf << 29)
+            | int(ue8m0) << 23 | (m >> 4) << 24 | a_sf << 29)
 
 
 def smem_descriptor_bits(address: int, layout: SmemMatrix) -> int:
@@ -254,8 +256,8 @@ class Umma(SmemOperands):
         kinds' default vector, one factor per 32 elements: the ``.block32`` spelling aborts LLVM
         22's instruction selection, as ``.block16`` does below PTX 8.8.)"""
         da, db = self._descriptors(a, b)
-        if self.m != SCALED_M or da.layout.major != "K" or db.layout.major != "K":
-            raise ValueError("block-scaled MMAs are built for M = 128 with K-major A and B")
+        if self.m != SCALED_M[self.cta_group] or da.layout.major != "K" or db.layout.major != "K":
+            raise ValueError("block-scaled MMAs are built for M = 128 (a CTA pair: 256) with K-major A and B")
         if self.dtype not in SCALED_KIND:
             raise ValueError(f"block-scaled MMAs take {', '.join(SCALED_KIND)} operands, got {self.dtype}")
         nv = scale == NV_SCALE
@@ -271,7 +273,8 @@ class Umma(SmemOperands):
             if atom not in ptrs:
                 ptrs[atom] = (_ptr(sfa + atom * SF_COLUMNS if atom else sfa, 6),
                               _ptr(sfb + atom * SF_COLUMNS if atom else sfb, 6))
-            idesc = V.i32(scaled_instr_descriptor(self.n, self.dtype, self.b_dtype, sf_id, sf_id, ue8m0=not nv))
+            idesc = V.i32(scaled_instr_descriptor(self.n, self.dtype, self.b_dtype, sf_id, sf_id, ue8m0=not nv,
+                                                  m=self.m))
             with issuing(elect):
                 nvvm.tcgen05_mma_block_scale(kind, self.group_attr, dptr, aj, bj, idesc, en, *ptrs[atom], **vec)
 
@@ -284,18 +287,20 @@ class Umma(SmemOperands):
         a = smem_address if str(smem_address.type) == "i32" else V.to_type(smem_address, "i32", signed=False)
         return (a & ADDR_MASK) >> ADDR_SHIFT
 
-    @staticmethod
-    def copy_scales(taddr, desc_lo, elect=False) -> None:
-        """``tcgen05.cp.cta_group::1.32x128b.warpx4``: the 512-byte scale-factor atom whose
-        descriptor low word is ``desc_lo`` (:meth:`scales_descriptor`) into TMEM columns
-        ``taddr .. + 3`` of every lane quarter (CUTLASS's SF copy; a no-swizzle descriptor with
-        128-byte core-matrix stride). One thread (or the warp with ``elect``, :func:`issuing`);
-        ordered before the same thread's later MMAs."""
+    def copy_scales(self, taddr, desc_lo, elect=False) -> None:
+        """``tcgen05.cp.cta_group::G.32x128b.warpx4`` (G: this MMA's ``cta_group``): the
+        512-byte scale-factor atom whose descriptor low word is ``desc_lo``
+        (:meth:`scales_descriptor`) into TMEM columns ``taddr .. + 3`` of every lane quarter
+        (CUTLASS's SF copy; a no-swizzle descriptor with 128-byte core-matrix stride); with a CTA
+        pair each CTA copies the atom at that shared address into its own tensor memory. One
+        thread (or the warp with ``elect``, :func:`issuing`); ordered before the same thread's
+        later MMAs."""
         desc = V.to_type(desc_lo, "i64", signed=False) | V.const(
             (SF_CORE_BYTES >> ADDR_SHIFT) << 32 | FIXED_BITS, "i64")
         with issuing(elect):
             nvvm.tcgen05_cp(ir.Attribute.parse("#nvvm.tcgen05_cp_shape<shape_32x128b>"), _ptr(taddr, 6), desc,
-                            multicast=ir.Attribute.parse("#nvvm.tcgen05_cp_multicast<warpx4>"))
+                            multicast=ir.Attribute.parse("#nvvm.tcgen05_cp_multicast<warpx4>"),
+                            group=self.group_attr)
 
     def mma(self, d, a, b, accumulate=True, elect=False) -> None:
         """Issue one k-tile: ``k_steps`` instructions into D at TMEM address ``d`` (i32). Call

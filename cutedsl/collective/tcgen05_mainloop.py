@@ -51,11 +51,9 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
         self.block_scaled = bool(block_scaled)
         self.scale = block_scale(block_scaled) if block_scaled else None
         super().__init__(*args, **kw)
-        if block_scaled and (self.pair or self.tile_m != SF_ROWS or self.tile_n != SF_ROWS
-                             or self.dtype not in SCALED_KIND):
-            raise ValueError(f"block-scaled (MX) mainloops are built for 128 x 128 tiles of {'/'.join(SCALED_KIND)} on one "
-                             f"SM so far, got {self.tile_m} x {self.tile_n} {self.dtype}"
-                             + (" with mma_sm=2" if self.pair else ""))
+        if block_scaled and (self.tile_m != SF_ROWS or self.tile_n != SF_ROWS or self.dtype not in SCALED_KIND):
+            raise ValueError(f"block-scaled (MX) mainloops are built for 128 x 128 tiles (per CTA) of "
+                             f"{'/'.join(SCALED_KIND)} so far, got {self.tile_m} x {self.tile_n} {self.dtype}")
         self.sf_atoms = sf_tile_atoms(self.dtype, self.scale.block) if block_scaled else 0
         if self.pair and self.b_major == "MN" and (self.tile_n // CTA_PAIR) % self.traits.mn_box:
             raise ValueError(f"a CTA pair with an MN-major B loads {self.tile_n // CTA_PAIR} columns per CTA, not a "
@@ -150,8 +148,10 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
     @property
     def pair_stage_bytes(self) -> int:
         """Bytes the even CTA's full barrier receives per stage from both CTAs (A: 2 x 128
-        rows, B: the whole tile's N)."""
-        return self.traits.tile_bytes(CTA_PAIR * self.tile_m + self.tile_n)
+        rows, B: the whole tile's N; block-scaled: each CTA's factor atoms of its A rows and of
+        B's N rows -- both CTAs hold B's, which the MMA reads from the issuing CTA's TMEM)."""
+        return self.traits.tile_bytes(CTA_PAIR * self.tile_m + self.tile_n) + \
+            CTA_PAIR * 2 * self.sf_atoms * SF_ATOM_BYTES
 
     def release_mask(self):
         """IR i16: the cluster ranks whose producers multicast into this CTA's slots -- its

@@ -19,6 +19,7 @@ work tiles in the same order. At the end the CTA synchronises and warp 1 frees t
 from __future__ import annotations
 
 from ..atom.mma_traits import block_scale
+from ..atom.tcgen05 import PAIR_SPLIT_M
 
 from ..collective.pipeline import PipelineState, TmaPipeline
 from ..collective.tcgen05_mainloop import Tcgen05Mainloop
@@ -49,7 +50,7 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     mma_atom = "tcgen05"
     mainloop_cls = Tcgen05Mainloop
     persistent = True
-    TILE_M = (128, 64)
+    TILE_M = (128, PAIR_SPLIT_M)
     CONFIG_FIELDS = WarpSpecializedGemmKernel.CONFIG_FIELDS + ("mma_sm", "block_scaled")
 
     def __init__(self, *args, mma_sm: int = 1, block_scaled=False, **kw):
@@ -57,9 +58,9 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         #: block-scaled inputs, parameters a_scales / b_scales: False, "mx" (E8M0 factors per 32
         #: K elements; True means it too) or "nv" (NVFP4: UE4M3 per 16)
         self.block_scaled = block_scale(block_scaled).name if block_scaled else False
-        tile_m = kw.get("tile_m", args[0] if args else 128)
-        if tile_m == 64 and mma_sm != 2:
-            raise ValueError(f"{type(self).__name__}(tile_m=64): {PAIR_M64}")
+        tile_m = kw.get("tile_m", args[0] if args else None)
+        if tile_m == PAIR_SPLIT_M and mma_sm != 2:
+            raise ValueError(f"{type(self).__name__}(tile_m={tile_m}): {PAIR_M64}")
         super().__init__(*args, **kw)
 
     @property
@@ -70,7 +71,7 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     def split_accumulator(self) -> bool:
         """A CTA pair's M = 128 MMA (``tile_m`` 64): each CTA's 64 x ``tile_n`` accumulator in
         ``tile_n / 2`` columns, its second half of the columns in lanes 64..127."""
-        return self.pair and self.tile_m == 64
+        return self.pair and self.tile_m == PAIR_SPLIT_M
 
     @property
     def acc_columns(self) -> int:
@@ -142,9 +143,9 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         if why:
             return why
         pairs = Tcgen05Mainloop.PAIR_CLUSTERS
-        if config.tile[0] == 64 and getattr(config, "mma_sm", 1) != 2:
+        if config.tile[0] == PAIR_SPLIT_M and getattr(config, "mma_sm", 1) != 2:
             return PAIR_M64
-        if config.tile[0] == 64 and config.epilogue == "tma":
+        if config.tile[0] == PAIR_SPLIT_M and config.epilogue == "tma":
             return ("the sm_100a TMA-store epilogue is built for 128-row accumulators: with BLOCK_M 64 (a CTA "
                     "pair's M = 128 MMA) use epilogue='global'")
         if getattr(config, "mma_sm", 1) == 2 and tuple(config.cluster) not in pairs:
@@ -172,9 +173,9 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
                 return (f"block-scaled inputs come in pairs (MXFP8 or MXFP6 with MXFP8 or MXFP6, MXFP4 with MXFP4, "
                         f"NVFP4 with NVFP4): dtype {config.dtype!r}, b_dtype {config.b_dtype!r}")
             from ..atom.tcgen05 import SF_ROWS
-            if tuple(config.tile[:2]) != (SF_ROWS, SF_ROWS) or getattr(config, "mma_sm", 1) != 1 or config.batched:
-                return ("block-scaled (MX) GEMMs are built for tile 128 x 128 on one SM (mma_sm=1), unbatched, "
-                        f"so far; got tile {config.tile[:2]}, mma_sm {getattr(config, 'mma_sm', 1)}"
+            if tuple(config.tile[:2]) != (SF_ROWS, SF_ROWS) or config.batched:
+                return ("block-scaled (MX) GEMMs are built for tile 128 x 128 (per CTA; a CTA pair with mma_sm=2: "
+                        f"256 x 128), unbatched, so far; got tile {config.tile[:2]}"
                         + (", batched" if config.batched else ""))
         if config.decomposition != "data-parallel" and getattr(config, "mma_sm", 1) == 2:
             return "stream-K / split-K on sm_100a are built for one SM per MMA (mma_sm=1) so far"
