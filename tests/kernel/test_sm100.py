@@ -315,7 +315,7 @@ def test_mx_errors(rng):
     from cutedsl.errors import ArgumentError
     with pytest.raises(ConfigError, match=r"dtype 'mxfp8' \(block-scaled MX inputs\) needs a block-scaled kernel"):
         GemmConfig(dtype="mxfp8")
-    with pytest.raises(ConfigError, match=r"built for tile 128 x 128 on one SM"):
+    with pytest.raises(ConfigError, match=r"built for tile 128 x 128 \(per CTA; a CTA pair with mma_sm=2: 256 x 128\)"):
         GemmConfig(arch="sm_100a", dtype="mxfp8", tile=(128, 256, 128))
     qa, qb, sa, sb = mx_operands(rng, 100, 100, 64, "mxfp8")
     g = Gemm(GemmConfig(arch="sm_100a", dtype="mxfp8", stages=2), "sim")
