@@ -13,7 +13,7 @@ CuTe DSL needs torch, so it lives in a venv of its own (not a dependency of this
     python3.11 -m venv /tmp/cdv
     /tmp/cdv/bin/pip install nvidia-cutlass-dsl==4.8.1 nvidia-cutlass-dsl-libs-cu12==4.8.1 \\
         einops==0.8.2 "apache-tvm-ffi==0.1.15.post2" torch-c-dlpack-ext==0.1.5
-    /tmp/cdv/bin/pip install torch==2.14.1 --index-url https://download.pytorch.org/whl/cpu
+    /tmp/cdv/bin/pip install torch==2.13.0 triton==3.8.0    # the CPU torch this machine kind keeps
     /tmp/cdv/bin/pip install --no-deps quack-kernels==0.6.5
     .venv/bin/python scripts/cute_dsl_anchor.py --cute-python /tmp/cdv/bin/python
 
@@ -37,7 +37,13 @@ CONFIGS = {
                         "UTCHMMA"),
     "f16_256x256_2sm": ("f16", (256, 256), (2, 1, 1), dict(tile=(128, 256, 64), b_major="K", cluster=(2, 1),
                                                              mma_sm=2), "UTCHMMA"),
+    # both a CTA-pair M = 128 MMA (ours: 64 rows per CTA, mma_sm=2)
+    "f16_128x128_2x1_pair": ("f16", (128, 128), (2, 1, 1), dict(tile=(64, 128, 64), b_major="K", cluster=(2, 1),
+                                                                  mma_sm=2), "UTCHMMA"),
     "mxfp8": ("mxfp8", (128, 128), (1, 1, 1), dict(dtype="mxfp8"), "UTCQMMA"),
+    "mxfp8_256x128_2sm": ("mxfp8", (256, 128), (2, 1, 1), dict(dtype="mxfp8", cluster=(2, 1), mma_sm=2), "UTCQMMA"),
+    "mxfp4_256x128_2sm": ("mxfp4", (256, 128), (2, 1, 1), dict(dtype="mxfp4", cluster=(2, 1), mma_sm=2), "UTCOMMA"),
+    "nvfp4_256x128_2sm": ("nvfp4", (256, 128), (2, 1, 1), dict(dtype="nvfp4", cluster=(2, 1), mma_sm=2), "UTCOMMA"),
     "mxfp4": ("mxfp4", (128, 128), (1, 1, 1), dict(dtype="mxfp4"), "UTCOMMA"),
     "nvfp4": ("nvfp4", (128, 128), (1, 1, 1), dict(dtype="nvfp4"), "UTCOMMA"),
 }

@@ -34,12 +34,15 @@ def test_mx_pair_exact(dtype, b_dtype, rng, sim):
     assert np.array_equal(d.astype(np.float64), ref), rng.seed_value
 
 
-@pytest.mark.parametrize("dtype,mma,cps,mma_budget", [("mxfp8", "UTCQMMA.2CTA", 2, 58), ("mxfp4", "UTCOMMA.2CTA", 4, 62),
-                                                       ("nvfp4", "UTCOMMA.2CTA.4X", 8, 78)])
-def test_mx_pair_sass(dtype, mma, cps, mma_budget):
+@pytest.mark.parametrize("dtype,mma,cps,anchor", [("mxfp8", "UTCQMMA.2CTA", 2, (67, 49)),
+                                                   ("mxfp4", "UTCOMMA.2CTA", 4, (58, 51)),
+                                                   ("nvfp4", "UTCOMMA.2CTA.4X", 8, (70, 51))])
+def test_mx_pair_sass(dtype, mma, cps, anchor):
     """The even CTA's MMA loop per k-tile: the factor copies as UTCCP.2CTA, four pair MMAs and
-    the multicast release, no branch; the producer's 4 UTMALDG (A, B and their factors); the
-    tx count of the even CTA's barrier covers both CTAs' factor atoms; no spills."""
+    the multicast release, no branch; the producer's 4 UTMALDG (A, B and their factors); both
+    loops within 10 % of CuTe DSL's 2SM block-scaled GEMM of the same 256 x 128 pair tile
+    (``anchor``: MMA / producer, docs/measurements.md); the tx count of the even CTA's barrier
+    covers both CTAs' factor atoms; no spills."""
     from cutedsl.compiler import toolchain
     from cutedsl.compiler.sass_loops import kernel_hot_loop
     cfg = GemmConfig(arch="sm_100a", dtype=dtype, mma_sm=2, cluster=(2, 1), stages=4)
@@ -54,9 +57,9 @@ def test_mx_pair_sass(dtype, mma, cps, mma_budget):
     loop = kernel_hot_loop(k, mma.split(".")[0])
     h = loop["histogram"]
     assert (h.get("UTCCP"), h.get(mma.split(".")[0]), h.get("UTCBAR")) == (cps, 4, 1), h
-    assert not {"R2UR", "BSSY", "ELECT"} & set(h) and loop["instructions"] <= mma_budget, loop
+    assert not {"R2UR", "BSSY", "ELECT"} & set(h) and loop["instructions"] <= 1.1 * anchor[0], loop
     prod = kernel_hot_loop(k, "UTMALDG")
-    assert prod["histogram"]["UTMALDG"] == 4 and prod["instructions"] <= 50, prod
+    assert prod["histogram"]["UTMALDG"] == 4 and prod["instructions"] <= 1.1 * anchor[1], prod
 
 
 @pytest.mark.parametrize("kw,match", [
