@@ -54,8 +54,10 @@ SCALED_M = {1: 128, 2: 256}                 #: M of the block-scaled MMAs built 
 SF_ATOM_BYTES, SF_CORE_BYTES = 512, 128     #: a scale-factor atom; 8 rows x 16 B core matrices in it
 SF_COLUMNS = 4                              #: TMEM columns one atom (128 rows x 4 blocks) fills
 SF_VECTOR, SF_ROWS, SF_BLOCKS = 32, 128, 4  #: K elements per factor; rows and factors per row of an atom
-#: rows each CTA holds of a CTA pair's M = 128 MMA (its accumulator split across lane halves)
-PAIR_SPLIT_M = 64
+#: rows each CTA holds of a CTA pair's M = 128 MMA (its accumulator split across lane halves),
+#: and the M of the smaller one-CTA MMA (rows 16q..16q+15 at lanes 32q..32q+15)
+PAIR_SPLIT_M = SMALL_M = 64
+HALF_LANES = 16                             #: the lanes of a quarter an M = 64 accumulator fills
 
 
 def sf_packed_rows(rows: int, k: int, tile_atoms: int = 1, block: int = SF_VECTOR) -> int:
@@ -189,7 +191,8 @@ class TensorMemory:
 class Umma(SmemOperands):
     """``tcgen05.mma.cta_group::G`` of ``m`` x ``n`` (16..256, step 16) per k-tile from shared A
     (``dtype``, ``a_major``) and B (``b_dtype``, ``b_major``: None = as the buffer declares), f32
-    in TMEM. ``cta_group`` 1: ``m`` = 128, one CTA. ``cta_group`` 2 (a CTA pair, CUTLASS's 2SM
+    in TMEM. ``cta_group`` 1: ``m`` = 128 or 64 (rows ``16 q .. 16 q + 15`` at lanes ``32 q .. 32 q
+    + 15``: :class:`TmemLayout` with ``by="lane"``), one CTA. ``cta_group`` 2 (a CTA pair, CUTLASS's 2SM
     MMA): ``m`` = 256 or 128; issued by the pair's even CTA, each CTA holding half of A's rows
     and half of B's N rows at the same shared offsets and receiving its ``m / 2`` rows of D in its
     own TMEM (``m`` = 128: its 64 rows at lanes 0..63 for the first ``n / 2`` columns and at lanes
@@ -197,7 +200,7 @@ class Umma(SmemOperands):
     ``ValueError`` for shapes or operand pairs the PTX ISA has no instruction for."""
 
     descriptor_cls = UmmaDescriptor
-    M = {1: (128,), 2: (256, 128)}
+    M = {1: (128, 64), 2: (256, 128)}
     N_STEP, N_MAX = 16, 256
 
     def __init__(self, m: int, n: int, dtype: str = "f16", b_major: str | None = None, b_dtype: str | None = None,
@@ -354,12 +357,17 @@ def quarter_row():
 class TmemLayout:
     """Element coordinates of a :class:`TmemFragment`: lane ``l`` of warp ``w`` holds row
     ``32 * (w % 4) + l`` (:func:`quarter_row`), register ``i`` column ``col0 + i``; any four
-    consecutive warps cover the 128 rows. With ``split`` (a CTA pair's M = 128 accumulator: 64
-    rows per CTA, the second ``split`` columns in lanes 64..127) lane ``l`` of warp ``w`` holds
-    row ``32 * (w % 2) + l`` and register ``i`` column ``col0 + split * ((w % 4) // 2) + i``."""
+    consecutive warps cover the 128 rows. With ``split``, a 64-row accumulator whose second
+    ``split`` columns lie in other lanes: ``by="warp"`` (a CTA pair's M = 128, 64 rows per CTA,
+    the second half in lanes 64..127): lane ``l`` of warp ``w`` holds row ``32 (w % 2) + l``,
+    register ``i`` column ``col0 + split ((w % 4) // 2) + i``; ``by="lane"`` (one CTA's M = 64,
+    rows 16q.. at lanes 32q.., loaded by ``tcgen05.ld.16x32bx2`` with half-split ``split``): row
+    ``16 (w % 4) + l % 16``, column ``col0 + split (l // 16) + i``."""
 
-    def __init__(self, cols: int, col0: int = 0, split: int = 0):
-        self.cols, self.col0, self.split = cols, col0, split
+    def __init__(self, cols: int, col0: int = 0, split: int = 0, by: str = "warp"):
+        if by not in ("warp", "lane"):
+            raise ValueError(f"TmemLayout by must be 'warp' or 'lane', got {by!r}")
+        self.cols, self.col0, self.split, self.by = cols, col0, split, by
         self.m_blocks = 1
 
     @property
@@ -370,9 +378,10 @@ class TmemLayout:
         if warpgroup_thread is not None or not self.split:
             return (quarter_row() if warpgroup_thread is None else warpgroup_thread), V.u32(self.col0)
         t = V.thread_idx()
-        quarter = (t // QUARTER_LANES) % QUARTERS
-        row = quarter % 2 * QUARTER_LANES + t % QUARTER_LANES
-        return row, quarter // 2 * self.split + self.col0
+        quarter, lane = (t // QUARTER_LANES) % QUARTERS, t % QUARTER_LANES
+        if self.by == "lane":
+            return quarter * HALF_LANES + lane % HALF_LANES, lane // HALF_LANES * self.split + self.col0
+        return quarter % 2 * QUARTER_LANES + lane, quarter // 2 * self.split + self.col0
 
     @staticmethod
     def offset(b: int, i: int) -> tuple:
@@ -384,9 +393,9 @@ class TmemFragment:
     :meth:`load`; the Accumulator interface epilogues use (``layout``, ``m_blocks``, ``regs``,
     ``get``, ``lazy_map``)."""
 
-    def __init__(self, values, col0: int, fn=None, split: int = 0):
+    def __init__(self, values, col0: int, fn=None, split: int = 0, by: str = "warp"):
         self.values, self.col0, self._fn = list(values), col0, fn
-        self.layout = TmemLayout(len(self.values), col0, split)
+        self.layout = TmemLayout(len(self.values), col0, split, by)
 
     @property
     def m_blocks(self) -> int:
@@ -397,25 +406,30 @@ class TmemFragment:
         return len(self.values)
 
     @classmethod
-    def load(cls, taddr, col0: int, cols: int, split: int = 0) -> "TmemFragment":
+    def load(cls, taddr, col0: int, cols: int, split: int = 0, by: str = "warp") -> "TmemFragment":
         """``tcgen05.ld.sync.aligned.32x32b.x{cols}`` of columns ``col0..`` of the accumulator at
         TMEM address ``taddr`` (i32), each warp from its lane quarter, then ``tcgen05.wait::ld``.
-        ``cols``: a power of two, 1..128. ``split``: the fragment of a CTA pair's M = 128
-        accumulator (:class:`TmemLayout`)."""
+        ``cols``: a power of two, 1..128. ``split`` / ``by``: the fragment of a 64-row
+        accumulator (:class:`TmemLayout`); ``by="lane"`` loads ``tcgen05.ld.16x32bx2`` with
+        half-split ``split`` (lanes 0..15 of the quarter, both column halves)."""
         if cols < 1 or cols > MAX_LD_COLUMNS or cols & (cols - 1):
             raise ValueError(f"tcgen05.ld 32x32b loads a power of two 1..{MAX_LD_COLUMNS} columns, got {cols}")
         quarter = (V.thread_idx() // QUARTER_LANES) % QUARTERS
         addr = taddr + (quarter * QUARTER_LANES << 16) + col0
         i32 = ir.IntegerType.get_signless(32)
         res = ir.VectorType.get([cols], i32) if cols > 1 else i32
-        v = nvvm.tcgen05_ld(res, ir.Attribute.parse("#nvvm.tcgen05_ldst_shape<shape_32x32b>"), _ptr(addr, 6))
+        if by == "lane" and split:          # threads 16..31 read the same 16 lanes, ``split`` columns on
+            v = nvvm.tcgen05_ld(res, ir.Attribute.parse("#nvvm.tcgen05_ldst_shape<shape_16x32bx2>"), _ptr(addr, 6),
+                                offset=V.const(split, "i64"))
+        else:
+            v = nvvm.tcgen05_ld(res, ir.Attribute.parse("#nvvm.tcgen05_ldst_shape<shape_32x32b>"), _ptr(addr, 6))
         nvvm.tcgen05_wait(ir.Attribute.parse("#nvvm.tcgen05_wait<load>"))
         f32 = ir.F32Type.get()
         if cols == 1:
             vals = [V.Scalar(llvm.bitcast(f32, v))]
         else:
             vals = [V.Scalar(llvm.bitcast(f32, llvm.extractelement(v, V.i32(i)))) for i in range(cols)]
-        return cls(vals, col0, split=split)
+        return cls(vals, col0, split=split, by=by)
 
     def get(self, b: int, i: int):
         v = self.values[i]
@@ -429,7 +443,7 @@ class TmemFragment:
         if self._fn is not None:              # compose with the mapping already applied
             inner, outer = self._fn, fn
             fn = lambda v, r, c: outer(inner(v, r, c), r, c)      # noqa: E731
-        out = TmemFragment(self.values, self.col0, fn, self.layout.split)
+        out = TmemFragment(self.values, self.col0, fn, self.layout.split, self.layout.by)
         out._base = base or self.layout.thread_base()
         return out
 

@@ -20,13 +20,15 @@ VEC = 4                     #: f32 per workspace access (16 bytes)
 
 
 def store_accumulator(epilogue, taddr, tile_n: int, ctx, after_last_load=None, transform=None,
-                      split: bool = False) -> None:
+                      split: str | None = None) -> None:
     """IR, by four consecutive warps: store the ``128 x tile_n`` f32 accumulator at TMEM address
     ``taddr`` (i32) through ``epilogue`` with context ``ctx``. ``after_last_load()`` runs once
     the last chunk is in registers (e.g. release the buffer to the MMAs before its store);
-    ``transform(value, row, col)`` is applied to every element first. ``split``: the ``64 x
-    tile_n`` accumulator of a CTA pair's M = 128 MMA (``tile_n / 2`` columns, the second half
-    of the tile in lanes 64..127: :class:`~cutedsl.atom.tcgen05.TmemLayout`). An epilogue that
+    ``transform(value, row, col)`` is applied to every element first. ``split``: a ``64 x
+    tile_n`` accumulator whose second ``tile_n / 2`` columns lie in other lanes -- ``"warp"``, a
+    CTA pair's M = 128 MMA (lanes 64..127), or ``"lane"``, one CTA's M = 64 MMA (lanes 16..31 of
+    each quarter's first half, loaded with ``16x32bx2``): :class:`~cutedsl.atom.tcgen05.TmemLayout`
+    ``by``. An epilogue that
     stores from tensor memory itself (``store_tmem``, e.g. the TMA-store one) is handed the
     whole job (``ValueError`` with ``split``: not built)."""
     if hasattr(epilogue, "store_tmem"):
@@ -36,7 +38,7 @@ def store_accumulator(epilogue, taddr, tile_n: int, ctx, after_last_load=None, t
     width = tile_n // 2 if split else tile_n            # accumulator columns per TMEM lane
     cols = min(EPILOGUE_COLUMNS, width)
     for c0 in range(0, width, cols):
-        frag = TmemFragment.load(taddr, c0, cols, split=width if split else 0)
+        frag = TmemFragment.load(taddr, c0, cols, split=width if split else 0, by=split or "warp")
         if transform is not None:
             frag = frag.lazy_map(transform)
         if after_last_load is not None and c0 + cols == width:

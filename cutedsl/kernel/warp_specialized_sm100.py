@@ -31,14 +31,11 @@ cir = lazy("cutedsl.ir")
 
 PRODUCER_WARP, MMA_WARP, FIRST_EPILOGUE_WARP = 0, 1, 2
 ACC_STAGES = 2                      #: accumulator buffers in tensor memory
-#: why tile_m 64 needs a CTA pair (one SM's M = 64 MMA keeps rows in 16-lane halves: not built)
-PAIR_M64 = ("BLOCK_M 64 on sm_100a is a CTA pair's half of an M = 128 tcgen05.mma: mma_sm=2, cluster (2, 1) "
-            "(CLI --mma-sm 2 --cluster 2x1)")
 
 
 class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
-    """Persistent; see the module docstring. ``tile_m`` 128 (or 64 with ``mma_sm`` 2: a CTA
-    pair's M = 128 MMA, 64 rows per CTA), ``tile_n`` 64/128/256; ``stages``
+    """Persistent; see the module docstring. ``tile_m`` 128 or 64 (one CTA's M = 64 MMA, or with
+    ``mma_sm`` 2 a CTA pair's M = 128 MMA, 64 rows per CTA), ``tile_n`` 64/128/256; ``stages``
     2..7; ``cluster`` as the sm_90 kernels (TMA multicast, commit multicast of the releases);
     the ``global`` epilogue, or ``tma`` (each epilogue warp stages its 32 rows in swizzled shared
     sub-tiles for TMA stores: :class:`~cutedsl.collective.tmem_epilogue_tma.TmemTmaStoreEpilogue`);
@@ -58,9 +55,6 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         #: block-scaled inputs, parameters a_scales / b_scales: False, "mx" (E8M0 factors per 32
         #: K elements; True means it too) or "nv" (NVFP4: UE4M3 per 16)
         self.block_scaled = block_scale(block_scaled).name if block_scaled else False
-        tile_m = kw.get("tile_m", args[0] if args else None)
-        if tile_m == PAIR_SPLIT_M and mma_sm != 2:
-            raise ValueError(f"{type(self).__name__}(tile_m={tile_m}): {PAIR_M64}")
         super().__init__(*args, **kw)
 
     @property
@@ -68,15 +62,19 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         return self.mma_sm == 2
 
     @property
-    def split_accumulator(self) -> bool:
-        """A CTA pair's M = 128 MMA (``tile_m`` 64): each CTA's 64 x ``tile_n`` accumulator in
-        ``tile_n / 2`` columns, its second half of the columns in lanes 64..127."""
-        return self.pair and self.tile_m == PAIR_SPLIT_M
+    def split_accumulator(self) -> str | None:
+        """How a 64-row accumulator (``tile_m`` 64) lies in TMEM (``TmemLayout.by``): ``"warp"``
+        -- a CTA pair's M = 128 MMA, each CTA's 64 x ``tile_n`` in ``tile_n / 2`` columns, the
+        second half of the columns in lanes 64..127; ``"lane"`` -- one CTA's M = 64 MMA, rows
+        16q.. at lanes 32q..; None for 128 rows."""
+        if self.tile_m != PAIR_SPLIT_M:
+            return None
+        return "warp" if self.pair else "lane"
 
     @property
     def acc_columns(self) -> int:
         """TMEM columns of one accumulator buffer."""
-        return self.tile_n // 2 if self.split_accumulator else self.tile_n
+        return self.tile_n // 2 if self.split_accumulator == "warp" else self.tile_n
 
     def make_mainloop(self):
         return self.mainloop_cls(self.tile_m, self.tile_n, self.stages, self.dtype, self.b_major, 1, self.cluster,
@@ -143,11 +141,11 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         if why:
             return why
         pairs = Tcgen05Mainloop.PAIR_CLUSTERS
-        if config.tile[0] == PAIR_SPLIT_M and getattr(config, "mma_sm", 1) != 2:
-            return PAIR_M64
         if config.tile[0] == PAIR_SPLIT_M and config.epilogue == "tma":
-            return ("the sm_100a TMA-store epilogue is built for 128-row accumulators: with BLOCK_M 64 (a CTA "
-                    "pair's M = 128 MMA) use epilogue='global'")
+            return ("the sm_100a TMA-store epilogue is built for 128-row accumulators: with BLOCK_M 64 use "
+                    "epilogue='global'")
+        if config.tile[0] == PAIR_SPLIT_M and config.decomposition != "data-parallel":
+            return "stream-K / split-K on sm_100a are built for BLOCK_M 128 so far"
         if getattr(config, "mma_sm", 1) == 2 and tuple(config.cluster) not in pairs:
             return (f"mma_sm=2 (one MMA shared by a CTA pair: 256 or 128 rows) runs on cluster "
                     f"{' or '.join(map(str, pairs))}, got cluster={tuple(config.cluster)}")
