@@ -122,8 +122,9 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
     def tensor_maps(self) -> list:
         from ..compiler.artifact import TensorMapSpec
         maps = super().tensor_maps()
-        if self.block_scaled:               # packed factors (cutedsl.device.mx.pack_scales)
-            maps += [TensorMapSpec("a_scales", "u8", self.sf_box), TensorMapSpec("b_scales", "u8", self.sf_box)]
+        if self.block_scaled:               # packed factors (cutedsl.device.mx.pack_scales), per batch
+            box = ((1,) if self.batched else ()) + self.sf_box
+            maps += [TensorMapSpec("a_scales", "u8", box), TensorMapSpec("b_scales", "u8", box)]
         return maps
 
     def bind_scales(self, ops, args, k_tiles):
@@ -141,9 +142,10 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
             tsa, tsb, kts = ops.scales
             s = state.index
             k_rows = k_tile * self.sf_box[0]        # shared by both operands: one shift per k-tile
-            for tma, name, r0 in ((tsa, "sfa", m0), (tsb, "sfb", n0)):
+            la, lb = ((ops.batch[0],), (ops.batch[1],)) if self.batched else ((), ())   # the operand's batch
+            for tma, name, r0, lead in ((tsa, "sfa", m0, la), (tsb, "sfb", n0, lb)):
                 row = (r0 // SF_ROWS) * kts * self.sf_box[0] + k_rows
-                tma.load(ops.smem[name].tile(s), pipeline.full, s, (row, 0), predicate=predicate)
+                tma.load(ops.smem[name].tile(s), pipeline.full, s, lead + (row, 0), predicate=predicate)
 
     @property
     def pair_stage_bytes(self) -> int:

@@ -73,6 +73,8 @@ def value(be, p, v, dims, keep, owned, copy_back=None):
             raise ValueError(f"parameter {p.name!r} declares shape {p.shape}: size {unknown[0]!r} is neither a "
                              f"problem size (m, n, k, l) nor one the kernel's param_dims defines")
         want = tuple(dims[s] if isinstance(s, str) else s for s in p.shape)
+        if len(want) == 3 and want[0] == 1 and tuple(shape) == want[1:]:
+            want = want[1:]                 # a batch extent of 1 may be left out (shared by every batch)
         if tuple(shape) != want:
             spelled = "(" + ", ".join(map(str, p.shape)) + ("," if len(p.shape) == 1 else "") + ")"
             raise ArgumentError(f"{p.name} must have shape {spelled} = {want} for this problem, "

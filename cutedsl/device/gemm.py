@@ -323,7 +323,7 @@ class Gemm:
                     raise ArgumentError(f"{name} must be C-contiguous for a pointer parameter")
                 values[name] = arr.ptr
         keep = [da, db, dd]            # device memory (ours or the caller's) must outlive the launch
-        dims = {"m": m, "n": n, "k": k, "l": l, **self.kernel.param_dims(problem)}
+        dims = {"m": m, "n": n, "k": k, "l": l, "la": la, "lb": lb, **self.kernel.param_dims(problem)}
         copy_back = []                 # (numpy array, device copy) of numpy arrays given for outputs
         for p in declared:
             if p.name not in values:

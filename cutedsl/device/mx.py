@@ -114,11 +114,12 @@ def scale_values(codes, scale=MX_SCALE) -> np.ndarray:
 
 
 def dequantize(q, scales, dtype: str = "mxfp8") -> np.ndarray:
-    """float64 ``q`` times its block's factor (rows x K); ``dtype`` names the scaling
-    (``"nvfp4"``: UE4M3 per 16; otherwise E8M0 per 32)."""
+    """float64 ``q`` times its block's factor (``(..., rows, K)`` with ``(..., rows, blocks)``
+    factors: a batch too); ``dtype`` names the scaling (``"nvfp4"``: UE4M3 per 16; otherwise
+    E8M0 per 32)."""
     sc = _scheme(dtype)[1]
     q = np.asarray(q).astype(np.float64)
-    return q * np.repeat(scale_values(scales, sc), sc.block, axis=1)[:, :q.shape[1]]
+    return q * np.repeat(scale_values(scales, sc), sc.block, axis=-1)[..., :q.shape[-1]]
 
 
 def random_scales(rng, rows: int, k: int, dtype: str = "mxfp8") -> np.ndarray:
@@ -182,14 +183,17 @@ def pack_scales(scales, dtype: str = "mxfp8") -> np.ndarray:
     """The packed ``(atoms * 4, 128)`` uint8 layout (module docstring) of ``scales`` (rows x
     blocks factor codes: uint8, or ml_dtypes float8_e8m0fnu / float8_e4m3fn) for operands of
     block-scaled ``dtype`` (``"mxfp8"``, ``"mxfp8-e5m2"``, ``"mxfp4"``, ``"nvfp4"``, or an
-    element type). Padding is the code of 1.0. ``ArgumentTypeError`` for another dtype of
+    element type); a batch ``(L, rows, blocks)`` packs to ``(L, atoms * 4, 128)``, each batch
+    as one matrix. Padding is the code of 1.0. ``ArgumentTypeError`` for another dtype of
     ``scales``."""
     s = np.asarray(scales)
     if s.dtype in (ml_dtypes.float8_e8m0fnu, E4M3):
         s = s.view(np.uint8)
+    if s.dtype == np.uint8 and s.ndim == 3:
+        return np.ascontiguousarray(np.stack([pack_scales(x, dtype) for x in s]))
     if s.dtype != np.uint8 or s.ndim != 2:
-        raise ArgumentTypeError(f"scales must be a 2-D uint8 array of factor codes (rows, blocks), got "
-                                f"{s.dtype} shape {s.shape}")
+        raise ArgumentTypeError(f"scales must be a 2-D uint8 array of factor codes (rows, blocks), or 3-D for a "
+                                f"batch, got {s.dtype} shape {s.shape}")
     e, sc = _scheme(dtype)
     rows, kb = s.shape
     rb = -(-rows // ATOM_ROWS)

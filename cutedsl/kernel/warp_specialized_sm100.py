@@ -88,8 +88,9 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             return ps
         from ..collective.tcgen05_mainloop import SF_BOX
         from ..compiler.artifact import ParamSpec as Param
-        sf = [Param("a_scales", "tensormap", shape=("sfa_rows", SF_BOX[1]), dtype="u8"),
-              Param("b_scales", "tensormap", shape=("sfb_rows", SF_BOX[1]), dtype="u8")]
+        la, lb = (("la",), ("lb",)) if self.batched else ((), ())     # a batch: each operand's own
+        sf = [Param("a_scales", "tensormap", shape=la + ("sfa_rows", SF_BOX[1]), dtype="u8"),
+              Param("b_scales", "tensormap", shape=lb + ("sfb_rows", SF_BOX[1]), dtype="u8")]
         return ps[:2] + sf + ps[2:]
 
     def param_dims(self, problem) -> dict:
@@ -171,10 +172,9 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
                 return (f"block-scaled inputs come in pairs (MXFP8 or MXFP6 with MXFP8 or MXFP6, MXFP4 with MXFP4, "
                         f"NVFP4 with NVFP4): dtype {config.dtype!r}, b_dtype {config.b_dtype!r}")
             from ..atom.tcgen05 import SF_ROWS
-            if tuple(config.tile[:2]) != (SF_ROWS, SF_ROWS) or config.batched:
+            if tuple(config.tile[:2]) != (SF_ROWS, SF_ROWS):
                 return ("block-scaled (MX) GEMMs are built for tile 128 x 128 (per CTA; a CTA pair with mma_sm=2: "
-                        f"256 x 128), unbatched, so far; got tile {config.tile[:2]}"
-                        + (", batched" if config.batched else ""))
+                        f"256 x 128) so far; got tile {config.tile[:2]}")
         if config.decomposition != "data-parallel" and getattr(config, "mma_sm", 1) == 2:
             return "stream-K / split-K on sm_100a are built for one SM per MMA (mma_sm=1) so far"
         return None
