@@ -182,7 +182,8 @@ def run_gemm(args) -> tuple:
            "m": args.m, "n": args.n, "k": args.k, "l": args.batch or 1,
            "dtype": cfg.dtype, "b_dtype": cfg.b_dtype or cfg.dtype, "out_dtype": cfg.out_dtype, "tile": list(cfg.tile),
            "stages": cfg.resolved_stages(), "schedule": cfg.schedule, "a_major": cfg.a_major, "b_major": cfg.b_major,
-           "epilogue": cfg.epilogue, "fusion": list(cfg.fields()["fusion"]), "cluster": list(cfg.cluster), "mma_sm": cfg.mma_sm, "raster": cfg.raster, "swizzle": cfg.swizzle,
+           "epilogue": cfg.epilogue, "fusion": list(cfg.fields()["fusion"]), "cluster": list(cfg.cluster), "mma_sm": cfg.mma_sm,
+           "tile_scheduler": cfg.tile_scheduler, "raster": cfg.raster, "swizzle": cfg.swizzle,
            "threads": kern.block[0], "grid": list(grid), **_decomposition(gemm, args),
            "registers": r.registers, "spills": r.spill_stores + r.spill_loads, "stack": r.stack,
            "smem_bytes": r.smem_bytes, "sass": r.sass, "ptxas_messages": list(r.ptxas_messages),
@@ -285,6 +286,7 @@ def _print_text(rep):
       f"{'A M-major  ' if rep.get('a_major') == 'MN' else ''}B {rep['b_major']}-major  epilogue {rep['epilogue']}{''.join(' + ' + str(x) for x in rep['fusion'])}"
       + (f"  cluster {rep['cluster'][0]}x{rep['cluster'][1]}" if rep.get("cluster", [1, 1]) != [1, 1] else "")
       + ("  mma 2SM (cta_group::2)" if rep.get("mma_sm", 1) == 2 else "")
+      + ("  cluster launch control" if rep.get("tile_scheduler") == "clc" else "")
       + (f"  {rep['arch']}" if rep.get("arch", "sm_90a") != "sm_90a" else ""))
     for field, why in rep.get("chosen", {}).items():
         p(f"  chosen {field}: {why}")

@@ -227,6 +227,10 @@ def add_gemm_parser(sub):
     g.add_argument("--mma-sm", type=int, choices=[1, 2], default=None,
                    help="sm_100a: 2 = CUTLASS's 2SM kernel, a CTA pair along M sharing one tcgen05.mma "
                         "of 256 rows (--tile 128x...) or 128 (--tile 64x...); default 1")
+    g.add_argument("--tile-scheduler", choices=["static", "clc"], default=None,
+                   help="sm_100a persistent kernel: static (default; each CTA walks fixed tiles) or clc (cluster "
+                        "launch control: one CTA per tile, the running ones cancel the waiting ones and take "
+                        "their tiles)")
     g.add_argument("--raster", choices=[*RASTERS, "auto"], default=None,
                    help="the tile scheduler walks along M or N first; auto (default): along the dimension with "
                         "more tiles")

@@ -132,6 +132,16 @@ class TileScheduler:
         """Units of work this CTA runs (IR i32 or Python int): one tile here."""
         return 1
 
+    def work_loop(self, carry, body, issuer=None) -> list:
+        """IR: ``body(i, carried) -> next carried`` for each of this CTA's :meth:`work_count`
+        units ``i`` (a loop carrying ``carry``); returns the last carried values. ``issuer``
+        is for schedulers that fetch their units at run time (the cluster-launch-control one:
+        the role that asks for them); unused here."""
+        loop = cir.Loop(0, self.work_count(), carry=carry)
+        for i, carried in loop:
+            loop.next(*body(i, list(carried)))
+        return list(loop.results)
+
     def work_tile(self, i=0, k_tile_range=None) -> WorkTile:
         """The :class:`WorkTile` of this CTA's unit ``i``; ``k_tile_range`` (a kernel's hook,
         default :meth:`k_tile_range`) decides its k-tiles."""

@@ -12,6 +12,7 @@ from ..arch import get_arch
 from ..atom.mma_traits import ELEMENT_BITS, ELEMENT_BYTES, mma_traits
 from ..collective import fusion as _fusion
 from ..collective.epilogue import Epilogue
+from ..collective.clc_scheduler import TILE_SCHEDULERS
 from ..collective.tile_scheduler import RASTERS, SWIZZLES
 from ..atom.mma_traits import DTYPE_SCALES, MX_DTYPES, element_type
 from .kernels import DEFAULT_EPILOGUE, DEFAULT_SCHEDULE, kernel_classes
@@ -130,6 +131,10 @@ class GemmConfig:
     * ``mma_sm``: 1, or 2 for CUTLASS's 2SM kernel on sm_100a (``schedule="warp_specialized"``,
       ``cluster=(2, 1)``): each CTA pair along M shares one ``tcgen05.mma`` (``cta_group::2``)
       of 2 x BLOCK_M rows (BLOCK_M 128 or 64), each CTA loading its BLOCK_M rows of A and half of B.
+    * ``tile_scheduler``: ``"static"`` (persistent CTAs, as many as the SMs hold, each walking
+      fixed tiles) or ``"clc"`` on sm_100a's persistent kernel: one CTA per tile, the running
+      CTAs cancel waiting ones by cluster launch control and take their tiles (CUTLASS's
+      ``PersistentTileSchedulerSm100``; cluster 1x1, data-parallel).
     * ``fusion``: fused epilogue nodes (:mod:`cutedsl.collective.fusion`: alpha, scale_a[:row],
       scale_b[:col], beta[:DTYPE], bias:row|col, aux, relu, gelu, gelu_tanh, silu, clamp:LO:HI,
       or ``EpilogueNode`` objects), applied in order: ``D = act(alpha * acc * scales + beta * C
@@ -157,6 +162,7 @@ class GemmConfig:
     decomposition: str = attrs.field(default="data-parallel")
     splits: object = attrs.field(default=None)
     mma_sm: int = attrs.field(default=1)
+    tile_scheduler: str = attrs.field(default="static")
     #: why each field has its value, when the config was chosen by :meth:`for_problem`
     reasons: object = attrs.field(default=None, init=False, eq=False, repr=False, hash=False)
 
@@ -239,6 +245,8 @@ class GemmConfig:
         if not _is_int(self.mma_sm) or self.mma_sm not in (1, 2):
             raise ConfigError(f"mma_sm must be 1 or 2 (CTAs sharing one MMA), got {self.mma_sm!r}")
         object.__setattr__(self, "mma_sm", int(self.mma_sm))
+        if self.tile_scheduler not in TILE_SCHEDULERS:
+            raise ConfigError(f"tile_scheduler must be {one_of(TILE_SCHEDULERS)}, got {self.tile_scheduler!r}")
 
     def _check_decomposition(self):
         from ..collective.stream_k import DECOMPOSITIONS
@@ -392,6 +400,11 @@ class GemmConfig:
                 raise ConfigError(f"dtype {self.dtype!r} (block-scaled MX inputs) needs arch='sm_100a' and "
                                   f"schedule='warp_specialized', got {self.arch} {self.schedule!r}")
             kw["block_scaled"] = DTYPE_SCALES[self.dtype].name
+        if self.tile_scheduler != "static":
+            if "tile_scheduler" not in takes:
+                raise ConfigError(f"tile_scheduler={self.tile_scheduler!r} (cluster launch control) needs arch='sm_100a' "
+                                  f"and schedule='warp_specialized', got {self.arch} {self.schedule!r}")
+            kw["tile_scheduler"] = self.tile_scheduler
         if self.mma_sm != 1:
             if "mma_sm" not in takes:
                 raise ConfigError(f"mma_sm={self.mma_sm} (a CTA-pair MMA) needs arch='sm_100a' and "

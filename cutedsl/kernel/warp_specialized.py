@@ -254,14 +254,17 @@ class WarpSpecializedGemmKernel(GemmKernel):
         """One thread: fill the pipeline with every work tile's k-tiles in scheduler order,
         then wait for every release (``producer_tail``)."""
         sch, s = self.scheduler, self.stages
-        loop = cir.Loop(0, sch.work_count(), carry=PipelineState(s).carry())
-        for i, carried in loop:
+
+        def tile(i, carried):
             wt = self.work_tile(i)
             k_first, k_count = self.k_range(wt)
             st = self.mainloop.producer_loop(self.unit_operands(ops, wt), pipeline, PipelineState.from_carry(s, carried),
                                              k_first, k_count, wt.m0, wt.n0)
-            loop.next(*st.carry())
-        pipeline.producer_tail(PipelineState.from_carry(s, loop.results))
+            return st.carry()
+        # the producer runs ahead of the other roles: a scheduler that fetches units at run time
+        # (cluster launch control) has it ask for them (its issuing thread, or all that run this)
+        issuer = ops.producer if ops.producer is not None else cir.const(1, "i1")
+        pipeline.producer_tail(PipelineState.from_carry(s, sch.work_loop(PipelineState(s).carry(), tile, issuer)))
 
     def store(self, acc, args, smem, wt, row_base, wg) -> None:
         """The epilogue of work tile ``wt`` by consumer warpgroup ``wg`` (its rows from

@@ -21,6 +21,7 @@ from __future__ import annotations
 from ..atom.mma_traits import block_scale
 from ..atom.tcgen05 import PAIR_SPLIT_M
 
+from ..collective.clc_scheduler import TILE_SCHEDULERS
 from ..collective.pipeline import PipelineState, TmaPipeline
 from ..collective.tcgen05_mainloop import Tcgen05Mainloop
 from ..ir._lazy import lazy
@@ -48,10 +49,15 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     mainloop_cls = Tcgen05Mainloop
     persistent = True
     TILE_M = (128, PAIR_SPLIT_M)
-    CONFIG_FIELDS = WarpSpecializedGemmKernel.CONFIG_FIELDS + ("mma_sm", "block_scaled")
+    CONFIG_FIELDS = WarpSpecializedGemmKernel.CONFIG_FIELDS + ("mma_sm", "block_scaled", "tile_scheduler")
 
-    def __init__(self, *args, mma_sm: int = 1, block_scaled=False, **kw):
+    def __init__(self, *args, mma_sm: int = 1, block_scaled=False, tile_scheduler: str = "static", **kw):
         self.mma_sm = mma_sm        #: 2: CTA pairs share one MMA of 2 x tile_m rows (cta_group::2)
+        if tile_scheduler not in TILE_SCHEDULERS:
+            raise ValueError(f"tile_scheduler must be one of {TILE_SCHEDULERS}, got {tile_scheduler!r}")
+        #: "static": persistent CTAs walk fixed units; "clc": one cluster per unit, the running
+        #: ones cancel the waiting ones and take their units (ClcTileScheduler)
+        self.tile_scheduler = tile_scheduler
         #: block-scaled inputs, parameters a_scales / b_scales: False, "mx" (E8M0 factors per 32
         #: K elements; True means it too) or "nv" (NVFP4: UE4M3 per 16)
         self.block_scaled = block_scale(block_scaled).name if block_scaled else False
@@ -126,6 +132,16 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     def split_for(cls, tile_m: int, tile_n: int) -> int:
         return 1
 
+    def make_scheduler(self):
+        """The static persistent scheduler (or stream-K's), or with ``tile_scheduler="clc"`` the
+        cluster-launch-control one, which every warp of the CTA walks."""
+        if self.tile_scheduler == "static":
+            return super().make_scheduler()
+        from ..collective.clc_scheduler import ClcTileScheduler
+        raster, swizzle, sm_count = self._schedule
+        warps = FIRST_EPILOGUE_WARP + self.arch.warps_per_warpgroup
+        return ClcTileScheduler(self.tile_m, self.tile_n, raster, swizzle, sm_count, self.cluster, warps=warps)
+
     @classmethod
     def schedule_reason(cls, tile_m, tile_n, stages, cluster) -> str | None:
         from ..collective.warp_specialized import CLUSTERS
@@ -175,6 +191,11 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             if tuple(config.tile[:2]) != (SF_ROWS, SF_ROWS):
                 return ("block-scaled (MX) GEMMs are built for tile 128 x 128 (per CTA; a CTA pair with mma_sm=2: "
                         f"256 x 128) so far; got tile {config.tile[:2]}")
+        if getattr(config, "tile_scheduler", "static") == "clc" and (
+                config.decomposition != "data-parallel" or tuple(config.cluster) != (1, 1)):
+            return ("tile_scheduler='clc' (cluster launch control) is built for data-parallel tiles on one-CTA "
+                    f"clusters so far: cluster (1, 1) (so mma_sm=1), got cluster {tuple(config.cluster)}, "
+                    f"decomposition {config.decomposition!r}")
         if config.decomposition != "data-parallel" and getattr(config, "mma_sm", 1) == 2:
             return "stream-K / split-K on sm_100a are built for one SM per MMA (mma_sm=1) so far"
         return None
@@ -204,6 +225,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     def plan_extra(self, plan) -> None:
         plan.barriers("acc_full", ACC_STAGES)
         plan.barriers("acc_empty", ACC_STAGES)
+        if hasattr(self.scheduler, "plan"):         # cluster launch control's response ring
+            self.scheduler.plan(plan)
 
     def config(self) -> dict:
         return {**super().config(), "acc_stages": ACC_STAGES, **({"mma_sm": 2} if self.pair else {}),
@@ -247,6 +270,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
                                MBarriers(smem.barriers("acc_empty"), ACC_STAGES), consumers=releases)
             self.epilogue.init(smem, leader)
             accp.init(leader)
+            if hasattr(self.scheduler, "init"):     # before the init fence and barrier below
+                self.scheduler.init(smem, leader)
             pipeline.init(leader)
             tmem = TensorMemory(static_word("tmem_address"),
                                 TensorMemory.columns_for(ACC_STAGES * self.acc_columns + ml.sf_columns()),
@@ -291,8 +316,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         sch, s, ml = self.scheduler, self.stages, self.mainloop
         d0 = tmem.address()
         mask = ml.release_mask()
-        loop = cir.Loop(0, sch.work_count(), carry=PipelineState(s).carry() + PipelineState(ACC_STAGES).carry())
-        for i, carried in loop:
+
+        def tile(i, carried):
             st = PipelineState.from_carry(s, carried[:2])
             acc = PipelineState.from_carry(ACC_STAGES, carried[2:])
             wt = self.work_tile(i)
@@ -303,7 +328,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
                              sf=d0 + ACC_STAGES * self.acc_columns, elect=True)
             # a pair: both CTAs' accumulators are complete
             ml.mma_atom.commit(accp.full.address(acc.index), mask if self.pair else None, elect=True)
-            loop.next(*st.carry(), *acc.advance().carry())
+            return [*st.carry(), *acc.advance().carry()]
+        sch.work_loop(PipelineState(s).carry() + PipelineState(ACC_STAGES).carry(), tile)
 
     def release_accumulator(self, accp, acc) -> None:
         """An epilogue thread is done reading buffer ``acc``: every thread arrives on this CTA's
@@ -323,8 +349,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         from ..collective.tmem_epilogue import store_accumulator
         sch = self.scheduler
         d0 = tmem.address()
-        loop = cir.Loop(0, sch.work_count(), carry=PipelineState(ACC_STAGES).carry())
-        for i, carried in loop:
+
+        def tile(i, carried):
             acc = PipelineState.from_carry(ACC_STAGES, carried)
             wt = self.work_tile(i)
             accp.consumer_wait(acc)
@@ -341,7 +367,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
                 from ..collective.tmem_epilogue import store_partial
                 store_partial(self.epilogue, d0 + acc.index * self.tile_n, self.tile_n, ctx, release,
                               self.reduction, wt, self.reduction.BARRIER_ID)
-            loop.next(*acc.advance().carry())
+            return acc.advance().carry()
+        sch.work_loop(PipelineState(ACC_STAGES).carry(), tile)
         if getattr(self.epilogue, "defer_tail", False):
             self.epilogue.store_tail()          # no CTA exits while a TMA store reads its smem
 

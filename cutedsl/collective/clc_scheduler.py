@@ -1,0 +1,131 @@
+"""Dynamic persistent tile scheduling by cluster launch control (sm_100; PTX ISA
+``clusterlaunchcontrol.try_cancel`` / ``query_cancel``; CUTLASS's ``PersistentTileSchedulerSm100``).
+
+The grid has **one cluster per work unit** (cluster tile), as a non-persistent launch. A
+running CTA starts with its own unit; for each next one it asks the hardware to cancel a
+cluster that has not started yet (``try_cancel``), and runs that cluster's unit instead. A
+request that finds no waiting cluster fails and the CTA's loop ends. SMs another kernel holds,
+or that a slow tile keeps busy, are thereby balanced at run time, and a launch never asks more
+clusters than the GPU holds to wait for one another.
+
+Per CTA, a ring of :data:`CLC_STAGES` 16-byte responses in shared memory with a full and an
+empty mbarrier each (the pipeline protocol of the operand ring): the issuing role (the
+producer warp, ahead of the others) waits until a slot is free, arms its full barrier with 16
+transaction bytes and issues ``try_cancel`` into it at the start of each of its units; every
+role that walks the units (:meth:`ClcTileScheduler.work_loop`) then waits for that slot, reads
+the response (``query_cancel.is_canceled`` and ``get_first_ctaid::x``) and releases it -- lane
+0 of each of its warps arrives on the empty barrier. The response completes through the async
+proxy on the mbarrier, like a TMA load, so the reads after the wait see it.
+
+Built for one-CTA clusters (cluster ``(1, 1)``, one SM per MMA); the CTAs of a larger cluster
+would have to agree on each response (``.multicast::cluster::all`` and cluster-wide releases).
+"""
+from __future__ import annotations
+
+from ..ir._lazy import lazy
+from .pipeline import PipelineState
+from .tile_scheduler import PersistentTileScheduler
+
+cir = lazy("cutedsl.ir")
+ir, llvm, nvvm = lazy("mlir.ir"), lazy("mlir.dialects.llvm"), lazy("mlir.dialects.nvvm")
+
+#: GemmConfig.tile_scheduler values: the static persistent walk, or cluster launch control
+TILE_SCHEDULERS = ("static", "clc")
+CLC_STAGES = 3              #: responses in flight: the producer runs up to two units ahead of the epilogue
+CLC_RESPONSE_BYTES = 16     #: a try_cancel response (PTX ISA: a 16-byte aligned .b128)
+
+
+class ClcTileScheduler(PersistentTileScheduler):
+    """See the module docstring. Constructor arguments as
+    :class:`~cutedsl.collective.tile_scheduler.PersistentTileScheduler` (the unit -> tile
+    rasterization is the same); ``warps``: the warps of a CTA that run :meth:`work_loop` (each
+    releases every response once). ``ValueError`` for a cluster larger than one CTA."""
+
+    def __init__(self, tile_m: int, tile_n: int, raster: str = "M", swizzle: int = 1, sm_count=None,
+                 cluster=(1, 1), warps: int = 1):
+        if tuple(cluster) != (1, 1):
+            raise ValueError(f"cluster launch control is built for one-CTA clusters so far, got cluster {tuple(cluster)}")
+        super().__init__(tile_m, tile_n, raster, swizzle, sm_count, cluster, persistent=False)
+        self.warps = warps
+
+    def config(self) -> dict:
+        return {**super().config(), "clc": CLC_STAGES, "clc_warps": self.warps}
+
+    def _unit(self, i):
+        return i                    # work_loop hands its body the unit itself
+
+    # -- shared memory -------------------------------------------------------------
+    def plan(self, plan) -> None:
+        """Declare the response ring and its barriers in a ``SmemPlan``."""
+        plan.buffer("clc_response", (CLC_RESPONSE_BYTES,), "u8", CLC_STAGES, align=CLC_RESPONSE_BYTES)
+        plan.barriers("clc_full", CLC_STAGES)
+        plan.barriers("clc_empty", CLC_STAGES)
+
+    def init(self, smem, leader) -> None:
+        """IR: bind the ring of ``smem`` (a ``BoundSmem``) and initialise its barriers by thread
+        ``leader`` (IR i1); ``fence.mbarrier_init`` and a CTA barrier must follow (the operand
+        ring's init and sync)."""
+        from ..atom import MBarriers
+        self.responses = smem["clc_response"]
+        self.full = MBarriers(smem.barriers("clc_full"), CLC_STAGES)
+        self.empty = MBarriers(smem.barriers("clc_empty"), CLC_STAGES)
+        self.full.init_all(1, predicate=leader)
+        self.empty.init_all(self.warps, predicate=leader)
+
+    # -- the work loop ---------------------------------------------------------------
+    def work_loop(self, carry, body, issuer=None) -> list:
+        """IR: ``body(unit, carried) -> next carried`` for this CTA's first unit and each unit a
+        successful ``try_cancel`` hands it; returns the last carried values. ``issuer`` (an
+        ``ElectEach`` or IR i1 selecting one thread of the calling warp): this role issues
+        the requests. Run by whole warps (each warp releases each response once)."""
+        first = self.cluster_id
+        init = [cir.u32(first), cir.const(1, "i1"), *PipelineState(CLC_STAGES).carry(), *carry]
+
+        def step(unit, valid, ci, cp, *rest):
+            st = PipelineState(CLC_STAGES, ci, cp)
+            if issuer is not None:
+                self._request(st, issuer)
+            rest = body(unit, list(rest))
+            nxt, ok = self._response(st)
+            return [nxt, ok, *st.advance().carry(), *rest]
+
+        return list(cir.While(init, cond=lambda unit, valid, *_: valid, body=step).results[4:])
+
+    def _request(self, st, issuer) -> None:
+        """Wait for slot ``st`` to be free, arm its full barrier and ask for a cluster to cancel."""
+        from ..atom.sync import ElectEach, elected
+        self.empty.wait(st.index, st.phase ^ 1)
+        addr = self.responses.tile(st.index).address()
+        if isinstance(issuer, ElectEach):
+            with elected(issuer):
+                self._try_cancel(st.index, addr)
+        else:
+            with cir.If(issuer):
+                self._try_cancel(st.index, addr)
+
+    def _try_cancel(self, index, addr) -> None:
+        self.full.arrive_expect_tx(index, CLC_RESPONSE_BYTES)
+        nvvm.clusterlaunchcontrol_try_cancel(_shared_ptr(addr), _shared_ptr(self.full.address(index)))
+
+    def _response(self, st) -> tuple:
+        """IR ``(next unit, canceled)``: wait for slot ``st``'s response, read it, release the
+        slot (lane 0 of the warp)."""
+        self.full.wait(st.index, st.phase)
+        i128 = ir.IntegerType.get_signless(128)
+        resp = llvm.load(i128, _shared_ptr(self.responses.tile(st.index).address()))
+        t = nvvm.ClusterLaunchControlQueryType
+        ok = cir.Scalar(nvvm.clusterlaunchcontrol_query_cancel(ir.IntegerType.get_signless(1), t.IS_CANCELED, resp))
+        x = cir.Scalar(nvvm.clusterlaunchcontrol_query_cancel(ir.IntegerType.get_signless(32), t.GET_FIRST_CTA_ID_X,
+                                                              resp), signed=False)
+        with cir.If((cir.thread_idx() % 32).eq(0)):
+            self.empty.arrive(st.index)
+        return x, ok
+
+
+def _shared_ptr(address):
+    """``!llvm.ptr<3>`` of a shared address (i32 or i64 IR value)."""
+    a = address if str(address.type) == "i32" else cir.Scalar(address).to("i32", signed=False)
+    return llvm.inttoptr(ir.Type.parse("!llvm.ptr<3>"), a)
+
+
+__all__ = ["ClcTileScheduler", "CLC_STAGES", "TILE_SCHEDULERS"]
