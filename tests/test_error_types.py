@@ -11,7 +11,7 @@ from cutedsl.sim import Emulator, PTXParseError, SimBackend
 CASES = [
     ("GemmConfig(foo=1)", lambda be: GemmConfig(foo=1), ConfigTypeError,
      r"^GemmConfig\(\): got an unexpected keyword argument 'foo'; it accepts dtype, out_dtype, tile, stages"),
-    ("GemmConfig(*20 values)", lambda be: GemmConfig(*range(20)), ConfigTypeError, r"too many positional arguments"),
+    ("GemmConfig(*30 values)", lambda be: GemmConfig(*range(30)), ConfigTypeError, r"too many positional arguments"),
     ("Gemm(cfg, foo=1)", lambda be: Gemm(GemmConfig(), "none", foo=1), ArgumentTypeError,
      r"^Gemm\(\): got an unexpected keyword argument 'foo'; it accepts config, backend, epilogue, kernel, cache"),
     ("SimBackend(foo=1)", lambda be: SimBackend(foo=1), ArgumentTypeError, r"^SimBackend\(\): got an unexpected"),

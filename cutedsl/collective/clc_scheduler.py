@@ -111,7 +111,7 @@ class ClcTileScheduler(PersistentTileScheduler):
         """IR ``(next unit, canceled)``: wait for slot ``st``'s response, read it, release the
         slot (lane 0 of the warp)."""
         self.full.wait(st.index, st.phase)
-        i128 = ir.IntegerType.get_signless(128)
+        i128 = ir.IntegerType.get_signless(CLC_RESPONSE_BYTES * 8)
         resp = llvm.load(i128, _shared_ptr(self.responses.tile(st.index).address()))
         t = nvvm.ClusterLaunchControlQueryType
         ok = cir.Scalar(nvvm.clusterlaunchcontrol_query_cancel(ir.IntegerType.get_signless(1), t.IS_CANCELED, resp))

@@ -114,10 +114,12 @@ def test_configs_sm100a_cannot_run_yet(kw, match):
 
 
 def test_for_problem_and_backend_choice():
-    """The model picks sm_100a's persistent kernel; without an sm_100a GPU the run goes to the emulator."""
+    """The model picks sm_100a's persistent kernel (on a small problem its 64-row tiles: one
+    CTA's M = 64 MMA); without an sm_100a GPU the run goes to the emulator."""
     from cutedsl.device.selection import resolve
     cfg = GemmConfig.for_problem(300, 200, 100, arch="sm_100a")
-    assert (cfg.schedule, cfg.epilogue, cfg.tile[0]) == ("warp_specialized", "global", 128)
+    assert (cfg.schedule, cfg.epilogue, cfg.tile, cfg.mma_sm) == ("warp_specialized", "global", (64, 64, 64), 1)
+    assert GemmConfig.for_problem(4096, 4096, 4096, arch="sm_100a").tile == (128, 256, 64)
     assert "sm_100a's persistent tcgen05 kernel" in cfg.explain()
     be, why = resolve("auto", "sm_100a")
     assert be.name == "sim" and "sm_100a kernels need a sm_100a GPU" in why
@@ -306,7 +308,8 @@ def test_mx_host_helpers_round_trip_and_layout(rng):
     for i, j in ((0, 0), (37, 5), (149, 6), (130, 3)):
         atom = (i // 128) * 2 + j // 4
         assert flat[atom][(i % 32) * 16 + (i % 128 // 32) * 4 + j % 4] == s[i, j]
-    with pytest.raises(Exception, match=r"scales must be a 2-D uint8 array of factor codes \(rows, blocks\), got float32"):
+    with pytest.raises(Exception, match=r"scales must be a 2-D uint8 array of factor codes \(rows, blocks\), or 3-D "
+                                        r"for a batch, got float32"):
         mx.pack_scales(s.astype(np.float32))
 
 
