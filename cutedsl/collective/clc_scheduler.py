@@ -10,17 +10,20 @@ clusters than the GPU holds to wait for one another.
 
 Per CTA, a ring of :data:`CLC_STAGES` 16-byte responses in shared memory with a full and an
 empty mbarrier each (the pipeline protocol of the operand ring): the issuing role (the
-producer warp, ahead of the others) waits until a slot is free, arms its full barrier with 16
-transaction bytes and issues ``try_cancel`` into it at the start of each of its units; every
-role that walks the units (:meth:`ClcTileScheduler.work_loop`) then waits for that slot, reads
-the response (``query_cancel.is_canceled`` and ``get_first_ctaid::x``) and releases it -- lane
-0 of each of its warps arrives on the empty barrier. The response completes through the async
-proxy on the mbarrier, like a TMA load, so the reads after the wait see it.
-
-Built for one-CTA clusters (cluster ``(1, 1)``, one SM per MMA); the CTAs of a larger cluster
-would have to agree on each response (``.multicast::cluster::all`` and cluster-wide releases).
+producer warp, ahead of the others) arms its full barrier with 16 transaction bytes at the
+start of each of its units and, in the cluster's first CTA, waits until the slot is free and
+issues ``try_cancel`` into it -- ``.multicast::cluster::all`` in a larger cluster, so the
+response lands in every CTA's slot and completes on every CTA's full barrier, and the cluster's
+CTAs walk the same units. Every role that walks the units (:meth:`ClcTileScheduler.work_loop`)
+then waits for that slot, reads the response (``query_cancel.is_canceled`` and
+``get_first_ctaid::x``) and releases it: lane 0 of each of its warps arrives on the empty
+barrier of the cluster's first CTA (``mbarrier.arrive.release.cluster`` from the others), which
+thus counts every warp of the cluster. The response completes through the async proxy on the
+mbarrier, like a TMA load, so the reads after the wait see it.
 """
 from __future__ import annotations
+
+import contextlib
 
 from ..ir._lazy import lazy
 from .pipeline import PipelineState
@@ -38,13 +41,11 @@ CLC_RESPONSE_BYTES = 16     #: a try_cancel response (PTX ISA: a 16-byte aligned
 class ClcTileScheduler(PersistentTileScheduler):
     """See the module docstring. Constructor arguments as
     :class:`~cutedsl.collective.tile_scheduler.PersistentTileScheduler` (the unit -> tile
-    rasterization is the same); ``warps``: the warps of a CTA that run :meth:`work_loop` (each
-    releases every response once). ``ValueError`` for a cluster larger than one CTA."""
+    rasterization is the same); ``warps``: the warps of the whole cluster that run
+    :meth:`work_loop` (each releases every response once)."""
 
     def __init__(self, tile_m: int, tile_n: int, raster: str = "M", swizzle: int = 1, sm_count=None,
                  cluster=(1, 1), warps: int = 1):
-        if tuple(cluster) != (1, 1):
-            raise ValueError(f"cluster launch control is built for one-CTA clusters so far, got cluster {tuple(cluster)}")
         super().__init__(tile_m, tile_n, raster, swizzle, sm_count, cluster, persistent=False)
         self.warps = warps
 
@@ -92,20 +93,21 @@ class ClcTileScheduler(PersistentTileScheduler):
         return list(cir.While(init, cond=lambda unit, valid, *_: valid, body=step).results[4:])
 
     def _request(self, st, issuer) -> None:
-        """Wait for slot ``st`` to be free, arm its full barrier and ask for a cluster to cancel."""
+        """Arm slot ``st``'s full barrier; in the cluster's first CTA, wait for the slot to be
+        free everywhere and ask for a cluster to cancel."""
         from ..atom.sync import ElectEach, elected
-        self.empty.wait(st.index, st.phase ^ 1)
         addr = self.responses.tile(st.index).address()
-        if isinstance(issuer, ElectEach):
-            with elected(issuer):
-                self._try_cancel(st.index, addr)
-        else:
-            with cir.If(issuer):
+        first = None if self.cluster_size == 1 else cir.u32(self.rank).eq(0)   # the CTA that issues
+        with _where(first):
+            self.empty.wait(st.index, st.phase ^ 1)
+        with elected(issuer) if isinstance(issuer, ElectEach) else cir.If(issuer):
+            self.full.arrive_expect_tx(st.index, CLC_RESPONSE_BYTES)
+            with _where(first):
                 self._try_cancel(st.index, addr)
 
     def _try_cancel(self, index, addr) -> None:
-        self.full.arrive_expect_tx(index, CLC_RESPONSE_BYTES)
-        nvvm.clusterlaunchcontrol_try_cancel(_shared_ptr(addr), _shared_ptr(self.full.address(index)))
+        many = ir.UnitAttr.get() if self.cluster_size > 1 else None     # .multicast::cluster::all
+        nvvm.clusterlaunchcontrol_try_cancel(_shared_ptr(addr), _shared_ptr(self.full.address(index)), multicast=many)
 
     def _response(self, st) -> tuple:
         """IR ``(next unit, canceled)``: wait for slot ``st``'s response, read it, release the
@@ -117,9 +119,19 @@ class ClcTileScheduler(PersistentTileScheduler):
         ok = cir.Scalar(nvvm.clusterlaunchcontrol_query_cancel(ir.IntegerType.get_signless(1), t.IS_CANCELED, resp))
         x = cir.Scalar(nvvm.clusterlaunchcontrol_query_cancel(ir.IntegerType.get_signless(32), t.GET_FIRST_CTA_ID_X,
                                                               resp), signed=False)
-        with cir.If((cir.thread_idx() % 32).eq(0)):
-            self.empty.arrive(st.index)
-        return x, ok
+        lane0 = (cir.thread_idx() % 32).eq(0)
+        if self.cluster_size == 1:
+            with cir.If(lane0):
+                self.empty.arrive(st.index)
+        else:                   # the cluster's first CTA counts the releases of all its CTAs
+            self.empty.arrive_cluster(st.index, 0, predicate=lane0)
+        cs = self.cluster_size
+        return (x // cs if cs > 1 else x), ok
+
+
+def _where(cond):
+    """``cir.If(cond)``, or no condition when ``cond`` is None."""
+    return contextlib.nullcontext() if cond is None else cir.If(cond)
 
 
 def _shared_ptr(address):

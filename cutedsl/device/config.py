@@ -133,8 +133,8 @@ class GemmConfig:
       of 2 x BLOCK_M rows (BLOCK_M 128 or 64), each CTA loading its BLOCK_M rows of A and half of B.
     * ``tile_scheduler``: ``"static"`` (persistent CTAs, as many as the SMs hold, each walking
       fixed tiles) or ``"clc"`` on sm_100a's persistent kernel: one CTA per tile, the running
-      CTAs cancel waiting ones by cluster launch control and take their tiles (CUTLASS's
-      ``PersistentTileSchedulerSm100``; cluster 1x1, data-parallel).
+      clusters cancel waiting ones by cluster launch control and take their tiles (CUTLASS's
+      ``PersistentTileSchedulerSm100``; any cluster, CTA pairs too; data-parallel).
     * ``fusion``: fused epilogue nodes (:mod:`cutedsl.collective.fusion`: alpha, scale_a[:row],
       scale_b[:col], beta[:DTYPE], bias:row|col, aux, relu, gelu, gelu_tanh, silu, clamp:LO:HI,
       or ``EpilogueNode`` objects), applied in order: ``D = act(alpha * acc * scales + beta * C

@@ -117,9 +117,6 @@ def _try(config_cls, m, n, bm, bn, kt, k_tile, sms, sm_count, base, fallback, tr
     if "cluster" not in base and ws and base.get("mma_sm") == 2:
         kw["cluster"] = (2, 1)
         why["cluster"] = "2x1: mma_sm=2, a CTA pair along M shares each MMA"
-    elif "cluster" not in base and ws and base.get("tile_scheduler") == "clc":
-        kw["cluster"] = (1, 1)
-        why["cluster"] = "1x1: cluster launch control hands out tiles to one-CTA clusters"
     elif "cluster" not in base and ws:
         two = tm >= 2 and tiles >= sms
         kw["cluster"] = (2, 1) if two else (1, 1)

@@ -139,7 +139,9 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             return super().make_scheduler()
         from ..collective.clc_scheduler import ClcTileScheduler
         raster, swizzle, sm_count = self._schedule
-        warps = FIRST_EPILOGUE_WARP + self.arch.warps_per_warpgroup
+        cs = self.cluster[0] * self.cluster[1]
+        # every role's warps in every CTA of the cluster, but the MMA warp of a pair's odd CTA
+        warps = (FIRST_EPILOGUE_WARP + self.arch.warps_per_warpgroup) * cs - (cs // 2 if self.pair else 0)
         return ClcTileScheduler(self.tile_m, self.tile_n, raster, swizzle, sm_count, self.cluster, warps=warps)
 
     @classmethod
@@ -191,11 +193,9 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             if tuple(config.tile[:2]) != (SF_ROWS, SF_ROWS):
                 return ("block-scaled (MX) GEMMs are built for tile 128 x 128 (per CTA; a CTA pair with mma_sm=2: "
                         f"256 x 128) so far; got tile {config.tile[:2]}")
-        if getattr(config, "tile_scheduler", "static") == "clc" and (
-                config.decomposition != "data-parallel" or tuple(config.cluster) != (1, 1)):
-            return ("tile_scheduler='clc' (cluster launch control) is built for data-parallel tiles on one-CTA "
-                    f"clusters so far: cluster (1, 1) (so mma_sm=1), got cluster {tuple(config.cluster)}, "
-                    f"decomposition {config.decomposition!r}")
+        if getattr(config, "tile_scheduler", "static") == "clc" and config.decomposition != "data-parallel":
+            return (f"tile_scheduler='clc' (cluster launch control) hands out whole tiles: decomposition must be "
+                    f"'data-parallel', got {config.decomposition!r}")
         if config.decomposition != "data-parallel" and getattr(config, "mma_sm", 1) == 2:
             return "stream-K / split-K on sm_100a are built for one SM per MMA (mma_sm=1) so far"
         return None
