@@ -50,8 +50,10 @@ def parse_config(spec: str, base: dict | None = None) -> GemmConfig:
             kw[key] = GemmConfig.parse_tile(val)
         elif key == "stages":
             kw[key] = val if val == "auto" else int(val)
-        elif key in ("swizzle", "sm_count"):
+        elif key in ("swizzle", "sm_count", "mma_sm", "splits"):
             kw[key] = int(val)
+        elif key == "batched":
+            kw[key] = val.strip().lower() in ("1", "true", "yes")
         elif key == "cluster":                          # 2x1, as the gemm CLI writes it
             kw[key] = tuple(int(x) for x in val.lower().split("x"))
         else:
@@ -107,7 +109,8 @@ def label(cfg: GemmConfig) -> str:
     """Short readable name: ``multistage 128x256x64 s4`` (types shown unless f16 -> f16)."""
     t = "x".join(map(str, cfg.tile))
     extra = "".join(f" {k}={getattr(cfg, k)}" for k, d in (("b_major", "MN"), ("epilogue", "tma"), ("raster", "auto"),
-                                                         ("swizzle", 1), ("sm_count", None))
+                                                         ("swizzle", 1), ("sm_count", None), ("mma_sm", 1),
+                                                         ("tile_scheduler", "static"))
                     if getattr(cfg, k) != d)
     if cfg.cluster != (1, 1):
         extra += " cluster={}x{}".format(*cfg.cluster)

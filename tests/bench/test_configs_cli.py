@@ -42,6 +42,9 @@ def test_parse_config_and_labels():
     assert configs.label(c) == "pingpong 128x128x64 s6 raster=N swizzle=2 sm_count=4 cluster=2x1 f16->f32"
     with pytest.raises(ValueError):
         configs.parse_config("schedule=pingpong,swizzle=two")
+    c = configs.parse_config("arch=sm_100a,tile_scheduler=clc,mma_sm=2,cluster=2x1,stages=4")
+    assert c.tile_scheduler == "clc" and configs.label(c) == \
+        "warp_specialized 128x128x64 s4 epilogue=global mma_sm=2 tile_scheduler=clc cluster=2x1 sm_100a f16->f32"
 
 
 @pytest.mark.parametrize("argv,msg", [
