@@ -4,9 +4,9 @@
 The grid has **one cluster per work unit** (cluster tile), as a non-persistent launch. A
 running CTA starts with its own unit; for each next one it asks the hardware to cancel a
 cluster that has not started yet (``try_cancel``), and runs that cluster's unit instead. A
-request that finds no waiting cluster fails and the CTA's loop ends. SMs another kernel holds,
-or that a slow tile keeps busy, are thereby balanced at run time, and a launch never asks more
-clusters than the GPU holds to wait for one another.
+request that finds no waiting cluster fails and the CTA's loop ends. Work is thereby balanced
+at run time over the SMs that are free (some may run another kernel, or a slow tile), and the
+grid is sized by the problem, not by a guess of the SM count.
 
 Per CTA, a ring of :data:`CLC_STAGES` 16-byte responses in shared memory with a full and an
 empty mbarrier each (the pipeline protocol of the operand ring): the issuing role (the
@@ -64,7 +64,8 @@ class ClcTileScheduler(PersistentTileScheduler):
 
     def init(self, smem, leader) -> None:
         """IR: bind the ring of ``smem`` (a ``BoundSmem``) and initialise its barriers by thread
-        ``leader`` (IR i1); ``fence.mbarrier_init`` and a CTA barrier must follow (the operand
+        ``leader`` (IR i1); ``fence.mbarrier_init`` and a CTA barrier -- a cluster barrier in a
+        larger cluster, whose CTAs arrive on the first CTA's barriers -- must follow (the operand
         ring's init and sync)."""
         from ..atom import MBarriers
         self.responses = smem["clc_response"]
