@@ -30,10 +30,11 @@ def store_accumulator(epilogue, taddr, tile_n: int, ctx, after_last_load=None, t
     each quarter's first half, loaded with ``16x32bx2``): :class:`~cutedsl.atom.tcgen05.TmemLayout`
     ``by``. An epilogue that
     stores from tensor memory itself (``store_tmem``, e.g. the TMA-store one) is handed the
-    whole job (``ValueError`` with ``split``: not built)."""
+    whole job (``ValueError`` unless it was configured with the same ``split``)."""
     if hasattr(epilogue, "store_tmem"):
-        if split:
-            raise ValueError(f"{type(epilogue).__name__} does not store a CTA pair's M = 128 accumulator")
+        if getattr(epilogue, "split", None) != split:
+            raise ValueError(f"{type(epilogue).__name__} was configured for split={getattr(epilogue, 'split', None)!r}, "
+                             f"the accumulator has split={split!r}")
         return epilogue.store_tmem(taddr, tile_n, ctx, after_last_load, transform)
     width = tile_n // 2 if split else tile_n            # accumulator columns per TMEM lane
     cols = min(EPILOGUE_COLUMNS, width)

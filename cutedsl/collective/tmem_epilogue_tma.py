@@ -39,11 +39,16 @@ class TmemTmaStoreEpilogue(TmaStoreEpilogue):
     that last used it has read it. Fused nodes (bias, activation, scaling, ``visit``) apply to
     each element as they do everywhere, except ``beta * C`` (its TMA source is the sm_90
     epilogue's): ``ValueError``. Output f32, f16 or bf16. Options: ``buffers`` (1..8, per
-    warp), ``defer_tail`` (leave the final wait to the kernel: :meth:`store_tail`).
+    warp), ``defer_tail`` (leave the final wait to the kernel: :meth:`store_tail`), ``split``
+    (a 64-row accumulator, :class:`~cutedsl.atom.tcgen05.TmemLayout` ``by``: ``"warp"`` -- a CTA
+    pair's M = 128, warp ``q`` stores rows ``32 (q % 2)..`` of column half ``q // 2``;
+    ``"lane"`` -- one CTA's M = 64, warp ``q`` holds rows ``16 q..`` of both column halves, staged
+    as the sub-tile's two 16-row halves and stored as two boxes).
     """
 
     SUB_M = QUARTER_LANES           #: rows per sub-tile: one warp's lane quarter
-    OPTIONS = ("buffers", "defer_tail")
+    OPTIONS = ("buffers", "defer_tail", "split")
+    split = None
     WARPS = QUARTERS                #: the epilogue warps (one lane quarter each)
 
     def __init__(self, tile_m: int, tile_n: int, out_dtype: str = "f32", *, buffers: int = 2,
@@ -53,10 +58,32 @@ class TmemTmaStoreEpilogue(TmaStoreEpilogue):
         super().__init__(tile_m, tile_n, out_dtype, buffers=buffers, defer_tail=defer_tail)
 
     @property
+    def width(self) -> int:
+        """Accumulator columns a warp walks: ``tile_n``, or half of it for a 64-row one."""
+        return self.tile_n // 2 if self.split else self.tile_n
+
+    @property
+    def box_m(self) -> int:
+        """Rows of one TMA store: the sub-tile's, or half of them (``split="lane"``)."""
+        return self.SUB_M // 2 if self.split == "lane" else self.SUB_M
+
+    def configure(self, **opts):
+        super().configure(**{k: v for k, v in opts.items() if k != "split"})
+        if "split" in opts:
+            if opts["split"] not in (None, "warp", "lane"):
+                raise ValueError(f"split must be None, 'warp' or 'lane', got {opts['split']!r}")
+            self.split = opts["split"]
+            if self.width % self.epi_n:
+                raise ValueError(f"a 64-row accumulator's TMA-store epilogue stores tile_n / 2 = {self.width} columns "
+                                 f"per warp in {self.epi_n}-column sub-tiles of {self.out_dtype}: use tile_n >= "
+                                 f"{2 * self.epi_n}")
+        return self
+
+    @property
     def ring(self) -> int:
         """Sub-tile buffers per warp: the largest count <= ``buffers`` dividing the
-        ``tile_n / epi_n`` sub-tiles a warp stores per tile."""
-        subs = self.tile_n // self.epi_n
+        ``width / epi_n`` sub-tiles a warp stores per tile."""
+        subs = self.width // self.epi_n
         return max(d for d in range(1, self.buffers + 1) if subs % d == 0)
 
     @property
@@ -65,7 +92,7 @@ class TmemTmaStoreEpilogue(TmaStoreEpilogue):
 
     def tensor_maps(self) -> list:
         lead = (1,) if self.batched else ()
-        return [TensorMapSpec("d", self.out_dtype, lead + (self.SUB_M, self.epi_n), swizzle=self.ROW_BYTES)]
+        return [TensorMapSpec("d", self.out_dtype, lead + (self.box_m, self.epi_n), swizzle=self.ROW_BYTES)]
 
     def source(self):
         from .fusion import AddC
@@ -99,30 +126,46 @@ class TmemTmaStoreEpilogue(TmaStoreEpilogue):
         x = (lane % 8) * self.CHUNK                          # its swizzle: chunk ^ (row % 8)
         chunk_cols = min(EPILOGUE_COLUMNS, self.epi_n)
         ring, buf = self.ring, ctx.smem["epilogue"]
-        for s in range(tile_n // self.epi_n):
+        width = tile_n // 2 if self.split else tile_n
+        if self.split and chunk is not None:
+            raise ValueError("the stream-K fix-up is built for 128-row accumulators")
+        for s in range(width // self.epi_n):
             slot = quarter * ring + (s % ring)
             with cir.If(leader):            # the store that used this buffer last has read it
                 bulk_wait_group(ring - 1, read=True)
             nvvm.bar_warp_sync(cir.u32(FULL_WARP))
             addr = buf.address(slot)
             for c0 in range(s * self.epi_n, (s + 1) * self.epi_n, chunk_cols):
-                frag = TmemFragment.load(taddr, c0, chunk_cols)
+                frag = TmemFragment.load(taddr, c0, chunk_cols, split=width if self.split else 0,
+                                         by=self.split or "warp")
                 if chunk is not None:
                     frag = chunk(frag, c0)
                 if transform is not None:
                     frag = frag.lazy_map(transform)
                 frag = self._visit_all(frag, ctx, frag.layout.thread_base())
-                if after_last_load is not None and c0 + chunk_cols == tile_n:
+                if after_last_load is not None and c0 + chunk_cols == width:
                     after_last_load()
                 self._write_row(frag, c0 % self.epi_n, addr, row_off, x)
             fence_proxy_async()             # generic smem writes -> visible to the TMA (async proxy)
             nvvm.bar_warp_sync(cir.u32(FULL_WARP))
             with cir.If(leader):
                 lead = (ctx.l,) if self.batched else ()
-                tma.store(buf.tile(slot), lead + (ctx.m0 + quarter * self.SUB_M, ctx.n0 + s * self.epi_n))
+                for src, row, col in self._boxes(buf.tile(slot), quarter, width):
+                    tma.store(src, lead + (ctx.m0 + row, ctx.n0 + col + s * self.epi_n))
                 bulk_commit_group()
         if not self.defer_tail:
             self.store_tail()
+
+    def _boxes(self, tile, quarter, width) -> list:
+        """``(shared source, first row, first column)`` in the tile of each TMA store of warp
+        ``quarter``'s sub-tile (see the class docstring's ``split``)."""
+        if self.split == "warp":
+            return [(tile, quarter % 2 * self.SUB_M, quarter // 2 * width)]
+        if self.split == "lane":                # rows 0..15: the first column half, 16..31: the second
+            half = self.box_m
+            shape = (half, self.epi_n)
+            return [(tile.sub(0, shape), quarter * half, 0), (tile.sub(half * self.ROW_BYTES, shape), quarter * half, width)]
+        return [(tile, quarter * self.SUB_M, 0)]
 
     def store_tail(self) -> None:
         """Lane 0 of each epilogue warp waits until its TMA stores have read shared memory."""

@@ -161,8 +161,13 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
             return why
         pairs = Tcgen05Mainloop.PAIR_CLUSTERS
         if config.tile[0] == PAIR_SPLIT_M and config.epilogue == "tma":
-            return ("the sm_100a TMA-store epilogue is built for 128-row accumulators: with BLOCK_M 64 use "
-                    "epilogue='global'")
+            from ..dtypes import dtype as _dtype
+            from ..collective.epilogue_tma import TmaStoreEpilogue
+            epi_n = TmaStoreEpilogue.ROW_BYTES // _dtype(config.out_dtype).nbytes
+            if (config.tile[1] // 2) % epi_n:
+                return (f"with BLOCK_M 64 the sm_100a TMA-store epilogue stores BLOCK_N / 2 = {config.tile[1] // 2} "
+                        f"columns per warp in {epi_n}-column sub-tiles of {config.out_dtype}: use BLOCK_N >= "
+                        f"{2 * epi_n} or epilogue='global'")
         if config.tile[0] == PAIR_SPLIT_M and config.decomposition != "data-parallel":
             return "stream-K / split-K on sm_100a are built for BLOCK_M 128 so far"
         if getattr(config, "mma_sm", 1) == 2 and tuple(config.cluster) not in pairs:
@@ -205,7 +210,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         warps = FIRST_EPILOGUE_WARP + self.arch.warps_per_warpgroup
         # a TMA-store epilogue's last wait comes after the tile loop (epilogue_loop)
         return KernelPlan(split_warpgroups=1, consumer_warpgroups=1, producer_warpgroup=True,
-                          threads=warps * self.arch.warp_threads, epilogue={"defer_tail": True})
+                          threads=warps * self.arch.warp_threads,
+                          epilogue={"defer_tail": True, "split": self.split_accumulator})
 
     def make_epilogue(self):
         """The configured epilogue; a TMA-store one as the tcgen05 variant that stages tensor

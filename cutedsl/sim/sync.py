@@ -94,6 +94,33 @@ def check_named_barriers(cta):
             _release(cta, b)
 
 
+def _dec_warp_sync(ctx, ins, ops):
+    """``bar.warp.sync membermask`` (PTX ISA bar.warp.sync): each executing lane waits until
+    every non-exited lane of ``membermask`` has reached it (the emulator: this instruction, so
+    that the lanes' groups reconverge here), which also orders their memory accesses; a lane
+    outside the mask executing it is an error (undefined in the ISA)."""
+    if len(ops) != 1:
+        ctx.bad("bar.warp.sync takes a membermask")
+    rmask = ctx.rd(ops[0], "u32")
+    lanes = np.arange(32, dtype=np.uint64)
+
+    def fn(w, g, m):
+        ex = np.zeros(32, bool)                     # the lanes executing it (predicate true)
+        ex[w._lanes(m)] = True
+        if not ex.any():
+            return None
+        bits = np.uint64(int(np.broadcast_to(np.asarray(rmask(w)), (32,))[int(np.flatnonzero(ex)[0])]) & 0xFFFFFFFF)
+        member = ((bits >> lanes) & np.uint64(1)).astype(bool)
+        if (ex & ~member).any():
+            raise SimRuntimeError(f"bar.warp.sync executed by lane {int(np.flatnonzero(ex & ~member)[0])}, which "
+                                  f"is not in its membermask {int(bits):#010x}\n    at {ins.where()}")
+        if (member & w.live & ~g.mask).any():      # lanes of the mask still elsewhere: wait for them
+            g.blocked = Converge(ins, w)
+            return BLOCKED
+        return None
+    return fn
+
+
 def need_converged(w, g, ins):
     """Block ``g`` until all live lanes of its warp reach this PC; True if blocked."""
     if g.count != w.nlive:
@@ -110,7 +137,7 @@ def dec_bar(ctx, ins, mods, ops):
     if mods and mods[0] == "warp":
         if mods[1:] != ["sync"]:
             ctx.unsupported("bar.warp form")
-        return lambda w, g, m: None
+        return _dec_warp_sync(ctx, ins, ops)
     kind = None
     for mm in mods:
         if mm in ("sync", "arrive"):

@@ -25,6 +25,15 @@ def test_kernels_order_tensor_memory_by_the_tcgen05_fences(kw, rng, sim_seed):
 
 # -- the TMA-store epilogue (registers -> swizzled shared sub-tiles -> TMA store, per warp) ----
 
+@pytest.mark.parametrize("stages", [2, 6])
+def test_tma_store_epilogue_lanes_wait_for_the_storing_lane(stages, rng, sim):
+    """One SM, two tiles of one k-tile each: each warp's lane 0 issues the TMA store of a
+    sub-tile while lanes 1.. wait at bar.warp.sync before writing the buffer again. (Before the
+    emulator modelled bar.warp.sync, lanes 1.. ran ahead: a race report or wrong numbers.)"""
+    cfg = GemmConfig(arch="sm_100a", epilogue="tma", out_dtype="f32", tile=(128, 128, 64), stages=stages, sm_count=1)
+    run(cfg, 256, 128, 64, rng, sim)
+
+
 @pytest.mark.sim_kernel
 @pytest.mark.parametrize("out,tile_n,kw", [
     ("f32", 128, dict()),

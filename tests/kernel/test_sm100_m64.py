@@ -78,8 +78,9 @@ def test_pair_m128_kernel_sass():
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(tile=(64, 128, 64), epilogue="tma"),
-     r"the sm_100a TMA-store epilogue is built for 128-row accumulators: with BLOCK_M 64 use epilogue='global'"),
+    (dict(tile=(64, 64, 64), epilogue="tma", out_dtype="f16"),
+     r"with BLOCK_M 64 the sm_100a TMA-store epilogue stores BLOCK_N / 2 = 32 columns per warp in 64-column "
+     r"sub-tiles of f16: use BLOCK_N >= 128 or epilogue='global'"),
     (dict(tile=(64, 128, 64), decomposition="stream-k"), r"stream-K / split-K on sm_100a are built for BLOCK_M 128"),
     (dict(tile=(64, 128, 64), mma_sm=2), r"mma_sm=2 \(one MMA shared by a CTA pair: 256 or 128 rows\) runs on "
                                          r"cluster \(2, 1\)"),
@@ -142,3 +143,29 @@ def test_tmem_layout_by_is_checked():
     from cutedsl.atom.tcgen05 import TmemLayout
     with pytest.raises(ValueError, match=r"TmemLayout by must be 'warp' or 'lane', got 'row'"):
         TmemLayout(16, 0, 64, by="row")
+
+
+@pytest.mark.parametrize("kw,tile_n,out", [
+    (dict(), 128, "f16"), (dict(), 64, "f32"), (dict(), 256, "bf16"),
+    (dict(mma_sm=2, cluster=(2, 1)), 128, "f16"), (dict(mma_sm=2, cluster=(2, 1)), 256, "f32"),
+])
+def test_m64_tma_store_epilogue(kw, tile_n, out, rng, sim):
+    """The TMA-store epilogue on 64-row accumulators: a pair's M = 128 (warp q stores rows
+    32 (q % 2).. of column half q // 2) and one CTA's M = 64 (warp q stages rows 16 q.. of both
+    column halves as one sub-tile and stores it as two 16-row boxes); batched + fused too."""
+    cfg = GemmConfig(arch="sm_100a", tile=(64, tile_n, 64), epilogue="tma", out_dtype=out, stages=2, sm_count=3,
+                     b_major="K", **kw)
+    assert cfg.kernel().epilogue.split == ("warp" if kw else "lane")
+    m, n, k = 2 * 128 + int(rng.integers(1, 128)), 2 * tile_n + int(rng.integers(1, tile_n)), 100
+    run(cfg, m, n, k, rng, sim)
+
+
+def test_m64_tma_store_batched_fused(rng, sim):
+    cfg = GemmConfig(arch="sm_100a", tile=(64, 128, 64), epilogue=["bias:col", "relu", "tma"], batched=True,
+                     sm_count=2, out_dtype="f16")
+    a = rng.integers(-4, 5, (2, 100, 70)).astype(np.float16)
+    b = rng.integers(-4, 5, (70, 200)).astype(np.float16)
+    bias = rng.integers(-9, 10, 200).astype(np.float32)
+    d = Gemm(cfg, sim)(a, b, bias=bias)
+    ref = np.maximum(np.matmul(a.astype(np.float64), b.astype(np.float64)) + bias, 0)
+    assert np.array_equal(d, ref.astype(np.float16))
