@@ -32,9 +32,10 @@ def store_accumulator(epilogue, taddr, tile_n: int, ctx, after_last_load=None, t
     stores from tensor memory itself (``store_tmem``, e.g. the TMA-store one) is handed the
     whole job (``ValueError`` unless it was configured with the same ``split``)."""
     if hasattr(epilogue, "store_tmem"):
-        if getattr(epilogue, "split", None) != split:
-            raise ValueError(f"{type(epilogue).__name__} was configured for split={getattr(epilogue, 'split', None)!r}, "
-                             f"the accumulator has split={split!r}")
+        have = getattr(epilogue, "split", None)
+        if have != split:
+            raise ValueError(f"{type(epilogue).__name__} was configured for split={have!r}, the accumulator has "
+                             f"split={split!r}")
         return epilogue.store_tmem(taddr, tile_n, ctx, after_last_load, transform)
     width = tile_n // 2 if split else tile_n            # accumulator columns per TMEM lane
     cols = min(EPILOGUE_COLUMNS, width)

@@ -164,7 +164,8 @@ class TmemTmaStoreEpilogue(TmaStoreEpilogue):
         if self.split == "lane":                # rows 0..15: the first column half, 16..31: the second
             half = self.box_m
             shape = (half, self.epi_n)
-            return [(tile.sub(0, shape), quarter * half, 0), (tile.sub(half * self.ROW_BYTES, shape), quarter * half, width)]
+            return [(tile.sub(0, shape), quarter * half, 0),
+                    (tile.sub(half * self.ROW_BYTES, shape), quarter * half, width)]
         return [(tile, quarter * self.SUB_M, 0)]
 
     def store_tail(self) -> None:

@@ -402,8 +402,8 @@ class GemmConfig:
             kw["block_scaled"] = DTYPE_SCALES[self.dtype].name
         if self.tile_scheduler != "static":
             if "tile_scheduler" not in takes:
-                raise ConfigError(f"tile_scheduler={self.tile_scheduler!r} (cluster launch control) needs arch='sm_100a' "
-                                  f"and schedule='warp_specialized', got {self.arch} {self.schedule!r}")
+                raise ConfigError(f"tile_scheduler={self.tile_scheduler!r} (cluster launch control) needs "
+                                  f"arch='sm_100a' and schedule='warp_specialized', got {self.arch} {self.schedule!r}")
             kw["tile_scheduler"] = self.tile_scheduler
         if self.mma_sm != 1:
             if "mma_sm" not in takes:
