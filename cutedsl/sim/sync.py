@@ -94,29 +94,48 @@ def check_named_barriers(cta):
             _release(cta, b)
 
 
+LANES = np.arange(32, dtype=np.uint32)
+
+
+def mask_lanes(rmask, w) -> np.ndarray:
+    """The 32 lanes (bool) a warp-synchronous instruction's ``membermask`` operand names."""
+    mm = int(np.asarray(rmask(w)).flat[0]) & 0xFFFFFFFF
+    return ((mm >> LANES) & 1).astype(bool)
+
+
+def members(w, g, m, rmask, ins):
+    """The active-lane bool mask of a warp-synchronous instruction with member mask ``rmask``
+    (None: every live lane), or None after blocking group ``g`` until the mask's other live
+    lanes reach it (``Converge``); ``SimRuntimeError`` when the mask names lanes of ``g`` that
+    are predicated off."""
+    act = w.valid if m is None else m
+    need = w.live if rmask is None else mask_lanes(rmask, w) & w.live
+    if np.any(need & ~act):
+        if g.count != w.nlive and np.any(need & ~g.mask):
+            g.blocked = Converge(ins, w)
+            return None
+        raise SimRuntimeError(f"member mask names lanes that are predicated off\n    at {ins.where()}")
+    return act
+
+
 def _dec_warp_sync(ctx, ins, ops):
     """``bar.warp.sync membermask`` (PTX ISA bar.warp.sync): each executing lane waits until
-    every non-exited lane of ``membermask`` has reached it (the emulator: this instruction, so
-    that the lanes' groups reconverge here), which also orders their memory accesses; a lane
+    every non-exited lane of ``membermask`` has reached it (:func:`members`: the emulator
+    reconverges the lanes' groups here), which also orders their memory accesses; a lane
     outside the mask executing it is an error (undefined in the ISA)."""
     if len(ops) != 1:
         ctx.bad("bar.warp.sync takes a membermask")
     rmask = ctx.rd(ops[0], "u32")
-    lanes = np.arange(32, dtype=np.uint64)
 
     def fn(w, g, m):
-        ex = np.zeros(32, bool)                     # the lanes executing it (predicate true)
-        ex[w._lanes(m)] = True
-        if not ex.any():
-            return None
-        bits = np.uint64(int(np.broadcast_to(np.asarray(rmask(w)), (32,))[int(np.flatnonzero(ex)[0])]) & 0xFFFFFFFF)
-        member = ((bits >> lanes) & np.uint64(1)).astype(bool)
-        if (ex & ~member).any():
-            raise SimRuntimeError(f"bar.warp.sync executed by lane {int(np.flatnonzero(ex & ~member)[0])}, which "
-                                  f"is not in its membermask {int(bits):#010x}\n    at {ins.where()}")
-        if (member & w.live & ~g.mask).any():      # lanes of the mask still elsewhere: wait for them
-            g.blocked = Converge(ins, w)
+        act = members(w, g, m, rmask, ins)
+        if act is None:
             return BLOCKED
+        outside = act & ~mask_lanes(rmask, w)
+        if outside.any():
+            raise SimRuntimeError(f"bar.warp.sync executed by lane {int(np.flatnonzero(outside)[0])}, which is not "
+                                  f"in its membermask {int(np.asarray(rmask(w)).flat[0]) & 0xFFFFFFFF:#010x}"
+                                  f"\n    at {ins.where()}")
         return None
     return fn
 

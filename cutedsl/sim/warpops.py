@@ -11,25 +11,7 @@ import numpy as np
 from .errors import SimRuntimeError
 from .memory import OFF_MASK, RANK_SHIFT, SHARED_WIN
 from .registry import BLOCKED, handler
-from .sync import Converge
-
-LANE = np.arange(32, dtype=np.uint32)
-
-
-def _members(w, g, m, rmask, ins):
-    """Active-lane bool mask, or None after blocking the group for convergence."""
-    act = w.valid if m is None else m
-    if rmask is None:
-        need = w.live
-    else:
-        mm = int(np.asarray(rmask(w)).flat[0]) & 0xFFFFFFFF
-        need = ((mm >> LANE) & 1).astype(bool) & w.live
-    if np.any(need & ~act):
-        if g.count != w.nlive and np.any(need & ~g.mask):
-            g.blocked = Converge(ins, w)
-            return None
-        raise SimRuntimeError(f"member mask names lanes that are predicated off\n    at {ins.where()}")
-    return act
+from .sync import LANES as LANE, Converge, mask_lanes, members as _members
 
 
 @handler("shfl")
@@ -129,8 +111,7 @@ def dec_elect(ctx, ins, mods, ops):
         act = _members(w, g, m, rm, ins)
         if act is None:
             return BLOCKED
-        mm = int(np.asarray(rm(w)).flat[0]) & 0xFFFFFFFF
-        cand = np.flatnonzero(act & ((mm >> LANE) & 1).astype(bool))
+        cand = np.flatnonzero(act & mask_lanes(rm, w))
         leader = int(cand[0]) if len(cand) else 0
         wd(w, m, np.uint32(leader))
         if wp is not None:
