@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import attrs
 
+from ..dtypes import PACKED_TMA
 from ..errors import ConfigError, one_of
 
 #: bytes per element of the operand types the WGMMA atom is built for (tf32: f32 words in memory)
@@ -33,7 +34,10 @@ PACKED_BITS = {"e2m1": 4}
 #: byte of shared memory (16 elements per 16 bytes, the padded layout TMA's ``16U6_ALIGN16B``
 #: writes), so their shared-memory geometry is an 8-bit type's
 PADDED_6BIT = {"e2m3": 6, "e3m2": 6}
-PADDED_TMA = "16u6_align16b"        #: the tensor-map type that moves them (cutedsl.dtypes.PACKED_TMA)
+#: the tensor-map type that moves them: 16 packed 6-bit elements into a 16-byte shared slot
+PADDED_TMA = next(t.name for t in PACKED_TMA.values() if t.bits == 6 and t.smem_group_bytes == 16)
+SUBBYTE = {*PACKED_BITS, *PADDED_6BIT}     #: operand types narrower than a byte in global memory
+F8F6 = ("e4m3", "e5m2", *PADDED_6BIT)      #: the types one kind::mxf8f6f4 MMA mixes with 6-bit ones
 ELEMENT_BITS = {**{t: 8 * b for t, b in ELEMENT_BYTES.items()}, **PACKED_BITS, **{t: 8 for t in PADDED_6BIT}}
 BYTE_BITS = 8
 #: operand types one instruction may mix (A type, B type): the fp8 kinds with each other
@@ -193,9 +197,19 @@ def mma_traits(dtype: str, swizzle: int = DEFAULT_SWIZZLE) -> MmaTraits:
 
 
 def packed_pair_reason(a_dtype: str, b_dtype: str, a_major: str = "K", b_major: str = "K") -> str | None:
-    """Why a tcgen05 MMA cannot multiply ``a_dtype`` by ``b_dtype`` when either is a packed type
-    (:data:`PACKED_BITS`), or None: a packed type multiplies itself only (``kind::mxf4``), both
-    K-major (packed along K). None as well when neither is packed (other rules apply)."""
+    """Why a tcgen05 MMA cannot multiply ``a_dtype`` by ``b_dtype`` when either is a sub-byte
+    type (:data:`SUBBYTE`), or None: a 6-bit type (:data:`PADDED_6BIT`) mixes with the types of
+    :data:`F8F6` (``kind::mxf8f6f4``), a packed one (:data:`PACKED_BITS`) multiplies itself only
+    (``kind::mxf4``), both operands K-major (packed along K). None as well when neither is a
+    sub-byte type (other rules apply)."""
+    if a_dtype in PADDED_6BIT or b_dtype in PADDED_6BIT:
+        if a_dtype not in F8F6 or b_dtype not in F8F6:
+            return (f"6-bit operands mix with {', '.join(F8F6)} only (tcgen05.mma.kind::mxf8f6f4), got "
+                    f"{a_dtype} x {b_dtype}")
+        if (a_major, b_major) != ("K", "K"):
+            return (f"{a_dtype} x {b_dtype} operands must be K-major (a_major='K', b_major='K'), got "
+                    f"a_major={a_major!r}, b_major={b_major!r}")
+        return None
     packed = [t for t in (a_dtype, b_dtype) if t in PACKED_BITS]
     if not packed:
         return None

@@ -29,7 +29,7 @@ from __future__ import annotations
 import attrs
 
 from ..ir._lazy import lazy
-from .mma_traits import (MX_SCALE, NV_SCALE, PACKED_BITS, PADDED_6BIT, BlockScale, mma_traits, operand_pair_reason,
+from .mma_traits import (MX_SCALE, NV_SCALE, PACKED_BITS, SUBBYTE, BlockScale, mma_traits, operand_pair_reason,
                           packed_pair_reason)
 from .smem_operands import SmemOperands
 from .wgmma import ADDR_MASK, ADDR_SHIFT, Descriptor, SmemMatrix
@@ -215,17 +215,12 @@ class Umma(SmemOperands):
             raise ValueError(f"tcgen05.mma N must be a multiple of {self.N_STEP} in {self.N_STEP}..{self.N_MAX} "
                              f"for M = {m}, got {n}")
         b_dtype = b_dtype or dtype
-        packed = dtype in PACKED_BITS or b_dtype in PACKED_BITS
-        six = dtype in PADDED_6BIT or b_dtype in PADDED_6BIT    # MXFP6: block-scaled kind::mxf8f6f4 only
-        if six:
-            why = None if {dtype, b_dtype} <= {"e4m3", "e5m2", *PADDED_6BIT} else \
-                f"6-bit operands mix with e4m3, e5m2, e2m3, e3m2 only (kind::mxf8f6f4), got {dtype} x {b_dtype}"
-        else:
-            why = packed_pair_reason(dtype, b_dtype, a_major, b_major or "K") if packed else \
-                operand_pair_reason(dtype, b_dtype)
+        subbyte = bool({dtype, b_dtype} & SUBBYTE)      # 4-/6-bit: the block-scaled kinds only
+        why = packed_pair_reason(dtype, b_dtype, a_major, b_major or "K") if subbyte else \
+            operand_pair_reason(dtype, b_dtype)
         if why:
             raise ValueError(why)
-        if not (packed or six) and KIND[dtype] != KIND[b_dtype]:
+        if not subbyte and KIND[dtype] != KIND[b_dtype]:
             raise ValueError(f"tcgen05.mma takes A and B of one kind, got {dtype} and {b_dtype}")
         self.traits = mma_traits(dtype)
         self.m, self.n, self.dtype, self.b_dtype = m, n, dtype, b_dtype

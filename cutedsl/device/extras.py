@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..atom.mma_traits import PACKED_BITS as PACKED, PADDED_6BIT
+from ..atom.mma_traits import PADDED_6BIT, SUBBYTE
 from ..dtypes import PACKED_TMA, dtype as _dtype
 from ..errors import ArgumentError, ArgumentTypeError
 from . import arrays
@@ -112,7 +112,7 @@ def operand_array(be, v, major_inner: bool):
     (``ArgumentError`` unless the pairs run along K); ``ArgumentTypeError`` for a device array
     of one sub-byte element per byte."""
     six = v.dtype is not None and v.dtype.name in PADDED_6BIT
-    packed = v.dtype is not None and v.dtype.name in PACKED or six
+    packed = v.dtype is not None and v.dtype.name in SUBBYTE
     if v.on_host:
         host = v.host if major_inner else np.swapaxes(v.host, -1, -2)  # K-major B: device holds B^T
         if six:                             # e2m3/e3m2: 6 bits each, rows of 128 elements (16U6_ALIGN16B)

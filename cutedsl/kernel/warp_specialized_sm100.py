@@ -110,21 +110,12 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
 
     @staticmethod
     def operand_reason(dtype: str, b_dtype, b_major: str, a_major: str = "K") -> str | None:
-        """As the base class, plus packed e2m1 (MXFP4: ``tcgen05.mma.kind::mxf4``): e2m1 times
-        e2m1, both K-major (:func:`~cutedsl.atom.mma_traits.packed_pair_reason`); and the 6-bit
-        e2m3 / e3m2 (MXFP6) with each other or with e4m3 / e5m2, both K-major."""
-        from ..atom.mma_traits import PACKED_BITS, PADDED_6BIT, packed_pair_reason
+        """As the base class, plus the sub-byte types of the block-scaled kinds
+        (:func:`~cutedsl.atom.mma_traits.packed_pair_reason`): packed e2m1 (MXFP4 / NVFP4) times
+        e2m1, 6-bit e2m3 / e3m2 (MXFP6) with each other or with e4m3 / e5m2, both K-major."""
+        from ..atom.mma_traits import SUBBYTE, packed_pair_reason
         b_dtype = b_dtype or dtype
-        if dtype in PADDED_6BIT or b_dtype in PADDED_6BIT:      # MXFP6: kind::mxf8f6f4 mixes 8- and 6-bit
-            f8f6 = ("e4m3", "e5m2", *PADDED_6BIT)
-            if dtype not in f8f6 or b_dtype not in f8f6:
-                return (f"6-bit operands mix with {', '.join(f8f6)} only (tcgen05.mma.kind::mxf8f6f4), got "
-                        f"{dtype} x {b_dtype}")
-            if (a_major, b_major) != ("K", "K"):
-                return (f"{dtype} x {b_dtype} operands must be K-major (a_major='K', b_major='K'), got "
-                        f"a_major={a_major!r}, b_major={b_major!r}")
-            return None
-        if dtype not in PACKED_BITS and b_dtype not in PACKED_BITS:
+        if not {dtype, b_dtype} & SUBBYTE:
             return WarpSpecializedGemmKernel.operand_reason(dtype, b_dtype, b_major, a_major)
         return packed_pair_reason(dtype, b_dtype, a_major, b_major)
 
