@@ -8,9 +8,10 @@
   ``D[M x N] (TMEM, f32) (+)= A[M x K] @ B[K x N]`` with A and B in shared memory behind
   sm_100 matrix descriptors, one instruction per ``k_step`` of the k-tile; completion is
   signalled by ``tcgen05.commit`` to an mbarrier (:meth:`Umma.commit`).
-* :class:`TmemFragment` -- accumulator columns loaded into registers by ``tcgen05.ld.32x32b``
-  (thread ``t`` of the 4 epilogue warps holds row ``t``): the same element-layout interface
-  as the wgmma :class:`~cutedsl.atom.wgmma.Accumulator`, so every epilogue stores it unchanged.
+* :class:`~cutedsl.atom.tmem_fragment.TmemFragment` (its own module) -- accumulator columns
+  loaded into registers by ``tcgen05.ld`` (thread ``t`` of the 4 epilogue warps holds row ``t``
+  of a 128-row accumulator): the same element-layout interface as the wgmma
+  :class:`~cutedsl.atom.wgmma.Accumulator`, so every epilogue stores it unchanged.
 
 **Instruction descriptor** (32 bits, PTX ISA "Instruction descriptor" for .kind::f16/tf32/
 f8f6f4; CUTLASS ``UMMA::InstrDescriptor``): D format bits 4-5 (1 = f32), A format 7-9 and B
@@ -54,10 +55,6 @@ SCALED_M = {1: 128, 2: 256}                 #: M of the block-scaled MMAs built 
 SF_ATOM_BYTES, SF_CORE_BYTES = 512, 128     #: a scale-factor atom; 8 rows x 16 B core matrices in it
 SF_COLUMNS = 4                              #: TMEM columns one atom (128 rows x 4 blocks) fills
 SF_VECTOR, SF_ROWS, SF_BLOCKS = 32, 128, 4  #: K elements per factor; rows and factors per row of an atom
-#: rows each CTA holds of a CTA pair's M = 128 MMA (its accumulator split across lane halves),
-#: and the M of the smaller one-CTA MMA (rows 16q..16q+15 at lanes 32q..32q+15)
-PAIR_SPLIT_M = SMALL_M = 64
-HALF_LANES = 16                             #: the lanes of a quarter an M = 64 accumulator fills
 
 
 def sf_packed_rows(rows: int, k: int, tile_atoms: int = 1, block: int = SF_VECTOR) -> int:
@@ -192,11 +189,12 @@ class Umma(SmemOperands):
     """``tcgen05.mma.cta_group::G`` of ``m`` x ``n`` (16..256, step 16) per k-tile from shared A
     (``dtype``, ``a_major``) and B (``b_dtype``, ``b_major``: None = as the buffer declares), f32
     in TMEM. ``cta_group`` 1: ``m`` = 128 or 64 (rows ``16 q .. 16 q + 15`` at lanes ``32 q .. 32 q
-    + 15``: :class:`TmemLayout` with ``by="lane"``), one CTA. ``cta_group`` 2 (a CTA pair, CUTLASS's 2SM
+    + 15``), one CTA. ``cta_group`` 2 (a CTA pair, CUTLASS's 2SM
     MMA): ``m`` = 256 or 128; issued by the pair's even CTA, each CTA holding half of A's rows
     and half of B's N rows at the same shared offsets and receiving its ``m / 2`` rows of D in its
     own TMEM (``m`` = 128: its 64 rows at lanes 0..63 for the first ``n / 2`` columns and at lanes
-    64..127 for the rest, ``n / 2`` columns wide -- :class:`TmemLayout` with ``split``).
+    64..127 for the rest, ``n / 2`` columns wide). Each CTA's layout:
+    :func:`~cutedsl.atom.tmem_fragment.accumulator_split` (``m``, ``cta_group``).
     ``ValueError`` for shapes or operand pairs the PTX ISA has no instruction for."""
 
     descriptor_cls = UmmaDescriptor
@@ -342,9 +340,14 @@ class Umma(SmemOperands):
             nvvm.tcgen05_commit(_ptr(barrier_address, 3), multicast_mask=mask, group=self.group_attr)
 
 
-# the register side of the accumulator lives in its own module; imported here so every existing
-# import keeps working
-from .tmem_fragment import TmemFragment, TmemLayout, quarter_row  # noqa: E402
+def __getattr__(name):
+    """The register side of the accumulator lives in :mod:`.tmem_fragment` (which builds on
+    this module); its names still resolve here, on first use."""
+    if name in ("TmemFragment", "TmemLayout", "quarter_row"):
+        from . import tmem_fragment
+        return getattr(tmem_fragment, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["TensorMemory", "Umma", "UmmaDescriptor", "TmemFragment", "TmemLayout", "quarter_row", "instr_descriptor",
            "scaled_instr_descriptor", "smem_descriptor_bits"]

@@ -6,11 +6,47 @@ column of each of its registers -- the Accumulator interface every epilogue and 
 from __future__ import annotations
 
 from ..ir._lazy import lazy
-from .tcgen05 import HALF_LANES, MAX_LD_COLUMNS, QUARTER_LANES, QUARTERS, _ptr
+from .tcgen05 import MAX_LD_COLUMNS, QUARTER_LANES, QUARTERS, _ptr
 
 ir = lazy("mlir.ir")
 llvm, nvvm = lazy("mlir.dialects.llvm"), lazy("mlir.dialects.nvvm")
 V = lazy("cutedsl.ir.values")
+
+HALF_LANES = 16             #: the lanes of a quarter a "lane" accumulator fills
+
+
+#: the accumulator layouts of one CTA (PTX ISA "Data path layout organization"): None -- 128
+#: rows, row r at lane r; "warp" -- a CTA pair's M = 128 MMA, the CTA's 64 rows at lanes 0..63
+#: for the first N / 2 columns and at lanes 64..127 for the rest (N / 2 columns wide); "lane" --
+#: one CTA's M = 64 MMA, rows 16q..16q+15 at lanes 32q..32q+15 (N columns wide)
+SPLITS = (None, "warp", "lane")
+SPLIT_ROWS = 64             #: the rows per CTA of a "warp" or "lane" accumulator
+
+
+def accumulator_split(m: int, cta_group: int = 1):
+    """The :data:`SPLITS` layout of each CTA's accumulator of a ``tcgen05.mma.cta_group::G`` with
+    M = ``m`` (G = ``cta_group``): 128 rows per CTA unsplit, 64 split across warps (a pair) or
+    across lanes (one CTA)."""
+    if m // cta_group != SPLIT_ROWS:
+        return None
+    return "warp" if cta_group == 2 else "lane"
+
+
+def lane_columns(n: int, split=None) -> int:
+    """Accumulator columns one thread walks of an ``n``-column tile: ``n``, or ``n / 2`` when the
+    other half lies in other lanes (split)."""
+    return n // 2 if split else n
+
+
+def tmem_columns(n: int, split=None) -> int:
+    """TMEM columns an ``n``-column accumulator takes: ``n / 2`` for a "warp" split, else ``n``."""
+    return n // 2 if split == "warp" else n
+
+
+def check_split(split, what: str = "split") -> None:
+    """``ValueError`` naming ``what`` unless ``split`` is one of :data:`SPLITS`."""
+    if split not in SPLITS:
+        raise ValueError(f"{what} must be None, 'warp' or 'lane', got {split!r}")
 
 
 def quarter_row():
@@ -23,17 +59,15 @@ def quarter_row():
 class TmemLayout:
     """Element coordinates of a :class:`TmemFragment`: lane ``l`` of warp ``w`` holds row
     ``32 * (w % 4) + l`` (:func:`quarter_row`), register ``i`` column ``col0 + i``; any four
-    consecutive warps cover the 128 rows. With ``split``, a 64-row accumulator whose second
-    ``split`` columns lie in other lanes: ``by="warp"`` (a CTA pair's M = 128, 64 rows per CTA,
-    the second half in lanes 64..127): lane ``l`` of warp ``w`` holds row ``32 (w % 2) + l``,
-    register ``i`` column ``col0 + split ((w % 4) // 2) + i``; ``by="lane"`` (one CTA's M = 64,
-    rows 16q.. at lanes 32q.., loaded by ``tcgen05.ld.16x32bx2`` with half-split ``split``): row
-    ``16 (w % 4) + l % 16``, column ``col0 + split (l // 16) + i``."""
+    consecutive warps cover the 128 rows. A 64-row accumulator (``split``, :data:`SPLITS`) has
+    its second ``half`` columns in other lanes: ``"warp"`` -- lane ``l`` of warp ``w`` holds row
+    ``32 (w % 2) + l``, register ``i`` column ``col0 + half ((w % 4) // 2) + i``; ``"lane"``
+    (loaded by ``tcgen05.ld.16x32bx2`` with half-split ``half``) -- row ``16 (w % 4) + l % 16``,
+    column ``col0 + half (l // 16) + i``."""
 
-    def __init__(self, cols: int, col0: int = 0, split: int = 0, by: str = "warp"):
-        if by not in ("warp", "lane"):
-            raise ValueError(f"TmemLayout by must be 'warp' or 'lane', got {by!r}")
-        self.cols, self.col0, self.split, self.by = cols, col0, split, by
+    def __init__(self, cols: int, col0: int = 0, split=None, half: int = 0):
+        check_split(split, "TmemLayout split")
+        self.cols, self.col0, self.split, self.half = cols, col0, split, half
         self.m_blocks = 1
 
     @property
@@ -45,9 +79,9 @@ class TmemLayout:
             return (quarter_row() if warpgroup_thread is None else warpgroup_thread), V.u32(self.col0)
         t = V.thread_idx()
         quarter, lane = (t // QUARTER_LANES) % QUARTERS, t % QUARTER_LANES
-        if self.by == "lane":
-            return quarter * HALF_LANES + lane % HALF_LANES, lane // HALF_LANES * self.split + self.col0
-        return quarter % 2 * QUARTER_LANES + lane, quarter // 2 * self.split + self.col0
+        if self.split == "lane":
+            return quarter * HALF_LANES + lane % HALF_LANES, lane // HALF_LANES * self.half + self.col0
+        return quarter % 2 * QUARTER_LANES + lane, quarter // 2 * self.half + self.col0
 
     @staticmethod
     def offset(b: int, i: int) -> tuple:
@@ -59,9 +93,9 @@ class TmemFragment:
     :meth:`load`; the Accumulator interface epilogues use (``layout``, ``m_blocks``, ``regs``,
     ``get``, ``lazy_map``)."""
 
-    def __init__(self, values, col0: int, fn=None, split: int = 0, by: str = "warp"):
+    def __init__(self, values, col0: int, fn=None, split=None, half: int = 0):
         self.values, self.col0, self._fn = list(values), col0, fn
-        self.layout = TmemLayout(len(self.values), col0, split, by)
+        self.layout = TmemLayout(len(self.values), col0, split, half)
 
     @property
     def m_blocks(self) -> int:
@@ -72,21 +106,21 @@ class TmemFragment:
         return len(self.values)
 
     @classmethod
-    def load(cls, taddr, col0: int, cols: int, split: int = 0, by: str = "warp") -> "TmemFragment":
+    def load(cls, taddr, col0: int, cols: int, split=None, half: int = 0) -> "TmemFragment":
         """``tcgen05.ld.sync.aligned.32x32b.x{cols}`` of columns ``col0..`` of the accumulator at
         TMEM address ``taddr`` (i32), each warp from its lane quarter, then ``tcgen05.wait::ld``.
-        ``cols``: a power of two, 1..128. ``split`` / ``by``: the fragment of a 64-row
-        accumulator (:class:`TmemLayout`); ``by="lane"`` loads ``tcgen05.ld.16x32bx2`` with
-        half-split ``split`` (lanes 0..15 of the quarter, both column halves)."""
+        ``cols``: a power of two, 1..128. ``split`` / ``half``: the fragment of a 64-row
+        accumulator (:class:`TmemLayout`); ``"lane"`` loads ``tcgen05.ld.16x32bx2`` with
+        half-split ``half`` (lanes 0..15 of the quarter, both column halves)."""
         if cols < 1 or cols > MAX_LD_COLUMNS or cols & (cols - 1):
             raise ValueError(f"tcgen05.ld 32x32b loads a power of two 1..{MAX_LD_COLUMNS} columns, got {cols}")
         quarter = (V.thread_idx() // QUARTER_LANES) % QUARTERS
         addr = taddr + (quarter * QUARTER_LANES << 16) + col0
         i32 = ir.IntegerType.get_signless(32)
         res = ir.VectorType.get([cols], i32) if cols > 1 else i32
-        if by == "lane" and split:          # threads 16..31 read the same 16 lanes, ``split`` columns on
+        if split == "lane":                 # threads 16..31 read the same 16 lanes, ``half`` columns on
             v = nvvm.tcgen05_ld(res, ir.Attribute.parse("#nvvm.tcgen05_ldst_shape<shape_16x32bx2>"), _ptr(addr, 6),
-                                offset=V.const(split, "i64"))
+                                offset=V.const(half, "i64"))
         else:
             v = nvvm.tcgen05_ld(res, ir.Attribute.parse("#nvvm.tcgen05_ldst_shape<shape_32x32b>"), _ptr(addr, 6))
         nvvm.tcgen05_wait(ir.Attribute.parse("#nvvm.tcgen05_wait<load>"))
@@ -95,7 +129,7 @@ class TmemFragment:
             vals = [V.Scalar(llvm.bitcast(f32, v))]
         else:
             vals = [V.Scalar(llvm.bitcast(f32, llvm.extractelement(v, V.i32(i)))) for i in range(cols)]
-        return cls(vals, col0, split=split, by=by)
+        return cls(vals, col0, split=split, half=half)
 
     def get(self, b: int, i: int):
         v = self.values[i]
@@ -109,9 +143,10 @@ class TmemFragment:
         if self._fn is not None:              # compose with the mapping already applied
             inner, outer = self._fn, fn
             fn = lambda v, r, c: outer(inner(v, r, c), r, c)      # noqa: E731
-        out = TmemFragment(self.values, self.col0, fn, self.layout.split, self.layout.by)
+        out = TmemFragment(self.values, self.col0, fn, self.layout.split, self.layout.half)
         out._base = base or self.layout.thread_base()
         return out
 
 
-__all__ = ["TmemFragment", "TmemLayout", "quarter_row"]
+__all__ = ["TmemFragment", "TmemLayout", "quarter_row", "SPLITS", "SPLIT_ROWS", "accumulator_split", "lane_columns",
+           "tmem_columns", "check_split"]

@@ -2,13 +2,13 @@
 :class:`~cutedsl.collective.epilogue.Epilogue` column chunk by column chunk.
 
 Each chunk is one ``tcgen05.ld.32x32b`` (+ ``wait::ld``) per warp of its lane quarter into a
-:class:`~cutedsl.atom.tcgen05.TmemFragment` -- the accumulator interface epilogues and fused
+:class:`~cutedsl.atom.tmem_fragment.TmemFragment` -- the accumulator interface epilogues and fused
 nodes read -- then stored. :data:`EPILOGUE_COLUMNS` columns per chunk: with 32, ptxas 13.5
 spills one value around ``tcgen05.dealloc`` at 72 registers; 16 and 64 do not.
 """
 from __future__ import annotations
 
-from ..atom.tcgen05 import TmemFragment
+from ..atom.tmem_fragment import TmemFragment, lane_columns
 from ..ir._lazy import lazy
 
 cir = lazy("cutedsl.ir")
@@ -24,11 +24,9 @@ def store_accumulator(epilogue, taddr, tile_n: int, ctx, after_last_load=None, t
     """IR, by four consecutive warps: store the ``128 x tile_n`` f32 accumulator at TMEM address
     ``taddr`` (i32) through ``epilogue`` with context ``ctx``. ``after_last_load()`` runs once
     the last chunk is in registers (e.g. release the buffer to the MMAs before its store);
-    ``transform(value, row, col)`` is applied to every element first. ``split``: a ``64 x
-    tile_n`` accumulator whose second ``tile_n / 2`` columns lie in other lanes -- ``"warp"``, a
-    CTA pair's M = 128 MMA (lanes 64..127), or ``"lane"``, one CTA's M = 64 MMA (lanes 16..31 of
-    each quarter's first half, loaded with ``16x32bx2``): :class:`~cutedsl.atom.tcgen05.TmemLayout`
-    ``by``. An epilogue that
+    ``transform(value, row, col)`` is applied to every element first. ``split``: a 64-row
+    accumulator whose second ``tile_n / 2`` columns lie in other lanes
+    (:data:`~cutedsl.atom.tmem_fragment.SPLITS`). An epilogue that
     stores from tensor memory itself (``store_tmem``, e.g. the TMA-store one) is handed the
     whole job (``ValueError`` unless it was configured with the same ``split``)."""
     if hasattr(epilogue, "store_tmem"):
@@ -37,10 +35,10 @@ def store_accumulator(epilogue, taddr, tile_n: int, ctx, after_last_load=None, t
             raise ValueError(f"{type(epilogue).__name__} was configured for split={have!r}, the accumulator has "
                              f"split={split!r}")
         return epilogue.store_tmem(taddr, tile_n, ctx, after_last_load, transform)
-    width = tile_n // 2 if split else tile_n            # accumulator columns per TMEM lane
+    width = lane_columns(tile_n, split)
     cols = min(EPILOGUE_COLUMNS, width)
     for c0 in range(0, width, cols):
-        frag = TmemFragment.load(taddr, c0, cols, split=width if split else 0, by=split or "warp")
+        frag = TmemFragment.load(taddr, c0, cols, split, width)
         if transform is not None:
             frag = frag.lazy_map(transform)
         if after_last_load is not None and c0 + cols == width:
@@ -60,7 +58,7 @@ def store_partial(epilogue, taddr, tile_n: int, ctx, after_last_load, reduction,
     row, 16-byte vectors), then barrier and a release of the semaphore = its last k-tile. The
     accumulator is released after the last chunk's load either way (``after_last_load``)."""
     from ..atom import NamedBarrier, wait_flag
-    from ..atom.tcgen05 import quarter_row
+    from ..atom.tmem_fragment import quarter_row
     kb, ke = wt.k_first, wt.k_first + wt.k_count
     prev, final = cir.u32(kb).ne(0), cir.u32(ke).eq(wt.k_total)
     leader = (cir.thread_idx() % EPILOGUE_THREADS).eq(0)

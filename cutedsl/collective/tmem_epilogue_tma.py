@@ -9,7 +9,8 @@ without waiting for the others.
 from __future__ import annotations
 
 from ..atom.cvt import FP8
-from ..atom.tcgen05 import QUARTER_LANES, QUARTERS, TmemFragment
+from ..atom.tcgen05 import QUARTER_LANES, QUARTERS
+from ..atom.tmem_fragment import TmemFragment, check_split, lane_columns
 from ..atom.tma import TmaCopy, bulk_commit_group, bulk_wait_group
 from ..compiler.artifact import TensorMapSpec
 from ..ir._lazy import lazy
@@ -40,7 +41,7 @@ class TmemTmaStoreEpilogue(TmaStoreEpilogue):
     each element as they do everywhere, except ``beta * C`` (its TMA source is the sm_90
     epilogue's): ``ValueError``. Output f32, f16 or bf16. Options: ``buffers`` (1..8, per
     warp), ``defer_tail`` (leave the final wait to the kernel: :meth:`store_tail`), ``split``
-    (a 64-row accumulator, :class:`~cutedsl.atom.tcgen05.TmemLayout` ``by``: ``"warp"`` -- a CTA
+    (a 64-row accumulator, :data:`~cutedsl.atom.tmem_fragment.SPLITS`: ``"warp"`` -- a CTA
     pair's M = 128, warp ``q`` stores rows ``32 (q % 2)..`` of column half ``q // 2``;
     ``"lane"`` -- one CTA's M = 64, warp ``q`` holds rows ``16 q..`` of both column halves, staged
     as the sub-tile's two 16-row halves and stored as two boxes).
@@ -58,32 +59,37 @@ class TmemTmaStoreEpilogue(TmaStoreEpilogue):
         super().__init__(tile_m, tile_n, out_dtype, buffers=buffers, defer_tail=defer_tail)
 
     @property
-    def width(self) -> int:
-        """Accumulator columns a warp walks: ``tile_n``, or half of it for a 64-row one."""
-        return self.tile_n // 2 if self.split else self.tile_n
-
-    @property
     def box_m(self) -> int:
         """Rows of one TMA store: the sub-tile's, or half of them (``split="lane"``)."""
         return self.SUB_M // 2 if self.split == "lane" else self.SUB_M
 
+    @classmethod
+    def split_reason(cls, tile_n: int, out_dtype: str, split) -> str | None:
+        """Why a ``tile_n``-column accumulator of layout ``split`` cannot be stored in this
+        epilogue's ``epi_n``-column sub-tiles of ``out_dtype`` (a 64-row one walks ``tile_n / 2``
+        columns per warp), or None."""
+        from ..dtypes import dtype as _dtype
+        width, epi_n = lane_columns(tile_n, split), cls.ROW_BYTES // _dtype(out_dtype).nbytes
+        if width % epi_n:
+            return (f"with BLOCK_M 64 the sm_100a TMA-store epilogue stores BLOCK_N / 2 = {width} columns per warp in "
+                    f"{epi_n}-column sub-tiles of {out_dtype}: use BLOCK_N >= {2 * epi_n} or epilogue='global'")
+        return None
+
     def configure(self, **opts):
         super().configure(**{k: v for k, v in opts.items() if k != "split"})
         if "split" in opts:
-            if opts["split"] not in (None, "warp", "lane"):
-                raise ValueError(f"split must be None, 'warp' or 'lane', got {opts['split']!r}")
+            check_split(opts["split"])
+            why = self.split_reason(self.tile_n, self.out_dtype, opts["split"])
+            if why:
+                raise ValueError(why)
             self.split = opts["split"]
-            if self.width % self.epi_n:
-                raise ValueError(f"a 64-row accumulator's TMA-store epilogue stores tile_n / 2 = {self.width} columns "
-                                 f"per warp in {self.epi_n}-column sub-tiles of {self.out_dtype}: use tile_n >= "
-                                 f"{2 * self.epi_n}")
         return self
 
     @property
     def ring(self) -> int:
-        """Sub-tile buffers per warp: the largest count <= ``buffers`` dividing the
-        ``width / epi_n`` sub-tiles a warp stores per tile."""
-        subs = self.width // self.epi_n
+        """Sub-tile buffers per warp: the largest count <= ``buffers`` dividing the sub-tiles
+        (``epi_n`` of the columns a warp walks) it stores per tile."""
+        subs = lane_columns(self.tile_n, self.split) // self.epi_n
         return max(d for d in range(1, self.buffers + 1) if subs % d == 0)
 
     @property
@@ -126,7 +132,7 @@ class TmemTmaStoreEpilogue(TmaStoreEpilogue):
         x = (lane % 8) * self.CHUNK                          # its swizzle: chunk ^ (row % 8)
         chunk_cols = min(EPILOGUE_COLUMNS, self.epi_n)
         ring, buf = self.ring, ctx.smem["epilogue"]
-        width = tile_n // 2 if self.split else tile_n
+        width = lane_columns(tile_n, self.split)
         if self.split and chunk is not None:
             raise ValueError("the stream-K fix-up is built for 128-row accumulators")
         for s in range(width // self.epi_n):
@@ -136,8 +142,7 @@ class TmemTmaStoreEpilogue(TmaStoreEpilogue):
             nvvm.bar_warp_sync(cir.u32(FULL_WARP))
             addr = buf.address(slot)
             for c0 in range(s * self.epi_n, (s + 1) * self.epi_n, chunk_cols):
-                frag = TmemFragment.load(taddr, c0, chunk_cols, split=width if self.split else 0,
-                                         by=self.split or "warp")
+                frag = TmemFragment.load(taddr, c0, chunk_cols, self.split, width)
                 if chunk is not None:
                     frag = chunk(frag, c0)
                 if transform is not None:

@@ -19,9 +19,9 @@ work tiles in the same order. At the end the CTA synchronises and warp 1 frees t
 from __future__ import annotations
 
 from ..atom.mma_traits import block_scale
-from ..atom.tcgen05 import PAIR_SPLIT_M
+from ..atom.tmem_fragment import SPLIT_ROWS, accumulator_split, tmem_columns
 
-from ..collective.clc_scheduler import TILE_SCHEDULERS
+from ..collective.clc_scheduler import TILE_SCHEDULERS, ClcTileScheduler
 from ..collective.pipeline import PipelineState, TmaPipeline
 from ..collective.tcgen05_mainloop import Tcgen05Mainloop
 from ..ir._lazy import lazy
@@ -48,7 +48,7 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     mma_atom = "tcgen05"
     mainloop_cls = Tcgen05Mainloop
     persistent = True
-    TILE_M = (128, PAIR_SPLIT_M)
+    TILE_M = (128, SPLIT_ROWS)
     CONFIG_FIELDS = WarpSpecializedGemmKernel.CONFIG_FIELDS + ("mma_sm", "block_scaled", "tile_scheduler")
 
     def __init__(self, *args, mma_sm: int = 1, block_scaled=False, tile_scheduler: str = "static", **kw):
@@ -69,18 +69,14 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
 
     @property
     def split_accumulator(self) -> str | None:
-        """How a 64-row accumulator (``tile_m`` 64) lies in TMEM (``TmemLayout.by``): ``"warp"``
-        -- a CTA pair's M = 128 MMA, each CTA's 64 x ``tile_n`` in ``tile_n / 2`` columns, the
-        second half of the columns in lanes 64..127; ``"lane"`` -- one CTA's M = 64 MMA, rows
-        16q.. at lanes 32q..; None for 128 rows."""
-        if self.tile_m != PAIR_SPLIT_M:
-            return None
-        return "warp" if self.pair else "lane"
+        """How each CTA's accumulator lies in TMEM (:data:`~cutedsl.atom.tmem_fragment.SPLITS`):
+        that of an MMA of ``mma_sm x tile_m`` rows over ``mma_sm`` CTAs."""
+        return accumulator_split(self.mma_sm * self.tile_m, self.mma_sm)
 
     @property
     def acc_columns(self) -> int:
         """TMEM columns of one accumulator buffer."""
-        return self.tile_n // 2 if self.split_accumulator == "warp" else self.tile_n
+        return tmem_columns(self.tile_n, self.split_accumulator)
 
     def make_mainloop(self):
         return self.mainloop_cls(self.tile_m, self.tile_n, self.stages, self.dtype, self.b_major, 1, self.cluster,
@@ -128,7 +124,6 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         cluster-launch-control one, which every warp of the CTA walks."""
         if self.tile_scheduler == "static":
             return super().make_scheduler()
-        from ..collective.clc_scheduler import ClcTileScheduler
         raster, swizzle, sm_count = self._schedule
         cs = self.cluster[0] * self.cluster[1]
         # every role's warps in every CTA of the cluster, but the MMA warp of a pair's odd CTA
@@ -151,15 +146,13 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         if why:
             return why
         pairs = Tcgen05Mainloop.PAIR_CLUSTERS
-        if config.tile[0] == PAIR_SPLIT_M and config.epilogue == "tma":
-            from ..dtypes import dtype as _dtype
-            from ..collective.epilogue_tma import TmaStoreEpilogue
-            epi_n = TmaStoreEpilogue.ROW_BYTES // _dtype(config.out_dtype).nbytes
-            if (config.tile[1] // 2) % epi_n:
-                return (f"with BLOCK_M 64 the sm_100a TMA-store epilogue stores BLOCK_N / 2 = {config.tile[1] // 2} "
-                        f"columns per warp in {epi_n}-column sub-tiles of {config.out_dtype}: use BLOCK_N >= "
-                        f"{2 * epi_n} or epilogue='global'")
-        if config.tile[0] == PAIR_SPLIT_M and config.decomposition != "data-parallel":
+        split = accumulator_split(getattr(config, "mma_sm", 1) * config.tile[0], getattr(config, "mma_sm", 1))
+        if split and config.epilogue == "tma":
+            from ..collective.tmem_epilogue_tma import TmemTmaStoreEpilogue
+            why = TmemTmaStoreEpilogue.split_reason(config.tile[1], config.out_dtype, split)
+            if why:
+                return why
+        if split and config.decomposition != "data-parallel":
             return "stream-K / split-K on sm_100a are built for BLOCK_M 128 so far"
         if getattr(config, "mma_sm", 1) == 2 and tuple(config.cluster) not in pairs:
             return (f"mma_sm=2 (one MMA shared by a CTA pair: 256 or 128 rows) runs on cluster "

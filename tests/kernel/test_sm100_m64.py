@@ -139,10 +139,16 @@ def test_m64_kernel_sass():
     assert prod["instructions"] / (prod["histogram"]["UTMALDG"] / 2) <= 33, prod
 
 
-def test_tmem_layout_by_is_checked():
-    from cutedsl.atom.tcgen05 import TmemLayout
-    with pytest.raises(ValueError, match=r"TmemLayout by must be 'warp' or 'lane', got 'row'"):
-        TmemLayout(16, 0, 64, by="row")
+def test_accumulator_layouts_of_the_mma_shapes():
+    """Each CTA's accumulator layout follows from the MMA's M and CTA count (the atom's rule the
+    kernel and both epilogues read); a layout name outside SPLITS is refused."""
+    from cutedsl.atom.tmem_fragment import TmemLayout, accumulator_split, lane_columns, tmem_columns
+    assert [accumulator_split(m, g) for m, g in ((128, 1), (64, 1), (256, 2), (128, 2))] == \
+        [None, "lane", None, "warp"]
+    assert [(lane_columns(128, s), tmem_columns(128, s)) for s in (None, "lane", "warp")] == \
+        [(128, 128), (64, 128), (64, 64)]
+    with pytest.raises(ValueError, match=r"TmemLayout split must be None, 'warp' or 'lane', got 'row'"):
+        TmemLayout(16, 0, "row", 64)
 
 
 @pytest.mark.parametrize("kw,tile_n,out", [
