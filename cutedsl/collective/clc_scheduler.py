@@ -25,17 +25,16 @@ from __future__ import annotations
 
 import contextlib
 
+from ..atom.clc import RESPONSE_BYTES, query_cancel, try_cancel
 from ..ir._lazy import lazy
 from .pipeline import PipelineState
 from .tile_scheduler import PersistentTileScheduler
 
 cir = lazy("cutedsl.ir")
-ir, llvm, nvvm = lazy("mlir.ir"), lazy("mlir.dialects.llvm"), lazy("mlir.dialects.nvvm")
 
 #: GemmConfig.tile_scheduler values: the static persistent walk, or cluster launch control
 TILE_SCHEDULERS = ("static", "clc")
 CLC_STAGES = 3              #: responses in flight: the producer runs up to two units ahead of the epilogue
-CLC_RESPONSE_BYTES = 16     #: a try_cancel response (PTX ISA: a 16-byte aligned .b128)
 
 
 class ClcTileScheduler(PersistentTileScheduler):
@@ -58,7 +57,7 @@ class ClcTileScheduler(PersistentTileScheduler):
     # -- shared memory -------------------------------------------------------------
     def plan(self, plan) -> None:
         """Declare the response ring and its barriers in a ``SmemPlan``."""
-        plan.buffer("clc_response", (CLC_RESPONSE_BYTES,), "u8", CLC_STAGES, align=CLC_RESPONSE_BYTES)
+        plan.buffer("clc_response", (RESPONSE_BYTES,), "u8", CLC_STAGES, align=RESPONSE_BYTES)
         plan.barriers("clc_full", CLC_STAGES)
         plan.barriers("clc_empty", CLC_STAGES)
 
@@ -97,29 +96,23 @@ class ClcTileScheduler(PersistentTileScheduler):
         """Arm slot ``st``'s full barrier; in the cluster's first CTA, wait for the slot to be
         free everywhere and ask for a cluster to cancel."""
         from ..atom.sync import ElectEach, elected
-        addr = self.responses.tile(st.index).address()
         first = None if self.cluster_size == 1 else cir.u32(self.rank).eq(0)   # the CTA that issues
         with _where(first):
             self.empty.wait(st.index, st.phase ^ 1)
         with elected(issuer) if isinstance(issuer, ElectEach) else cir.If(issuer):
-            self.full.arrive_expect_tx(st.index, CLC_RESPONSE_BYTES)
+            self.full.arrive_expect_tx(st.index, RESPONSE_BYTES)
             with _where(first):
-                self._try_cancel(st.index, addr)
+                try_cancel(self._response_address(st), self.full.address(st.index), multicast=self.cluster_size > 1)
 
-    def _try_cancel(self, index, addr) -> None:
-        many = ir.UnitAttr.get() if self.cluster_size > 1 else None     # .multicast::cluster::all
-        nvvm.clusterlaunchcontrol_try_cancel(_shared_ptr(addr), _shared_ptr(self.full.address(index)), multicast=many)
+    def _response_address(self, st):
+        """IR i32: the shared address of slot ``st``'s response."""
+        return cir.u32(self.responses.tile(st.index).address())
 
     def _response(self, st) -> tuple:
         """IR ``(next unit, canceled)``: wait for slot ``st``'s response, read it, release the
         slot (lane 0 of the warp)."""
         self.full.wait(st.index, st.phase)
-        i128 = ir.IntegerType.get_signless(CLC_RESPONSE_BYTES * 8)
-        resp = llvm.load(i128, _shared_ptr(self.responses.tile(st.index).address()))
-        t = nvvm.ClusterLaunchControlQueryType
-        ok = cir.Scalar(nvvm.clusterlaunchcontrol_query_cancel(ir.IntegerType.get_signless(1), t.IS_CANCELED, resp))
-        x = cir.Scalar(nvvm.clusterlaunchcontrol_query_cancel(ir.IntegerType.get_signless(32), t.GET_FIRST_CTA_ID_X,
-                                                              resp), signed=False)
+        ok, x = query_cancel(self._response_address(st))
         lane0 = (cir.thread_idx() % 32).eq(0)
         if self.cluster_size == 1:
             with cir.If(lane0):
@@ -133,12 +126,6 @@ class ClcTileScheduler(PersistentTileScheduler):
 def _where(cond):
     """``cir.If(cond)``, or no condition when ``cond`` is None."""
     return contextlib.nullcontext() if cond is None else cir.If(cond)
-
-
-def _shared_ptr(address):
-    """``!llvm.ptr<3>`` of a shared address (i32 or i64 IR value)."""
-    a = address if str(address.type) == "i32" else cir.Scalar(address).to("i32", signed=False)
-    return llvm.inttoptr(ir.Type.parse("!llvm.ptr<3>"), a)
 
 
 __all__ = ["ClcTileScheduler", "CLC_STAGES", "TILE_SCHEDULERS"]

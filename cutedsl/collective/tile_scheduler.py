@@ -132,6 +132,14 @@ class TileScheduler:
         """Units of work this CTA runs (IR i32 or Python int): one tile here."""
         return 1
 
+    def plan(self, plan) -> None:
+        """Declare the scheduler's shared memory and barriers in a ``SmemPlan`` (none here; the
+        cluster-launch-control scheduler has its response ring)."""
+
+    def init(self, smem, leader) -> None:
+        """IR: bind and initialise what :meth:`plan` declared (nothing here), by thread
+        ``leader``, before the kernel's barrier-init fence and sync."""
+
     def work_loop(self, carry, body, issuer=None) -> list:
         """IR: ``body(i, carried) -> next carried`` for each of this CTA's :meth:`work_count`
         units ``i`` (a loop carrying ``carry``); returns the last carried values. ``issuer``

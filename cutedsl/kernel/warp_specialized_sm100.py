@@ -215,8 +215,7 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     def plan_extra(self, plan) -> None:
         plan.barriers("acc_full", ACC_STAGES)
         plan.barriers("acc_empty", ACC_STAGES)
-        if hasattr(self.scheduler, "plan"):         # cluster launch control's response ring
-            self.scheduler.plan(plan)
+        self.scheduler.plan(plan)                   # cluster launch control: its response ring
 
     def config(self) -> dict:
         return {**super().config(), "acc_stages": ACC_STAGES, **({"mma_sm": 2} if self.pair else {}),
@@ -260,8 +259,7 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
                                MBarriers(smem.barriers("acc_empty"), ACC_STAGES), consumers=releases)
             self.epilogue.init(smem, leader)
             accp.init(leader)
-            if hasattr(self.scheduler, "init"):     # before the init fence and barrier below
-                self.scheduler.init(smem, leader)
+            self.scheduler.init(smem, leader)       # before the init fence and barrier below
             pipeline.init(leader)
             tmem = TensorMemory(static_word("tmem_address"),
                                 TensorMemory.columns_for(ACC_STAGES * self.acc_columns + ml.sf_columns()),
