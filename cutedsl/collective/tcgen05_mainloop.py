@@ -110,8 +110,13 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
         return (SF_BOX[0] * self.sf_atoms, SF_BOX[1])
 
     @property
+    def sf_stage_bytes(self) -> int:
+        """Bytes of one stage's factor atoms in one CTA: A's and B's (0 unless block-scaled)."""
+        return 2 * self.sf_atoms * SF_ATOM_BYTES
+
+    @property
     def stage_bytes(self) -> int:
-        return super().stage_bytes + 2 * self.sf_atoms * SF_ATOM_BYTES
+        return super().stage_bytes + self.sf_stage_bytes
 
     def plan(self, plan, stages: int | None = None) -> None:
         super().plan(plan, stages)
@@ -152,8 +157,7 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
         """Bytes the even CTA's full barrier receives per stage from both CTAs (A: 2 x 128
         rows, B: the whole tile's N; block-scaled: each CTA's factor atoms of its A rows and of
         B's N rows -- both CTAs hold B's, which the MMA reads from the issuing CTA's TMEM)."""
-        return self.traits.tile_bytes(CTA_PAIR * self.tile_m + self.tile_n) + \
-            CTA_PAIR * 2 * self.sf_atoms * SF_ATOM_BYTES
+        return self.traits.tile_bytes(CTA_PAIR * self.tile_m + self.tile_n) + CTA_PAIR * self.sf_stage_bytes
 
     def release_mask(self):
         """IR i16: the cluster ranks whose producers multicast into this CTA's slots -- its

@@ -154,10 +154,10 @@ def pack_fp6(q) -> np.ndarray:
     k = q.shape[-1]
     kp = -(-k // PADDED_GROUP) * PADDED_GROUP
     codes = np.zeros(q.shape[:-1] + (kp,), np.uint32)
-    codes[..., :k] = q.view(np.uint8) & np.uint8(0x3F)
-    c = codes.reshape(q.shape[:-1] + (kp // 4, 4))
-    word = c[..., 0] | c[..., 1] << 6 | c[..., 2] << 12 | c[..., 3] << 18          # 24 bits, 3 bytes
-    out = np.stack([(word >> s) & 0xFF for s in (0, 8, 16)], axis=-1).astype(np.uint8)
+    codes[..., :k] = q.view(np.uint8) & np.uint8((1 << SIX) - 1)
+    c = codes.reshape(q.shape[:-1] + (kp // 4, 4))                 # 4 elements = 24 bits = 3 bytes
+    word = sum(c[..., j] << np.uint32(SIX * j) for j in range(4))
+    out = np.stack([(word >> np.uint32(8 * j)) & 0xFF for j in range(3)], axis=-1).astype(np.uint8)
     return np.ascontiguousarray(out.reshape(q.shape[:-1] + (kp // 4 * 3,)))
 
 
