@@ -2,7 +2,6 @@
 ``GemmConfig.kernel()`` builds the kernel it names. Imports no MLIR."""
 from __future__ import annotations
 
-import inspect
 import numbers
 
 import attrs
@@ -14,10 +13,11 @@ from ..collective import fusion as _fusion
 from ..collective.epilogue import Epilogue
 from ..collective.clc_scheduler import TILE_SCHEDULERS
 from ..collective.tile_scheduler import RASTERS, SWIZZLES
-from ..atom.mma_traits import DTYPE_SCALES, MX_DTYPES, element_type
+from ..atom.mma_traits import MX_DTYPES, element_type
+from . import config_build as _build
 from .kernels import DEFAULT_EPILOGUE, DEFAULT_SCHEDULE, kernel_classes
 from ..collective.tma_wgmma import CLUSTERS, TmaWgmmaMainloop   # what the mainloop supports: one list
-from ..errors import ArgumentTypeError, ConfigError, ConfigTypeError, CuteDSLError, checked_arguments, one_of
+from ..errors import ConfigError, ConfigTypeError, checked_arguments, one_of
 
 _MAX_I32 = 2 ** 31 - 1
 #: the schedules a ``GemmConfig`` can name; the last three are warp-specialized
@@ -343,121 +343,19 @@ class GemmConfig:
     def resolved_stages(self, kernel_cls=None, epilogue_cls=None) -> int:
         """The stage count used: explicit, or the most (<= 7) that fit in shared memory
         (with ``kernel_cls``'s shared-memory plan, default the schedule's kernel)."""
-        if self.schedule == "single_tile" and kernel_cls is None:
-            return 1
-        if self.stages != "auto":
-            return self.stages
-        cls = kernel_cls or self._kernel_cls()
-        candidates = getattr(cls, "STAGES", STAGES)
-        # one kernel sizes every candidate ring (its smem plan is a function of the stage count)
-        s = self._make(cls, max(candidates), epilogue_cls).max_stages(candidates)
-        if s is None:
-            raise ConfigError(f"tile {self.tile} does not fit shared memory even with {min(candidates)} stage(s)")
-        return s
-
-    def _epilogue_cls(self, epilogue_cls=None, kernel_cls=None):
-        """The epilogue class: ``epilogue_cls``, else a user ``kernel_cls.epilogue_cls``, else
-        the config's. A class of the other kind than ``self.epilogue`` is a ``ConfigError``
-        (the config decides the output's layout and pointer-vs-tensor-map argument)."""
-        from ..collective.epilogue import GlobalEpilogue, TmaStoreEpilogue
-        default = TmaStoreEpilogue if self.epilogue == "tma" else GlobalEpilogue
-        where = "epilogue"
-        if epilogue_cls is None:
-            epilogue_cls = getattr(kernel_cls, "epilogue_cls", None)
-            where = f"{getattr(kernel_cls, '__name__', '?')}.epilogue_cls"
-            if epilogue_cls in (None, GlobalEpilogue, TmaStoreEpilogue):
-                return default
-        kind = getattr(epilogue_cls, "kind", None)
-        if kind is not None and kind != self.epilogue:
-            raise ConfigError(f"{where} {epilogue_cls.__name__} is a {kind!r} epilogue but "
-                              f"GemmConfig.epilogue is {self.epilogue!r}: use GemmConfig(epilogue={kind!r})")
-        return epilogue_cls
-
-    def _make(self, cls, stages=None, epilogue_cls=None):
-        bm, bn, _ = self.tile
-        kw = dict(tile_m=bm, tile_n=bn, dtype=element_type(self.dtype), out_dtype=self.out_dtype,
-                  b_major=self.b_major, epilogue=epilogue_cls or self._epilogue_cls())
-        if self.b_dtype not in (None, self.dtype):
-            kw["b_dtype"] = element_type(self.b_dtype)     # a kernel class without the field refuses it by name
-        if self.fusion:
-            kw["fusion"] = self.fusion
-        if self.batched:
-            kw["batched"] = True
-        if self.a_major != "K":
-            kw["a_major"] = self.a_major
-        if stages is not None:
-            kw["stages"] = stages
-        takes = self._fields_of(cls)
-        if "arch" in takes:
-            kw["arch"] = self.arch
-        if "cluster" in takes:          # warp-specialized kernels
-            kw.update(cluster=self.cluster, raster=self.raster if self.raster != "auto" else "M", swizzle=self.swizzle,
-                      sm_count=self.sm_count)
-        if self.decomposition != "data-parallel":      # a kernel class without the field refuses it by name
-            kw.update(decomposition=self.decomposition, splits=self.splits)
-        if self.dtype in MX_DTYPES:
-            if "block_scaled" not in takes:
-                raise ConfigError(f"dtype {self.dtype!r} (block-scaled MX inputs) needs arch='sm_100a' and "
-                                  f"schedule='warp_specialized', got {self.arch} {self.schedule!r}")
-            kw["block_scaled"] = DTYPE_SCALES[self.dtype].name
-        if self.tile_scheduler != "static":
-            if "tile_scheduler" not in takes:
-                raise ConfigError(f"tile_scheduler={self.tile_scheduler!r} (cluster launch control) needs "
-                                  f"arch='sm_100a' and schedule='warp_specialized', got {self.arch} {self.schedule!r}")
-            kw["tile_scheduler"] = self.tile_scheduler
-        if self.mma_sm != 1:
-            if "mma_sm" not in takes:
-                raise ConfigError(f"mma_sm={self.mma_sm} (a CTA-pair MMA) needs arch='sm_100a' and "
-                                  f"schedule='warp_specialized', got {self.arch} {self.schedule!r}")
-            kw["mma_sm"] = self.mma_sm
-        try:
-            return cls(**kw)
-        except ValueError as e:         # a kernel or collective refusing this config (ConfigError for users)
-            if isinstance(e, CuteDSLError):
-                raise
-            raise ConfigError(f"{cls.__name__}: {e}") from None
-
-    @staticmethod
-    def _fields_of(cls) -> tuple:
-        """The config fields a kernel class takes: its ``CONFIG_FIELDS`` (every ``GemmKernel``
-        has them; a subclass whose constructor takes other keywords sets its own), else its
-        constructor's parameter names."""
-        return getattr(cls, "CONFIG_FIELDS", None) or tuple(inspect.signature(cls).parameters)
+        return _build.resolved_stages(self, kernel_cls, epilogue_cls)
 
     def _kernel_cls(self):
-        """The kernel class of ``schedule`` on ``arch`` (:func:`kernel_classes`); ``ConfigError``
-        for a schedule the architecture has no kernel for."""
-        kinds = kernel_classes(self.arch)
-        if self.schedule not in kinds:
-            raise ConfigError(f"schedule {self.schedule!r} has no {self.arch} kernel (yet); {self.arch} has "
-                              f"{one_of(tuple(kinds))}")
-        return kinds[self.schedule]
+        """The kernel class of ``schedule`` on ``arch`` (``ConfigError`` if it has none)."""
+        return _build.kernel_class(self)
 
     def kernel(self, epilogue_cls=None, kernel_cls=None):
         """The ``Kernel`` object this config builds (``SharedMemoryError`` if it cannot fit).
 
         ``kernel_cls``: any ``GemmKernel`` subclass (it then decides the schedule; it gets
         ``stages`` when its constructor takes them); ``epilogue_cls``: an ``Epilogue`` subclass
-        of the config's kind (``ConfigError`` otherwise)."""
-        from ..kernel.gemm import GemmKernel
-        if kernel_cls is not None and not (isinstance(kernel_cls, type) and issubclass(kernel_cls, GemmKernel)):
-            raise ArgumentTypeError(f"kernel must be a GemmKernel subclass, got {kernel_cls!r}")
-        if epilogue_cls is not None:
-            from ..collective.epilogue import Epilogue
-            if not (isinstance(epilogue_cls, type) and issubclass(epilogue_cls, Epilogue)):
-                raise ArgumentTypeError(f"epilogue must be an Epilogue subclass, got {epilogue_cls!r}")
-        epi = self._epilogue_cls(epilogue_cls, kernel_cls)
-        if kernel_cls is None:
-            kernel_cls = self._kernel_cls()
-        if "stages" not in self._fields_of(kernel_cls):
-            if self.stages not in ("auto", 1):
-                raise ConfigError(f"{kernel_cls.__name__} has no pipeline stages (its constructor takes no "
-                                  f"'stages'), got GemmConfig(stages={self.stages!r}): use 'auto' or 1")
-            return self._make(kernel_cls, epilogue_cls=epi)
-        k = self._make(kernel_cls, self.resolved_stages(kernel_cls, epi), epi)
-        if hasattr(k, "smem_plan"):
-            k.smem_plan()
-        return k
+        of the config's kind (``ConfigError`` otherwise). See :mod:`cutedsl.device.config_build`."""
+        return _build.build_kernel(self, epilogue_cls, kernel_cls)
 
 
 # an unknown field name or too many values is a ConfigTypeError naming the fields (attrs' own
