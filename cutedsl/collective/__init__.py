@@ -10,6 +10,9 @@
   :mod:`pipeline`) for ping-pong turn-taking.
 * :mod:`epilogue` — accumulator -> global (bounds-checked) and accumulator -> smem -> TMA store,
   with an elementwise ``visit`` hook subclasses override; an atomic-add epilogue for split-K.
+* :mod:`tmem_epilogue_tma` — the sm_100a TMA-store epilogue (tensor memory -> registers ->
+  swizzled shared sub-tiles -> TMA store, warp by warp); a ``TmaStoreEpilogue`` subclass that
+  only overrides ``visit`` / ``extra_params`` is rebased onto it for sm_100a kernels.
 * :mod:`tile_scheduler` — which output tile(s) a CTA computes, and the launch grid: one tile
   per CTA, or static persistent with rasterization and clusters.
 """
@@ -19,8 +22,9 @@ from .mainloop import MultistageMainloop
 from .warp_specialized import WarpSpecializedMainloop
 from .epilogue import AtomicAddEpilogue, Epilogue, EpilogueContext, GlobalEpilogue, TmaStoreEpilogue
 from .tile_scheduler import PersistentTileScheduler, TileScheduler
+from .tmem_epilogue_tma import TmemTmaStoreEpilogue
 
 __all__ = ["PipelineState", "TmaPipeline", "OrderedSequenceBarrier", "TmaWgmmaMainloop", "MainloopOperands",
            "MultistageMainloop",
            "WarpSpecializedMainloop", "Epilogue", "GlobalEpilogue", "TmaStoreEpilogue", "EpilogueContext",
-           "AtomicAddEpilogue", "TileScheduler", "PersistentTileScheduler"]
+           "AtomicAddEpilogue", "TileScheduler", "PersistentTileScheduler", "TmemTmaStoreEpilogue"]

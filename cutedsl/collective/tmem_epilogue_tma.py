@@ -8,6 +8,8 @@ without waiting for the others.
 """
 from __future__ import annotations
 
+import functools
+
 from ..atom.cvt import FP8
 from ..atom.tcgen05 import QUARTER_LANES, QUARTERS
 from ..atom.tmem_fragment import TmemFragment, check_split, lane_columns
@@ -201,8 +203,36 @@ class TmemTmaStoreEpilogue(TmaStoreEpilogue):
 
 def for_tcgen05(epilogue_cls):
     """The epilogue class a tcgen05 kernel builds for ``epilogue_cls``: the TMA-store epilogue
-    as :class:`TmemTmaStoreEpilogue`, any other as it is."""
-    return TmemTmaStoreEpilogue if epilogue_cls is TmaStoreEpilogue else epilogue_cls
+    as :class:`TmemTmaStoreEpilogue`; a user subclass of the sm_90 :class:`TmaStoreEpilogue`
+    (the README's recipe: ``visit`` / ``extra_params`` hooks) rebased onto it, so one subclass
+    serves both architectures; any other class as it is. A subclass that overrides what the
+    sm_90 store is made of (``store``, ``plan``, its ``_write_*`` steps, ...) cannot be rebased:
+    ``ConfigError`` naming those members, with the fix (subclass ``TmemTmaStoreEpilogue``)."""
+    if epilogue_cls is TmaStoreEpilogue:
+        return TmemTmaStoreEpilogue
+    if issubclass(epilogue_cls, TmaStoreEpilogue) and not issubclass(epilogue_cls, TmemTmaStoreEpilogue):
+        return _rebased(epilogue_cls)
+    return epilogue_cls
+
+
+@functools.cache
+def _rebased(cls):
+    """``cls`` (a user subclass of the sm_90 TMA-store epilogue) with the tcgen05 store under
+    its hooks: the class ``(cls, TmemTmaStoreEpilogue)`` under ``cls``'s own name and module (the
+    kernel cache keys on ``cls``, which stays in the MRO). Cached, so every build gets the same
+    class."""
+    from ..errors import ConfigError
+    internal = set(vars(TmaStoreEpilogue)) | set(vars(TmemTmaStoreEpilogue))
+    own = {name for k in cls.__mro__[:cls.__mro__.index(TmaStoreEpilogue)]
+           if not k.__module__.startswith("cutedsl.") for name in vars(k)}
+    clash = sorted(n for n in own & internal if not (n.startswith("__") and n.endswith("__")))
+    if clash:
+        raise ConfigError(f"{cls.__name__} overrides {', '.join(clash)} of the sm_90 TmaStoreEpilogue, which the "
+                          f"sm_100a kernel replaces (it stores from tensor memory): subclass "
+                          f"cutedsl.collective.TmemTmaStoreEpilogue for arch='sm_100a', or override only visit / "
+                          f"extra_params")
+    return type(cls.__name__, (cls, TmemTmaStoreEpilogue),
+                {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__})
 
 
 __all__ = ["TmemTmaStoreEpilogue", "for_tcgen05"]

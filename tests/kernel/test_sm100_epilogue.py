@@ -88,3 +88,50 @@ def test_tma_store_epilogue_refusals():
         GemmConfig(arch="sm_100a", epilogue="tma", dtype="e4m3", out_dtype="e4m3")
     with pytest.raises(ConfigError, match=r"beta \* C is not built for the sm_100a TMA-store epilogue"):
         GemmConfig(arch="sm_100a", epilogue=["beta", "tma"])
+
+
+# -- the README's epilogue-subclassing recipe on sm_100a ------------------------------------
+
+def _bias_relu_class():
+    from cutedsl.collective import TmaStoreEpilogue
+    from cutedsl.ir import GlobalPtr, Param, select
+
+    class BiasReluEpilogue(TmaStoreEpilogue):
+        def extra_params(self):
+            return [Param("bias", "ptr", shape=("n",), dtype="f32")]
+
+        def visit(self, value, row, col, ctx):
+            col = select(col < ctx.n.unsigned(), col, 0)
+            v = value + GlobalPtr(ctx.args.bias, "f32").load(col)
+            return select(v > 0.0, v, 0.0)
+    return BiasReluEpilogue
+
+
+@pytest.mark.sim_kernel
+@pytest.mark.parametrize("kw", [dict(), dict(out_dtype="bf16", tile=(128, 128, 64), sm_count=1),
+                                dict(schedule="single_tile", stages=1)])
+def test_readme_epilogue_subclass_runs_on_sm100(kw, rng, sim, sim_seed):
+    """A TmaStoreEpilogue subclass written for sm_90a (visit + extra_params) is rebased onto the
+    tcgen05 TMA-store epilogue: exact on ragged shapes (it was an IndexError in the fragment)."""
+    cls = _bias_relu_class()
+    m, n, k = 130 + int(rng.integers(0, 120)), 72 + 8 * int(rng.integers(0, 20)), 64 + int(rng.integers(1, 130))
+    a = rng.integers(-3, 4, (m, k)).astype(np.float16)
+    b = rng.integers(-3, 4, (k, n)).astype(np.float16)
+    bias = rng.integers(-40, 40, n).astype(np.float32)
+    d = Gemm(GemmConfig(arch="sm_100a", epilogue="tma", **kw), sim, epilogue=cls)(a, b, bias=bias)
+    ref = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias, 0.0)
+    assert np.array_equal(np.asarray(d, np.float64), ref), rng.seed_value
+
+
+def test_epilogue_subclass_overriding_the_sm90_store_is_refused_on_sm100():
+    from cutedsl.collective import TmaStoreEpilogue
+
+    class MyStore(TmaStoreEpilogue):
+        def store(self, acc, ctx):
+            return super().store(acc, ctx)
+
+        def _write_f32(self, *a):
+            pass
+    with pytest.raises(ConfigError, match=r"MyStore overrides _write_f32, store of the sm_90 TmaStoreEpilogue.*"
+                                          r"subclass cutedsl.collective.TmemTmaStoreEpilogue"):
+        Gemm(GemmConfig(arch="sm_100a", epilogue="tma"), "none", epilogue=MyStore).compiled
