@@ -12,7 +12,10 @@ kernel became an ``llvm.func``):
 2. tensor-map arguments get ``{llvm.byval = !llvm.array<128 x i8>, llvm.align = 64,
    nvvm.grid_constant}`` (PTX ``.param .align 64 .b8 p[128]``, what CUTLASS's
    ``__grid_constant__ CUtensorMap`` compiles to);
-3. ``gpu-module-to-binary{format=isa}`` -> PTX, read from the ``gpu.binary`` object attribute.
+3. every op's location flattened to the Python line that built it (:mod:`.locations`), then
+   ``ensure-debug-info-scope-on-llvm-func{emission-kind=LineTablesOnly}`` and
+   ``gpu-module-to-binary{format=isa}`` -> PTX (with ``.file`` / ``.loc`` line tables), read
+   from the ``gpu.binary`` object attribute.
 
 PTX ISA 8.3 is requested: ``fence.proxy.tensormap`` (descriptor fence) needs >= 8.3.
 """
@@ -27,13 +30,15 @@ import time
 
 from ..arch import DEFAULT
 from ..errors import CompileError
+from .locations import DI_PASS, flatten as flatten_locations, line_tables_only
 
 STAGE1 = ("builtin.module(convert-nvgpu-to-nvvm, gpu-kernel-outlining, convert-vector-to-scf, "
           "convert-scf-to-cf, convert-nvvm-to-llvm, convert-func-to-llvm, expand-strided-metadata, "
           "nvvm-attach-target{{chip={chip} features={feat} O=3}}, lower-affine, convert-arith-to-llvm, "
           "convert-index-to-llvm{{index-bitwidth=64}}, canonicalize, cse, "
           "gpu.module(convert-gpu-to-nvvm, canonicalize, cse, reconcile-unrealized-casts))")
-STAGE2 = "builtin.module(gpu-module-to-binary{format=isa}, canonicalize, cse, reconcile-unrealized-casts)"
+STAGE2 = ("builtin.module({di}, gpu-module-to-binary{{format=isa}}, canonicalize, cse, "
+          "reconcile-unrealized-casts)")
 
 
 def _lower(module, byval_args, want_ir: bool, arch=DEFAULT) -> dict:
@@ -59,13 +64,14 @@ def _lower(module, byval_args, want_ir: bool, arch=DEFAULT) -> dict:
                         attrs.append(ir.DictAttr.get({}))
                 f.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
             ir_after = str(module) if want_ir else None
-            passmanager.PassManager.parse(STAGE2).run(module.operation)
+            flatten_locations(module)
+            passmanager.PassManager.parse(STAGE2.format(di=DI_PASS)).run(module.operation)
         except ir.MLIRError as e:
             raise CompileError("MLIR pass pipeline failed:\n" + format_diagnostics(e)) from None
         for op in module.body.operations:
             if op.operation.name == "gpu.binary":
                 obj = gpu.ObjectAttr(op.attributes["objects"][0])
-                return {"ptx": obj.object.decode(), "ir_after": ir_after}
+                return {"ptx": line_tables_only(obj.object.decode()), "ir_after": ir_after}
     raise CompileError("the pass pipeline produced no gpu.binary")
 
 
