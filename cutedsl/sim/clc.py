@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .async_engine import async_write, defer, lane_scalars
 from .errors import SimRuntimeError
-from .mbarrier import get_mbar
+from .mbarrier_object import get_mbar
 from .registry import handler
 from .shadow_words import word_set, words_of
-from .tma import _lane_scalars, async_write, defer
 from .tma_box import smem_dest
 
 RESPONSE_BYTES = 16
@@ -100,7 +100,7 @@ def _dec_try_cancel(ctx, ins, mods, ops):
     addr, mbar = ctx.addr(ops[0]), ctx.addr(ops[1])
 
     def fn(w, g, m):
-        for a, b in _lane_scalars(w, m, addr(w), mbar(w)):
+        for a, b in lane_scalars(w, m, addr(w), mbar(w)):
             cta, off = smem_dest(w, a, ins, "try_cancel response", RESPONSE_BYTES)
             bcta, moff = smem_dest(w, b, ins, "try_cancel mbarrier", 8)
             if cta is not w.cta or bcta is not w.cta:

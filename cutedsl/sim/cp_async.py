@@ -16,7 +16,8 @@ import numpy as np
 
 from .errors import SimRuntimeError
 from .shadow_words import words_of
-from .mbarrier import get_mbar, hb_check_init, lane_vals, mbar_targets
+from .mbarrier_object import get_mbar, hb_check_init, lane_vals, mbar_targets
+from .registry import subhandler
 
 
 def _cp_agent(w):
@@ -86,6 +87,7 @@ def _mask_of(lanes):
     return m
 
 
+@subhandler("cp", "async")
 def dec_cp_async(ctx, ins, mods, ops):
     """Ampere ``cp.async`` (executed eagerly; a generic-proxy write by the warp's ``cpasync``
     agent for the race detector) and its group/arrive forms."""

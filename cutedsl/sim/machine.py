@@ -319,12 +319,12 @@ class CTA:
         return b
 
     def on_exit(self, warp):
-        from .sync import check_named_barriers
+        from .named_barriers import check_named_barriers
         check_named_barriers(self)
         if all(w.done for w in self.warps) and not self.exited:
             self.exited = True
             if getattr(self, "tmem", None) is not None:
-                from .tmem import leak_check
+                from .tensor_memory import leak_check
                 leak_check(self)
             if self.shadow is not None:
                 self.shadow.exit_check()

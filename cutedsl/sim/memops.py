@@ -9,7 +9,7 @@ from .alu import PACKED, pack2, unpack2
 from .global_hb import classify
 from .memory import GLOBAL_BASE, LOCAL_WIN, PARAM_WIN, SHARED_WIN
 from .ptxtypes import CALLPARAM_BASE, NP
-from .registry import YIELD, handler
+from .registry import SUBHANDLERS, YIELD, handler
 from .parser import TYPE_SIZES
 
 SPACES = {"global", "shared", "param", "local", "const", "shared::cta", "shared::cluster",
@@ -103,8 +103,7 @@ def dec_ld(ctx, ins, mods, ops):
 @handler("st")
 def dec_st(ctx, ins, mods, ops):
     if mods[:1] == ["async"]:
-        from .st_async import dec_st_async
-        return dec_st_async(ctx, ins, mods, ops)
+        return SUBHANDLERS[("st", "async")](ctx, ins, mods, ops)
     space, vec, t = parse_ldst(ctx, mods)
     srcs = _data_operands(ctx, ops, 1, vec, "st", "an address and a source", "source operands")
     st_t = _store_type(t)

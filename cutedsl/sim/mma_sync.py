@@ -25,9 +25,9 @@ from functools import lru_cache
 import numpy as np
 
 from . import numerics as nm
+from .convergence import need_converged
 from .errors import SimRuntimeError
 from .registry import BLOCKED, handler
-from .sync import need_converged
 from .wgmma_layout import ETYPES
 
 #: operand type -> allowed K values of m16n8kK

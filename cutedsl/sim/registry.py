@@ -6,6 +6,10 @@ with :func:`handler`; the decoder (:mod:`cutedsl.sim.program`) looks them up in
 :data:`HANDLERS`. This module imports none of them: :mod:`cutedsl.sim.handlers` imports them all
 (once, from the package ``__init__``), so there is no import cycle between the decoder and its
 handlers. A new instruction family is a new small module listed in :mod:`cutedsl.sim.handlers`.
+An opcode whose operations are decoded in several modules (``tcgen05.mma`` apart from
+``tcgen05.alloc``, ``cp.async`` apart from ``cp.async.bulk``, ``st.async`` apart from ``st``)
+registers those operations with :func:`subhandler`; the base handler finds them in
+:data:`SUBHANDLERS`, so no instruction module imports another.
 
 It also defines the status codes an execution closure ``fn(warp, group, mask)`` returns:
 ``None`` (fall through), ``JUMPED`` (it set ``group.pc``), ``BLOCKED`` (the group waits and
@@ -36,5 +40,25 @@ def handler(*names):
                 raise RuntimeError(f"opcode {n!r} registered twice ({HANDLERS[n].__module__}, "
                                    f"{f.__module__})")
             HANDLERS[n] = f
+        return f
+    return deco
+
+
+#: (opcode base, operation) -> decode function ``f(ctx, ins, mods, ops)`` that the base's handler
+#: dispatches to (filled when :mod:`cutedsl.sim.handlers` imports the modules)
+SUBHANDLERS: dict = {}
+
+
+def subhandler(base, *ops):
+    """Register a decode function for operations ``ops`` of opcode ``base`` (``("tcgen05", "mma")``).
+
+    Registering one twice is a programming error, as for :func:`handler`."""
+    def deco(f):
+        for op in ops:
+            key = (base, op)
+            if key in SUBHANDLERS and SUBHANDLERS[key] is not f:
+                raise RuntimeError(f"operation {base}.{op} registered twice ({SUBHANDLERS[key].__module__}, "
+                                   f"{f.__module__})")
+            SUBHANDLERS[key] = f
         return f
     return deco

@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from .async_engine import async_write, defer, lane_scalars
 from .errors import SimRuntimeError
-from .mbarrier import get_mbar
+from .mbarrier_object import get_mbar
 from .parser import TYPE_SIZES
+from .registry import subhandler
 from .shadow_words import word_set, words_of
-from .tma import _lane_scalars, async_write, defer
 from .tma_box import smem_dest
 
 _TYPES = {"b32", "u32", "s32", "f32", "b64", "u64", "s64", "f64"}
 _IGNORED = {"weak", "shared::cluster", "mbarrier::complete_tx::bytes"}
 
 
+@subhandler("st", "async")
 def dec_st_async(ctx, ins, mods, ops):
     vec, t = 1, None
     for m in mods:
@@ -54,7 +56,7 @@ def dec_st_async(ctx, ins, mods, ops):
 
     def fn(w, g, m):
         vals = [addr(w), mbar(w)] + [r(w) for r in readers]
-        for lv in _lane_scalars(w, m, *vals):
+        for lv in lane_scalars(w, m, *vals):
             data = np.array([int(x) for x in lv[2:]], np.dtype(f"uint{8 * esize}")).view(np.uint8)
             dcta, doff = smem_dest(w, lv[0], ins, "st.async destination", nbytes)
             bcta, moff = smem_dest(w, lv[1], ins, "st.async mbarrier", 8)

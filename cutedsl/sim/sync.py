@@ -1,5 +1,6 @@
-"""Synchronisation: named barriers (``bar``/``barrier``), the cluster barrier, fences, and the
-convergence rule of warp-synchronous instructions (mbarriers: :mod:`cutedsl.sim.mbarrier`).
+"""Synchronisation instructions: named barriers (``bar``/``barrier``; their state is
+:mod:`cutedsl.sim.named_barriers`), ``bar.warp.sync``, the cluster barrier and fences (the
+convergence rule: :mod:`cutedsl.sim.convergence`; mbarriers: :mod:`cutedsl.sim.mbarrier`).
 
 **Named barriers**: arrival is per warp (all non-exited lanes of the warp must be converged
 at the instruction); ``bar.sync a`` without a count waits for every non-exited warp of the
@@ -14,108 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .convergence import mask_lanes, members, need_converged
 from .errors import SimRuntimeError
+from .named_barriers import BarWait, NamedBarrier, expected_warps, release_barrier
 from .registry import BLOCKED, handler
-# re-exported for handler modules written against the earlier layout
-from .mbarrier import MBarrier, get_mbar, hb_check_init, mbar_targets  # noqa: F401
-
-
-# -- named barriers ------------------------------------------------------------------------
-
-class NamedBarrier:
-    __slots__ = ("id", "count", "arrived", "waiters", "line", "snap")
-
-    def __init__(self, bid):
-        self.id = bid
-        self.count = None
-        self.arrived = []
-        self.waiters = []
-        self.line = 0
-        self.snap = None
-
-
-class BarWait:
-    __slots__ = ("bar", "cta", "ins")
-
-    def __init__(self, bar, cta, ins):
-        self.bar, self.cta, self.ins = bar, cta, ins
-
-    def ready(self):
-        return False
-
-    def describe(self):
-        b = self.bar
-        exp = _expected_warps(self.cta, b)
-        return (f"named barrier {b.id}: {len(b.arrived)} of {exp} warps arrived "
-                f"(warps {sorted(w.wid for w in b.arrived)})")
-
-
-class Converge:
-    """Blocking reason: a warp-collective instruction reached by only some lanes."""
-    __slots__ = ("ins", "warp")
-
-    def __init__(self, ins, warp):
-        self.ins, self.warp = ins, warp
-
-    def ready(self):
-        return False
-
-    def describe(self):
-        return (f"warp-synchronous instruction reached by {sum(g.count for g in self.warp.groups if g.blocked is self)} "
-                f"of {self.warp.nlive} live lanes; other lanes at PCs "
-                f"{sorted(g.pc for g in self.warp.groups if g.blocked is not self)}")
-
-
-def _expected_warps(cta, b):
-    if b.count is not None:
-        return b.count // 32
-    return sum(1 for w in cta.warps if not w.done)
-
-
-def _release(cta, b, current=None):
-    hb = cta.cluster.hb
-    for (w, g) in b.waiters:
-        if hb is not None:
-            hb.acquire(w, b.snap)
-        if g is current:
-            continue
-        g.blocked = None
-        g.pc += 1
-    b.arrived = []
-    b.waiters = []
-    b.count = None
-    b.snap = None
-    cta.launch.version += 1
-
-
-def check_named_barriers(cta):
-    for b in list(cta.bars.values()):
-        if b.arrived and b.count is None and len(b.arrived) >= _expected_warps(cta, b):
-            _release(cta, b)
-
-
-LANES = np.arange(32, dtype=np.uint32)
-
-
-def mask_lanes(rmask, w) -> np.ndarray:
-    """The 32 lanes (bool) a warp-synchronous instruction's ``membermask`` operand names."""
-    mm = int(np.asarray(rmask(w)).flat[0]) & 0xFFFFFFFF
-    return ((mm >> LANES) & 1).astype(bool)
-
-
-def members(w, g, m, rmask, ins):
-    """The active-lane bool mask of a warp-synchronous instruction with member mask ``rmask``
-    (None: every live lane), or None after blocking group ``g`` until the mask's other live
-    lanes reach it (``Converge``); ``SimRuntimeError`` when the mask names lanes of ``g`` that
-    are predicated off."""
-    act = w.valid if m is None else m
-    need = w.live if rmask is None else mask_lanes(rmask, w) & w.live
-    if np.any(need & ~act):
-        if g.count != w.nlive and np.any(need & ~g.mask):
-            g.blocked = Converge(ins, w)
-            return None
-        raise SimRuntimeError(f"member mask names lanes that are predicated off\n    at {ins.where()}")
-    return act
 
 
 def _dec_warp_sync(ctx, ins, ops):
@@ -138,14 +41,6 @@ def _dec_warp_sync(ctx, ins, ops):
                                   f"\n    at {ins.where()}")
         return None
     return fn
-
-
-def need_converged(w, g, ins):
-    """Block ``g`` until all live lanes of its warp reach this PC; True if blocked."""
-    if g.count != w.nlive:
-        g.blocked = Converge(ins, w)
-        return True
-    return False
 
 
 @handler("bar", "barrier")
@@ -213,11 +108,11 @@ def dec_bar(ctx, ins, mods, ops):
         if is_sync:
             b.waiters.append((w, g))
         cta.launch.version += 1
-        if len(b.arrived) >= _expected_warps(cta, b):
+        if len(b.arrived) >= expected_warps(cta, b):
             if cnt is not None and len(b.arrived) > cnt // 32:
                 raise SimRuntimeError(f"barrier {bid}: more warps arrived than the count {cnt}\n"
                                       f"    at {ins.where()}")
-            _release(cta, b, current=g)
+            release_barrier(cta, b, current=g)
             return None
         if is_sync:
             g.blocked = BarWait(b, cta, ins)

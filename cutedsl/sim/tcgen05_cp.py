@@ -4,7 +4,7 @@ scale factors into TMEM). Issue 23.
 ``tcgen05.cp.cta_group::G.SHAPE{.MULTICAST} [taddr], s-desc`` -- issued by one thread, an
 asynchronous tcgen05 operation of that thread (ordered with its ``tcgen05.mma`` s, tracked by
 its ``tcgen05.commit``; PTX ISA tcgen05.cp). The source is a shared-memory matrix descriptor
-(:func:`~cutedsl.sim.tcgen05_mma.decode_desc_sm100`) over rows of 128-bit chunks in the
+(:func:`~cutedsl.sim.wgmma_layout.decode_desc_sm100`) over rows of 128-bit chunks in the
 canonical no-swizzle layout: chunk ``c`` of row ``r`` at ``start + (r % 8) * 16 + (r // 8) * SBO
 + c * LBO`` (the swizzle XOR applied when the descriptor names one). Row ``r`` lands in TMEM lane
 ``lane + r`` and its 32-bit word ``w`` in column ``column + w``:
@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from .async_engine import defer
 from .errors import SimRuntimeError
-from .tma import defer
+from .registry import subhandler
+from .tensor_memory import COLUMNS, QUARTER, lane_value, tmem_of, tmem_order, tmem_shadow
 from .tma_box import swizzle
-from .tmem import COLUMNS, QUARTER, SUBOPS, lane_value, tmem_of, tmem_order, tmem_shadow
+from .wgmma_layout import decode_desc_sm100
 
 #: shape -> (rows, 128-bit chunks per row)
 SHAPES = {"128x256b": (128, 2), "4x256b": (4, 2), "128x128b": (128, 1), "64x128b": (64, 1), "32x128b": (32, 1)}
@@ -45,7 +47,6 @@ NEEDS = {"64x128b": ("warpx2::02_13", "warpx2::01_23"), "32x128b": ("warpx4",)}
 
 def source_offsets(desc: int, rows: int, chunks: int) -> np.ndarray:
     """Shared byte address of every source byte (rows, chunks * 16) of a tcgen05.cp."""
-    from .tcgen05_mma import decode_desc_sm100
     start, lbo, sbo, base, span = decode_desc_sm100(desc)
     if span < 0:
         raise SimRuntimeError(f"tcgen05.cp descriptor 0x{desc:x}: the 128B_BASE32B swizzle is for MMA operands "
@@ -74,6 +75,7 @@ def lane_map(shape: str, multicast) -> list:
     return out
 
 
+@subhandler("tcgen05", "cp")
 def decode_cp(ctx, ins, mods, ops):
     shape = next((m for m in mods if m in SHAPES), None)
     multicast = next((m for m in mods if m in MULTICAST and m is not None), None)
@@ -145,6 +147,5 @@ def decode_cp(ctx, ins, mods, ops):
     return fn
 
 
-SUBOPS["cp"] = decode_cp
 
 __all__ = ["decode_cp", "source_offsets", "lane_map", "SHAPES"]

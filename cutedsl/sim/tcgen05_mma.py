@@ -65,12 +65,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .async_engine import defer
 from .errors import SimRuntimeError
-from .tma import defer
-from .tmem import COLUMNS, SUBOPS, lane_value, tmem_of, tmem_order, tmem_shadow
+from .registry import subhandler
+from .tensor_memory import COLUMNS, lane_value, tmem_of, tmem_order, tmem_shadow
 from .subbyte import FORMATS as SUBBYTE, ROW_BYTES, unpack
 from .tcgen05_scale import SCALED_KINDS, decode_idesc_scaled, read_scales, scale_vector, sf_cells, sf_shadow_cells
-from .wgmma_layout import ETYPES, SW128_BASE32B, load_operand, operand_addrs
+from .wgmma_layout import ETYPES, decode_desc_sm100, load_operand, operand_addrs
 
 #: (format code -> element type) per kind; the D format each kind allows
 KINDS = {
@@ -80,7 +81,6 @@ KINDS = {
     "i8": ({0: "u8", 1: "s8"}, {2: "s32"}),
 }
 D_FORMATS = {0: "f16", 1: "f32", 2: "s32"}
-SPAN = {0: 0, 2: 128, 4: 64, 6: 32, 1: SW128_BASE32B}
 
 
 def decode_idesc(idesc: int, kind: str, group: int = 1) -> dict:
@@ -126,22 +126,6 @@ def decode_idesc(idesc: int, kind: str, group: int = 1) -> dict:
     return f
 
 
-def decode_desc_sm100(desc: int):
-    """(start, LBO, SBO, base_offset, swizzle span in bytes) of an sm_100 shared-memory descriptor;
-    ``SimRuntimeError`` for a wrong fixed field, LBO mode 1 or an unknown / unemulated layout."""
-    d = int(desc)
-    fixed, lbo_mode, layout = d >> 46 & 7, d >> 52 & 1, d >> 61 & 7
-    if fixed != 1:
-        raise SimRuntimeError(f"shared-memory descriptor 0x{d:016x}: bits 46-48 must hold the constant 0b001 "
-                              f"of sm_100 descriptors, not {fixed:#05b} (an sm_90 wgmma descriptor?)")
-    if lbo_mode:
-        raise SimRuntimeError(f"shared-memory descriptor 0x{d:016x}: LBO mode 1 (bit 52) is not emulated")
-    if layout not in SPAN:
-        raise SimRuntimeError(f"shared-memory descriptor 0x{d:016x}: swizzle field (bits 61-63) {layout} is "
-                              f"invalid (0 none, 1 128B with 32-byte atoms, 2 128B, 4 64B, 6 32B)")
-    return ((d & 0x3FFF) << 4, ((d >> 16) & 0x3FFF) << 4, ((d >> 32) & 0x3FFF) << 4, d >> 49 & 7, SPAN[layout])
-
-
 def d_lanes(m: int) -> np.ndarray:
     """TMEM lane of each of the M rows of D (data path layout of cta_group::1)."""
     r = np.arange(m)
@@ -165,6 +149,7 @@ def d_layout(rows: int, n: int, group: int) -> tuple:
     return r + rows * (c // half), np.broadcast_to(c % half, (rows, n))
 
 
+@subhandler("tcgen05", "mma")
 def decode_mma(ctx, ins, mods, ops):
     kinds = [x[6:] for x in mods if x.startswith("kind::")]
     scaled = "block_scale" in mods
@@ -363,7 +348,6 @@ def decode_mma(ctx, ins, mods, ops):
     return fn
 
 
-SUBOPS["mma"] = decode_mma
 
 
 def operand_reader(t: str, kind: str, k: int):
@@ -387,4 +371,4 @@ def _load_operand_bytes(raw, esize, dt):
     return v.astype(np.int64) if np.dtype(dt).kind in "iu" else v.astype(np.float64)
 
 
-__all__ = ["decode_idesc", "decode_desc_sm100", "d_lanes", "decode_mma"]
+__all__ = ["decode_idesc", "d_lanes", "decode_mma"]

@@ -42,7 +42,7 @@ import ml_dtypes
 import numpy as np
 
 from .errors import SimRuntimeError
-from .tmem import COLUMNS, QUARTER
+from .tensor_memory import COLUMNS, QUARTER
 
 FORMATS = {0: "e4m3", 1: "e5m2", 3: "e2m3", 4: "e3m2", 5: "e2m1"}
 FP4_FORMATS = {1: "e2m1"}

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from .async_engine import defer
 from .errors import SimRuntimeError
-from .tma import defer
-from .tmem import COLUMNS, SUBOPS, lane_value, tmem_of, tmem_order, tmem_shadow
+from .registry import subhandler
+from .tensor_memory import COLUMNS, lane_value, tmem_of, tmem_order, tmem_shadow
 
 ELEMENT_COLUMNS = 8         #: a 32-byte element: 8 32-bit columns
 LANES = 128
 
 
+@subhandler("tcgen05", "shift")
 def decode_shift(ctx, ins, mods, ops):
     group = 2 if "cta_group::2" in mods else 1
     if "down" not in mods:
@@ -81,6 +83,5 @@ def decode_shift(ctx, ins, mods, ops):
     return fn
 
 
-SUBOPS["shift"] = decode_shift
 
 __all__ = ["decode_shift"]

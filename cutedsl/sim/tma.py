@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from .async_engine import async_write, defer, lane_scalars
 from .errors import MemoryAccessError, SimRuntimeError
 from .memory import PARAM_WIN
-from .registry import handler
+from .registry import SUBHANDLERS, handler
 from .shadow_words import word_set, words_of
-from .cp_async import dec_cp_async
-from .mbarrier import get_mbar, hb_check_init
+from .mbarrier_object import get_mbar, hb_check_init
 from .tma_box import elements, smem_dest, tmap_of, whole_words, box_layout
 
 
@@ -97,34 +97,6 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
                 bar.snap = bcta.cluster.hb.merge(bar.snap, snap)
             bar.complete_tx(nbytes)
         defer(w, land, remote=cta is not w.cta)
-
-
-def defer(w, fn, tag=None, chain=None, remote=False):
-    """Run ``fn`` now (eager) or at a later scheduling point (adversarial mode)."""
-    ch = w.launch.chaos
-    if ch is None:
-        fn()
-    else:
-        ch.defer(fn, tag, chain)
-
-
-def async_write(w, cta, moff, words, ins, what, bar_cta=None, proxy_async=True):
-    """Record an async-proxy write of ``words`` in ``cta`` by the ``tma`` agent of warp ``w`` and
-    mbarrier ``moff`` (of ``bar_cta``, default ``cta``); returns the operation's (vc, pvc) to
-    release with its complete_tx. ``proxy_async`` False: a generic-proxy write (``st.async``)."""
-    sh = cta.shadow
-    if sh is None:
-        return None
-    hb = sh.hb
-    bc = bar_cta or cta
-    kind = "tma" if proxy_async else "asyncst"
-    a = hb.agent((kind, w.cta.rank, w.wid, bc.rank, moff), kind, w.cta, w.wid,
-                 f"{'TMA unit (loads' if proxy_async else 'asynchronous stores (' + what} of warp {w.wid} "
-                 f"completing on {cta.launch.program.smem_symbol(moff, cta.dyn_base)} of CTA rank {bc.rank})")
-    a.n += 1
-    snap = hb.async_op([w], a.idx, a.n)
-    sh.write(words, a.idx, a.n, snap[0], ins.pc, proxy_async, what)
-    return snap
 
 
 def bulk_read(w, cta, words, ins, what):
@@ -251,13 +223,8 @@ def dec_cp(ctx, ins, mods, ops):
             return lambda w, g, m: None
         return _dec_bulk(ctx, ins, rest, ops)
     if mods and mods[0] == "async":
-        return dec_cp_async(ctx, ins, mods[1:], ops)
+        return SUBHANDLERS[("cp", "async")](ctx, ins, mods[1:], ops)
     ctx.unsupported("unsupported cp.* instruction")
-
-
-def _lane_scalars(w, m, *vals):
-    lanes = np.flatnonzero(w.valid if m is None else m)
-    return [[int(v[ln]) if np.ndim(v) else int(v) for v in vals] for ln in lanes]
 
 
 def _tmap_reader(ctx, base):
@@ -312,7 +279,7 @@ def _dec_tensor(ctx, ins, mods, ops):
 
         def fn(w, g, m):
             vals = [dst(w), tmr(w), mbar(w)] + [c(w) for c in crs] + ([rmask(w)] if rmask else [])
-            for lv in _lane_scalars(w, m, *vals):
+            for lv in lane_scalars(w, m, *vals):
                 d, ta, mb = lv[:3]
                 coords = [int(np.int32(np.uint32(x & 0xFFFFFFFF).view(np.int32))) for x in lv[3:3 + dim]]
                 mk = lv[3 + dim] if rmask else None
@@ -328,7 +295,7 @@ def _dec_tensor(ctx, ins, mods, ops):
     def fn(w, g, m):
         vals = [tmr(w), src(w)] + [c(w) for c in crs]
         seen = set()
-        for lv in _lane_scalars(w, m, *vals):
+        for lv in lane_scalars(w, m, *vals):
             # lanes storing the same box from the same source (CuTe DSL issues its epilogue's TMA
             # stores from a whole warp) write the same bytes: one store, as the warp's bulk
             # group holds it either way (docs/emulator.md, "Redundant TMA stores")
@@ -357,7 +324,7 @@ def _dec_bulk(ctx, ins, mods, ops):
 
     def fn(w, g, m):
         vals = [dst(w), src(w), rs(w)] + ([mbar(w)] if mbar else []) + ([rmask(w)] if rmask else [])
-        for lv in _lane_scalars(w, m, *vals):
+        for lv in lane_scalars(w, m, *vals):
             _bulk_copy(w, ins, dsp if dsp == "global" else "shared", lv[0], ssp, lv[1], lv[2],
                        lv[3] if mbar else None, lv[4] if rmask else None)
     return fn

@@ -1,5 +1,5 @@
-"""Blackwell tensor memory (sm_100a): the per-CTA TMEM and the ``tcgen05`` instructions that
-allocate it and move data between it and registers (issue 23).
+"""Blackwell tensor memory (sm_100a): the ``tcgen05`` instructions that allocate the per-CTA TMEM
+(its state: :mod:`cutedsl.sim.tensor_memory`) and move data between it and registers (issue 23).
 
 **Tensor memory** of a CTA: 128 lanes x 512 columns of 32 bits. A TMEM address is ``lane << 16
 | column``. **Allocation** (PTX ISA ``tcgen05.alloc/dealloc/relinquish_alloc_permit``): a warp
@@ -18,10 +18,10 @@ lane-quarter rule; 16-lane shapes at its first or second half); an access outsid
 columns no allocation covers, is an error. ``ld``/``st``
 move the data at issue; for the race detector they are accesses of the warp's ``tcgen05ld`` /
 ``tcgen05st`` unit, which the warp (and what it releases) knows complete only after
-``tcgen05.wait::ld`` / ``wait::st`` (:class:`TmemShadow`). ``tcgen05.commit``
+``tcgen05.wait::ld`` / ``wait::st`` (:class:`~cutedsl.sim.tensor_memory.TmemShadow`). ``tcgen05.commit``
 (``.multicast::cluster`` too) arrives once per executing thread on the mbarrier(s) after the
 thread's earlier ``tcgen05.mma`` operations (:mod:`cutedsl.sim.tcgen05_mma`, registered here
-through :data:`SUBOPS`) completed. ``tcgen05.fence::*`` are accepted (docs/emulator.md says
+through :func:`cutedsl.sim.registry.subhandler`) completed. ``tcgen05.fence::*`` are accepted (docs/emulator.md says
 why they are not modelled). ``cta_group::2`` alloc / dealloc / relinquish act on each executing
 CTA's own tensor memory (the pair's warps run them alike, so both get the same columns; an MMA
 whose columns are not allocated in both CTAs is an error). ``ld.pack::16b`` loads the low 16
@@ -36,74 +36,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .async_engine import defer
 from .errors import SimRuntimeError
-from .hb import Shadow
-from .mbarrier import get_mbar, hb_check_init, mbar_targets
-from .registry import BLOCKED, handler
-from .tma import defer
+from .mbarrier_object import get_mbar, hb_check_init, mbar_targets
+from .registry import BLOCKED, SUBHANDLERS, handler
+from .tensor_memory import COLUMNS, QUARTER, tmem_of, tmem_order, tmem_shadow
 
-LANES, COLUMNS = 128, 512
 MIN_COLS = 32
-QUARTER = 32            #: lanes a warp reaches: its warp id % 4 quarter
-#: tcgen05 operations decoded by other modules (``tcgen05_mma`` registers ``mma``)
-SUBOPS: dict = {}
-
-
-class TensorMemory:
-    """One CTA's TMEM: ``data`` (lanes x columns, u32), ``blocks`` {first column: columns},
-    ``relinquished``; ``version`` counts deallocations (what a blocked allocation waits for)."""
-
-    def __init__(self):
-        self.data = np.zeros((LANES, COLUMNS), np.uint32)
-        self.blocks = {}
-        self.relinquished = False
-        self.version = 0
-
-    def place(self, ncols: int):
-        """The first free column multiple of ``ncols`` with ``ncols`` free columns, or None."""
-        for c in range(0, COLUMNS, ncols):
-            if all(c + ncols <= b or b + n <= c for b, n in self.blocks.items()):
-                return c
-        return None
-
-    def covered(self, col: int, n: int) -> bool:
-        return any(b <= col and col + n <= b + m for b, m in self.blocks.items())
-
-
-def tmem_of(cta) -> TensorMemory:
-    t = getattr(cta, "tmem", None)
-    if t is None:
-        t = cta.tmem = TensorMemory()
-    return t
-
-
-class TmemShadow(Shadow):
-    """Happens-before shadow of one CTA's TMEM: one cell per (lane, column), ``lane * 512 + column``."""
-
-    def __init__(self, cta, hb):
-        super().__init__(cta, hb, LANES * COLUMNS)
-
-    def place(self, cell):
-        return f"tensor memory lane {cell // COLUMNS} column {cell % COLUMNS} (CTA {self.cta.ctaid})"
-
-
-def tmem_shadow(cta):
-    """The CTA's :class:`TmemShadow` (race detection on), created on first use; else None."""
-    if cta.shadow is None:
-        return None
-    s = getattr(cta, "tmem_shadow", None)
-    if s is None:
-        s = cta.tmem_shadow = TmemShadow(cta, cta.shadow.hb)
-    return s
-
-
-def leak_check(cta) -> None:
-    """At CTA exit: every allocated column must have been deallocated."""
-    t = getattr(cta, "tmem", None)
-    if t is not None and t.blocks:
-        cols = ", ".join(f"{n} at column {b}" for b, n in sorted(t.blocks.items()))
-        raise SimRuntimeError(f"CTA {cta.ctaid} exits with tensor memory still allocated ({cols}): every "
-                              f"tcgen05.alloc needs a tcgen05.dealloc before the CTA exits (PTX ISA: tcgen05.alloc)")
 
 
 class WaitTmem:
@@ -136,27 +75,6 @@ def _uniform(w, m, v, what, ins) -> int:
     return int(v)
 
 
-def tmem_order(w, hb, vc, *own):
-    """The vector clock a tcgen05 operation of warp ``w`` orders its tensor-memory accesses by:
-    ``vc``; with the launch's strict tcgen05 fences, what the warp knew at its last
-    ``tcgen05.fence::after_thread_sync`` (nothing before one) plus its own program order and the
-    entries ``own`` (agent indices, e.g. the operation's tcgen05 unit) of ``vc`` -- PTX ISA: a
-    thread synchronisation orders later asynchronous tcgen05 operations only through that fence."""
-    if not w.launch.strict_tcgen05_fences:
-        return vc
-    out = hb.fit(getattr(w, "tc_after", None)).copy()
-    for a in (w.agent, *own):
-        out[a] = vc[a]
-    return out
-
-
-def lane_value(w, reader, lane: int) -> int:
-    """The value operand ``reader`` has in ``lane`` of warp ``w`` (a single-thread tcgen05
-    instruction executed by several lanes issues once per lane)."""
-    v = np.asarray(reader(w))
-    return int(v.reshape(-1)[lane]) if v.ndim else int(v)
-
-
 def _check_cols(ins, n):
     if n < MIN_COLS or n > COLUMNS or n & (n - 1):
         _fail(ins, f"tcgen05 column count {n} must be a power of two in {MIN_COLS}..{COLUMNS}")
@@ -179,8 +97,8 @@ def dec_tcgen05(ctx, ins, mods, ops):
         return _ldst(ctx, ins, mods, ops, op == "st")
     if op == "commit":
         return _commit(ctx, ins, mods, ops)
-    if op in SUBOPS:
-        return SUBOPS[op](ctx, ins, mods, ops)
+    if ("tcgen05", op) in SUBHANDLERS:
+        return SUBHANDLERS[("tcgen05", op)](ctx, ins, mods, ops)
     if op in ("wait::ld", "wait::st"):
         kind = "tcgen05" + op[6:]
 
@@ -409,6 +327,4 @@ def _ldst(ctx, ins, mods, ops, store):
     return fn
 
 
-__all__ = ["TensorMemory", "TmemShadow", "tmem_of", "tmem_shadow", "tmem_order", "leak_check", "ldst_layout",
-           "lane_value", "LANES",
-           "COLUMNS"]
+__all__ = ["dec_tcgen05", "ldst_layout"]

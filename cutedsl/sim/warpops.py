@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .convergence import LANES as LANE, Converge, mask_lanes, members as _members
 from .errors import SimRuntimeError
 from .memory import OFF_MASK, RANK_SHIFT, SHARED_WIN
 from .registry import BLOCKED, handler
-from .sync import LANES as LANE, Converge, mask_lanes, members as _members
 
 
 @handler("shfl")

@@ -36,12 +36,12 @@ import re
 import numpy as np
 
 from . import numerics as nm
+from .async_engine import defer
+from .convergence import need_converged
 from .errors import SimRuntimeError
 from .hb_warp import acc_prune
-from .mbarrier import uniform_lanes
+from .mbarrier_object import uniform_lanes
 from .registry import BLOCKED, NOT_BATCHED, handler
-from .sync import need_converged
-from .tma import defer
 from .wgmma_acc import HeldTiles, frag_to_tile, tile_to_frag
 # decode_desc and operand_addrs are also this module's public names (tests, tcgen05)
 from .wgmma_layout import ETYPES, a_reg_map, d_map, decode_desc, load_operand, operand_addrs, operand_words  # noqa: F401

@@ -1,4 +1,4 @@
-"""wgmma operand layouts: element types, the sm_90 shared-memory descriptor, the byte addresses
+"""wgmma operand layouts: element types, the sm_90 and sm_100 shared-memory descriptors, the byte addresses
 of an operand in shared memory (all swizzles, both majors; shared with tcgen05's sm_100
 descriptors), the accumulator and register-A fragment maps, and operand loads as float64.
 hopper-semantics.md section 2.3 gives the layouts."""
@@ -125,3 +125,23 @@ def load_operand(cta, eidx, esize, dt):
     if np.dtype(dt).kind in "iu":
         return v.view(dt).astype(np.int64)
     return _to_f64(dt)[v]       # a table look-up: cheaper than the f16/bf16/fp8 -> f64 cast
+
+
+#: swizzle span (bytes) per sm_100 descriptor layout field (bits 61-63)
+SPAN_SM100 = {0: 0, 2: 128, 4: 64, 6: 32, 1: SW128_BASE32B}
+
+
+def decode_desc_sm100(desc: int):
+    """(start, LBO, SBO, base_offset, swizzle span in bytes) of an sm_100 shared-memory descriptor;
+    ``SimRuntimeError`` for a wrong fixed field, LBO mode 1 or an unknown / unemulated layout."""
+    d = int(desc)
+    fixed, lbo_mode, layout = d >> 46 & 7, d >> 52 & 1, d >> 61 & 7
+    if fixed != 1:
+        raise SimRuntimeError(f"shared-memory descriptor 0x{d:016x}: bits 46-48 must hold the constant 0b001 "
+                              f"of sm_100 descriptors, not {fixed:#05b} (an sm_90 wgmma descriptor?)")
+    if lbo_mode:
+        raise SimRuntimeError(f"shared-memory descriptor 0x{d:016x}: LBO mode 1 (bit 52) is not emulated")
+    if layout not in SPAN_SM100:
+        raise SimRuntimeError(f"shared-memory descriptor 0x{d:016x}: swizzle field (bits 61-63) {layout} is "
+                              f"invalid (0 none, 1 128B with 32-byte atoms, 2 128B, 4 64B, 6 32B)")
+    return ((d & 0x3FFF) << 4, ((d >> 16) & 0x3FFF) << 4, ((d >> 32) & 0x3FFF) << 4, d >> 49 & 7, SPAN_SM100[layout])

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from cutedsl.sim import Emulator, RaceError, SimRuntimeError
-from cutedsl.sim.tcgen05_mma import d_lanes, decode_desc_sm100, decode_idesc
+from cutedsl.sim.tcgen05_mma import d_lanes, decode_idesc
+from cutedsl.sim.wgmma_layout import decode_desc_sm100
 import tc05kit as kit
 
 FMT = {"f16": (np.float16, 0), "bf16": (ml_dtypes.bfloat16, 1), "tf32": (np.float32, 2),
@@ -405,7 +406,7 @@ def test_tf32_mn_major_b_in_the_128b_base32b_layout():
     got = run_tile(a, b, kind="tf32", at="tf32", bt="tf32", m=128, n=32, b_mn="128b32")
     assert np.array_equal(got.astype(np.float64), ref(a, b, "tf32"))
     from cutedsl.sim.wgmma_layout import operand_addrs
-    from cutedsl.sim.tcgen05_mma import decode_desc_sm100
+    from cutedsl.sim.wgmma_layout import decode_desc_sm100
     with pytest.raises(SimRuntimeError, match=r"128B_BASE32B swizzle is for MN-major operands only"):
         operand_addrs(1 << 46 | 1 << 61, 128, 8, 4, False, decode_desc_sm100)
 
