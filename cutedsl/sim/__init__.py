@@ -15,13 +15,13 @@ See ``docs/emulator.md`` for the architecture, fidelity model and limits.
 """
 from . import handlers  # noqa: F401  (registers every instruction handler)
 from .backend import Emulator, SimBackend, SimModule, pack_arg
-from .errors import (DeadlockError, InstructionBudgetExceeded, MemoryAccessError, PTXParseError,
+from .frontend.errors import (DeadlockError, InstructionBudgetExceeded, MemoryAccessError, PTXParseError,
                      RaceError, SimError, SimLaunchError, SimRuntimeError, TimeLimitExceeded,
                      UnsupportedInstruction)
-from .loader import load_ptx
-from .program import Program
-from .scheduler import DEFAULT_BUDGET, Launch
-from .limits import DEFAULT_LIMITS, SimLimits
+from .frontend.loader import load_ptx
+from .frontend.program import Program
+from .machine.scheduler import DEFAULT_BUDGET, Launch
+from .frontend.limits import DEFAULT_LIMITS, SimLimits
 
 __all__ = ["SimBackend", "Emulator", "SimModule", "pack_arg", "load_ptx", "Program", "Launch",
            "DEFAULT_BUDGET", "DEFAULT_LIMITS", "SimLimits", "SimError", "PTXParseError", "UnsupportedInstruction", "SimLaunchError",

@@ -1,9 +1,9 @@
 """``SimBackend``: the Device-layer backend that runs compiled kernels on the PTX emulator,
 and :class:`Emulator`, a convenience API for tests (PTX text in, numpy arrays out).
 
-Global memory is synthetic (see :mod:`cutedsl.sim.memory`): 256-byte aligned allocations
+Global memory is synthetic (see :mod:`cutedsl.sim.machine.memory`): 256-byte aligned allocations
 separated by unmapped guard gaps, so out-of-bounds accesses raise
-:class:`~cutedsl.sim.errors.MemoryAccessError`. Tensor maps are validated with
+:class:`~cutedsl.sim.frontend.errors.MemoryAccessError`. Tensor maps are validated with
 :func:`cutedsl.device.backend.check_tensor_map` (same rules and messages as the CUDA
 backend) and encoded as a 128-byte blob naming an entry of the emulator's registry.
 Launches run synchronously; ``synchronize`` is a no-op.
@@ -19,15 +19,15 @@ import numpy as np
 
 from ..device.backend import Backend, DeviceBuffer, check_launch, check_nbytes, check_tensor_map
 from ..errors import ArgumentError, ArgumentTypeError, checked_arguments
-from .errors import MemoryAccessError, SimLaunchError
-from .limits import DEFAULT_LIMITS, SimLimits
-from .memory import GlobalMemory
-from .loader import load_ptx
-from .program import Program
-from .scheduler import DEFAULT_BUDGET, DEFAULT_SM_COUNT, Launch
-from .chaos import env_seed
-from . import tensormap as _tma
-from .tensormap import register_tensor_map
+from .frontend.errors import MemoryAccessError, SimLaunchError
+from .frontend.limits import DEFAULT_LIMITS, SimLimits
+from .machine.memory import GlobalMemory
+from .frontend.loader import load_ptx
+from .frontend.program import Program
+from .machine.scheduler import DEFAULT_BUDGET, DEFAULT_SM_COUNT, Launch
+from .machine.chaos import env_seed
+from .engines import tensormap as _tma
+from .engines.tensormap import register_tensor_map
 
 
 def _locked(method):
@@ -64,10 +64,10 @@ class SimBackend(Backend):
     (random interleavings, late asynchronous completion; default: ``CUTEDSL_SIM_CHAOS`` if set,
     else off); ``time_limit`` - wall-clock seconds per launch (default:
     ``CUTEDSL_SIM_TIME_LIMIT`` if set, else 900; raises :class:`TimeLimitExceeded`);
-    ``limits`` - a :class:`~cutedsl.sim.limits.SimLimits` bounding what a launch may allocate
+    ``limits`` - a :class:`~cutedsl.sim.frontend.limits.SimLimits` bounding what a launch may allocate
     (checked before allocating: :class:`SimLaunchError`); ``sm_count`` - the SMs of the
     modelled GPU (default 132): the CTAs that fit on them at once run together (residency,
-    ``cutedsl.sim.scheduler``), and persistent GEMM schedules size their grid from it;
+    ``cutedsl.sim.machine.scheduler``), and persistent GEMM schedules size their grid from it;
     ``strict_tcgen05_fences`` - order a thread's tcgen05 operations' tensor-memory accesses after
     a thread synchronisation only through ``tcgen05.fence::after_thread_sync`` (the PTX ISA's
     rule; off by default because CUTLASS's, CuTe DSL's and Triton's sm_100 GEMMs omit the fence:

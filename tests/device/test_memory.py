@@ -11,7 +11,7 @@ from cutedsl.device import arrays
 from cutedsl.device.saxpy import saxpy
 from cutedsl.errors import ArgumentError
 from cutedsl.sim import SimBackend
-from cutedsl.sim import tensormap as sim_tma
+from cutedsl.sim.engines import tensormap as sim_tma
 
 CFG = GemmConfig(tile=(64, 64, 64), stages=2)
 
@@ -154,7 +154,7 @@ def test_nothing_of_a_call_outlives_it(be, rng, cfg, monkeypatch):
     import gc
     import weakref
 
-    from cutedsl.sim import scheduler
+    from cutedsl.sim.machine import scheduler
     launches = []
     real_run = scheduler.Launch.run
     monkeypatch.setattr(scheduler.Launch, "run", lambda self: (launches.append(weakref.ref(self)), real_run(self))[1])

@@ -88,7 +88,8 @@ def test_descriptors_match_the_emulator_decoders():
     decoders, to the fields they were built from."""
     from cutedsl.atom.tcgen05 import instr_descriptor, smem_descriptor_bits
     from cutedsl.atom.wgmma import SmemMatrix
-    from cutedsl.sim.tcgen05_mma import decode_desc_sm100, decode_idesc
+    from cutedsl.sim.instructions.tcgen05_mma import decode_idesc
+    from cutedsl.sim.engines.wgmma_layout import decode_desc_sm100
     f = decode_idesc(instr_descriptor(128, 256, "bf16", "f16", "K", "MN"), "f16")
     assert (f["m"], f["n"], f["a_type"], f["b_type"], f["mn_a"], f["mn_b"]) == (128, 256, "bf16", "f16", 0, 1)
     f = decode_idesc(instr_descriptor(128, 64, "e4m3", "e5m2"), "f8f6f4")

@@ -169,9 +169,9 @@ def test_plain_arrive_does_not_cover_cp_async():
 def test_vector_clocks_grow_with_lazily_created_agents():
     # agents (one per warp and mbarrier for TMA loads, ...) appear during the run: clocks made
     # before must still compare and join correctly, and the shadow stays sized by shared memory
-    from cutedsl.sim.hb import HB, Shadow, words_of
-    from cutedsl.sim.machine import CTA, Cluster
-    from cutedsl.sim.scheduler import Launch
+    from cutedsl.sim.checks.hb import HB, Shadow, words_of
+    from cutedsl.sim.machine.machine import CTA, Cluster
+    from cutedsl.sim.machine.scheduler import Launch
     from simkit import kernel
     ln = Launch(load_ptx(kernel("")), Emulator().backend.gmem, 1, 64, [bytes(8)], smem=4096)
     cl = Cluster(0)

@@ -1,4 +1,4 @@
-"""Lockstep execution (cutedsl/sim/lockstep.py): warps of a CTA at the same PC run a batch
+"""Lockstep execution (cutedsl/sim/machine/lockstep.py): warps of a CTA at the same PC run a batch
 instruction once for all of them. The results, race reports and errors must be exactly those of
 running the warps one by one -- with guards that differ between warps, divergent branches,
 warps that fall behind, shared-memory stores that collide, and stores over an mbarrier."""
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cutedsl.sim import Emulator, RaceError, SimRuntimeError, load_ptx
-from cutedsl.sim import machine
+from cutedsl.sim.machine import machine
 from simkit import kernel
 
 

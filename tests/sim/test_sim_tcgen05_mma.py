@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from cutedsl.sim import Emulator, RaceError, SimRuntimeError
-from cutedsl.sim.tcgen05_mma import d_lanes, decode_desc_sm100, decode_idesc
+from cutedsl.sim.instructions.tcgen05_mma import d_lanes, decode_idesc
+from cutedsl.sim.engines.wgmma_layout import decode_desc_sm100
 import tc05kit as kit
 
 FMT = {"f16": (np.float16, 0), "bf16": (ml_dtypes.bfloat16, 1), "tf32": (np.float32, 2),
@@ -181,7 +182,7 @@ def test_idesc_of_cta_pairs():
 def test_pair_m128_accumulator_layout():
     """A CTA pair's M = 128 MMA: each CTA's 64 rows at lanes 0..63 for the first half of the
     columns and 64..127 for the second (what CuTe DSL's epilogue reads; the fixture test runs it)."""
-    from cutedsl.sim.tcgen05_mma import d_layout
+    from cutedsl.sim.instructions.tcgen05_mma import d_layout
     lane, col = d_layout(64, 128, 2)
     assert (lane[5, 3], col[5, 3]) == (5, 3) and (lane[5, 64 + 3], col[5, 64 + 3]) == (64 + 5, 3)
     assert len(set(zip(lane.ravel().tolist(), col.ravel().tolist()))) == 64 * 128 and col.max() == 63
@@ -195,7 +196,7 @@ def test_smem_descriptor_fields():
     assert decode_desc_sm100(kit.smem_desc(128, 256, 0))[4] == 0
     with pytest.raises(SimRuntimeError, match=r"bits 46-48 must hold the constant 0b001 .*sm_90 wgmma"):
         decode_desc_sm100(1 << 62)              # an sm_90 128B descriptor
-    from cutedsl.sim.wgmma_layout import SW128_BASE32B
+    from cutedsl.sim.engines.wgmma_layout import SW128_BASE32B
     assert decode_desc_sm100(1 << 46 | 1 << 61)[4] == SW128_BASE32B
     with pytest.raises(SimRuntimeError, match=r"swizzle field \(bits 61-63\) 3 is invalid \(0 none, 1 128B with "
                                               r"32-byte atoms, 2 128B, 4 64B, 6 32B\)"):
@@ -377,7 +378,7 @@ def test_mxfp8_block_scaled_mma_with_tcgen05_cp(at, bt, seed):
 
 
 def test_block_scaled_idesc_errors():
-    from cutedsl.sim.tcgen05_scale import decode_idesc_scaled
+    from cutedsl.sim.engines.tcgen05_scale import decode_idesc_scaled
     base = 1 << 23 | (64 >> 3) << 17 | (128 >> 4) << 24
     assert decode_idesc_scaled(base | 2 << 29 | 3 << 4, "mxf8f6f4")["a_sf"] == 2
     with pytest.raises(SimRuntimeError, match=r"scale format bit 23 = 0 \(UE4M3\): UE4M3 factors need "
@@ -387,7 +388,7 @@ def test_block_scaled_idesc_errors():
 
 
 def test_tcgen05_cp_lane_maps():
-    from cutedsl.sim.tcgen05_cp import lane_map
+    from cutedsl.sim.instructions.tcgen05_cp import lane_map
     (src, dst), = lane_map("128x128b", None)
     assert (src == dst).all() and len(src) == 128
     quarters = {int(d[0]) // 32 for _s, d in lane_map("32x128b", "warpx4")}
@@ -404,8 +405,8 @@ def test_tf32_mn_major_b_in_the_128b_base32b_layout():
     a, b = ints(rng, (128, 32), "tf32"), ints(rng, (32, 32), "tf32")
     got = run_tile(a, b, kind="tf32", at="tf32", bt="tf32", m=128, n=32, b_mn="128b32")
     assert np.array_equal(got.astype(np.float64), ref(a, b, "tf32"))
-    from cutedsl.sim.wgmma_layout import operand_addrs
-    from cutedsl.sim.tcgen05_mma import decode_desc_sm100
+    from cutedsl.sim.engines.wgmma_layout import operand_addrs
+    from cutedsl.sim.engines.wgmma_layout import decode_desc_sm100
     with pytest.raises(SimRuntimeError, match=r"128B_BASE32B swizzle is for MN-major operands only"):
         operand_addrs(1 << 46 | 1 << 61, 128, 8, 4, False, decode_desc_sm100)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from cutedsl.sim import Emulator, SimRuntimeError, load_ptx
-from cutedsl.sim.tcgen05_scale import decode_idesc_scaled, scale_vector
+from cutedsl.sim.engines.tcgen05_scale import decode_idesc_scaled, scale_vector
 import tc05kit as kit
 
 NPT = {"e2m3": ml_dtypes.float6_e2m3fn, "e3m2": ml_dtypes.float6_e3m2fn, "e2m1": ml_dtypes.float4_e2m1fn,

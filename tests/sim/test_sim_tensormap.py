@@ -5,7 +5,7 @@ import pytest
 
 from cutedsl.sim import (Emulator, MemoryAccessError, PTXParseError, SimRuntimeError, UnsupportedInstruction,
                          load_ptx)
-from cutedsl.sim.tensormap import Fields, decode_blob, decode_fields
+from cutedsl.sim.engines.tensormap import Fields, decode_blob, decode_fields
 from simkit import COPY_OUT, kernel, mbarrier_wait
 from test_sim_tma import reference_image
 

@@ -235,7 +235,7 @@ def test_16_lane_shapes_read_the_lanes_and_columns_of_their_layout(shape, regs, 
     """Each register of each thread holds 1000 * lane + column of the TMEM cell the layout (CuTe's
     Copy_Traits of CUTLASS's SM100_TMEM_LOAD_*) names -- the lanes of the warp's quarter's first
     half for the 16-lane shapes."""
-    from cutedsl.sim.tmem import ldst_layout
+    from cutedsl.sim.instructions.tmem import ldst_layout
     store = "\n".join(f"\tadd.u32 %r{20 + c}, %r9, {c};" for c in range(16)) + \
         "\n\ttcgen05.st.sync.aligned.32x32b.x16.b32 [%r7], {" + ", ".join(f"%r{20 + c}" for c in range(16)) + "};"
     dst = ", ".join(f"%r{50 + r}" for r in range(regs))
@@ -272,7 +272,7 @@ def test_pack_16b_load_joins_the_low_halves_of_adjacent_columns():
     """ld.16x128b.x1.pack::16b: register k holds the low 16 bits of columns 2c and 2c + 1 (low,
     high half), c the column the unpacked layout gives it; cells hold 1000 * lane + column, so
     lanes above 65 also check the truncation to 16 bits."""
-    from cutedsl.sim.tmem import ldst_layout
+    from cutedsl.sim.instructions.tmem import ldst_layout
     store = "\n".join(f"\tadd.u32 %r{20 + c}, %r9, {c};" for c in range(16)) + \
         "\n\ttcgen05.st.sync.aligned.32x32b.x16.b32 [%r7], {" + ", ".join(f"%r{20 + c}" for c in range(16)) + "};"
     got = _run_shaped(store, "tcgen05.ld.sync.aligned.16x128b.x1.pack::16b.b32 {%r50, %r51}, [%r7];", 2)

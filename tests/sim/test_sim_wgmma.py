@@ -170,7 +170,7 @@ def test_bf16_and_negative_imm_scale():
 
 
 def test_descriptor_decode_fields():
-    from cutedsl.sim.wgmma import decode_desc, operand_addrs
+    from cutedsl.sim.instructions.wgmma import decode_desc, operand_addrs
     d = 4611686293305360384 | (2048 >> 4)    # the sample GEMM's A descriptor at 2048
     assert decode_desc(d) == (2048, 16, 1024, 0, 128)
     addrs = operand_addrs(d, 64, 16, 2, False)[0]

@@ -1,0 +1,434 @@
+"""Happens-before race detector: vector clocks per warp and per asynchronous agent.
+
+The detector reports two conflicting accesses to the same shared-memory word (4 bytes) that
+no chain of synchronisation orders, in any single run (eager or under the adversarial mode),
+whatever the interleaving was. It follows FastTrack (Flanagan & Freund, PLDI 2009): every
+location keeps the *epoch* ``(agent, clock)`` of its last write and, per reading agent, the
+clock of its last read; a write clears the reads (it was checked to come after all of them).
+docs/emulator.md lists every edge with its PTX ISA section.
+
+**Agents.** One per warp (the lanes of a warp share its clock: intra-warp races are not
+reported) and one per asynchronous unit an access may come from:
+
+* ``tma``  - TMA / bulk loads issued by one warp that complete on one mbarrier of one CTA
+  (their clock counts the loads; observing a phase of that mbarrier covers every load the
+  warp issued to it before, because phases complete in order);
+* ``wgmma`` - the wgmma operations of one warpgroup, clock = 1 + commit-group index;
+* ``bulk`` - the TMA stores / bulk copies of one warp, clock = 1 + bulk-group index;
+* ``cpasync`` - the Ampere ``cp.async`` copies of one warp, clock = 1 + group index.
+* ``tcgen05`` - the ``tcgen05.mma`` operations of one thread, clock = MMAs issued (made known by
+  ``tcgen05.commit`` -> mbarrier); ``tcgen05ld`` / ``tcgen05st`` - one warp's ``tcgen05.ld`` /
+  ``st`` (known to the warp after ``tcgen05.wait::ld`` / ``st``). Their tensor-memory accesses
+  go to a per-(lane, column) shadow (:class:`cutedsl.sim.instructions.tmem.TmemShadow`).
+
+**Proxies.** Every warp also carries ``pvc``: the part of its knowledge that a
+``fence.proxy.async`` made visible to the async proxy (``fence.proxy.async`` joins ``vc`` into
+``pvc``; both travel along every release/acquire edge). An async-proxy read (wgmma operand,
+TMA store source) of a word last written through the generic proxy (``st.shared``,
+``stmatrix``, ``cp.async``) needs that write in the issuing warps' ``pvc``; every other pair
+needs it in ``vc``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..frontend.errors import RaceError
+# word_set and words_of are also this module's names (tests and older callers import them here)
+from .shadow_words import BLOCK_SHIFT, blocks_of as _blocks, word_ids, word_set, words_of  # noqa: F401
+
+#: the edge that would have ordered a prior access of this kind before a conflicting one
+EDGE = {
+    "tma": "an mbarrier try_wait/test_wait observing the phase that this TMA load's complete_tx "
+           "completes (PTX ISA: cp.async.bulk.tensor, mbarrier.test_wait/try_wait), before the access",
+    "asyncst": "an mbarrier try_wait/test_wait observing the phase that this write's complete_tx "
+               "completes (PTX ISA: st.async, clusterlaunchcontrol.try_cancel, mbarrier.test_wait/try_wait), "
+               "before the access",
+    "wgmma": "a wgmma.wait_group covering that wgmma group (in any warp of the warpgroup), then a "
+             "release -> acquire (mbarrier arrive -> wait, or a barrier) to the writer "
+             "(PTX ISA: wgmma.wait_group)",
+    "bulk": "a cp.async.bulk.wait_group.read covering that bulk group by the issuing thread, then a "
+            "release -> acquire to the writer (PTX ISA: cp.async.bulk.wait_group)",
+    "cpasync": "cp.async.wait_group / wait_all (or cp.async.mbarrier.arrive) by the issuing thread, "
+               "then a barrier (PTX ISA: cp.async.wait_group, cp.async.mbarrier.arrive)",
+    "warp": "a barrier between the two threads: bar.sync/barrier.sync (count), mbarrier arrive -> "
+            "try_wait, or barrier.cluster (PTX ISA: bar/barrier, mbarrier, barrier.cluster; Memory Consistency Model)",
+    "tcgen05": "a tcgen05.commit by the thread that issued the tcgen05 operation, and a wait on its "
+               "mbarrier observing the phase the commit completes, before the access (PTX ISA: "
+               "tcgen05.commit, tcgen05.mma)",
+    "tcgen05ld": "a tcgen05.wait::ld by the loading warp after its tcgen05.ld, then a release -> acquire "
+                 "(e.g. mbarrier arrive -> wait) to the other access -- with strict tcgen05 fences, and a "
+                 "tcgen05.fence::after_thread_sync after that acquire when the other access is a tcgen05 "
+                 "operation (PTX ISA: tcgen05.wait, tcgen05.ld, tcgen05.fence)",
+    "tcgen05st": "a tcgen05.wait::st by the storing warp after its tcgen05.st, then a release -> acquire "
+                 "to the other access (PTX ISA: tcgen05.wait, tcgen05.st)",
+    "proxy": "a fence.proxy.async after the generic-proxy write (by the writer, or by a thread that "
+             "observed it through a barrier) and before the async-proxy read (PTX ISA: membar/fence; "
+             "Memory Consistency Model, proxies)",
+}
+
+
+class Agent:
+    __slots__ = ("idx", "kind", "cta", "wid", "label", "n")
+
+    def __init__(self, idx, kind, cta, wid, label):
+        self.idx, self.kind, self.cta, self.wid, self.label = idx, kind, cta, wid, label
+        self.n = 0          # operations issued (tma agents)
+
+
+class HB:
+    """Vector-clock state of one cluster (all its CTAs, warps and asynchronous agents)."""
+
+    def __init__(self, cluster, seed=None):
+        self.cluster = cluster
+        self.seed = seed
+        self.agents = []
+        self.keys = {}
+        nw = sum(len(c.warps) for c in cluster.ctas)
+        self.cap = max(64, 4 * nw + 16)
+        for c in cluster.ctas:
+            for w in c.warps:
+                a = self.agent(("warp", c.rank, w.wid), "warp", c, w.wid, f"warp {w.wid}")
+                w.agent = a.idx
+                w.vc = self.zero()
+                w.vc[a.idx] = 1
+                w.pvc = self.zero()
+
+    # -- clocks ----------------------------------------------------------------------------
+    def zero(self):
+        return np.zeros(self.cap, np.int64)
+
+    def fit(self, v):
+        """``v`` padded to the current capacity (agents are created lazily)."""
+        if v is None:
+            return self.zero()
+        if len(v) < self.cap:
+            v = np.concatenate([v, np.zeros(self.cap - len(v), np.int64)])
+        return v
+
+    def join(self, a, b):
+        if a is None:
+            return None if b is None else self.fit(b).copy()
+        if b is None:
+            return a
+        a, b = self.fit(a), self.fit(b)
+        return np.maximum(a, b)
+
+    def agent(self, key, kind, cta, wid, label):
+        a = self.keys.get(key)
+        if a is None:
+            a = Agent(len(self.agents), kind, cta, wid, label)
+            self.agents.append(a)
+            self.keys[key] = a
+            if a.idx >= self.cap:
+                self.cap *= 2
+        return a
+
+    def warp_vc(self, w):
+        if len(w.vc) < self.cap:
+            w.vc, w.pvc = self.fit(w.vc), self.fit(w.pvc)
+        return w.vc
+
+    # -- edges -----------------------------------------------------------------------------
+    def release(self, w):
+        """(vc, pvc) snapshot released by warp ``w``; ``w`` then starts a new epoch."""
+        vc = self.warp_vc(w)
+        snap = (vc.copy(), w.pvc.copy())
+        vc[w.agent] += 1
+        return snap
+
+    def acquire(self, w, snap):
+        if snap is None:
+            return
+        vc = self.warp_vc(w)
+        s_vc, s_pvc = snap
+        np.maximum(vc, self.fit(s_vc), out=vc)
+        np.maximum(w.pvc, self.fit(s_pvc), out=w.pvc)
+
+    def merge(self, a, b):
+        """Join of two released snapshots (either may be None)."""
+        if a is None:
+            return None if b is None else (b[0].copy(), b[1].copy())
+        if b is None:
+            return a
+        return self.join(a[0], b[0]), self.join(a[1], b[1])
+
+    def observe(self, w, agent, clock):
+        """Warp ``w`` learns that ``agent``'s operations up to ``clock`` are complete."""
+        vc = self.warp_vc(w)
+        if vc[agent] < clock:
+            vc[agent] = clock
+
+    def fence_proxy(self, w):
+        vc = self.warp_vc(w)
+        np.maximum(w.pvc, vc, out=w.pvc)
+
+    def async_op(self, warps, agent, clock):
+        """(vc, pvc) of an asynchronous operation issued by ``warps`` as ``agent``'s ``clock``."""
+        vc = self.warp_vc(warps[0]).copy()
+        pvc = warps[0].pvc.copy()
+        for w in warps[1:]:
+            np.maximum(vc, self.warp_vc(w), out=vc)
+            np.maximum(pvc, w.pvc, out=pvc)
+        vc[agent] = max(vc[agent], clock)
+        return vc, pvc
+
+    def describe(self, a, pc, launch):
+        ag = self.agents[a]
+        ins = launch.code[pc] if 0 <= pc < len(launch.code) else None
+        kind = {"warp": "generic proxy", "tma": "async proxy", "asyncst": "generic proxy", "wgmma": "async proxy",
+                "bulk": "async proxy", "cpasync": "generic proxy", "tcgen05": "tensor core (tcgen05)",
+                "tcgen05ld": "tensor memory load", "tcgen05st": "tensor memory store"}[ag.kind]
+        where = f"PTX line {ins.line}: {ins.text.strip()}" if ins is not None else "?"
+        who = f"CTA {ag.cta.ctaid} {ag.label}"
+        if ag.kind == "warp":
+            who += f" (threads {32 * ag.wid}-{32 * ag.wid + 31})"
+        return f"{who}, {kind}, at {where}"
+
+    def seed_note(self):
+        return f"\n    (adversarial mode, seed {self.seed}; replay with CUTEDSL_SIM_CHAOS={self.seed})" \
+            if self.seed is not None else ""
+
+
+_BLK = BLOCK_SHIFT
+_BW = 1 << _BLK
+_NEVER, _MIXED = -2, -1     # Shadow.blk_w: no write yet / not one write's
+
+
+class Shadow:
+    """Per-4-byte shadow of one CTA's shared memory (last write epoch, per-agent read clocks)."""
+
+    def __init__(self, cta, hb, n=None):
+        self.cta = cta
+        self.hb = hb
+        n = cta.smem_size // 4 + 4 if n is None else n
+        self.n = n
+        self.w_agent = np.full(n, -1, np.int32)
+        self.w_clock = np.zeros(n, np.int32)
+        self.w_pc = np.zeros(n, np.int32)
+        self.w_async = np.zeros(n, bool)       # written through the async proxy
+        self.ncols = 0
+        ncap = len(cta.warps) + 4
+        self.r_clock = np.zeros((ncap, n), np.int32)
+        self.r_pc = np.zeros((ncap, n), np.int32)
+        self.col_agent = np.zeros(ncap, np.int64)
+        # per reader column and 1 KiB block, the clock of its latest read there (clocks of one
+        # agent only grow): a write whose blocks hold no read its writer does not know skips
+        # the per-word check
+        self.blk_read = np.zeros((ncap, (n >> _BLK) + 1), np.int32)
+        # per 1 KiB block, the epoch (agent << 32 | clock) of the one write that covered all of
+        # it last (a TMA box), _MIXED after any other write, _NEVER before the first: a read of
+        # such blocks (a wgmma operand) is checked per block instead of per word
+        self.blk_w = np.full((n >> _BLK) + 1, _NEVER, np.int64)
+        self.blk_wasync = np.zeros((n >> _BLK) + 1, bool)
+        self.cols = {}
+        self.defer_mark = None      # words with a deferred batched store (warpbatch.flush)
+
+    def _col(self, agent):
+        c = self.cols.get(agent)
+        if c is None:
+            c = self.ncols
+            if c >= len(self.col_agent):
+                grow = len(self.col_agent)
+                self.r_clock = np.concatenate([self.r_clock, np.zeros((grow, self.n), np.int32)])
+                self.r_pc = np.concatenate([self.r_pc, np.zeros((grow, self.n), np.int32)])
+                self.col_agent = np.concatenate([self.col_agent, np.zeros(grow, np.int64)])
+                self.blk_read = np.concatenate([self.blk_read, np.zeros((grow, self.blk_read.shape[1]), np.int32)])
+            self.col_agent[c] = agent
+            self.cols[agent] = c
+            self.ncols = c + 1
+        return c
+
+    # -- checks ------------------------------------------------------------------------------
+    def read(self, words, agent, clock, vc, pvc, pc, async_read, what, blocks=None):
+        """Record a read of ``words`` (word ids, or a slice of them: :func:`word_set`) by
+        ``agent`` at ``clock`` (knowledge ``vc``/``pvc``); ``blocks``: the 1 KiB blocks the
+        words lie in, when the caller has them (then whole-block writes are checked per block)."""
+        hb = self.hb
+        if blocks is not None and self._blocks_known(blocks, vc, pvc, async_read):
+            c = self._col(agent)
+            self.r_clock[c][words] = clock
+            self.r_pc[c][words] = pc
+            self.blk_read[c][blocks] = clock
+            return
+        wa = self.w_agent[words]
+        if int(wa.max()) >= 0:
+            vc = hb.fit(vc)
+            if int(wa.min()) >= 0:      # the usual case: every word written, nothing to select
+                sel, idx, need = slice(None), wa, self.w_clock[words]
+            else:
+                sel = wa >= 0
+                idx, need = wa[sel], self.w_clock[words][sel]
+            bad = need > vc.astype(np.int32).take(idx)      # the shadow's clocks are int32
+            if async_read and not self.w_async[words].all():
+                gen = ~self.w_async[words][sel]
+                if gen.any():
+                    pv = hb.fit(pvc)[idx]
+                    badp = gen & (need > pv) & ~bad
+                    if badp.any():
+                        i = int(np.flatnonzero(badp)[0])
+                        self._report(word_ids(words)[sel][i], agent, pc, what, "read", "proxy")
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                self._report(word_ids(words)[sel][i], agent, pc, what, "read", None)
+        c = self._col(agent)
+        self.r_clock[c][words] = clock      # through the row view: a 1-D scatter is cheaper
+        self.r_pc[c][words] = pc
+        self.blk_read[c][_blocks(words)] = clock
+
+    def write(self, words, agent, clock, vc, pc, async_write, what, same=None):
+        """Record a write; ``same()`` (generic stores) tells whether it stores the bytes already
+        there: an unordered write-write pair that leaves memory unchanged is benign and not
+        reported (compilers emit such redundant stores from every warp, e.g. Triton's
+        warp-specialized kernels initialising shared flags)."""
+        hb = self.hb
+        wa = self.w_agent[words]
+        if (wa >= 0).any():
+            vc = hb.fit(vc)
+            sel = (wa >= 0) & (wa != agent)
+            if sel.any():
+                bad = self.w_clock[words][sel] > vc[wa[sel]]
+                if bad.any() and not (same is not None and same()):
+                    i = int(np.flatnonzero(bad)[0])
+                    self._report(word_ids(words)[sel][i], agent, pc, what, "write", None)
+        nc = self.ncols
+        if nc:
+            vc = hb.fit(vc)
+            lim = vc[self.col_agent[:nc]]
+            lim[self.col_agent[:nc] == agent] = 1 << 60
+            # every read recorded in these blocks is known to the writer: nothing to check. The
+            # reads are then left in place -- each is ordered before this write, so before every
+            # later access ordered after it (knowledge travels whole along each edge).
+            rc = None if (self._block_reads(words, nc) <= lim).all() else self.r_clock[:nc, words]
+            if rc is not None and rc.any():
+                bad = rc > lim[:, None]
+                if bad.any():
+                    ci, wi = np.argwhere(bad)[0]
+                    self._report(word_ids(words)[wi], agent, pc, what, "write", None, col=int(ci))
+                self.r_clock[:nc, words] = 0
+        self.w_agent[words] = agent
+        self.w_clock[words] = clock
+        self.w_pc[words] = pc
+        self.w_async[words] = async_write
+        if isinstance(words, slice):        # whole blocks take the write's epoch, edges are mixed
+            lo, hi = words.start, words.stop
+            first, end = (lo + _BW - 1) >> _BLK, hi >> _BLK
+            if first < end:
+                self.blk_w[first:end] = (agent << 32) | clock
+                self.blk_wasync[first:end] = async_write
+            if lo & (_BW - 1):
+                self.blk_w[lo >> _BLK] = _MIXED
+            if hi & (_BW - 1):
+                self.blk_w[hi >> _BLK] = _MIXED
+        else:
+            self.blk_w[words >> _BLK] = _MIXED
+
+    def write_warps(self, words, warps, pc, owner=None) -> bool:
+        """Generic-proxy writes of ``words`` (distinct word ids) by several warps at their
+        current epochs: word ``i`` is written by ``warps[owner[i]]`` at PC ``pc[i]`` (``owner``
+        None: equal consecutive blocks, one per warp, all at PC ``pc``). Records them and returns
+        True when every check passes; returns False, recording nothing, otherwise -- the caller
+        then replays the warps one by one, which produces the exact report (or a benign
+        verdict)."""
+        hb = self.hb
+        k = len(warps)
+        if owner is None:
+            owner = np.repeat(np.arange(k), len(words) // k)
+        vcs = np.stack([hb.warp_vc(w) for w in warps])            # (warps, agents)
+        agents = np.array([w.agent for w in warps])
+        ag = agents[owner]
+        wa = self.w_agent[words]
+        sel = (wa >= 0) & (wa != ag)
+        if sel.any() and (self.w_clock[words][sel] > vcs[owner[sel], wa[sel]]).any():
+            return False
+        nc = self.ncols
+        if nc:
+            ca = self.col_agent[:nc]
+            lim = vcs[:, ca].T                                       # (readers, warps)
+            lim[ca[:, None] == agents[None, :]] = 1 << 60           # a warp's own reads
+            if not (self._block_reads(words, nc)[:, None] <= lim).all():    # see write()
+                if (self.r_clock[:nc, words] > lim[:, owner]).any():
+                    return False
+                self.r_clock[:nc, words] = 0
+        self.w_agent[words] = ag
+        self.w_clock[words] = vcs[np.arange(k), agents][owner]
+        self.w_pc[words] = pc
+        self.w_async[words] = False
+        self.blk_w[words >> _BLK] = _MIXED
+        return True
+
+    def _blocks_known(self, blocks, vc, pvc, async_read) -> bool:
+        """Every write to ``blocks`` is known to a reader with ``vc``/``pvc`` (an async-proxy
+        reader: generic writes through ``pvc``), judged from whole-block write epochs; False
+        when a block is mixed or a write is not known (the per-word check then decides)."""
+        e = self.blk_w[blocks]
+        if (e == _MIXED).any():
+            return False
+        wr = e >= 0
+        if not wr.any():
+            return True
+        e = e[wr]
+        ag = e >> 32
+        ck = e & 0xFFFFFFFF
+        hb = self.hb
+        if (ck > hb.fit(vc)[ag]).any():
+            return False
+        if async_read:
+            gen = ~self.blk_wasync[blocks][wr]
+            if gen.any() and (ck[gen] > hb.fit(pvc)[ag[gen]]).any():
+                return False
+        return True
+
+    def _block_reads(self, words, nc):
+        """Per reader column, the latest read clock in the 1 KiB blocks ``words`` span."""
+        if isinstance(words, slice):
+            lo, hi = words.start, words.stop - 1
+        else:
+            lo, hi = int(words.min()), int(words.max())
+        return self.blk_read[:nc, lo >> _BLK:(hi >> _BLK) + 1].max(axis=1)
+
+    def exit_check(self):
+        """The CTA exits: its shared memory may be reassigned, so every asynchronous read of it
+        (TMA store sources) must be known complete to the warp that issued it."""
+        hb = self.hb
+        for a, c in self.cols.items():
+            ag = hb.agents[a]
+            if ag.kind != "bulk" or ag.cta is not self.cta:
+                continue
+            w = ag.cta.warps[ag.wid]
+            last = int(self.r_clock[c].max())
+            if last > hb.warp_vc(w)[a]:
+                word = int(np.argmax(self.r_clock[c]))
+                ln = self.cta.launch
+                raise RaceError(
+                    f"data race on shared memory {ln.program.smem_symbol(4 * word, self.cta.dyn_base)} "
+                    f"(CTA {self.cta.ctaid}, byte offset {4 * word}):\n"
+                    f"    read by {hb.describe(a, int(self.r_pc[c, word]), ln)} (bulk group {last - 1})\n"
+                    f"    may still run when the CTA exits and its shared memory is reassigned; missing: "
+                    f"cp.async.bulk.wait_group.read covering the group before the issuing thread exits "
+                    f"(PTX ISA: cp.async.bulk.wait_group)" + hb.seed_note())
+
+    # -- reports -----------------------------------------------------------------------------
+    def place(self, word):
+        """The location of shadow ``word`` in a race report."""
+        cta = self.cta
+        loc = cta.launch.program.smem_symbol(4 * word, cta.dyn_base)
+        return f"shared memory {loc} (CTA {cta.ctaid}, byte offset {4 * word})"
+
+    def _report(self, word, agent, pc, what, mode, edge, col=None):
+        hb = self.hb
+        cta = self.cta
+        ln = cta.launch
+        if col is None:
+            pa, ppc, pmode = int(self.w_agent[word]), int(self.w_pc[word]), "write"
+        else:
+            pa, ppc, pmode = int(self.col_agent[col]), int(self.r_pc[col, word]), "read"
+        pkind = hb.agents[pa].kind
+        if edge is None:
+            edge = pkind if pkind != "warp" or hb.agents[agent].kind == "warp" else "warp"
+            if pkind == "cpasync" and mode == "read" and hb.agents[agent].kind in ("wgmma", "bulk"):
+                edge = "cpasync"
+        raise RaceError(
+            f"data race on {self.place(int(word))}:\n"
+            f"    {pmode} by {hb.describe(pa, ppc, ln)}\n"
+            f"    {mode} by {hb.describe(agent, pc, ln)} ({what})\n"
+            f"    are not ordered by synchronisation; missing: {EDGE[edge]}" + hb.seed_note())

@@ -1,0 +1,49 @@
+"""The asynchronous engine: when an asynchronous operation's effects land, and how its writes
+reach the race detector.
+
+Asynchronous instructions (TMA and bulk copies, ``st.async``, ``wgmma.mma_async``, ``tcgen05.*``,
+``clusterlaunchcontrol.try_cancel``) hand their completion to :func:`defer`: eager mode runs it at
+issue, the adversarial mode (:mod:`cutedsl.sim.machine.chaos`) at a random later scheduling point.
+:func:`async_write` records an operation's shared-memory writes as the epoch of its asynchronous
+agent, which the operation's mbarrier ``complete_tx`` then releases (PTX ISA memory consistency
+model: the async proxy; cp.async.bulk.tensor ``complete_tx::bytes``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def defer(w, fn, tag=None, chain=None, remote=False):
+    """Run ``fn`` now (eager) or at a later scheduling point (adversarial mode)."""
+    ch = w.launch.chaos
+    if ch is None:
+        fn()
+    else:
+        ch.defer(fn, tag, chain)
+
+
+def async_write(w, cta, moff, words, ins, what, bar_cta=None, proxy_async=True):
+    """Record an async-proxy write of ``words`` in ``cta`` by the ``tma`` agent of warp ``w`` and
+    mbarrier ``moff`` (of ``bar_cta``, default ``cta``); returns the operation's (vc, pvc) to
+    release with its complete_tx. ``proxy_async`` False: a generic-proxy write (``st.async``)."""
+    sh = cta.shadow
+    if sh is None:
+        return None
+    hb = sh.hb
+    bc = bar_cta or cta
+    kind = "tma" if proxy_async else "asyncst"
+    a = hb.agent((kind, w.cta.rank, w.wid, bc.rank, moff), kind, w.cta, w.wid,
+                 f"{'TMA unit (loads' if proxy_async else 'asynchronous stores (' + what} of warp {w.wid} "
+                 f"completing on {cta.launch.program.smem_symbol(moff, cta.dyn_base)} of CTA rank {bc.rank})")
+    a.n += 1
+    snap = hb.async_op([w], a.idx, a.n)
+    sh.write(words, a.idx, a.n, snap[0], ins.pc, proxy_async, what)
+    return snap
+
+
+def lane_scalars(w, m, *vals):
+    """One list per executing lane (``m``, default every valid lane of warp ``w``) of the int values
+    of ``vals`` (scalars or per-lane arrays): a single-thread asynchronous instruction executed by
+    several lanes issues once per lane."""
+    lanes = np.flatnonzero(w.valid if m is None else m)
+    return [[int(v[ln]) if np.ndim(v) else int(v) for v in vals] for ln in lanes]

@@ -1,0 +1,134 @@
+"""Tensor-map boxes for the TMA instructions (:mod:`cutedsl.sim.instructions.tma`): the 128-byte swizzle, a
+box's placement in shared memory, its global elements with the bounds checks and out-of-bounds
+fill mask, the tensor-map operand (decoded once per launch when it is a kernel parameter), and
+shared-memory destinations of the cluster. Placement rules: hopper-semantics.md section 1.2-1.4
+(summarised in :mod:`cutedsl.sim.instructions.tma`)."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from ...errors import TensorMapError
+from ..frontend.errors import MemoryAccessError, SimRuntimeError
+from ..machine.memory import OFF_MASK, PARAM_WIN, RANK_SHIFT
+from .tensormap import decode
+
+
+def swizzle(a, span):
+    """Absolute-address swizzle of TMA/wgmma (span 0, 32, 64 or 128 bytes)."""
+    if not span:
+        return a
+    m = span // 16 - 1
+    return a ^ (((a >> 7) & m) << 4)
+
+
+@lru_cache(maxsize=256)
+def box_layout(box, esize, span, dst_mod):
+    """(xs, rel, words): element coordinates (rank, n) innermost first, swizzled byte
+    offsets relative to ``dst - dst_mod`` (dst_mod = dst % 1024), and the 4-B word ids."""
+    r = len(box)
+    idx = np.indices(box[::-1]).reshape(r, -1)[::-1].astype(np.int64)
+    pitch = span if span else box[0] * esize
+    rows = np.zeros(idx.shape[1], np.int64)
+    mul = 1
+    for i in range(1, r):
+        rows += idx[i] * mul
+        mul *= box[i]
+    lin = idx[0] * esize + pitch * rows
+    rel = swizzle(dst_mod + lin, span)
+    rel.flags.writeable = False
+    idx.flags.writeable = False
+    ch = np.unique(rel >> 2)
+    ch.flags.writeable = False
+    return idx, rel, ch
+
+
+@lru_cache(maxsize=256)
+def _goff(box, strides):
+    idx, _r, _c = box_layout(box, strides[0], 0, 0)
+    off = np.zeros(idx.shape[1], np.int64)
+    for i, s in enumerate(strides):
+        off += idx[i] * s
+    return off
+
+
+def whole_words(off, esize):
+    """``(offsets, element size)`` for the race detector: 2-/1-byte elements that fill whole
+    4-byte words in order (a box whose rows span whole words) as the words themselves."""
+    k = 4 // esize if esize < 4 else 1
+    if k == 1 or len(off) % k:
+        return off, esize
+    first = off[::k]
+    if (first & 3).any() or not all(np.array_equal(off[j::k], first + j * esize) for j in range(1, k)):
+        return off, esize
+    return first, 4
+
+
+def tmap_of(w, tm_addr, ins):
+    a = int(tm_addr)
+    launch = w.launch
+    # a map in the kernel parameters cannot change during the launch: decode it once
+    cacheable = PARAM_WIN <= a < PARAM_WIN + launch.param_size
+    if cacheable:
+        cache = launch.tmap_cache
+        tm = cache.get(a)
+        if tm is not None:
+            return tm
+    blob = w.read_generic_bytes(a, 128, ins)
+    try:
+        tm = decode(blob)
+        if cacheable:
+            cache[a] = tm
+        return tm
+    except TensorMapError as e:
+        raise SimRuntimeError(f"tensor-map operand at 0x{int(tm_addr):x} holds neither a tensor map encoded by "
+                              f"SimBackend.encode_tensor_map nor a valid device-built one ({e})\n"
+                              f"    at {ins.where()}") from None
+
+
+def elements(w, tm, coords, ins):
+    """Global element indices and in-bounds mask for a box at ``coords``."""
+    gm = w.launch.gmem
+    al = gm.find(tm.address)
+    if al is None:
+        raise MemoryAccessError(f"tensor map global address 0x{tm.address:x} is not allocated "
+                                f"({gm.describe(tm.address)})\n    at {ins.where()}")
+    base = tm.address - al.base
+    inb = None
+    for i, c in enumerate(coords):
+        if c < 0 or c + tm.box[i] > tm.dims[i]:
+            xs = box_layout(tm.box, tm.esize, 0, 0)[0]
+            g = xs[i] + c
+            ok = (g >= 0) & (g < tm.dims[i])
+            inb = ok if inb is None else inb & ok
+        base += c * tm.strides[i]
+    gb = base + _goff(tm.box, tm.strides)
+    if inb is None:
+        lo, hi = int(gb[0]), int(gb[-1])
+        lo, hi = min(lo, int(gb.min())), max(hi, int(gb.max()))
+    elif inb.any():
+        lo, hi = int(gb[inb].min()), int(gb[inb].max())
+    else:
+        lo = hi = 0
+    if lo < 0 or hi + tm.esize > al.nbytes:
+        bad = al.base + (lo if lo < 0 else hi)
+        raise MemoryAccessError(f"TMA box at coordinates {tuple(coords)} reaches global address 0x{bad:x} outside "
+                                f"the tensor's allocation ({gm.describe(bad)})\n    at {ins.where()}")
+    return al, gb // tm.esize, inb
+
+
+def smem_dest(w, addr, ins, what, align=128):
+    """(cta, offset) of a shared::cluster address."""
+    a = int(addr)
+    rank = a >> RANK_SHIFT
+    off = a & OFF_MASK
+    cta = w.cta
+    if rank != cta.rank:
+        cl = w.cta.cluster
+        if rank >= len(cl.ctas):
+            raise SimRuntimeError(f"{what}: cluster rank {rank} does not exist\n    at {ins.where()}")
+        cta = cl.ctas[rank]
+    if off % align:
+        raise SimRuntimeError(f"{what}: shared-memory address {off} is not {align}-byte aligned\n    at {ins.where()}")
+    return cta, off

@@ -1,0 +1,147 @@
+"""wgmma operand layouts: element types, the sm_90 and sm_100 shared-memory descriptors, the byte addresses
+of an operand in shared memory (all swizzles, both majors; shared with tcgen05's sm_100
+descriptors), the accumulator and register-A fragment maps, and operand loads as float64.
+hopper-semantics.md section 2.3 gives the layouts."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import ml_dtypes
+import numpy as np
+
+from ..frontend.errors import SimRuntimeError
+from ..checks.shadow_words import BLOCK_SHIFT
+from .tma_box import swizzle
+
+ETYPES = {"f16": (2, np.float16), "bf16": (2, ml_dtypes.bfloat16), "tf32": (4, np.uint32),
+          "e4m3": (1, ml_dtypes.float8_e4m3fn), "e5m2": (1, ml_dtypes.float8_e5m2),
+          "s8": (1, np.int8), "u8": (1, np.uint8)}
+SPAN = {0: 0, 1: 128, 2: 64, 3: 32}
+
+
+def decode_desc(d: int):
+    """Return (start, lbo, sbo, base_offset, span) of a wgmma shared-memory descriptor."""
+    d = int(d)
+    return ((d & 0x3FFF) << 4, ((d >> 16) & 0x3FFF) << 4, ((d >> 32) & 0x3FFF) << 4,
+            (d >> 49) & 7, SPAN[(d >> 62) & 3])
+
+
+#: the "span" sm_100's 128B_BASE32B descriptors decode to (layout type 1): 128-byte MN rows in
+#: 4-row K atoms, 32-byte granules swizzled by the row (CuTe ``Swizzle<2,5,2>``, CUTLASS's
+#: ``Layout_MN_SW128_32B_Atom``: ((8, n), (4, k)) 16-byte units; MN-major only)
+SW128_BASE32B = -128
+
+
+@lru_cache(maxsize=1024)
+def operand_addrs(desc: int, rows: int, kelems: int, esize: int, mn_major: bool, decode=decode_desc):
+    """(byte addresses (rows, kelems), sorted 4-B word ids, element indices, end byte) of an operand
+    whose shared-memory descriptor ``decode`` (sm_90's by default, or sm_100's) splits into
+    (start, LBO, SBO, base_offset, swizzle span); the canonical layouts are the same on both."""
+    start, lbo, sbo, base_off, span = decode(desc)
+    if base_off:
+        raise SimRuntimeError(f"shared-memory descriptor 0x{desc:x} has base_offset {base_off}; only 0 is "
+                              f"supported")
+    T = 16 // esize
+    r = np.arange(rows, dtype=np.int64)[:, None]
+    k = np.arange(kelems, dtype=np.int64)[None, :]
+    if span == SW128_BASE32B:
+        if not mn_major:
+            raise SimRuntimeError(f"shared-memory descriptor 0x{desc:x}: the 128B_BASE32B swizzle is for MN-major "
+                                  f"operands only (CUTLASS: invalid for Major-K)")
+        re_, rc, rm = r % T, (r // T) % 8, r // (T * 8)
+        a = start + re_ * esize + rc * 16 + rm * lbo + (k % 4) * 128 + (k // 4) * sbo
+        a = a ^ (((a >> 7) & 3) << 5)
+        return _finish(a, esize)
+    if not mn_major:
+        kc, ke = k // T, k % T
+        if span:
+            off = (r % 8) * span + (r // 8) * sbo + kc * 16 + ke * esize
+        else:
+            off = (r % 8) * 16 + (r // 8) * sbo + kc * lbo + ke * esize
+    else:
+        W = span // 16 if span else 1
+        re_, rc, rm = r % T, (r // T) % W, r // (T * W)
+        kr, kg = k % 8, k // 8
+        if span:
+            off = re_ * esize + rc * 16 + rm * lbo + kr * span + kg * sbo
+        else:
+            off = re_ * esize + rm * sbo + kr * 16 + kg * lbo
+    return _finish(swizzle(start + off, span), esize)
+
+
+def _finish(a, esize):
+    a.flags.writeable = False
+    words = np.unique(a >> 2)
+    words.flags.writeable = False
+    ei = a // esize
+    ei.flags.writeable = False
+    return a, words, ei, int(a.max()) + esize
+
+
+@lru_cache(maxsize=1024)
+def operand_words(b_desc, n, k, eb, trans_b, a_desc, ea, trans_a):
+    """The shared-memory words both operands of one wgmma read (B's, then A's; one race check)
+    and the 1 KiB blocks they lie in."""
+    w = np.concatenate([operand_addrs(b_desc, n, k, eb, trans_b)[1], operand_addrs(a_desc, 64, k, ea, trans_a)[1]])
+    w.flags.writeable = False
+    blocks = np.unique(w >> BLOCK_SHIFT)        # the race detector's blocks
+    blocks.flags.writeable = False
+    return w, blocks
+
+
+@lru_cache(maxsize=64)
+def d_map(n: int):
+    """Flat index row*N + col (128, N/2) of each (thread, f32-accumulator register)."""
+    t = np.arange(128)[:, None]
+    i = np.arange(n // 2)[None, :]
+    row = 16 * (t // 32) + (t % 32) // 4 + 8 * ((i // 2) % 2)
+    col = 8 * (i // 4) + 2 * (t % 4) + (i % 2)
+    return row * n + col
+
+
+@lru_cache(maxsize=8)
+def a_reg_map():
+    """(row, k) of each (thread, value v in 0..7) of a 16-bit register A fragment (64x16)."""
+    t = np.arange(128)[:, None]
+    v = np.arange(8)[None, :]
+    m = 16 * (t // 32) + (t % 32) // 4 + 8 * ((v >> 1) & 1)
+    k = 8 * (v >> 2) + 2 * (t % 4) + (v & 1)
+    return m, k
+
+
+@lru_cache(maxsize=16)
+def _to_f64(dt):
+    """Table: every bit pattern of 8-/16-bit float type ``dt`` -> its float64 value."""
+    bits = np.dtype(dt).itemsize * 8
+    t = np.arange(1 << bits, dtype=np.dtype(f"u{bits // 8}")).view(dt).astype(np.float64)
+    t.flags.writeable = False
+    return t
+
+
+def load_operand(cta, eidx, esize, dt):
+    v = cta.sv[esize][eidx]
+    if dt == np.uint32:          # tf32: drop 13 low mantissa bits
+        return (v & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+    if np.dtype(dt).kind in "iu":
+        return v.view(dt).astype(np.int64)
+    return _to_f64(dt)[v]       # a table look-up: cheaper than the f16/bf16/fp8 -> f64 cast
+
+
+#: swizzle span (bytes) per sm_100 descriptor layout field (bits 61-63)
+SPAN_SM100 = {0: 0, 2: 128, 4: 64, 6: 32, 1: SW128_BASE32B}
+
+
+def decode_desc_sm100(desc: int):
+    """(start, LBO, SBO, base_offset, swizzle span in bytes) of an sm_100 shared-memory descriptor;
+    ``SimRuntimeError`` for a wrong fixed field, LBO mode 1 or an unknown / unemulated layout."""
+    d = int(desc)
+    fixed, lbo_mode, layout = d >> 46 & 7, d >> 52 & 1, d >> 61 & 7
+    if fixed != 1:
+        raise SimRuntimeError(f"shared-memory descriptor 0x{d:016x}: bits 46-48 must hold the constant 0b001 "
+                              f"of sm_100 descriptors, not {fixed:#05b} (an sm_90 wgmma descriptor?)")
+    if lbo_mode:
+        raise SimRuntimeError(f"shared-memory descriptor 0x{d:016x}: LBO mode 1 (bit 52) is not emulated")
+    if layout not in SPAN_SM100:
+        raise SimRuntimeError(f"shared-memory descriptor 0x{d:016x}: swizzle field (bits 61-63) {layout} is "
+                              f"invalid (0 none, 1 128B with 32-byte atoms, 2 128B, 4 64B, 6 32B)")
+    return ((d & 0x3FFF) << 4, ((d >> 16) & 0x3FFF) << 4, ((d >> 32) & 0x3FFF) << 4, d >> 49 & 7, SPAN_SM100[layout])

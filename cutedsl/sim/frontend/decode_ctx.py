@@ -1,0 +1,323 @@
+"""Decode context: operand decoding for the PTX decoder (:mod:`cutedsl.sim.frontend.program`).
+
+A :class:`DecodeCtx` is what every instruction decoder receives: it resolves register names
+per brace :class:`Scope` (innermost first), labels, symbols and immediates, and turns operand
+text into :class:`~cutedsl.sim.frontend.ptxtypes.Op` records and the read/write closures the decoded
+instructions call. Errors name the PTX line (``PTXParseError`` / ``UnsupportedInstruction``).
+"""
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .errors import PTXParseError, UnsupportedInstruction
+from .parser import split_top
+from .ptxtypes import CLASS_BITS, NP, SPECIAL, VIEW, Op, _F32_RE, _F64_RE, _FLT_RE, _INT_RE, bits_of, imm_array, kind_of
+
+if TYPE_CHECKING:
+    from .program import Program
+
+
+# -- decode context ----------------------------------------------------------------------
+
+class Scope:
+    __slots__ = ("id", "parent", "regs", "labels", "vectors")
+
+    def __init__(self, sid, parent):
+        self.id, self.parent = sid, parent
+        self.regs = {}
+        self.labels = {}
+        self.vectors = {}       #: vector register name (``.reg .v4 .s32 v``) -> its component names
+
+
+class DecodeCtx:
+    """State while decoding one entry; handlers build closures through its helpers."""
+
+    def __init__(self, prog: "Program"):
+        self.prog = prog
+        self.scope = None
+        self.ins = None
+        self.mods = []
+        self.ops = []
+
+    # errors
+    def unsupported(self, msg: str):
+        raise UnsupportedInstruction(msg, self.ins.line, self.ins.text)
+
+    def bad(self, msg: str):
+        raise PTXParseError(msg, self.ins.line, self.ins.text)
+
+    # lookups
+    def lookup_reg(self, name: str):
+        s = self.scope
+        while s is not None:
+            r = s.regs.get(name)
+            if r is not None:
+                return r
+            s = s.parent
+        return None
+
+    def lookup_vector(self, name: str):
+        s = self.scope
+        while s is not None:
+            v = s.vectors.get(name)
+            if v is not None:
+                return v
+            s = s.parent
+        return None
+
+    def lookup_label(self, name: str) -> int:
+        s = self.scope
+        while s is not None:
+            if name in s.labels:
+                return s.labels[name]
+            s = s.parent
+        self.bad(f"unknown label {name!r}")
+
+    # operand parsing
+    def operand(self, s: str) -> Op:
+        s = s.strip()
+        if not s:
+            self.bad("empty operand")
+        if s == "_":
+            return Op("sink")
+        if s[0] == "[":
+            return self._address(s)
+        if s[0] == "{":
+            inner = s[1:-1].strip()
+            return Op("vec", items=[self.operand(x) for x in split_top(inner)] if inner else [])
+        neg = False
+        if s[0] == "!":
+            neg, s = True, s[1:].strip()
+        if s[0] == "-" and s[1:2] == "%":
+            self.unsupported("negated register operand")
+        r = self.lookup_reg(s)
+        if r is not None:
+            if r[0] == "r":
+                self.ins.rbits |= 1 << r[1]
+            return Op("reg", cls=r[0], idx=r[1], name=s, neg=neg)
+        vec = self.lookup_vector(s)
+        if vec is not None:             # a vector register names its components in order
+            return Op("vec", items=[self.operand(c) for c in vec])
+        if SPECIAL.match(s):
+            return Op("sreg", name=s)
+        m = _F32_RE.match(s)
+        if m:
+            return Op("fimm", value=("f32", int(m.group(1), 16)))
+        m = _F64_RE.match(s)
+        if m:
+            return Op("fimm", value=("f64", int(m.group(1), 16)))
+        if _INT_RE.match(s):
+            t = s.rstrip("Uu")
+            neg_i = t.startswith("-")
+            t = t.lstrip("-")
+            if t[:2].lower() == "0x":
+                v = int(t, 16)
+            elif len(t) > 1 and t[0] == "0":
+                v = int(t, 8)
+            else:
+                v = int(t)
+            v = -v if neg_i else v
+            return Op("imm", value=v)
+        if _FLT_RE.match(s):
+            return Op("fimm", value=float(s))
+        if s in self.prog.symbols:
+            return Op("sym", name=s)
+        if s.startswith("%"):
+            self.bad(f"undeclared register {s}")
+        return Op("label", name=s)
+
+    def _address(self, s: str) -> Op:
+        inner = s[1:-1].strip()
+        parts = split_top(inner)
+        if len(parts) == 2:                      # [tmap, {c0, c1}]
+            base = self.operand(parts[0])
+            coords = self.operand(parts[1])
+            if coords.kind != "vec":
+                self.bad("tensor coordinates must be a brace list")
+            return Op("addr", base=base, offset=0, coords=coords.items)
+        m = re.fullmatch(r"([^+\-]+?)\s*(?:([+-])\s*(-?(?:0[xX][0-9a-fA-F]+|\d+)))?", inner)
+        if not m:
+            self.bad(f"cannot parse address {s}")
+        b = m.group(1).strip()
+        off = 0
+        if m.group(3):
+            off = int(m.group(3), 0)
+            if m.group(2) == "-":
+                off = -off
+        if _INT_RE.match(b):
+            return Op("addr", base=None, offset=int(b, 0) + off)
+        return Op("addr", base=self.operand(b), offset=off)
+
+    # readers / writers
+    def rd(self, op, t: str):
+        """Closure ``w -> array[32] | scalar`` of numpy type ``NP[t]`` for a source operand."""
+        if isinstance(op, str):
+            op = self.operand(op)
+        k = op.kind
+        dt = NP[t]
+        if k == "imm" or k == "fimm":
+            v = imm_array(op.value, t)
+            return lambda w: v
+        if k == "sreg":
+            name = op.name
+            if dt.itemsize == 4 and dt.kind == "u":
+                return lambda w: w.sreg(name)
+            return lambda w: np.asarray(w.sreg(name)).astype(dt)
+        if k == "sym":
+            addr = self.sym_addr(op.name)
+            if dt.itemsize != 8:
+                return lambda w: np.asarray(addr(w)).astype(dt)
+            return addr if dt == np.uint64 else (lambda w: np.asarray(addr(w)).astype(dt))
+        if k != "reg":
+            self.bad(f"operand {op.name or k} cannot be read as .{t}")
+        cls, idx = op.cls, op.idx
+        if t == "pred" or cls == "p":
+            if not (t == "pred" and cls == "p"):
+                self.bad(f"predicate/{t} mismatch for {op.name}")
+            if op.neg:
+                return lambda w: ~w.p[idx]
+            return lambda w: w.p[idx]
+        if op.neg:
+            self.bad("'!' only applies to predicates")
+        rbits = CLASS_BITS[cls]
+        tb = bits_of(t)
+        kd = kind_of(t)
+        if tb == rbits:
+            if (cls, kd) in VIEW:
+                name = VIEW[(cls, kd)]
+            else:
+                name = VIEW[(cls, "u")]
+                return lambda w: getattr(w, name)[idx].view(dt)
+            if name == "u32":
+                return lambda w: w.u32[idx]
+            if name == "u64":
+                return lambda w: w.u64[idx]
+            if name == "f32":
+                return lambda w: w.f32[idx]
+            if name == "s32":
+                return lambda w: w.s32[idx]
+            return lambda w: getattr(w, name)[idx]
+        uname = VIEW[(cls, "u")]
+        if tb < rbits:                                 # truncate
+            ut = np.dtype(f"u{tb // 8}")
+            if dt == ut:
+                return lambda w: getattr(w, uname)[idx].astype(ut)
+            return lambda w: getattr(w, uname)[idx].astype(ut).view(dt)
+        # wider type than the register: extend
+        if kd == "s":
+            sname = VIEW[(cls, "s")]
+            return lambda w: getattr(w, sname)[idx].astype(dt)
+        if kd == "u":
+            return lambda w: getattr(w, uname)[idx].astype(dt)
+        self.bad(f"register {op.name} ({rbits} bits) is too narrow for .{t}")
+
+    def wr(self, op, t: str):
+        """Writer pair ``(full, comp)`` for a destination operand.
+
+        ``full(w, mask, v)`` writes ``v`` (``[32]`` array or scalar) to the lanes in ``mask``
+        (``None`` = all 32); ``comp(w, mask, v)`` writes one value per active lane.
+        """
+        if isinstance(op, str):
+            op = self.operand(op)
+        if op.kind == "sink":
+            nop = lambda w, m, v: None
+            return nop, nop
+        if op.kind != "reg":
+            self.bad(f"destination must be a register, got {op.name or op.kind}")
+        cls, idx = op.cls, op.idx
+        kd = kind_of(t)
+        if cls == "p" or t == "pred":
+            if not (cls == "p" and t == "pred"):
+                self.bad(f"predicate/{t} mismatch for {op.name}")
+            name = "p"
+        else:
+            tb, rb = bits_of(t), CLASS_BITS[cls]
+            if (cls, kd) in VIEW and tb == rb:
+                name = VIEW[(cls, kd)]
+            elif kd in ("s", "u"):
+                name = VIEW[(cls, kd)]
+            elif tb == rb:
+                name = VIEW[(cls, "u")]
+                dt = NP[t]
+                ut = np.dtype(f"u{rb // 8}")
+
+                def full(w, m, v, name=name):
+                    v = np.asarray(v, dtype=dt).view(ut)
+                    row = getattr(w, name)[idx]
+                    if m is None:
+                        row[...] = v
+                    else:
+                        np.copyto(row, v, where=m, casting="unsafe")
+
+                def comp(w, m, v, name=name):
+                    v = np.asarray(v, dtype=dt).view(ut)
+                    row = getattr(w, name)[idx]
+                    if m is None:
+                        row[...] = v
+                    else:
+                        row[m] = v
+                return full, comp
+            else:
+                self.bad(f"cannot write .{t} into register {op.name}")
+
+        def full(w, m, v):
+            row = getattr(w, name)[idx]
+            if m is None:
+                row[...] = v
+            else:
+                np.copyto(row, v, where=m, casting="unsafe")
+
+        def comp(w, m, v):
+            row = getattr(w, name)[idx]
+            if m is None:
+                row[...] = v
+            else:
+                row[m] = v
+        return full, comp
+
+    def sym_addr(self, name: str):
+        """Closure ``w -> address`` (uint64 scalar) of a symbol in its own state space."""
+        sym = self.prog.symbols[name]
+        space, val = sym
+        if space == "shared_dyn":           # shared addresses carry the CTA's cluster rank (memory.py)
+            return lambda w: np.uint64(w.cta.dyn_base) | w.cta.rank_bits
+        if space == "global":
+            return lambda w: np.uint64(w.launch.global_addr(name))
+        v = np.uint64(val)
+        if space == "shared":
+            return lambda w: v | w.cta.rank_bits
+        return lambda w: v
+
+    def addr(self, op):
+        """Closure ``w -> uint64 address(es)`` for an ``[base+off]`` operand."""
+        if isinstance(op, str):
+            op = self.operand(op)
+        if op.kind != "addr":
+            self.bad("expected an address operand [..]")
+        off = op.offset
+        b = op.base
+        if b is None:
+            v = np.uint64(off & (2 ** 64 - 1))
+            return lambda w: v
+        if b.kind == "sym":
+            f = self.sym_addr(b.name)
+            if off == 0:
+                return f
+            o = np.uint64(off & (2 ** 64 - 1))
+            return lambda w: f(w) + o
+        if b.kind != "reg" or b.cls not in ("r", "d"):
+            self.bad(f"unsupported address base {b.name}")
+        f = self.rd(b, "u64")
+        if off == 0:
+            return f
+        o = np.uint64(off & (2 ** 64 - 1))
+        return lambda w: f(w) + o
+
+    def label(self, name: str) -> int:
+        return self.lookup_label(name)
+
+
+# -- program -----------------------------------------------------------------------------

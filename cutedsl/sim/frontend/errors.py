@@ -1,0 +1,64 @@
+"""Exceptions raised by the PTX emulator (all derive from :class:`cutedsl.errors.CuteDSLError`).
+
+* :class:`PTXParseError` - the PTX text is malformed (raised at load time, with the line).
+* :class:`UnsupportedInstruction` - an opcode or modifier the emulator does not implement
+  (raised at load time, never half-way through a launch).
+* :class:`SimLaunchError` - launch arguments do not match the kernel (params, block, cluster, smem).
+* :class:`DeadlockError` - no warp can make progress; the message lists every blocked warp.
+* :class:`MemoryAccessError` - out-of-bounds or misaligned access, with address, PTX line,
+  CTA/thread and the nearest allocation.
+* :class:`InstructionBudgetExceeded` - the launch executed more warp-instructions than allowed.
+* :class:`RaceError` - the optional race checker found an unordered access.
+* :class:`SimRuntimeError` - any other misuse detected while executing (bad tensor map,
+  non-converged ``.aligned`` instruction, trap, ...).
+"""
+from __future__ import annotations
+
+from ...errors import CuteDSLError, LaunchError
+
+
+class SimError(CuteDSLError):
+    """Base class of emulator errors."""
+
+
+class PTXParseError(SimError, ValueError):
+    """Malformed PTX; the message gives the line number and text."""
+
+    def __init__(self, msg: str, line: int = 0, text: str = ""):
+        self.line = line
+        self.text = text
+        if line:
+            msg = f"PTX line {line}: {msg}" + (f"\n    {text.strip()}" if text else "")
+        super().__init__(msg)
+
+
+class UnsupportedInstruction(PTXParseError):
+    """An instruction, modifier or operand form the emulator does not implement."""
+
+
+class SimLaunchError(SimError, LaunchError):
+    """The launch configuration or parameter buffer does not match the kernel."""
+
+
+class SimRuntimeError(SimError, RuntimeError):
+    """A misuse detected while executing (with the PTX line when known)."""
+
+
+class DeadlockError(SimRuntimeError):
+    """No warp can progress and no asynchronous operation is pending."""
+
+
+class MemoryAccessError(SimRuntimeError):
+    """Out-of-bounds, misaligned or unmapped memory access."""
+
+
+class InstructionBudgetExceeded(SimRuntimeError):
+    """More warp-instructions executed than the configured budget."""
+
+
+class RaceError(SimRuntimeError):
+    """An access that is not ordered by the required synchronisation (race checker)."""
+
+
+class TimeLimitExceeded(SimRuntimeError):
+    """A launch ran longer than the emulator's wall-clock limit (``time_limit`` seconds)."""

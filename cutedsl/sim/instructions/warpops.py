@@ -1,0 +1,286 @@
+"""Warp-level collectives and cluster addressing: shfl/vote/elect/redux/activemask,
+stmatrix/ldmatrix (m8n8 b16), mapa/getctarank, setmaxnreg, griddepcontrol.
+
+Collectives need every live lane named by their member mask at the same PC; a lane group
+that holds only some of them waits there (``Converge``) until the others arrive.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..machine.convergence import LANES as LANE, Converge, mask_lanes, members as _members
+from ..frontend.errors import SimRuntimeError
+from ..machine.memory import OFF_MASK, RANK_SHIFT, SHARED_WIN
+from ..frontend.registry import BLOCKED, handler
+
+
+@handler("shfl")
+def dec_shfl(ctx, ins, mods, ops):
+    mode = next((x for x in mods if x in ("up", "down", "bfly", "idx")), None)
+    for x in mods:
+        if x not in ("sync", "up", "down", "bfly", "idx", "b32"):
+            ctx.unsupported(f"unsupported shfl modifier .{x}")
+    if mode is None or "sync" not in mods or len(ops) != 5:
+        ctx.unsupported("only shfl.sync.{up,down,bfly,idx}.b32 d[|p], a, b, c, membermask")
+    dst = ops[0]
+    if "|" in dst:
+        d, p = [x.strip() for x in dst.split("|")]
+        wp = ctx.wr(p, "pred")[0]
+    else:
+        d, wp = dst, None
+    wd = ctx.wr(d, "b32")[0]
+    ra, rb, rc, rm = (ctx.rd(ops[i], "u32") for i in range(1, 5))
+
+    def fn(w, g, m):
+        if _members(w, g, m, rm, ins) is None:
+            return BLOCKED
+        a = np.broadcast_to(np.asarray(ra(w), np.uint32), (32,))
+        b = np.broadcast_to(np.asarray(rb(w), np.uint32), (32,)) & 31
+        c = np.broadcast_to(np.asarray(rc(w), np.uint32), (32,))
+        cval = c & 31
+        seg = (c >> 8) & 31
+        lane = LANE.astype(np.int64)
+        maxl = ((LANE & seg) | (cval & ~seg & 31)).astype(np.int64)
+        minl = (LANE & seg).astype(np.int64)
+        if mode == "up":
+            j = lane - b
+            ok = j >= maxl
+        elif mode == "down":
+            j = lane + b
+            ok = j <= maxl
+        elif mode == "bfly":
+            j = lane ^ b.astype(np.int64)
+            ok = j <= maxl
+        else:
+            j = minl | (b & ~seg & 31).astype(np.int64)
+            ok = j <= maxl
+        j = np.where(ok, j, lane)
+        wd(w, m, a[np.clip(j, 0, 31)])
+        if wp is not None:
+            wp(w, m, ok)
+    return fn
+
+
+@handler("vote")
+def dec_vote(ctx, ins, mods, ops):
+    mode = next((x for x in mods if x in ("all", "any", "uni", "ballot")), None)
+    if mode is None or "sync" not in mods:
+        ctx.unsupported("only vote.sync.{all,any,uni,ballot}")
+    t = "b32" if mode == "ballot" else "pred"
+    wd = ctx.wr(ops[0], t)[0]
+    ra = ctx.rd(ops[1], "pred")
+    rm = ctx.rd(ops[2], "u32")
+
+    def fn(w, g, m):
+        act = _members(w, g, m, rm, ins)
+        if act is None:
+            return BLOCKED
+        v = np.broadcast_to(np.asarray(ra(w)), (32,)) & act
+        if mode == "ballot":
+            wd(w, m, np.uint32(int(np.sum(v.astype(np.uint64) << LANE.astype(np.uint64)))))
+        elif mode == "all":
+            wd(w, m, np.bool_(np.all(v[act])))
+        elif mode == "any":
+            wd(w, m, np.bool_(np.any(v)))
+        else:
+            x = v[act]
+            wd(w, m, np.bool_(np.all(x) or not np.any(x)))
+    return fn
+
+
+@handler("activemask")
+def dec_activemask(ctx, ins, mods, ops):
+    wd = ctx.wr(ops[0], "b32")[0]
+
+    def fn(w, g, m):
+        act = w.valid if m is None else m
+        wd(w, m, np.uint32(int(np.sum(act.astype(np.uint64) << LANE.astype(np.uint64)))))
+    return fn
+
+
+@handler("elect")
+def dec_elect(ctx, ins, mods, ops):
+    if mods != ["sync"] or len(ops) != 2:
+        ctx.unsupported("only elect.sync d|p, membermask")
+    d, p = [x.strip() for x in ops[0].split("|")] if "|" in ops[0] else (ops[0], None)
+    wd = ctx.wr(d, "b32")[0]
+    wp = ctx.wr(p, "pred")[0] if p else None
+    rm = ctx.rd(ops[1], "u32")
+
+    def fn(w, g, m):
+        act = _members(w, g, m, rm, ins)
+        if act is None:
+            return BLOCKED
+        cand = np.flatnonzero(act & mask_lanes(rm, w))
+        leader = int(cand[0]) if len(cand) else 0
+        wd(w, m, np.uint32(leader))
+        if wp is not None:
+            wp(w, m, LANE == leader)
+    return fn
+
+
+@handler("redux")
+def dec_redux(ctx, ins, mods, ops):
+    op = next((x for x in mods if x in ("add", "min", "max", "and", "or", "xor")), None)
+    t = next((x for x in mods if x in ("u32", "s32", "b32")), None)
+    if op is None or t is None or "sync" not in mods:
+        ctx.unsupported("only redux.sync.{add,min,max,and,or,xor}.{u32,s32,b32}")
+    wd = ctx.wr(ops[0], t)[0]
+    ra = ctx.rd(ops[1], t)
+    rm = ctx.rd(ops[2], "u32")
+    f = {"add": np.sum, "min": np.min, "max": np.max, "and": np.bitwise_and.reduce,
+         "or": np.bitwise_or.reduce, "xor": np.bitwise_xor.reduce}[op]
+
+    def fn(w, g, m):
+        act = _members(w, g, m, rm, ins)
+        if act is None:
+            return BLOCKED
+        v = np.broadcast_to(np.asarray(ra(w)), (32,))[act]
+        r = f(v.astype(np.int64)) if op == "add" else f(v)
+        wd(w, m, np.asarray(r).astype(v.dtype))
+    return fn
+
+
+def _matrix_addrs(p, nmat, trans):
+    """Byte addresses (32 threads, nmat matrices, 2 halves) for stmatrix/ldmatrix m8n8.b16."""
+    t = np.arange(32)
+    out = np.zeros((32, nmat, 2), np.int64)
+    for j in range(nmat):
+        rows = p[8 * j:8 * j + 8].astype(np.int64)
+        for h in range(2):
+            if trans:
+                out[:, j, h] = rows[2 * (t % 4) + h] + 2 * (t // 4)
+            else:
+                out[:, j, h] = rows[t // 4] + 4 * (t % 4) + 2 * h
+    return out
+
+
+def _dec_matrix(ctx, ins, mods, ops, store):
+    nmat, trans = None, False
+    for x in mods:
+        if x in ("x1", "x2", "x4"):
+            nmat = int(x[1])
+        elif x == "trans":
+            trans = True
+        elif x in ("sync", "aligned", "m8n8", "shared", "shared::cta", "b16"):
+            pass
+        else:
+            ctx.unsupported(f"unsupported {'stmatrix' if store else 'ldmatrix'} modifier .{x}")
+    if nmat is None or "m8n8" not in mods:
+        ctx.unsupported("only .m8n8 with .x1/.x2/.x4")
+    aop, rop = (ops[0], ops[1]) if store else (ops[1], ops[0])
+    addr = ctx.addr(aop)
+    regs = ctx.operand(rop)
+    if regs.kind != "vec" or len(regs.items) != nmat:
+        ctx.bad(f"needs {nmat} registers in braces")
+    if store:
+        readers = [ctx.rd(x, "b32") for x in regs.items]
+    else:
+        writers = [ctx.wr(x, "b32")[0] for x in regs.items]
+
+    def fn(w, g, m):
+        if m is not g.m or g.count != 32:
+            if g.count != w.nlive:
+                g.blocked = Converge(ins, w)
+                return BLOCKED
+            raise SimRuntimeError(f"{ins.opcode} needs all 32 lanes\n    at {ins.where()}")
+        p = np.broadcast_to(np.asarray(addr(w), np.uint64), (32,))
+        if np.any((p >> np.uint64(RANK_SHIFT)) != w.cta.rank):
+            raise SimRuntimeError(f"{ins.opcode} address is not a shared::cta address of this CTA\n    at {ins.where()}")
+        p = p & np.uint64(OFF_MASK)
+        ad = _matrix_addrs(p, nmat, trans)
+        cta = w.cta
+        if np.any(ad < 0) or np.any(ad + 2 > cta.smem_size) or np.any(ad & 1) or np.any(p & np.uint64(15)):
+            raise SimRuntimeError(f"{ins.opcode} row address out of shared memory or not 16-byte aligned\n"
+                                  f"    at {ins.where()}")
+        v16 = cta.sv[2]
+        if store:
+            for j, r in enumerate(readers):
+                val = np.broadcast_to(np.asarray(r(w), np.uint32), (32,))
+                v16[ad[:, j, 0] // 2] = (val & 0xFFFF).astype(np.uint16)
+                v16[ad[:, j, 1] // 2] = (val >> 16).astype(np.uint16)
+            if cta.shadow is not None:
+                cta.race_access(ad.reshape(-1), 2, w, ins, True, "stmatrix")
+        else:
+            if cta.shadow is not None:
+                cta.race_access(ad.reshape(-1), 2, w, ins, False, "ldmatrix")
+            for j, wr in enumerate(writers):
+                lo = v16[ad[:, j, 0] // 2].astype(np.uint32)
+                hi = v16[ad[:, j, 1] // 2].astype(np.uint32)
+                wr(w, m, lo | (hi << 16))
+    return fn
+
+
+@handler("stmatrix")
+def dec_stmatrix(ctx, ins, mods, ops):
+    return _dec_matrix(ctx, ins, mods, ops, True)
+
+
+@handler("ldmatrix")
+def dec_ldmatrix(ctx, ins, mods, ops):
+    return _dec_matrix(ctx, ins, mods, ops, False)
+
+
+@handler("mapa")
+def dec_mapa(ctx, ins, mods, ops):
+    generic = "shared::cluster" not in mods
+    t = next((x for x in mods if x in ("u32", "u64")), None)
+    for x in mods:
+        if x not in ("shared::cluster", "u32", "u64"):
+            ctx.unsupported(f"unsupported mapa modifier .{x}")
+    if t is None:
+        ctx.bad("mapa needs .u32 or .u64")
+    wd = ctx.wr(ops[0], t)[0]
+    ra = ctx.rd(ops[1], "u64")
+    rb = ctx.rd(ops[2], "u32")
+
+    def fn(w, g, m):
+        a = np.asarray(ra(w), np.uint64)
+        if generic:
+            a = a - np.uint64(SHARED_WIN)
+        # a rank outside the cluster is not an error here: the address is only computed (CuTe
+        # DSL maps every lane's rank and lets the lanes below the cluster size use theirs); an
+        # access through it is reported as naming a CTA the cluster does not have
+        b = np.asarray(rb(w), np.uint64)
+        r = (b << np.uint64(RANK_SHIFT)) | (a & np.uint64(OFF_MASK))
+        if generic:
+            r = r + np.uint64(SHARED_WIN)
+        wd(w, m, r.astype(np.dtype(t.replace("u", "uint"))))
+    return fn
+
+
+@handler("getctarank")
+def dec_getctarank(ctx, ins, mods, ops):
+    generic = "shared::cluster" not in mods
+    wd = ctx.wr(ops[0], "u32")[0]
+    ra = ctx.rd(ops[1], "u64")
+
+    def fn(w, g, m):
+        a = np.asarray(ra(w), np.uint64)
+        if generic:
+            a = a - np.uint64(SHARED_WIN)
+        wd(w, m, (a >> np.uint64(RANK_SHIFT)).astype(np.uint32))
+    return fn
+
+
+@handler("setmaxnreg")
+def dec_setmaxnreg(ctx, ins, mods, ops):
+    for x in mods:
+        if x not in ("inc", "dec", "sync", "aligned", "u32"):
+            ctx.unsupported(f"unsupported setmaxnreg modifier .{x}")
+    o = ctx.operand(ops[0])
+    if o.kind != "imm" or o.value % 8 or not 24 <= o.value <= 256:
+        ctx.bad("setmaxnreg count must be a multiple of 8 in [24, 256]")
+
+    def fn(w, g, m):
+        if g.count != w.nlive:
+            g.blocked = Converge(ins, w)
+            return BLOCKED
+    return fn
+
+
+@handler("griddepcontrol")
+def dec_griddep(ctx, ins, mods, ops):
+    if mods not in (["launch_dependents"], ["wait"]):
+        ctx.unsupported("griddepcontrol form")
+    return lambda w, g, m: None

@@ -1,0 +1,171 @@
+"""Lockstep execution: the warps of a CTA that are at the same PC run an instruction together.
+
+The emulator interprets one instruction at a time, so its cost is the Python and numpy overhead
+per call, not the 32 lanes' arithmetic. Warps of a CTA mostly execute the same instruction
+stream (the 4 warps of a warpgroup always do, up to divergent branches and waits), and their
+register files are one array per register class for the whole CTA (``machine.CTA.files``), each
+warp owning 32 columns. So an instruction that the decoder marked ``batch``
+(``program._batchable``: arithmetic, logic, comparisons, conversions and moves on registers;
+stores to the CTA's shared memory; ``wgmma.mma_async``) runs **once** for a contiguous run of
+warps at that PC, through a :class:`machine.WarpBatch` whose register views span their lanes.
+
+Correctness: running an instruction of several warps back to back is one of the interleavings
+the scheduler may choose anyway (warps are independent between synchronisation points), and a
+batched closure is written to give exactly what each warp's own call would have given (shared
+stores replay the warps one by one whenever a check needs a report). Three mechanisms keep the
+warps together:
+
+* a **batch** (``lockstep``) runs the instruction for the leader and its neighbours and advances
+  their PCs; the run of warps is remembered (``gang``) while the leader executes further batch
+  instructions, so they are not checked again;
+* after the leader runs an instruction alone (a barrier, a wait, a TMA, a branch, or one whose
+  guard is false), its neighbours at the same PC are **stepped** through it one by one
+  (``step_gang``), so they stay at the leader's PC;
+* a neighbour a few instructions **behind** (a branch taken by one lane, a wait that ended
+  later) runs alone until it reaches the leader's PC (``meets``, at most ``CATCH_UP``
+  instructions) before a batch is formed.
+"""
+from __future__ import annotations
+
+from ..frontend.registry import BATCH_WGMMA, JUMPED, NOT_BATCHED
+
+#: how far (in instructions) a warp may be behind to catch up with a lockstep batch
+CATCH_UP = 8
+
+
+def joins(x, pc, ins, ready=False) -> bool:
+    """Warp ``x`` can join a lockstep batch at ``pc``: one runnable group of all its lanes there
+    (``ready``: or one whose wait is over), and no wgmma still owning (or holding) a register
+    the instruction names (those checks run per warp)."""
+    gs = x.groups
+    if len(gs) != 1 or not x.full:
+        return False
+    g = gs[0]
+    if g.pc != pc or g.m is not None or (x.acc_bits | x.lazy_bits) & ins.rbits:
+        return False
+    b = g.blocked
+    return b is None or (ready and b.ready())
+
+
+def lockstep(launch, w, g, ins, gang, budget):
+    """Run batch instruction ``ins`` for ``w`` (at ``g.pc``, all lanes) and for the neighbouring
+    warps of its CTA at the same PC -- and then, while the instructions that follow are batch
+    instructions every lane of the batch takes or skips, those too (at most ``budget``).
+    ``gang`` is the run of warps known to be at the PC (or None). Returns ``(status, gang,
+    more)``: the status for the main loop (``JUMPED``: the PCs are set), the run of warps now at
+    ``w``'s PC, and how many instructions past the first were run."""
+    if launch._stepping:        # w is being stepped for a leader that is itself at an instruction
+        return ins.fn(w, g, None), None, 0
+    ws = w.cta.warps
+    if gang is not None:
+        lo, hi = gang
+        if ins.rbits and _owned(ws[lo:hi], ins.rbits):
+            gang = None
+    if gang is None:
+        pc = g.pc
+        lo = w.wid
+        while lo > 0 and meets(launch, ws[lo - 1], pc, ins):
+            lo -= 1
+        hi = w.wid + 1
+        while hi < len(ws) and meets(launch, ws[hi], pc, ins):
+            hi += 1
+        if hi - lo == 1:
+            return ins.fn(w, g, None), None, 0
+    cta = w.cta
+    part = ws[lo:hi]
+    preds = cta.files["p"]
+    lanes = slice(32 * lo, 32 * hi)
+    b = cta.batch(lo, hi)
+    code = launch.code
+    pc = g.pc
+    done = 0
+    while True:
+        gi = ins.guard
+        if gi >= 0:             # every lane of the batch takes it, or none skips it
+            row = preds[gi, lanes]
+            some, every = bool(row.any()), bool(row.all())
+            take, skip = (not some, every) if ins.neg else (every, not some)
+            if not (take or skip):
+                break           # some lanes only: w alone, through the main loop
+            if take and _run(ins, b) == NOT_BATCHED:
+                break
+        elif _run(ins, b) == NOT_BATCHED:
+            break
+        pc += 1
+        done += 1
+        if done >= budget:
+            break
+        ins = code[pc]
+        if not ins.batch or (ins.rbits and _owned(part, ins.rbits)):
+            break
+    b.flush()                   # the run's shared stores, checked at once
+    if done == 0:               # the first instruction declined the batch
+        return ins.fn(w, g, None), None, 0
+    for x in part:
+        x.groups[0].pc = pc
+        if x is not w:
+            x.insts += done
+    launch.insts += (hi - lo - 1) * done
+    return JUMPED, (lo, hi), done - 1
+
+
+def _run(ins, b):
+    """Run batch instruction ``ins`` for batch ``b``; a wgmma reads shared memory, so the
+    deferred stores of the run are recorded first."""
+    if ins.batch == BATCH_WGMMA:
+        b.flush()
+    return ins.fn(b, None, None)
+
+
+def _owned(warps, rbits) -> bool:
+    """Some warp has a register of ``rbits`` that a wgmma still owns or holds."""
+    for x in warps:
+        if (x.acc_bits | x.lazy_bits) & rbits:
+            return True
+    return False
+
+
+def meets(launch, x, pc, ins) -> bool:
+    """Warp ``x`` is at ``pc`` ready to join a batch, possibly after running alone for up to
+    ``CATCH_UP`` instructions (it is a little behind)."""
+    if joins(x, pc, ins):
+        return True
+    gs = x.groups
+    if launch._stepping or not gs:
+        return False
+    low = min(g.pc for g in gs)
+    if low < pc - CATCH_UP or low >= pc:
+        return False
+    launch._stepping = True
+    try:
+        for _ in range(CATCH_UP):
+            if not launch._run_warp(x, 1) or x.poll or x.done:
+                return False
+            if joins(x, pc, ins):
+                return True
+            if min(g.pc for g in x.groups) >= pc:
+                return False
+    finally:
+        launch._stepping = False
+    return False
+
+
+def step_gang(launch, w, pc, ins):
+    """``w`` (one group of all its lanes) just ran ``ins`` (at ``pc``) alone: the neighbouring
+    warps waiting at the same PC (a contiguous run) run it too, each on its own, so they stay
+    together for the next batch. Nothing when ``w`` is itself being stepped."""
+    if launch._stepping or not w.full:
+        return
+    ws = w.cta.warps
+    launch._stepping = True
+    try:
+        i = w.wid - 1
+        while i >= 0 and joins(ws[i], pc, ins, True):
+            launch._run_warp(ws[i], 1)
+            i -= 1
+        i = w.wid + 1
+        while i < len(ws) and joins(ws[i], pc, ins, True):
+            launch._run_warp(ws[i], 1)
+            i += 1
+    finally:
+        launch._stepping = False

@@ -1,0 +1,434 @@
+"""Launch state and the warp scheduler.
+
+**Placement of shared memory** (a design decision; ptxas/the driver decide on hardware):
+static ``.shared`` variables first, in declaration order with their alignment (from offset
+0), then dynamic shared memory (``__dynamic_shmem__N`` / unsized ``extern`` arrays) at the
+next multiple of 1024 B plus an optional stress offset. ``%dynamic_smem_size`` is the
+launched dynamic size.
+
+**Residency.** As on the GPU, every cluster that fits at once is live together
+(:func:`cutedsl.sim.machine.residency.resident_clusters`: ``sm_count`` SMs, each holding at most 32 CTAs, 2048 threads,
+228 KiB of shared memory (1 KiB reserved per CTA) and 64 K registers at ``.maxnreg``; then
+what the emulator's ``SimLimits.memory_bytes`` allows); when a cluster exits the next one in
+launch order takes its place. So CTAs that synchronise through global memory (semaphores,
+work queues, grid-wide barriers) make progress; a wait on a CTA that cannot become resident
+is a deadlock whose report says how many clusters are waiting to become resident.
+The scheduler visits the live warps (all live clusters) round-robin and runs each until it blocks, yields
+(a failed ``test_wait`` poll or ``nanosleep``) or a quantum of instructions passes. Inside a
+warp, lane groups follow the **min-PC** rule: the runnable group with the lowest PC runs,
+and groups whose PCs meet merge (reconvergence). A round in which no instruction executes is
+a **deadlock**; every blocked lane group is listed in the :class:`DeadlockError`.
+
+**Livelock.** A round that changes no memory and no barrier state is fingerprinted (every
+warp's PCs, masks and registers) and the next rounds run short quanta; when a fingerprint
+repeats before anything changes, the cluster cycles forever and a :class:`DeadlockError` names the spinning warps and the PTX lines
+of their loops. A wall-clock limit (``time_limit`` seconds, env ``CUTEDSL_SIM_TIME_LIMIT``)
+stops any launch with :class:`TimeLimitExceeded`.
+
+**Adversarial mode** (``chaos=SEED``, :mod:`cutedsl.sim.machine.chaos`): random warp order (across
+clusters too) and run lengths per round, deferred asynchronous operations (all completed when
+a cluster exits); **race detection** (``race_check``,
+:mod:`cutedsl.sim.checks.hb`): one happens-before state per cluster and one shadow per CTA.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ... import envvars
+from ...arch import DEFAULT_SM_COUNT
+from ...device.backend import SMEM_LIMIT
+from .chaos import Chaos
+from ..frontend.errors import (DeadlockError, InstructionBudgetExceeded, SimError, SimLaunchError,
+                     SimRuntimeError, TimeLimitExceeded)
+from ..checks.hb import HB, Shadow
+from ..checks.hb_warp import acc_check
+from ..frontend.limits import DEFAULT_LIMITS
+from .machine import CTA, Cluster
+from .memory import views
+from .lockstep import lockstep, step_gang
+from ..frontend.registry import JUMPED, RESCHED, YIELD
+from .residency import cluster_bytes, resident_clusters
+
+DEFAULT_BUDGET = 200_000_000
+#: default wall-clock limit per launch in seconds (env CUTEDSL_SIM_TIME_LIMIT overrides)
+DEFAULT_TIME_LIMIT = 900.0
+
+
+def default_time_limit():
+    """``CUTEDSL_SIM_TIME_LIMIT`` (validated by :mod:`cutedsl.envvars`) or the default."""
+    try:
+        t = envvars.get("CUTEDSL_SIM_TIME_LIMIT")
+    except envvars.EnvVarError as e:
+        raise SimLaunchError(str(e)) from None
+    return DEFAULT_TIME_LIMIT if t is None else t
+
+
+def _dims(d, name):
+    d = tuple(int(x) for x in (tuple(d) + (1, 1, 1))[:3]) if not isinstance(d, int) else (int(d), 1, 1)
+    if any(x < 1 for x in d):
+        raise SimLaunchError(f"{name} dimensions must be >= 1, got {d}")
+    return d
+
+
+def _dispose(cl) -> None:
+    """Break the cluster's reference cycles (warp <-> CTA <-> cluster <-> race-check state) once
+    it has run, so its memory (shared memory, register files, shadows) goes by reference
+    counting when the launch returns instead of waiting for Python's cyclic collector."""
+    for c in cl.ctas:
+        for w in c.warps:
+            w.__dict__.clear()
+        c.__dict__.clear()
+    cl.__dict__.clear()
+
+
+class Launch:
+    """One kernel launch on the emulator (see module docstring)."""
+
+    serial_counter = 0
+
+    def __init__(self, program, gmem, grid, block, params, *, cluster=(1, 1, 1), smem=0,
+                 budget=DEFAULT_BUDGET, race_check=True, dyn_smem_offset=0, quantum=20000,
+                 global_syms=None, chaos=None, time_limit=None, limits=None, sm_count=DEFAULT_SM_COUNT):
+        Launch.serial_counter += 1
+        self.serial = Launch.serial_counter
+        self.program = program
+        self.gmem = gmem
+        self.grid = _dims(grid, "grid")
+        self.block = _dims(block, "block")
+        cl = _dims(cluster, "cluster")
+        d = program.directives
+        req = d.get("reqnctapercluster")
+        if req is not None:
+            if cl == (1, 1, 1):
+                cl = tuple(req)
+            elif cl != tuple(req):
+                raise SimLaunchError(f"kernel {program.name!r} requires cluster {tuple(req)} (.reqnctapercluster), "
+                                     f"launched with {cl}")
+        self.cluster = cl
+        self.explicit_cluster = req is not None or "explicitcluster" in d or cl != (1, 1, 1)
+        nthreads = self.block[0] * self.block[1] * self.block[2]
+        if nthreads > 1024:
+            raise SimLaunchError(f"block {self.block} has {nthreads} threads; the limit is 1024")
+        if "reqntid" in d and tuple(d["reqntid"]) != self.block:
+            raise SimLaunchError(f"kernel {program.name!r} requires block {tuple(d['reqntid'])} (.reqntid), "
+                                 f"launched with {self.block}")
+        if "maxntid" in d:
+            mx = d["maxntid"]
+            if nthreads > mx[0] * mx[1] * mx[2]:
+                raise SimLaunchError(f"block {self.block} exceeds .maxntid {tuple(mx)}")
+        for i in range(3):
+            if self.grid[i] % cl[i]:
+                raise SimLaunchError(f"grid {self.grid} is not divisible by cluster {cl}")
+        ncl = cl[0] * cl[1] * cl[2]
+        if ncl > 16 or ("maxclusterrank" in d and ncl > d["maxclusterrank"]):
+            raise SimLaunchError(f"cluster {cl} has {ncl} CTAs (limit {d.get('maxclusterrank', 16)})")
+        # parameters
+        if len(params) != len(program.params):
+            raise SimLaunchError(f"kernel {program.name!r} takes {len(program.params)} parameters "
+                                 f"({', '.join(p.name for p in program.params)}), got {len(params)}")
+        size = (program.param_size + 15) // 16 * 16 + 16
+        buf = np.zeros(size, np.uint8)
+        for p, b in zip(program.params, params):
+            b = bytes(b)
+            if len(b) != p.size:
+                raise SimLaunchError(f"parameter {p.name!r} is {p.size} bytes (.{p.type}"
+                                     f"{'[%d]' % (p.size // max(1, 1)) if p.size > 8 else ''}), got {len(b)} bytes")
+            buf[p.offset:p.offset + p.size] = np.frombuffer(b, np.uint8)
+        self.param_buf = buf
+        self.param_views = views(buf)
+        self.param_size = program.param_size
+        # shared memory
+        smem = int(smem)
+        if smem < 0:
+            raise SimLaunchError("negative dynamic shared memory size")
+        static = program.static_smem
+        if smem + static > SMEM_LIMIT:
+            raise SimLaunchError(f"dynamic shared memory {smem} B + static {static} B exceeds the sm_90 limit "
+                                 f"of {SMEM_LIMIT} B per CTA")
+        self.dyn_smem = smem
+        al = program.dyn_align
+        self.dyn_base = (static + al - 1) // al * al + int(dyn_smem_offset)
+        self.smem_total = self.dyn_base + smem
+        memory_bytes = (limits or DEFAULT_LIMITS).memory_bytes
+        need = cluster_bytes(program, nthreads, ncl, self.smem_total, race_check, memory_bytes)
+        self.sm_count = int(sm_count)
+        self.resident, self.resident_limit = resident_clusters(
+            program, nthreads, ncl, self.smem_total, self.sm_count, need, memory_bytes)
+        self.budget = int(budget)
+        self.race_check = bool(race_check)
+        self.ghb = None             # GlobalHB (global-memory races between clusters), with race checks
+        self.quantum = int(quantum)
+        self.chaos = Chaos(chaos) if chaos is not None else None
+        self.seed = chaos
+        if self.race_check:
+            from ..checks.global_hb import GlobalHB
+            self.ghb = GlobalHB(self, chaos)
+        self.time_limit = float(time_limit) if time_limit is not None else default_time_limit()
+        self.changed = False     # a store changed memory this round (see _run_resident)
+        self.insts = 0
+        self._stepping = False       # a warp runs for lockstep.meets / step_gang (no nesting)
+        self.tmap_cache = {}         # param-space address -> decoded tensor map (tma.py)
+        self.printf = []
+        self.version = 0
+        self.cta_serial = 0
+        self.strict_tcgen05_fences = False      # SimBackend(strict_tcgen05_fences=...): tmem.tmem_order
+        self.global_syms = global_syms if global_syms is not None else {}
+        self.code = program.code
+
+    def global_addr(self, name):
+        a = self.global_syms.get(name)
+        if a is None:
+            var = next(v for v in self.program.globals if v.name == name)
+            al = self.gmem.alloc(max(var.size, 1), tag=f"module variable {name}")
+            if var.init:
+                esz = max(1, var.size // max(1, var.count))
+                data = b"".join(int(x & ((1 << (8 * esz)) - 1)).to_bytes(esz, "little") for x in var.init)
+                al.data[:len(data)] = np.frombuffer(data, np.uint8)
+            a = self.global_syms[name] = al.base
+        return a
+
+    # -- running -----------------------------------------------------------------------
+    def _clusters(self):
+        """The launch's clusters in launch order (x fastest), created when they become resident;
+        clusters cancelled by cluster launch control (:func:`cutedsl.sim.instructions.clc.cancel_cluster`) are skipped."""
+        gx, gy, gz = self.grid
+        cx, cy, cz = self.cluster
+        cid = 0
+        for kz in range(gz // cz):
+            for ky in range(gy // cy):
+                for kx in range(gx // cx):
+                    self.next_cluster = cid + 1
+                    if cid in self.cancelled:
+                        cid += 1
+                        continue
+                    cl = Cluster(cid)
+                    for z in range(cz):
+                        for y in range(cy):
+                            for x in range(cx):
+                                ctaid = (kx * cx + x, ky * cy + y, kz * cz + z)
+                                rank = x + cx * (y + cy * z)
+                                cl.ctas.append(CTA(self, ctaid, cl, rank, (x, y, z)))
+                                self.cta_serial += 1
+                    if self.race_check:
+                        cl.hb = HB(cl, self.seed)
+                        for c in cl.ctas:
+                            c.shadow = Shadow(c, cl.hb)
+                    yield cl
+                    cid += 1
+
+    def run(self):
+        self._t0 = time.perf_counter()
+        gx, gy, gz = self.grid
+        cx, cy, cz = self.cluster
+        self.clusters_total = (gx // cx) * (gy // cy) * (gz // cz)
+        self.clusters_started = 0
+        self.next_cluster = 0           # clusters from here on have not started
+        self.cancelled = set()          # ids of clusters cancelled by cluster launch control
+        self.live = []
+        pending = self._clusters()
+        with np.errstate(all="ignore"):
+            try:
+                self._run_resident(pending)
+            finally:
+                for cl in self.live:
+                    _dispose(cl)
+                self.live = []
+
+    def _admit(self, pending) -> None:
+        while len(self.live) < self.resident:
+            cl = next(pending, None)
+            if cl is None:
+                return
+            self.live.append(cl)
+            self.clusters_started += 1
+
+    def _run_resident(self, pending):
+        chaos = self.chaos
+        seen = set()
+        t_end = self._t0 + self.time_limit
+        self._admit(pending)
+        while self.live:
+            done = [cl for cl in self.live if all(w.done for c in cl.ctas for w in c.warps)]
+            if done:                   # exited clusters make room for the next ones in launch order
+                if chaos is not None:
+                    chaos.drain()
+                for cl in done:
+                    self.live.remove(cl)
+                    _dispose(cl)
+                self._admit(pending)
+                seen.clear()
+                continue
+            warps = [w for cl in self.live for c in cl.ctas for w in c.warps]
+            active = [w for w in warps if not w.done]
+            executed = 0
+            v0 = self.version
+            self.changed = False
+            if chaos is not None:
+                active = chaos.order(active)
+            for w in active:
+                if chaos is not None:
+                    chaos.step()
+                    n = self._run_warp(w, chaos.quantum())
+                else:
+                    # short runs while nothing changes, so a spinning loop repeats its state soon
+                    n = self._run_warp(w, 256 if seen else self.quantum)
+                executed += n
+                if self.insts > self.budget:
+                    raise InstructionBudgetExceeded(
+                        f"instruction budget of {self.budget} warp-instructions exceeded in kernel "
+                        f"{self.program.name!r} (cluster {w.cta.cluster.cid}); last warp: CTA {w.cta.ctaid} warp "
+                        f"{w.wid} at {self._where(w)}" + self._seed_note())
+            if time.perf_counter() > t_end:
+                raise TimeLimitExceeded(
+                    f"kernel {self.program.name!r} ran longer than the emulator's wall-clock limit of "
+                    f"{self.time_limit:g} s (time_limit= / CUTEDSL_SIM_TIME_LIMIT) after {self.insts} "
+                    f"warp-instructions\n" + self.deadlock_report(self.live, livelock=True, head=False))
+            if executed == 0:
+                if chaos is not None and chaos.run_one():
+                    continue
+                raise DeadlockError(self.deadlock_report(self.live))
+            if self.version == v0 and not self.changed:     # nothing observable changed
+                if chaos is not None and chaos.run_one():
+                    seen.clear()
+                    continue
+                fp = self._fingerprint(active)
+                if fp in seen:
+                    raise DeadlockError(self.deadlock_report(self.live, livelock=True))
+                seen.add(fp)
+                for w in active:
+                    w.spin_pcs.update(g.pc for g in w.groups)
+            elif seen:
+                seen.clear()
+                for w in warps:
+                    w.spin_pcs.clear()
+
+    @staticmethod
+    def _fingerprint(active):
+        """State of the live warps: PCs, lane masks, blocking reasons and register files."""
+        parts = []
+        for w in sorted(active, key=lambda x: (x.cta.cluster.cid, x.cta.rank, x.wid)):
+            parts.append((w.cta.cluster.cid, w.cta.rank, w.wid, tuple((g.pc, g.mask.tobytes(), g.blocked is not None)
+                                                   for g in w.groups),
+                          hash(w.u32.tobytes()), hash(w.u64.tobytes()), hash(w.p.tobytes()),
+                          hash(w.u16.tobytes())))
+        return hash(tuple(parts))
+
+    def _seed_note(self):
+        return (f"\n    (adversarial mode, seed {self.seed}; replay with CUTEDSL_SIM_CHAOS={self.seed})"
+                if self.seed is not None else "")
+
+    def _where(self, w):
+        if not w.groups:
+            return "exit"
+        g = min(w.groups, key=lambda x: x.pc)
+        return self.code[g.pc].where()
+
+    def _run_warp(self, w, quantum):
+        code = self.code
+        n = 0
+        w.poll = False
+        groups = w.groups
+        ins = None
+        try:
+            while not w.done and n < quantum:
+                g = None
+                for gg in groups:
+                    b = gg.blocked
+                    if b is not None:
+                        if not b.ready():
+                            continue
+                        gg.blocked = None
+                    if g is None or gg.pc < g.pc:
+                        g = gg
+                if g is None:
+                    break
+                gang = None             # (lo, hi): warps known to be at g.pc with w (lockstep.py)
+                others = None
+                if len(groups) > 1:
+                    others = {o.pc: o for o in groups if o is not g}
+                    run = [o.pc for o in groups if o is not g and o.blocked is None]
+                    min_other = min(run) if run else 1 << 62
+                while True:
+                    ins = code[g.pc]
+                    gi = ins.guard
+                    if gi >= 0:
+                        pv = w.p[gi]
+                        em = ~pv if ins.neg else pv
+                        if g.m is not None:
+                            em = em & g.mask
+                        c = int(np.count_nonzero(em))
+                        n += 1
+                        if c == 0:
+                            g.pc += 1
+                            gang = None
+                            if others is None and g.m is None:
+                                step_gang(self, w, g.pc - 1, ins)
+                            if others is not None:
+                                o = others.get(g.pc)
+                                if o is not None:
+                                    self._merge(w, g, o)
+                                    break
+                                if g.pc > min_other:
+                                    break
+                            continue
+                        m = g.m if c == g.count else em
+                    else:
+                        m = g.m
+                        n += 1
+                    if w.acc_bits and ins.rbits & w.acc_bits:
+                        acc_check(w, ins)
+                    if w.lazy_bits and ins.rbits & w.lazy_bits:
+                        w.held.settle(ins.rbits)
+                    if ins.batch and m is None and others is None and w.full:
+                        r, gang, more = lockstep(self, w, g, ins, gang, quantum - n)
+                        n += more
+                    else:
+                        gang = None
+                        pc0 = g.pc
+                        r = ins.fn(w, g, m)
+                        if m is None and others is None and r != YIELD and r != RESCHED:
+                            step_gang(self, w, pc0, ins)
+                    if r is None:
+                        g.pc += 1
+                    elif r == JUMPED:
+                        pass
+                    elif r == YIELD:
+                        if others is not None and g.pc in others:
+                            self._merge(w, g, others[g.pc])
+                        return n
+                    else:               # BLOCKED / RESCHED
+                        break
+                    if others is not None:
+                        o = others.get(g.pc)
+                        if o is not None:
+                            self._merge(w, g, o)
+                            break
+                        if g.pc > min_other:
+                            break
+                    if n >= quantum:
+                        return n
+                groups = w.groups
+        except SimError:
+            raise
+        except Exception as e:     # an emulator bug: name the instruction
+            where = ins.where() if ins is not None else "?"
+            raise SimRuntimeError(f"internal emulator error ({type(e).__name__}: {e})\n    at {where} "
+                                  f"(CTA {w.cta.ctaid}, warp {w.wid})") from e
+        finally:
+            w.insts += n
+            self.insts += n
+        return n
+
+    @staticmethod
+    def _merge(w, g, o):
+        g.set_mask(g.mask | o.mask)
+        g.blocked = None
+        w.groups.remove(o)
+
+    # -- diagnostics (cutedsl.sim.checks.deadlock) ------------------------------------------------
+    def deadlock_report(self, live, livelock=False, head=True):
+        """See :func:`cutedsl.sim.checks.deadlock.report`."""
+        from ..checks.deadlock import report
+        return report(self, live, livelock, head)

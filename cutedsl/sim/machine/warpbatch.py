@@ -1,0 +1,140 @@
+"""Register files and lockstep batches of warps.
+
+A CTA keeps one register array per class (``p``, 16, 32, 64 bit) of shape ``[nregs, 32 x
+warps]``; each :class:`machine.Warp` owns 32 columns of it through typed views
+(``u32``, ``f32``, ...). A :class:`WarpBatch` is the same views over the columns of a
+contiguous run of warps, so a decoded closure runs once for all of them
+(:mod:`cutedsl.sim.machine.lockstep`).
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from ..checks.shadow_words import words_of
+from .memory import CTA_SHARED, as_unsigned, element_index, write_noting_change
+
+
+
+def register_files(nregs, width):
+    """Register arrays ``[nregs, width]`` per class (p, 16, 32, 64 bit) for ``width`` lanes."""
+    return {"p": np.zeros((max(nregs["p"], 1), width), bool),
+            "h": np.zeros((max(nregs["h"], 1), width), np.uint16),
+            "r": np.zeros((max(nregs["r"], 1), width), np.uint32),
+            "d": np.zeros((max(nregs["d"], 1), width), np.uint64)}
+
+
+def set_register_views(obj, files, cols):
+    """Give ``obj`` the typed register views (``u32``, ``f32``, ...) of ``files[:, cols]``."""
+    obj.p = files["p"][:, cols]
+    obj.u16 = files["h"][:, cols]
+    obj.s16 = obj.u16.view(np.int16)
+    obj.f16 = obj.u16.view(np.float16)
+    obj.bf16 = obj.u16.view(ml_dtypes.bfloat16)
+    obj.u32 = files["r"][:, cols]
+    obj.s32 = obj.u32.view(np.int32)
+    obj.f32 = obj.u32.view(np.float32)
+    obj.u64 = files["d"][:, cols]
+    obj.s64 = obj.u64.view(np.int64)
+    obj.f64 = obj.u64.view(np.float64)
+
+
+class WarpBatch:
+    """Warps ``lo .. hi - 1`` of one CTA executing one register-only instruction together
+    (lockstep): the register views span their ``32 (hi - lo)`` lanes, so a decoded closure runs
+    once for all of them. Only instructions the decoder marked ``batch`` (arithmetic, logic,
+    comparisons, conversions and moves on registers, immediates and lane-invariant special
+    registers) run this way; see ``Launch._run_warp``."""
+
+    is_batch = True
+
+    def __init__(self, cta, lo, hi):
+        self.cta = cta
+        self.launch = cta.launch
+        self.lo, self.hi = lo, hi
+        self.full = True
+        self.deferred = []          # shared stores whose race check waits for flush()
+        set_register_views(self, cta.files, slice(32 * lo, 32 * hi))
+        ws = cta.warps[lo:hi]
+        self.sregs = {k: (np.concatenate([w.sregs[k] for w in ws]) if np.ndim(v) else v)
+                      for k, v in ws[0].sregs.items() if k != "%warpid"}
+        self.sregs["%warpid"] = np.repeat(np.arange(lo, hi, dtype=np.uint32), 32)
+
+    def sreg(self, name):
+        return self.sregs[name]
+
+    def flush(self):
+        """Record the deferred shared stores of this batch in the race detector at once
+        (``hb.Shadow.write_warps``). If a check fails, undo their bytes (newest first) and
+        replay them store by store, warp by warp -- the order the lockstep run executed them
+        in -- so the report (or a benign verdict) is exactly the per-warp one."""
+        d = self.deferred
+        if not d:
+            return
+        self.deferred = []
+        cta = self.cta
+        sh = cta.shadow
+        ws = cta.warps[self.lo:self.hi]
+        k = len(ws)
+        words = np.concatenate([e[0] for e in d])
+        sh.defer_mark[words] = False
+        owner = np.concatenate([np.repeat(np.arange(k), len(e[0]) // k) for e in d])
+        pcs = np.concatenate([np.full(len(e[0]), e[1].pc, np.int32) for e in d])
+        if sh.write_warps(words, ws, pcs, owner):
+            return
+        for _w, _ins, ix, old, _a, _v, esize, _n, _sp in reversed(d):
+            cta.sv[esize][ix] = old
+        for _w, ins, _ix, _old, a, vals, esize, n, space in d:
+            for j, w in enumerate(ws):
+                part = slice(32 * j, 32 * j + 32)
+                w.store(space, a[part], None, esize, n, vals[part], ins, True)
+
+    def _lanes(self, m):
+        return np.arange(32 * (self.hi - self.lo)) if m is None else np.flatnonzero(m)
+
+    def store(self, space, addr, m, esize, n, vals, ins, race=True):
+        """:meth:`Warp.store` for the batch: stores to the CTA's own shared memory whose lanes
+        touch distinct words at once (one bounds check, one race-detector update for all the
+        warps); anything else -- and every case that needs a report -- as each warp's own store
+        in turn, exactly as if they had run one after the other."""
+        ws = self.cta.warps[self.lo:self.hi]
+        k = 32 * len(ws)
+        vals = np.asarray(vals)
+        if vals.shape != (k, n):
+            vals = np.broadcast_to(vals, (k, n))
+        if m is None and self._store_shared(space, addr, esize, n, vals, ins, race, ws):
+            return
+        self.flush()                # the deferred stores come first
+        a = np.asarray(addr)
+        for j, w in enumerate(ws):
+            part = slice(32 * j, 32 * j + 32)
+            w.store(space, a[part] if a.ndim else a, None if m is None else m[part], esize, n, vals[part], ins, race)
+
+    def _store_shared(self, space, addr, esize, n, vals, ins, race, ws):
+        nb = esize * n
+        if space not in CTA_SHARED or not np.ndim(addr) or nb < 4:
+            return False
+        a = np.asarray(addr, np.uint64)
+        cta = self.cta
+        off = cta.own_offsets(a, nb)
+        if off is None:
+            return False
+        so = np.sort(off)           # lanes of different warps must not meet: else per warp
+        if int((so[1:] - so[:-1]).min()) < nb or cta.overlaps_mbarrier(int(so[0]), int(so[-1]) + nb):
+            return False
+        vals = as_unsigned(vals, esize)
+        v = cta.sv[esize]
+        ix = element_index(off, esize, n)
+        vv = vals[:, 0] if n == 1 else vals
+        sh = cta.shadow
+        if race and sh is not None:
+            # the race check of consecutive stores of a lockstep run is done once, at flush()
+            words = words_of(off, nb)
+            if sh.defer_mark is None:
+                sh.defer_mark = np.zeros(sh.n, bool)
+            if self.deferred and sh.defer_mark[words].any():
+                self.flush()            # overwrites a word a deferred store wrote: settle those first
+            self.deferred.append((words, ins, ix, v[ix].copy(), a.copy(), np.array(vals), esize, n, space))
+            sh.defer_mark[words] = True
+        write_noting_change(self.launch, v, ix, vv)
+        return True
