@@ -24,6 +24,7 @@ A: all ``64 * m_blocks`` rows, columns ``col0 .. col0 + 64``; B: the 64 rows (K)
 """
 from __future__ import annotations
 
+from ..arch import DEFAULT
 from ..errors import LayoutError
 from ..ir._lazy import lazy
 from .mma_traits import ATOM_M, CORE_ROWS, DEFAULT_SWIZZLE
@@ -34,6 +35,7 @@ S = lazy("cutedsl.ir.smem_tile")
 stm = lazy("cutedsl.atom.stmatrix")
 
 BLOCK = 16          #: rows and columns of the accumulator one stmatrix.x4 stores (per warp)
+X4 = 4              #: 8 x 8 matrices (registers) of one stmatrix.x4
 ROLES = ("A", "B")
 
 
@@ -93,13 +95,14 @@ def store_operand(acc, tile, role: str, col0: int = 0, warpgroup_thread=None) ->
     layout = check_operand_tile(acc, tile, role, col0)
     t = layout.traits
     trans = _trans(role, layout.major)
-    wt = V.thread_idx() % 128 if warpgroup_thread is None else warpgroup_thread
-    lane = wt % 32
+    a = DEFAULT
+    wt = V.thread_idx() % a.warpgroup_threads if warpgroup_thread is None else warpgroup_thread
+    lane = wt % a.warp_threads
     q, r8 = lane // CORE_ROWS, lane % CORE_ROWS
     # the chunk this lane addresses, relative to its warp's 16 x 16 block: rows, columns
     half_r, half_c = (q % 2) * CORE_ROWS, (q // 2) * CORE_ROWS
     d_r, d_c = (half_r, half_c + r8) if trans else (half_r + r8, half_c)
-    warp_row = (wt // 32) * FRAG_WARP_ROWS
+    warp_row = (wt // a.warp_threads) * FRAG_WARP_ROWS
     base = tile.address()
     eb = t.elem_bytes
     ncols = t.k_tile if role == "A" else tile.shape[0]
@@ -112,8 +115,9 @@ def store_operand(acc, tile, role: str, col0: int = 0, warpgroup_thread=None) ->
             else:                               # boxes of mn_box columns, k_tile rows each
                 row, cb = (mn // t.mn_box) * t.k_tile + k, (mn % t.mn_box) * eb
             off = S.swizzle_offset(V.u32(row * t.row_bytes + cb), tile.swizzle)
-            regs = [stm.pack_b16x2(acc.get(b, 8 * jj + 2 * r), acc.get(b, 8 * jj + 2 * r + 1), tile.dtype)
-                    for r in range(4)]
+            first = jj * (BLOCK // FRAG_PAIR)  # accumulator registers of columns 16 jj .. 16 jj + 15
+            regs = [stm.pack_b16x2(acc.get(b, first + FRAG_PAIR * r), acc.get(b, first + FRAG_PAIR * r + 1),
+                                   tile.dtype) for r in range(X4)]
             stm.stmatrix(base + V.to_type(off, "i64", signed=False), regs, trans=trans)
 
 
