@@ -52,7 +52,7 @@ def test_qk_then_pv_with_register_a(m, kv, d, dtype, v_major, rng):
     kern, specs = _kernel(m, kv, d, dtype, v_major)
     cvt = {"f16": "cvt.rn.f16x2.f32", "bf16": "cvt.rn.bf16x2.f32"}[dtype]
     assert norm(kern.ptx).count(cvt) == m * kv // 128 // 2      # one per pair of the thread's S values
-    assert kern.resources.spill_stores == 0
+    assert kern.resources.spill_stores == 0 and kern.resources.ptxas_messages == ()
     q, q64 = rounded(rng, (m, d), NP[dtype])
     k, k64 = rounded(rng, (kv, d), NP[dtype])
     v, v64 = rounded(rng, (kv, d), NP[dtype])

@@ -59,6 +59,7 @@ def test_register_a_wgmma_on_emulator(m, n, dtype, b_major, rng):
     assert all(f"m64n{n}k16.f32.{dtype}.{dtype}" in line for line in lines)
     assert all(norm(line).replace(" ", "").endswith(f"p,1,1,{1 if b_major == 'MN' else 0};") for line in lines)
     assert kern.resources.sass["HGMMA"] == len(lines) and kern.resources.spill_stores == 0
+    assert kern.resources.ptxas_messages == ()          # no injected waits, no serialised wgmma
     a, a64 = rounded(rng, (m, k), NP[dtype])
     bmat, b64 = rounded(rng, (k, n), NP[dtype])       # B as the math sees it: (K, N)
     glob = np.ascontiguousarray(bmat.T if b_major == "K" else bmat)
