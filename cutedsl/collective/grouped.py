@@ -161,7 +161,8 @@ class GroupedProblems:
       :data:`MAP_BYTES` each, encoded on the host before the launch: TMA reads them through their
       generic addresses; no ``fence.proxy.tensormap`` is needed, as nothing writes them while the
       grid runs -- PTX ISA, memory consistency model: tensormap proxy), ``d_ptrs`` (u64 pointer,
-      ``global`` epilogue only), the epilogue's scalar parameters, then the scheduler's ``problems``, ``groups``, ``units``;
+      ``global`` epilogue only), the epilogue's scalar parameters, then the scheduler's
+      ``problems``, ``groups``, ``units``;
     * :meth:`map_specs` -- the ``TensorMapSpec`` of each map in a table row (the host encodes them);
     * per work tile (group ``wt.l``): :meth:`unit_operands` (the group's A and B maps),
       :meth:`epilogue_context` (its M, N for clipping, K, and its D), :meth:`bind` (the
@@ -180,7 +181,7 @@ class GroupedProblems:
         self.d_kind = d_kind
         self.scheduler = self.scheduler_cls(tile_m, tile_n, raster, swizzle, sm_count, self.cluster,
                                             persistent=persistent)
-        self._maps = self._d_ptrs = None
+        self._maps = self._d_ptrs = self._problem = None
 
     @staticmethod
     def reason(*, decomposition="data-parallel", splits=None, batched=False, epilogue_params=(),
@@ -206,9 +207,6 @@ class GroupedProblems:
                     "D maps, not the scale factors'): use an f16, bf16, fp8 or tf32 dtype")
         return None
 
-    def config(self) -> dict:
-        return {"d_kind": self.d_kind, "maps": list(MAP_ORDER)}
-
     # -- host ----------------------------------------------------------------------
     def kernel_params(self, epilogue_params=()) -> list:
         """The kernel's parameters (``ParamSpec``), the epilogue's ``epilogue_params`` in place."""
@@ -221,10 +219,6 @@ class GroupedProblems:
         out of the kernel's ``tensor_maps`` (mainloop's and epilogue's)."""
         specs = {t.param: t for t in tensor_maps}
         return {name: specs[name] for name in MAP_ORDER if name in specs}
-
-    def table(self, shapes) -> tuple:
-        """Host: ``(problem table, units)`` of ``shapes`` (:func:`group_table` with this tile and cluster)."""
-        return group_table(shapes, self.tile_m, self.tile_n, self.cluster)
 
     # -- IR ------------------------------------------------------------------------
     def map_address(self, maps, g, name: str):
@@ -247,7 +241,8 @@ class GroupedProblems:
         self.scheduler.bind_params(args)
         self._maps = args.maps
         self._d_ptrs = args.d_ptrs if self.d_kind == "global" else None
-        return GroupedProblem(self.scheduler.groups, self.scheduler.total, self.scheduler)
+        self._problem = GroupedProblem(self.scheduler.groups, self.scheduler.total, self.scheduler)
+        return self._problem
 
     def unit_operands(self, mainloop, ops, wt):
         """``ops`` with group ``wt.l``'s A and B maps (what the producer loads work tile ``wt`` from)."""
@@ -257,14 +252,15 @@ class GroupedProblems:
     def epilogue_context(self, args, smem, wt, row_base, wg) -> EpilogueContext:
         """The :class:`EpilogueContext` of work tile ``wt``: its group's M, N (clipping), K and D
         (its map, or its address from ``d_ptrs``), seen by the epilogue as ``ctx.args.d``/``m``/``n``/``k``."""
-        m, n, k = self.scheduler.group_problem(wt.l)
+        problem = self._problem.group(wt.l)
+        m, n, k = problem.m, problem.n, problem.k
         if self.d_kind == "global":
             addr = cir.GlobalPtr(self._d_ptrs, "u64").load(wt.l)
             d = llvm.inttoptr(ir.Type.parse("!llvm.ptr<1>"), addr)
         else:
             d = self.map_address(self._maps, wt.l, "d")
         return EpilogueContext(wt.m0, wt.n0, m, n, _GroupArgs(args, d=d, m=m, n=n, k=k), smem, row_base,
-                               warpgroup=wg, problem=GemmProblem(m, n, k))
+                               warpgroup=wg, problem=problem)
 
 
 __all__ = ["GroupedTileScheduler", "GroupedProblems", "GroupedProblem", "group_table", "GROUP_FIELDS",
