@@ -119,7 +119,7 @@ def set_names(args) -> list:
     if bad or not names:
         raise UsageError("--set", f"{', '.join(bad) or '(empty)'} unknown; choose from "
                                   f"{', '.join(SET_NAMES)} or all")
-    if args.set == "all":           # the sets the architecture has kernels for (sm_100a: no grouped GEMM)
+    if args.set == "all":           # the sets the architecture has kernels for
         names = [n for n in names if _has_configs(args, n)]
     return names
 

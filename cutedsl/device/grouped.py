@@ -25,7 +25,8 @@ from .gemm import Gemm
 
 
 class GroupedGemm:
-    """A compiled grouped GEMM for one config (schedule ``cooperative`` or ``pingpong``; the
+    """A compiled grouped GEMM for one config (sm_90a: schedule ``cooperative`` or ``pingpong``;
+    sm_100a: ``warp_specialized``, the persistent tcgen05 kernel, ``mma_sm`` 1 or 2; the
     config's tile, stages, cluster, raster, dtypes, majors and epilogue apply to every group;
     fused nodes with scalar arguments only). ``backend`` and ``cache`` as for :class:`Gemm`.
     ``ConfigError`` for a config a grouped kernel cannot run."""
@@ -33,14 +34,15 @@ class GroupedGemm:
     @checked_arguments()
     def __init__(self, config: GemmConfig, backend="auto", *, cache=None):
         from ..collective.grouped import MAX_GROUPS
-        from ..kernel.grouped import GROUPED
+        from ..kernel.grouped import grouped_kernels
         if not isinstance(config, GemmConfig):
             raise ArgumentTypeError(f"config must be a GemmConfig, got {type(config).__name__}")
-        if config.schedule not in GROUPED:
-            raise ConfigError(f"GroupedGemm runs the persistent schedules ({', '.join(GROUPED)}), "
+        kinds = grouped_kernels(config.arch)
+        if config.schedule not in kinds:
+            raise ConfigError(f"GroupedGemm runs the persistent schedules ({', '.join(kinds)}), "
                               f"got schedule {config.schedule!r}")
         self.config = config
-        self._gemm = Gemm(config, backend, kernel=GROUPED[config.schedule], cache=cache)
+        self._gemm = Gemm(config, backend, kernel=kinds[config.schedule], cache=cache)
         self.kernel = self._gemm.kernel
         self.max_groups = MAX_GROUPS
 
