@@ -15,7 +15,7 @@ _LAZY = {
     "Gemm": "cutedsl.device.gemm",
     "GroupedGemm": "cutedsl.device.grouped",
     "CompiledKernel": "cutedsl.compiler.artifact",
-    "get_backend": "cutedsl.device.selection",
+    "get_backend": "cutedsl.runtime.selection",
     "load": "cutedsl.device.export",
     "tune": "cutedsl.device.tune",
 }

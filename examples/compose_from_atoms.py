@@ -15,7 +15,7 @@ from mlir.dialects import gpu, memref
 from cutedsl.atom import (Accumulator, MBarriers, TmaCopy, WarpgroupMMA, bulk_commit_group, bulk_wait_group,
                           tma_store_fence)
 from cutedsl.compiler import TensorMapSpec, compile_kernel
-from cutedsl.device import arrays, get_backend
+from cutedsl.runtime import arrays, get_backend
 from cutedsl.errors import LayoutError
 from cutedsl.ir import If, KernelBuilder, Loop, Param, SmemPlan, block_idx, index, thread_idx
 

@@ -11,7 +11,7 @@ import numpy as np
 from ..atom.mma_traits import PADDED_6BIT, SUBBYTE
 from ..dtypes import PACKED_TMA, dtype as _dtype
 from ..errors import ArgumentError, ArgumentTypeError
-from . import arrays
+from ..runtime import arrays
 
 
 def check_names(params, extra, internal=()) -> list:

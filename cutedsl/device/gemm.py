@@ -23,14 +23,15 @@ import time
 
 from ..dtypes import dtype as _dtype
 from ..errors import ArgumentError, ArgumentTypeError, CuteDSLError, LaunchError, NoDeviceError, checked_arguments
-from . import arrays, extras
-from .selection import check_backend_arg
+from ..runtime import arrays
+from . import extras
+from ..runtime.selection import check_backend_arg
 
 from ..problem import GemmProblem
 from .config import GemmConfig
-from .dlpack import wrap_like
+from ..runtime.dlpack import wrap_like
 from .operands import check_operands, layout_changes
-from .workspace import WorkspacePool
+from ..runtime.workspace import WorkspacePool
 
 class Gemm:
     """A compiled GEMM for one config, callable on any (M, N, K); see module docstring.
@@ -48,7 +49,7 @@ class Gemm:
 
     Thread-safe: one ``Gemm`` may be called from many threads; the kernel is compiled (or
     loaded) and its module loaded once. Each call frees the device memory it allocated (see
-    :meth:`prepare` and :mod:`cutedsl.device.arrays` for who owns what).
+    :meth:`prepare` and :mod:`cutedsl.runtime.arrays` for who owns what).
     """
 
     def __new__(cls, config=None, *args, **kwargs):
@@ -107,7 +108,7 @@ class Gemm:
         if b is None:
             with self._lock:
                 if self._backend is None:
-                    from .selection import get_backend
+                    from ..runtime.selection import get_backend
                     self._backend = get_backend(self._backend_name, self.config.arch)
                 b = self._backend
         return b
@@ -139,7 +140,7 @@ class Gemm:
         checked against the hardware's grid limits (gridDim.x 1..2^31-1, y and z 1..65535).
         Raises ``ArgumentError`` naming the problem, the grid dimension and the limit, before
         anything is compiled, allocated or launched."""
-        from .backend import MAX_GRID
+        from ..runtime.backend import MAX_GRID
         sched = getattr(self.kernel, "scheduler", None)
         if self.config.sm_count is None and getattr(sched, "persistent", False) and sched.sm_count is None:
             sched.sm_count = self._device_sm_count()
@@ -226,7 +227,7 @@ class Gemm:
         The device memory and tensor maps this call made (numpy operands' copies, a host
         result's device buffer) live as long as either callable, and are released when both
         are garbage collected or at once by ``launch.release()``. A device result returned to
-        the caller owns its memory (see :mod:`cutedsl.device.arrays`)."""
+        the caller owns its memory (see :mod:`cutedsl.runtime.arrays`)."""
         va, vb = arrays.TensorView.of(a, "a"), arrays.TensorView.of(b, "b")    # described once
         changes = self._layout_changes(va, vb)
         if changes:
@@ -368,8 +369,8 @@ class Gemm:
 
     def _workspace(self, be, scratch, values, problem):
         """The kernel's workspace parameters for ``problem`` from this Gemm's pool, into
-        ``values`` (:func:`cutedsl.device.workspace.provide`)."""
-        from .workspace import provide
+        ``values`` (:func:`cutedsl.runtime.workspace.provide`)."""
+        from ..runtime.workspace import provide
         return provide(self._workspaces, self.kernel, be, scratch, values, problem)
 
     def run(self, a, b, out=None, **extra):

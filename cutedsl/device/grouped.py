@@ -18,9 +18,10 @@ import numpy as np
 
 from ..dtypes import dtype as _dtype, same_storage
 from ..errors import ArgumentError, ArgumentTypeError, ConfigError, checked_arguments
-from . import arrays, extras
+from ..runtime import arrays
+from . import extras
 from .config import GemmConfig, _MAX_I32
-from .dlpack import wrap_like
+from ..runtime.dlpack import wrap_like
 from .gemm import Gemm
 
 

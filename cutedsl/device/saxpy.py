@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError
-from . import arrays
+from ..runtime import arrays
 
 
 def saxpy(alpha: float, x, y, *, tma: bool = False, backend="auto"):
@@ -14,7 +14,7 @@ def saxpy(alpha: float, x, y, *, tma: bool = False, backend="auto"):
     ``ArgumentTypeError``/``ArgumentError`` before any launch.
     """
     from ..kernel import SaxpyKernel, TmaSaxpyKernel
-    from .selection import get_backend
+    from ..runtime.selection import get_backend
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)):
         raise ArgumentTypeError(f"alpha must be a float, got {type(alpha).__name__}")
     x, y = np.asarray(x), np.asarray(y)
