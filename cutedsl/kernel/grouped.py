@@ -66,6 +66,20 @@ class GroupedGemmMixin:
         d = [Param("d_ptrs", "ptr", dtype="u64")] if self.epilogue.kind == "global" else []
         return [Param("maps", "ptr", dtype="u8")] + d + self.epilogue.kernel_params() + self.scheduler.kernel_params()
 
+    def host_params(self) -> list:
+        """The scheduler's group table and the per-group tables, filled by ``GroupedGemm``."""
+        return super().host_params() + ["maps", "d_ptrs"]
+
+    def d_by_tensor_map(self) -> bool:
+        """True when each group's D is a tensor map in the table (else an address in ``d_ptrs``)."""
+        return self.epilogue.kind == "tma"
+
+    def units_grid(self, units: int) -> tuple:
+        """CTAs ``(x, 1, 1)`` for ``units`` work units of all groups (persistent: at most what
+        the SMs hold)."""
+        s = self.scheduler
+        return (s.clusters_for(units) * s.cluster_size, 1, 1)
+
     def map_specs(self) -> dict:
         """The ``TensorMapSpec`` of each map in a group's row of the table, by name."""
         specs = {t.param: t for t in self.mainloop.tensor_maps() + self.epilogue.tensor_maps()}

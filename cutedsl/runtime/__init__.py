@@ -7,7 +7,10 @@ a user's atom-composed kernel).
   (:mod:`~cutedsl.runtime.selection`);
 * device arrays and operand views (:mod:`~cutedsl.runtime.arrays`,
   :mod:`~cutedsl.runtime.tensor_view`), DLPack (:mod:`~cutedsl.runtime.dlpack`);
-* zeroed workspaces kept between calls (:mod:`~cutedsl.runtime.workspace`).
+* zeroed workspaces kept between calls (:mod:`~cutedsl.runtime.workspace`);
+* one launch binding (:mod:`~cutedsl.runtime.binding`): from a compiled kernel's declared
+  parameters and the caller's values to host copies, tensor maps, workspace, packed
+  parameters, launch, results and release (:class:`Binding`).
 
 Layering: the runtime sits above the compiler artifact (``CompiledKernel``) and below the
 Device layer; it never imports ``cutedsl.device``, ``cutedsl.kernel`` or
@@ -16,5 +19,6 @@ Device layer; it never imports ``cutedsl.device``, ``cutedsl.kernel`` or
 """
 from .backend import Backend, DeviceBuffer, SMEM_LIMIT, check_tensor_map
 from .selection import get_backend, resolve
+from .binding import Binding
 
-__all__ = ["Backend", "DeviceBuffer", "SMEM_LIMIT", "check_tensor_map", "get_backend", "resolve"]
+__all__ = ["Backend", "DeviceBuffer", "SMEM_LIMIT", "check_tensor_map", "get_backend", "resolve", "Binding"]
