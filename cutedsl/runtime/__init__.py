@@ -10,7 +10,8 @@ a user's atom-composed kernel).
 * zeroed workspaces kept between calls (:mod:`~cutedsl.runtime.workspace`);
 * one launch binding (:mod:`~cutedsl.runtime.binding`): from a compiled kernel's declared
   parameters and the caller's values to host copies, tensor maps, workspace, packed
-  parameters, launch, results and release (:class:`Binding`).
+  parameters, launch, results and release -- :class:`Binding` for front ends, :func:`launch`
+  for a kernel composed from atoms (arrays and scalars by parameter name).
 
 Layering: the runtime sits above the compiler artifact (``CompiledKernel``) and below the
 Device layer; it never imports ``cutedsl.device``, ``cutedsl.kernel`` or
@@ -19,6 +20,7 @@ Device layer; it never imports ``cutedsl.device``, ``cutedsl.kernel`` or
 """
 from .backend import Backend, DeviceBuffer, SMEM_LIMIT, check_tensor_map
 from .selection import get_backend, resolve
-from .binding import Binding
+from .binding import Binding, launch
 
-__all__ = ["Backend", "DeviceBuffer", "SMEM_LIMIT", "check_tensor_map", "get_backend", "resolve", "Binding"]
+__all__ = ["Backend", "DeviceBuffer", "SMEM_LIMIT", "check_tensor_map", "get_backend", "resolve", "Binding",
+           "launch"]

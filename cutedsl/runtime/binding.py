@@ -10,10 +10,15 @@ parameter from the caller's value (:meth:`Binding.argument`), a workspace
 this is the one place kernel parameters are packed. Everything the binding allocated or encoded
 is released by :meth:`Binding.release` (or when the last callable holding it goes).
 
+:func:`launch` does all of it in one call for a kernel composed from atoms: the caller gives
+arrays and scalars by parameter name, never tensor-map or parameter bytes.
 """
 from __future__ import annotations
 
-from ..errors import ArgumentError, LaunchError
+import numpy as np
+
+from ..dtypes import PACKED_TMA, dtype as _dtype
+from ..errors import ArgumentError, ArgumentTypeError, LaunchError
 from . import arrays, params as _params
 
 
@@ -119,4 +124,69 @@ class Binding:
         self.scratch.release()
 
 
-__all__ = ["Binding"]
+def _device_array(be, name, v, spec):
+    """The device array behind tensor-map parameter ``name``: a numpy array is copied (rows
+    padded to 16 B), a device array used in place; its dtype must be the map's."""
+    want = None if spec.dtype in PACKED_TMA else _dtype(spec.dtype)
+    dev = arrays.describe(v, name)
+    if dev is None:
+        host = np.asarray(v)
+        if want is not None and host.dtype != want.numpy:
+            raise ArgumentTypeError(f"{name} has dtype {host.dtype}, its tensor map reads {spec.dtype} "
+                                    f"(numpy: {want.numpy})")
+        return arrays.to_device(be, host, pitch_align=16), True
+    if want is not None and dev[3].name != want.name:
+        raise ArgumentTypeError(f"{name} has dtype {dev[3].name}, its tensor map reads {spec.dtype}")
+    return arrays.DeviceArray(dev[0], tuple(dev[1]), tuple(dev[2]), dev[3], be, v), False
+
+
+def launch(kernel, grid, *, backend="auto", **args):
+    """Launch ``kernel`` (a ``CompiledKernel``, e.g. from ``compile_kernel``, or a ``Kernel``,
+    compiled on first use) on ``grid`` CTAs ``(x, y, z)`` and wait for it.
+
+    ``args``: one value per kernel parameter, by name. A ``tensormap`` parameter takes the
+    array its ``TensorMapSpec`` covers (numpy: copied to the device, rows padded to TMA's
+    16-byte pitch, and -- when writable -- copied back into it after the launch, since the
+    kernel may store through any map; a ``DeviceArray`` or
+    a torch/cupy/DLPack CUDA array: used in place, obeying TMA's rules); a ``ptr`` parameter a
+    device array (or numpy, copied in, and back when declared ``output``); a scalar a number.
+    ``backend``: a name (``"auto"``, ``"cuda"``, ``"sim"``) or a backend object.
+
+    Raises ``ArgumentError`` for a missing or unknown parameter name, a grid that is not three
+    positive ints, or an array breaking a TMA rule; ``ArgumentTypeError`` for a wrong dtype or
+    value type; all before anything is launched. What the call allocated is freed on return.
+    """
+    from .selection import check_backend_arg, get_backend
+    ck = kernel.compile() if hasattr(kernel, "compile") else kernel
+    names = [p.name for p in ck.params]
+    unknown, missing = sorted(set(args) - set(names)), [n for n in names if n not in args]
+    if unknown or missing:
+        raise ArgumentError(f"kernel {ck.entry!r} takes {', '.join(names) or 'no parameters'}: "
+                            f"unknown {unknown}, missing {missing}")
+    if len(tuple(grid)) != 3 or not all(isinstance(g, (int, np.integer)) and g >= 1 for g in grid):
+        raise ArgumentError(f"grid must be three positive ints (x, y, z), got {grid!r}")
+    check_backend_arg(backend)
+    be = get_backend(backend) if isinstance(backend, str) else backend
+    b = Binding(be, ck)
+    try:
+        for p in ck.params:
+            v = args[p.name]
+            if p.kind == "tensormap":
+                arr, copied = _device_array(be, p.name, v, b.specs[p.name])
+                if copied:
+                    b.own(arr)
+                    if isinstance(v, np.ndarray) and v.flags.writeable:    # the kernel may store through it
+                        b.copy_back.append((v, arr))
+                else:
+                    b.keep.append(v)
+                _params.check_tma_layout(p.name, arr)
+                b.tensor_map(p.name, arr)
+            else:
+                b.argument(p, v)
+        b.launcher(tuple(int(g) for g in grid))()
+        b.finish()
+    finally:
+        b.release()
+
+
+__all__ = ["Binding", "launch"]
