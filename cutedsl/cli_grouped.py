@@ -26,7 +26,7 @@ def run_grouped(args) -> tuple:
     import numpy as np
     from .collective import fusion
     from .device.grouped import GroupedGemm
-    from .device.selection import resolve
+    from .runtime.selection import resolve
     from .dtypes import tensor_core_value
     from .errors import CuteDSLError, NoDeviceError
     if args.load is not None:

@@ -134,7 +134,7 @@ def _has_configs(args, set_name) -> bool:
 
 def run_bench(args) -> int:
     from ..cliargs import UsageError
-    from ..device.selection import get_backend
+    from ..runtime.selection import get_backend
     from ..errors import NoDeviceError
     from . import libs, report
     from .runner import Sweep, header
@@ -211,7 +211,7 @@ def _write_files(args, result, report):
 
 
 def run_identity(args, backend, plan) -> int:
-    from ..device.selection import get_backend
+    from ..runtime.selection import get_backend
     from . import identity
     from .configs import config_dict  # noqa: F401 - keeps the config fields in one place
     cfgs = list(dict.fromkeys(c for _, cs in plan for c in cs))

@@ -213,6 +213,16 @@ class GroupedProblems:
         d = [Param("d_ptrs", "ptr", dtype="u64")] if self.d_kind == "global" else []
         return [Param("maps", "ptr", dtype="u8")] + d + list(epilogue_params) + self.scheduler.kernel_params()
 
+    def host_params(self) -> list:
+        """Names of the parameters the grouped front end fills (not the caller): the tables."""
+        return ["maps", "d_ptrs"]
+
+    def units_grid(self, units: int) -> tuple:
+        """CTAs ``(x, 1, 1)`` for ``units`` work units of all groups (persistent: at most what
+        the SMs hold)."""
+        s = self.scheduler
+        return (s.clusters_for(units) * s.cluster_size, 1, 1)
+
     @staticmethod
     def map_specs(tensor_maps) -> dict:
         """The ``TensorMapSpec`` of each map of a table row, by name (:data:`MAP_ORDER` order),

@@ -202,13 +202,24 @@ class WarpSpecializedGemmKernel(GemmKernel):
         return {**super().config(), "stages": self.stages, "consumers": self.consumer_warpgroups,
                 "scheduler": self.scheduler.config()}
 
-
     def params(self):
         """The GEMM parameters; a grouped kernel's are its problem visitor's
         (:meth:`~cutedsl.collective.grouped.GroupedProblems.kernel_params`)."""
         if self.groups is None:
             return super().params()
         return self.groups.kernel_params(self.epilogue.kernel_params())
+
+    def host_params(self) -> list:
+        base = super().host_params()
+        return base if self.groups is None else base + self.groups.host_params()
+
+    def d_by_tensor_map(self) -> bool:
+        """A grouped kernel: each group's D is a tensor map in the table (else an address in ``d_ptrs``)."""
+        return self.groups.d_kind == "tma"
+
+    def units_grid(self, units: int) -> tuple:
+        """A grouped kernel: CTAs for ``units`` work units of all groups."""
+        return self.groups.units_grid(units)
 
     def map_specs(self) -> dict:
         """A grouped kernel: the ``TensorMapSpec`` of each map in a group's row of the table, by name."""
@@ -388,6 +399,18 @@ class PingpongGemmKernel(WarpSpecializedGemmKernel):
         if self.groups is None:
             return super().params()
         return self.groups.kernel_params(self.epilogue.kernel_params())
+
+    def host_params(self) -> list:
+        base = super().host_params()
+        return base if self.groups is None else base + self.groups.host_params()
+
+    def d_by_tensor_map(self) -> bool:
+        """A grouped kernel: each group's D is a tensor map in the table (else an address in ``d_ptrs``)."""
+        return self.groups.d_kind == "tma"
+
+    def units_grid(self, units: int) -> tuple:
+        """A grouped kernel: CTAs for ``units`` work units of all groups."""
+        return self.groups.units_grid(units)
 
     def map_specs(self) -> dict:
         """A grouped kernel: the ``TensorMapSpec`` of each map in a group's row of the table, by name."""
