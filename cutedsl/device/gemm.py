@@ -234,6 +234,7 @@ class Gemm:
         m, n, k, l, la, lb = self._check_operands(va, vb)
         internal = [p.name for p in self.kernel.scheduler.kernel_params()] if hasattr(self.kernel, "scheduler") else []
         declared = extras.check_names(self.kernel.params(), extra, internal)
+        extras.check_scalars(declared, extra)         # alpha=1e40 / nan: named now, not after compiling
         grid = self.grid(m, n, k, l)
         kern = self.compiled
         be = self.backend

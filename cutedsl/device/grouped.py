@@ -102,6 +102,7 @@ class GroupedGemm:
         kern_obj = self.kernel
         internal = [p.name for p in kern_obj.scheduler.kernel_params()] + ["maps", "d_ptrs"]
         declared = extras.check_names(kern_obj.params(), extra, internal)
+        extras.check_scalars(declared, extra)
         be = self.backend
         for va, vb, _ in groups:
             arrays.check_backend_of(va.owner, be, va.name)
