@@ -86,7 +86,7 @@ def test_scalar_parameter_out_of_f32_range_is_refused_before_compiling(value):
 
 def test_integer_scalar_parameters_are_range_checked():
     from cutedsl.compiler.artifact import ParamSpec
-    from cutedsl.device.extras import scalar
+    from cutedsl.runtime.params import scalar
     assert scalar(ParamSpec("x", "i32"), 2 ** 31 - 1) == 2 ** 31 - 1
     with pytest.raises(ArgumentError, match=r"x must fit a i32 kernel parameter \(-2147483648..2147483647\), got 2147483648"):
         scalar(ParamSpec("x", "i32"), 2 ** 31)
