@@ -4,6 +4,11 @@
   range); :func:`exp` scales by log2(e) first.
 * :func:`tanh` -- ``1 - 2 / (exp(2x) + 1)``: absolute error ~1e-7, far tighter than
   ``tanh.approx.f32`` (relative 2^-11), and saturating to +-1 without NaN for large |x|.
+* :func:`tanh_approx` -- ``tanh.approx.f32`` (PTX ISA 9.7.4.9, sm_75+: one MUFU.TANH, maximum
+  relative error about 2^-11): FlashAttention's softcap ``c * tanh(s / c)``, whose result is
+  rounded to 16 bits (P) anyway.
+* :func:`log2_approx` -- ``lg2.approx.ftz.f32`` (PTX ISA 9.7.4.6: maximum absolute error 2^-22 for
+  inputs in [0.5, 2], relative elsewhere): the log-sum-exp of an attention row.
 * :func:`erf` -- Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7), odd-symmetric.
 * :func:`minimum` / :func:`maximum` -- ``arith.minimumf`` / ``maximumf`` (NaN-propagating,
   ``min.NaN.f32`` / ``max.NaN.f32``); :func:`fmin` / :func:`fmax` -- ``min.f32`` / ``max.f32``
@@ -50,6 +55,18 @@ def tanh(x) -> Scalar:
     return 1.0 - 2.0 / (exp(_f32(x) * 2.0) + 1.0)
 
 
+def tanh_approx(x) -> Scalar:
+    """``tanh(x)`` by ``tanh.approx.f32`` (one instruction; relative error ~2^-11)."""
+    x = _f32(x)
+    return Scalar(llvm.inline_asm(ir.F32Type.get(), [x], "tanh.approx.f32 $0, $1;", "=f,f"))
+
+
+def log2_approx(x) -> Scalar:
+    """``log2(x)`` by ``lg2.approx.ftz.f32`` (``log2(0) = -inf``, ``log2(+inf) = +inf``)."""
+    x = _f32(x)
+    return Scalar(llvm.inline_asm(ir.F32Type.get(), [x], "lg2.approx.ftz.f32 $0, $1;", "=f,f"))
+
+
 def erf(x) -> Scalar:
     """Error function (Abramowitz & Stegun 7.1.26 on |x|, sign restored)."""
     x = _f32(x)
@@ -91,4 +108,4 @@ def fma(a, b, c) -> Scalar:
     return Scalar(math.fma(_f32(a), _f32(b), _f32(c)))
 
 
-__all__ = ["exp2", "exp", "tanh", "erf", "minimum", "maximum", "fmin", "fmax", "rcp_approx", "fma", "LOG2E"]
+__all__ = ["exp2", "exp", "tanh", "tanh_approx", "log2_approx", "erf", "minimum", "maximum", "fmin", "fmax", "rcp_approx", "fma", "LOG2E"]
