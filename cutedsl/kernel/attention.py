@@ -135,6 +135,11 @@ class AttentionFwdKernel(Kernel):
         """CTAs for an ``AttentionProblem`` (varlen: ``seqlen_q`` is the longest sequence)."""
         return (max(1, -(-problem.seqlen_q // BLOCK_M)), problem.heads, problem.batch)
 
+    def tensor_map_extent(self, shape, strides) -> tuple:
+        """Host: ``(shape, strides)`` of the Q/K/V tensor maps over an operand of numpy
+        ``shape`` / byte ``strides`` in FlashAttention's layout (heads before the sequence)."""
+        return self.operands.map_extent(tuple(shape), tuple(strides), self.varlen)
+
     def scalar_values(self, problem, softmax_scale: float, softcap=None, window=(-1, -1)) -> dict:
         """Host: the scalar parameters for ``problem`` (an ``AttentionProblem`` of ints), the
         scale, the softcap and the band ``window = (left, right)`` (``-1``: unbounded)."""
