@@ -99,7 +99,7 @@ def check_call(views, cu_q, cu_k, max_q, max_k) -> tuple:
     for x in views:
         if len(x.shape) != rank:
             raise ArgumentError(f"{x.name} must be {layout}{' with cu_seqlens' if varlen else ''}, got shape {x.shape}")
-        if x.strides[-1] != x.dtype.nbytes:
+        if 0 not in x.shape and x.strides[-1] != x.dtype.nbytes:     # (an empty array has no layout)
             raise ArgumentError(f"{x.name}: the last dimension (head_dim) must be contiguous (stride "
                                 f"{x.dtype.nbytes} B), got {x.strides[-1]} B: pass a contiguous array")
     if k.shape[:-1] != v.shape[:-1]:
@@ -187,22 +187,23 @@ class Attention:
         cfg = self._config(problem, views[0].dtype.name)
         for x, n in zip((q, k, v), NAMES):
             arrays.check_backend_of(x, self.backend, n)
+        q = views[0]
+        o_shape = q.shape
+        lse_shape = (q.shape[1], q.shape[0]) if cq is not None else (q.shape[0], q.shape[2], q.shape[1])
+        if 0 in q.shape or 0 in views[1].shape:          # no query, or no key: O = 0, LSE = +inf, no launch
+            o = np.zeros(o_shape, q.dtype.numpy)
+            lse = np.full(lse_shape, np.inf, np.float32)
+            if q.on_host:
+                return o, lse
+            be = self.backend
+            return wrap_like(arrays.to_device(be, o), q.framework), wrap_like(arrays.to_device(be, lse), q.framework)
         kern = self._kernel(cfg, local=(left, right) != (-1, -1), softcap=cap is not None, varlen=cq is not None)
-        return self._run(kern, views, problem, cq, ck, scale, cap, (left, right))
+        return self._run(kern, views, problem, cq, ck, scale, cap, (left, right), o_shape, lse_shape)
 
-    def _run(self, kern, views, problem, cq, ck, scale, cap, window):
+    def _run(self, kern, views, problem, cq, ck, scale, cap, window, o_shape, lse_shape):
         be, (q, k, v) = self.backend, views
         on_host = q.on_host
-        o_shape = q.shape[:-1] + (q.shape[-1],)
-        lse_shape = (q.shape[1], q.shape[0]) if cq is not None else (q.shape[0], q.shape[2], q.shape[1])
         dt = q.dtype
-        nothing = 0 in q.shape or 0 in k.shape          # no query, or no key: no launch
-        if nothing:
-            o = np.zeros(o_shape, dt.numpy)
-            lse = np.full(lse_shape, np.inf, np.float32)
-            if on_host:
-                return o, lse
-            return (wrap_like(arrays.to_device(be, o), q.framework), wrap_like(arrays.to_device(be, lse), q.framework))
         bind = Binding(be, kern.compile())
         try:
             devs = []
