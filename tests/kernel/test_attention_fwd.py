@@ -122,3 +122,24 @@ def test_block_ranges_on_the_host():
             if r.n_max > r.n_min:
                 assert rows[:, (r.n_max - 1) * BLOCK_N:r.n_max * BLOCK_N].any()
                 assert rows[:, r.n_min * BLOCK_N:(r.n_min + 1) * BLOCK_N].any()
+
+
+def test_sass_bf16_head_dim_128():
+    """ptxas' code for the FlashAttention-3 schedule (bf16, head dim 128, ping-pong): no spills,
+    setmaxnreg 24 / 240, and per 128-key block of the unmasked main loop exactly FlashAttention-3's
+    mix (docs/measurements.md): 16 HGMMA.64x128x16, 66 MUFU.EX2 (64 of P, 2 corrections), 68 FMNMX,
+    4 SHFL (row max only: the row sums are reduced once, after the loop), 32 F2FP."""
+    import collections
+    from cutedsl.compiler.sass_loops import hot_loop
+    from cutedsl.compiler.toolchain import sass
+    from cutedsl.kernel.attention import AttentionFwdKernel
+    ck = AttentionFwdKernel(128, "bf16", overlap=True, pingpong=True).compile()
+    assert ck.resources.spill_stores == 0 and ck.resources.spill_loads == 0
+    text = sass(ck.cubin)
+    regs = [ln.split()[-2].rstrip(";") for ln in text.splitlines() if "USETMAXREG" in ln]
+    assert sorted(int(r, 16) for r in regs) == [24, 240], regs
+    loop = hot_loop(text)
+    h = collections.Counter(loop["histogram"])
+    assert (h["HGMMA"], h["MUFU"], h["FMNMX"], h["SHFL"], h["F2FP"]) == (16, 66, 68, 4, 32), h
+    assert loop["instructions"] < 480, loop["instructions"]
+    assert sum("HGMMA.64x128x16" in ln for ln in text.splitlines()) >= 16
