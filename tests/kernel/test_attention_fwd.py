@@ -143,3 +143,27 @@ def test_sass_bf16_head_dim_128():
     assert (h["HGMMA"], h["MUFU"], h["FMNMX"], h["SHFL"], h["F2FP"]) == (16, 66, 68, 4, 32), h
     assert loop["instructions"] < 480, loop["instructions"]
     assert sum("HGMMA.64x128x16" in ln for ln in text.splitlines()) >= 16
+
+
+def test_score_and_mask_hooks(rng, sim):
+    """FlexAttention-style hooks by subclass, called per accumulator element with IR (batch, head,
+    q_idx, kv_idx): an ALiBi-like score_mod and a mask_mod, against the reference's numpy hooks."""
+    from cutedsl.collective.attention_softmax import OnlineSoftmax
+    from cutedsl.kernel.attention import AttentionFwdKernel
+
+    class Alibi(OnlineSoftmax):
+        def score_mod(self, score, batch, head, q_idx, kv_idx):
+            return score + (kv_idx - q_idx).to("f32") * 0.05 * (head + 1).to("f32")
+
+    class Sparse(AttentionMask):
+        def mask_mod(self, batch, head, q_idx, kv_idx):
+            return ((q_idx + kv_idx + batch) % 3).ne(0)
+
+    class Hooked(AttentionFwdKernel):
+        softmax_cls, mask_cls = Alibi, Sparse
+
+    q, k, v = _qkv(rng, "bf16", (2, 70, 2, 64), (2, 150, 2, 64))
+    o, lse = Attention(AttentionConfig(head_dim=64), sim, kernel_cls=Hooked)(q, k, v, softmax_scale=0.2)
+    check(o, lse, q, k, v, "bf16", softmax_scale=0.2,
+          score_mod=lambda s, b, h, qi, kj: s + (kj - qi) * 0.05 * (h + 1),
+          mask_mod=lambda b, h, qi, kj: (qi + kj + b) % 3 != 0)
