@@ -85,7 +85,7 @@ class HookValue:
 
     def _int_only(self, o, name, reverse=False):
         if self.v.is_float or (isinstance(o, HookValue) and o.v.is_float) or isinstance(o, float):
-            raise TypeError(f"{name} is defined on integers only in a hook (float // and % would not "
+            raise TypeError(f"{'//' if 'floordiv' in name else '%'} is defined on integers only in a hook (float // and % would not "
                             f"match numpy's floor semantics): use where() / a float expression")
         return self._op(o, name, reverse)
 

@@ -298,8 +298,7 @@ class AttentionHooks:
         """IR: the hooks over kernel ``args`` (a namespace with each :meth:`kernel_params` name)
         and ``problem`` (``AttentionProblem`` or dict with ``batch, heads, seqlen_q, seqlen_k``
         as IR i32 or ints)."""
-        dims = {n: _size(problem, n) for n in DIMS}
-        dims = {n: v if isinstance(v, int) else lift(v) for n, v in dims.items()}
+        dims = {n: lift(_size(problem, n)) for n in DIMS}     # ints too: `~(ctx.x == y)` must be a predicate
         vals = dict(dims)
         for p in self.kernel_params():
             a = getattr(args, p.name)
@@ -312,7 +311,7 @@ class AttentionHooks:
         """numpy context: the sizes as ints and each parameter from ``args`` (by name), checked:
         ``ArgumentError`` for a missing one or a shape that disagrees with the declaration."""
         dims = {n: int(_size(problem, n)) for n in DIMS}
-        vals = dict(dims)
+        vals = {n: np.int64(v) for n, v in dims.items()}     # numpy scalars: ~(x == y) is a logical not
         for p in self.kernel_params():
             if p.name not in args:
                 raise ArgumentError(f"the attention hooks read {p.name!r}: pass it")
@@ -340,8 +339,14 @@ class AttentionHooks:
         return sm, mm
 
 
+def _np(*xs) -> tuple:
+    """Indices as int64 numpy values: on a Python int, ``~(h == 1)`` would be the integer -2."""
+    return tuple(np.asarray(x, np.int64) if not isinstance(x, np.ndarray) else x for x in xs)
+
+
 def host_score(hook, s, b, h, qi, kj, ctx) -> np.ndarray:
-    out = hook.evaluate((s, b, h, qi, kj), ctx, host=True)
+    """numpy: ``hook`` (a ScoreMod) on float64 scores ``s``; HookError for a predicate result."""
+    out = hook.evaluate((np.asarray(s, np.float64),) + _np(b, h, qi, kj), ctx, host=True)
     if isinstance(out, (bool, np.bool_)) or getattr(out, "dtype", None) == np.bool_:
         raise HookError(f"{hook.describe()} returned a predicate: a score_mod returns the score (f32); "
                         f"to mask, use a mask_mod or where(pred, score, float('-inf'))")
@@ -349,7 +354,8 @@ def host_score(hook, s, b, h, qi, kj, ctx) -> np.ndarray:
 
 
 def host_keep(hook, b, h, qi, kj, ctx) -> np.ndarray:
-    out = hook.evaluate((b, h, qi, kj), ctx, host=True)
+    """numpy: ``hook`` (a MaskMod) -> bool array; HookError for a result that is no predicate."""
+    out = hook.evaluate(_np(b, h, qi, kj), ctx, host=True)
     if not (isinstance(out, (bool, np.bool_)) or getattr(out, "dtype", None) == np.bool_):
         raise HookError(f"{hook.describe()} returned {type(out).__name__} "
                         f"{getattr(out, 'dtype', '')}: a mask_mod returns a predicate, e.g. q_idx >= kv_idx")
