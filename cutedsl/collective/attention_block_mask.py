@@ -128,7 +128,7 @@ def build_block_mask(mask_mod, problem, block_m: int, block_n: int, args=None,
         if not isinstance(v, int) or v <= 0:
             raise ArgumentError(f"{name} must be a positive int (the kernel's tile), got {v!r}")
     ctx = hooks.host_context(args or {}, problem)
-    B, H, SQ, SK = ctx.batch, ctx.heads, ctx.seqlen_q, ctx.seqlen_k
+    B, H, SQ, SK = (int(getattr(ctx, n)) for n in ("batch", "heads", "seqlen_q", "seqlen_k"))
     QB, KB = -(-SQ // block_m), -(-SK // block_n)
     b = np.arange(B).reshape(B, 1, 1, 1)
     h = np.arange(H).reshape(1, H, 1, 1)
