@@ -297,3 +297,35 @@ def test_missing_ctx_name_lists_what_ctx_holds():
             return score * ctx.temperature
     _build_err(AttentionHooks(Reads()), r"ctx has no 'temperature': it holds batch, heads, seqlen_k, seqlen_q; "
                                         r"declare a parameter in the hook's params\(\)")
+
+
+def test_scalar_abs_floor_ops_and_tanh_approx_on_the_emulator(sim):
+    """The IR pieces under the hooks: ``abs`` (i32, wrapping at INT_MIN like ``abs.s32``; f32, -0
+    -> +0, NaN stays NaN), ``//`` and ``%`` with Python's signs, ``tanh.approx.f32`` within 2^-11."""
+    from cutedsl.compiler import compile_kernel
+    from cutedsl.ir import GlobalPtr, KernelBuilder, thread_idx
+    from cutedsl.ir.fmath import tanh_approx
+    from cutedsl.runtime import arrays, launch
+    ints = np.array([-2 ** 31, -7, -6, -1, 0, 1, 5, 2 ** 31 - 1], np.int32)
+    divs = np.array([3, -3, 4, -4, 7, -7, 2, -2], np.int32)
+    flts = np.array([-0.0, 0.0, -1.5, np.nan, -np.inf, 3e-3, -20.0, 0.5], np.float32)
+    kb = KernelBuilder("scalar_ops", [Param(n, "ptr") for n in ("i", "d", "f", "oi", "of")], block=(8,))
+    with kb.build() as a:
+        t = thread_idx()
+        x, d, y = GlobalPtr(a.i, "i32").load(t), GlobalPtr(a.d, "i32").load(t), GlobalPtr(a.f, "f32").load(t)
+        oi, of = GlobalPtr(a.oi, "i32"), GlobalPtr(a.of, "f32")
+        for k, v in enumerate((abs(x), x // d, x % d)):
+            oi.store(t * 3 + k, v)
+        of.store(t * 2, abs(y))
+        of.store(t * 2 + 1, tanh_approx(y))
+    oi, of = (arrays.to_device(sim, np.zeros(n, dt)) for n, dt in ((24, np.int32), (16, np.float32)))
+    launch(compile_kernel(kb), (1, 1, 1), i=ints, d=divs, f=flts, oi=oi, of=of, backend=sim)
+    gi, gf = arrays.to_host(oi).reshape(8, 3), arrays.to_host(of).reshape(8, 2)
+    i64, d64 = ints.astype(np.int64), divs.astype(np.int64)
+    assert list(gi[:, 0]) == [-2 ** 31] + [abs(int(v)) for v in ints[1:]]
+    assert list(gi[:, 1]) == list(((i64 // d64 + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32))
+    assert list(gi[:, 2]) == list(i64 % d64)
+    assert np.array_equal(gf[:, 0], np.abs(flts), equal_nan=True) and not np.signbit(gf[0, 0])
+    want = np.tanh(flts.astype(np.float64))
+    fin = ~np.isnan(want)
+    assert np.all(np.abs(gf[fin, 1] - want[fin]) <= TANH_REL * np.abs(want[fin])) and np.isnan(gf[3, 1])
