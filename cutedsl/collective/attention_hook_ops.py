@@ -67,7 +67,8 @@ class HookValue:
         else:
             raise TypeError(f"a hook value cannot be combined with {type(o).__name__}")
         a = self.v
-        fl = want_float or a.is_float or (isinstance(b, float)) or (not isinstance(b, (bool, int)) and b.is_float)
+        b_float = isinstance(b, float) or (not isinstance(b, (bool, int)) and b.is_float)
+        fl = want_float or a.is_float or b_float
         if fl:
             a = _float(a)
             b = _float(b) if not isinstance(b, (int, float)) else float(b)

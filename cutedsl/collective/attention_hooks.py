@@ -74,7 +74,12 @@ class _Hook:
         return []
 
     def _fn(self):
-        return getattr(self, self.role)
+        fn = getattr(self, self.role, None)
+        if fn is None:
+            raise HookError(f"{type(self).__qualname__} is a {self.role} class without a {self.role} "
+                            f"method: define {self.role}(self, "
+                            f"{', '.join(self.ARGS)}[, ctx])")
+        return fn
 
     def describe(self) -> str:
         """``role name (file:line)``: how errors name this hook."""

@@ -100,4 +100,5 @@ def fma(a, b, c) -> Scalar:
     return Scalar(math.fma(_f32(a), _f32(b), _f32(c)))
 
 
-__all__ = ["exp2", "exp", "tanh", "tanh_approx", "erf", "minimum", "maximum", "fmin", "fmax", "rcp_approx", "fma", "LOG2E"]
+__all__ = ["exp2", "exp", "tanh", "tanh_approx",
+           "erf", "minimum", "maximum", "fmin", "fmax", "rcp_approx", "fma", "LOG2E"]

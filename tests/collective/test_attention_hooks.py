@@ -261,6 +261,12 @@ def test_wrong_signatures_fail_on_construction():
     with pytest.raises(HookError, match=r"score_mod must be a callable or a ScoreMod instance, got int"):
         AttentionHooks(3)
 
+    class NoMethod(ScoreMod):
+        pass
+    with pytest.raises(HookError, match=r"NoMethod is a score_mod class without a score_mod method: define "
+                                        r"score_mod\(self, score, batch, head, q_idx, kv_idx\[, ctx\]\)"):
+        AttentionHooks(NoMethod())
+
 
 def test_parameter_declarations_are_checked():
     class Bad(MaskMod):
