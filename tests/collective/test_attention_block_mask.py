@@ -42,8 +42,9 @@ def brute_kind(keep, bm=BM, bn=BN):
 
 
 def _docs(rng):
-    """Two documents per sequence, split at a random token past 40 (long enough for FULL blocks)."""
-    cut = rng.integers(40, 90, (PROBLEM["batch"], 1))
+    """Two documents per sequence, split at a random token >= 48: then q block 2 (queries 32..47)
+    x KV block 0 (keys 0..23) lies in document 0 below the diagonal, a FULL block for sure."""
+    cut = rng.integers(48, 90, (PROBLEM["batch"], 1))
     return (np.arange(PROBLEM["seqlen_k"])[None, :] >= cut).astype(np.int32)
 
 
