@@ -121,7 +121,8 @@ def build_block_mask(mask_mod, problem, block_m: int, block_n: int, args=None,
     at most about ``max_elements`` pairs per evaluation. Raises ``ArgumentError`` for block sizes
     that are not positive ints, ``HookError`` for a mask_mod that does not return predicates."""
     from .attention_hooks import AttentionHooks, host_keep
-    hooks = mask_mod if isinstance(mask_mod, AttentionHooks) else AttentionHooks(mask_mod=mask_mod)
+    # only the mask's own parameters are needed (not a score_mod's)
+    hooks = AttentionHooks(mask_mod=mask_mod.mask_mod if isinstance(mask_mod, AttentionHooks) else mask_mod)
     if hooks.mask_mod is None:
         raise ArgumentError("build_block_mask needs a mask_mod")
     for name, v in (("block_m", block_m), ("block_n", block_n)):

@@ -10,7 +10,7 @@ import pytest
 
 from cutedsl.collective.attention_block_mask import (FULL, PARTIAL, SKIP, BlockMaskView, block_mask_params,
                                                      build_block_mask)
-from cutedsl.collective.attention_hook_builtins import Causal, DocumentMask, SlidingWindow, and_masks
+from cutedsl.collective.attention_hook_builtins import Alibi, Causal, DocumentMask, SlidingWindow, and_masks
 from cutedsl.collective.attention_hooks import AttentionHooks
 from cutedsl.compiler.identity import kernel_key
 from cutedsl.errors import ArgumentError, HookError
@@ -83,6 +83,8 @@ def test_block_skippable_and_checks():
     assert not bmask.block_skippable(1, 2, range(0, 2), range(1, 5))  # queries 16..31 see key 24
     assert bmask.block_skippable(0, 0, (0, 3), (4, 5))                 # keys 96.. after queries < 48
     bmask.check(BM, BN, PROBLEM)
+    hooks = AttentionHooks(Alibi(), Causal("top_left"))     # from the hooks: the slopes are not needed
+    assert np.array_equal(build_block_mask(hooks, PROBLEM, BM, BN).kind, bmask.kind)
     with pytest.raises(ArgumentError, match=r"built for \(block_m, block_n, seqlen_q, seqlen_k\) = "
                                             r"\(16, 24, 77, 101\), the kernel runs \(64, 24, 77, 101\)"):
         bmask.check(64, BN, PROBLEM)

@@ -176,6 +176,23 @@ def test_subclass_with_scalar_and_tensor_params(rng, sim):
     assert np.allclose(got, ref, rtol=4e-7, atol=4e-6)
 
 
+def test_a_hook_class_reference_serves_the_host(rng, sim):
+    """A class's own numpy ``reference`` is what the float64 side runs; the kernel runs ``mask_mod``."""
+    calls = []
+
+    class EveryFourth(MaskMod):
+        def mask_mod(self, batch, head, q_idx, kv_idx):
+            return (kv_idx % 4 == 0) | (q_idx == kv_idx)
+
+        def reference(self, batch, head, q_idx, kv_idx, ctx):
+            calls.append(1)
+            return (np.mod(kv_idx, 4) == 0) | (q_idx == kv_idx)
+
+    got, ref, t, s = run(AttentionHooks(mask_mod=EveryFourth()), rng, sim)
+    assert_mask_exact(got, ref, s)
+    assert len(calls) == len(ref)
+
+
 @pytest.mark.parametrize("mask,causal,window", [(Causal(), True, None), (SlidingWindow(7, 2), False, (7, 2)),
                                                 (SlidingWindow(-1, 0), True, None)])
 def test_builtin_masks_follow_flash_attention_conventions(mask, causal, window, rng):
