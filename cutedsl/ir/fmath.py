@@ -4,10 +4,9 @@
   range); :func:`exp` scales by log2(e) first.
 * :func:`tanh` -- ``1 - 2 / (exp(2x) + 1)``: absolute error ~1e-7, far tighter than
   ``tanh.approx.f32`` (relative 2^-11), and saturating to +-1 without NaN for large |x|.
-* :func:`tanh_approx` -- ``tanh.approx.f32`` (PTX ISA 9.7.4.9, sm_75+: one MUFU.TANH, maximum
-  relative error about 2^-11): FlashAttention's softcap ``c * tanh(s / c)``, whose result is
-  rounded to 16 bits (P) anyway.
-* :func:`log2_approx` -- ``lg2.approx.ftz.f32`` (PTX ISA 9.7.4.6: maximum absolute error 2^-22 for
+* :func:`tanh_approx` -- ``tanh.approx.f32`` itself (PTX ISA 9.7.3.22: maximum relative error
+  2^-11 over the whole range; one MUFU instruction): FlashAttention-3's softcap.
+* :func:`log2_approx` -- ``lg2.approx.ftz.f32`` (PTX ISA 9.7.3, lg2: maximum absolute error 2^-22 for
   inputs in [0.5, 2], relative elsewhere): the log-sum-exp of an attention row.
 * :func:`erf` -- Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7), odd-symmetric.
 * :func:`minimum` / :func:`maximum` -- ``arith.minimumf`` / ``maximumf`` (NaN-propagating,
@@ -56,7 +55,8 @@ def tanh(x) -> Scalar:
 
 
 def tanh_approx(x) -> Scalar:
-    """``tanh(x)`` by ``tanh.approx.f32`` (one instruction; relative error ~2^-11)."""
+    """``tanh(x)`` by ``tanh.approx.f32`` (PTX ISA 9.7.3.22, sm_75+: relative error <= 2^-11;
+    +-inf gives +-1)."""
     x = _f32(x)
     return Scalar(llvm.inline_asm(ir.F32Type.get(), [x], "tanh.approx.f32 $0, $1;", "=f,f"))
 
@@ -108,4 +108,5 @@ def fma(a, b, c) -> Scalar:
     return Scalar(math.fma(_f32(a), _f32(b), _f32(c)))
 
 
-__all__ = ["exp2", "exp", "tanh", "tanh_approx", "log2_approx", "erf", "minimum", "maximum", "fmin", "fmax", "rcp_approx", "fma", "LOG2E"]
+__all__ = ["exp2", "exp", "tanh", "tanh_approx", "log2_approx",
+           "erf", "minimum", "maximum", "fmin", "fmax", "rcp_approx", "fma", "LOG2E"]
