@@ -19,7 +19,7 @@ Enable it in a project's top-level ``conftest.py``::
   gets a ``cutedsl seeds`` section naming the rng seed and the adversarial seed to replay;
 * the ``sim_kernel`` marker.
 
-This is the only module of ``cutedsl`` that imports pytest.
+This is the only module of ``cutedsl.testing`` that imports pytest.
 """
 from __future__ import annotations
 
@@ -58,7 +58,9 @@ def pytest_generate_tests(metafunc):
     if "sim" in metafunc.fixturenames or metafunc.definition.get_closest_marker("sim_kernel"):
         if "sim_seed" not in metafunc.fixturenames:
             metafunc.fixturenames.append("sim_seed")
-        metafunc.parametrize("sim_seed", sim_seeds(n), ids=seed_id)
+        # indirect: the seed goes through the fixture, which sets CUTEDSL_SIM_CHAOS (a direct
+        # parametrization would hand the test the number and skip the fixture)
+        metafunc.parametrize("sim_seed", sim_seeds(n), ids=seed_id, indirect=True)
 
 
 @pytest.fixture
