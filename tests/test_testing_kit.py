@@ -122,10 +122,12 @@ def test_fails(rng, sim_seed):
 '''
 
 
-def _pytest(tmp_path, *args, env=()):
+def _pytest(tmp_path, *args, env=(), write_user_tests=True):
+    """``pytest -v ARGS`` in ``tmp_path``, a project of its own whose conftest enables the plugin."""
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "conftest.py").write_text('pytest_plugins = ["cutedsl.testing.plugin"]\n')
-    (tmp_path / "test_user.py").write_text(textwrap.dedent(USER_TESTS))
+    if write_user_tests:
+        (tmp_path / "test_user.py").write_text(textwrap.dedent(USER_TESTS))
     e = {k: v for k, v in os.environ.items() if k not in ("CUTEDSL_SIM_CHAOS", "CUTEDSL_TEST_SIM_SEEDS",
                                                           "CUTEDSL_TEST_RNG_SEED", "PYTEST_ADDOPTS")}
     e.update({"PYTHONPATH": str(ROOT), **dict(env)})
@@ -163,3 +165,14 @@ def test_plugin_names_the_seeds_of_a_failure(tmp_path):
 def test_plugin_refuses_negative_seed_count(tmp_path):
     r = _pytest(tmp_path, "--sim-seeds", "-1")
     assert r.returncode == 4 and "--sim-seeds must be >= 0 (0: eager only), got -1" in r.stderr, r.stdout + r.stderr
+
+
+def test_readme_example_runs_as_written(tmp_path):
+    """The README's "Testing your kernels" example, copied into a fresh project with the plugin."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Testing your kernels", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "test_warp_sum.py").write_text(code)
+    r = _pytest(tmp_path, "test_warp_sum.py", write_user_tests=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _ids(r.stdout) == ["test_ptx", "test_sums[chaos1]", "test_sums[eager]"]
