@@ -176,9 +176,8 @@ class GemmConfig(KernelConfig):
       or ``EpilogueNode`` objects), applied in order: ``D = act(alpha * acc * scales + beta * C
       + bias)``. Their arguments are keyword arguments of the call (``alpha=``, ``bias=`` ...).
     """
-    # ``kernel_args``: the kernel keywords of each field (stages and the epilogue class come from
-    # the builder, config_build.py); always: every GEMM kernel takes it; if_taken: passed to a
-    # kernel that takes it; if_set: passed when not neutral, refused by a kernel without it
+    # kernel_args: the kernel keywords each field gives (config_protocol; the builder adds the
+    # epilogue class and stages)
     dtype: str = attrs.field(default="f16", metadata=kernel_args(
         always("dtype", lambda c: element_type(c.dtype)),
         if_set("block_scaled", False, _block_scaled,
@@ -343,7 +342,8 @@ class GemmConfig(KernelConfig):
     def can_implement(self, problem=None) -> str | None:
         """Why this config cannot run, or None: its kernel class's rules (which construction
         already enforced) and, for ``problem`` (a ``GemmProblem`` or ``(m, n, k[, l])``), the
-        hardware's grid limits for its tiles (what ``Gemm.grid`` raises before a launch)."""
+        hardware's grid limits for its tiles (what ``Gemm.grid`` raises before a launch; with
+        ``l > 1``, those of the batched variant)."""
         why = self._kernel_cls().can_implement(self)
         if why or problem is None:
             return why
@@ -354,7 +354,9 @@ class GemmConfig(KernelConfig):
                                   None, None, None, "can_implement")
         except ConfigError as e:
             return str(e)
-        return grid_reason(self.kernel(), GemmProblem(m, n, k, l), self.tile)
+        # a batch runs the batched variant (Gemm switches to it for 3-D operands)
+        cfg = self if l == 1 or self.batched else attrs.evolve(self, batched=True)
+        return grid_reason(cfg.kernel(), GemmProblem(m, n, k, l), self.tile)
 
     def fields(self) -> dict:
         """The constructor fields and their values (``GemmConfig(**cfg.fields()) == cfg``): what
