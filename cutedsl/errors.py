@@ -18,6 +18,12 @@ class ConfigTypeError(ConfigError, TypeError):
     """A configuration names a field that does not exist, or gives too many positional values."""
 
 
+class HookError(ConfigError, TypeError):
+    """An attention ``score_mod`` / ``mask_mod`` hook cannot be built into a kernel: a wrong
+    signature, a wrong return type, or an operation hooks do not support. The message names the
+    hook (and where it is defined) and the fix; raised while the kernel is built."""
+
+
 class ArgumentError(CuteDSLError, ValueError):
     """A launch argument is invalid (shape, dtype, stride, alignment, TMA limits).
 

@@ -13,6 +13,9 @@
 * :mod:`tmem_epilogue_tma` — the sm_100a TMA-store epilogue (tensor memory -> registers ->
   swizzled shared sub-tiles -> TMA store, warp by warp); a ``TmaStoreEpilogue`` subclass that
   only overrides ``visit`` / ``extra_params`` is rebased onto it for sm_100a kernels.
+* :mod:`attention_hooks` — FlexAttention-style ``score_mod`` / ``mask_mod`` hooks of the attention
+  kernel (one body for the kernel's IR and the numpy reference, :mod:`attention_hook_ops`),
+  built-ins in :mod:`attention_hook_builtins`, block masks in :mod:`attention_block_mask`.
 * :mod:`tile_scheduler` — which output tile(s) a CTA computes, and the launch grid: one tile
   per CTA, or static persistent with rasterization and clusters.
 """

@@ -250,6 +250,53 @@ def code_identity(*objects) -> dict:
             "code": dict(sorted(code.items()))}
 
 
+def _cell_text(v, seen: set) -> str:
+    """Deterministic text of a value a function closes over or defaults to."""
+    if isinstance(v, types.FunctionType):
+        return "fn:" + function_identity(v, seen)["code"]
+    if isinstance(v, (numbers.Number, str, bytes, type(None))):
+        return repr(v)
+    if isinstance(v, (tuple, list, frozenset)):
+        return type(v).__name__ + "(" + ",".join(_cell_text(x, seen) for x in v) + ")"
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k!r}:{_cell_text(x, seen)}" for k, x in sorted(v.items(), key=repr)) + "}"
+    if hasattr(v, "tobytes") and hasattr(v, "dtype") and hasattr(v, "shape"):     # a numpy array
+        return f"array({v.dtype},{v.shape},{hashlib.sha256(v.tobytes()).hexdigest()[:16]})"
+    if isinstance(v, type):
+        return "class:" + json.dumps(code_identity(v), sort_keys=True)
+    return "obj:" + json.dumps(code_identity(v), sort_keys=True)
+
+
+def function_identity(fn, _seen: set | None = None) -> dict:
+    """The code behind a plain function (an attention hook, a helper given to a kernel), JSON-able:
+    ``{"function": qualified name, "code": digest of its bytecode, names and constants (nested
+    functions and lambdas included), the constants and file-less helpers it reads from its
+    globals, its default values and the values it closes over (numbers, strings, tuples, numpy
+    arrays, nested functions; other objects by their class's code), "modules": {user module:
+    source digest}}``. So editing the function's body or calling its factory with another
+    constant (``make_window(64)`` vs ``make_window(128)``) gives another identity."""
+    seen = set() if _seen is None else _seen
+    h = hashlib.sha256()
+    _code_digest(h, fn, seen)
+    for d in (fn.__defaults__ or ()):
+        h.update(_cell_text(d, seen).encode())
+    for k, d in sorted((fn.__kwdefaults__ or {}).items()):
+        h.update(f"{k}={_cell_text(d, seen)}".encode())
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            v = cell.cell_contents
+        except ValueError:          # an empty cell (a name assigned after the function was made)
+            v = "<empty>"
+        if v is fn:
+            continue                # a recursive function refers to itself
+        h.update(f"{name}={_cell_text(v, seen)}".encode())
+    modules: dict = {}
+    mod = sys.modules.get(fn.__module__)
+    if mod is not None and getattr(mod, "__file__", None):
+        _visit(fn.__module__, modules, direct=True)
+    return {"function": qualname(fn), "code": h.hexdigest()[:16], "modules": dict(sorted(modules.items()))}
+
+
 def kernel_key(name: str, config: dict, objects=()) -> tuple:
     """``(key, identity)``: the cache key (24 hex digits) of kernel ``name`` with ``config``
     built by ``objects`` (the kernel and its collectives), and the JSON-able identity hashed."""

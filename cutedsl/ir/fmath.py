@@ -4,6 +4,10 @@
   range); :func:`exp` scales by log2(e) first.
 * :func:`tanh` -- ``1 - 2 / (exp(2x) + 1)``: absolute error ~1e-7, far tighter than
   ``tanh.approx.f32`` (relative 2^-11), and saturating to +-1 without NaN for large |x|.
+* :func:`tanh_approx` -- ``tanh.approx.f32`` itself (PTX ISA 9.7.3.22: maximum relative error
+  2^-11 over the whole range; one MUFU instruction): FlashAttention-3's softcap.
+* :func:`log2_approx` -- ``lg2.approx.ftz.f32`` (PTX ISA 9.7.3, lg2: maximum absolute error 2^-22 for
+  inputs in [0.5, 2], relative elsewhere): the log-sum-exp of an attention row.
 * :func:`erf` -- Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7), odd-symmetric.
 * :func:`minimum` / :func:`maximum` -- ``arith.minimumf`` / ``maximumf`` (NaN-propagating,
   ``min.NaN.f32`` / ``max.NaN.f32``); :func:`fmin` / :func:`fmax` -- ``min.f32`` / ``max.f32``
@@ -50,6 +54,19 @@ def tanh(x) -> Scalar:
     return 1.0 - 2.0 / (exp(_f32(x) * 2.0) + 1.0)
 
 
+def tanh_approx(x) -> Scalar:
+    """``tanh(x)`` by ``tanh.approx.f32`` (PTX ISA 9.7.3.22, sm_75+: relative error <= 2^-11;
+    +-inf gives +-1)."""
+    x = _f32(x)
+    return Scalar(llvm.inline_asm(ir.F32Type.get(), [x], "tanh.approx.f32 $0, $1;", "=f,f"))
+
+
+def log2_approx(x) -> Scalar:
+    """``log2(x)`` by ``lg2.approx.ftz.f32`` (``log2(0) = -inf``, ``log2(+inf) = +inf``)."""
+    x = _f32(x)
+    return Scalar(llvm.inline_asm(ir.F32Type.get(), [x], "lg2.approx.ftz.f32 $0, $1;", "=f,f"))
+
+
 def erf(x) -> Scalar:
     """Error function (Abramowitz & Stegun 7.1.26 on |x|, sign restored)."""
     x = _f32(x)
@@ -91,4 +108,5 @@ def fma(a, b, c) -> Scalar:
     return Scalar(math.fma(_f32(a), _f32(b), _f32(c)))
 
 
-__all__ = ["exp2", "exp", "tanh", "erf", "minimum", "maximum", "fmin", "fmax", "rcp_approx", "fma", "LOG2E"]
+__all__ = ["exp2", "exp", "tanh", "tanh_approx", "log2_approx",
+           "erf", "minimum", "maximum", "fmin", "fmax", "rcp_approx", "fma", "LOG2E"]

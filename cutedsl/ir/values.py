@@ -147,6 +147,19 @@ class Scalar(ir.Value):
             return self._wrap(arith.negf(self))
         return const(0, self.type, signed=self.signed) - self
 
+    def __abs__(self):
+        """``|x|``: ``maximumf(x, -x)`` for floats (``llvm.intr.fabs`` is not legal in this
+        lowering; -0.0 gives +0.0, NaN stays NaN), ``x < 0 ? -x : x`` for signed integers (the
+        most negative value wraps to itself, as PTX ``abs.s32`` does), ``x`` for unsigned ones."""
+        if self.is_float:
+            return self._wrap(arith.maximumf(self, arith.negf(self)))
+        if not self.signed:
+            return self
+        return select(self < 0, -self, self)
+
+    def __pos__(self):
+        return self
+
     def __invert__(self):
         return self ^ const(-1 if _width(self.type) > 1 else 1, self.type)
 
