@@ -1,6 +1,6 @@
-"""The config protocol: what every kernel family's config (``GemmConfig`` now, ``AttentionConfig``
-next) offers the CLI, the bench, the tuner, the precompiler and the export, and how its fields
-reach the kernel it builds. Imports no MLIR.
+"""The config protocol: what every kernel family's config (``GemmConfig``, ``AttentionConfig``)
+offers the CLI, the bench, the tuner, the precompiler and the export, and how its fields reach
+the kernel it builds. Imports no MLIR.
 
 A family's config is a frozen ``attrs`` class deriving from :class:`KernelConfig` and registered
 under a name (:func:`register_family`). The shared code (``device/export.py``,
@@ -191,7 +191,7 @@ class KernelConfig:
 # -- the registry of families -----------------------------------------------------------------
 #: the families this library ships, by name: ``"module:Class"`` (imported on first use, so
 #: ``import cutedsl`` stays light); ``register_family`` adds others
-_BUILTIN = {"gemm": "cutedsl.device.config:GemmConfig"}
+_BUILTIN = {"gemm": "cutedsl.device.config:GemmConfig", "attention": "cutedsl.device.attention_config:AttentionConfig"}
 _FAMILIES: dict = {}
 
 

@@ -94,8 +94,8 @@ def test_can_implement_with_a_problem():
 def test_registry():
     assert P.config_family("gemm") is GemmConfig and "gemm" in P.family_names()
     assert GemmConfig.front_end() is Gemm
-    with pytest.raises(ConfigError, match=r"config family must be 'gemm', got 'attention'"):
-        P.config_family("attention")
+    with pytest.raises(ConfigError, match=r"config family must be 'gemm' or 'attention', got 'conv'"):
+        P.config_family("conv")
     with pytest.raises(ConfigError, match=r"family 'gemm' is already cutedsl.device.config.GemmConfig"):
         P.register_family(type("Other", (P.KernelConfig,), {"FAMILY": "gemm", "__slots__": ()}))
     with pytest.raises(ConfigError, match="must be a KernelConfig subclass with a FAMILY name"):
@@ -119,17 +119,34 @@ def test_a_second_family_plugs_in(monkeypatch):
             return None if self.head_dim in (64, 128) else f"head_dim must be 64 or 128, got {self.head_dim}"
 
     cfg = ToyConfig(block=[64, 64], head_dim=96)
-    assert P.config_family("toy") is ToyConfig and P.family_names() == ("gemm", "toy")
+    assert P.config_family("toy") is ToyConfig and P.family_names() == ("gemm", "attention", "toy")
     assert P.config_from_identity(json.loads(json.dumps(cfg.identity()))) == cfg
     assert cfg.describe() == {"block": [64, 64], "head_dim": 96} and cfg.can_implement() == "head_dim must be 64 or 128, got 96"
     assert cfg.explain() == "set by hand (not chosen by ToyConfig.for_problem)"
 
 
 def test_export_of_an_unknown_family_is_refused(tmp_path):
-    (tmp_path / "cutedsl.json").write_text(json.dumps({"format": 2, "kind": "attention"}))
+    (tmp_path / "cutedsl.json").write_text(json.dumps({"format": 2, "kind": "conv"}))
     import cutedsl
-    with pytest.raises(CacheError, match=r"not a cutedsl GEMM export \(kind 'attention'; this cutedsl reads 'gemm'\)"):
+    with pytest.raises(CacheError, match=r"not a cutedsl GEMM export \(kind 'conv'; this cutedsl reads 'gemm', "
+                                         r"'attention'\)"):
         cutedsl.load(tmp_path)
+
+
+def test_attention_config_is_a_family():
+    """AttentionConfig (issue 41) is the registry's "attention": the shared code reads it back
+    from its identity and reports it like a GEMM config."""
+    from cutedsl.device.attention import Attention
+    from cutedsl.device.attention_config import AttentionConfig
+    from cutedsl.problem import AttentionProblem
+    cfg = AttentionConfig(head_dim=64, dtype="f16", pingpong=False)
+    assert P.config_family("attention") is AttentionConfig and AttentionConfig.front_end() is Attention
+    ident = json.loads(json.dumps(cfg.identity()))
+    assert ident == {"family": "attention", "fields": {"head_dim": 64, "dtype": "f16", "overlap": True,
+                                                       "pingpong": False, "arch": "sm_90a"}}
+    assert P.config_from_identity(ident) == cfg and cfg.describe() == ident["fields"]
+    assert cfg.can_implement() is None
+    assert "multiple of kv_heads 3" in cfg.can_implement(AttentionProblem(1, 10, 10, 8, 3, 64))
 
 
 # -- config fields -> kernel keywords ----------------------------------------------------------
