@@ -17,7 +17,8 @@ Weak (plain) global loads and stores are checked, per 4-byte word of the allocat
 bytes of it they touch), against the last weak write and the last weak read by another cluster: unordered conflicting pairs
 raise :class:`RaceError` naming both instructions and clusters. Strong accesses are
 morally strong with each other (never a race) and are not recorded; a weak write storing
-the bytes already there is benign (as in shared memory). Limits (docs/emulator.md): one
+the bytes already there is benign (as in shared memory), decided per word of the store (per
+element for sub-word stores): its other words are still checked. Limits (docs/emulator.md): one
 agent per cluster (a missing ``bar.sync`` between the warp that acquired and the warps that
 read is not seen), the last reader per word only. The async proxy: TMA stores and bulk copies
 to global memory are writes in flight until their ``wait_group``; a TMA load of bytes a
@@ -292,9 +293,14 @@ class GlobalHB:
         clk = (sh.w_clock if kind == "w" else sh.r_clock)[words]
         known = np.array([know.get(int(a), 0) for a in ag[other]], np.int64)
         bad = clk[other] > known
-        if not bad.any() or (same is not None and same()):
+        if not bad.any():
             return
-        i = int(np.flatnonzero(other)[np.flatnonzero(bad)[0]])
+        idx = np.flatnonzero(other)[bad]
+        if same is not None:            # per word (per element of a sub-word store): see same_elements
+            idx = idx[~same()[idx]]
+            if not len(idx):
+                return
+        i = int(idx[0])
         word, prev = int(words[i]), int(ag[i])
         ppc = int((sh.w_pc if kind == "w" else sh.r_pc)[word])
         where, seed = self._where, self._seed()

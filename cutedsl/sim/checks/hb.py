@@ -276,10 +276,11 @@ class Shadow:
         self.blk_read[c][_blocks(words)] = clock
 
     def write(self, words, agent, clock, vc, pc, async_write, what, same=None):
-        """Record a write; ``same()`` (generic stores) tells whether it stores the bytes already
-        there: an unordered write-write pair that leaves memory unchanged is benign and not
-        reported (compilers emit such redundant stores from every warp, e.g. Triton's
-        warp-specialized kernels initialising shared flags)."""
+        """Record a write; ``same(word ids)`` (generic stores) tells, per word, whether it stores
+        the bytes already there: an unordered write-write pair that leaves a word unchanged is
+        benign and not reported (compilers emit such redundant stores from every warp, e.g.
+        Triton's warp-specialized kernels initialising shared flags) -- decided word by word, so
+        the other words of the same store are still checked."""
         hb = self.hb
         wa = self.w_agent[words]
         if (wa >= 0).any():
@@ -287,9 +288,12 @@ class Shadow:
             sel = (wa >= 0) & (wa != agent)
             if sel.any():
                 bad = self.w_clock[words][sel] > vc[wa[sel]]
-                if bad.any() and not (same is not None and same()):
-                    i = int(np.flatnonzero(bad)[0])
-                    self._report(word_ids(words)[sel][i], agent, pc, what, "write", None)
+                if bad.any():
+                    cand = word_ids(words)[sel][bad]
+                    if same is not None:
+                        cand = cand[~same(cand)]
+                    if len(cand):
+                        self._report(int(cand[0]), agent, pc, what, "write", None)
         nc = self.ncols
         if nc:
             vc = hb.fit(vc)
