@@ -172,6 +172,23 @@ class HB:
         vc[agent] = max(vc[agent], clock)
         return vc, pvc
 
+    def collective_op(self, warps, agent, clock):
+        """(vc, pvc) that orders the accesses of an asynchronous operation that ``warps`` issue
+        together (``wgmma.mma_async``, as ``agent``'s ``clock``): what *every* one of them knows.
+        PTX ISA 9.7.15.5.2: ``.sync`` makes a thread wait for the threads of its own warp only,
+        ``.aligned`` is a requirement on the warpgroup, not a synchronisation; so a write (and, for
+        the async proxy, its ``fence.proxy.async``, 9.7.15.4) is ordered before the operation's
+        operand reads only when it is ordered before each issuing warp's instruction -- another
+        warp's store needs a barrier after its fence, whatever the hardware does when the four
+        warps meet."""
+        vc = self.warp_vc(warps[0]).copy()
+        pvc = warps[0].pvc.copy()
+        for w in warps[1:]:
+            np.minimum(vc, self.warp_vc(w), out=vc)
+            np.minimum(pvc, w.pvc, out=pvc)
+        vc[agent] = max(vc[agent], clock)
+        return vc, pvc
+
     def describe(self, a, pc, launch):
         ag = self.agents[a]
         ins = launch.code[pc] if 0 <= pc < len(launch.code) else None

@@ -255,7 +255,7 @@ def dec_wgmma(ctx, ins, mods, ops):
         if sh is not None:
             hb = sh.hb
             ag = hb.agent(("wgmma", cta.rank, gi), "wgmma", cta, gi, f"wgmma of warpgroup {gi}")
-            vc, pvc = hb.async_op(warps, ag.idx, group + 1)
+            vc, pvc = hb.collective_op(warps, ag.idx, group + 1)     # every warp's knowledge
             for wd, blk in words:
                 sh.read(wd, ag.idx, group + 1, vc, pvc, ins.pc, True, "wgmma operand", blk)
             for w in warps:
