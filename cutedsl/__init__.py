@@ -3,8 +3,9 @@
 Layers (lower never imports higher): ``cutedsl.ir`` (foundation: values, control flow,
 kernel definition, shared-memory planner) and ``cutedsl.compiler``; ``cutedsl.atom`` (TMA,
 mbarrier, WGMMA); ``cutedsl.collective`` (pipelines, mainloops, epilogues);
-``cutedsl.kernel`` (SAXPY, GEMMs); ``cutedsl.device`` (config, validation, backends, launch).
-``cutedsl.sim`` is the PTX emulator backend.
+``cutedsl.kernel`` (SAXPY, GEMMs); ``cutedsl.runtime`` (backends, device arrays, DLPack,
+workspaces, the one launch binding); ``cutedsl.device`` (front ends: config, validation, policy).
+``cutedsl.sim`` is the PTX emulator backend (below the Device layer, beside the runtime).
 
 ``import cutedsl`` is cheap: MLIR is imported only when something is built or compiled.
 """
@@ -15,7 +16,7 @@ _LAZY = {
     "Gemm": "cutedsl.device.gemm",
     "GroupedGemm": "cutedsl.device.grouped",
     "CompiledKernel": "cutedsl.compiler.artifact",
-    "get_backend": "cutedsl.device.selection",
+    "get_backend": "cutedsl.runtime.selection",
     "load": "cutedsl.device.export",
     "tune": "cutedsl.device.tune",
 }

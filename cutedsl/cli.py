@@ -139,7 +139,7 @@ def run_gemm(args) -> tuple:
     from .atom.mma_traits import MX_DTYPES
     from .collective import fusion
     from .device import Gemm, mx
-    from .device.selection import resolve
+    from .runtime.selection import resolve
     from .dtypes import tensor_core_value
     from .errors import ArgumentError, CuteDSLError, DumpError, NoDeviceError
 

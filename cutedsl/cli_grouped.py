@@ -8,10 +8,12 @@ from .cliargs import TOLERANCE, UsageError, gemm_config
 
 
 def grouped_config(args):
-    """The ``GemmConfig`` of a grouped run: the options given; ``--schedule auto`` means
-    ``cooperative`` (the persistent schedule with the larger tiles)."""
+    """The ``GemmConfig`` of a grouped run: the options given; ``--schedule auto`` means the
+    architecture's first grouped schedule (sm_90a: ``cooperative``, the persistent schedule with
+    the larger tiles; sm_100a: ``warp_specialized``, its persistent tcgen05 kernel)."""
     if args.schedule == "auto":
-        args.schedule = "cooperative"
+        from .kernel.grouped import grouped_kernels
+        args.schedule = next(iter(grouped_kernels(args.arch)), "cooperative")
     for name in ("m", "n", "k", "batch"):
         if getattr(args, name) is not None:
             raise UsageError("--groups", f"give the problems either as --groups or as --m/--n/--k "
@@ -24,7 +26,7 @@ def run_grouped(args) -> tuple:
     import numpy as np
     from .collective import fusion
     from .device.grouped import GroupedGemm
-    from .device.selection import resolve
+    from .runtime.selection import resolve
     from .dtypes import tensor_core_value
     from .errors import CuteDSLError, NoDeviceError
     if args.load is not None:

@@ -206,7 +206,7 @@ def add_gemm_parser(sub):
                                                        f"--groups)")
     g.add_argument("--groups", type=groups_arg, default=None, metavar="MxNxK,...",
                    help="a grouped GEMM: one persistent launch over these problems (each MxNxK; 0 allowed), "
-                        "schedule cooperative or pingpong; one report line per group")
+                        "schedule cooperative or pingpong (sm_90a), warp_specialized (sm_100a); one report line per group")
     g.add_argument("--batch", type=int_in(1, 65535), default=None, metavar="L",
                    help="a batch of L GEMMs: A (L, M, K), B (L, K, N), D (L, M, N); 1..65535")
     g.add_argument("--dtype", choices=list(DTYPES), default="f16")

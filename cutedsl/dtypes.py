@@ -54,7 +54,7 @@ _TABLE = [
     DType("e2m1x2", 1, -1, "i8", "float"),
 ]
 #: packed storage type -> (element type, elements per byte): device operands of these types are
-#: read as their elements, the contiguous axis counting elements (cutedsl.device.tensor_view.TensorView)
+#: read as their elements, the contiguous axis counting elements (cutedsl.runtime.tensor_view.TensorView)
 PACKED_STORAGE = {"e2m1x2": ("e2m1", 2)}
 DTYPES = {d.name: d for d in _TABLE}
 

@@ -21,7 +21,7 @@ def _pkg_version(name: str) -> str:
 
 def _driver() -> dict:
     """Driver version and device 0 (name, compute capability, SMs), or why there is none."""
-    from .device.cuda import CudaBackend
+    from .runtime.cuda import CudaBackend
     ok, why = CudaBackend.available()
     out = {"usable": ok, "why_not": why or None}
     try:

@@ -30,3 +30,54 @@ class GemmProblem:
 
     def __iter__(self):            # m, n, k, l = problem
         return iter((self.m, self.n, self.k, self.l))
+
+
+@attrs.frozen
+class AttentionProblem:
+    """The attention problem shape, FlashAttention's: ``batch`` sequences of ``seqlen_q`` queries
+    and ``seqlen_k`` keys, ``heads`` query heads sharing ``kv_heads`` K/V heads (GQA/MQA:
+    ``heads % kv_heads == 0``; query head ``h`` reads K/V head ``h // (heads // kv_heads)``),
+    ``head_dim`` elements per Q/K row and ``head_dim_v`` per V/O row. Varlen problems
+    (``cu_seqlens``) give the longest sequences as ``seqlen_q`` / ``seqlen_k`` and ``batch`` the
+    number of sequences. Ints on the host, IR values in a kernel."""
+    batch: object
+    seqlen_q: object
+    seqlen_k: object
+    heads: object
+    kv_heads: object
+    head_dim: object
+    head_dim_v: object = None
+
+    def __attrs_post_init__(self):
+        if self.head_dim_v is None:
+            object.__setattr__(self, "head_dim_v", self.head_dim)
+
+    @property
+    def group(self):
+        """Query heads per K/V head (1: multi-head, ``heads``: multi-query)."""
+        return self.heads // self.kv_heads
+
+    def q_blocks(self, block_m: int):
+        """Host: query blocks of ``block_m`` rows per (sequence, head)."""
+        return -(-self.seqlen_q // block_m)
+
+
+def attention_flops(seqlen_q: int, seqlen_k: int, heads: int, head_dim: int, head_dim_v: int | None = None,
+                    causal: bool = False, window=None) -> int:
+    """FLOPs of one sequence's forward pass as FlashAttention counts them: two matrix products,
+    ``2 * sq * sk * (d + dv) * heads``, times the fraction of (query, key) pairs the mask keeps
+    (counted exactly for causal / sliding-window masks, aligned bottom-right)."""
+    dv = head_dim if head_dim_v is None else head_dim_v
+    if not causal and window is None:
+        pairs = seqlen_q * seqlen_k
+    else:
+        left, right = (-1, 0) if window is None else window
+        if causal:
+            right = 0 if right < 0 else min(right, 0)
+        shift = seqlen_k - seqlen_q
+        pairs = 0
+        for i in range(seqlen_q):
+            lo = 0 if left < 0 else max(0, i + shift - left)
+            hi = seqlen_k - 1 if right < 0 else min(seqlen_k - 1, i + shift + right)
+            pairs += max(0, hi - lo + 1)
+    return 2 * pairs * (head_dim + dv) * heads

@@ -7,7 +7,10 @@
    descriptors are checked against it while the kernel is built, so a tensor map without the
    128-byte swizzle the WGMMA operands need is refused instead of computing garbage.
 
-Shapes are runtime (tensor maps); edges are zero-filled and clipped.
+Shapes are runtime (tensor maps); edges are zero-filled and clipped. ``cutedsl.runtime.launch``
+runs a compiled kernel from arrays and scalars given by parameter name: it copies numpy arrays
+to the device and back, encodes each tensor map from the kernel's ``TensorMapSpec`` and packs
+the parameters.
 """
 import numpy as np
 from mlir.dialects import gpu, memref
@@ -15,20 +18,12 @@ from mlir.dialects import gpu, memref
 from cutedsl.atom import (Accumulator, MBarriers, TmaCopy, WarpgroupMMA, bulk_commit_group, bulk_wait_group,
                           tma_store_fence)
 from cutedsl.compiler import TensorMapSpec, compile_kernel
-from cutedsl.device import arrays, get_backend
+from cutedsl.runtime import get_backend, launch
 from cutedsl.errors import LayoutError
 from cutedsl.ir import If, KernelBuilder, Loop, Param, SmemPlan, block_idx, index, thread_idx
 
 be = get_backend("auto")
 rng = np.random.default_rng()
-
-
-def launch(ck, grid, tensors, **scalars):
-    """Encode each tensor map for its (device array), launch, wait."""
-    maps = {t.param: be.encode_tensor_map(t, tensors[t.param].ptr, tensors[t.param].shape,
-                                          tensors[t.param].strides) for t in ck.tensor_maps}
-    be.launch(be.load(ck), grid, ck.pack_params({**maps, **scalars}), block=ck.block, smem=ck.dynamic_smem)
-    be.synchronize()
 
 
 def start(plan, leader):
@@ -78,9 +73,9 @@ ck = compile_kernel(kb, dynamic_smem=plan.dynamic_bytes, tensor_maps=[src_spec, 
 print(f"compiled: {ck.resources.registers} registers, SASS {ck.resources.sass.get('UTMALDG')} UTMALDG, "
       f"{ck.resources.sass.get('UTMASTG')} UTMASTG")
 x = rng.standard_normal((70, 100), dtype=np.float32)     # 3 x 2 boxes, both edges partial
-dx, dy = arrays.to_device(be, x, 16), arrays.empty(be, x.shape, "f32", 16)
-launch(ck, (2, 3, 1), {"src": dx, "dst": dy})
-assert np.array_equal(arrays.to_host(dy), 2 * x)
+y = np.zeros_like(x)
+launch(ck, (2, 3, 1), src=x, dst=y, backend=be)
+assert np.array_equal(y, 2 * x)
 print(f"checked: scaled copy of a 70x100 array through TMA on {be.name!r} is exact")
 
 
@@ -136,8 +131,8 @@ ck = gemm_tile_kernel()
 m, n, k = 100, 90, 200                                   # 2 x 2 tiles and 4 k-tiles, all partial
 a = rng.integers(-4, 5, (m, k)).astype(np.float16)
 bt = rng.integers(-4, 5, (n, k)).astype(np.float16)
-dd = arrays.empty(be, (m, n), "f32", 16)
-launch(ck, (2, 2, 1), {"a": arrays.to_device(be, a, 16), "b": arrays.to_device(be, bt, 16), "d": dd}, k=k)
-assert np.array_equal(arrays.to_host(dd), a.astype(np.float64) @ bt.T.astype(np.float64))
+d = np.zeros((m, n), np.float32)
+launch(ck, (2, 2, 1), a=a, b=bt, d=d, k=k, backend=be)
+assert np.array_equal(d, a.astype(np.float64) @ bt.T.astype(np.float64))
 print(f"checked: TMA -> WGMMA -> TMA store GEMM {m}x{n}x{k} is exact on {be.name!r} "
       f"({ck.resources.sass.get('HGMMA')} HGMMA)")

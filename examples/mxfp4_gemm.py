@@ -11,7 +11,8 @@ Without a Blackwell GPU the sm_100a kernel runs on the PTX emulator."""
 import numpy as np
 
 from cutedsl import Gemm, GemmConfig
-from cutedsl.device import arrays, mx
+from cutedsl.device import mx
+from cutedsl.runtime import arrays
 
 rng = np.random.default_rng()
 m, n, k = 300, 200, 301                      # ragged tiles, K odd: the last byte holds half an element pair

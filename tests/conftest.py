@@ -54,7 +54,7 @@ def sim_seed(request, monkeypatch):
 
 
 def _gpu_reason():
-    from cutedsl.device.cuda import CudaBackend
+    from cutedsl.runtime.cuda import CudaBackend
     ok, why = CudaBackend.available()
     return None if ok else why
 
@@ -95,5 +95,5 @@ def sim():
 
 @pytest.fixture(scope="session")
 def cuda():
-    from cutedsl.device.cuda import CudaBackend
+    from cutedsl.runtime.cuda import CudaBackend
     return CudaBackend()

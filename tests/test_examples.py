@@ -17,3 +17,11 @@ def test_example_runs_and_checks(name):
     assert "checked" in r.stdout
 
 
+
+
+def test_no_example_encodes_tensor_maps_or_packs_parameters():
+    """Issue 38: user code launches through ``cutedsl.runtime.launch`` (or a front end); no tensor-map
+    or parameter bytes are built by hand."""
+    for name in EXAMPLES:
+        text = (ROOT / "examples" / name).read_text()
+        assert "encode_tensor_map" not in text and "pack_params" not in text, name

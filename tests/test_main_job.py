@@ -54,7 +54,7 @@ MISTAKES = [   # (arguments, option named, what the message must say)
 @pytest.mark.parametrize("argv,option,match", MISTAKES, ids=[" ".join(m[0]) for m in MISTAKES])
 def test_user_mistakes_give_one_line_naming_the_option(argv, option, match, backend, capsys):
     from cutedsl import cli
-    from cutedsl.device.cuda import CudaBackend
+    from cutedsl.runtime.cuda import CudaBackend
     if option == "--dump" and backend == "cuda" and not CudaBackend.available()[0]:
         option, match = "--backend", "CUDA backend unavailable"   # found first: nothing to compile for
     full = ["gemm", "--m", "70", "--n", "64", "--k", "64", "--backend", backend, "--schedule", "multistage"]
@@ -72,7 +72,7 @@ def test_user_mistakes_give_one_line_naming_the_option(argv, option, match, back
 
 def test_missing_gpu_names_the_backend_option(capsys):
     from cutedsl import cli
-    from cutedsl.device.cuda import CudaBackend
+    from cutedsl.runtime.cuda import CudaBackend
     if CudaBackend.available()[0]:
         pytest.skip("a GPU is present")
     assert cli.main(["gemm", "--m", "70", "--n", "64", "--k", "64", "--backend", "cuda"]) == 2

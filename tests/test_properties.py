@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from cutedsl import Gemm, GemmConfig
-from cutedsl.device import arrays
+from cutedsl.runtime import arrays
 from cutedsl.sim import SimBackend
 
 BE = SimBackend()

@@ -8,7 +8,7 @@ import pytest
 
 from cutedsl import Gemm, GemmConfig
 from cutedsl.compiler.cache import KernelCache
-from cutedsl.device import selection as backends
+from cutedsl.runtime import selection as backends
 
 THREADS = 6
 

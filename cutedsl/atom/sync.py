@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 from ..arch import DEFAULT
+from ..errors import ConfigError
 from ..ir._lazy import lazy
 
 ir = lazy("mlir.ir")
@@ -65,29 +66,46 @@ def warpgroup_reg_dealloc(count: int) -> None:
 
 
 class NamedBarrier:
-    """One of the CTA's 16 named barriers, shared by ``threads`` threads (PTX ``barrier``).
+    """One of the CTA's 16 named barriers, shared by ``threads`` threads (PTX ISA 9.7.13.1
+    ``bar``/``barrier``: ``barrier.sync id, threads`` / ``barrier.arrive id, threads``, the
+    ``.aligned`` forms ``bar.sync``/``bar.arrive``).
 
     ``barrier_id``: 0..15 (Python int, or an IR i32 chosen at run time, e.g. per warpgroup);
-    ``threads``: participating threads, a multiple of 32 in 32..1024 (Python int). A phase
-    completes when ``threads`` threads arrived through :meth:`sync` or :meth:`arrive`;
-    :meth:`sync` also waits for that completion, :meth:`arrive` does not (producer side of a
-    producer/consumer hand-off, CUTLASS ``NamedBarrier::arrive``). Memory ordering: writes
-    before ``arrive``/``sync`` are visible to the threads that return from ``sync``.
+    ``threads``: participating threads, a multiple of the warp size (32) in 32..1024 (Python
+    int): the ISA counts whole warps. A phase completes when ``threads`` threads arrived
+    through :meth:`sync` or :meth:`arrive`; :meth:`sync` also waits for that completion,
+    :meth:`arrive` does not (producer side of a producer/consumer hand-off, CUTLASS
+    ``NamedBarrier::arrive``). Memory ordering: writes before ``arrive``/``sync`` are visible
+    to the threads that return from ``sync``. Barrier 0 is the CTA-wide one ``gpu.barrier``
+    uses; give sub-group barriers ids 1..15.
 
-    Raises ``ValueError`` for an id outside 0..15 or a thread count that is not a positive
-    multiple of 32 up to 1024.
+    Raises ``ConfigError`` (a ``ValueError``) naming the argument for an id outside 0..15 or
+    a thread count that is not a multiple of 32 in 32..1024; :meth:`sync`/:meth:`arrive`
+    raise it when ``threads`` exceeds the threads of the CTA being built (the barrier could
+    never complete: a hang, refused at build time).
     """
 
     def __init__(self, barrier_id, threads: int):
-        if isinstance(barrier_id, int) and not 0 <= barrier_id < NUM_BARRIERS:
-            raise ValueError(f"named barrier id {barrier_id} outside 0..{NUM_BARRIERS - 1}")
+        if isinstance(barrier_id, bool) or isinstance(barrier_id, int) and not 0 <= barrier_id < NUM_BARRIERS:
+            raise ConfigError(f"NamedBarrier barrier_id: named barrier id {barrier_id!r} outside "
+                              f"0..{NUM_BARRIERS - 1} (the CTA has {NUM_BARRIERS}; 0 is the CTA-wide "
+                              f"gpu.barrier): pick 1..{NUM_BARRIERS - 1}")
         warp, most = DEFAULT.warp_threads, DEFAULT.max_threads_per_cta
-        if not isinstance(threads, int) or threads % warp or not warp <= threads <= most:
-            raise ValueError(f"named barrier thread count {threads} must be a multiple of {warp} in {warp}..{most}")
+        if not isinstance(threads, int) or isinstance(threads, bool) or threads % warp or not warp <= threads <= most:
+            raise ConfigError(f"NamedBarrier threads: named barrier thread count {threads!r} must be a multiple "
+                              f"of {warp} (the warp size; the barrier counts whole warps) in {warp}..{most}")
         self.barrier_id = barrier_id
         self.threads = threads
 
+    def __repr__(self) -> str:
+        return f"NamedBarrier({self.barrier_id!r}, {self.threads})"
+
     def _operands(self):
+        from ..ir.kernel import current_cta_threads
+        cta = current_cta_threads()
+        if cta is not None and self.threads > cta:
+            raise ConfigError(f"{self!r} waits for {self.threads} threads but the kernel's CTA has {cta}: it "
+                              f"would never complete; use threads <= {cta}")
         return V.i32(self.barrier_id), V.i32(self.threads)
 
     def sync(self) -> None:

@@ -2,7 +2,7 @@
 backend that validates and compiles like the CUDA backend but launches nothing.
 
 Used by the bundle as a pytest plugin (``pytest -p cutedsl.bench.capture``): it replaces
-``cutedsl.device.cuda.CudaBackend`` with :class:`CompileOnlyBackend`, so the ``gpu`` tests are
+``cutedsl.runtime.cuda.CudaBackend`` with :class:`CompileOnlyBackend`, so the ``gpu`` tests are
 not skipped, every kernel they build is compiled into the cache, and each test stops at its
 first launch (reported as skipped "compiled"). A test failing for any other reason fails, so a
 kernel that cannot be compiled stops the bundle.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ..device.backend import Backend, DeviceBuffer, check_tensor_map
+from ..runtime.backend import Backend, DeviceBuffer, check_tensor_map
 
 
 class CompileOnly(Exception):
@@ -65,7 +65,7 @@ class CompileOnlyBackend(Backend):
 
 
 def pytest_configure(config):
-    from ..device import cuda
+    from ..runtime import cuda
     cuda.CudaBackend = CompileOnlyBackend
 
 

@@ -119,7 +119,7 @@ def set_names(args) -> list:
     if bad or not names:
         raise UsageError("--set", f"{', '.join(bad) or '(empty)'} unknown; choose from "
                                   f"{', '.join(SET_NAMES)} or all")
-    if args.set == "all":           # the sets the architecture has kernels for (sm_100a: no grouped GEMM)
+    if args.set == "all":           # the sets the architecture has kernels for
         names = [n for n in names if _has_configs(args, n)]
     return names
 
@@ -134,7 +134,7 @@ def _has_configs(args, set_name) -> bool:
 
 def run_bench(args) -> int:
     from ..cliargs import UsageError
-    from ..device.selection import get_backend
+    from ..runtime.selection import get_backend
     from ..errors import NoDeviceError
     from . import libs, report
     from .runner import Sweep, header
@@ -211,7 +211,7 @@ def _write_files(args, result, report):
 
 
 def run_identity(args, backend, plan) -> int:
-    from ..device.selection import get_backend
+    from ..runtime.selection import get_backend
     from . import identity
     from .configs import config_dict  # noqa: F401 - keeps the config fields in one place
     cfgs = list(dict.fromkeys(c for _, cs in plan for c in cs))

@@ -82,8 +82,9 @@ def sweep_configs(set_name: str, *, tiles=None, schedules=None, stages=None, bas
     schedules = list(schedules or accepted_schedules())
     if stages is None:
         stages = list(STAGE_STUDY) if set_name == "stages" else ["auto"]
-    if set_name == "moe":           # grouped problems: the persistent schedules' grouped kernels
-        schedules = [s for s in schedules if s in ("cooperative", "pingpong")]
+    if set_name == "moe":           # grouped problems: the architecture's grouped kernels' schedules
+        from ..kernel.grouped import grouped_kernels
+        schedules = [s for s in schedules if s in grouped_kernels(base.get("arch", DEFAULT.name))]
     decomps = [{}]
     if set_name == "wave" and "decomposition" not in base:
         decomps = [{"decomposition": d} for d in WAVE_DECOMPOSITIONS]

@@ -78,7 +78,7 @@ class NullDriver:
 def null_cuda_backend(monkeypatch_setattr=None):
     """A ``CudaBackend`` on :class:`NullDriver` (``monkeypatch_setattr(obj, name, value)``
     installs the driver module hook; default: plain ``setattr``, left in place)."""
-    from ..device import cuda as cuda_mod
+    from ..runtime import cuda as cuda_mod
     drv = NullDriver()
     (monkeypatch_setattr or setattr)(cuda_mod, "_driver", lambda: drv)
     be = object.__new__(cuda_mod.CudaBackend)       # skips the device probe: there is no GPU
@@ -88,7 +88,7 @@ def null_cuda_backend(monkeypatch_setattr=None):
 
 
 def _device_array(be, ptr, shape, dt):
-    from ..device.arrays import DeviceArray
+    from ..runtime.arrays import DeviceArray
     from ..dtypes import dtype as _dtype
     d = _dtype(dt)
     return DeviceArray(ptr, shape, (shape[1] * d.nbytes, d.nbytes), d, be)

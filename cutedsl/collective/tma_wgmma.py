@@ -183,8 +183,13 @@ class TmaWgmmaMainloop:
     # -- IR ------------------------------------------------------------------------
     def tma_atoms(self, args) -> tuple:
         """The A and B ``TmaCopy`` atoms over the kernel's ``a``/``b`` tensor maps."""
+        return self.atoms_over(args.a, args.b)
+
+    def atoms_over(self, map_a, map_b) -> tuple:
+        """The A and B ``TmaCopy`` atoms over tensor maps ``map_a`` / ``map_b`` (kernel
+        parameters, or generic addresses of maps in global memory: a grouped GEMM's table)."""
         specs = self.tensor_maps()
-        return TmaCopy(specs[0], args.a), TmaCopy(specs[1], args.b)
+        return TmaCopy(specs[0], map_a), TmaCopy(specs[1], map_b)
 
     def bind(self, smem, args, tmas=None) -> MainloopOperands:
         """The operands bound in a kernel body: tensor maps (``tmas``: already made by the

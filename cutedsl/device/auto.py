@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 
 from ..errors import ArgumentError, ArgumentTypeError, CuteDSLError, checked_arguments
-from . import arrays
+from ..runtime import arrays
 from .config import GemmConfig
 from .gemm import Gemm
-from .selection import check_backend_arg
+from ..runtime.selection import check_backend_arg
 
 
 class AutoGemm:
@@ -59,7 +59,7 @@ class AutoGemm:
             return None
         be = self._backend_arg
         if isinstance(be, str):
-            from .selection import get_backend
+            from ..runtime.selection import get_backend
             try:
                 be = get_backend(be)
             except CuteDSLError:

@@ -22,15 +22,18 @@ import time
 
 
 from ..dtypes import dtype as _dtype
-from ..errors import ArgumentError, ArgumentTypeError, CuteDSLError, LaunchError, NoDeviceError, checked_arguments
-from . import arrays, extras
-from .selection import check_backend_arg
+from ..errors import ArgumentError, ArgumentTypeError, CuteDSLError, NoDeviceError, checked_arguments
+from ..runtime import arrays
+from . import extras
+from ..runtime.selection import check_backend_arg
 
 from ..problem import GemmProblem
 from .config import GemmConfig
-from .dlpack import wrap_like
+from ..runtime.dlpack import wrap_like
+from ..runtime.binding import Binding
+from ..runtime.params import check_tma_layout, map_extent
 from .operands import check_operands, layout_changes
-from .workspace import WorkspacePool
+from ..runtime.workspace import WorkspacePool
 
 class Gemm:
     """A compiled GEMM for one config, callable on any (M, N, K); see module docstring.
@@ -48,7 +51,7 @@ class Gemm:
 
     Thread-safe: one ``Gemm`` may be called from many threads; the kernel is compiled (or
     loaded) and its module loaded once. Each call frees the device memory it allocated (see
-    :meth:`prepare` and :mod:`cutedsl.device.arrays` for who owns what).
+    :meth:`prepare` and :mod:`cutedsl.runtime.arrays` for who owns what).
     """
 
     def __new__(cls, config=None, *args, **kwargs):
@@ -107,7 +110,7 @@ class Gemm:
         if b is None:
             with self._lock:
                 if self._backend is None:
-                    from .selection import get_backend
+                    from ..runtime.selection import get_backend
                     self._backend = get_backend(self._backend_name, self.config.arch)
                 b = self._backend
         return b
@@ -139,13 +142,12 @@ class Gemm:
         checked against the hardware's grid limits (gridDim.x 1..2^31-1, y and z 1..65535).
         Raises ``ArgumentError`` naming the problem, the grid dimension and the limit, before
         anything is compiled, allocated or launched."""
-        from .backend import MAX_GRID
-        sched = getattr(self.kernel, "scheduler", None)
-        if self.config.sm_count is None and getattr(sched, "persistent", False) and sched.sm_count is None:
-            sched.sm_count = self._device_sm_count()
+        from ..runtime.backend import MAX_GRID
+        if self.config.sm_count is None and self.kernel.needs_sm_count():
+            self.kernel.set_sm_count(self._device_sm_count())
         raw = self.kernel.grid(GemmProblem(m, n, k, l))
         g = tuple(int(x) for x in raw)
-        if getattr(self.kernel, "reduction", None) is not None:
+        if self.kernel.co_resident():
             self._check_resident(g)
         who = f"{type(self.kernel).__name__}.grid()"
         if len(g) != 3:
@@ -164,10 +166,9 @@ class Gemm:
         tile) must all be resident at once: ``ArgumentError`` when the launch has more CTAs
         than the device's SMs hold (``GemmConfig.sm_count`` above the device's)."""
         have = self._device_sm_count()
-        sched = self.kernel.scheduler
-        if have is not None and grid[0] > have * sched.ctas_per_sm:
+        if have is not None and grid[0] > self.kernel.resident_ctas(have):
             raise ArgumentError(f"{self.config.decomposition} launches {grid[0]} CTAs that wait on each other, "
-                                f"but the device holds {have * sched.ctas_per_sm} at once ({have} SMs): "
+                                f"but the device holds {self.kernel.resident_ctas(have)} at once ({have} SMs): "
                                 f"GemmConfig.sm_count={self.config.sm_count} exceeds the device's {have}")
 
     # -- call ---------------------------------------------------------------------------
@@ -226,28 +227,26 @@ class Gemm:
         The device memory and tensor maps this call made (numpy operands' copies, a host
         result's device buffer) live as long as either callable, and are released when both
         are garbage collected or at once by ``launch.release()``. A device result returned to
-        the caller owns its memory (see :mod:`cutedsl.device.arrays`)."""
+        the caller owns its memory (see :mod:`cutedsl.runtime.arrays`)."""
         va, vb = arrays.TensorView.of(a, "a"), arrays.TensorView.of(b, "b")    # described once
         changes = self._layout_changes(va, vb)
         if changes:
             return self.variant(**changes).prepare(a, b, out, **extra)
         m, n, k, l, la, lb = self._check_operands(va, vb)
-        internal = [p.name for p in self.kernel.scheduler.kernel_params()] if hasattr(self.kernel, "scheduler") else []
-        declared = extras.check_names(self.kernel.params(), extra, internal)
+        declared = extras.check_names(self.kernel.params(), extra, self.kernel.host_params())
         grid = self.grid(m, n, k, l)
         kern = self.compiled
         be = self.backend
         for name, x in (("a", a), ("b", b), ("out", out), *extra.items()):
             arrays.check_backend_of(x, be, name)
-        scratch = arrays.CallScratch(be)
+        bind = Binding(be, kern, self._module(be, kern))
         try:
-            launch, result = self._prepare(scratch, kern, be, va, vb, out, (m, n, k, l, la, lb), grid, extra,
-                                           declared)
+            launch, result = self._prepare(bind, va, vb, out, (m, n, k, l, la, lb), grid, extra, declared)
         except BaseException:
-            scratch.release()          # nothing leaks from a call that fails before launch
+            bind.release()             # nothing leaks from a call that fails before launch
             raise
-        launch.keep = result.keep = scratch    # both callables keep the device memory alive
-        launch.release = result.release = scratch.release
+        result.keep = launch.keep      # both callables keep the device memory alive
+        result.release = launch.release
         return launch, result
 
     def variant(self, **changes) -> "Gemm":
@@ -272,25 +271,26 @@ class Gemm:
         """:func:`cutedsl.device.operands.layout_changes` of this GEMM's config."""
         return layout_changes(self.config, va, vb)
 
-    def _prepare(self, scratch, kern, be, va, vb, out, mnkl, grid, extra, declared):
-        cfg = self.config
+    def _prepare(self, bind, va, vb, out, mnkl, grid, extra, declared):
+        """Bind the operands, the kernel's own values and the caller's extra arguments;
+        returns ``(launch, result)`` (see :meth:`prepare`)."""
+        cfg, be = self.config, bind.backend
         m, n, k, l, la, lb = mnkl
         out_shape = (l, m, n) if 3 in (len(va.shape), len(vb.shape)) else (m, n)
         da, a_host = extras.operand_array(be, va, cfg.a_major == "K")
-        if a_host:
-            scratch.arrays.append(da)
         db, b_host = extras.operand_array(be, vb, cfg.b_major == "MN")
-        if b_host:
-            scratch.arrays.append(db)
-        extras.check_tma_layout("a", da)
-        extras.check_tma_layout("b", db)
+        for arr, copied in ((da, a_host), (db, b_host)):
+            if copied:
+                bind.own(arr)
+        check_tma_layout("a", da)
+        check_tma_layout("b", db)
         out_dt = _dtype(cfg.out_dtype)
-        d_is_map = self.kernel.epilogue.d_param().kind == "tensormap"   # else a C-contiguous pointer
+        d_is_map = bind.compiled.param("d").kind == "tensormap"     # else a C-contiguous pointer
         host_out = a_host or b_host
         if out is None:
             dd = arrays.empty(be, out_shape, out_dt, pitch_align=16 if d_is_map else 1)
             if host_out:               # copied back to a numpy result: the call's own buffer
-                scratch.arrays.append(dd)
+                bind.own(dd)
         else:
             od = arrays.describe(out, "out")
             if od is None:
@@ -302,75 +302,35 @@ class Gemm:
             if not d_is_map and not dd.is_c_contiguous():
                 raise ArgumentError("out must be C-contiguous for the 'global' epilogue")
         if d_is_map:
-            extras.check_tma_layout("out", dd)
-        values = {"m": m, "n": n, "k": k}
-        if cfg.batched:
-            values.update(l=l, la=la, lb=lb)
+            check_tma_layout("out", dd)
         problem = GemmProblem(m, n, k, l)
-        sched = getattr(self.kernel, "scheduler", None)
-        if sched is not None:
-            values.update(sched.param_values(problem))
-        ws = self._workspace(be, scratch, values, problem)
-        specs = {t.param: t for t in kern.tensor_maps}
+        bind.values.update(m=m, n=n, k=k)
+        if cfg.batched:
+            bind.values.update(l=l, la=la, lb=lb)
+        bind.values.update(self.kernel.host_values(problem))
+        bind.workspace(self._workspaces, self.kernel.workspace(problem))
+        as_map = arrays.as_batch if cfg.batched else None    # one batch of a rank-3 (L, rows, cols) map
         for name, arr in (("a", da), ("b", db), ("d", dd)):
-            if cfg.batched:                          # one batch of a rank-3 (L, rows, cols) map
-                arr = arrays.as_batch(arr)
-            if name in specs:
-                values[name] = be.encode_tensor_map(specs[name], arr.ptr, *extras.map_extent(specs[name], arr))
-                scratch.tmaps.append(values[name])
+            arr = as_map(arr) if as_map else arr
+            if name in bind.specs:
+                bind.tensor_map(name, arr, map_extent(bind.specs[name], arr))
             else:
-                if not arr.is_c_contiguous():
-                    raise ArgumentError(f"{name} must be C-contiguous for a pointer parameter")
-                values[name] = arr.ptr
-        keep = [da, db, dd]            # device memory (ours or the caller's) must outlive the launch
+                bind.pointer(name, arr)
+        bind.keep += [da, db, dd]      # device memory (ours or the caller's) must outlive the launch
         dims = {"m": m, "n": n, "k": k, "l": l, "la": la, "lb": lb, **self.kernel.param_dims(problem)}
-        copy_back = []                 # (numpy array, device copy) of numpy arrays given for outputs
         for p in declared:
-            if p.name not in values:
-                values[p.name] = extras.value(be, p, extra[p.name], dims, keep, scratch.arrays, copy_back)
-            if p.kind == "tensormap":              # e.g. C loaded by the TMA epilogue
-                arr = values[p.name]
-                extras.check_tma_layout(p.name, arr)
-                if cfg.batched:
-                    arr = arrays.as_batch(arr)
-                values[p.name] = be.encode_tensor_map(specs[p.name], arr.ptr, arr.shape, arr.strides)
-                scratch.tmaps.append(values[p.name])
-        params = kern.pack_params(values)
-        handle = self._module(be, kern)
-        zero_d = getattr(self.kernel.epilogue, "accumulates", False)
-
-        def launch():
-            if not scratch.alive:      # its parameter block and tensor maps are gone
-                raise LaunchError("this launch was released (launch.release()); call Gemm.prepare() "
-                                  "again for a new one")
-            if zero_d:                 # the epilogue adds into D: start from zeros every launch
-                arrays.zero_fill(dd)
-            try:
-                be.launch(handle, grid, params, block=kern.block, cluster=kern.cluster, smem=kern.dynamic_smem)
-            except BaseException:
-                if ws is not None:     # its semaphores may be left mid-reduction: never reuse it
-                    ws[1] = False
-                raise
+            bind.argument(p, extra[p.name], dims, as_map)
+        outputs = {"d": dd}
+        launch = bind.launcher(grid, [outputs[name] for name in self.kernel.zero_filled_outputs()])
 
         def result():
-            be.synchronize()
-            for host, dev in copy_back:        # a second output given as numpy: fill it
-                host[...] = arrays.to_host(dev)
+            bind.finish()
             if out is not None:
                 return out
             if host_out:
                 return arrays.to_host(dd)
             return wrap_like(dd, va.framework)
-        scratch.keep = keep
-        # for the launch cache of __call__ (a launch that zero-fills D or takes a workspace is not cached)
-        launch.packed = (handle, grid, params, zero_d or ws is not None)
         return launch, result
-
-    def _workspace(self, be, scratch, values, problem):
-        """The kernel's workspace parameters for ``problem`` from this Gemm's pool, into
-        ``values`` (:func:`cutedsl.device.workspace.provide`)."""
-        from .workspace import provide
-        return provide(self._workspaces, self.kernel, be, scratch, values, problem)
 
     def run(self, a, b, out=None, **extra):
         """Launch once; returns ``(result, seconds)`` (wall time of launch + synchronize).

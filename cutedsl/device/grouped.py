@@ -18,14 +18,18 @@ import numpy as np
 
 from ..dtypes import dtype as _dtype, same_storage
 from ..errors import ArgumentError, ArgumentTypeError, ConfigError, checked_arguments
-from . import arrays, extras
+from ..runtime import arrays
+from . import extras
 from .config import GemmConfig, _MAX_I32
-from .dlpack import wrap_like
+from ..runtime.dlpack import wrap_like
+from ..runtime.binding import Binding
+from ..runtime.params import check_tma_layout
 from .gemm import Gemm
 
 
 class GroupedGemm:
-    """A compiled grouped GEMM for one config (schedule ``cooperative`` or ``pingpong``; the
+    """A compiled grouped GEMM for one config (sm_90a: schedule ``cooperative`` or ``pingpong``;
+    sm_100a: ``warp_specialized``, the persistent tcgen05 kernel, ``mma_sm`` 1 or 2; the
     config's tile, stages, cluster, raster, dtypes, majors and epilogue apply to every group;
     fused nodes with scalar arguments only). ``backend`` and ``cache`` as for :class:`Gemm`.
     ``ConfigError`` for a config a grouped kernel cannot run."""
@@ -33,14 +37,15 @@ class GroupedGemm:
     @checked_arguments()
     def __init__(self, config: GemmConfig, backend="auto", *, cache=None):
         from ..collective.grouped import MAX_GROUPS
-        from ..kernel.grouped import GROUPED
+        from ..kernel.grouped import grouped_kernels
         if not isinstance(config, GemmConfig):
             raise ArgumentTypeError(f"config must be a GemmConfig, got {type(config).__name__}")
-        if config.schedule not in GROUPED:
-            raise ConfigError(f"GroupedGemm runs the persistent schedules ({', '.join(GROUPED)}), "
+        kinds = grouped_kernels(config.arch)
+        if config.schedule not in kinds:
+            raise ConfigError(f"GroupedGemm runs the persistent schedules ({', '.join(kinds)}), "
                               f"got schedule {config.schedule!r}")
         self.config = config
-        self._gemm = Gemm(config, backend, kernel=GROUPED[config.schedule], cache=cache)
+        self._gemm = Gemm(config, backend, kernel=kinds[config.schedule], cache=cache)
         self.kernel = self._gemm.kernel
         self.max_groups = MAX_GROUPS
 
@@ -100,8 +105,7 @@ class GroupedGemm:
         from ..collective.grouped import group_table
         groups = self._views(a_list, b_list)
         kern_obj = self.kernel
-        internal = [p.name for p in kern_obj.scheduler.kernel_params()] + ["maps", "d_ptrs"]
-        declared = extras.check_names(kern_obj.params(), extra, internal)
+        declared = extras.check_names(kern_obj.params(), extra, kern_obj.host_params())
         be = self.backend
         for va, vb, _ in groups:
             arrays.check_backend_of(va.owner, be, va.name)
@@ -115,9 +119,11 @@ class GroupedGemm:
                 results[g] = z if (va.on_host or vb.on_host) else arrays.to_device(be, z)
             else:
                 live.append(g)
-        scratch = arrays.CallScratch(be)
+        # a launch binding when some group enters the launch (the kernel is compiled then only)
+        bind = Binding(be, self.compiled, self._gemm._module(be, self.compiled)) if live else None
+        scratch = bind.scratch if bind is not None else arrays.CallScratch(be)
         try:
-            run, devs = self._prepare(scratch, be, groups, live, out_dt, extra, declared, group_table) \
+            run, devs = self._prepare(bind, groups, live, out_dt, extra, declared, group_table) \
                 if live else (None, [])
         except BaseException:
             scratch.release()
@@ -139,51 +145,43 @@ class GroupedGemm:
         launch.keep = result.keep = scratch
         return launch, result
 
-    def _prepare(self, scratch, be, groups, live, out_dt, extra, declared, group_table):
-        """The launch of the ``live`` groups: ``(run, [(D device array, host result?, framework)])``."""
+    def _prepare(self, bind, groups, live, out_dt, extra, declared, group_table):
+        """The launch of the ``live`` groups: ``(launch, [(D device array, host result?, framework)])``."""
         from ..kernel.grouped import MAP_BYTES, MAP_ORDER
-        cfg, kern_obj = self.config, self.kernel
-        tma_d = kern_obj.epilogue.kind == "tma"
+        cfg, kern_obj, be = self.config, self.kernel, bind.backend
+        tma_d = kern_obj.d_by_tensor_map()
         specs = kern_obj.map_specs()
         table = np.zeros((len(live), len(MAP_ORDER), MAP_BYTES), np.uint8)
-        devs, keep = [], []
+        devs = []
         for row, g in enumerate(live):
             va, vb, (m, n, k) = groups[g]
             da, a_copy = extras.operand_array(be, va, cfg.a_major == "K")
             db, b_copy = extras.operand_array(be, vb, cfg.b_major == "MN")
-            scratch.arrays.extend(x for x, copied in ((da, a_copy), (db, b_copy)) if copied)
-            extras.check_tma_layout(va.name, da)
-            extras.check_tma_layout(vb.name, db)
+            for arr, copied in ((da, a_copy), (db, b_copy)):
+                if copied:
+                    bind.own(arr)
+            check_tma_layout(va.name, da)
+            check_tma_layout(vb.name, db)
             dd = arrays.empty(be, (m, n), out_dt, pitch_align=16 if tma_d else 1)
             devs.append((dd, va.on_host or vb.on_host, va.framework))
-            keep += [da, db, dd, va.owner, vb.owner]
+            bind.keep += [da, db, dd, va.owner, vb.owner]
             for slot, (name, arr) in enumerate((("a", da), ("b", db), ("d", dd))):
-                if name in specs:
-                    blob = be.encode_tensor_map(specs[name], arr.ptr, arr.shape, arr.strides)
-                    scratch.tmaps.append(blob)
-                    table[row, slot] = np.frombuffer(bytes(blob), np.uint8)[:MAP_BYTES]
-        sched = kern_obj.scheduler
+                if name in specs:      # the group's map goes into the table, not a parameter
+                    table[row, slot] = np.frombuffer(bytes(bind.encode(specs[name], arr)), np.uint8)[:MAP_BYTES]
         problems, units = group_table([groups[g][2] for g in live], kern_obj.tile_m, kern_obj.tile_n,
                                       kern_obj.cluster)
-        maps = arrays.to_device(be, table.reshape(-1))
-        probs = arrays.to_device(be, problems.reshape(-1))
-        scratch.arrays += [maps, probs]
-        values = {"maps": maps.ptr, "problems": probs.ptr, "groups": len(live), "units": units}
+        maps = bind.own(arrays.to_device(be, table.reshape(-1)))
+        probs = bind.own(arrays.to_device(be, problems.reshape(-1)))
+        bind.values.update(maps=maps.ptr, problems=probs.ptr, groups=len(live), units=units)
         if not tma_d:
-            ptrs = arrays.to_device(be, np.array([d.ptr for d, _, _ in devs], np.uint64))
-            scratch.arrays.append(ptrs)
-            values["d_ptrs"] = ptrs.ptr
+            ptrs = bind.own(arrays.to_device(be, np.array([d.ptr for d, _, _ in devs], np.uint64)))
+            bind.values["d_ptrs"] = ptrs.ptr
         for p in declared:
-            values[p.name] = extras.value(be, p, extra[p.name], {}, keep, scratch.arrays)
-        if cfg.sm_count is None and sched.sm_count is None:
-            sched.sm_count = self._gemm._device_sm_count()
-        grid = (sched.clusters_for(units) * sched.cluster_size, 1, 1)
-        kern = self.compiled
-        scratch.keep = keep
-        handle, params = self._gemm._module(be, kern), kern.pack_params(values)
-
-        def run():
-            be.launch(handle, grid, params, block=kern.block, cluster=kern.cluster, smem=kern.dynamic_smem)
+            bind.argument(p, extra[p.name])
+        if cfg.sm_count is None and kern_obj.needs_sm_count():
+            kern_obj.set_sm_count(self._gemm._device_sm_count())
+        grid = kern_obj.units_grid(units)
+        run = bind.launcher(grid)
         run.grid = grid
         return run, devs
 

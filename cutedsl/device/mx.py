@@ -169,7 +169,7 @@ def to_device(backend, q):
     reads it as a K-major operand: pass ``A`` as is and a weight stored ``(N, K)`` as ``w.T``
     (``w.mT`` for a batch). ``ArgumentTypeError`` for another dtype or a non-backend."""
     from ..dtypes import dtype as _dtype
-    from . import arrays
+    from ..runtime import arrays
     q = np.asarray(q)
     if q.dtype != ml_dtypes.float4_e2m1fn:
         raise ArgumentTypeError(f"mx.to_device(backend, q) packs ml_dtypes.float4_e2m1fn values (MXFP4 / NVFP4 "

@@ -34,8 +34,8 @@ def config_kernel(cfg, grouped: bool = False):
     kernel (what ``GroupedGemm`` runs)."""
     if not grouped:
         return cfg.kernel()
-    from ..kernel.grouped import GROUPED
-    return cfg.kernel(kernel_cls=GROUPED[cfg.schedule])
+    from ..kernel.grouped import grouped_kernels
+    return cfg.kernel(kernel_cls=grouped_kernels(cfg.arch)[cfg.schedule])
 
 
 def _compile_one(fields: dict, cache_dir: str | None, grouped: bool = False) -> tuple:

@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError
-from . import arrays
+from ..runtime import arrays
+from ..runtime.binding import Binding
 
 
 def saxpy(alpha: float, x, y, *, tma: bool = False, backend="auto"):
@@ -14,7 +15,7 @@ def saxpy(alpha: float, x, y, *, tma: bool = False, backend="auto"):
     ``ArgumentTypeError``/``ArgumentError`` before any launch.
     """
     from ..kernel import SaxpyKernel, TmaSaxpyKernel
-    from .selection import get_backend
+    from ..runtime.selection import get_backend
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)):
         raise ArgumentTypeError(f"alpha must be a float, got {type(alpha).__name__}")
     x, y = np.asarray(x), np.asarray(y)
@@ -30,21 +31,19 @@ def saxpy(alpha: float, x, y, *, tma: bool = False, backend="auto"):
         raise ArgumentError(f"n = {n} exceeds the kernel's 32-bit size limit")
     be = get_backend(backend) if isinstance(backend, str) else backend
     kern = TmaSaxpyKernel() if tma else SaxpyKernel()
-    ck = kern.compile()
-    dx, dy = arrays.to_device(be, x), arrays.to_device(be, y)
-    tmaps = []
-    try:
+    bind = Binding(be, kern.compile())
+    try:                           # the call's device memory and tensor maps go with the binding
+        dx, dy = bind.own(arrays.to_device(be, x)), bind.own(arrays.to_device(be, y))
         if tma:
-            specs = {t.param: t for t in ck.tensor_maps}
-            tmaps = [be.encode_tensor_map(specs[p], d.ptr, (n,), (4,)) for p, d in (("x", dx), ("y", dy))]
-            vals = {"x": tmaps[0], "y": tmaps[1], "alpha": alpha}
+            bind.tensor_map("x", dx)
+            bind.tensor_map("y", dy)
         else:
-            vals = {"x": dx.ptr, "y": dy.ptr, "n": n, "alpha": alpha}
-        be.launch(be.load(ck), kern.grid(n), ck.pack_params(vals), block=ck.block, smem=ck.dynamic_smem)
-        be.synchronize()
+            bind.pointer("x", dx)
+            bind.pointer("y", dy)
+            bind.values["n"] = n
+        bind.values["alpha"] = alpha
+        bind.launcher(kern.grid(n))()
+        bind.finish()
         return arrays.to_host(dy)
-    finally:                       # the call's device memory and tensor maps go with it
-        dx.free()
-        dy.free()
-        for t in tmaps:
-            be.release_tensor_map(t)
+    finally:
+        bind.release()

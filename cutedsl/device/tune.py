@@ -26,7 +26,7 @@ import attrs
 import numpy as np
 
 from ..errors import ArgumentError, ConfigError
-from . import arrays
+from ..runtime import arrays
 
 TUNING_FORMAT = 1
 
@@ -123,7 +123,7 @@ def tune(m: int, n: int, k: int, dtype: str = "f16", *, l: int = 1, backend="aut
     call arguments: fix only fields without them). ``ArgumentError`` for sizes < 1 or
     ``iters`` < 1, ``ConfigError`` when no candidate is valid."""
     from .gemm import Gemm
-    from .selection import get_backend
+    from ..runtime.selection import get_backend
     for name, v in (("m", m), ("n", n), ("k", k), ("l", l), ("iters", iters)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
             raise ArgumentError(f"tune: {name} must be a positive int, got {v!r}")

@@ -110,3 +110,23 @@ class KernelBuilder:
             except ir.MLIRError as e:
                 raise IRError(f"kernel {self.name!r} does not verify:\n{format_diagnostics(e)}") from None
             self.module = module
+
+
+def current_cta_threads():
+    """Threads per CTA of the kernel being built at the current insertion point (the product of
+    its ``nvvm.reqntid``), or None outside a :class:`KernelBuilder` body or without that
+    attribute. Atoms use it to refuse, at build time, a barrier that waits for more threads
+    than the CTA has."""
+    try:
+        op = ir.InsertionPoint.current.block.owner
+    except (ValueError, RuntimeError):
+        return None
+    while op is not None and op.operation.name != "gpu.func":    # .operation: an OpView's name is its symbol
+        op = op.operation.parent
+    if op is None or "nvvm.reqntid" not in op.operation.attributes:
+        return None
+    n = 1
+    for x in ir.DenseI32ArrayAttr(op.operation.attributes["nvvm.reqntid"]):
+        n *= x
+    return n
+

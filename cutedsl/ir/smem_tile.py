@@ -90,6 +90,24 @@ class SmemTile:
         return to_type(self._bound.base_address + self.offset, "i64")
 
 
+SWIZZLE_UNIT = 16      #: bytes of the chunk a swizzle moves as a whole
+SWIZZLE_ROW = 128      #: the swizzle's row: the chunk index XORs with bits 7.. of the address
+
+
+def swizzle_offset(offset, swizzle: int):
+    """The byte at which a ``swizzle``-byte swizzled tile (TMA ``CU_TENSOR_MAP_SWIZZLE_*``,
+    WGMMA descriptor layout modes) holds what an unswizzled one holds at ``offset`` (Python int
+    or unsigned IR integer, from a ``8 * swizzle``-byte aligned tile start): the 16-byte chunk
+    index (bits 4..) XOR the 128-byte row index (bits 7..), both ``log2(swizzle / 16)`` bits
+    wide (CuTe ``Swizzle<3,4,3>`` for 128 B, ``<2,4,3>`` for 64 B, ``<1,4,3>`` for 32 B). 0: no
+    swizzle."""
+    if not swizzle:
+        return offset
+    mask = swizzle // SWIZZLE_UNIT - 1
+    shift = SWIZZLE_ROW.bit_length() - SWIZZLE_UNIT.bit_length()
+    return offset ^ (((offset >> shift) & (mask * SWIZZLE_UNIT)))
+
+
 class BoundBuffer:
     """A declared buffer inside a kernel: tiles (:class:`SmemTile`), typed views and
     addresses per stage."""

@@ -309,6 +309,24 @@ def warp_uniform(v) -> Scalar:
     return Scalar(r, signed=False)
 
 
+def shfl_xor(v, lane_mask: int, width: int = 32) -> Scalar:
+    """``shfl.sync.bfly.b32``: the value ``v`` (i32 or f32) of lane ``lane ^ lane_mask`` (all 32
+    lanes take part, member mask 0xffffffff). ``lane_mask``: Python int in 1..``width - 1``;
+    ``width`` (power of two <= 32) limits the exchange to segments of ``width`` lanes (PTX ISA
+    9.7.8.6 shfl.sync: ``c = ((32 - width) << 8) | 31``). A butterfly over masks 1, 2, .. reduces
+    within a segment (e.g. the 4 lanes of a quad that share a WGMMA accumulator row).
+    Raises ``ValueError`` for a mask or width outside those ranges."""
+    from mlir.dialects import nvvm
+    if width not in (2, 4, 8, 16, 32):
+        raise ValueError(f"shfl_xor width must be a power of two in 2..32, got {width}")
+    if not isinstance(lane_mask, int) or not 0 < lane_mask < width:
+        raise ValueError(f"shfl_xor lane_mask must be an int in 1..{width - 1}, got {lane_mask!r}")
+    signed = v.signed if isinstance(v, Scalar) else True
+    r = nvvm.shfl_sync(v.type, const(-1, "i32"), v, const(lane_mask, "i32"), const(((32 - width) << 8) | 31, "i32"),
+                       ir.Attribute.parse("#nvvm<shfl_kind bfly>"))
+    return Scalar(r, signed=signed)
+
+
 _REGISTERED = False
 
 

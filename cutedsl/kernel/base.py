@@ -38,6 +38,44 @@ class Kernel:
         """CTAs (x, y, z) for a problem (a ``GemmProblem`` for GEMM kernels)."""
         raise NotImplementedError
 
+    # -- host contract: what a launch needs besides the caller's arguments. The front end (Device
+    #    layer) asks these and hands the answers to the runtime's launch binding
+    #    (cutedsl.runtime.binding); it never reads the kernel's collectives. Defaults: nothing.
+    def host_params(self) -> list:
+        """Names of parameters the kernel's own host side fills (e.g. a tile scheduler's
+        decomposition), not taken from the caller."""
+        return []
+
+    def host_values(self, problem) -> dict:
+        """Host: ``{name: value}`` of :meth:`host_params` for ``problem``."""
+        return {}
+
+    def workspace(self, problem) -> dict:
+        """Host: bytes of each workspace parameter (``ParamSpec.workspace``) a launch for
+        ``problem`` needs; the runtime provides them zeroed (:mod:`cutedsl.runtime.workspace`)."""
+        return {}
+
+    def zero_filled_outputs(self) -> tuple:
+        """Output parameters the kernel adds into, zero-filled before every launch."""
+        return ()
+
+    def co_resident(self) -> bool:
+        """True when the launch's CTAs wait on each other through global memory, so all of
+        them must be resident at once (at most :meth:`resident_ctas` CTAs)."""
+        return False
+
+    def resident_ctas(self, sm_count: int) -> int:
+        """CTAs of this kernel resident at once on ``sm_count`` SMs (one per SM by default)."""
+        return sm_count
+
+    def needs_sm_count(self) -> bool:
+        """True when the grid depends on the device's SM count and none was configured
+        (a persistent schedule); the front end then calls :meth:`set_sm_count`."""
+        return False
+
+    def set_sm_count(self, sm_count) -> None:
+        """Host: the device's SM count (None: unknown), for a kernel whose grid fills the device."""
+
     def compile(self, *, cache=None, dump_dir=None, use_cache: bool = True):
         """Return the ``CompiledKernel``, from the on-disk cache when possible.
 

@@ -301,12 +301,36 @@ class GemmKernel(Kernel):
         parameters use, for ``problem`` (a ``GemmProblem`` of ints); none here."""
         return {}
 
+    # -- host contract (see Kernel): the scheduler's parameters, the reduction's workspace and
+    #    co-residency, the epilogue's zero-filled D -- answered here, never read by the front end
     def workspace(self, problem) -> dict:
         """Host: bytes of each workspace parameter (``ParamSpec.workspace``) a launch for
-        ``problem`` (a ``GemmProblem`` of ints) needs; the Device layer provides them zeroed."""
+        ``problem`` (a ``GemmProblem`` of ints) needs; the runtime provides them zeroed."""
         if self.reduction is None:
             return {}
         return self.reduction.workspace_bytes(self.scheduler.partial_tiles(problem))
+
+    def host_params(self) -> list:
+        return [p.name for p in self.scheduler.kernel_params()]
+
+    def host_values(self, problem) -> dict:
+        return self.scheduler.param_values(problem)
+
+    def zero_filled_outputs(self) -> tuple:
+        return ("d",) if self.epilogue.accumulates else ()
+
+    def co_resident(self) -> bool:
+        return self.reduction is not None        # stream-K / split-K pieces of one tile wait on each other
+
+    def resident_ctas(self, sm_count: int) -> int:
+        return sm_count * self.scheduler.ctas_per_sm
+
+    def needs_sm_count(self) -> bool:
+        s = self.scheduler
+        return bool(getattr(s, "persistent", False)) and s.sm_count is None
+
+    def set_sm_count(self, sm_count) -> None:
+        self.scheduler.sm_count = sm_count
 
     def bind_problem(self, args):
         """IR: the ``GemmProblem`` of the kernel's arguments, bound to the tile scheduler with

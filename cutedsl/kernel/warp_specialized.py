@@ -65,6 +65,11 @@ class WarpSpecializedGemmKernel(GemmKernel):
     #: one stage cannot work: a consumer releases a slot only after the next k-tile's WGMMAs were
     #: issued (wait_group 1), which needs that fill -- a deadlock
     STAGES = range(2, 8)
+    #: the problem visitor of a grouped kernel (:class:`~cutedsl.collective.grouped.GroupedProblems`:
+    #: G problems' tables in place of the ``a``, ``b``, ``d``, ``m``, ``n``, ``k`` parameters), or
+    #: None: one problem. The instance is :attr:`groups`; every hook below asks it.
+    groups_cls = None
+    groups = None
 
     def __init__(self, tile_m=128, tile_n=128, stages=4, dtype="f16", out_dtype="f32", b_major="MN",
                  epilogue=None, cluster=(1, 1), raster="M", swizzle=1, sm_count=None, arch=None, b_dtype=None,
@@ -96,7 +101,11 @@ class WarpSpecializedGemmKernel(GemmKernel):
 
     def make_scheduler(self):
         """The persistent scheduler; with a ``decomposition`` other than data-parallel, the
-        stream-K one (and the partial-tile reduction of the epilogue side)."""
+        stream-K one (and the partial-tile reduction of the epilogue side); a grouped kernel's
+        is its problem visitor's (:meth:`make_groups`)."""
+        if self.groups_cls is not None:
+            self.groups = self.make_groups()
+            return self.groups.scheduler
         raster, swizzle, sm_count = self._schedule
         if self.decomposition == "data-parallel" and self.splits is None:
             return self.scheduler_cls(self.tile_m, self.tile_n, raster, swizzle, sm_count, self.cluster,
@@ -107,6 +116,22 @@ class WarpSpecializedGemmKernel(GemmKernel):
         return StreamKScheduler(self.tile_m, self.tile_n, raster, swizzle, sm_count, self.cluster,
                                 persistent=self.persistent, decomposition=self.decomposition, splits=self.splits,
                                 k_tile=self.traits.k_tile)
+
+    def grouped_features(self) -> dict:
+        """What this kernel runs that :meth:`GroupedProblems.reason
+        <cutedsl.collective.grouped.GroupedProblems.reason>` judges (subclasses add theirs)."""
+        return dict(decomposition=self.decomposition, splits=self.splits, batched=self.batched,
+                    epilogue_params=self.epilogue.kernel_params())
+
+    def make_groups(self):
+        """The :attr:`groups_cls` problem visitor for this tile, cluster, epilogue kind and
+        schedule; ``ValueError`` naming what it cannot be combined with."""
+        why = self.groups_cls.reason(**self.grouped_features())
+        if why:
+            raise ValueError(why)
+        raster, swizzle, sm_count = self._schedule
+        return self.groups_cls(self.tile_m, self.tile_n, self.traits.k_tile, self.cluster, self.epilogue.kind,
+                               raster=raster, swizzle=swizzle, sm_count=sm_count, persistent=self.persistent)
 
     # -- schedule description (subclasses override) -------------------------------------
     @classmethod
@@ -177,6 +202,36 @@ class WarpSpecializedGemmKernel(GemmKernel):
         return {**super().config(), "stages": self.stages, "consumers": self.consumer_warpgroups,
                 "scheduler": self.scheduler.config()}
 
+    def params(self):
+        """The GEMM parameters; a grouped kernel's are its problem visitor's
+        (:meth:`~cutedsl.collective.grouped.GroupedProblems.kernel_params`)."""
+        if self.groups is None:
+            return super().params()
+        return self.groups.kernel_params(self.epilogue.kernel_params())
+
+    def host_params(self) -> list:
+        base = super().host_params()
+        return base if self.groups is None else base + self.groups.host_params()
+
+    def d_by_tensor_map(self) -> bool:
+        """A grouped kernel: each group's D is a tensor map in the table (else an address in ``d_ptrs``)."""
+        return self.groups.d_kind == "tma"
+
+    def units_grid(self, units: int) -> tuple:
+        """A grouped kernel: CTAs for ``units`` work units of all groups."""
+        return self.groups.units_grid(units)
+
+    def map_specs(self) -> dict:
+        """A grouped kernel: the ``TensorMapSpec`` of each map in a group's row of the table, by name."""
+        return self.groups.map_specs(self.mainloop.tensor_maps() + self.epilogue.tensor_maps())
+
+    def bind_problem(self, args):
+        """As :meth:`GemmKernel.bind_problem`; a grouped kernel binds its problem visitor and
+        returns its :class:`~cutedsl.collective.grouped.GroupedProblem` (``group(wt.l)``: the
+        ``GemmProblem`` of work tile ``wt``)."""
+        if self.groups is None:
+            return super().bind_problem(args)
+        return self.groups.bind(args)
 
     def init_extra(self, smem, leader) -> None:
         """Initialise the extra barriers (before the pipeline's init fence)."""
@@ -221,21 +276,28 @@ class WarpSpecializedGemmKernel(GemmKernel):
     def k_varies(self) -> bool:
         """Whether work tiles of one CTA may have different k-tile counts (stream-K pieces,
         grouped problems): ping-pong then skips the other warpgroup's unit by its own count."""
-        return self.reduction is not None
+        return self.reduction is not None or self.groups is not None
 
     def operand_atoms(self, args):
         """The A and B ``TmaCopy`` atoms the mainloop binds (None: over the kernel's ``a`` and
         ``b`` tensor-map parameters); a kernel whose maps change per work tile gives its
-        first ones (prefetched) and swaps them in :meth:`unit_operands`."""
+        first ones (prefetched) and swaps them in :meth:`unit_operands` (a grouped kernel: group 0's)."""
+        if self.groups is not None:
+            return self.groups.operand_atoms(self.mainloop, args)
         return None
 
     def unit_operands(self, ops, wt):
         """The mainloop operands the producer loads work tile ``wt`` with: ``ops`` with the
-        tile's batch coordinates (:meth:`batch_operands`)."""
+        tile's batch coordinates (:meth:`batch_operands`), or a grouped kernel's group's A and B maps."""
+        if self.groups is not None:
+            return self.groups.unit_operands(self.mainloop, ops, wt)
         return self.batch_operands(ops, wt)
 
     def epilogue_context(self, args, smem, wt, row_base, wg) -> EpilogueContext:
-        """The :class:`EpilogueContext` of work tile ``wt`` stored by consumer warpgroup ``wg``."""
+        """The :class:`EpilogueContext` of work tile ``wt`` stored by consumer warpgroup ``wg``
+        (a grouped kernel: with its group's M, N, K and D)."""
+        if self.groups is not None:
+            return self.groups.epilogue_context(args, smem, wt, row_base, wg)
         return EpilogueContext(wt.m0, wt.n0, args.m, args.n, args, smem, row_base, warpgroup=wg, l=wt.l,
                                problem=GemmProblem.from_args(args))
 
@@ -330,6 +392,37 @@ class PingpongGemmKernel(WarpSpecializedGemmKernel):
 
     def plan_extra(self, plan) -> None:
         plan.barriers("order", 4)
+
+    def params(self):
+        """The GEMM parameters; a grouped kernel's are its problem visitor's
+        (:meth:`~cutedsl.collective.grouped.GroupedProblems.kernel_params`)."""
+        if self.groups is None:
+            return super().params()
+        return self.groups.kernel_params(self.epilogue.kernel_params())
+
+    def host_params(self) -> list:
+        base = super().host_params()
+        return base if self.groups is None else base + self.groups.host_params()
+
+    def d_by_tensor_map(self) -> bool:
+        """A grouped kernel: each group's D is a tensor map in the table (else an address in ``d_ptrs``)."""
+        return self.groups.d_kind == "tma"
+
+    def units_grid(self, units: int) -> tuple:
+        """A grouped kernel: CTAs for ``units`` work units of all groups."""
+        return self.groups.units_grid(units)
+
+    def map_specs(self) -> dict:
+        """A grouped kernel: the ``TensorMapSpec`` of each map in a group's row of the table, by name."""
+        return self.groups.map_specs(self.mainloop.tensor_maps() + self.epilogue.tensor_maps())
+
+    def bind_problem(self, args):
+        """As :meth:`GemmKernel.bind_problem`; a grouped kernel binds its problem visitor and
+        returns its :class:`~cutedsl.collective.grouped.GroupedProblem` (``group(wt.l)``: the
+        ``GemmProblem`` of work tile ``wt``)."""
+        if self.groups is None:
+            return super().bind_problem(args)
+        return self.groups.bind(args)
 
     def init_extra(self, smem, leader) -> None:
         from ..atom import MBarriers

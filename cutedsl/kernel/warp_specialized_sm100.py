@@ -122,13 +122,17 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     def make_scheduler(self):
         """The static persistent scheduler (or stream-K's), or with ``tile_scheduler="clc"`` the
         cluster-launch-control one, which every warp of the CTA walks."""
-        if self.tile_scheduler == "static":
+        if self.tile_scheduler == "static" or self.groups_cls is not None:   # grouped: refused by its visitor
             return super().make_scheduler()
         raster, swizzle, sm_count = self._schedule
         cs = self.cluster[0] * self.cluster[1]
         # every role's warps in every CTA of the cluster, but the MMA warp of a pair's odd CTA
         warps = (FIRST_EPILOGUE_WARP + self.arch.warps_per_warpgroup) * cs - (cs // 2 if self.pair else 0)
         return ClcTileScheduler(self.tile_m, self.tile_n, raster, swizzle, sm_count, self.cluster, warps=warps)
+
+    def grouped_features(self) -> dict:
+        return {**super().grouped_features(), "tile_scheduler": self.tile_scheduler,
+                "block_scaled": self.block_scaled}
 
     @classmethod
     def schedule_reason(cls, tile_m, tile_n, stages, cluster) -> str | None:

@@ -4,7 +4,7 @@ and :class:`Emulator`, a convenience API for tests (PTX text in, numpy arrays ou
 Global memory is synthetic (see :mod:`cutedsl.sim.machine.memory`): 256-byte aligned allocations
 separated by unmapped guard gaps, so out-of-bounds accesses raise
 :class:`~cutedsl.sim.frontend.errors.MemoryAccessError`. Tensor maps are validated with
-:func:`cutedsl.device.backend.check_tensor_map` (same rules and messages as the CUDA
+:func:`cutedsl.runtime.backend.check_tensor_map` (same rules and messages as the CUDA
 backend) and encoded as a 128-byte blob naming an entry of the emulator's registry.
 Launches run synchronously; ``synchronize`` is a no-op.
 """
@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from ..device.backend import Backend, DeviceBuffer, check_launch, check_nbytes, check_tensor_map
+from cutedsl.runtime.backend import Backend, DeviceBuffer, check_launch, check_nbytes, check_tensor_map
 from ..errors import ArgumentError, ArgumentTypeError, checked_arguments
 from .frontend.errors import MemoryAccessError, SimLaunchError
 from .frontend.limits import DEFAULT_LIMITS, SimLimits

@@ -105,7 +105,7 @@ def test_capture_plugin_compiles_gpu_tests_and_keeps_real_failures(tmp_path):
         "from cutedsl import Gemm, GemmConfig\n"
         "pytestmark = pytest.mark.gpu\n"
         "def test_runs():\n"
-        "    from cutedsl.device.cuda import CudaBackend\n"
+        "    from cutedsl.runtime.cuda import CudaBackend\n"
         "    a = np.ones((70, 64), np.float16); b = np.ones((64, 40), np.float16)\n"
         "    Gemm(GemmConfig(stages=2, out_dtype='f16'), CudaBackend())(a, b)\n"
         "    raise AssertionError('not reached: the launch stops the test')\n"

@@ -8,7 +8,7 @@ import pytest
 
 from cutedsl import cli
 from cutedsl.bench import libs, overhead
-from cutedsl.device import arrays
+from cutedsl.runtime import arrays
 from cutedsl.dtypes import dtype as _dtype
 
 
@@ -58,7 +58,7 @@ def test_bench_cli_on_the_cuda_path(monkeypatch, tmp_path, capsys):
     be, drv = overhead.null_cuda_backend(monkeypatch.setattr)
     be.name = "cuda"
     lib = NullDeviceLib(be)
-    monkeypatch.setattr("cutedsl.device.selection.get_backend", lambda name, arch=None: be)
+    monkeypatch.setattr("cutedsl.runtime.selection.get_backend", lambda name, arch=None: be)
     monkeypatch.setattr(libs, "pick", lambda backend, want, seed: (lib, ""))
     monkeypatch.setattr("cutedsl.bench.runner.nvidia_smi", lambda: {"clocks.sm": "1980 MHz"})
     slow = []
@@ -89,6 +89,6 @@ def test_bench_cli_on_the_cuda_path(monkeypatch, tmp_path, capsys):
 
 
 def test_iters_below_20_are_refused_on_a_gpu(monkeypatch, capsys):
-    monkeypatch.setattr("cutedsl.device.selection.get_backend", lambda name, arch=None: types.SimpleNamespace(name="cuda"))
+    monkeypatch.setattr("cutedsl.runtime.selection.get_backend", lambda name, arch=None: types.SimpleNamespace(name="cuda"))
     assert cli.main(["bench", "--iters", "10"]) == 2
     assert "argument --iters: a GPU run takes the median of at least 20 launches, got 10" in capsys.readouterr().err

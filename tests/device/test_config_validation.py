@@ -171,7 +171,7 @@ def test_bad_operands_raise_before_launch(a, b, exc, match):
 
 
 def test_no_gpu_is_reported_cleanly():
-    from cutedsl.device.cuda import CudaBackend
+    from cutedsl.runtime.cuda import CudaBackend
     ok, why = CudaBackend.available()
     if ok:
         pytest.skip("a GPU is present")

@@ -9,7 +9,7 @@ import types
 import pytest
 
 from cutedsl.compiler.artifact import CompiledKernel, ParamSpec
-from cutedsl.device import cuda as cuda_mod
+from cutedsl.runtime import cuda as cuda_mod
 
 
 class FakeDriver:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from cutedsl import Gemm, GemmConfig
-from cutedsl.device import arrays
+from cutedsl.runtime import arrays
 from cutedsl.errors import ArgumentError
 
 
@@ -78,7 +78,7 @@ def test_to_device_gives_true_c_strides_for_size_one_dimensions():
     """x.T of an (8, 1) array is (1, 8) with numpy strides (2, 2): numpy calls it contiguous,
     but a device copy must carry C strides (16, 2) or TMA's row-stride rule rejects it
     (found by the property test: K-major B with N = 1)."""
-    from cutedsl.device import arrays
+    from cutedsl.runtime import arrays
     from cutedsl.sim import SimBackend
     be = SimBackend()
     x = np.arange(8, dtype=np.float16).reshape(8, 1).T

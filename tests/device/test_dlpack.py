@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cutedsl import Gemm, GemmConfig
-from cutedsl.device import arrays, dlpack
+from cutedsl.runtime import arrays, dlpack
 from cutedsl.errors import ArgumentError, ArgumentTypeError
 
 _new_capsule = ctypes.pythonapi.PyCapsule_New

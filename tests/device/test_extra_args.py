@@ -63,7 +63,7 @@ def test_a_value_that_is_no_array_names_its_argument(rng, sim):
 
 
 def test_declared_parameter_rejects_strided_device_array(rng, sim):
-    from cutedsl.device import arrays
+    from cutedsl.runtime import arrays
     gemm = Gemm(GemmConfig(tile=(64, 64, 64), stages=2), sim, epilogue=AddBias)
     a, b = operands(rng)
     dev = arrays.to_device(sim, np.zeros(100, np.float32))

@@ -2,7 +2,7 @@
 (``cuLaunchKernel`` -> CUDA_ERROR_INVALID_VALUE), with the same check as the CUDA backend."""
 import pytest
 
-from cutedsl.device.backend import MAX_GRID, check_launch
+from cutedsl.runtime.backend import MAX_GRID, check_launch
 from cutedsl.errors import LaunchError
 from cutedsl.sim import Emulator
 

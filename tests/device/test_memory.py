@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from cutedsl import Gemm, GemmConfig
-from cutedsl.device import arrays
+from cutedsl.runtime import arrays
 from cutedsl.device.saxpy import saxpy
 from cutedsl.errors import ArgumentError
 from cutedsl.sim import SimBackend

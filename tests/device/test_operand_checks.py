@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from cutedsl import Gemm, GemmConfig
-from cutedsl.device import arrays
+from cutedsl.runtime import arrays
 from cutedsl.errors import ArgumentError, ArgumentTypeError, LaunchError
 from cutedsl.sim import SimBackend
 

@@ -25,7 +25,7 @@ def test_ptx_and_sass_of_each_variant(sim):
         assert ck.ptx.count(op) == 1, op
     assert ck.resources.sass["REDG"] == 3 and "ATOMG" not in ck.resources.sass
     # three CTAs add into the same 32 elements
-    from cutedsl.device import arrays
+    from cutedsl.runtime import arrays
     x = arrays.to_device(sim, np.ones(32, np.float32))
     h = arrays.to_device(sim, np.ones(64, np.float16))
     g = arrays.to_device(sim, np.ones(64, ml_dtypes.bfloat16))

@@ -55,7 +55,7 @@ def test_cluster_alpha_relu_f16_out_k_major_b(rng, sim):
 
 
 def test_device_operands_give_device_results(rng, sim):
-    from cutedsl.device import arrays
+    from cutedsl.runtime import arrays
     shapes = [(100, 60, 70), (20, 130, 64)]
     a, b = problems(rng, shapes)
     gg = GroupedGemm(GemmConfig(schedule="pingpong", tile=(64, 64, 64), stages=2, sm_count=2), sim)

@@ -106,7 +106,7 @@ class OneKTilePerCta(MultistageGemmKernel):
 
 
 def test_atomic_add_epilogue_reduces_split_k_partials(rng, sim):
-    from cutedsl.device import arrays
+    from cutedsl.runtime import arrays
     m, n, k = 100, 50, 64 * 3 - 7                     # 2 x 1 partial tiles, 3 partial sums per element
     a, b = ints(rng, m, k), ints(rng, k, n)
     gemm = Gemm(GemmConfig(tile=(64, 64, 64), stages=2, epilogue="global"), sim, kernel=OneKTilePerCta)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cutedsl import Gemm, GemmConfig
-from cutedsl.device import arrays
+from cutedsl.runtime import arrays
 
 
 def ints(rng, shape, order="C", dt=np.float16):

@@ -162,7 +162,7 @@ def test_split_k_slices_by_subclassing(schedule, rng, sim):
 def test_raster_auto_walks_the_longer_dimension(rng, sim):
     """``raster="auto"`` (the default): a problem with more tile columns than rows runs the
     raster-N kernel (a variant compiled on first need), a tall one the raster-M kernel."""
-    from cutedsl.device.arrays import TensorView
+    from cutedsl.runtime.arrays import TensorView
     cfg = GemmConfig(tile=(64, 64, 64), stages=2, schedule="pingpong", sm_count=2)
     assert cfg.raster == "auto"
     g = Gemm(cfg, sim)

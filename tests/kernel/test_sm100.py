@@ -117,7 +117,7 @@ def test_configs_sm100a_cannot_run_yet(kw, match):
 def test_for_problem_and_backend_choice():
     """The model picks sm_100a's persistent kernel (on a small problem its 64-row tiles: one
     CTA's M = 64 MMA); without an sm_100a GPU the run goes to the emulator."""
-    from cutedsl.device.selection import resolve
+    from cutedsl.runtime.selection import resolve
     cfg = GemmConfig.for_problem(300, 200, 100, arch="sm_100a")
     assert (cfg.schedule, cfg.epilogue, cfg.tile, cfg.mma_sm) == ("warp_specialized", "global", (64, 64, 64), 1)
     assert GemmConfig.for_problem(4096, 4096, 4096, arch="sm_100a").tile == (128, 256, 64)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from cutedsl import Gemm, GemmConfig
-from cutedsl.device import arrays, mx
+from cutedsl.device import mx
+from cutedsl.runtime import arrays
 from cutedsl.errors import ArgumentError, ArgumentTypeError
 
 

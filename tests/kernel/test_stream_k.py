@@ -69,7 +69,7 @@ def test_hybrid_cluster_batched_fused(rng, sim):
 def test_bit_identical_runs_and_clean_workspace(schedule, rng, sim):
     """Random normal inputs: two runs, and a run under another adversarial interleaving, give
     the same bits (the reduction order is fixed); the workspace comes back to the Gemm's pool with every semaphore at 0 and is reused."""
-    from cutedsl.device import arrays
+    from cutedsl.runtime import arrays
     cfg = GemmConfig(schedule=schedule, tile=TILE[schedule], stages=2, sm_count=3, decomposition="stream-k",
                      epilogue="global")
     bm, bn, _ = TILE[schedule]
@@ -84,7 +84,7 @@ def test_bit_identical_runs_and_clean_workspace(schedule, rng, sim):
     assert len(g._workspaces) == 1 and g._workspaces._free[0] is ws       # reused, not reallocated
     sizes = g.kernel.workspace(GemmProblem(m, n, k))
     assert sizes["workspace"] == 4 * bm * bn * 4                          # 4 tiles split, f32
-    from cutedsl.device.workspace import layout
+    from cutedsl.runtime.workspace import layout
     off = layout(sizes)[0]["locks"]
     locks = arrays.to_host(ws)[off:off + sizes["locks"]].view(np.uint32)
     assert not locks.any(), locks

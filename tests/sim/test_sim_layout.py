@@ -115,8 +115,6 @@ def test_handlers_imports_every_instruction_module_and_each_registers():
         assert decos & {"handler", "subhandler"}, f"{m} registers no decoder"
 
 
-@pytest.mark.xfail(strict=False, reason="4 modules still import cutedsl.device.backend (SMEM_LIMIT, check_* "
-                                        "helpers); they move to cutedsl/runtime/ in separate work, then drop this mark")
 def test_the_emulator_imports_nothing_of_the_device_layer():
     bad = [f"{m} imports {d}" for m, deps in sorted(GRAPH.items()) for d in sorted(deps)
            if d == "cutedsl.device" or d.startswith("cutedsl.device.")]

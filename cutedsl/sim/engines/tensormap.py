@@ -4,7 +4,7 @@ Two encodings, both 128 bytes:
 
 * **Host-encoded** (:func:`register_tensor_map`, what ``SimBackend.encode_tensor_map`` returns):
   ``MAGIC`` + a registry id naming a map validated by
-  :func:`cutedsl.device.backend.check_tensor_map`.
+  :func:`cutedsl.runtime.backend.check_tensor_map`.
 * **Field layout** (tensor maps built or edited on the device with ``tensormap.replace``). A
   ``CUtensorMap`` is opaque: the PTX ISA defines its *fields*, not their bit positions, so the
   emulator uses its own little-endian layout:
@@ -34,7 +34,7 @@ from functools import lru_cache
 import numpy as np
 
 from ...compiler.artifact import TensorMapSpec
-from ...device.backend import check_tensor_map
+from ...runtime.backend import check_tensor_map
 from ...dtypes import PACKED_TMA, dtype as _dt
 from ...errors import TensorMapError
 

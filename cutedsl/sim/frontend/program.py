@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 
-from ...device.backend import SMEM_LIMIT
+from ...runtime.backend import SMEM_LIMIT
 from .decode_ctx import DecodeCtx, Scope
 from .errors import PTXParseError, UnsupportedInstruction
 from .limits import DEFAULT_LIMITS

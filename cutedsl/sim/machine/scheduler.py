@@ -38,7 +38,7 @@ import numpy as np
 
 from ... import envvars
 from ...arch import DEFAULT_SM_COUNT
-from ...device.backend import SMEM_LIMIT
+from ...runtime.backend import SMEM_LIMIT
 from .chaos import Chaos
 from ..frontend.errors import (DeadlockError, InstructionBudgetExceeded, SimError, SimLaunchError,
                      SimRuntimeError, TimeLimitExceeded)

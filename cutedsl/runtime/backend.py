@@ -1,12 +1,12 @@
-"""The Device layer's backend interface, and the tensor-map rules every backend applies.
+"""The runtime's backend interface, and the tensor-map rules every backend applies.
 
 A backend owns device memory, tensor-map encoding, module loading, launch and timing.
-``cutedsl.device.cuda.CudaBackend`` drives a GPU through cuda-python's driver API;
+``cutedsl.runtime.cuda.CudaBackend`` drives a GPU through cuda-python's driver API;
 ``cutedsl.sim.SimBackend`` runs the same compiled kernels on the PTX emulator. Both
 validate tensor maps with :func:`check_tensor_map` and launches with :func:`check_launch`
 so that the same bad inputs are rejected with the same messages before anything is launched.
 
-Backends are shared by threads (one object per backend name, see ``backends``): their
+Backends are shared by threads (one object per backend name, see ``runtime.selection``): their
 methods are thread-safe. Memory from :meth:`Backend.alloc` is freed by whoever allocated it,
 once, with :meth:`Backend.free`; :meth:`Backend.live_allocations` counts what is still live.
 """

@@ -1,9 +1,10 @@
-"""Kernel workspaces: zeroed global scratch a ``Gemm`` keeps between calls (CUTLASS's
+"""Kernel workspaces: zeroed global scratch a front end (``Gemm``) keeps between calls (CUTLASS's
 ``get_workspace_size`` / ``initialize_workspace``, owned by the adapter here).
 
 A kernel declares workspace parameters (``ParamSpec(..., workspace=True)``) and sizes them
-per problem (``GemmKernel.workspace(problem)``: bytes by name). A call takes a buffer at least
-that large from its ``Gemm``'s :class:`WorkspacePool` (allocating and zero-filling one when
+per problem (``Kernel.workspace(problem)``: bytes by name). A launch binding
+(:meth:`cutedsl.runtime.binding.Binding.workspace`) takes a buffer at least that large from the
+front end's :class:`WorkspacePool` (allocating and zero-filling one when
 none is free), carves the parameters out of it at :data:`ALIGN`-byte offsets, and gives it
 back when the launch is released. Kernels that use a workspace leave it as they found it
 (the stream-K semaphores return to 0), so a buffer is zeroed once, when allocated; a buffer
@@ -57,12 +58,11 @@ class WorkspacePool:
         return len(self._free)
 
 
-def provide(pool: WorkspacePool, kernel, backend, scratch, values: dict, problem):
-    """Fill ``values`` with ``kernel``'s workspace parameters for ``problem`` (a ``GemmProblem``
-    of ints) from ``pool``; returns ``[buffer, reusable]`` -- handed back to the pool when the
-    call's ``scratch`` is released, unless the launch marked it not reusable (it raised) --
-    or None when the kernel needs none."""
-    sizes = kernel.workspace(problem) if hasattr(kernel, "workspace") else {}
+def provide(pool: WorkspacePool, sizes: dict, backend, scratch, values: dict):
+    """Fill ``values`` with the workspace parameters ``sizes`` (bytes by name: what the kernel's
+    ``workspace(problem)`` asks) from ``pool``; returns ``[buffer, reusable]`` -- handed back to
+    the pool when the call's ``scratch`` is released, unless the launch marked it not reusable
+    (it raised) -- or None when ``sizes`` is empty."""
     if not sizes:
         return None
     offsets, total = layout(sizes)

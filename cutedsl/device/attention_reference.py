@@ -1,0 +1,100 @@
+"""The float64 reference of attention, FlashAttention's semantics: what ``--check``, the bench
+and the tests compare a kernel's O and LSE with.
+
+``S = Q K^T * softmax_scale`` (with ``softcap``: ``softcap * tanh(S / softcap)``), then
+``score_mod``; masked entries (causal / sliding window aligned bottom-right when ``seqlen_q !=
+seqlen_k``, a ``mask_mod``, keys past a sequence's end) are ``-inf``; ``P = softmax(S)`` row by
+row; ``O = P V``; ``LSE = log(sum(exp(S)))`` (natural log, of the scaled scores). A row whose
+every key is masked has ``O = 0`` and ``LSE = +inf`` (FlashAttention's convention, so that a
+backward pass's ``exp(S - LSE)`` is 0 there).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ArgumentError
+
+
+def mask(seqlen_q: int, seqlen_k: int, causal: bool = False, window=None) -> np.ndarray:
+    """Boolean ``(seqlen_q, seqlen_k)``: True where query ``i`` may attend key ``j``. Causal
+    keeps ``j <= i + seqlen_k - seqlen_q`` (bottom-right alignment); ``window=(left, right)``
+    keeps ``i + shift - left <= j <= i + shift + right`` (``-1``: unbounded on that side);
+    causal with a window takes both."""
+    shift = seqlen_k - seqlen_q
+    i = np.arange(seqlen_q)[:, None] + shift
+    j = np.arange(seqlen_k)[None, :]
+    keep = np.ones((seqlen_q, seqlen_k), bool)
+    if causal:
+        keep &= j <= i
+    if window is not None:
+        left, right = window
+        if left >= 0:
+            keep &= j >= i - left
+        if right >= 0:
+            keep &= j <= i + right
+    return keep
+
+
+def _one(q, k, v, scale, causal, window, softcap, score_mod, mask_mod, b):
+    """One sequence: q (sq, h, d), k (sk, hk, d), v (sk, hk, dv) -> o (sq, h, dv), lse (h, sq)."""
+    sq, h, _ = q.shape
+    sk, hk, dv = v.shape
+    group = h // hk
+    o = np.zeros((sq, h, dv))
+    lse = np.full((h, sq), np.inf)
+    base = mask(sq, sk, causal, window)
+    qi, kj = np.arange(sq)[:, None], np.arange(sk)[None, :]
+    for hh in range(h):
+        kh = hh // group
+        s = (q[:, hh, :] @ k[:, kh, :].T) * scale
+        if softcap:
+            s = softcap * np.tanh(s / softcap)
+        if score_mod is not None:
+            s = np.asarray(score_mod(s, b, hh, qi, kj), np.float64)
+        keep = base if mask_mod is None else base & np.asarray(mask_mod(b, hh, qi, kj), bool)
+        s = np.where(keep, s, -np.inf)
+        m = s.max(axis=1, initial=-np.inf)
+        live = np.isfinite(m)
+        p = np.exp(s - np.where(live, m, 0.0)[:, None])
+        total = p.sum(axis=1)
+        o[live, hh, :] = (p[live] @ v[:, kh, :]) / total[live, None]
+        lse[hh, live] = m[live] + np.log(total[live])
+    return o, lse
+
+
+def attention_reference(q, k, v, *, softmax_scale=None, causal=False, window=None, softcap=None,
+                        cu_seqlens_q=None, cu_seqlens_k=None, score_mod=None, mask_mod=None):
+    """``(o, lse)`` in float64 for inputs laid out as ``flash_attn_func``'s.
+
+    Dense: ``q`` (batch, seqlen_q, heads, head_dim), ``k`` (batch, seqlen_k, kv_heads, head_dim),
+    ``v`` (batch, seqlen_k, kv_heads, head_dim_v) -> ``o`` (batch, seqlen_q, heads, head_dim_v),
+    ``lse`` (batch, heads, seqlen_q). Varlen (``cu_seqlens_q`` / ``cu_seqlens_k``: int arrays of
+    batch + 1 offsets): ``q`` (total_q, heads, head_dim), ``k``/``v`` (total_k, kv_heads, ...) ->
+    ``o`` (total_q, heads, head_dim_v), ``lse`` (heads, total_q). ``softmax_scale`` defaults to
+    ``head_dim ** -0.5``. ``score_mod(score, batch, head, q_idx, kv_idx)`` and
+    ``mask_mod(batch, head, q_idx, kv_idx)`` are numpy versions of the kernel hooks (arrays of
+    indices broadcasting to (seqlen_q, seqlen_k)). Raises ``ArgumentError`` for shapes that do
+    not agree."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    d = q.shape[-1]
+    scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
+    hooks = (scale, causal, window, softcap, score_mod, mask_mod)
+    if (cu_seqlens_q is None) != (cu_seqlens_k is None):
+        raise ArgumentError("cu_seqlens_q and cu_seqlens_k go together: pass both or neither")
+    if q.shape[-2] % k.shape[-2] or k.shape[-2] != v.shape[-2]:
+        raise ArgumentError(f"heads {q.shape[-2]} must be a multiple of kv_heads {k.shape[-2]} (and k, v agree)")
+    if cu_seqlens_q is None:
+        if q.ndim != 4 or k.shape[:2] != v.shape[:2] or q.shape[0] != k.shape[0]:
+            raise ArgumentError(f"q, k, v must be (batch, seqlen, heads, dim), got {q.shape}, {k.shape}, {v.shape}")
+        outs = [_one(q[b], k[b], v[b], *hooks, b) for b in range(q.shape[0])]
+        return np.stack([o for o, _ in outs]), np.stack([lse for _, lse in outs])
+    cq, ck = np.asarray(cu_seqlens_q), np.asarray(cu_seqlens_k)
+    o = np.zeros(q.shape[:2] + (v.shape[-1],))
+    lse = np.full((q.shape[1], q.shape[0]), np.inf)
+    for b in range(len(cq) - 1):
+        qs, ks = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        o[qs], lse[:, qs] = _one(q[qs], k[ks], v[ks], *hooks, b)
+    return o, lse
+
+
+__all__ = ["attention_reference", "mask"]

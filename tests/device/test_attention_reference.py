@@ -1,0 +1,106 @@
+"""The float64 attention reference (FlashAttention semantics) against torch's SDPA and a
+scalar loop written from the definitions: causal aligned bottom-right, sliding windows, softcap,
+GQA, varlen, fully masked rows."""
+import math
+
+import numpy as np
+import pytest
+
+from cutedsl.device.attention_reference import attention_reference, mask
+from cutedsl.errors import ArgumentError
+from cutedsl.problem import attention_flops
+
+
+def _loop(q, k, v, scale, causal=False, window=None, softcap=None):
+    """One sequence, element by element: q (sq, h, d), k/v (sk, hk, .)."""
+    sq, h, _ = q.shape
+    sk, hk, dv = v.shape
+    o, lse = np.zeros((sq, h, dv)), np.full((h, sq), np.inf)
+    for hh in range(h):
+        kh = hh // (h // hk)
+        for i in range(sq):
+            row = []
+            for j in range(sk):
+                ii = i + sk - sq
+                ok = (not causal or j <= ii) and (window is None or (
+                    (window[0] < 0 or j >= ii - window[0]) and (window[1] < 0 or j <= ii + window[1])))
+                if ok:
+                    s = float(q[i, hh] @ k[j, kh]) * scale
+                    if softcap:
+                        s = softcap * math.tanh(s / softcap)
+                    row.append((j, s))
+            if row:
+                m = max(s for _, s in row)
+                z = sum(math.exp(s - m) for _, s in row)
+                lse[hh, i] = m + math.log(z)
+                o[i, hh] = sum(math.exp(s - m) / z * v[j, kh] for j, s in row)
+    return o, lse
+
+
+@pytest.mark.parametrize("sq,sk,h,hk,causal,window,softcap", [
+    (7, 7, 2, 2, False, None, None),
+    (5, 9, 4, 2, True, None, None),         # bottom-right causal, GQA
+    (9, 5, 3, 1, True, None, None),         # MQA; the first rows see no key
+    (12, 12, 2, 1, False, (3, 1), None),
+    (6, 10, 2, 2, True, (2, -1), 5.0),
+])
+def test_reference_matches_the_definition(sq, sk, h, hk, causal, window, softcap, rng):
+    q = rng.standard_normal((2, sq, h, 8))
+    k = rng.standard_normal((2, sk, hk, 8))
+    v = rng.standard_normal((2, sk, hk, 6))
+    o, lse = attention_reference(q, k, v, softmax_scale=0.3, causal=causal, window=window, softcap=softcap)
+    assert o.shape == (2, sq, h, 6) and lse.shape == (2, h, sq)
+    for b in range(2):
+        ro, rl = _loop(q[b], k[b], v[b], 0.3, causal, window, softcap)
+        np.testing.assert_allclose(o[b], ro, rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(np.isinf(lse[b]), np.isinf(rl))
+        np.testing.assert_allclose(lse[b][np.isfinite(rl)], rl[np.isfinite(rl)], rtol=1e-12)
+
+
+def test_reference_matches_torch_sdpa(rng):
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+    q = rng.standard_normal((1, 33, 4, 16))
+    k = rng.standard_normal((1, 47, 4, 16))
+    v = rng.standard_normal((1, 47, 4, 16))
+    keep = mask(33, 47, causal=True)
+    t = lambda x: torch.from_numpy(x).transpose(1, 2)        # noqa: E731  (b, h, s, d)
+    want = F.scaled_dot_product_attention(t(q), t(k), t(v), attn_mask=torch.from_numpy(keep)).transpose(1, 2)
+    o, _ = attention_reference(q, k, v, causal=True)
+    np.testing.assert_allclose(o, want.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_varlen_is_each_sequence_alone(rng):
+    lens_q, lens_k = [3, 0, 5], [4, 2, 5]
+    cq, ck = np.cumsum([0] + lens_q), np.cumsum([0] + lens_k)
+    q = rng.standard_normal((cq[-1], 2, 8))
+    k = rng.standard_normal((ck[-1], 1, 8))
+    v = rng.standard_normal((ck[-1], 1, 8))
+    o, lse = attention_reference(q, k, v, causal=True, cu_seqlens_q=cq, cu_seqlens_k=ck)
+    assert o.shape == (8, 2, 8) and lse.shape == (2, 8)
+    for b in range(3):
+        qs, ks = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        ro, rl = attention_reference(q[None, qs], k[None, ks], v[None, ks], causal=True)
+        np.testing.assert_array_equal(o[qs], ro[0])
+        np.testing.assert_array_equal(lse[:, qs], rl[0])
+
+
+def test_hooks_and_errors(rng):
+    q, k, v = (rng.standard_normal((1, 6, 2, 4)) for _ in range(3))
+    alibi = lambda s, b, h, i, j: s - (h + 1) * np.abs(i - j)           # noqa: E731
+    o, _ = attention_reference(q, k, v, score_mod=alibi, mask_mod=lambda b, h, i, j: (i + j) % 2 == 0)
+    s = np.einsum("qd,kd->qk", q[0, :, 1], k[0, :, 1]) * 0.5 - 2 * np.abs(np.arange(6)[:, None] - np.arange(6))
+    s[(np.arange(6)[:, None] + np.arange(6)) % 2 == 1] = -np.inf
+    p = np.exp(s - s.max(1, keepdims=True))
+    np.testing.assert_allclose(o[0, :, 1], (p / p.sum(1, keepdims=True)) @ v[0, :, 1], rtol=1e-12)
+    with pytest.raises(ArgumentError, match="heads 2 must be a multiple of kv_heads 3"):
+        attention_reference(q, rng.standard_normal((1, 6, 3, 4)), rng.standard_normal((1, 6, 3, 4)))
+    with pytest.raises(ArgumentError, match="cu_seqlens_q and cu_seqlens_k go together"):
+        attention_reference(q[0], k[0], v[0], cu_seqlens_q=[0, 6])
+
+
+def test_flops_count_the_kept_pairs():
+    assert attention_flops(128, 128, 2, 64) == 4 * 128 * 128 * 64 * 2
+    assert attention_flops(4, 4, 1, 1, causal=True) == 2 * 10 * 2
+    assert attention_flops(3, 5, 1, 1, causal=True) == 2 * int(mask(3, 5, True).sum()) * 2
+    assert attention_flops(9, 9, 1, 1, window=(2, 1)) == 2 * int(mask(9, 9, window=(2, 1)).sum()) * 2
