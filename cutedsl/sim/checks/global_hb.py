@@ -32,7 +32,7 @@ import weakref
 
 import numpy as np
 
-from ..frontend.errors import RaceError
+from .rules import raise_unless_allowed
 
 #: modifiers that make a global access strong (a memory-model synchronising candidate)
 STRONG = {"relaxed", "acquire", "release", "volatile", "acq_rel"}
@@ -193,7 +193,10 @@ class GlobalHB:
             else:
                 continue
             word = int(words[i])
-            raise RaceError(
+            rid = "global-release-acquire" if a != c and know.get(a, 0) < k else "proxy-fence"
+            if rid in self.allow:
+                continue
+            raise_unless_allowed(self.allow, rid,
                 f"data race on global memory {alloc.base + 4 * word:#x} (allocation {alloc.tag or hex(alloc.base)}, "
                 f"byte offset {4 * word}):\n"
                 f"    generic write by cluster {a} at {self._where(int(sh.w_pc[word]))}\n"
@@ -257,10 +260,15 @@ class GlobalHB:
         else:
             sh.r_agent[words], sh.r_clock[words], sh.r_pc[words], sh.r_mask[words] = c, clock, ins.pc, mask
 
+    @property
+    def allow(self) -> frozenset:
+        """Rule ids the launch opts out of (``SimBackend(allow=...)``, :mod:`cutedsl.sim.checks.rules`)."""
+        return getattr(self.launch, "allow", frozenset())
+
     def _inflight_race(self, sh, words, c, alloc, ins, mode):
         i = int(np.flatnonzero(sh.pending[words])[0])
         word, prev = int(words[i]), int(sh.w_agent[words[i]])
-        raise RaceError(
+        raise_unless_allowed(self.allow, "bulk-wait", 
             f"data race on global memory {alloc.base + 4 * word:#x} (allocation {alloc.tag or hex(alloc.base)}, "
             f"byte offset {4 * word}):\n"
             f"    async-proxy write (TMA store / bulk copy) by cluster {prev} at {self._where(int(sh.w_pc[word]))}\n"
@@ -305,7 +313,7 @@ class GlobalHB:
         ppc = int((sh.w_pc if kind == "w" else sh.r_pc)[word])
         where, seed = self._where, self._seed()
         first = "write" if kind == "w" else "read"
-        raise RaceError(
+        raise_unless_allowed(self.allow, "global-release-acquire", 
             f"data race on global memory {alloc.base + 4 * word:#x} (allocation {alloc.tag or hex(alloc.base)}, "
             f"byte offset {4 * word}):\n"
             f"    {first} by cluster {prev} at {where(ppc)}\n"
