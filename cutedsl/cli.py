@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -175,6 +176,10 @@ def run_gemm(args) -> tuple:
     try:
         kern = gemm.compiled
     except DumpError as e:
+        if args.dump is None:                       # the directory came from the environment
+            from .envvars import EnvVarError
+            raise EnvVarError("CUTEDSL_DUMP_DIR", os.environ.get("CUTEDSL_DUMP_DIR", ""),
+                              f"cannot be used: {e} (set it to a writable folder, or unset it)") from None
         raise UsageError("--dump", str(e)) from None
     compile_s = time.perf_counter() - t0
     r = kern.resources
@@ -200,7 +205,8 @@ def run_gemm(args) -> tuple:
     rng = np.random.default_rng(args.seed)
     # laid out in the config's majors: the operands' memory order picks the kernel (Gemm.variant)
     a, b = cfg.example_operands(args.m, args.n, args.k, rng, args.batch or 1)
-    extra = fusion.random_args(gemm.kernel.epilogue.kernel_params(), args.m, args.n, rng)
+    # the epilogue's arrays (C, aux, vectors) in the shapes it declares for this problem, batch included
+    extra = fusion.random_args(gemm.kernel.epilogue.kernel_params(), args.m, args.n, rng, args.batch or 1)
     for name in ("alpha", "beta"):             # the scalars as given on the command line
         if name in extra:
             extra[name] = getattr(args, name)
@@ -342,6 +348,7 @@ def run_tune(args) -> int:
         r = tune(args.m, args.n, args.k, args.dtype, l=args.batch, backend=args.backend, limit=args.limit,
                  iters=args.iters, warmup=0 if args.backend == "sim" else 3, **fixed)
     except CuteDSLError as e:
+        _json_error(args, f"{type(e).__name__}: {e}")
         print(f"python -m cutedsl tune: error: {type(e).__name__}: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     if args.json:
@@ -352,22 +359,30 @@ def run_tune(args) -> int:
     return 0
 
 
+#: the subcommands whose --json prints one JSON object (every failure included)
+JSON_COMMANDS = ("gemm", "compile", "tune", "info")
+
+
+def _json_error(args, message: str) -> None:
+    if getattr(args, "json", None) is True:
+        print(json.dumps({"error": message}))
+
+
 def main(argv=None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
-    ArgParser.json_errors = bool(words) and words[0] == "gemm" and "--json" in words
+    # under --json every failure is also one JSON object on stdout (bench's --json names a file)
+    ArgParser.json_errors = bool(words) and words[0] in JSON_COMMANDS and "--json" in words
     args = _parser().parse_args(argv)
     from .envvars import EnvVarError, check_all
     try:
         check_all()                 # every CUTEDSL_* variable, before anything is compiled
     except EnvVarError as e:
-        if getattr(args, "json", None) is True:
-            print(json.dumps({"error": str(e)}))
+        _json_error(args, str(e))
         print(f"python -m cutedsl {args.cmd}: error: environment: {e}", file=sys.stderr)
         return 2
     if args.cmd == "gemm" and args.check and args.backend == "none":
         msg = "argument --check/--backend: --check compares a result, and --backend none runs nothing"
-        if args.json:
-            print(json.dumps({"error": msg}))
+        _json_error(args, msg)
         print(f"python -m cutedsl gemm: error: {msg}", file=sys.stderr)
         return 2
     if args.cmd == "cache":
@@ -376,6 +391,7 @@ def main(argv=None) -> int:
         try:
             return run_compile(args)
         except UsageError as e:
+            _json_error(args, str(e))
             print(f"python -m cutedsl compile: error: {e}", file=sys.stderr)
             return 2
     if args.cmd == "info":

@@ -62,6 +62,21 @@ def int_in(lo: int, hi: int | None = None):
     return parse
 
 
+def f32_arg(text: str) -> float:
+    """``type=`` for a scalar the kernel takes as an f32 (``--alpha``, ``--beta``): a finite
+    number with |v| <= 3.4028235e38 (a NaN or Inf scalar makes every result element
+    non-finite; larger values do not fit the parameter)."""
+    top = 3.4028234663852886e38              # float32's largest finite value
+    try:
+        v = float(text)
+    except ValueError:
+        v = None
+    if v is None or not abs(v) <= top:
+        raise argparse.ArgumentTypeError(f"expected a finite number with |value| <= {top:.8g} (an f32 kernel "
+                                         f"parameter), got {text!r}")
+    return v
+
+
 def stages_arg(text: str):
     """``type=`` for ``--stages``: ``auto`` or a pipeline depth the mainloops support (1..7)."""
     from .device.config import STAGES
@@ -257,8 +272,8 @@ def add_gemm_parser(sub):
                              "vectors and C are random inputs of the run, the scalars as given")
     f.add_argument("--scale", choices=["tensor", "rowcol"], default=None,
                    help="tensor: scalar scale_a, scale_b; rowcol: scale_a per row (M,), scale_b per column (N,)")
-    f.add_argument("--alpha", type=float, default=None, help="multiply the accumulator by ALPHA")
-    f.add_argument("--beta", type=float, default=None, help="add BETA * C (C: an M x N input in the out dtype)")
+    f.add_argument("--alpha", type=f32_arg, default=None, help="multiply the accumulator by ALPHA")
+    f.add_argument("--beta", type=f32_arg, default=None, help="add BETA * C (C: an M x N input in the out dtype)")
     f.add_argument("--bias", choices=["row", "col"], default=None, help="add an f32 bias per row (M,) or column (N,)")
     f.add_argument("--aux", action="store_true", help="also store the pre-activation (a second M x N output)")
     f.add_argument("--act", default=None, metavar="ACT",

@@ -13,8 +13,16 @@ running anything, so ``torch.compile`` traces calls into the graph (no graph bre
 result's rows are padded to 16 bytes (TMA's pitch rule): its strides are ``(pitch, 1)``.
 
 Errors before anything runs: CPU tensors (the kernels run on CUDA memory only; use
-``torch.matmul`` on the CPU), other dtypes, shapes that do not multiply -- ``ArgumentError`` /
-``ArgumentTypeError`` naming the argument.
+``torch.matmul`` on the CPU), other dtypes, shapes that do not multiply, a config whose dtypes
+torch cannot hold -- ``ArgumentError`` / ``ArgumentTypeError`` naming the argument.
+
+Under ``torch.compile`` those checks run when the compiled graph runs (in the op's own
+implementation, before any launch), not while Dynamo traces: an exception raised during tracing
+reaches the caller as Dynamo's own error (``Unsupported: Observed exception`` from Python code
+under ``fullgraph=True``, ``TorchRuntimeError`` from a fake implementation), hiding the
+library's type. So the fake implementations never refuse fake (traced) tensors; they give the
+shape the call would have, and the library's error is raised, as is, by the first run. Only a
+``config`` that is not a ``GemmConfig`` is refused while tracing (it cannot be passed to the op).
 """
 from __future__ import annotations
 
@@ -37,9 +45,6 @@ def _check(a, b, who: str = "cutedsl.torch.gemm") -> tuple:
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, torch.Tensor):
             raise ArgumentTypeError(f"{who}: {name} must be a torch.Tensor, got {type(x).__name__}")
-        if x.device.type == "cpu":
-            raise ArgumentError(f"{who}: {name} is a CPU tensor; the kernels run on CUDA tensors (use "
-                                f"torch.matmul on the CPU, or move the tensors with .cuda())")
         if x.dim() != 2:
             raise ArgumentError(f"{who}: {name} must be 2-D, got shape {tuple(x.shape)}")
         if x.dtype not in (torch.float16, torch.bfloat16):
@@ -50,7 +55,35 @@ def _check(a, b, who: str = "cutedsl.torch.gemm") -> tuple:
     (m, k), (k2, n) = a.shape, b.shape
     if k != k2:
         raise ArgumentError(f"{who}: a.shape[1] ({k}) != b.shape[0] ({k2})")
+    for name, x in (("a", a), ("b", b)):
+        if x.device.type == "cpu":
+            raise ArgumentError(f"{who}: {name} is a CPU tensor; the kernels run on CUDA tensors (use "
+                                f"torch.matmul on the CPU, or move the tensors with .cuda())")
     return int(m), int(n), int(k)
+
+
+def _check_call(a, b, config: GemmConfig | None, out) -> tuple:
+    """Every check of a call (module docstring); returns ``(m, n, k)``."""
+    m, n, k = _check(a, b)
+    if config is not None:
+        if _FROM_NAME.get(config.dtype) != a.dtype:
+            raise ArgumentTypeError(f"cutedsl.torch.gemm: a is {a.dtype} but the config's dtype is {config.dtype}")
+        if config.out_dtype not in _FROM_NAME:
+            raise ArgumentTypeError(f"cutedsl.torch.gemm: the config's out_dtype {config.out_dtype!r} has no torch "
+                                    f"dtype here; use {', '.join(map(repr, _FROM_NAME))}")
+    if out is not None and (not isinstance(out, torch.Tensor) or tuple(out.shape) != (m, n)):
+        raise ArgumentError(f"cutedsl.torch.gemm: out must be a ({m}, {n}) tensor")
+    return m, n, k
+
+
+def _traced(*tensors) -> bool:
+    """Whether these are Dynamo's / AOT's fake tensors (tracing, nothing runs)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    return any(isinstance(t, FakeTensor) for t in tensors)
+
+
+def _config_of(config_json: str):
+    return GemmConfig(**json.loads(config_json)) if config_json else None
 
 
 def _config(config_json: str, m: int, n: int, k: int, dtype) -> GemmConfig:
@@ -77,7 +110,7 @@ def _gemm_for(cfg: GemmConfig):
 
 @torch.library.custom_op("cutedsl::gemm", mutates_args=())
 def _gemm_op(a: torch.Tensor, b: torch.Tensor, config: str) -> torch.Tensor:
-    m, n, k = _check(a, b)
+    m, n, k = _check_call(a, b, _config_of(config), None)
     cfg = _config(config, m, n, k, a.dtype)
     out = _result_like(a, m, n, cfg.out_dtype)
     _gemm_for(cfg)(a, b, out=out)
@@ -86,21 +119,25 @@ def _gemm_op(a: torch.Tensor, b: torch.Tensor, config: str) -> torch.Tensor:
 
 @_gemm_op.register_fake
 def _gemm_fake(a, b, config):
-    m, n, k = _check(a, b)
+    if not _traced(a, b):           # meta tensors outside tracing: the checks of a real call
+        _check_call(a, b, _config_of(config), None)
+    m = a.shape[0] if a.dim() else 1        # traced: the shape the call has; a run refuses it
+    n = b.shape[-1] if b.dim() else 1
     out_dtype = json.loads(config).get("out_dtype", "f32") if config else "f32"
-    return _result_like(a, m, n, out_dtype)
+    return _result_like(a, m, n, out_dtype if out_dtype in _FROM_NAME else "f32")
 
 
 @torch.library.custom_op("cutedsl::gemm_out", mutates_args=("out",))
 def _gemm_out_op(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, config: str) -> None:
-    m, n, k = _check(a, b)
+    m, n, k = _check_call(a, b, _config_of(config), out)
     cfg = _config(config, m, n, k, a.dtype)
     _gemm_for(cfg)(a, b, out=out)
 
 
 @_gemm_out_op.register_fake
 def _gemm_out_fake(a, b, out, config):
-    _check(a, b)
+    if not _traced(a, b, out):
+        _check_call(a, b, _config_of(config), out)
 
 
 def _config_json(config) -> str:
@@ -113,15 +150,14 @@ def _config_json(config) -> str:
 
 def gemm(a, b, *, config: GemmConfig | None = None, out=None):
     """``a @ b`` on CUDA tensors with cutedsl's kernels (see module docstring); returns the
-    result, or ``out`` filled. Traceable by ``torch.compile``."""
+    result, or ``out`` filled. Traceable by ``torch.compile`` (its checks then run with the
+    compiled graph, raising the library's own errors). ``ArgumentError`` /
+    ``ArgumentTypeError`` naming the argument."""
     cj = _config_json(config)
-    m, n, _ = _check(a, b)
-    if config is not None and _FROM_NAME[config.dtype] != a.dtype:
-        raise ArgumentTypeError(f"cutedsl.torch.gemm: a is {a.dtype} but the config's dtype is {config.dtype}")
+    if not torch.compiler.is_compiling():   # traced: the op checks when the graph runs (module docstring)
+        _check_call(a, b, config, out)
     if out is None:
         return torch.ops.cutedsl.gemm(a, b, cj)
-    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (m, n):
-        raise ArgumentError(f"cutedsl.torch.gemm: out must be a ({m}, {n}) tensor")
     torch.ops.cutedsl.gemm_out(a, b, out, cj)
     return out
 

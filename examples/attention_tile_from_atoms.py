@@ -25,7 +25,7 @@ from cutedsl.atom.fragment_rows import map_rows, row_max, row_sum
 from cutedsl.atom.operand_store import store_operand
 from cutedsl.atom.wgmma_rs import AFragment, WarpgroupMMARegA
 from cutedsl.compiler import TensorMapSpec, compile_kernel
-from cutedsl.device import arrays, get_backend
+from cutedsl.runtime import get_backend, launch
 from cutedsl.ir import If, KernelBuilder, Param, SmemPlan, fmath, select, thread_idx
 
 DT = "bf16"
@@ -94,14 +94,10 @@ print(f"compiled: {ck.resources.registers} registers, {ck.resources.spill_stores
 q_len, kv_len = 50, 100                             # neither a tile multiple
 npdt = ml_dtypes.bfloat16
 q, k, v = (rng.standard_normal(s).astype(npdt) for s in ((q_len, D), (kv_len, D), (kv_len, D)))
-dev = {"q": arrays.to_device(be, q, 16), "k": arrays.to_device(be, k, 16), "v": arrays.to_device(be, v, 16),
-       "o": arrays.empty(be, (q_len, D), DT, 16)}
-maps = {n: be.encode_tensor_map(specs[n], dev[n].ptr, dev[n].shape, dev[n].strides) for n in specs}
+o = np.zeros((q_len, D), npdt)
 scale = 1.0 / math.sqrt(D)
-be.launch(be.load(ck), (1, 1, 1), ck.pack_params({**maps, "kv_len": kv_len, "scale": scale}), block=ck.block,
-          smem=ck.dynamic_smem)
-be.synchronize()
-got = arrays.to_host(dev["o"]).astype(np.float64)
+launch(ck, (1, 1, 1), q=q, k=k, v=v, o=o, kv_len=kv_len, scale=scale, backend=be)   # maps encoded, o copied back
+got = o.astype(np.float64)
 
 q64, k64, v64 = (x.astype(np.float64) for x in (q, k, v))
 logits = q64 @ k64.T * scale

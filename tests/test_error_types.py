@@ -55,3 +55,69 @@ def test_attrs_evolve_of_a_config_still_validates_names():
     assert attrs.evolve(cfg, stages=2).stages == 2
     with pytest.raises(ConfigTypeError, match="unexpected keyword argument 'stagez'"):
         attrs.evolve(cfg, stagez=2)
+
+
+# -- issue 40: tracebacks from deep inside, errors of the wrong type ------------------------------
+
+@pytest.mark.parametrize("tile,match", [("x", r"tile must be a tuple \(BLOCK_M, BLOCK_N, BLOCK_K\) of ints, got 'x'"),
+                                        ((0, 0, 0), r"tile must be three positive ints .*got \(0, 0, 0\)"),
+                                        ((64, 64), r"tile must be three positive ints .*got \(64, 64\)")])
+def test_auto_gemm_with_a_bad_tile_is_a_config_error(tile, match):
+    """It was an IndexError / ZeroDivisionError inside the model."""
+    with pytest.raises(ConfigError, match=match):
+        Gemm("auto", tile=tile)
+    with pytest.raises(ConfigError, match=match):
+        GemmConfig.for_problem(256, 256, 64, tile=tile)
+
+
+@pytest.mark.parametrize("value", [1e40, -1e39, float("inf"), float("nan"), np.float64("inf")])
+def test_scalar_parameter_out_of_f32_range_is_refused_before_compiling(value):
+    """alpha=1e40 was an OverflowError packing the parameter, after compiling; inf/nan ran."""
+    g = Gemm(GemmConfig(tile=(64, 64, 64), fusion=["alpha"]), "sim")
+
+    def no_compile(**kw):
+        raise AssertionError("compiled before the scalar was checked")
+    g.kernel.compile = no_compile
+    a = np.ones((70, 64), np.float16)
+    with pytest.raises(ArgumentError, match=r"^alpha must be finite and fit an f32 kernel parameter "
+                                            r"\(\|alpha\| <= 3.4028235e\+38\), got "):
+        g(a, np.ones((64, 70), np.float16), alpha=value)
+
+
+def test_integer_scalar_parameters_are_range_checked():
+    from cutedsl.compiler.artifact import ParamSpec
+    from cutedsl.runtime.params import scalar
+    assert scalar(ParamSpec("x", "i32"), 2 ** 31 - 1) == 2 ** 31 - 1
+    with pytest.raises(ArgumentError, match=r"x must fit a i32 kernel parameter \(-2147483648..2147483647\), got 2147483648"):
+        scalar(ParamSpec("x", "i32"), 2 ** 31)
+    with pytest.raises(ArgumentError, match=r"u must fit a u32 kernel parameter \(0..4294967295\), got -1"):
+        scalar(ParamSpec("u", "u32"), -1)
+    assert scalar(ParamSpec("f", "f32"), 3.4028234663852886e38) == 3.4028234663852886e38
+
+
+def test_auto_gemm_with_float64_operands_names_the_operands():
+    """It said "the WGMMA atom takes ..." (a ConfigError about the config)."""
+    with pytest.raises(ArgumentTypeError, match=r"^a has dtype f64: Gemm\('auto'\) takes operands of 'f16', 'bf16'"):
+        Gemm("auto", "sim")(np.ones((64, 64)), np.ones((64, 64)))
+    with pytest.raises(ArgumentTypeError, match=r"^b has dtype f32: Gemm\('auto'\) takes operands of"):
+        Gemm("auto", "sim")(np.ones((64, 64), np.float16), np.ones((64, 64), np.float32))
+
+
+@pytest.mark.parametrize("kw,named", [({"limit": 0}, "limit"), ({"limit": True}, "limit"), ({"iters": 0}, "iters"),
+                                      ({"warmup": -1}, "warmup")])
+def test_tune_names_the_argument(kw, named):
+    from cutedsl import tune
+    with pytest.raises(ArgumentError, match=rf"^tune: {named} must be"):
+        tune(64, 64, 64, "f16", backend="sim", **kw)
+
+
+def test_zero_stride_view_too_big_to_copy_is_refused_before_copying():
+    """A 2^20 x 2^20 broadcast view is 2 bytes in memory; its copy (2 TiB) was a numpy
+    MemoryError."""
+    from cutedsl.runtime.params import host_memory_bytes
+    a = np.broadcast_to(np.float16(1), (2 ** 20, 2 ** 20))
+    if host_memory_bytes() is None or host_memory_bytes() >= a.nbytes:
+        pytest.skip("this machine could copy 2 TiB")
+    with pytest.raises(ArgumentError, match=r"^a: its copy would take 2048.0 GiB \(\(1048576, 1048576\) x 2 B\) "
+                                            r"\(a broadcast / zero-stride view: each element is copied\)"):
+        Gemm(GemmConfig(tile=(64, 64, 64)), "sim")(a, np.ones((2 ** 20, 64), np.float16))

@@ -47,6 +47,13 @@ MISTAKES = [   # (arguments, option named, what the message must say)
     (["--dtype", "f32"], "--dtype", r"invalid choice: 'f32' \(choose from 'f16', 'bf16', 'e4m3', 'e5m2', 'tf32', 'mxfp8', 'mxfp8-e5m2', 'mxfp6', 'mxfp6-e3m2', 'mxfp4', 'nvfp4'\)"),
     (["--m", "10000000"], "--m/--n/--k", r"gridDim.y = 78125 CTAs.*; the hardware allows 1\.\.65535 on y"),
     (["--dump", "/dev/null/x"], "--dump", r"cannot write dumps to '/dev/null/x'"),
+    # issue 40: a ZeroDivisionError in the model; OverflowError packing the parameter after compiling;
+    # non-finite scalars ran and reported "max rel err nan -> FAIL"
+    (["--schedule", "auto", "--tile", "0x0x0"], "--tile", r"tile must be three positive ints .*got \(0, 0, 0\)"),
+    (["--alpha", "1e40"], "--alpha", r"expected a finite number with \|value\| <= 3.4028235e\+38 .*got '1e40'"),
+    (["--alpha", "inf"], "--alpha", r"expected a finite number .*got 'inf'"),
+    (["--alpha", "nan"], "--alpha", r"expected a finite number .*got 'nan'"),
+    (["--beta=-1e39"], "--beta", r"expected a finite number .*got '-1e39'"),
 ]
 
 
@@ -172,7 +179,7 @@ def test_check_with_backend_none_is_a_usage_error(capsys):
                                  "result, and --backend none runs nothing\n")
 
 
-@pytest.mark.parametrize("argv", [["--m", "-5"], ["--dtype", "f32"], ["--m", "10000000"]])
+@pytest.mark.parametrize("argv", [["--m", "-5"], ["--dtype", "f32"], ["--m", "10000000"], ["--alpha", "1e40"]])
 def test_json_argument_errors_print_one_json_object(argv, capsys):
     from cutedsl import cli
     full = ["gemm", "--m", "70", "--n", "64", "--k", "64", "--backend", "none", "--json", "--schedule", "multistage"] + argv
@@ -210,3 +217,61 @@ def test_a_valid_config_is_accepted_whatever_the_option_order(argv, capsys):
     assert cli.main(["gemm", "--m", "70", "--n", "64", "--k", "64", "--backend", "none", "--json"] + argv) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["schedule"] == "warp_specialized" and rep["stages"] == 7
+
+
+@pytest.mark.parametrize("argv,named", [
+    (["compile", "--json", "--jobs", "0"], "--jobs"),
+    (["compile", "--json"], "--config/--set"),
+    (["tune", "--json", "--m", "0", "--n", "1", "--k", "1"], "--m"),
+    (["tune", "--json", "--m", "64", "--n", "64", "--k", "64", "--limit", "0"], "--limit"),
+])
+def test_every_json_command_prints_one_json_object_on_failure(argv, named, capsys):
+    """Issue 40: compile --json / tune --json argument errors printed no JSON."""
+    from cutedsl import cli
+    try:
+        status = cli.main(argv)
+    except SystemExit as e:
+        status = e.code
+    out, err = capsys.readouterr()
+    assert status == 2 and len(err.strip().splitlines()) == 1
+    obj = json.loads(out)
+    assert list(obj) == ["error"] and obj["error"].startswith(f"argument {named}: ")
+
+
+def test_bad_dump_dir_from_the_environment_is_named(tmp_path, monkeypatch, capsys):
+    """Issue 40: a CUTEDSL_DUMP_DIR that cannot be written was blamed on --dump."""
+    from cutedsl import cli
+    bad = tmp_path / "file"
+    bad.write_text("")
+    monkeypatch.setenv("CUTEDSL_DUMP_DIR", str(bad))
+    status = cli.main(["gemm", "--m", "70", "--n", "64", "--k", "64", "--backend", "sim", "--schedule", "multistage",
+                       "--stages", "1", "--json"])
+    out, err = capsys.readouterr()
+    assert status == 2 and "--dump" not in err and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"python -m cutedsl gemm: error: EnvVarError: CUTEDSL_DUMP_DIR='{bad}' cannot be used: "
+                          f"cannot write dumps to '{bad}'")
+    assert json.loads(out)["error"].startswith("EnvVarError: CUTEDSL_DUMP_DIR=")
+
+
+@pytest.mark.parametrize("fusion", [["--beta", "1"], ["--aux"], ["--beta", "0.5", "--aux", "--act", "relu"]])
+def test_batched_fused_epilogue_check_passes(fusion, capsys):
+    """Issue 40: --batch 2 --beta 1 --check (and --aux) failed on the C / aux arrays the CLI built
+    itself, (1, M, N) instead of (L, M, N)."""
+    from cutedsl import cli
+    status = cli.main(["gemm", "--m", "70", "--n", "66", "--k", "64", "--batch", "2", "--backend", "sim",
+                       "--schedule", "multistage", "--tile", "64x64x64", "--stages", "2", "--check", "--json"] + fusion)
+    out, err = capsys.readouterr()
+    rep = json.loads(out)
+    assert status == 0 and rep["passed"] is True and rep["l"] == 2, (rep.get("error"), err)
+    assert rep["max_rel_err"] < 1e-5
+
+
+def test_bundle_into_a_file_is_one_line(tmp_path, capsys):
+    """Issue 40: bundle --out FILE raised NotADirectoryError."""
+    from cutedsl import cli
+    f = tmp_path / "file"
+    f.write_text("keep")
+    assert cli.main(["bundle", "--out", str(f)]) == 1
+    out, err = capsys.readouterr()
+    assert err == f"error: {f} exists and is not a folder: give --out a new path or a bundle folder\n"
+    assert f.read_text() == "keep"

@@ -58,13 +58,13 @@ def _strided(sim, x):
     (lambda x, y, sim: dict(x=_strided(sim, x), y=y, alpha=1.0), ArgumentError,
      r"x: innermost stride is 12 B; TMA needs contiguous rows"),
 ], ids=["missing", "unknown", "scalar", "dtype", "strided"])
-def test_bad_arguments_raise_before_any_launch(sim, xy, args, error, match):
+def test_bad_arguments_raise_before_any_launch(sim, xy, args, error, match, monkeypatch):
     call = args(*xy, sim)
     live = sim.live_allocations()
 
     def refused(*a, **kw):
         raise AssertionError("launched")
-    sim.launch = refused                 # the instance's launch: nothing may reach it
+    monkeypatch.setattr(sim, "launch", refused)     # the (session-wide) instance's launch: nothing may reach it
     with pytest.raises(error, match=match):
         launch(TmaSaxpyKernel().compile(), (2, 1, 1), backend=sim, **call)
     assert sim.live_tensor_maps() == 0 and sim.live_allocations() == live

@@ -69,3 +69,29 @@ def test_real_launch_matches_torch_matmul(cuda):
     assert ct.gemm(a, b, out=out) is out
     d2 = torch.compile(lambda x, y: ct.gemm(x, y), fullgraph=True)(a, b)
     assert ((d2.double() - ref).abs().max() / ref.abs().max()).item() < 2e-3
+
+
+@pytest.mark.parametrize("fullgraph", [True, False])
+def test_errors_under_torch_compile_are_the_librarys(fullgraph):
+    """Issue 40: under torch.compile(fullgraph=True) a mistake arrived as Dynamo's
+    'Unsupported: Observed exception'. The checks now run when the compiled graph runs (the op's
+    own implementation), so the library's error reaches the caller as is."""
+    f = torch.compile(lambda x, y: torch.relu(ct.gemm(x, y)), fullgraph=fullgraph, backend="eager")
+    cpu = torch.ones(4, 4, dtype=torch.float16)
+    with pytest.raises(ArgumentError, match=r"a is a CPU tensor; the kernels run on CUDA tensors"):
+        f(cpu, cpu)
+    with pytest.raises(ArgumentError, match=r"a.shape\[1\] \(4\) != b.shape\[0\] \(5\)"):
+        f(meta(4, 4), meta(5, 4))
+    with pytest.raises(ArgumentTypeError, match="b has dtype torch.float32; the kernels take"):
+        f(meta(4, 4), meta(4, 4, dtype=torch.float32))
+    g = torch.compile(lambda x, y, o: ct.gemm(x, y, out=o), fullgraph=fullgraph, backend="eager")
+    with pytest.raises(ArgumentError, match=r"out must be a \(4, 4\) tensor"):
+        g(meta(4, 4), meta(4, 4), meta(4, 5, dtype=torch.float32))
+    torch._dynamo.reset()
+
+
+def test_config_dtypes_torch_cannot_hold_are_named():
+    with pytest.raises(ArgumentTypeError, match="a is torch.float16 but the config's dtype is e4m3"):
+        ct.gemm(meta(4, 4), meta(4, 4), config=GemmConfig(dtype="e4m3", b_major="K"))
+    with pytest.raises(ArgumentTypeError, match=r"the config's out_dtype 'e4m3' has no torch dtype here"):
+        ct.gemm(meta(4, 4), meta(4, 4), config=GemmConfig(out_dtype="e4m3"))

@@ -131,6 +131,8 @@ def build(out: Path, plan_name: str = "gpu", log=print, arch: str | None = None)
     from .configs import accepted_schedules, label
     plan = plan_for(plan_name, arch)
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise CacheError(f"{out} exists and is not a folder: give --out a new path or a bundle folder")
     if out.exists() and any(out.iterdir()) and not (out / "manifest.json").exists():
         raise CacheError(f"{out} exists, is not empty and holds no bundle manifest: refusing to overwrite it")
     shutil.rmtree(out / "cache", ignore_errors=True)

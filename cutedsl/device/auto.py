@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from ..errors import ArgumentError, ArgumentTypeError, CuteDSLError, checked_arguments
+from ..atom.mma_traits import ELEMENT_BYTES
+from ..errors import ArgumentError, ArgumentTypeError, CuteDSLError, checked_arguments, one_of
 from ..runtime import arrays
 from .config import GemmConfig
 from .gemm import Gemm
@@ -36,8 +37,11 @@ class AutoGemm:
             raise ArgumentError(f"a and b must be 2-D or 3-D (L, rows, cols), got shapes {va.shape} and {vb.shape}")
         (m, k), (_, n) = va.shape[-2:], vb.shape[-2:]
         l = max(va.shape[0] if len(va.shape) == 3 else 1, vb.shape[0] if len(vb.shape) == 3 else 1)
-        if va.dtype is None:
-            raise ArgumentTypeError(f"a has dtype {va.raw_dtype}: no GEMM config takes it")
+        for v in (va, vb):          # (a fixed dtype, e.g. "mxfp4", says itself which operands it takes)
+            if v.dtype is None or ("dtype" not in self._fixed and v.dtype.name not in ELEMENT_BYTES):
+                raise ArgumentTypeError(f"{v.name} has dtype {v.dtype.name if v.dtype else v.raw_dtype}: Gemm('auto') "
+                                        f"takes operands of {one_of(ELEMENT_BYTES)} (convert it, e.g. "
+                                        f"{v.name}.astype(np.float16))")
         dt = va.dtype.name
         sms = None
         be = self._backend_arg if not isinstance(self._backend_arg, str) else None

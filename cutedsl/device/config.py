@@ -281,6 +281,11 @@ class GemmConfig:
                 raise ConfigError(f"for_problem: {name} must be a positive int, got {v!r}")
         if l > 1:
             fixed = {"batched": True, **fixed}
+        if fixed.get("tile") is not None:     # the model divides by it: checked before it is used
+            t = _tile(fixed["tile"])
+            if len(t) != 3 or min(t) < 1:
+                raise ConfigError(f"tile must be three positive ints (BLOCK_M, BLOCK_N, BLOCK_K), got {fixed['tile']!r}")
+            fixed = {**fixed, "tile": t}
         cfg, reasons = choose(cls, int(m), int(n), int(k), {"dtype": dtype, **fixed}, sm_count, int(l))
         object.__setattr__(cfg, "reasons", reasons)
         return cfg

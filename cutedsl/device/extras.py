@@ -13,6 +13,7 @@ from ..atom.mma_traits import PADDED_6BIT, SUBBYTE
 from ..dtypes import dtype as _dtype
 from ..errors import ArgumentError, ArgumentTypeError
 from ..runtime import arrays
+from ..runtime.params import check_copy, check_scalars  # noqa: F401  (the GEMM front ends' checks)
 
 
 def check_names(params, extra, internal=()) -> list:
@@ -44,6 +45,7 @@ def operand_array(be, v, major_inner: bool):
     six = v.dtype is not None and v.dtype.name in PADDED_6BIT
     packed = v.dtype is not None and v.dtype.name in SUBBYTE
     if v.on_host:
+        check_copy(v.name, v.host)
         host = v.host if major_inner else np.swapaxes(v.host, -1, -2)  # K-major B: device holds B^T
         if six:                             # e2m3/e3m2: 6 bits each, rows of 128 elements (16U6_ALIGN16B)
             from .mx import pack_fp6

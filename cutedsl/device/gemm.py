@@ -234,6 +234,7 @@ class Gemm:
             return self.variant(**changes).prepare(a, b, out, **extra)
         m, n, k, l, la, lb = self._check_operands(va, vb)
         declared = extras.check_names(self.kernel.params(), extra, self.kernel.host_params())
+        extras.check_scalars(declared, extra)         # alpha=1e40 / nan: named now, not after compiling
         grid = self.grid(m, n, k, l)
         kern = self.compiled
         be = self.backend

@@ -106,6 +106,7 @@ class GroupedGemm:
         groups = self._views(a_list, b_list)
         kern_obj = self.kernel
         declared = extras.check_names(kern_obj.params(), extra, kern_obj.host_params())
+        extras.check_scalars(declared, extra)
         be = self.backend
         for va, vb, _ in groups:
             arrays.check_backend_of(va.owner, be, va.name)

@@ -10,6 +10,20 @@ e2m1) and rounds ``x / scale`` to the element grid with saturation. NVFP4 (NVIDI
 format, ``"nvfp4"``): e2m1 with a UE4M3 factor (an e4m3 with sign 0) per 16 elements, the
 block's ``amax / 6`` rounded to e4m3.
 
+**NaN, Inf and overflow.** OCP MX v1.0 defines E8M0 ``0xFF`` as NaN and a block with a NaN
+scale as NaN in every element, whatever they hold; its reference quantiser (microsoft/microxcaling)
+sets the shared exponent to NaN when the block's largest magnitude overflows it, which a NaN or
+an Inf does. :func:`quantize` gives a
+block holding a NaN or a +-Inf the NaN factor (E8M0 ``0xFF``; NVFP4: UE4M3 ``0x7F``) in every
+format, so the whole block dequantises to NaN, never to a finite number: no element format can
+carry an Inf through a finite scale (e4m3, e2m3, e3m2 and e2m1 have none; e2m3, e3m2 and e2m1
+have no NaN either). The block's elements are then 0, or the element format's NaN (e4m3, e5m2)
+where ``x`` was not finite. A finite block too large for any factor (MX: ``amax`` of
+``2^128 * 2^emax`` or more, only reachable from float64; NVFP4: ``amax > 6 * 448 = 2688``, as
+NVFP4 has no per-tensor scale here) is refused (``ArgumentError`` naming the row and block)
+instead of saturating. A block too small for the smallest factor underflows towards 0, as any
+float conversion does.
+
 **Packed e2m1** (:func:`pack_fp4`): two elements per byte along the last axis, element ``2i``
 in the low nibble of byte ``i`` (what ``tcgen05.mma.kind::mxf4`` reads from shared memory and
 TMA's ``16U4_ALIGN8B`` layout holds). ``Gemm`` packs numpy ``float4_e2m1fn`` operands itself;
@@ -41,6 +55,8 @@ from ..atom.tcgen05 import SF_VECTOR as BLOCK, sf_packed_rows, sf_row_block_atom
 from ..errors import ArgumentError, ArgumentTypeError
 
 E8M0_BIAS = 127
+E8M0_NAN = 0xFF                 #: OCP MX v1.0: the E8M0 scale's only special value, NaN
+UE4M3_NAN = 0x7F                #: e4m3fn's NaN (S.1111.111) with sign 0: NVFP4's NaN factor
 LANES = 32                      #: TMEM lanes per quarter: rows i and i + 32 share an atom row
 #: element type -> (numpy type, largest normal exponent)
 ELEMENTS = {"e4m3": (ml_dtypes.float8_e4m3fn, 8), "e5m2": (ml_dtypes.float8_e5m2, 15),
@@ -73,15 +89,40 @@ def packed_rows(rows: int, k: int, dtype: str = "mxfp8") -> int:
     return sf_packed_rows(rows, k, sf_tile_atoms(e, sc.block), sc.block)
 
 
+def _real(x, who: str) -> np.ndarray:
+    """``x`` as float64; ``ArgumentTypeError`` unless it holds real numbers (numpy bool, int,
+    float, or an ml_dtypes float/int type)."""
+    try:
+        a = np.asarray(x)
+    except (ValueError, TypeError) as e:
+        raise ArgumentTypeError(f"{who} must be an array of real numbers, got {type(x).__name__} ({e})") from None
+    ok = a.dtype.kind in "biuf"
+    if a.dtype.kind == "V":             # ml_dtypes' types (bfloat16, float8_*, float4_*, int4...)
+        for info in (ml_dtypes.finfo, ml_dtypes.iinfo):
+            try:
+                info(a.dtype)
+                ok = True
+            except (TypeError, ValueError):
+                pass
+    if not ok:
+        fix = "; pass x.real (and x.imag) yourself" if a.dtype.kind == "c" else ""
+        raise ArgumentTypeError(f"{who} must hold real numbers (float, int or an ml_dtypes type), got dtype "
+                                f"{a.dtype}{fix}")
+    return a.astype(np.float64)
+
+
 def quantize(x, element: str = "e4m3"):
     """``(q, scales)``: ``x`` (rows x K, real) block-scaled: ``q`` of the element type
     (ml_dtypes) and ``scales`` (rows x blocks) uint8 factor codes. ``element``: e4m3, e5m2 or
     e2m1 (OCP MX: E8M0 exponents per 32 elements, ``x ~= q * 2^(scales - 127)``), a config dtype
     (``"mxfp4"``), or ``"nvfp4"``: e2m1 with a UE4M3 factor per 16 elements, the block's
     ``amax / 6`` rounded to e4m3 (no per-tensor scale: fold one into ``alpha``).
-    ``ArgumentError`` for another rank or type."""
+    A block holding a NaN or an Inf gets the NaN factor (E8M0 0xFF, UE4M3 0x7F: it dequantises
+    to NaN in every format; module docstring). ``ArgumentError`` for another rank, or a finite
+    block too large for any factor (NVFP4: ``amax > 2688``); ``ArgumentTypeError`` for
+    complex, string or object input."""
     element, sc = _scheme(element)
-    x = np.asarray(x, np.float64)
+    x = _real(x, "quantize(x)")
     if x.ndim != 2:
         raise ArgumentError(f"quantize takes a 2-D (rows, K) array, got shape {x.shape}")
     npt, emax = ELEMENTS[element]
@@ -90,36 +131,77 @@ def quantize(x, element: str = "e4m3"):
     xp = np.zeros((rows, kb * sc.block))
     xp[:, :k] = x
     xb = xp.reshape(rows, kb, sc.block)
-    amax = np.abs(xb).max(axis=2)
+    with np.errstate(invalid="ignore"):
+        amax = np.abs(xb).max(axis=2)           # NaN when the block holds one, Inf for an Inf
+    special = ~np.isfinite(amax)
+    amax = np.where(special, 0.0, amax)
     lim = float(ml_dtypes.finfo(npt).max)
     if sc.fmt == "ue4m3":
         tiny, big = float(ml_dtypes.finfo(E4M3).smallest_subnormal), float(ml_dtypes.finfo(E4M3).max)
+        _refuse_overflow(amax / lim > big, amax, f"{lim:g} * {big:g} = {lim * big:g} (the largest UE4M3 factor "
+                         f"{big:g} times e2m1's {lim:g}); divide x by a per-tensor scale and fold it into alpha")
         codes = np.where(amax > 0, np.clip(amax / lim, tiny, big), 1.0).astype(E4M3).view(np.uint8)
+        codes = np.where(special, np.uint8(UE4M3_NAN), codes)
     else:
         with np.errstate(divide="ignore"):
             e = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1.0))) - emax, 0)
+        _refuse_overflow(e > E8M0_BIAS, amax, f"2^{E8M0_BIAS + emax + 1} (the largest E8M0 factor 2^{E8M0_BIAS} "
+                         f"times {element}'s range); scale x down first")
         codes = (np.clip(e, -E8M0_BIAS, E8M0_BIAS).astype(np.int64) + E8M0_BIAS).astype(np.uint8)
-    scaled = xb / scale_values(codes, sc)[:, :, None]
-    q = np.clip(scaled, -lim, lim).astype(npt).reshape(rows, kb * sc.block)[:, :k]
+        codes = np.where(special, np.uint8(E8M0_NAN), codes)
+    with np.errstate(invalid="ignore"):
+        scaled = np.clip(xb / scale_values(codes, sc)[:, :, None], -lim, lim)
+    # a NaN-scale block: its element format's NaN where x was not finite (if it has one), else 0
+    keep_nan = element in ("e4m3", "e5m2")
+    scaled = np.where(special[:, :, None], np.where(~np.isfinite(xb) & keep_nan, np.nan, 0.0), scaled)
+    q = scaled.astype(npt).reshape(rows, kb * sc.block)[:, :k]
     return np.ascontiguousarray(q), codes
 
 
+def _refuse_overflow(over, amax, limit: str) -> None:
+    if over.any():
+        r, b = (int(i) for i in np.argwhere(over)[0])
+        raise ArgumentError(f"quantize(x): the largest magnitude of row {r}, block {b} is {amax[r, b]:g}, over "
+                            f"{limit} ({int(over.sum())} block(s))")
+
+
+def _codes(scales, who: str) -> np.ndarray:
+    """Factor codes as uint8: uint8, an integer array in 0..255, or ml_dtypes float8_e8m0fnu /
+    float8_e4m3fn (their bits)."""
+    s = np.asarray(scales)
+    if s.dtype in (ml_dtypes.float8_e8m0fnu, E4M3):
+        return s.view(np.uint8)
+    if s.dtype.kind not in "iu":
+        raise ArgumentTypeError(f"{who} must be uint8 factor codes (or float8_e8m0fnu / float8_e4m3fn), got "
+                                f"dtype {s.dtype}")
+    if s.size and (s.min() < 0 or s.max() > 0xFF):
+        raise ArgumentError(f"{who}: factor codes are bytes 0..255, got {s.min()}..{s.max()}")
+    return s.astype(np.uint8)
+
+
 def scale_values(codes, scale=MX_SCALE) -> np.ndarray:
-    """float64 values of factor ``codes`` (uint8): UE8M0 ``2^(e - 127)``, or UE4M3 (the e4m3 of
-    the low 7 bits)."""
-    c = np.asarray(codes).astype(np.uint8)
+    """float64 values of factor ``codes`` (uint8): UE8M0 ``2^(e - 127)`` (0xFF: NaN, OCP MX
+    v1.0), or UE4M3 (the e4m3 of the low 7 bits; 0x7F: NaN)."""
+    c = _codes(codes, "scale codes")
     if scale.fmt == "ue4m3":
         return (c & np.uint8(0x7F)).view(E4M3).astype(np.float64)
-    return np.ldexp(1.0, c.astype(np.int64) - E8M0_BIAS)
+    return np.where(c == E8M0_NAN, np.nan, np.ldexp(1.0, c.astype(np.int64) - E8M0_BIAS))
 
 
 def dequantize(q, scales, dtype: str = "mxfp8") -> np.ndarray:
     """float64 ``q`` times its block's factor (``(..., rows, K)`` with ``(..., rows, blocks)``
     factors: a batch too); ``dtype`` names the scaling (``"nvfp4"``: UE4M3 per 16; otherwise
-    E8M0 per 32)."""
+    E8M0 per 32). A NaN factor gives NaN for its whole block. ``ArgumentError`` when the
+    shapes disagree (naming both), ``ArgumentTypeError`` for non-real ``q`` or non-code
+    ``scales``."""
     sc = _scheme(dtype)[1]
-    q = np.asarray(q).astype(np.float64)
-    return q * np.repeat(scale_values(scales, sc), sc.block, axis=-1)[..., :q.shape[-1]]
+    q = _real(q, "dequantize(q)")
+    s = _codes(scales, "dequantize(scales)")
+    want = q.shape[:-1] + (-(-q.shape[-1] // sc.block),) if q.ndim else None
+    if q.ndim == 0 or s.shape != want:
+        raise ArgumentError(f"dequantize: q of shape {q.shape} takes scales of shape {want} (one factor per "
+                            f"{sc.block} elements of the last axis, {dtype!r}), got {s.shape}")
+    return q * np.repeat(scale_values(s, sc), sc.block, axis=-1)[..., :q.shape[-1]]
 
 
 def random_scales(rng, rows: int, k: int, dtype: str = "mxfp8") -> np.ndarray:
@@ -130,12 +212,20 @@ def random_scales(rng, rows: int, k: int, dtype: str = "mxfp8") -> np.ndarray:
     return rng.integers(lo, hi, (rows, blocks(k, dtype))).astype(np.uint8)
 
 
+def _has_axis(q, who: str) -> None:
+    if q.ndim == 0:
+        raise ArgumentError(f"{who} packs along the last axis (K): give an array of shape (..., K), got a 0-d "
+                            f"array (np.atleast_1d(q) for one element)")
+
+
 def pack_fp4(q) -> np.ndarray:
     """e2m1 values (``float4_e2m1fn``, any shape ``(..., K)``) packed two per byte along the last
-    axis: uint8 ``(..., ceil(K / 2))`` (module docstring). ``ArgumentTypeError`` for another dtype."""
+    axis: uint8 ``(..., ceil(K / 2))`` (module docstring). ``ArgumentTypeError`` for another dtype,
+    ``ArgumentError`` for a 0-d array."""
     q = np.asarray(q)
     if q.dtype != ml_dtypes.float4_e2m1fn:
         raise ArgumentTypeError(f"pack_fp4 takes ml_dtypes.float4_e2m1fn values, got {q.dtype}")
+    _has_axis(q, "pack_fp4")
     codes = q.view(np.uint8) & np.uint8(0xF)
     if q.shape[-1] % 2:
         codes = np.concatenate([codes, np.zeros(q.shape[:-1] + (1,), np.uint8)], axis=-1)
@@ -147,10 +237,11 @@ def pack_fp6(q) -> np.ndarray:
     bits each along the last axis, little-endian (element ``i`` in bits ``6i .. 6i + 5`` of the
     row; four elements per three bytes), the row padded with zeros to a multiple of 128 elements
     (what the 16U6_ALIGN16B tensor map takes): uint8 ``(..., ceil(K / 128) * 96)``.
-    ``ArgumentTypeError`` for another dtype."""
+    ``ArgumentTypeError`` for another dtype, ``ArgumentError`` for a 0-d array."""
     q = np.asarray(q)
     if q.dtype not in (ml_dtypes.float6_e2m3fn, ml_dtypes.float6_e3m2fn):
         raise ArgumentTypeError(f"pack_fp6 takes ml_dtypes.float6_e2m3fn or float6_e3m2fn values, got {q.dtype}")
+    _has_axis(q, "pack_fp6")
     k = q.shape[-1]
     kp = -(-k // PADDED_GROUP) * PADDED_GROUP
     codes = np.zeros(q.shape[:-1] + (kp,), np.uint32)

@@ -120,13 +120,15 @@ def tune(m: int, n: int, k: int, dtype: str = "f16", *, l: int = 1, backend="aut
     (``cache``: a ``KernelCache``, default the user's) for ``Gemm("auto")``. ``configs``:
     your own candidates (``GemmConfig`` list) instead of :func:`candidates`; ``fixed``: config
     fields every candidate keeps (``out_dtype``, ``epilogue`` ...; fused epilogues need their
-    call arguments: fix only fields without them). ``ArgumentError`` for sizes < 1 or
-    ``iters`` < 1, ``ConfigError`` when no candidate is valid."""
+    call arguments: fix only fields without them). ``ArgumentError`` for sizes, ``iters`` or
+    ``limit`` < 1 (or ``warmup`` < 0), ``ConfigError`` when no candidate is valid."""
     from .gemm import Gemm
     from ..runtime.selection import get_backend
-    for name, v in (("m", m), ("n", n), ("k", k), ("l", l), ("iters", iters)):
+    for name, v in (("m", m), ("n", n), ("k", k), ("l", l), ("iters", iters), ("limit", limit)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
             raise ArgumentError(f"tune: {name} must be a positive int, got {v!r}")
+    if not isinstance(warmup, (int, np.integer)) or isinstance(warmup, bool) or warmup < 0:
+        raise ArgumentError(f"tune: warmup must be an int >= 0, got {warmup!r}")
     be = get_backend(backend) if isinstance(backend, str) else backend
     sms = getattr(be, "sm_count", None)
     cands = list(configs) if configs is not None else candidates(m, n, k, dtype, l=l, sm_count=sms, limit=limit,

@@ -8,11 +8,67 @@ launched.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ..dtypes import PACKED_TMA, dtype as _dtype
 from ..errors import ArgumentError, ArgumentTypeError
 from . import arrays
+
+
+#: the integer kernel parameter kinds and the values they hold
+INT_RANGES = {"i32": (-2 ** 31, 2 ** 31 - 1), "u32": (0, 2 ** 32 - 1), "i64": (-2 ** 63, 2 ** 63 - 1)}
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+def scalar(p, v):
+    """``v`` checked for scalar kernel parameter ``p`` (``f32``, ``i32``, ``u32``, ``i64``):
+    ``ArgumentTypeError`` unless it is a real number (f32) or an int, ``ArgumentError`` naming
+    the parameter and the range unless it is finite and fits the kind (an f32 holds
+    |v| <= 3.4028235e38; a NaN or Inf scalar would make the whole result non-finite)."""
+    ok = (float, int, np.floating, np.integer) if p.kind == "f32" else (int, np.integer)
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, ok):
+        raise ArgumentTypeError(f"{p.name} must be a {'real number' if p.kind == 'f32' else 'int'} "
+                                f"({p.kind} kernel parameter), got {v!r}")
+    if p.kind == "f32":
+        f = float(v)
+        if not np.isfinite(f) or abs(f) > F32_MAX:
+            raise ArgumentError(f"{p.name} must be finite and fit an f32 kernel parameter (|{p.name}| <= "
+                                f"{F32_MAX:.8g}), got {v!r}")
+    elif p.kind in INT_RANGES:
+        lo, hi = INT_RANGES[p.kind]
+        if not lo <= int(v) <= hi:
+            raise ArgumentError(f"{p.name} must fit a {p.kind} kernel parameter ({lo}..{hi}), got {v!r}")
+    return v
+
+
+def check_scalars(declared, extra) -> None:
+    """:func:`scalar` for every scalar parameter among ``declared`` (before anything is
+    compiled or allocated)."""
+    for p in declared:
+        if p.kind not in ("ptr", "tensormap"):
+            scalar(p, extra[p.name])
+
+
+def host_memory_bytes() -> int | None:
+    """This machine's physical memory in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_copy(name: str, host: np.ndarray) -> None:
+    """``ArgumentError`` naming ``name`` before a numpy array whose copy cannot fit this
+    machine's memory is copied (a broadcast or zero-stride view is small in memory but its
+    device copy holds every element: ``np.broadcast_to(x, (2**20, 2**20))`` would need 2 TiB)."""
+    limit = host_memory_bytes()
+    if limit is not None and host.nbytes > limit:
+        view = " (a broadcast / zero-stride view: each element is copied)" if 0 in host.strides else ""
+        raise ArgumentError(f"{name}: its copy would take {host.nbytes / 2 ** 30:.1f} GiB ({host.shape} x "
+                            f"{host.dtype.itemsize} B){view}, more than this machine's {limit / 2 ** 30:.1f} GiB "
+                            f"of memory; pass a smaller problem or a device array")
 
 
 def value(be, p, v, dims, keep, owned, copy_back=None):
@@ -27,11 +83,7 @@ def value(be, p, v, dims, keep, owned, copy_back=None):
     ``tensormap`` parameter (an epilogue operand read by TMA) returns the checked
     ``DeviceArray`` (numpy: a row-pitched device copy) for the caller to encode."""
     if p.kind not in ("ptr", "tensormap"):
-        ok = (float, int, np.floating, np.integer) if p.kind == "f32" else (int, np.integer)
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, ok):
-            raise ArgumentTypeError(f"{p.name} must be a {'real number' if p.kind == 'f32' else 'int'} "
-                                    f"({p.kind} kernel parameter), got {v!r}")
-        return v
+        return scalar(p, v)
     dev = arrays.describe(v, p.name)
     if dev is None and p.output:
         if not isinstance(v, np.ndarray) or not v.flags.c_contiguous or not v.flags.writeable:
@@ -61,6 +113,8 @@ def value(be, p, v, dims, keep, owned, copy_back=None):
             spelled = "(" + ", ".join(map(str, p.shape)) + ("," if len(p.shape) == 1 else "") + ")"
             raise ArgumentError(f"{p.name} must have shape {spelled} = {want} for this problem, "
                                 f"got {tuple(shape)}")
+    if dev is None:
+        check_copy(p.name, host)
     if p.kind == "tensormap":       # the array behind a tensor map: the caller encodes it (TMA rules)
         if dev is None:
             arr = arrays.to_device(be, host, pitch_align=16)

@@ -71,7 +71,7 @@ def _count() -> int:
 def test_mutants_load_or_raise_ptx_errors(src):
     text = src.read_text()
     rng = random.Random(f"load-{src.name}")
-    n = _count() or 25                  # 13 sources x 25 = 325 mutants in CI
+    n = _count() or 25                  # 23 sources x 25 = 575 mutants in CI
     for k in range(n):
         mutant, what = mutate(text, rng)
         _check_load(mutant, f"{src.name} mutant {k} ({what})")

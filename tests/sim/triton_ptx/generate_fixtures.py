@@ -13,7 +13,8 @@ Made with Triton 3.9.0 (the version is recorded in every JSON file). Each fixtur
 size, dynamic shared memory, global scratch size/alignment, the PTX parameter list in order
 (what each ``.param`` holds: a pointer, an i32 scalar, a host tensor map or its shape/stride
 words, Triton's trailing global/profile scratch pointers), the grid rule, and for host tensor
-descriptors the box and swizzle Triton chose. ``tests/sim/test_triton_fixtures.py`` runs them.
+descriptors the box and swizzle Triton chose. ``tests/sim/test_triton_fixtures.py`` runs them. The attention and softmax fixtures beside them
+come from ``generate_attention_fixtures.py`` (same venv), which reuses this file's helpers.
 
 The kernels are written here in the style of Triton's tutorials (03 matrix multiplication,
 09 persistent matmul), not copied from them:
@@ -150,7 +151,8 @@ def _param_layout(signature, tensordesc_meta):
     return out
 
 
-def save(name, ck, signature, constexprs, grid, shape):
+def save(name, ck, signature, constexprs, grid, shape, **extra):
+    """Write ``NAME.ptx`` and ``NAME.json``; ``extra`` adds keys to the JSON (e.g. how to check it)."""
     md = ck.metadata
     meta = {
         "triton_version": triton.__version__,
@@ -167,6 +169,7 @@ def save(name, ck, signature, constexprs, grid, shape):
         "tensordesc_meta": list(md.tensordesc_meta or []),
         "grid": grid,
         "shape": shape,
+        **extra,
     }
     (HERE / f"{name}.ptx").write_text(ck.asm["ptx"])
     (HERE / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
