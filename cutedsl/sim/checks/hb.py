@@ -435,7 +435,8 @@ class Shadow:
         words = np.atleast_1d(np.asarray(words))
         cols = None if col is None else np.broadcast_to(np.asarray(col), words.shape)
         pas = self.w_agent[words] if cols is None else self.col_agent[cols]
-        rules = np.array([EDGE_RULE[self._edge(int(a), agent, mode, edge)] for a in pas.tolist()], object)
+        uniq, inv = np.unique(pas, return_inverse=True)        # the rule depends on the prior agent only
+        rules = np.array([EDGE_RULE[self._edge(int(a), agent, mode, edge)] for a in uniq.tolist()], object)[inv]
         if lenient is not None:         # known to some issuing warp of a collective wgmma
             lv, lp = hb.fit(lenient[0]), hb.fit(lenient[1])
             k = self.w_clock[words]
