@@ -2,6 +2,11 @@
 
 * :mod:`pipeline` — pipeline state (stage index + phase) and the TMA pipeline (full barriers
   armed with transaction bytes; empty barriers for warp-specialized producers/consumers).
+* :mod:`loader` — the operand loader: named TMA operands (:class:`TmaOperand`: box, boxes
+  per stage, cluster slices with multicast, leading coordinates), grouped in stage rings or
+  loaded once (:class:`TmaRing`: its buffers, full/empty barriers and transaction bytes), planned,
+  bound and issued by :class:`OperandLoader` -- the GEMM's A/B ring is one configuration,
+  attention's Q once + K ring + V ring another.
 * :mod:`tma_wgmma` — what every TMA + WGMMA mainloop shares: the operand ring (boxes,
   buffers, stage bytes), bound operands, the stage loads (with cluster multicast), the MMA step.
 * :mod:`mainloop` — the multistage (software-pipelined) TMA + WGMMA mainloop.
@@ -17,6 +22,7 @@
   per CTA, or static persistent with rasterization and clusters.
 """
 from .pipeline import OrderedSequenceBarrier, PipelineState, TmaPipeline
+from .loader import BoundOperands, OperandLoader, TmaOperand, TmaRing
 from .tma_wgmma import MainloopOperands, TmaWgmmaMainloop
 from .mainloop import MultistageMainloop
 from .warp_specialized import WarpSpecializedMainloop
@@ -24,7 +30,8 @@ from .epilogue import AtomicAddEpilogue, Epilogue, EpilogueContext, GlobalEpilog
 from .tile_scheduler import PersistentTileScheduler, TileScheduler
 from .tmem_epilogue_tma import TmemTmaStoreEpilogue
 
-__all__ = ["PipelineState", "TmaPipeline", "OrderedSequenceBarrier", "TmaWgmmaMainloop", "MainloopOperands",
+__all__ = ["PipelineState", "TmaPipeline", "OrderedSequenceBarrier", "TmaOperand", "TmaRing", "OperandLoader",
+           "BoundOperands", "TmaWgmmaMainloop", "MainloopOperands",
            "MultistageMainloop",
            "WarpSpecializedMainloop", "Epilogue", "GlobalEpilogue", "TmaStoreEpilogue", "EpilogueContext",
            "AtomicAddEpilogue", "TileScheduler", "PersistentTileScheduler", "TmemTmaStoreEpilogue"]
