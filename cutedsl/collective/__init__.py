@@ -7,8 +7,13 @@
   loaded once (:class:`TmaRing`: its buffers, full/empty barriers and transaction bytes), planned,
   bound and issued by :class:`OperandLoader` -- the GEMM's A/B ring is one configuration,
   attention's Q once + K ring + V ring another.
-* :mod:`tma_wgmma` — what every TMA + WGMMA mainloop shares: the operand ring (boxes,
-  buffers, stage bytes), bound operands, the stage loads (with cluster multicast), the MMA step.
+* :mod:`gemm_operands` — the GEMM's A/B ring (block-scaled: with the factor atoms) as one loader
+  configuration: boxes, cluster slices and multicast, stage bytes, the stage loads, the producer
+  loop; held (composed) by the sm_90a and the sm_100a mainloops alike.
+* :mod:`tma_wgmma` — what every TMA + WGMMA mainloop shares: the GEMM ring plus the WGMMA step
+  (bound operands and descriptors, ``mma``).
+* :mod:`tcgen05_mainloop` — the sm_100a mainloop: the GEMM ring plus the tcgen05 MMA-warp loop
+  (CTA pairs, block-scale factors); no sm_90a class in its MRO.
 * :mod:`mainloop` — the multistage (software-pipelined) TMA + WGMMA mainloop.
 * :mod:`warp_specialized` — the warp-specialized mainloop (``producer_loop`` /
   ``consumer_loop``), clusters with TMA multicast; :class:`OrderedSequenceBarrier` (in

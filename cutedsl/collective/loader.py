@@ -112,16 +112,23 @@ class TmaOperand:
         """The tensor map: box :attr:`box` behind ``lead`` unit dimensions, :attr:`swizzle`."""
         return TensorMapSpec(self.param, self.tma_dtype, (1,) * self.lead + self.box, swizzle=self.swizzle)
 
-    def placement(self, j: int, row0, col0, slice_=0) -> tuple:
-        """``(byte offset in the stage's tile, (row, col))`` of box ``j`` of slice ``slice_`` (int
-        or IR i32) for a tile whose first element sits at global ``(row0, col0)``."""
-        rows = self.rows // self.slices
+    def offset(self, j: int, slice_=0):
+        """Byte offset of box ``j`` of slice ``slice_`` (int or IR i32) in the stage's tile: slice
+        ``r`` sits ``r`` slices into every box."""
         box_off = j * self.rows * self.box_cols * self.element_bytes
-        off = box_off
-        if self.slices > 1:         # slice r sits r slices into every box
-            off = slice_ * (rows * self.box_cols * self.element_bytes)
-            off = off + box_off if box_off else off
-        return off, (row0 + slice_ * rows, col0 + self.box_cols * j if j else col0)
+        if self.slices == 1:
+            return box_off
+        off = slice_ * (self.rows // self.slices * self.box_cols * self.element_bytes)
+        return off + box_off if box_off else off
+
+    def coords(self, j: int, row0, col0, slice_=0) -> tuple:
+        """Global ``(row, col)`` of box ``j`` of slice ``slice_`` of the tile whose first element is
+        at ``(row0, col0)`` (ints or IR i32)."""
+        return (row0 + slice_ * (self.rows // self.slices), col0 + self.box_cols * j if j else col0)
+
+    def placement(self, j: int, row0, col0, slice_=0) -> tuple:
+        """``(byte offset in the stage's tile, (row, col))`` of box ``j`` of slice ``slice_``."""
+        return self.offset(j, slice_), self.coords(j, row0, col0, slice_)
 
 
 @attrs.frozen
@@ -201,15 +208,15 @@ class OperandLoader:
 
     # -- IR ------------------------------------------------------------------------
     def bind(self, smem, args=None, maps: dict | None = None, direct: bool = False) -> BoundOperands:
-        """IR: the ``TmaCopy`` atoms over the kernel's tensor-map parameters (``args.<param>``) or
-        over ``maps`` (by operand name: generic addresses of maps in global memory); ``direct``:
-        issue through the NVVM op with 32-bit shared addresses (``TmaCopy``)."""
+        """IR: the ``TmaCopy`` atoms over the kernel's tensor-map parameters (``args.<param>``), or
+        only those of the operands in ``maps`` (by operand name: kernel parameters, or generic
+        addresses of maps in global memory); ``direct``: issue through the NVVM op with 32-bit
+        shared addresses (``TmaCopy``)."""
         from ..atom.tma import TmaCopy
-        atoms = {}
-        for name, op in self.operands.items():
-            src = maps[name] if maps is not None else getattr(args, op.param)
-            atoms[name] = TmaCopy(op.spec(), src, direct=direct)
-        return BoundOperands(smem, atoms)
+        if maps is None:
+            maps = {name: getattr(args, op.param) for name, op in self.operands.items()}
+        return BoundOperands(smem, {name: TmaCopy(self.operands[name].spec(), src, direct=direct)
+                                    for name, src in maps.items()})
 
     def pipeline(self, smem, ring: str, consumers: int = 0, cluster=(1, 1), stages: int | None = None) -> TmaPipeline:
         """IR: ring ``ring``'s :class:`TmaPipeline` over its bound barriers (``consumers``: arrivals
@@ -230,11 +237,11 @@ class OperandLoader:
         op = self.operands[operand]
         if len(lead) != op.lead:
             raise ConfigError(f"operand {operand!r} has {op.lead} leading tensor-map coordinates, got {len(lead)}")
-        tile = bound.smem[operand].tile(index)
         for j in range(op.boxes):
-            off, coords = op.placement(j, origin[0], origin[1], slice_)
-            bound.atoms[operand].load(tile.sub(off, op.box), barriers, index, tuple(lead) + coords,
-                                      multicast_mask=mask, predicate=predicate)
+            dst = bound.smem[operand].tile(index).sub(op.offset(j, slice_), op.box)
+            coords = op.coords(j, origin[0], origin[1], slice_)
+            bound.atoms[operand].load(dst, barriers, index, tuple(lead) + coords, multicast_mask=mask,
+                                      predicate=predicate)
 
     def fill(self, bound: BoundOperands, pipeline: TmaPipeline, state: PipelineState, ring: str, origins: dict,
              leads: dict | None = None, predicate=None) -> None:
