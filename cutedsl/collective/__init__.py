@@ -23,7 +23,12 @@
 * :mod:`tmem_epilogue_tma` — the sm_100a TMA-store epilogue (tensor memory -> registers ->
   swizzled shared sub-tiles -> TMA store, warp by warp); a ``TmaStoreEpilogue`` subclass that
   only overrides ``visit`` / ``extra_params`` is rebased onto it for sm_100a kernels.
-* :mod:`tile_scheduler` — which output tile(s) a CTA computes, and the launch grid: one tile
+* :mod:`work_unit` — the work-unit protocol for any problem: a unit space (linear unit index ->
+  the problem's coordinates, a record with ``valid``), schedulers that hand units out (one per
+  CTA, persistent with clusters) and the walk every role runs (``work_loop`` / ``work_unit``);
+  attention's units (query block, head, sequence, split), longest first for causal masks.
+* :mod:`tile_scheduler` — the GEMM instances: which output tile(s) a CTA computes (a
+  :class:`~cutedsl.collective.tile_scheduler.WorkTile` per unit), and the launch grid: one tile
   per CTA, or static persistent with rasterization and clusters.
 """
 from .pipeline import OrderedSequenceBarrier, PipelineState, TmaPipeline
@@ -33,10 +38,12 @@ from .mainloop import MultistageMainloop
 from .warp_specialized import WarpSpecializedMainloop
 from .epilogue import AtomicAddEpilogue, Epilogue, EpilogueContext, GlobalEpilogue, TmaStoreEpilogue
 from .tile_scheduler import PersistentTileScheduler, TileScheduler
+from .work_unit import AttentionUnit, AttentionUnits, PersistentScheduler, UnitScheduler, UnitSpace
 from .tmem_epilogue_tma import TmemTmaStoreEpilogue
 
 __all__ = ["PipelineState", "TmaPipeline", "OrderedSequenceBarrier", "TmaOperand", "TmaRing", "OperandLoader",
            "BoundOperands", "TmaWgmmaMainloop", "MainloopOperands",
            "MultistageMainloop",
            "WarpSpecializedMainloop", "Epilogue", "GlobalEpilogue", "TmaStoreEpilogue", "EpilogueContext",
-           "AtomicAddEpilogue", "TileScheduler", "PersistentTileScheduler", "TmemTmaStoreEpilogue"]
+           "AtomicAddEpilogue", "TileScheduler", "PersistentTileScheduler", "UnitSpace", "UnitScheduler",
+           "PersistentScheduler", "AttentionUnit", "AttentionUnits", "TmemTmaStoreEpilogue"]
