@@ -248,7 +248,10 @@ class OperandLoader:
         """IR, the producer of ring ``ring``: wait until slot ``state`` was released (a ring with
         empty barriers), arm its full barrier with the ring's bytes and load every operand's tile
         at ``origins[name]`` (``leads[name]``: its leading coordinates), where ``predicate`` holds
-        (one thread, or an ``ElectEach`` lane)."""
+        (one thread, or an ``ElectEach`` lane). ``ConfigError`` when an operand has no origin."""
+        missing = [op.name for op in self.rings[ring].operands if op.name not in origins]
+        if missing:
+            raise ConfigError(f"fill of ring {ring!r}: no origin for operand(s) {missing}; pass origins[name] = (row, col)")
         pipeline.producer_acquire(state)
         pipeline.producer_expect(state, predicate=predicate)
         for op in self.rings[ring].operands:

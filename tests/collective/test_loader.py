@@ -61,6 +61,11 @@ def test_ring_and_loader_errors():
         TmaRing("r", (op,), stages=0)
     with pytest.raises(ConfigError, match="names must be unique"):
         OperandLoader(TmaRing("r", (op,)), TmaRing("s", (op,)))
+    # checked while the kernel is built, before any IR is emitted for the fill
+    with pytest.raises(ConfigError, match=r"fill of ring 'k': no origin for operand\(s\) \['k'\]"):
+        attention_loader().fill(None, None, None, "k", {"v": (0, 0)})
+    with pytest.raises(ConfigError, match="operand 'q' has 1 leading tensor-map coordinates, got 0"):
+        attention_loader().load(None, None, 0, "q", (0, 0))
 
 
 def _kernel(ld):
