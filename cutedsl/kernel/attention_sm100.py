@@ -65,7 +65,7 @@ def reason(head_dim, dtype) -> str | None:
 
 class AttentionFwdSm100Kernel(Kernel):
     """See the module docstring. ``threshold``: the correction threshold (log2 units; 0 rescales
-    O whenever a row maximum grows). Raises ``ConfigError`` for a head dimension or dtype it
+    O whenever a row maximum grows; None: the class's :attr:`THRESHOLD`). Raises ``ConfigError`` for a head dimension or dtype it
     cannot build (:func:`reason`)."""
 
     name = "attention_fwd_sm100"
@@ -73,6 +73,7 @@ class AttentionFwdSm100Kernel(Kernel):
     mask_cls = AttentionMask
     softmax_cls = TmemRowSoftmax
     HEAD_DIMS, DTYPES, BLOCK_M, BLOCK_N = HEAD_DIMS, DTYPES, BLOCK_M, BLOCK_N
+    THRESHOLD = RESCALE_THRESHOLD     #: FlashAttention-4's correction threshold (a subclass may change it)
 
     # the host contract is the Hopper kernel's: the same parameters, grid, maps and scalars
     params = hopper.AttentionFwdKernel.params
@@ -85,7 +86,7 @@ class AttentionFwdSm100Kernel(Kernel):
         return reason(head_dim, dtype)
 
     def __init__(self, head_dim: int = 128, dtype: str = "bf16", *, local: bool = False, softcap: bool = False,
-                 varlen: bool = False, arch="sm_100a", threshold: float = RESCALE_THRESHOLD):
+                 varlen: bool = False, arch="sm_100a", threshold: float | None = None):
         why = reason(head_dim, dtype)
         if why:
             raise ConfigError(f"{type(self).__name__}: {why}")
@@ -93,7 +94,7 @@ class AttentionFwdSm100Kernel(Kernel):
         self.arch.require(self.mma_atom, type(self).__name__)
         self.head_dim, self.dtype = head_dim, dtype
         self.local, self.softcap, self.varlen = bool(local), bool(softcap), bool(varlen)
-        self.threshold = float(threshold)
+        self.threshold = float(self.THRESHOLD if threshold is None else threshold)
         wt = self.arch.warp_threads
         self.threads = WARPS * wt
         self.softmax_threads = SOFTMAX_WARPS * wt
