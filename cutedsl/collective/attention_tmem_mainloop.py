@@ -2,8 +2,8 @@
 
 Two roles walk the KV blocks of one work unit (``count`` blocks, visited downwards as on Hopper):
 
-* **the MMA thread** (:meth:`TmemAttentionMainloop.mma_loop`; one thread of the MMA warp issues
-  every ``tcgen05.mma``): per block, wait for K, ``S = Q K^T`` (A = Q, B = K from shared memory),
+* **the MMA warp** (:meth:`TmemAttentionMainloop.mma_loop`; an elected lane issues every
+  ``tcgen05.mma``): per block, wait for K, ``S = Q K^T`` (A = Q, B = K from shared memory),
   ``tcgen05.commit`` releasing K's slot and signalling ``s_full``; wait for ``p_full`` (the softmax
   wrote P and rescaled O), wait for V, ``O += P V`` with **A = P read from tensor memory**
   (:meth:`~cutedsl.atom.tcgen05.Umma.mma_tmem_a`), commit releasing V's slot and signalling
@@ -66,7 +66,7 @@ class TmemPlan:
 
 @attrs.frozen
 class HandOffs:
-    """The mbarriers of the hand-offs between the MMA thread and the softmax warpgroup."""
+    """The mbarriers of the hand-offs between the MMA warp and the softmax warpgroup."""
     s_full: object
     p_full: object
     o_full: object
@@ -110,17 +110,20 @@ class TmemAttentionMainloop:
         bars.p_full.init(0, self.threads, predicate=leader)   # every softmax thread
         return bars
 
-    # -- the MMA thread ----------------------------------------------------------------
+    # -- the MMA warp ------------------------------------------------------------------
     def _desc(self, ops, name, mma, role, tile):
         buf = ops.smem[name]
         return mma.descriptor(buf.tile(0), role).stage(tile, buf.buf.stage_bytes)
 
     def mma_loop(self, ops, bars: HandOffs, taddr, count) -> None:
-        """One thread: every MMA of ``count`` (IR i32) KV blocks into tensor memory at ``taddr``."""
+        """The MMA warp: every MMA of ``count`` (IR i32) KV blocks into tensor memory at
+        ``taddr``. The whole warp waits and walks the loop; an ``elect.sync``-ed lane issues each
+        tcgen05 instruction (CUTLASS's pattern: a one-thread branch makes ptxas wrap every UTC*
+        instruction in a loop over the lanes' possibly divergent operands)."""
         o, t = self.ops_desc, self.tmem
         ops.q_bar.wait(0, 0)
         q = [self.qk.descriptor(ops.smem["q"].tile(kt), "A") for kt in range(o.d_tiles)]
-        loop = cir.Loop(0, count, carry=PipelineState(o.stages).carry())
+        loop = cir.Loop(0, count, carry=PipelineState(o.stages).carry(), counter="i32")   # no 64-bit compare
         for it, carried in loop:
             st = PipelineState.from_carry(o.stages, carried)
             n = V.i32(it)
@@ -128,18 +131,18 @@ class TmemAttentionMainloop:
             TensorMemory.fence_after()              # S's columns: the softmax read them (p_full)
             for kt in range(o.d_tiles):
                 kd = self._desc(ops, "k", self.qk, "B", st.index * o.d_tiles + kt)
-                self.qk.mma(taddr + t.s, q[kt], kd, accumulate=kt > 0)
-            self.qk.commit(ops.k_pipe.empty.address(st.index))
-            self.qk.commit(bars.s_full.address(0))
+                self.qk.mma(taddr + t.s, q[kt], kd, accumulate=kt > 0, elect=True)
+            self.qk.commit(ops.k_pipe.empty.address(st.index), elect=True)
+            self.qk.commit(bars.s_full.address(0), elect=True)
             bars.p_full.wait(0, n & 1)
             TensorMemory.fence_after()
             ops.v_pipe.consumer_wait(st)
             for kt in range(o.pv_tiles):
                 vd = self._desc(ops, "v", self.pv, "B", st.index * o.pv_tiles + kt)
                 a = taddr + (t.p + kt * (o.traits.k_tile // 2))
-                self.pv.mma_tmem_a(taddr + t.o, a, vd, accumulate=n.ne(0) if kt == 0 else True)
-            self.pv.commit(ops.v_pipe.empty.address(st.index))
-            self.pv.commit(bars.o_full.address(0))
+                self.pv.mma_tmem_a(taddr + t.o, a, vd, accumulate=n.ne(0) if kt == 0 else True, elect=True)
+            self.pv.commit(ops.v_pipe.empty.address(st.index), elect=True)
+            self.pv.commit(bars.o_full.address(0), elect=True)
             loop.next(*st.advance().carry())
 
     # -- the softmax warpgroup ---------------------------------------------------------------

@@ -5,16 +5,16 @@ no shuffles.
 Per KV block, on the f32 scores of one row (:class:`RowScores`, the accumulator interface the
 mask and the score transform of :class:`~cutedsl.collective.attention_softmax.OnlineSoftmax` read):
 
-* the block's row maximum by a tree of three-input ``max.f32`` (PTX ISA 9.7.3 max: ``max.f32 d,
-  a, b, c``, sm_100 with PTX 8.8; SASS FMNMX3);
+* the block's row maximum by a tree of three-input ``max.f32`` (:func:`~cutedsl.ir.fmath.max3`;
+  SASS FMNMX3);
 * the reference maximum ``m_ref``: FlashAttention-4 keeps a *stale* maximum while the new one
   exceeds it by at most :data:`RESCALE_THRESHOLD` (in log2 units of the scaled scores) -- P is
   then at most ``2^threshold``, harmless in f32 and in the 16-bit P, and O and the row sum stay
   consistent because both use the same reference; only when it grows further is ``m_ref``
   updated and O rescaled (:attr:`TmemRowSoftmax.rescale` tells the caller);
-* ``P = exp2(S * k - m_ref * k)`` (``k = softmax_scale * log2 e`` folded in: one ``fma`` and one
-  ``ex2.approx`` per element), the correction ``exp2((m_old - m_ref) k)`` and the row sum ``l' =
-  l * corr + sum P``;
+* ``P = exp2(S * k - m_ref * k)`` (``k = softmax_scale * log2 e`` folded in: one ``fma.rn.f32x2``
+  per two elements and one ``ex2.approx`` per element), the correction ``exp2((m_old - m_ref) k)``
+  and the row sum ``l' = l * corr + sum P`` (a tree of ``add.rn.f32x2``);
 * :meth:`TmemRowSoftmax.finalize`: ``1 / l`` and ``LSE = (m_ref k + log2 l) ln 2`` (natural log);
   a row with no key (``l = 0``) gets ``1/l = 0`` and ``LSE = +inf``.
 """
@@ -27,8 +27,6 @@ from .attention_softmax import LN2, OnlineSoftmax
 
 V = lazy("cutedsl.ir.values")
 F = lazy("cutedsl.ir.fmath")
-llvm = lazy("mlir.dialects.llvm")
-ir = lazy("mlir.ir")
 
 #: FlashAttention-4's threshold: O is rescaled only when the row maximum grew by more than this
 #: (log2 units of the scaled scores, i.e. P up to 2^8 in between)
@@ -55,19 +53,13 @@ class RowScores:
         return RowScores([fn(x, 0, i) for i, x in enumerate(self.values)])
 
 
-def max3(a, b, c):
-    """``max.f32 d, a, b, c`` (PTX ISA 9.7.3.x max, three inputs: sm_100, PTX 8.8)."""
-    f32 = ir.F32Type.get()
-    return V.Scalar(llvm.inline_asm(f32, [a, b, c], "max.f32 $0, $1, $2, $3;", "=f,f,f,f", has_side_effects=False))
-
-
 def row_max(values, start):
     """The maximum of ``start`` and ``values`` (f32 IR) by a tree of three-input maxima."""
     level = [start] + list(values)
     while len(level) > 1:
         nxt = []
         for i in range(0, len(level) - 2, 3):
-            nxt.append(max3(level[i], level[i + 1], level[i + 2]))
+            nxt.append(F.max3(level[i], level[i + 1], level[i + 2]))
         rest = len(level) % 3
         if rest == 2:
             nxt.append(F.fmax(level[-2], level[-1]))
@@ -75,6 +67,20 @@ def row_max(values, start):
             nxt.append(level[-1])
         level = nxt
     return level[0]
+
+
+def row_sum(values):
+    """The sum of ``values`` (f32 IR) by a tree of ``add.rn.f32x2`` on pairs (FADD2), then one
+    add of the last pair's halves."""
+    pairs = [(values[i], values[i + 1]) for i in range(0, len(values) - 1, 2)]
+    tail = [values[-1]] if len(values) % 2 else []
+    if not pairs:
+        return tail[0]
+    while len(pairs) > 1:
+        nxt = [F.add_x2(pairs[i], pairs[i + 1]) for i in range(0, len(pairs) - 1, 2)]
+        pairs = nxt + ([pairs[-1]] if len(pairs) % 2 else [])
+    total = pairs[0][0] + pairs[0][1]
+    return total + tail[0] if tail else total
 
 
 @attrs.frozen
@@ -116,11 +122,13 @@ class TmemRowSoftmax(OnlineSoftmax):
         m_ref = V.select(grew, m_new, m_old)
         ms = self._safe(m_ref) * exp_scale
         corr = V.select(grew, F.exp2(F.fma(m_old, exp_scale, -ms)), F._f32(1.0))
-        p = [F.exp2(F.fma(x, exp_scale, -ms)) for x in s.values]
-        total = p[0]
-        for x in p[1:]:
-            total = total + x
-        return p, RowState(m_ref, F.fma(state.row_sum, corr, total)), corr, grew
+        p = []
+        k2, nms2 = (exp_scale, exp_scale), (-ms, -ms)
+        for i in range(0, s.regs - 1, 2):           # the exponents two at a time (FFMA2)
+            p += [F.exp2(e) for e in F.fma_x2((s.values[i], s.values[i + 1]), k2, nms2)]
+        if s.regs % 2:
+            p.append(F.exp2(F.fma(s.values[-1], exp_scale, -ms)))
+        return p, RowState(m_ref, F.fma(state.row_sum, corr, row_sum(p))), corr, grew
 
     @staticmethod
     def finalize_row(state: RowState, exp_scale) -> tuple:
@@ -133,4 +141,4 @@ class TmemRowSoftmax(OnlineSoftmax):
         return inv, V.select(empty, F._f32(float("inf")), lse)
 
 
-__all__ = ["TmemRowSoftmax", "RowScores", "RowState", "RESCALE_THRESHOLD", "max3", "row_max"]
+__all__ = ["TmemRowSoftmax", "RowScores", "RowState", "RESCALE_THRESHOLD", "row_max", "row_sum"]

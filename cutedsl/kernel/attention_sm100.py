@@ -12,7 +12,7 @@ heads, batch)``), six warps (192 threads):
   (:meth:`~cutedsl.collective.attention_tmem_mainloop.TmemAttentionMainloop.softmax_block`); then
   the epilogue (:class:`~cutedsl.collective.attention_tmem_epilogue.TmemAttentionEpilogue`);
 * warp 4, the MMA warp: allocates the tensor memory (S 128 + P 64 + O ``head_dim`` columns); one
-  thread issues ``S = Q K^T`` and ``O += P V`` (A = P from tensor memory) for every block
+  elected lane issues ``S = Q K^T`` and ``O += P V`` (A = P from tensor memory) for every block
   (:meth:`~cutedsl.collective.attention_tmem_mainloop.TmemAttentionMainloop.mma_loop`);
 * warp 5, the producer: one thread loads Q once, then K and V of every KV block the mask leaves,
   each through its own ring (:class:`~cutedsl.collective.attention_operands.AttentionOperands`).
@@ -153,7 +153,7 @@ class AttentionFwdSm100Kernel(Kernel):
                 rng = self.mask.block_range(m0, seqlen_q, seqlen_k, left, right)
                 with If(warp.eq(PRODUCER_WARP) & (tid % wt).eq(0)):
                     self.producer(ops, args, batch, head, m0 + q_start, k_start, rng)
-                with If(warp.eq(MMA_WARP) & (tid % wt).eq(0)):
+                with If(warp.eq(MMA_WARP)):
                     self.mainloop.mma_loop(ops, bars, taddr, rng.count)
                 with If(warp < SOFTMAX_WARPS):
                     self.softmax_warps(bars, taddr, args, batch, head, m0, q_start, seqlen_q, seqlen_k,

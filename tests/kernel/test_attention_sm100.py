@@ -108,3 +108,21 @@ def test_refusals():
     q = np.zeros((1, 8, 1, 64), ml_dtypes.bfloat16)
     with pytest.raises(ArgumentError, match="heads 1 .* must be a multiple of kv_heads 2"):
         Attention(cfg, "sim")(q, np.zeros((1, 8, 2, 64), q.dtype), np.zeros((1, 8, 2, 64), q.dtype))
+
+
+def test_sass_counts():
+    """ptxas 13.5's SASS of the head-dim-128 bf16 kernel (docs/measurements.md): no spills; the
+    MMA warp's loop issues 16 UTCHMMA per KV block (8 for S, 8 for P V); the softmax loop of an
+    unmasked block has one MUFU.EX2 per score (+1 for the correction factor), the exponents'
+    FMAs and the row sum as packed f32x2 (FFMA2 / FADD2), the row maximum as three-input FMNMX3,
+    64 F2FP packing P and the O correction as FMUL2."""
+    from cutedsl.compiler.sass_loops import kernel_hot_loop
+    k = AttentionFwdSm100Kernel(128, "bf16").compile()
+    assert k.resources.spill_stores == 0 and k.resources.spill_loads == 0
+    mma = kernel_hot_loop(k, "UTCHMMA")["histogram"]
+    assert mma["UTCHMMA"] == 16 and mma["UTCBAR"] == 4                 # 4 commits: K, S, V, O
+    sm = kernel_hot_loop(k, "MUFU")["histogram"]
+    assert sm["MUFU"] == BLOCK_N + 1
+    assert sm["FFMA2"] == BLOCK_N // 2 and sm.get("FFMA", 0) <= 2
+    assert sm["FADD2"] == BLOCK_N // 2 - 1 and sm["FMNMX3"] == BLOCK_N // 2
+    assert sm["F2FP"] == BLOCK_N // 2 and sm["FMUL2"] == 128 // 2
