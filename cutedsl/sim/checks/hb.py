@@ -178,7 +178,7 @@ class HB:
         kind = {"warp": "generic proxy", "tma": "async proxy", "asyncst": "generic proxy", "wgmma": "async proxy",
                 "bulk": "async proxy", "cpasync": "generic proxy", "tcgen05": "tensor core (tcgen05)",
                 "tcgen05ld": "tensor memory load", "tcgen05st": "tensor memory store"}[ag.kind]
-        where = f"PTX line {ins.line}: {ins.text.strip()}" if ins is not None else "?"
+        where = ins.where() if ins is not None else "?"
         who = f"CTA {ag.cta.ctaid} {ag.label}"
         if ag.kind == "warp":
             who += f" (threads {32 * ag.wid}-{32 * ag.wid + 31})"

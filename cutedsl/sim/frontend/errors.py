@@ -22,14 +22,27 @@ class SimError(CuteDSLError):
 
 
 class PTXParseError(SimError, ValueError):
-    """Malformed PTX; the message gives the line number and text."""
+    """Malformed PTX; the message gives the line number (and the source line the PTX's line table
+    names for it, ``src``) and text."""
 
-    def __init__(self, msg: str, line: int = 0, text: str = ""):
+    def __init__(self, msg: str, line: int = 0, text: str = "", src: str = ""):
         self.line = line
         self.text = text
-        if line:
-            msg = f"PTX line {line}: {msg}" + (f"\n    {text.strip()}" if text else "")
-        super().__init__(msg)
+        self.msg = msg
+        self.src = src
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        if not self.line:
+            return self.msg
+        at = f"PTX line {self.line} ({self.src})" if self.src else f"PTX line {self.line}"
+        return f"{at}: {self.msg}" + (f"\n    {self.text.strip()}" if self.text else "")
+
+    def add_source(self, src: str) -> None:
+        """Name the source line ``src`` (from the PTX's line table) beside the PTX line."""
+        if src and not self.src:
+            self.src = src
+            self.args = (self._format(),)
 
 
 class UnsupportedInstruction(PTXParseError):
