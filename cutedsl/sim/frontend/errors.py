@@ -5,6 +5,10 @@
   (raised at load time, never half-way through a launch).
 * :class:`SimLaunchError` - launch arguments do not match the kernel (params, block, cluster, smem).
 * :class:`DeadlockError` - no warp can make progress; the message lists every blocked warp.
+  :class:`LivelockError` (a subclass) - warps run without progress (spinning, or a stretch of
+  ``progress_limit`` warp-instructions with no synchronisation).
+* :class:`TimeLimitExceeded` - the wall-clock limit passed; :class:`GridTooLarge` (a subclass,
+  also a :class:`SimLaunchError`) - a grid that cannot finish within it, refused before starting.
 * :class:`MemoryAccessError` - out-of-bounds or misaligned access, with address, PTX line,
   CTA/thread and the nearest allocation.
 * :class:`InstructionBudgetExceeded` - the launch executed more warp-instructions than allowed.
@@ -75,3 +79,13 @@ class RaceError(SimRuntimeError):
 
 class TimeLimitExceeded(SimRuntimeError):
     """A launch ran longer than the emulator's wall-clock limit (``time_limit`` seconds)."""
+
+
+class GridTooLarge(TimeLimitExceeded, SimLaunchError):
+    """A launch whose grid the emulator cannot finish within ``time_limit``: refused before it
+    starts (also a :class:`SimLaunchError`)."""
+
+
+class LivelockError(DeadlockError):
+    """The live warps keep executing but make no progress: their state repeats, or the launch ran
+    ``progress_limit`` warp-instructions with no synchronisation, warp exit or cluster start."""

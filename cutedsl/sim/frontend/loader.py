@@ -37,7 +37,7 @@ def load_ptx(text: str, entry: str | None = None, limits=None) -> Program:
     p = _CACHE.get(ck)
     if p is not None:
         return p
-    mod = _guarded(parse_module, text)
+    mod = _guarded(parse_module, text, limits.statements)
     if not mod.entries:
         raise PTXParseError("no .entry in PTX text")
     if entry is None:

@@ -139,34 +139,20 @@ def parse_file(text: str, files: dict) -> None:
 
 # -- helpers ---------------------------------------------------------------------------
 
+_COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?(?:\*/|\Z)|"[^"]*(?:"|\Z)', re.S)
+
+
+def _keep_lines(m) -> str:
+    t = m.group(0)
+    if t[0] == '"':
+        return t
+    return "\n" * t.count("\n")
+
+
 def strip_comments(text: str) -> str:
-    """Remove ``//`` and ``/* */`` comments, keeping newlines so line numbers stay valid."""
-    out = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "/" and i + 1 < n and text[i + 1] == "/":
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-        elif c == "/" and i + 1 < n and text[i + 1] == "*":
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out.append("\n" * text.count("\n", i, j))
-            i = j
-        elif c == '"':
-            j = text.find('"', i + 1)
-            j = n if j < 0 else j + 1
-            out.append(text[i:j])
-            i = j
-        else:
-            j = i
-            while j < n and text[j] not in '/"':
-                j += 1
-            if j == i:
-                j += 1
-            out.append(text[i:j])
-            i = j
-    return "".join(out)
+    """Remove ``//`` and ``/* */`` comments (not inside strings), keeping newlines so line numbers
+    stay valid. One regular-expression pass: linear in the text."""
+    return _COMMENT_OR_STRING.sub(_keep_lines, text)
 
 
 def split_top(s: str, sep: str = ",") -> list:
@@ -310,8 +296,9 @@ class _Cursor:
         return s
 
 
-def parse_module(text: str) -> Module:
-    """Parse a PTX module. Raises :class:`PTXParseError` with the line on malformed input."""
+def parse_module(text: str, max_statements: int | None = None) -> Module:
+    """Parse a PTX module. Raises :class:`PTXParseError` with the line on malformed input, and
+    as soon as the entry bodies hold more than ``max_statements`` statements (``SimLimits.statements``)."""
     src = strip_comments(text)
     cur = _Cursor(src)
     mod = Module()
@@ -357,7 +344,9 @@ def parse_module(text: str) -> Module:
                     continue
                 ent = _parse_entry_head(hs, ln, line_text)
                 cur.i += 1   # '{'
-                ent.items = _scan_body(cur, lines, mod.files)
+                ent.items = _scan_body(cur, lines, mod.files, max_statements)
+                if max_statements is not None:
+                    max_statements -= len(ent.items)
                 mod.entries[ent.name] = ent
             elif src[cur.i] == "{":
                 raise PTXParseError("unexpected '{' at module level", ln, line_text(ln))
@@ -443,7 +432,7 @@ def _parse_entry_head(head: str, line: int, line_text) -> Entry:
     return Entry(name, params, directives, [], line)
 
 
-def _scan_body(cur: _Cursor, lines, files: dict) -> list:
+def _scan_body(cur: _Cursor, lines, files: dict, limit: int | None = None) -> list:
     """Scan an entry body after its opening brace up to the matching close; statements carry
     the ``.loc`` in force (a ``.loc`` holds until the next one, across labels and scopes)."""
     items = []
@@ -489,3 +478,6 @@ def _scan_body(cur: _Cursor, lines, files: dict) -> list:
         if not s:
             continue
         items.append(Item("dir" if s.startswith(".") else "stmt", ln, s, loc=loc))
+        if limit is not None and len(items) > limit:
+            raise PTXParseError(f"more than {limit} statements in the module's entries: the emulator's limit "
+                                f"(raise it with SimLimits(statements=...))", ln)
