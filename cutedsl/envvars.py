@@ -13,6 +13,7 @@ minute of compiling.
 | ``CUTEDSL_SIM_TIME_LIMIT`` | emulator wall-clock limit per launch | seconds > 0 (default 60) |
 | ``CUTEDSL_SIM_PROGRESS_LIMIT`` | emulator livelock limit: warp-instructions a launch may run with no synchronisation, warp exit or cluster start | an integer > 0 (default 2,000,000) |
 | ``CUTEDSL_SIM_CHAOS`` | emulator adversarial-mode seed | an integer |
+| ``CUTEDSL_SIM_INITCHECK`` | emulator initcheck (reads of memory nothing wrote) | on/off, 1/0, ... (default on) |
 """
 from __future__ import annotations
 
@@ -90,6 +91,7 @@ VARIABLES = {
     "CUTEDSL_SIM_TIME_LIMIT": _seconds,
     "CUTEDSL_SIM_CHAOS": _seed,
     "CUTEDSL_SIM_PROGRESS_LIMIT": _count,
+    "CUTEDSL_SIM_INITCHECK": _switch,
 }
 
 

@@ -13,6 +13,7 @@
   CTA/thread and the nearest allocation.
 * :class:`InstructionBudgetExceeded` - the launch executed more warp-instructions than allowed.
 * :class:`RaceError` - the optional race checker found an unordered access.
+* :class:`UninitializedReadError` - initcheck: a read of memory nothing wrote.
 * :class:`SimRuntimeError` - any other misuse detected while executing (bad tensor map,
   non-converged ``.aligned`` instruction, trap, ...).
 """
@@ -84,6 +85,11 @@ class TimeLimitExceeded(SimRuntimeError):
 class GridTooLarge(TimeLimitExceeded, SimLaunchError):
     """A launch whose grid the emulator cannot finish within ``time_limit``: refused before it
     starts (also a :class:`SimLaunchError`)."""
+
+
+class UninitializedReadError(SimRuntimeError):
+    """Initcheck: a read of memory nothing wrote (shared memory or tensor memory since the CTA
+    started); the message names the read and the declaration or allocation."""
 
 
 class LivelockError(DeadlockError):

@@ -59,6 +59,7 @@ class Program:
         self.nregs = {"p": 0, "h": 0, "r": 0, "d": 0}
         self.symbols = {}
         self.shared_vars = {}
+        self.shared_lines = {}      #: shared variable name -> PTX line of its declaration
         self.local_vars = {}
         self.globals = [v for v in module.variables if v.space in ("global", "const")]
         self.static_smem = 0
@@ -319,4 +320,5 @@ def _add_shared(prog: Program, v: Var):
         off = max(off, o + s)
     off = (off + v.align - 1) // v.align * v.align
     prog.shared_vars[v.name] = (off, v.size, v.align)
+    prog.shared_lines[v.name] = v.line
     prog.symbols[v.name] = ("shared", off)

@@ -387,6 +387,8 @@ class CTA:
         if write:
             sh.write(words, w.agent, vc[w.agent], vc, ins.pc, False, what or "st.shared", same)
         else:
+            if what is None and ins.opcode.startswith("tensormap.replace"):
+                what = ins.opcode           # reads the rest of the object (initcheck exempts it)
             sh.read(words, w.agent, vc[w.agent], vc, w.pvc, ins.pc, False, what or "ld.shared")
 
 

@@ -88,6 +88,12 @@ def default_time_limit():
     return DEFAULT_TIME_LIMIT if t is None else t
 
 
+def default_initcheck() -> bool:
+    """``CUTEDSL_SIM_INITCHECK`` (a switch) or on."""
+    v = _env("CUTEDSL_SIM_INITCHECK")
+    return True if v is None else v
+
+
 def default_progress_limit():
     """``CUTEDSL_SIM_PROGRESS_LIMIT`` or the default."""
     n = _env("CUTEDSL_SIM_PROGRESS_LIMIT")
@@ -120,7 +126,7 @@ class Launch:
     def __init__(self, program, gmem, grid, block, params, *, cluster=(1, 1, 1), smem=0,
                  budget=DEFAULT_BUDGET, race_check=True, dyn_smem_offset=0, quantum=20000,
                  global_syms=None, chaos=None, time_limit=None, limits=None, sm_count=DEFAULT_SM_COUNT,
-                 progress_limit=None):
+                 progress_limit=None, initcheck=None):
         Launch.serial_counter += 1
         self.serial = Launch.serial_counter
         self.program = program
@@ -188,6 +194,8 @@ class Launch:
             program, nthreads, ncl, self.smem_total, self.sm_count, need, memory_bytes)
         self.budget = int(budget)
         self.race_check = bool(race_check)
+        #: reads of memory nothing wrote are errors (cutedsl.sim.checks.initcheck)
+        self.initcheck = bool(initcheck) if initcheck is not None else default_initcheck()
         self.ghb = None             # GlobalHB (global-memory races between clusters), with race checks
         self.quantum = int(quantum)
         self.chaos = Chaos(chaos) if chaos is not None else None
