@@ -83,7 +83,8 @@ def test_config_validation_and_reasons():
     with pytest.raises(ConfigTypeError, match="head_dim must be an int"):
         AttentionConfig(head_dim=64.0)
     with pytest.raises(ConfigError, match="arch"):
-        AttentionConfig(arch="sm_100a")
+        AttentionConfig(arch="sm_80")
+    assert AttentionConfig(arch="sm_100a").arch == "sm_100a"         # the FlashAttention-4-style kernel
     cfg = AttentionConfig.for_problem(AttentionProblem(2, 300, 300, 8, 2, 64), "f16")
     assert (cfg.head_dim, cfg.dtype, cfg.overlap, cfg.pingpong) == (64, "f16", True, True)
     assert "multiple of kv_heads 3" in cfg.can_implement(AttentionProblem(1, 10, 10, 8, 3, 64))
