@@ -321,7 +321,7 @@ class Umma(SmemOperands):
         k-tile's K elements packed little-endian into 32-bit columns, ``k_step x bytes / 4``
         columns per step), B a ``SmemTile`` or descriptor. ``ValueError`` unless M = 128 with
         ``cta_group`` 1 and a 16-bit kind (what this form is built and tested for here)."""
-        if self.cta_group != 1 or self.m != 128 or KIND.get(self.dtype) != "f16":
+        if self.cta_group != 1 or self.m != TMEM_LANES or KIND.get(self.dtype) != "f16":
             raise ValueError(f"tcgen05.mma with A in tensor memory is built for cta_group 1, M = 128, f16/bf16 "
                              f"operands; got {self.label} {self.dtype}")
         db = b if isinstance(b, Descriptor) else self.descriptor(b, "B")
