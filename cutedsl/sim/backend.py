@@ -26,6 +26,7 @@ from .frontend.loader import load_ptx
 from .frontend.program import Program
 from .machine.scheduler import DEFAULT_BUDGET, DEFAULT_SM_COUNT, Launch
 from .machine.chaos import env_seed
+from .checks.rules import check_allow
 from .engines import tensormap as _tma
 from .engines.tensormap import register_tensor_map
 
@@ -71,7 +72,9 @@ class SimBackend(Backend):
     ``strict_tcgen05_fences`` - order a thread's tcgen05 operations' tensor-memory accesses after
     a thread synchronisation only through ``tcgen05.fence::after_thread_sync`` (the PTX ISA's
     rule; off by default because CUTLASS's, CuTe DSL's and Triton's sm_100 GEMMs omit the fence:
-    docs/emulator.md).
+    docs/emulator.md); ``allow`` - race rules to opt out of, by id (``("tcgen05-ld-without-wait",)``:
+    the rules of :mod:`cutedsl.sim.checks.rules`, each a PTX ISA rule that some shipped code breaks;
+    every other rule still reports; an unknown id is an :class:`ArgumentError` listing them).
     After each launch ``last_launch`` holds ``{"instructions", "seconds", "ctas", "printf", "chaos",
     "resident_clusters", "clusters_started", "clusters_cancelled"}`` (``printf``: the lines
     ``vprintf`` produced, also written to stdout; the last two: clusters that ran, and clusters
@@ -83,7 +86,7 @@ class SimBackend(Backend):
     @checked_arguments()
     def __init__(self, *, budget: int = DEFAULT_BUDGET, race_check: bool = True, dyn_smem_offset: int = 0,
                  chaos: int | None = None, time_limit: float | None = None, limits: SimLimits | None = None,
-                 sm_count: int = DEFAULT_SM_COUNT, strict_tcgen05_fences: bool = False):
+                 sm_count: int = DEFAULT_SM_COUNT, strict_tcgen05_fences: bool = False, allow=()):
         self.gmem = GlobalMemory()
         if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget <= 0:
             raise ArgumentError(f"budget must be a positive int number of warp-instructions, got {budget!r}")
@@ -104,6 +107,10 @@ class SimBackend(Backend):
                                 f"got {sm_count!r}")
         self.sm_count = int(sm_count)
         self.strict_tcgen05_fences = bool(strict_tcgen05_fences)
+        try:
+            self.allow = check_allow(allow)
+        except (TypeError, ValueError) as e:
+            raise ArgumentError(f"{e} (SimBackend(allow=...) takes a tuple of rule ids)") from None
         self.last_launch = {}
         self._lock = threading.RLock()   # reentrant: a finalizer may free memory inside a locked call
         self._tmaps = set()              # ids of the tensor maps this backend registered
@@ -195,6 +202,7 @@ class SimBackend(Backend):
                     chaos=self.chaos if self.chaos is not None else env_seed(), limits=self.limits,
                     sm_count=self.sm_count)
         ln.strict_tcgen05_fences = self.strict_tcgen05_fences
+        ln.allow = self.allow
         ln.run()
         self.last_launch = {"instructions": ln.insts, "seconds": time.perf_counter() - t,
                             "ctas": ln.grid[0] * ln.grid[1] * ln.grid[2], "printf": ln.printf,

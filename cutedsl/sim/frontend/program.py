@@ -142,6 +142,16 @@ def _decl_b128(scope: Scope, names: str, nregs: dict, line: int, text: str) -> N
         scope.vectors[name] = halves
 
 
+def _decl_branchtargets(scope: Scope, text: str, label_item, pc: int, line: int) -> None:
+    """``tlist: .branchtargets L0, L1, ...;`` (PTX ISA 9.7.12.4, the list a ``brx.idx`` indexes):
+    recorded under its label, resolved when a ``brx.idx`` names it."""
+    names = [n.strip() for n in text[len(".branchtargets"):].split(",")]
+    if label_item is None or label_item.kind != "label" or not names or not all(names):
+        raise PTXParseError(".branchtargets needs a label and a list of labels (tlist: .branchtargets L0, L1;)",
+                            line, text)
+    scope.branchtargets[label_item.name] = (pc, names)
+
+
 def _check_local(prog, v, used: int, limits, line: int, text: str) -> None:
     if used > limits.local_bytes:
         raise PTXParseError(f"{used} bytes of per-thread {v} memory declared; the emulator's limit is "
@@ -176,8 +186,10 @@ def decode_entry(module, entry, key="", limits=DEFAULT_LIMITS) -> Program:
     prog.scopes = scopes        # by Instr.scope id: register names for diagnostics
     stack = [root]
     stmts = []
+    prev = None
     for it in entry.items:
         sc = stack[-1]
+        prev, last = it, prev
         if it.kind == "open":
             ns = Scope(len(scopes), sc)
             scopes.append(ns)
@@ -192,6 +204,8 @@ def decode_entry(module, entry, key="", limits=DEFAULT_LIMITS) -> Program:
             t = it.text
             if t.startswith(".reg"):
                 _decl_regs(sc, t, prog.nregs, it.line, limits.registers)
+            elif t.startswith(".branchtargets"):
+                _decl_branchtargets(sc, t, last, len(stmts), it.line)
             elif t.startswith(".shared") or t.startswith(".extern .shared"):
                 v = parse_var(t, it.line)
                 if v.size > SMEM_LIMIT:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..frontend.errors import MemoryAccessError
-from ..checks.shadow_words import words_of
+from ..checks.shadow_words import same_elements, same_words, words_of
 from ..checks.hb_warp import lane_conflict
 from ..frontend.ptxtypes import CALLPARAM_BASE
 from .addressing import targets
@@ -207,18 +207,16 @@ class Warp:
                 write_noting_change(launch, v[1], off[:, None] + np.arange(nb), new)
                 continue
             ix = element_index(off, esize, n)
+            full = vv
             vv = vv[:, 0] if n == 1 else vv
-
-            def same(v=v, ix=ix, vv=vv):        # the write stores the bytes already there (benign)
-                return np.array_equal(v[esize][ix], vv)
             if cta is not None:
                 cta.check_not_mbarrier(off, nb, self, ins)
                 if race and cta.shadow is not None:
                     lane_conflict(cta, off, vv, nb, ll, self, ins)
-                    cta.race_access(off, nb, self, ins, True, same=same)
+                    cta.race_access(off, nb, self, ins, True, same=same_words(v[1], off, nb, full))
             elif race and space == "global" and launch.ghb is not None:
                 launch.ghb.access(self, launch.gmem.find(int((a if sel is None else a[sel])[0])), off, nb, True,
-                                  ins, same)
+                                  ins, same_elements(v[1], off, nb, full))
             write_noting_change(launch, v[esize], ix, vv)
 
     def _store_own_shared(self, addr, m, esize, n, vals, ins, race):
@@ -242,7 +240,7 @@ class Warp:
         vv = vals[:, 0] if n == 1 else vals
         if race and cta.shadow is not None:
             lane_conflict(cta, off, vals, nb, lanes, self, ins)
-            cta.race_access(off, nb, self, ins, True, same=lambda: np.array_equal(v[ix], vv))
+            cta.race_access(off, nb, self, ins, True, same=same_words(cta.sv[1], off, nb, vals))
         write_noting_change(self.launch, v, ix, vv)
         return True
 
@@ -364,8 +362,8 @@ class CTA:
                         f"\n    at {ins.where()}\n    by warp {w.wid}")
 
     def race_access(self, off, nb, w, ins, write, what=None, same=None):
-        """Record a generic-proxy access of warp ``w`` to this CTA's shared memory (``same``: a
-        write stores the bytes already there, see :meth:`hb.Shadow.write`)."""
+        """Record a generic-proxy access of warp ``w`` to this CTA's shared memory (``same``: which
+        words a write leaves unchanged, :func:`~cutedsl.sim.checks.shadow_words.same_words`)."""
         sh = self.shadow
         vc = sh.hb.warp_vc(w)
         words = words_of(off, nb)

@@ -174,6 +174,7 @@ class Launch:
         self.version = 0
         self.cta_serial = 0
         self.strict_tcgen05_fences = False      # SimBackend(strict_tcgen05_fences=...): tmem.tmem_order
+        self.allow = frozenset()                # SimBackend(allow=...): race rules opted out of (checks/rules.py)
         self.global_syms = global_syms if global_syms is not None else {}
         self.code = program.code
 
@@ -213,6 +214,7 @@ class Launch:
                                 self.cta_serial += 1
                     if self.race_check:
                         cl.hb = HB(cl, self.seed)
+                        cl.hb.allow = self.allow
                         for c in cl.ctas:
                             c.shadow = Shadow(c, cl.hb)
                     yield cl
