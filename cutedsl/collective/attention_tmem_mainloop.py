@@ -155,11 +155,10 @@ class TmemAttentionMainloop:
         s = RowScores(TmemFragment.load(taddr + t.s, 0, o.block_n).values)
         n0 = j * o.block_n
         row = ctx.row0 + cir.i32(cir.thread_idx() % self.threads)
-        coords = (ctx.batch, ctx.head, lambda b, i: row, lambda b, i: n0 + i)
-        s = self.softmax.scores(s, ctx.params, coords)
+        s = self.softmax.scores(s, ctx.params)
         if masked:
             limits = [[self.mask.row_limits(row, ctx.seqlen_q, ctx.seqlen_k, n0, ctx.left, ctx.right)]]
-            s = self.mask.apply(s, lambda b, i: 0, lambda b, i: V.i32(i), limits, coords)
+            s = self.mask.apply(s, lambda b, i: 0, lambda b, i: V.i32(i), limits)
         p, state, corr, grew = self.softmax.update_row(s, state, ctx.params.exp_scale)
         with cir.If(n.ne(0)):                       # the previous P V is done: O and P's columns are free
             bars.o_full.wait(0, (n - 1) & 1)

@@ -99,8 +99,8 @@ class RowState:
 
 
 class TmemRowSoftmax(OnlineSoftmax):
-    """The online softmax of one row per thread (see the module docstring); ``softcap`` and the
-    ``score_mod`` hook as :class:`OnlineSoftmax` (its :meth:`~OnlineSoftmax.scores`).
+    """The online softmax of one row per thread (see the module docstring); ``softcap`` as
+    :class:`OnlineSoftmax` (its :meth:`~OnlineSoftmax.scores`; no score_mod here yet).
     ``threshold``: :data:`RESCALE_THRESHOLD`, or 0 to rescale whenever the maximum grows."""
 
     def __init__(self, softcap: bool = False, threshold: float = RESCALE_THRESHOLD):

@@ -6,6 +6,8 @@ layouts and options), on the FlashAttention-3-style kernel (:mod:`cutedsl.kernel
     attn = cutedsl.Attention(cutedsl.AttentionConfig(head_dim=128, dtype="bf16"))
     o, lse = attn(q, k, v, causal=True)               # q (batch, seqlen_q, heads, 128) bf16
     o, lse = attn(q, k, v, cu_seqlens_q=cq, cu_seqlens_k=ck)    # packed (total, heads, 128)
+    attn = cutedsl.Attention(cutedsl.AttentionConfig(head_dim=64, score_mod=Alibi(), mask_mod=DocumentMask()))
+    o, lse = attn(q, k, v, alibi_slopes=slopes, doc_ids=docs)   # the hooks' parameters by name
 
 Every mistake is refused before anything is compiled or launched, with the library's errors
 naming the argument, the rule and the fix (:func:`check_call`).
@@ -23,7 +25,8 @@ from ..runtime import arrays
 from ..runtime.binding import Binding
 from ..runtime.dlpack import wrap_like
 from ..runtime.tensor_view import TensorView
-from .attention_config import AttentionConfig
+from .attention_config import CALL_OPTIONS, AttentionConfig
+from .attention_hook_args import BlockMaskCache, check_hook_args, host_hook_args
 
 DTYPES = ("bf16", "f16")
 NAMES = ("q", "k", "v")
@@ -132,8 +135,9 @@ def check_call(views, cu_q, cu_k, max_q, max_k) -> tuple:
 class Attention:
     """The attention forward on ``backend`` (``"auto"``: a Hopper GPU, else the emulator).
     ``config``: an :class:`AttentionConfig`, or None / ``"auto"`` to take
-    :meth:`AttentionConfig.for_problem` per call. ``kernel_cls``: an ``AttentionFwdKernel``
-    subclass (score_mod / mask_mod hooks)."""
+    :meth:`AttentionConfig.for_problem` per call (no hooks). ``kernel_cls``: an
+    ``AttentionFwdKernel`` subclass. Hooks are the config's ``score_mod`` / ``mask_mod``; their
+    parameters are keyword arguments of the call."""
 
     def __init__(self, config: AttentionConfig | str | None = None, backend="auto", *, kernel_cls=None):
         from ..runtime.selection import check_backend_arg
@@ -144,6 +148,7 @@ class Attention:
         self._backend_arg, self._backend = backend, None
         self._kernel_cls = kernel_cls
         self._kernels, self._lock = {}, threading.Lock()
+        self._block_masks = BlockMaskCache()
 
     @property
     def backend(self):
@@ -172,19 +177,31 @@ class Attention:
             return kern
 
     def __call__(self, q, k, v, *, softmax_scale=None, causal=False, window=None, softcap=None, cu_seqlens_q=None,
-                 cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
+                 cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, **hook_args):
         """``(o, lse)``: ``o`` like ``q`` (dense (batch, seqlen_q, heads, head_dim), varlen
         (total_q, heads, head_dim)), ``lse`` f32 (batch, heads, seqlen_q) / (heads, total_q),
         natural log; numpy in -> numpy out, device arrays in -> device arrays out.
         ``softmax_scale`` (default ``head_dim ** -0.5``), ``causal`` (bottom-right aligned),
-        ``window = (left, right)`` (-1: unbounded), ``softcap`` (None/0: off). Raises
-        ``ArgumentTypeError``/``ArgumentError`` before any launch (see :func:`check_call`)."""
+        ``window = (left, right)`` (-1: unbounded), ``softcap`` (None/0: off); ``hook_args``:
+        the parameters the config's score_mod / mask_mod declare, by name (e.g.
+        ``alibi_slopes=``, ``doc_ids=``; arrays of the declared dtype and shape). With a mask_mod
+        the call builds the block mask on the host (cached per problem shape when the mask reads
+        no tensor). Raises ``ArgumentTypeError``/``ArgumentError`` before anything is compiled
+        (see :func:`check_call`, :func:`~cutedsl.device.attention_hook_args.check_hook_args`;
+        hooks with ``cu_seqlens`` are refused)."""
         views = [TensorView.of(x, n) for x, n in zip((q, k, v), NAMES)]
         problem, cq, ck = check_call(views, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
         scale = problem.head_dim ** -0.5 if softmax_scale is None else _real("softmax_scale", softmax_scale)
         cap = None if softcap is None or softcap == 0 else _real("softcap", softcap, positive=True)
         left, right = _window(window, causal)
         cfg = self._config(problem, views[0].dtype.name)
+        hooks = cfg.hooks()
+        if hooks.hooks() and cq is not None:
+            raise ArgumentError("score_mod / mask_mod with cu_seqlens_q / cu_seqlens_k (varlen) are not supported: "
+                                "a hook's tensors are shaped by one seqlen_q / seqlen_k and its block mask is built "
+                                "for one problem; pad the sequences to (batch, seqlen, heads, head_dim), or drop the "
+                                "hooks")
+        check_hook_args(hooks, hook_args, problem, CALL_OPTIONS)
         for x, n in zip((q, k, v), NAMES):
             arrays.check_backend_of(x, self.backend, n)
         q = views[0]
@@ -198,9 +215,24 @@ class Attention:
             be = self.backend
             return wrap_like(arrays.to_device(be, o), q.framework), wrap_like(arrays.to_device(be, lse), q.framework)
         kern = self._kernel(cfg, local=(left, right) != (-1, -1), softcap=cap is not None, varlen=cq is not None)
-        return self._run(kern, views, problem, cq, ck, scale, cap, (left, right), o_shape, lse_shape)
+        return self._run(kern, views, problem, cq, ck, scale, cap, (left, right), o_shape, lse_shape, hook_args)
 
-    def _run(self, kern, views, problem, cq, ck, scale, cap, window, o_shape, lse_shape):
+    def reference(self, q, k, v, **options):
+        """The float64 reference (:func:`~cutedsl.device.attention_reference.attention_reference`)
+        of the same call, the config's hooks run on numpy: ``(o, lse)`` for ``--check``-style
+        comparisons. ``options``: the call's keyword arguments, hook arguments included."""
+        from .attention_reference import attention_reference
+        hooks = self.config.hooks() if self.config is not None else None
+        names = {p.name for p in hooks.kernel_params()} if hooks is not None else set()
+        own = {n: v for n, v in options.items() if n not in names}
+        host = {n: v for n, v in options.items() if n in names}
+        if hooks is not None:
+            host = host_hook_args([p for p in hooks.kernel_params() if p.name in host], host)
+        sm, mm = (self.config.score_mod, self.config.mask_mod) if self.config is not None else (None, None)
+        return attention_reference(*(arrays.host_array(x) for x in (q, k, v)), score_mod=sm, mask_mod=mm,
+                                   hook_args=host, **own)
+
+    def _run(self, kern, views, problem, cq, ck, scale, cap, window, o_shape, lse_shape, hook_args):
         be, (q, k, v) = self.backend, views
         on_host = q.on_host
         dt = q.dtype
@@ -226,6 +258,7 @@ class Attention:
                 bind.pointer("cu_seqlens_q", cqd)
                 bind.pointer("cu_seqlens_k", ckd)
                 bind.values["total_q"] = q.shape[0]
+            self._bind_hooks(bind, kern, problem, window, hook_args)
             bind.keep += devs + [do, dl]
             bind.launcher(kern.grid(problem))()
             bind.finish()
@@ -234,6 +267,21 @@ class Attention:
             return wrap_like(do, q.framework), wrap_like(dl, q.framework)
         finally:
             bind.release()
+
+
+    def _bind_hooks(self, bind, kern, problem, window, hook_args) -> None:
+        """The hooks' arguments and, for a block-sparse kernel, its block mask's arrays."""
+        from .attention_hook_args import problem_dims
+        dims = problem_dims(problem)
+        for p in kern.hooks.kernel_params():
+            bind.argument(p, hook_args[p.name], dims)
+        if kern.block_sparse:
+            from ..compiler.artifact import ParamSpec
+            for name, val in self._block_masks.get(kern, problem, window, hook_args).values().items():
+                if isinstance(val, np.ndarray):
+                    bind.argument(ParamSpec(name, "ptr", dtype="i32"), val)
+                else:
+                    bind.values[name] = val
 
 
 def attention(q, k, v, config: AttentionConfig | None = None, backend="auto", **options):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from ..arch import get_arch
 from ..collective.attention_epilogue import EpilogueRows
+from ..collective.attention_hooks import AttentionHooks
 from ..collective.attention_mainloop import UnitContext
 from ..collective.attention_mask import AttentionMask
 from ..collective.attention_operands import AttentionOperands
@@ -95,6 +96,8 @@ class AttentionFwdSm100Kernel(Kernel):
         self.head_dim, self.dtype = head_dim, dtype
         self.local, self.softcap, self.varlen = bool(local), bool(softcap), bool(varlen)
         self.threshold = float(self.THRESHOLD if threshold is None else threshold)
+        self.hooks = AttentionHooks()                 # no score_mod / mask_mod on sm_100a yet
+        self.block_sparse = False
         wt = self.arch.warp_threads
         self.threads = WARPS * wt
         self.softmax_threads = SOFTMAX_WARPS * wt

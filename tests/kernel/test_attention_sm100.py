@@ -102,6 +102,8 @@ def test_refusals():
         AttentionConfig(dtype="e4m3", arch="sm_100a")
     with pytest.raises(ConfigError, match="arch must be one of .*'sm_100a'.* got 'sm_80'"):
         AttentionConfig(arch="sm_80")
+    with pytest.raises(ConfigError, match="score_mod / mask_mod hooks are built for arch='sm_90a' so far"):
+        AttentionConfig(arch="sm_100a", score_mod=lambda score, b, h, q, kv: score)
     cfg = AttentionConfig(head_dim=64, arch="sm_100a")
     from cutedsl.problem import AttentionProblem
     assert "head_dim must be 64 or 128 on sm_100a, got 96" in cfg.can_implement(AttentionProblem(1, 8, 8, 1, 1, 96))
