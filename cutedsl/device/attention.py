@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 
 import numpy as np
 
@@ -133,16 +134,18 @@ class Attention:
     """The attention forward on ``backend`` (``"auto"``: a Hopper GPU, else the emulator).
     ``config``: an :class:`AttentionConfig`, or None / ``"auto"`` to take
     :meth:`AttentionConfig.for_problem` per call. ``kernel_cls``: an ``AttentionFwdKernel``
-    subclass (score_mod / mask_mod hooks)."""
+    subclass (score_mod / mask_mod hooks). ``dump_dir``: write each compile's IR, PTX and SASS
+    there (as ``Gemm(dump_dir=)``; such compiles bypass the kernel cache)."""
 
-    def __init__(self, config: AttentionConfig | str | None = None, backend="auto", *, kernel_cls=None):
+    def __init__(self, config: AttentionConfig | str | None = None, backend="auto", *, kernel_cls=None,
+                 dump_dir=None):
         from ..runtime.selection import check_backend_arg
         if config not in (None, "auto") and not isinstance(config, AttentionConfig):
             raise ArgumentTypeError(f"config must be an AttentionConfig or 'auto', got {type(config).__name__}")
         check_backend_arg(backend)
         self.config = None if config in (None, "auto") else config
         self._backend_arg, self._backend = backend, None
-        self._kernel_cls = kernel_cls
+        self._kernel_cls, self._dump = kernel_cls, dump_dir
         self._kernels, self._lock = {}, threading.Lock()
 
     @property
@@ -179,6 +182,24 @@ class Attention:
         ``softmax_scale`` (default ``head_dim ** -0.5``), ``causal`` (bottom-right aligned),
         ``window = (left, right)`` (-1: unbounded), ``softcap`` (None/0: off). Raises
         ``ArgumentTypeError``/``ArgumentError`` before any launch (see :func:`check_call`)."""
+        launch, result = self.prepare(q, k, v, softmax_scale=softmax_scale, causal=causal, window=window,
+                                      softcap=softcap, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                      max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+        try:
+            launch()
+            return result()
+        finally:
+            launch.release()
+
+    def prepare(self, q, k, v, *, softmax_scale=None, causal=False, window=None, softcap=None, cu_seqlens_q=None,
+                cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
+        """Validate, compile, copy host inputs and encode the tensor maps of one call (options
+        as :meth:`__call__`); returns ``(launch, result)``: ``launch()`` runs the kernel (again
+        on each call: what a benchmark times), ``result()`` waits and returns ``(o, lse)``.
+        ``launch.compiled`` is the ``CompiledKernel`` (None when nothing needs a launch: no
+        query or no key), ``launch.compile_seconds`` the time its compile (or cache load) took;
+        ``launch.release()`` frees what the call allocated (a host result is copied out first
+        by ``result()``). Raises as :meth:`__call__`, before anything is launched."""
         views = [TensorView.of(x, n) for x, n in zip((q, k, v), NAMES)]
         problem, cq, ck = check_call(views, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
         scale = problem.head_dim ** -0.5 if softmax_scale is None else _real("softmax_scale", softmax_scale)
@@ -191,20 +212,21 @@ class Attention:
         o_shape = q.shape
         lse_shape = (q.shape[1], q.shape[0]) if cq is not None else (q.shape[0], q.shape[2], q.shape[1])
         if 0 in q.shape or 0 in views[1].shape:          # no query, or no key: O = 0, LSE = +inf, no launch
-            o = np.zeros(o_shape, q.dtype.numpy)
-            lse = np.full(lse_shape, np.inf, np.float32)
-            if q.on_host:
-                return o, lse
-            be = self.backend
-            return wrap_like(arrays.to_device(be, o), q.framework), wrap_like(arrays.to_device(be, lse), q.framework)
+            return _empty_call(self.backend, q, o_shape, lse_shape)
         kern = self._kernel(cfg, local=(left, right) != (-1, -1), softcap=cap is not None, varlen=cq is not None)
-        return self._run(kern, views, problem, cq, ck, scale, cap, (left, right), o_shape, lse_shape)
+        t0 = time.perf_counter()
+        compiled = kern.compile(dump_dir=self._dump)
+        spent = time.perf_counter() - t0
+        launch, result = self._prepare(kern, compiled, views, problem, cq, ck, scale, cap, (left, right), o_shape,
+                                       lse_shape)
+        launch.compiled, launch.compile_seconds = compiled, spent
+        return launch, result
 
-    def _run(self, kern, views, problem, cq, ck, scale, cap, window, o_shape, lse_shape):
+    def _prepare(self, kern, compiled, views, problem, cq, ck, scale, cap, window, o_shape, lse_shape):
         be, (q, k, v) = self.backend, views
         on_host = q.on_host
         dt = q.dtype
-        bind = Binding(be, kern.compile())
+        bind = Binding(be, compiled)
         try:
             devs = []
             for x in views:
@@ -227,13 +249,35 @@ class Attention:
                 bind.pointer("cu_seqlens_k", ckd)
                 bind.values["total_q"] = q.shape[0]
             bind.keep += devs + [do, dl]
-            bind.launcher(kern.grid(problem))()
+            launch = bind.launcher(kern.grid(problem))
+        except BaseException:
+            bind.release()              # nothing leaks from a call that fails before launch
+            raise
+
+        def result():
             bind.finish()
             if on_host:
                 return arrays.to_host(do), arrays.to_host(dl)
             return wrap_like(do, q.framework), wrap_like(dl, q.framework)
-        finally:
-            bind.release()
+        result.keep, result.release = launch.keep, launch.release
+        return launch, result
+
+
+def _empty_call(be, q, o_shape, lse_shape):
+    """``(launch, result)`` of a call with no query or no key: nothing to launch; ``O = 0``,
+    ``LSE = +inf`` (FlashAttention's value for a row with no key)."""
+    o = np.zeros(o_shape, q.dtype.numpy)
+    lse = np.full(lse_shape, np.inf, np.float32)
+
+    def launch():
+        pass
+
+    def result():
+        if q.on_host:
+            return o.copy(), lse.copy()
+        return wrap_like(arrays.to_device(be, o), q.framework), wrap_like(arrays.to_device(be, lse), q.framework)
+    launch.release, launch.compiled, launch.compile_seconds = (lambda: None), None, 0.0
+    return launch, result
 
 
 def attention(q, k, v, config: AttentionConfig | None = None, backend="auto", **options):
