@@ -12,6 +12,7 @@ minute of compiling.
 | ``CUTEDSL_DUMP_DIR`` | write IR/PTX/SASS of each compile there | a path |
 | ``CUTEDSL_SIM_TIME_LIMIT`` | emulator wall-clock limit per launch | seconds > 0 (default 900) |
 | ``CUTEDSL_SIM_CHAOS`` | emulator adversarial-mode seed | an integer |
+| ``CUTEDSL_BACKEND`` | where ``cutedsl.torch.attention`` runs when the call names no ``backend``: ``sim`` runs CPU tensors on the PTX emulator | auto, cuda, sim (default auto) |
 """
 from __future__ import annotations
 
@@ -69,12 +70,24 @@ def _seed(name, v):
         raise EnvVarError(name, v, "is not an integer seed") from None
 
 
+def _backend(name, v):
+    from .runtime.selection import BACKENDS
+    s = v.strip().lower()
+    ok = [b for b in BACKENDS if b != "none"]        # a torch op must run somewhere
+    if not s:
+        return None
+    if s not in ok:
+        raise EnvVarError(name, v, f"is not a backend (accepted: {', '.join(ok)})")
+    return s
+
+
 VARIABLES = {
     "CUTEDSL_CACHE_DIR": _path,
     "CUTEDSL_CACHE": _switch,
     "CUTEDSL_DUMP_DIR": _path,
     "CUTEDSL_SIM_TIME_LIMIT": _seconds,
     "CUTEDSL_SIM_CHAOS": _seed,
+    "CUTEDSL_BACKEND": _backend,
 }
 
 
