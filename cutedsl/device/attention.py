@@ -197,7 +197,8 @@ class Attention:
         as :meth:`__call__`); returns ``(launch, result)``: ``launch()`` runs the kernel (again
         on each call: what a benchmark times), ``result()`` waits and returns ``(o, lse)``.
         ``launch.compiled`` is the ``CompiledKernel`` (None when nothing needs a launch: no
-        query or no key), ``launch.compile_seconds`` the time its compile (or cache load) took;
+        query or no key), ``launch.compile_seconds`` the time its compile (or cache load) took,
+        ``launch.cache_hit`` whether it came from the kernel cache;
         ``launch.release()`` frees what the call allocated (a host result is copied out first
         by ``result()``). Raises as :meth:`__call__`, before anything is launched."""
         views = [TensorView.of(x, n) for x, n in zip((q, k, v), NAMES)]
@@ -220,6 +221,7 @@ class Attention:
         launch, result = self._prepare(kern, compiled, views, problem, cq, ck, scale, cap, (left, right), o_shape,
                                        lse_shape)
         launch.compiled, launch.compile_seconds = compiled, spent
+        launch.cache_hit = bool(getattr(kern, "last_cache_hit", False))
         return launch, result
 
     def _prepare(self, kern, compiled, views, problem, cq, ck, scale, cap, window, o_shape, lse_shape):
@@ -276,7 +278,7 @@ def _empty_call(be, q, o_shape, lse_shape):
         if q.on_host:
             return o.copy(), lse.copy()
         return wrap_like(arrays.to_device(be, o), q.framework), wrap_like(arrays.to_device(be, lse), q.framework)
-    launch.release, launch.compiled, launch.compile_seconds = (lambda: None), None, 0.0
+    launch.release, launch.compiled, launch.compile_seconds, launch.cache_hit = (lambda: None), None, 0.0, False
     return launch, result
 
 
