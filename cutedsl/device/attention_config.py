@@ -5,6 +5,9 @@ The call options that change the generated code -- a causal/window band, softcap
 sequences -- are not config fields: :class:`~cutedsl.device.attention.Attention` builds the
 kernel variant a call needs (FlashAttention's template flags ``Is_causal``/``Is_local``,
 ``Has_softcap``, ``Varlen`` are the same split).
+
+It is the ``"attention"`` family of the config protocol (:mod:`cutedsl.device.config_protocol`):
+``to_dict``/``from_dict``, ``identity``, ``describe`` and ``explain`` come from ``KernelConfig``.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import attrs
 
 from ..errors import ConfigError, ConfigTypeError
 from ..problem import AttentionProblem
+from .config_protocol import KernelConfig, register_family
 
 ARCHS = ("sm_90a",)
 
@@ -21,8 +25,9 @@ def _kernel_cls():
     return AttentionFwdKernel
 
 
+@register_family
 @attrs.frozen
-class AttentionConfig:
+class AttentionConfig(KernelConfig):
     """``head_dim`` (64 or 128; Q/K and V alike), ``dtype`` (``"bf16"``/``"f16"``: Q, K, V and
     O), ``overlap`` (FlashAttention-3's intra-warpgroup overlap of softmax and ``P V``),
     ``pingpong`` (the two MMA warpgroups take turns issuing GEMMs; needs ``overlap``), ``arch``
@@ -33,6 +38,8 @@ class AttentionConfig:
     overlap: bool = True
     pingpong: bool = True
     arch: str = "sm_90a"
+    FAMILY = "attention"
+    FRONT_END = "cutedsl.device.attention:Attention"
 
     def __attrs_post_init__(self):
         if isinstance(self.head_dim, bool) or not isinstance(self.head_dim, int):
@@ -59,9 +66,12 @@ class AttentionConfig:
             raise ConfigError(f"AttentionConfig.for_problem: {why}")
         return cfg
 
-    def can_implement(self, problem: AttentionProblem) -> str | None:
-        """Why this config cannot run ``problem`` (an ``AttentionProblem`` of ints), or None."""
+    def can_implement(self, problem: AttentionProblem = None) -> str | None:
+        """Why this config cannot run ``problem`` (an ``AttentionProblem`` of ints), or None
+        (None without a problem: construction checked the config itself)."""
         p = problem
+        if p is None:
+            return None
         if p.head_dim != self.head_dim:
             from ..kernel.attention import head_dim_reason
             why = head_dim_reason(p.head_dim)
