@@ -32,7 +32,8 @@ def softcap_arg(text: str) -> float:
     except ValueError:
         v = None
     if v is None or not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0 (scores become cap * tanh(s / cap)), got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0 (scores become cap * tanh(s / cap)), "
+                                         f"got {text!r}")
     return v
 
 
@@ -253,7 +254,8 @@ def print_attention(rep) -> None:
     if "registers" in rep:
         p(f"  kernel: {rep['threads']} threads x grid {tuple(rep['grid'])}, {rep['registers']} registers, "
           f"{rep['spills']} spill bytes, {rep['smem_bytes']} B shared memory")
-        p(f"  compile: {rep['compile_s']:.3f} s ({'cache hit; cold compile took ' + format(rep['cold_compile_s'], '.3f') + ' s' if rep['cached'] else 'cold'})")
+        how = f"cache hit; cold compile took {rep['cold_compile_s']:.3f} s" if rep["cached"] else "cold"
+        p(f"  compile: {rep['compile_s']:.3f} s ({how})")
         sass = rep["sass"]
         if sass is None:
             p("  SASS: not available here (no nvdisasm)")

@@ -181,7 +181,6 @@ def gemm(a, b, *, config: GemmConfig | None = None, out=None):
 
 # -- attention --------------------------------------------------------------------------------------------
 _ATTENTIONS: dict = {}          #: backend name -> Attention (its kernels kept per config and variant)
-_ATTN_BACKENDS = ("auto", "cuda", "sim")
 _WHO = "cutedsl.torch.attention"
 
 
@@ -199,9 +198,10 @@ def _attention_backend(backend: str) -> str:
     """The backend name of a call: ``backend``, else env ``CUTEDSL_BACKEND``, else auto."""
     from . import envvars
     name = backend or envvars.get("CUTEDSL_BACKEND") or "auto"
-    if name not in _ATTN_BACKENDS:
-        raise ArgumentError(f"{_WHO}: backend must be one of {', '.join(map(repr, _ATTN_BACKENDS))} or None "
-                            f"(env CUTEDSL_BACKEND), got {name!r}")
+    ok = envvars.TORCH_BACKENDS
+    if name not in ok:
+        raise ArgumentError(f"{_WHO}: backend must be one of {', '.join(map(repr, ok))} or None (env CUTEDSL_BACKEND), "
+                            f"got {name!r}")
     return name
 
 
