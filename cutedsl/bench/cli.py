@@ -61,11 +61,13 @@ def add_parsers(sub) -> None:
                                    "write DIR/manifest.json; or --verify that DIR has them all (no MLIR needed).")
     u.add_argument("--out", required=True, metavar="DIR")
     u.add_argument("--plan", choices=["gpu", "smoke"], default="gpu",
-                   help="gpu: everything (tests, main job, identity, every bench set); smoke: a small plan "
-                        "for testing the bundle itself")
+                   help="gpu: what a GPU lease runs (cutedsl.bench.plans: the gpu tests, the problems timed "
+                        "against cuBLAS with the model's and tuner's configs, the main job's export); smoke: "
+                        "a small plan for testing the bundle and the dry run")
     u.add_argument("--arch", choices=list(ARCHS), default=None,
-                   help="the target of the bundled kernels (default sm_90a); sm_100a bundles the plan's bench "
-                        "sets and main job for Blackwell, without the gpu tests (they drive sm_90a)")
+                   help="the target of the bundled kernels (default sm_90a); sm_100a bundles the plan's "
+                        "problems (the model's pick) and main job for Blackwell, without the gpu tests (they "
+                        "drive sm_90a)")
     u.add_argument("--verify", action="store_true", help="check that every kernel of DIR's manifest loads "
                                                           "from DIR/cache, compiling nothing")
     u.add_argument("--print", dest="print_key", metavar="KEY", help="print a manifest entry (shell use)")
