@@ -139,9 +139,8 @@ def run_bench(args) -> int:
     from ..runtime.selection import get_backend
     from ..errors import NoDeviceError
     from . import libs, report
-    from .runner import Sweep, header
+    from .runner import header, make_sweep
     from .shapes import shapes_for
-    from .timing import EventTimer, WallTimer
 
     plan = [(n, selected_configs(args, n)) for n in set_names(args)]
     check_output_paths(args)
@@ -155,20 +154,13 @@ def run_bench(args) -> int:
     if args.identity:
         return run_identity(args, backend, plan)
     lib, note = libs.pick(backend.name, args.ref, args.seed)
-    timer = EventTimer(backend.drv) if timed else WallTimer(backend.synchronize)
-    from ..device import Gemm
-    from .runner import device_attrs
-    l2 = device_attrs(backend).get("l2_bytes", 0) if timed else 0
-    iters, warmup = (args.iters, args.warmup) if timed else (min(args.iters, 2), min(args.warmup, 1))
     total = sum(len(cfgs) * len(shapes_for(n, backend.name)) for n, cfgs in plan)
     notes = [note]
     if not timed:
         notes.append("backend sim: tiny shapes, harness test only, NO TIMINGS CLAIMED")
     with report.Progress(total, enabled=not args.no_progress) as bar:
-        from ..device.grouped import GroupedGemm
-        sweep = Sweep(backend, lib, timer, lambda c: Gemm(c, backend), iters=iters, warmup=warmup, l2_bytes=l2,
-                      max_sets=args.max_sets, flush=not args.no_flush, progress=bar,
-                      make_grouped=lambda c: GroupedGemm(c, backend))
+        sweep, timer = make_sweep(backend, lib, iters=args.iters, warmup=args.warmup, max_sets=args.max_sets,
+                                  flush=not args.no_flush, progress=bar)
         if bar.kind == "plain":
             notes.append(f"plain progress lines: {bar.why}")
         result = {"header": header(backend, lib, timer, sweep, notes), "sets": []}
