@@ -56,7 +56,7 @@ class Step:
     max_s: int
 
 
-STEPS = (Step("env", 5, 60), Step("tests", 60, 170), Step("bench", 45, 170), Step("attention", 30, 60),
+STEPS = (Step("env", 10, 60), Step("tests", 60, 170), Step("bench", 45, 170), Step("attention", 30, 60),
          Step("startup", 20, 60))
 
 
