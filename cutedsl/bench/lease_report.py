@@ -32,6 +32,19 @@ def junit(path: Path) -> dict | None:
             "failed": n["failures"], "errors": n["errors"], "skipped": n["skipped"], "failing": bad}
 
 
+def _verbose_counts(out: Path) -> list:
+    """``[(outcome, count)]`` of the ``pytest -v`` result lines in the log's tests step."""
+    import re
+    try:
+        log = (out / "gpu_run.log").read_text()
+    except OSError:
+        return []
+    part = log[log.find(" step tests "):]
+    part = part[:part.find("=== step tests:")]
+    found = re.findall(r"^tests/\S+::.* (PASSED|FAILED|ERROR|SKIPPED)", part, re.M)
+    return [(w, found.count(w)) for w in ("PASSED", "FAILED", "ERROR", "SKIPPED")]
+
+
 def _note(step: str, out: Path) -> str:
     """One line on what a step produced."""
     if step == "env":           # the bundle's --verify line
@@ -40,8 +53,9 @@ def _note(step: str, out: Path) -> str:
         return found[-1] if found else ""
     if step == "tests":
         j = junit(out / "gpu_tests.xml")
-        return "no junit report" if j is None else (f"{j['passed']} passed, {j['failed']} failed, {j['errors']} errors, "
-                                                    f"{j['skipped']} skipped")
+        if j is None:               # killed before pytest wrote its report: count the -v lines
+            return "no junit report; the log shows " + ", ".join(f"{n} {w.lower()}" for w, n in _verbose_counts(out))
+        return f"{j['passed']} passed, {j['failed']} failed, {j['errors']} errors, {j['skipped']} skipped"
     if step == "bench":
         b = _load(out / "bench.json")
         if not b:
