@@ -47,7 +47,8 @@ if [ $DRY = 1 ]; then
   bundle=$(du -sb "$BUNDLE" | cut -f1)
   limit_mib=${GPU_RUN_TREE_LIMIT_MIB:-60}
   awk -v t="${tree:-0}" -v b="$bundle" -v l="$limit_mib" 'BEGIN { m = 1048576
-    printf "dry run: working tree %.1f MiB + bundle %.1f MiB = %.1f MiB (limit %d MiB)\n", t / m, b / m, (t + b) / m, l }'
+    printf "dry run: working tree %.1f MiB + bundle %.1f MiB = %.1f MiB (limit %d MiB)\n",
+           t / m, b / m, (t + b) / m, l }'
   if [ $(( ${tree:-0} + bundle )) -gt $(( limit_mib * 1048576 )) ]; then
     echo "dry run: working tree + bundle exceed $limit_mib MiB: the device tool would refuse them" >&2
     exit 1
@@ -55,7 +56,9 @@ if [ $DRY = 1 ]; then
 else
   BUNDLE=$1
   OUT=$2
-  [ -f "$BUNDLE/manifest.json" ] || { echo "no bundle manifest in $BUNDLE (python -m cutedsl bundle --out DIR)" >&2; exit 2; }
+  if [ ! -f "$BUNDLE/manifest.json" ]; then
+    echo "no bundle manifest in $BUNDLE (python -m cutedsl bundle --out DIR)" >&2; exit 2
+  fi
 fi
 BUNDLE=$(cd "$BUNDLE" && pwd) || exit 2
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 2

@@ -160,6 +160,20 @@ def build(out: Path, plan_name: str = "gpu", log=print, arch: str | None = None)
     return manifest
 
 
+def _plan_drift(manifest: dict) -> list:
+    """Where the bundle's plan differs from what this checkout's plan of that name is (the run
+    reads the manifest, so a stale bundle would run an old plan)."""
+    if manifest.get("plan") not in PLANS:
+        return [f"the bundle's plan {manifest.get('plan')!r} is not one of this checkout's ({', '.join(PLANS)})"]
+    want = plan_for(manifest["plan"], manifest.get("arch"))
+    got_problems = [[p["set"], *p["shape"], p["dtype"], p["out_dtype"], p["study"]] for p in manifest["problems"]]
+    bad = [key for key in ("tests", "dry_tests", "main_args", "candidates") if manifest.get(key) != want.get(key)]
+    if got_problems != [list(x) for x in want["problems"]]:
+        bad.append("problems")
+    return [f"the bundle's plan {manifest['plan']!r} differs from this checkout's in {', '.join(bad)}: rebuild it "
+            f"(python -m cutedsl bundle --plan {manifest['plan']})"] if bad else []
+
+
 def verify(out: Path, log=print) -> list:
     """Check, compiling nothing, that every kernel of the bundle loads from ``out/cache``:
     the plan's configs by lookup and every recorded entry by checksum. Returns the problems
@@ -177,6 +191,7 @@ def verify(out: Path, log=print) -> list:
     if manifest["source_hash"] != source_hash():
         problems.append(f"the bundle was compiled from sources {manifest['source_hash']}, this checkout is "
                         f"{source_hash()}: rebuild it from this checkout (python -m cutedsl bundle)")
+    problems += _plan_drift(manifest)
     found = 0
     for cfg in plan_configs(manifest):
         if KernelCache(out / "cache").get(_cache_config(cfg)) is None:

@@ -71,7 +71,8 @@ def _note(step: str, out: Path) -> str:
             return "no startup.json"
         ln = s.get("launch", {})
         us = ln.get("gemm_call_us")
-        return "launch " + ("failed" if us is None else f"{us:.1f} us/call") + (f" ({s['note']})" if s.get("note") else "")
+        note = f" ({s['note']})" if s.get("note") else ""
+        return "launch " + ("failed" if us is None else f"{us:.1f} us/call") + note
     return ""
 
 

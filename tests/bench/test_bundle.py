@@ -147,6 +147,21 @@ def test_runner_reports_a_kernel_missing_from_the_bundle(bundle, no_mlir, tmp_pa
     assert rows and all(r["check"] == "error" and "MLIR" in r["error"] for r in rows), rows   # nothing compiled
 
 
+def test_verify_refuses_a_bundle_of_another_plan_version(bundle, tmp_path):
+    """The run reads its steps from the manifest: a bundle built before the plan changed would
+    run the old plan, so --verify (the env step, and the dry run's reuse check) says rebuild."""
+    stale = tmp_path / "stale"
+    shutil.copytree(bundle, stale)
+    m = json.loads((stale / "manifest.json").read_text())
+    m["tests"], m["problems"] = ["tests/device/test_gpu.py"], m["problems"][:1]
+    (stale / "manifest.json").write_text(json.dumps(m))
+    r = subprocess.run([sys.executable, "-m", "cutedsl", "bundle", "--out", str(stale), "--verify"], cwd=ROOT,
+                       env=_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1
+    assert ("PROBLEM: the bundle's plan 'smoke' differs from this checkout's in tests, problems: rebuild it "
+            "(python -m cutedsl bundle --plan smoke)") in r.stdout
+
+
 def test_capture_plugin_compiles_gpu_tests_and_keeps_real_failures(tmp_path):
     t = tmp_path / "test_fake_gpu.py"
     t.write_text(
