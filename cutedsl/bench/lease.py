@@ -41,6 +41,8 @@ from pathlib import Path
 
 import attrs
 
+from .lease_report import report
+
 DEFAULT_BUDGET_S = 360
 GRACE_S = 10                #: between SIGINT and SIGKILL of a step past its limit
 OUT_FILES = ("gpu_run.log", "summary.json", "gpu_tests.xml", "bench.json", "bench.csv", "startup.json",
@@ -194,9 +196,6 @@ def _versions() -> dict:
         except metadata.PackageNotFoundError:
             pass
     return out
-
-
-from .lease_report import report  # noqa: E402  (the end-of-run table)
 
 
 def main(argv=None) -> int:
