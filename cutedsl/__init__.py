@@ -15,6 +15,8 @@ _LAZY = {
     "GemmConfig": "cutedsl.device.gemm",
     "Gemm": "cutedsl.device.gemm",
     "GroupedGemm": "cutedsl.device.grouped",
+    "Attention": "cutedsl.device.attention",
+    "AttentionConfig": "cutedsl.device.attention_config",
     "CompiledKernel": "cutedsl.compiler.artifact",
     "get_backend": "cutedsl.runtime.selection",
     "load": "cutedsl.device.export",

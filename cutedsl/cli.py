@@ -183,20 +183,16 @@ def run_gemm(args) -> tuple:
         raise UsageError("--dump", str(e)) from None
     compile_s = time.perf_counter() - t0
     r = kern.resources
+    # the config's own report view (the config protocol's describe(): fields, resolved stages and
+    # B type, and "chosen" -- why each field has its value -- after --schedule auto)
     rep = {"backend": backend.name if backend is not None else "none", "arch": cfg.arch,
-           "m": args.m, "n": args.n, "k": args.k, "l": args.batch or 1,
-           "dtype": cfg.dtype, "b_dtype": cfg.b_dtype or cfg.dtype, "out_dtype": cfg.out_dtype, "tile": list(cfg.tile),
-           "stages": cfg.resolved_stages(), "schedule": cfg.schedule, "a_major": cfg.a_major, "b_major": cfg.b_major,
-           "epilogue": cfg.epilogue, "fusion": list(cfg.fields()["fusion"]), "cluster": list(cfg.cluster), "mma_sm": cfg.mma_sm,
-           "tile_scheduler": cfg.tile_scheduler, "raster": cfg.raster, "swizzle": cfg.swizzle,
+           "m": args.m, "n": args.n, "k": args.k, "l": args.batch or 1, **cfg.describe(),
            "threads": kern.block[0], "grid": list(grid), **_decomposition(gemm, args),
            "registers": r.registers, "spills": r.spill_stores + r.spill_loads, "stack": r.stack,
            "smem_bytes": r.smem_bytes, "sass": r.sass, "ptxas_messages": list(r.ptxas_messages),
            "compile_s": round(compile_s, 4), "cold_compile_s": round(kern.compile_seconds, 4),
            "cached": bool(getattr(gemm.kernel, "last_cache_hit", False)), "executed": backend is not None,
            "loaded": args.load}
-    if cfg.reasons is not None:
-        rep["chosen"] = dict(cfg.reasons)        # --schedule auto: why each field has its value
     if backend is None:
         rep["note"] = why
         return rep, 0
@@ -352,8 +348,8 @@ def run_tune(args) -> int:
         print(f"python -m cutedsl tune: error: {type(e).__name__}: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"device": r.device, "emulated": r.emulated, "best": r.config.fields(), "ms": r.ms,
-                          "table": [[c.fields(), ms] for c, ms in r.table]}, default=list))
+        print(json.dumps({"device": r.device, "emulated": r.emulated, "best": r.config.to_dict(), "ms": r.ms,
+                          "table": [[c.to_dict(), ms] for c, ms in r.table]}))
     else:
         print(r.report())
     return 0

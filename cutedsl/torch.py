@@ -83,13 +83,13 @@ def _traced(*tensors) -> bool:
 
 
 def _config_of(config_json: str):
-    return GemmConfig(**json.loads(config_json)) if config_json else None
+    return GemmConfig.from_dict(json.loads(config_json)) if config_json else None
 
 
 def _config(config_json: str, m: int, n: int, k: int, dtype) -> GemmConfig:
     if not config_json:
         return GemmConfig.for_problem(m, n, k, _TO_NAME[dtype])
-    return GemmConfig(**json.loads(config_json))
+    return GemmConfig.from_dict(json.loads(config_json))
 
 
 def _result_like(a, m: int, n: int, out_dtype: str):
@@ -145,7 +145,7 @@ def _config_json(config) -> str:
         return ""
     if not isinstance(config, GemmConfig):
         raise ArgumentTypeError(f"cutedsl.torch.gemm: config must be a GemmConfig or None, got {type(config).__name__}")
-    return json.dumps(config.fields(), default=list, sort_keys=True)
+    return json.dumps(config.to_dict(), sort_keys=True)     # the config protocol's JSON form
 
 
 def gemm(a, b, *, config: GemmConfig | None = None, out=None):

@@ -7,6 +7,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py"))
+#: every example runs kernels on the emulator: rerun under the adversarial seeds of --sim-seeds
+pytestmark = pytest.mark.sim_kernel
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

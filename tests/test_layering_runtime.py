@@ -14,6 +14,8 @@ PKG = pathlib.Path(__file__).resolve().parent.parent / "cutedsl"
 FORBIDDEN = {
     "sim": ("cutedsl.device",),                                            # sim imports cutedsl.runtime
     "runtime": ("cutedsl.device", "cutedsl.kernel", "cutedsl.collective"),
+    # the test kit builds kernels from atoms and runs them on the emulator: below the layers it tests
+    "testing": ("cutedsl.device", "cutedsl.kernel", "cutedsl.collective"),
 }
 
 

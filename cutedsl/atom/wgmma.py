@@ -266,6 +266,29 @@ class Accumulator:
         before storing it, keeping few extra values live (read each element once)."""
         return MappedAccumulator(self, fn, base or self.thread_coords())
 
+    def pinned(self) -> "Accumulator":
+        """The same registers passed through an empty ``asm volatile`` (CUTLASS's
+        ``warpgroup_fence_operand``): reads of the result stay after the ``wgmma.wait_group``
+        that precedes this call -- the compiler may not hoist arithmetic on an accumulator
+        above the wait that makes it valid. Emits no instruction."""
+        out = []
+        for s in self.structs:
+            ty, nd = s.type, self.regs
+            cons = ",".join(["=f"] * nd + [str(i) for i in range(nd)])
+            ops = [llvm.extractvalue(ir.F32Type.get(), s, [i]) for i in range(nd)]
+            out.append(llvm.inline_asm(ty, ops, "", cons, has_side_effects=True))
+        return Accumulator(out, self.n)
+
+    def map_regs(self, fn) -> "Accumulator":
+        """New accumulator with ``fn(value, b, i)`` applied to register ``i`` of block ``b``
+        (Python ints: the caller derives what it needs from :meth:`reg_offset`)."""
+        out = []
+        for b, s in enumerate(self.structs):
+            for i in range(self.regs):
+                s = llvm.insertvalue(s, fn(self.get(b, i), b, i), [i])
+            out.append(s)
+        return Accumulator(out, self.n)
+
     def map(self, fn, base=None) -> "Accumulator":
         """New accumulator with ``fn(value, row, col)`` applied to every element (f32 -> f32);
         ``row``/``col`` are IR i32 coordinates in the warpgroup's M x N tile."""
@@ -367,9 +390,11 @@ class WarpgroupMMA(SmemOperands):
         """``wgmma.wait_group.sync.aligned n``: wait until at most ``n`` groups are pending."""
         nvvm.wgmma_wait_group_sync_aligned(n)
 
-    def mma(self, acc: Accumulator, a, b, accumulate=True) -> Accumulator:
+    def mma(self, acc: Accumulator, a, b, accumulate=True, *, fence: bool = True, commit: bool = True) -> Accumulator:
         """Issue one k-tile (64 of K): ``m_blocks x 4`` instructions m64n``n``k16, preceded by
         ``wgmma.fence`` and followed by ``commit``; the caller waits (:meth:`wait`).
+        ``fence=False`` / ``commit=False`` leave those out, so that several k-tiles (a head
+        dimension of 128 is two) form one commit group, which one ``wait_group`` counts.
 
         ``a``/``b``: ``SmemTile`` of the A tile ``[m x 64]`` (K-major) and the B tile
         (``n x 64`` elements, K- or MN-major), checked by :meth:`operand_layout`; or
@@ -389,7 +414,8 @@ class WarpgroupMMA(SmemOperands):
         # NVVM layouts: A row = K-major, col = M-major (imm-trans-a); B row = N-major (imm-trans-b)
         la = ir.Attribute.parse("#nvvm.mma_layout<%s>" % ("col" if a_layout.major == "MN" else "row"))
         lb = ir.Attribute.parse("#nvvm.mma_layout<%s>" % ("row" if b_layout.major == "MN" else "col"))
-        self.fence()
+        if fence:
+            self.fence()
         acc_type = self.acc_type
         structs = list(acc.structs)
         for j in range(tr.k_steps):
@@ -401,5 +427,6 @@ class WarpgroupMMA(SmemOperands):
                 structs[blk] = nvvm.wgmma_mma_async(
                     acc_type, structs[blk], daj, dbj, shape, ta, tb, f32,
                     ir.Attribute.parse(f"#nvvm.wgmma_scale_out<{scale}>"), one, one, la, lb)
-        self.commit()
+        if commit:
+            self.commit()
         return Accumulator(structs, self.n)

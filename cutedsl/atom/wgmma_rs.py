@@ -117,13 +117,15 @@ class WarpgroupMMARegA(WarpgroupMMA):
         cons = ",".join(["=f"] * nd + [str(i) for i in range(nd)] + ["r"] * A_REGS + ["l", "r"])
         return asm, cons
 
-    def mma(self, acc: Accumulator, a: AFragment, b, accumulate=True, k_tile: int = 0) -> Accumulator:
+    def mma(self, acc: Accumulator, a: AFragment, b, accumulate=True, k_tile: int = 0, *, fence: bool = True,
+            commit: bool = True) -> Accumulator:
         """Issue one k-tile: ``m_blocks x 4`` instructions m64n``n``k16 reading k-steps
         ``4*k_tile .. 4*k_tile+3`` of ``a`` and the B tile ``b`` (``SmemTile`` of ``n x 64``
         elements, checked by :meth:`operand_layout`, or a ``Descriptor``), preceded by
         ``wgmma.fence`` (required after the A registers were written) and followed by
         ``commit``; the caller waits (:meth:`wait`) before reusing ``a``'s registers or reading
-        the result. ``accumulate=False``: ``scale-d = 0`` for the first k-step.
+        the result. ``accumulate=False``: ``scale-d = 0`` for the first k-step. ``fence=False`` /
+        ``commit=False`` leave the fence / commit out (several k-tiles in one commit group).
         Raises ``ConfigError`` when ``a`` does not fit (type, blocks, K)."""
         tr = self.traits
         if not isinstance(a, AFragment):
@@ -138,7 +140,8 @@ class WarpgroupMMARegA(WarpgroupMMA):
         asm, cons = self._asm(db.layout)
         acc_type, nd = self.acc_type, self.n // FRAG_PAIR
         f32 = ir.F32Type.get()
-        self.fence()
+        if fence:
+            self.fence()
         structs = list(acc.structs)
         for j in range(tr.k_steps):
             dbj = db.offset(db.layout.k_step_offset(j)).value()
@@ -147,7 +150,8 @@ class WarpgroupMMARegA(WarpgroupMMA):
                 d = [llvm.extractvalue(f32, structs[blk], [i]) for i in range(nd)]
                 ops = d + list(a.regs[blk][k_tile * tr.k_steps + j]) + [dbj, scale]
                 structs[blk] = llvm.inline_asm(acc_type, ops, asm, cons, has_side_effects=True)
-        self.commit()
+        if commit:
+            self.commit()
         return Accumulator(structs, self.n)
 
 

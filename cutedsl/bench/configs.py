@@ -126,9 +126,8 @@ def label(cfg: GemmConfig) -> str:
 
 
 def config_dict(cfg: GemmConfig) -> dict:
-    import attrs
-    d = attrs.asdict(cfg)
-    d["tile"] = list(cfg.tile)
-    d["fusion"] = cfg.fields()["fusion"]           # node specs (JSON)
+    """A record's config: the config protocol's report view (``describe()``) and
+    the stage count used as ``resolved_stages``."""
+    d = cfg.describe()
     d["resolved_stages"] = cfg.resolved_stages()
     return d

@@ -15,6 +15,17 @@ import numpy as np
 from ..errors import ArgumentError
 
 
+def _mods(score_mod, mask_mod, hook_args, sizes) -> tuple:
+    """numpy ``(score_mod, mask_mod)`` of hooks (callables, ``ScoreMod`` / ``MaskMod``) on a
+    problem of ``sizes`` (batch, heads, seqlen_q, seqlen_k), their parameters from ``hook_args``."""
+    if score_mod is None and mask_mod is None:
+        return None, None
+    from ..collective.attention_hooks import AttentionHooks
+    b, h, sq, sk = sizes
+    return AttentionHooks(score_mod, mask_mod).reference_mods(
+        dict(hook_args or {}), {"batch": b, "heads": h, "seqlen_q": sq, "seqlen_k": sk})
+
+
 def mask(seqlen_q: int, seqlen_k: int, causal: bool = False, window=None) -> np.ndarray:
     """Boolean ``(seqlen_q, seqlen_k)``: True where query ``i`` may attend key ``j``. Causal
     keeps ``j <= i + seqlen_k - seqlen_q`` (bottom-right alignment); ``window=(left, right)``
@@ -63,7 +74,7 @@ def _one(q, k, v, scale, causal, window, softcap, score_mod, mask_mod, b):
 
 
 def attention_reference(q, k, v, *, softmax_scale=None, causal=False, window=None, softcap=None,
-                        cu_seqlens_q=None, cu_seqlens_k=None, score_mod=None, mask_mod=None):
+                        cu_seqlens_q=None, cu_seqlens_k=None, score_mod=None, mask_mod=None, hook_args=None):
     """``(o, lse)`` in float64 for inputs laid out as ``flash_attn_func``'s.
 
     Dense: ``q`` (batch, seqlen_q, heads, head_dim), ``k`` (batch, seqlen_k, kv_heads, head_dim),
@@ -72,13 +83,17 @@ def attention_reference(q, k, v, *, softmax_scale=None, causal=False, window=Non
     batch + 1 offsets): ``q`` (total_q, heads, head_dim), ``k``/``v`` (total_k, kv_heads, ...) ->
     ``o`` (total_q, heads, head_dim_v), ``lse`` (heads, total_q). ``softmax_scale`` defaults to
     ``head_dim ** -0.5``. ``score_mod(score, batch, head, q_idx, kv_idx)`` and
-    ``mask_mod(batch, head, q_idx, kv_idx)`` are numpy versions of the kernel hooks (arrays of
-    indices broadcasting to (seqlen_q, seqlen_k)). Raises ``ArgumentError`` for shapes that do
-    not agree."""
+    ``mask_mod(batch, head, q_idx, kv_idx)`` are the kernel's hooks -- callables or
+    ``ScoreMod`` / ``MaskMod`` instances, as ``AttentionConfig`` takes them -- run on numpy
+    (``AttentionHooks.reference_mods``: float64 scores, int64 index arrays broadcasting to
+    (seqlen_q, seqlen_k)); ``hook_args``: their declared parameters by name (numpy arrays,
+    numbers); a hook's ``ctx`` sizes are the batch, heads and this sequence's lengths. Raises
+    ``ArgumentError`` for shapes that do not agree or a missing hook argument, ``HookError`` for
+    a hook of the wrong kind or signature."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     d = q.shape[-1]
     scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
-    hooks = (scale, causal, window, softcap, score_mod, mask_mod)
+    mods = (score_mod, mask_mod, hook_args)
     if (cu_seqlens_q is None) != (cu_seqlens_k is None):
         raise ArgumentError("cu_seqlens_q and cu_seqlens_k go together: pass both or neither")
     if q.shape[-2] % k.shape[-2] or k.shape[-2] != v.shape[-2]:
@@ -86,6 +101,7 @@ def attention_reference(q, k, v, *, softmax_scale=None, causal=False, window=Non
     if cu_seqlens_q is None:
         if q.ndim != 4 or k.shape[:2] != v.shape[:2] or q.shape[0] != k.shape[0]:
             raise ArgumentError(f"q, k, v must be (batch, seqlen, heads, dim), got {q.shape}, {k.shape}, {v.shape}")
+        hooks = (scale, causal, window, softcap, *_mods(*mods, (q.shape[0], q.shape[2], q.shape[1], k.shape[1])))
         outs = [_one(q[b], k[b], v[b], *hooks, b) for b in range(q.shape[0])]
         return np.stack([o for o, _ in outs]), np.stack([lse for _, lse in outs])
     cq, ck = np.asarray(cu_seqlens_q), np.asarray(cu_seqlens_k)
@@ -93,7 +109,8 @@ def attention_reference(q, k, v, *, softmax_scale=None, causal=False, window=Non
     lse = np.full((q.shape[1], q.shape[0]), np.inf)
     for b in range(len(cq) - 1):
         qs, ks = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
-        o[qs], lse[:, qs] = _one(q[qs], k[ks], v[ks], *hooks, b)
+        sizes = (len(cq) - 1, q.shape[1], int(cq[b + 1] - cq[b]), int(ck[b + 1] - ck[b]))
+        o[qs], lse[:, qs] = _one(q[qs], k[ks], v[ks], scale, causal, window, softcap, *_mods(*mods, sizes), b)
     return o, lse
 
 

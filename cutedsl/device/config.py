@@ -1,5 +1,8 @@
-"""``GemmConfig``: a validated GEMM configuration (schedule, tile, stages, cluster, dtypes);
-``GemmConfig.kernel()`` builds the kernel it names. Imports no MLIR."""
+"""``GemmConfig``: a validated GEMM configuration (schedule, tile, stages, cluster, dtypes), the
+``"gemm"`` family of the config protocol (:mod:`cutedsl.device.config_protocol`);
+``GemmConfig.kernel()`` builds the kernel it names. Each field's ``metadata`` says which kernel
+constructor keywords it gives (``kernel_args``); the kernel class lists those it takes
+(``CONFIG_FIELDS``). Imports no MLIR."""
 from __future__ import annotations
 
 import numbers
@@ -13,8 +16,9 @@ from ..collective import fusion as _fusion
 from ..collective.epilogue import Epilogue
 from ..collective.clc_scheduler import TILE_SCHEDULERS
 from ..collective.tile_scheduler import RASTERS, SWIZZLES
-from ..atom.mma_traits import MX_DTYPES, element_type
+from ..atom.mma_traits import DTYPE_SCALES, MX_DTYPES, element_type
 from . import config_build as _build
+from .config_protocol import KernelConfig, always, if_set, if_taken, kernel_args, register_family
 from .kernels import DEFAULT_EPILOGUE, DEFAULT_SCHEDULE, kernel_classes
 from ..collective.tma_wgmma import CLUSTERS, TmaWgmmaMainloop   # what the mainloop supports: one list
 from ..errors import ConfigError, ConfigTypeError, checked_arguments, one_of
@@ -74,8 +78,40 @@ def _stages(v):
     return int(v)
 
 
+def _problem(m, n, k, l, who: str) -> tuple:
+    """``(m, n, k, l)`` as plain ints (``m`` may be a ``GemmProblem``); ``ConfigError`` naming
+    a size that is not a positive int."""
+    from ..problem import GemmProblem
+    if isinstance(m, GemmProblem):
+        if (n, k) != (None, None):
+            raise ConfigError(f"{who}: give a GemmProblem or m, n, k, not both")
+        m, n, k, l = m
+    for name, v in (("m", m), ("n", n), ("k", k), ("l", l)):
+        if not _is_int(v) or v < 1:
+            raise ConfigError(f"{who}: {name} must be a positive int, got {v!r}")
+    return int(m), int(n), int(k), int(l)
+
+
+def _sm100_only(asked):
+    """The refusal of a field only sm_100a's warp-specialized kernel takes: ``asked(cfg)`` names
+    the value asked for."""
+    return lambda cfg: (f"{asked(cfg)} needs arch='sm_100a' and schedule='warp_specialized', got {cfg.arch} "
+                        f"{cfg.schedule!r}")
+
+
+def _b_dtype(cfg):
+    """B's element type for the kernel when it differs from A's, else None (one type)."""
+    return element_type(cfg.b_dtype) if cfg.b_dtype not in (None, cfg.dtype) else None
+
+
+def _block_scaled(cfg):
+    """The block-scale kind of an MX dtype (``"mx"`` / ``"nv"``), else False."""
+    return DTYPE_SCALES[cfg.dtype].name if cfg.dtype in MX_DTYPES else False
+
+
+@register_family
 @attrs.frozen
-class GemmConfig:
+class GemmConfig(KernelConfig):
     """A GEMM configuration, validated on construction (``ConfigError``).
 
     * ``dtype``: A's element type (and B's unless ``b_dtype`` is given): ``"f16"``, ``"bf16"``,
@@ -140,31 +176,45 @@ class GemmConfig:
       or ``EpilogueNode`` objects), applied in order: ``D = act(alpha * acc * scales + beta * C
       + bias)``. Their arguments are keyword arguments of the call (``alpha=``, ``bias=`` ...).
     """
-    dtype: str = attrs.field(default="f16")
-    out_dtype: str = attrs.field(default="f32")
+    # kernel_args: the kernel keywords each field gives (config_protocol; the builder adds the
+    # epilogue class and stages)
+    dtype: str = attrs.field(default="f16", metadata=kernel_args(
+        always("dtype", lambda c: element_type(c.dtype)),
+        if_set("block_scaled", False, _block_scaled,
+               _sm100_only(lambda c: f"dtype {c.dtype!r} (block-scaled MX inputs)"))))
+    out_dtype: str = attrs.field(default="f32", metadata=kernel_args(always("out_dtype")))
     tile: tuple = attrs.field(default=attrs.Factory(lambda self: (128, 128, _k_tile(self.dtype)), takes_self=True),
-                              converter=_tile)
+                              converter=_tile, metadata=kernel_args(always("tile_m", lambda c: c.tile[0]),
+                                                                    always("tile_n", lambda c: c.tile[1])))
     stages: object = attrs.field(default="auto", converter=_stages)
     schedule: object = attrs.field(default=None)
     b_major: str = attrs.field(default=attrs.Factory(lambda self: _default_b_major(self.dtype), takes_self=True),
-                               converter=lambda v: "MN" if v == "N" else v)
+                               converter=lambda v: "MN" if v == "N" else v, metadata=kernel_args(always("b_major")))
     epilogue: object = attrs.field(default=None)
-    cluster: tuple = attrs.field(default=(1, 1), converter=tuple)
-    raster: str = attrs.field(default="auto")
-    swizzle: int = attrs.field(default=1)
-    sm_count: object = attrs.field(default=None)
-    arch: str = attrs.field(default="sm_90a")
-    b_dtype: object = attrs.field(default=None)
+    cluster: tuple = attrs.field(default=(1, 1), converter=tuple, metadata=kernel_args(if_taken("cluster")))
+    raster: str = attrs.field(default="auto", metadata=kernel_args(
+        if_taken("raster", lambda c: c.raster if c.raster != "auto" else "M")))   # Gemm picks per call
+    swizzle: int = attrs.field(default=1, metadata=kernel_args(if_taken("swizzle")))
+    sm_count: object = attrs.field(default=None, metadata=kernel_args(if_taken("sm_count")))
+    arch: str = attrs.field(default="sm_90a", metadata=kernel_args(if_taken("arch")))
+    b_dtype: object = attrs.field(default=None, metadata=kernel_args(if_set("b_dtype", None, _b_dtype)))
     fusion: tuple = attrs.field(default=(), converter=lambda v: v if isinstance(v, tuple) and all(
-        isinstance(x, _fusion.EpilogueNode) for x in v) else _fusion.parse_nodes(v))
-    batched: bool = attrs.field(default=False)
-    a_major: str = attrs.field(default="K")
-    decomposition: str = attrs.field(default="data-parallel")
-    splits: object = attrs.field(default=None)
-    mma_sm: int = attrs.field(default=1)
-    tile_scheduler: str = attrs.field(default="static")
+        isinstance(x, _fusion.EpilogueNode) for x in v) else _fusion.parse_nodes(v),
+        metadata=kernel_args(if_set("fusion", ())))
+    batched: bool = attrs.field(default=False, metadata=kernel_args(if_set("batched", False)))
+    a_major: str = attrs.field(default="K", metadata=kernel_args(if_set("a_major", "K")))
+    decomposition: str = attrs.field(default="data-parallel", metadata=kernel_args(
+        if_set("decomposition", "data-parallel")))
+    splits: object = attrs.field(default=None, metadata=kernel_args(if_set("splits", None)))
+    mma_sm: int = attrs.field(default=1, metadata=kernel_args(
+        if_set("mma_sm", 1, refusal=_sm100_only(lambda c: f"mma_sm={c.mma_sm} (a CTA-pair MMA)"))))
+    tile_scheduler: str = attrs.field(default="static", metadata=kernel_args(
+        if_set("tile_scheduler", "static",
+               refusal=_sm100_only(lambda c: f"tile_scheduler={c.tile_scheduler!r} (cluster launch control)"))))
     #: why each field has its value, when the config was chosen by :meth:`for_problem`
     reasons: object = attrs.field(default=None, init=False, eq=False, repr=False, hash=False)
+    FAMILY = "gemm"
+    FRONT_END = "cutedsl.device.gemm:Gemm"
 
     def __attrs_post_init__(self):
         if self.schedule is None:                       # the architecture's default schedule
@@ -267,18 +317,17 @@ class GemmConfig:
             raise ConfigError(f"splits={s!r} is for decomposition 'split-k', got decomposition {d!r}")
 
     @classmethod
-    def for_problem(cls, m: int, n: int, k: int, dtype: str = "f16", *, sm_count=None, l: int = 1,
+    def for_problem(cls, m, n: int = None, k: int = None, dtype: str = "f16", *, sm_count=None, l: int = 1,
                     **fixed) -> "GemmConfig":
         """The config the documented model (:mod:`cutedsl.device.heuristic`) picks for an
-        ``m x n x k`` problem on ``sm_count`` SMs (None: 132): tile by wave efficiency, fill and
+        ``m x n x k`` problem (or a :class:`~cutedsl.problem.GemmProblem` as ``m``, its ``l``
+        included) on ``sm_count`` SMs (None: 132): tile by wave efficiency, fill and
         intensity; persistent schedule past one wave (ping-pong for short K); 2x1 cluster with
         enough tiles; raster along the longer side; stages ``"auto"``. Fields in ``fixed``
         (``out_dtype``, ``b_major``, ``epilogue``, ``tile``, ``schedule``, ...) are kept.
         :meth:`explain` says why each field has its value. ``ConfigError`` when nothing fits."""
         from .heuristic import choose
-        for name, v in (("m", m), ("n", n), ("k", k), ("l", l)):
-            if not _is_int(v) or v < 1:
-                raise ConfigError(f"for_problem: {name} must be a positive int, got {v!r}")
+        m, n, k, l = _problem(m, n, k, l, "for_problem")
         if l > 1:
             fixed = {"batched": True, **fixed}
         if fixed.get("tile") is not None:     # the model divides by it: checked before it is used
@@ -286,15 +335,55 @@ class GemmConfig:
             if len(t) != 3 or min(t) < 1:
                 raise ConfigError(f"tile must be three positive ints (BLOCK_M, BLOCK_N, BLOCK_K), got {fixed['tile']!r}")
             fixed = {**fixed, "tile": t}
-        cfg, reasons = choose(cls, int(m), int(n), int(k), {"dtype": dtype, **fixed}, sm_count, int(l))
+        cfg, reasons = choose(cls, m, n, k, {"dtype": dtype, **fixed}, sm_count, l)
         object.__setattr__(cfg, "reasons", reasons)
         return cfg
 
+    def can_implement(self, problem=None) -> str | None:
+        """Why this config cannot run, or None: its kernel class's rules (which construction
+        already enforced) and, for ``problem`` (a ``GemmProblem`` or ``(m, n, k[, l])``), the
+        hardware's grid limits for its tiles (what ``Gemm.grid`` raises before a launch; with
+        ``l > 1``, those of the batched variant)."""
+        why = self._kernel_cls().can_implement(self)
+        if why or problem is None:
+            return why
+        from ..problem import GemmProblem
+        from .gemm import grid_reason
+        try:
+            m, n, k, l = _problem(problem if isinstance(problem, GemmProblem) else GemmProblem(*problem),
+                                  None, None, None, "can_implement")
+        except ConfigError as e:
+            return str(e)
+        # a batch runs the batched variant (Gemm switches to it for 3-D operands)
+        cfg = self if l == 1 or self.batched else attrs.evolve(self, batched=True)
+        return grid_reason(cfg.kernel(), GemmProblem(m, n, k, l), self.tile)
+
     def fields(self) -> dict:
         """The constructor fields and their values (``GemmConfig(**cfg.fields()) == cfg``): what
-        an export, a worker process or a JSON config carries."""
-        out = {f.name: getattr(self, f.name) for f in attrs.fields(type(self)) if f.init}
+        a worker process carries; fused nodes by their string spec where they have one."""
+        out = super().fields()
         out["fusion"] = [_fusion.spell(nd) for nd in self.fusion]    # strings where a node has one
+        return out
+
+    def to_dict(self) -> dict:
+        """:meth:`fields` as JSON (the export manifest, tuning records, ``--json``). ``ConfigError``
+        for a user ``EpilogueNode`` without a string spec: it is code, which a dict cannot carry."""
+        user = [nd for nd in self.fusion if not isinstance(_fusion.spell(nd), str)]
+        if user:
+            raise ConfigError(f"a user EpilogueNode ({type(user[0]).__name__}, no string spec) is code, which "
+                              f"GemmConfig.to_dict (an export, a tuning record) does not carry")
+        return super().to_dict()
+
+    def describe(self) -> dict:
+        """The report's view (``python -m cutedsl gemm --json``, bench records): the fields as
+        JSON with B's type resolved (``b_dtype``: ``dtype`` when unset) and the stage count used
+        (``stages``), ``chosen`` (field -> reason) when :meth:`for_problem` picked them;
+        ``decomposition``/``splits`` only when not data-parallel (the front end reports how a
+        persistent kernel divides a given problem)."""
+        out = super().describe()
+        out.update(b_dtype=self.b_dtype or self.dtype, stages=self.resolved_stages())
+        if self.decomposition == "data-parallel":
+            del out["decomposition"], out["splits"]
         return out
 
     def example_operands(self, m: int, n: int, k: int, rng, l: int = 1) -> tuple:
@@ -328,13 +417,6 @@ class GemmConfig:
         tiles = ceil_div(tm, cm) * ceil_div(tn, cn) * l
         clusters = max(1, (sm_count or DEFAULT_SM_COUNT) // (cm * cn))
         return decompose(mode or self.decomposition, tiles, ceil_div(k, bk), clusters, self.splits)
-
-    def explain(self) -> str:
-        """One line per field: why it has its value (``for_problem``), or that it was given."""
-        if self.reasons is None:
-            return "set by hand (not chosen by GemmConfig.for_problem)"
-        from .heuristic import explain_text
-        return explain_text(self.reasons)
 
     @classmethod
     def parse_tile(cls, text: str) -> tuple:

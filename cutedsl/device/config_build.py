@@ -1,22 +1,14 @@
 """How a :class:`~cutedsl.device.config.GemmConfig` becomes a kernel: the kernel class of its
-schedule on its architecture, the epilogue class of its kind, the constructor keywords the
-class takes (a class without a field the config sets refuses it by name), and the stage count
-(explicit, or the most that fit in shared memory). Imports no MLIR."""
+schedule on its architecture, the epilogue class of its kind, the constructor keywords its
+fields give (:func:`~cutedsl.device.config_protocol.kernel_keywords`: each field's metadata
+against the class's ``CONFIG_FIELDS``; a class without a field the config sets refuses it by
+name), and the stage count (explicit, or the most that fit in shared memory). Imports no MLIR."""
 from __future__ import annotations
 
-import inspect
-
-from ..atom.mma_traits import DTYPE_SCALES, MX_DTYPES, element_type
 from ..collective.tma_wgmma import TmaWgmmaMainloop
 from ..errors import ArgumentTypeError, ConfigError, CuteDSLError, one_of
+from .config_protocol import kernel_fields, kernel_keywords
 from .kernels import kernel_classes
-
-
-def kernel_fields(cls) -> tuple:
-    """The config fields a kernel class takes: its ``CONFIG_FIELDS`` (every ``GemmKernel`` has
-    them; a subclass whose constructor takes other keywords sets its own), else its
-    constructor's parameter names."""
-    return getattr(cls, "CONFIG_FIELDS", None) or tuple(inspect.signature(cls).parameters)
 
 
 def kernel_class(cfg):
@@ -48,47 +40,15 @@ def epilogue_class(cfg, epilogue_cls=None, kernel_cls=None):
     return epilogue_cls
 
 
-def _sm100_only(cfg, field: str, takes, asked: str) -> None:
-    """``ConfigError`` naming ``asked`` when ``field`` is not a field of the kernel class
-    (``takes``): only sm_100a's warp-specialized kernel has it."""
-    if field not in takes:
-        raise ConfigError(f"{asked} needs arch='sm_100a' and schedule='warp_specialized', got {cfg.arch} "
-                          f"{cfg.schedule!r}")
-
-
 def make_kernel(cfg, cls, stages=None, epilogue_cls=None):
-    """``cls(**keywords)`` for ``cfg`` (``stages``: the ring depth, None for the class's own);
-    a ``ValueError`` of the kernel or a collective becomes a ``ConfigError`` naming the class."""
-    bm, bn, _ = cfg.tile
-    kw = dict(tile_m=bm, tile_n=bn, dtype=element_type(cfg.dtype), out_dtype=cfg.out_dtype,
-              b_major=cfg.b_major, epilogue=epilogue_cls or epilogue_class(cfg))
-    if cfg.b_dtype not in (None, cfg.dtype):
-        kw["b_dtype"] = element_type(cfg.b_dtype)     # a kernel class without the field refuses it by name
-    if cfg.fusion:
-        kw["fusion"] = cfg.fusion
-    if cfg.batched:
-        kw["batched"] = True
-    if cfg.a_major != "K":
-        kw["a_major"] = cfg.a_major
+    """``cls(**keywords)`` for ``cfg`` (``stages``: the ring depth, None for the class's own):
+    the keywords of ``cfg``'s fields (:func:`kernel_keywords`), the epilogue class and the
+    stages; a ``ValueError`` of the kernel or a collective becomes a ``ConfigError`` naming the
+    class. ``ConfigTypeError`` / ``ConfigError`` for a field ``cls`` does not take."""
+    kw = kernel_keywords(cfg, cls)
+    kw["epilogue"] = epilogue_cls or epilogue_class(cfg)
     if stages is not None:
         kw["stages"] = stages
-    takes = kernel_fields(cls)
-    if "arch" in takes:
-        kw["arch"] = cfg.arch
-    if "cluster" in takes:          # warp-specialized kernels
-        kw.update(cluster=cfg.cluster, raster=cfg.raster if cfg.raster != "auto" else "M", swizzle=cfg.swizzle,
-                  sm_count=cfg.sm_count)
-    if cfg.decomposition != "data-parallel":      # a kernel class without the field refuses it by name
-        kw.update(decomposition=cfg.decomposition, splits=cfg.splits)
-    if cfg.dtype in MX_DTYPES:
-        _sm100_only(cfg, "block_scaled", takes, f"dtype {cfg.dtype!r} (block-scaled MX inputs)")
-        kw["block_scaled"] = DTYPE_SCALES[cfg.dtype].name
-    if cfg.tile_scheduler != "static":
-        _sm100_only(cfg, "tile_scheduler", takes, f"tile_scheduler={cfg.tile_scheduler!r} (cluster launch control)")
-        kw["tile_scheduler"] = cfg.tile_scheduler
-    if cfg.mma_sm != 1:
-        _sm100_only(cfg, "mma_sm", takes, f"mma_sm={cfg.mma_sm} (a CTA-pair MMA)")
-        kw["mma_sm"] = cfg.mma_sm
     try:
         return cls(**kw)
     except ValueError as e:         # a kernel or collective refusing this config (ConfigError for users)

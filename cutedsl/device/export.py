@@ -1,4 +1,9 @@
-"""Ahead-of-time export of a compiled GEMM: ``gemm.save(path)`` / ``cutedsl.load(path)``.
+"""Ahead-of-time export of a compiled kernel: ``gemm.save(path)`` / ``cutedsl.load(path)``.
+
+The export goes through the config protocol (:mod:`cutedsl.device.config_protocol`): the
+manifest's ``kind`` is the config's family (``"gemm"``) and ``config`` its ``to_dict()``;
+:func:`load` looks the family up in the registry, reads the config with its ``from_dict`` and
+builds the family's front end (``Gemm`` for ``"gemm"``); the code here depends on no family.
 
 A saved GEMM is a directory: ``cutedsl.json`` (the manifest: format, cutedsl version, the
 ``GemmConfig``, the cache key, the SHA-256 of ``kernel/kernel.json`` and of the manifest itself)
@@ -29,7 +34,8 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import ArgumentError, ArgumentTypeError, CacheError
+from ..errors import ArgumentError, ArgumentTypeError, CacheError, ConfigError
+from .config_protocol import config_family, family_names
 
 FORMAT = 2      #: manifest layout; 2 added the manifest's and the kernel's checksums
 MANIFEST = "cutedsl.json"
@@ -56,7 +62,7 @@ def _is_export(path: Path) -> bool:
         m = json.loads((path / MANIFEST).read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(m, dict) and m.get("kind") == "gemm" and isinstance(m.get("format"), int)
+    return isinstance(m, dict) and m.get("kind") in family_names() and isinstance(m.get("format"), int)
 
 
 def _check_target(path: Path) -> None:
@@ -92,9 +98,10 @@ def save(gemm, path) -> Path:
     if getattr(gemm, "_custom", False):
         raise ArgumentError("save(): only a Gemm built from a GemmConfig alone can be exported (a user epilogue "
                             "or kernel class is code the export does not carry)")
-    cfg = gemm.config.fields()
-    if any(not isinstance(nd, str) for nd in cfg["fusion"]):
-        raise ArgumentError("save(): a user EpilogueNode (no string spec) is code the export does not carry")
+    try:
+        ident = gemm.config.identity()       # the family and its fields, as JSON
+    except ConfigError as e:                 # e.g. a user EpilogueNode: code, not data
+        raise ArgumentError(f"save(): {e}") from None
     _check_target(path)
     k = gemm.compiled
     try:
@@ -102,7 +109,8 @@ def save(gemm, path) -> Path:
         k.save(path / KERNEL_DIR)
     except OSError as e:
         raise ArgumentError(f"save(path): cannot write the export to {str(path)!r}: {e}") from None
-    manifest = {"format": FORMAT, "kind": "gemm", "cutedsl": __version__, "config": cfg, "key": k.key,
+    manifest = {"format": FORMAT, "kind": ident["family"], "cutedsl": __version__, "config": ident["fields"],
+                "key": k.key,
                 "kernel_sha256": hashlib.sha256((path / KERNEL_DIR / "kernel.json").read_bytes()).hexdigest()}
     manifest = json.loads(json.dumps(manifest, default=list))        # as load() will see it
     manifest["sha256"] = _digest(manifest)
@@ -117,8 +125,10 @@ def _read_manifest(path: Path) -> dict:
         manifest = json.loads((path / MANIFEST).read_text())
     except (OSError, ValueError) as e:
         raise CacheError(f"{path} is not a saved cutedsl GEMM (no readable {MANIFEST}: {e})") from None
-    if not isinstance(manifest, dict) or manifest.get("kind") != "gemm":
-        raise CacheError(f"{path}/{MANIFEST}: not a cutedsl GEMM export")
+    if not isinstance(manifest, dict) or manifest.get("kind") not in family_names():
+        raise CacheError(f"{path}/{MANIFEST}: not a cutedsl GEMM export (kind "
+                         f"{manifest.get('kind') if isinstance(manifest, dict) else None!r}; this cutedsl reads "
+                         f"{', '.join(map(repr, family_names()))})")
     if manifest.get("format") != FORMAT:
         raise CacheError(f"{path}/{MANIFEST}: export format {manifest.get('format')!r}, this cutedsl reads "
                          f"{FORMAT}: export it again with this version")
@@ -141,7 +151,8 @@ def _canonical(v):
 
 def mismatches(gemm, kern) -> list:
     """``[(field, saved, derived)]``: where the saved kernel ``kern`` was built for something
-    other than what ``gemm`` (rebuilt from the manifest's config) derives: each kernel config
+    other than what the front end ``gemm`` (rebuilt from the manifest's config; any family:
+    ``config``, ``kernel``) derives: each kernel config
     field, the entry, the parameter layout, the PTX target. Empty when they agree."""
     saved = _canonical(kern.meta.get("config"))
     want = _canonical(gemm.kernel.config())
@@ -164,21 +175,21 @@ def mismatches(gemm, kern) -> list:
 
 
 def load(path, backend="auto"):
-    """The ``Gemm`` saved at ``path`` (see module docstring), on ``backend``. Raises
+    """The front end (a ``Gemm`` for a GEMM export) saved at ``path`` (see module docstring), on
+    ``backend``. Raises
     ``CacheError`` for a missing, malformed, edited or stale export (naming the field that
     disagrees with what this cutedsl builds for the saved config), ``ArgumentTypeError`` for a
     ``path`` that is no path."""
     from ..compiler.artifact import CompiledKernel
-    from .config import GemmConfig
-    from .gemm import Gemm
     path = _path(path, "cutedsl.load()")
     manifest = _read_manifest(path)
+    family = config_family(manifest["kind"])
     try:
-        cfg = GemmConfig(**manifest["config"])
+        cfg = family.from_dict(manifest["config"])
     except (KeyError, TypeError, ValueError) as e:
         raise CacheError(f"{path}/{MANIFEST}: its config does not load ({e})") from None
     kern = CompiledKernel.load(path / KERNEL_DIR)          # checksums: CacheError when tampered
-    g = Gemm(cfg, backend)
+    g = family.front_end()(cfg, backend)
     bad = mismatches(g, kern)
     if bad:
         what = "; ".join(f"{f}: saved kernel {s!r}, config gives {w!r}" for f, s, w in bad)

@@ -142,23 +142,15 @@ class Gemm:
         checked against the hardware's grid limits (gridDim.x 1..2^31-1, y and z 1..65535).
         Raises ``ArgumentError`` naming the problem, the grid dimension and the limit, before
         anything is compiled, allocated or launched."""
-        from ..runtime.backend import MAX_GRID
         if self.config.sm_count is None and self.kernel.needs_sm_count():
             self.kernel.set_sm_count(self._device_sm_count())
         raw = self.kernel.grid(GemmProblem(m, n, k, l))
         g = tuple(int(x) for x in raw)
         if self.kernel.co_resident():
             self._check_resident(g)
-        who = f"{type(self.kernel).__name__}.grid()"
-        if len(g) != 3:
-            raise ArgumentError(f"{who} must return (x, y, z), got {raw!r}")
-        user = "" if type(self.kernel).__module__.startswith("cutedsl.") else f" ({who})"
-        for axis, v, hi in zip("xyz", g, MAX_GRID):
-            if not 1 <= v <= hi:
-                bm, bn, _ = self.config.tile
-                hint = ": split the problem into smaller GEMMs" if v > hi else ""   # else a grid() bug
-                raise ArgumentError(f"M={m}, N={n}, K={k} with {bm}x{bn} tiles needs gridDim.{axis} = {v} "
-                                    f"CTAs{user}; the hardware allows 1..{hi} on {axis}{hint}")
+        why = grid_reason(self.kernel, GemmProblem(m, n, k, l), self.config.tile, raw)
+        if why:
+            raise ArgumentError(why)
         return g
 
     def _check_resident(self, grid) -> None:
@@ -344,6 +336,25 @@ class Gemm:
             return r, time.perf_counter() - t0
         finally:
             launch.release()
+
+
+def grid_reason(kernel, problem, tile, grid=None) -> str | None:
+    """Why ``kernel``'s grid for ``problem`` (``grid``: already computed) breaks the hardware's
+    limits (gridDim.x 1..2^31-1, y and z 1..65535), naming the problem, the dimension and the
+    limit; or None. ``Gemm.grid`` raises it (``ArgumentError``), ``GemmConfig.can_implement``
+    returns it."""
+    from ..runtime.backend import MAX_GRID
+    raw = kernel.grid(problem) if grid is None else grid
+    who = f"{type(kernel).__name__}.grid()"
+    if len(tuple(raw)) != 3:
+        return f"{who} must return (x, y, z), got {raw!r}"
+    user = "" if type(kernel).__module__.startswith("cutedsl.") else f" ({who})"
+    for axis, v, hi in zip("xyz", (int(x) for x in raw), MAX_GRID):
+        if not 1 <= v <= hi:
+            hint = ": split the problem into smaller GEMMs" if v > hi else ""   # else a grid() bug
+            return (f"M={problem.m}, N={problem.n}, K={problem.k} with {tile[0]}x{tile[1]} tiles needs "
+                    f"gridDim.{axis} = {v} CTAs{user}; the hardware allows 1..{hi} on {axis}{hint}")
+    return None
 
 
 def gemm(a, b, config: GemmConfig | None = None, backend="auto"):

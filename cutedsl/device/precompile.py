@@ -6,6 +6,8 @@ comes from worker processes (``spawn``: no state of the caller is inherited; eac
 imports the toolchain once and then compiles many configs). Every worker compiles into the
 cache the caller names (``CUTEDSL_CACHE_DIR``), whose atomic publication makes concurrent
 writers safe; a config another worker or an earlier run already compiled is a cache hit.
+A config travels to a worker as its ``fields()`` and its family's name (the config protocol,
+:mod:`cutedsl.device.config_protocol`), so any registered family compiles here.
 """
 from __future__ import annotations
 
@@ -38,13 +40,18 @@ def config_kernel(cfg, grouped: bool = False):
     return cfg.kernel(kernel_cls=grouped_kernels(cfg.arch)[cfg.schedule])
 
 
+#: the key of a worker's field dict that names the config family (no family has such a field)
+FAMILY_KEY = "config_family"
+
+
 def _compile_one(fields: dict, cache_dir: str | None, grouped: bool = False) -> tuple:
     if cache_dir is not None:
         os.environ["CUTEDSL_CACHE_DIR"] = cache_dir
-    from .config import GemmConfig
+    from .config_protocol import config_family
     t = time.perf_counter()
     try:
-        kern = config_kernel(GemmConfig(**fields), grouped)
+        fields = dict(fields)
+        kern = config_kernel(config_family(fields.pop(FAMILY_KEY))(**fields), grouped)
         ck = kern.compile()
         return ck.key, time.perf_counter() - t, bool(kern.last_cache_hit), ck.resources.registers, None
     except Exception as e:       # noqa: BLE001 - reported per config, the others go on
@@ -52,7 +59,7 @@ def _compile_one(fields: dict, cache_dir: str | None, grouped: bool = False) -> 
 
 
 def compile_all(configs, *, jobs: int | None = None, cache_dir=None, progress=None, grouped: bool = False) -> list:
-    """Compile every ``GemmConfig`` in ``configs`` into the kernel cache (``cache_dir``, default
+    """Compile every config (``GemmConfig`` ...) in ``configs`` into the kernel cache (``cache_dir``, default
     ``$CUTEDSL_CACHE_DIR`` or ``~/.cache/cutedsl``) with ``jobs`` worker processes (default: the
     CPU count; 1 compiles in this process). ``progress(done, total, result)`` is called as each
     finishes. ``grouped``: compile each config's grouped kernel (``GroupedGemm``) instead.
@@ -61,7 +68,7 @@ def compile_all(configs, *, jobs: int | None = None, cache_dir=None, progress=No
     configs = list(configs)
     cache_dir = str(cache_dir) if cache_dir is not None else os.environ.get("CUTEDSL_CACHE_DIR")
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(configs) or 1))
-    fields = [c.fields() for c in configs]
+    fields = [{**c.fields(), FAMILY_KEY: c.FAMILY} for c in configs]   # user epilogue nodes travel pickled
     results = [None] * len(configs)
 
     def done(i, out):

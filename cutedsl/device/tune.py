@@ -180,7 +180,7 @@ def _store(cache, device: str, key: str, res: TuneResult) -> None:
     write_marker(path.parent)              # the record lives in a cutedsl cache (clear removes it)
     data = _read(path) or {"format": TUNING_FORMAT, "devices": {}}
     data["devices"].setdefault(device, {})[key] = {
-        "config": res.config.fields(), "ms": res.ms, "candidates": len(res.table),
+        "family": res.config.FAMILY, "config": res.config.to_dict(), "ms": res.ms, "candidates": len(res.table),
         "date": datetime.date.today().isoformat(), "emulated": res.emulated}
     tmp = path.parent / f".cutedsl-tmp-tuning-{os.getpid()}"
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=list) + "\n")
@@ -189,14 +189,13 @@ def _store(cache, device: str, key: str, res: TuneResult) -> None:
 
 def tuned_config(m: int, n: int, k: int, dtype: str = "f16", *, backend, l: int = 1, cache=None, **fixed):
     """The stored winner of :func:`tune` for this problem on ``backend``'s device, or None."""
-    from .config import GemmConfig
+    from .config_protocol import config_family
     rec = _read(_path(cache)).get("devices", {}).get(device_key(backend), {}).get(
         problem_key(m, n, k, l, dtype, fixed))
     if not rec:
         return None
-    try:
-        return GemmConfig(**{f: tuple(v) if isinstance(v, list) and f in ("tile", "cluster") else v
-                             for f, v in rec["config"].items()})
+    try:                                   # a record without a family predates them: a GEMM's
+        return config_family(rec.get("family", "gemm")).from_dict(rec["config"])
     except (ConfigError, TypeError):
         return None                        # a record from an older cutedsl: ignore it
 

@@ -4,11 +4,12 @@ of an attention tile, run on the emulator with fresh random inputs against numpy
 import ml_dtypes
 import numpy as np
 import pytest
-from atomkit import build, load_operands, norm, operand_buffer, rounded, run, store_accumulator
 
 from cutedsl.atom import TmaCopy, WarpgroupMMA
 from cutedsl.atom.wgmma_rs import AFragment, WarpgroupMMARegA
 from cutedsl.errors import ConfigError
+from cutedsl.testing import (build_kernel, load_operands, normalize_ptx, operand_buffer, rounded, run_kernel,
+                             store_accumulator)
 
 NP = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
 
@@ -42,7 +43,7 @@ def _kernel(m, kv, d, dtype, v_major):
         pv.wait(0)
         store_accumulator(o, cir.GlobalPtr(args.o, "f32"), d)
     params = (("q", "tensormap"), ("k", "tensormap"), ("v", "tensormap"), ("s", "ptr"), ("o", "ptr"))
-    return build(body, params=params, plan=plan), specs
+    return build_kernel(body, params=params, plan=plan), specs
 
 
 @pytest.mark.sim_kernel
@@ -51,7 +52,7 @@ def _kernel(m, kv, d, dtype, v_major):
 def test_qk_then_pv_with_register_a(m, kv, d, dtype, v_major, rng):
     kern, specs = _kernel(m, kv, d, dtype, v_major)
     cvt = {"f16": "cvt.rn.f16x2.f32", "bf16": "cvt.rn.bf16x2.f32"}[dtype]
-    assert norm(kern.ptx).count(cvt) == m * kv // 128 // 2      # one per pair of the thread's S values
+    assert normalize_ptx(kern.ptx).count(cvt) == m * kv // 128 // 2      # one per pair of the thread's S values
     assert kern.resources.spill_stores == 0 and kern.resources.ptxas_messages == ()
     q, q64 = rounded(rng, (m, d), NP[dtype])
     k, k64 = rounded(rng, (kv, d), NP[dtype])
@@ -61,9 +62,9 @@ def test_qk_then_pv_with_register_a(m, kv, d, dtype, v_major, rng):
     maps = []
     for name, arr in (("q", q), ("k", k), ("v", v.T.copy() if v_major == "K" else v)):
         maps.append(emu.tensor_map(emu.to_device(arr), arr.shape, dtype, specs[name].box, swizzle=128))
-    (*_, ds, do), emu = run(kern, maps + [np.zeros((m, kv), np.float32), np.zeros((m, d), np.float32)], emu=emu)
-    s = emu.to_host(ds, (m, kv), np.float32)
-    o = emu.to_host(do, (m, d), np.float32).astype(np.float64)
+    s, o32 = np.zeros((m, kv), np.float32), np.zeros((m, d), np.float32)
+    run_kernel(kern, maps + [s, o32], emu=emu)
+    o = o32.astype(np.float64)
     want_s = q64 @ k64.T
     np.testing.assert_allclose(s, want_s, rtol=1e-5, atol=1e-5 * np.abs(want_s).max())
     # P is S rounded to nearest even in the 16-bit type (cvt.rn), exactly what numpy's cast does

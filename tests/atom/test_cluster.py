@@ -2,10 +2,10 @@
 emitted PTX/SASS, and a 2-CTA-cluster kernel that uses all of them on the emulator."""
 import numpy as np
 import pytest
-from atomkit import build, norm, run
 
 from cutedsl.atom import cluster
 from cutedsl.compiler.artifact import TensorMapSpec
+from cutedsl.testing import build_kernel, normalize_ptx, run_kernel
 
 BOX = (16, 32)          # f32 rows x cols multicast by rank 0 to both CTAs of the cluster
 SPEC = TensorMapSpec("src", "f32", BOX, swizzle=0)
@@ -75,12 +75,12 @@ PARAMS = (("src", "tensormap"), ("out", "ptr"), ("outx", "ptr"))
 
 @pytest.fixture(scope="module")
 def cluster_kernel():
-    return build(_cluster_kernel, params=PARAMS, plan=_plan(), cluster=(2, 1, 1))
+    return build_kernel(_cluster_kernel, params=PARAMS, plan=_plan(), cluster=(2, 1, 1))
 
 
 def test_cluster_ptx_and_sass(cluster_kernel):
     k = cluster_kernel
-    ptx = norm(k.ptx)
+    ptx = normalize_ptx(k.ptx)
     assert ".reqnctapercluster 2, 1, 1" in ptx
     assert "%cluster_ctarank" in ptx and "%clusterid.x" in ptx and "%cluster_ctaid.y" in ptx
     assert "mapa.shared::cluster.u64" in ptx and "st.shared::cluster.b32" in ptx
@@ -105,8 +105,8 @@ def test_cluster_kernel_on_emulator(cluster_kernel, rng):
     tmap = emu.tensor_map(dsrc, src.shape, "f32", BOX)
     out = np.zeros((grid, *BOX), np.float32)
     outx = np.zeros((grid, 128), np.int32)
-    (_, d, dx), emu = run(cluster_kernel, [tmap, out, outx], grid=(grid, 1, 1), cluster=(2, 1, 1), emu=emu)
-    got, gotx = emu.to_host(d, out.shape, np.float32), emu.to_host(dx, outx.shape, np.int32)
+    run_kernel(cluster_kernel, [tmap, out, outx], grid=(grid, 1, 1), cluster=(2, 1, 1), emu=emu)
+    got, gotx = out, outx
     for cta in range(grid):
         c = cta // 2
         assert np.array_equal(got[cta], src[c * BOX[0]:(c + 1) * BOX[0]]), cta
@@ -126,9 +126,9 @@ def test_multicast_mask_values():
                 for y in range(shape[1]):
                     m = cluster.multicast_mask(shape, along, (cir.u32(x), cir.u32(y)))
                     out.store(cir.i64(i * 16 + x + y * shape[0]), m.to("i32", signed=False))
-    k = build(body)
-    (d,), emu = run(k, [np.zeros(64, np.int32)])
-    got = emu.to_host(d, (64,), np.int32)
+    k = build_kernel(body)
+    got = np.zeros(64, np.int32)
+    run_kernel(k, [got])
     assert list(got[0:4]) == [0b0011, 0b0011, 0b1100, 0b1100]      # (2,2) along x: rows of the cluster
     assert list(got[16:20]) == [0b0101, 0b1010, 0b0101, 0b1010]    # (2,2) along y: columns
     assert list(got[32:36]) == [0b1111] * 4 and list(got[48:52]) == [0b1111] * 4

@@ -4,10 +4,10 @@ helpers (ex2.approx.ftz, rcp.approx.ftz, max.f32, fma.rn) -- on the emulator aga
 float64, fresh random inputs, two 64-row blocks and N = 96 (not a power of two)."""
 import numpy as np
 import pytest
-from atomkit import accumulator_from, build, norm, run, store_accumulator
 
 from cutedsl.atom import WarpgroupMMA
 from cutedsl.atom.fragment_rows import ROW_HALVES, map_rows, row_half, row_max, row_sum
+from cutedsl.testing import accumulator_from, build_kernel, normalize_ptx, run_kernel, store_accumulator
 
 M, N = 128, 96
 
@@ -37,8 +37,8 @@ def _body(args, smem):
 
 @pytest.mark.sim_kernel
 def test_row_reductions_and_softmax_on_emulator(rng):
-    k = build(_body, params=(("x", "ptr"), ("p", "ptr"), ("stats", "ptr")))
-    ptx = norm(k.ptx)
+    k = build_kernel(_body, params=(("x", "ptr"), ("p", "ptr"), ("stats", "ptr")))
+    ptx = normalize_ptx(k.ptx)
     # 3 reductions (max, sum, sum of exp) x 2 blocks x 2 rows x 2 butterfly steps
     assert ptx.count("shfl.sync.bfly.b32") == 3 * 2 * 2 * 2
     assert "ex2.approx.ftz.f32" in ptx and "rcp.approx.ftz.f32" in ptx and "max.f32" in ptx
@@ -46,9 +46,9 @@ def test_row_reductions_and_softmax_on_emulator(rng):
     x = (rng.standard_normal((M, N)) * 4).astype(np.float32)
     x[5, 7] = -np.inf                                   # a masked score: exp2 gives 0
     x[70, :50] = -np.inf
-    (_, dp, ds), emu = run(k, [x, np.zeros((M, N), np.float32), np.zeros((M, 3), np.float32)])
-    p = emu.to_host(dp, (M, N), np.float32).astype(np.float64)
-    stats = emu.to_host(ds, (M, 3), np.float32).astype(np.float64)
+    p32, stats32 = np.zeros((M, N), np.float32), np.zeros((M, 3), np.float32)
+    run_kernel(k, [x, p32, stats32])
+    p, stats = p32.astype(np.float64), stats32.astype(np.float64)
     x64 = x.astype(np.float64)
     mx = x64.max(axis=1)
     assert np.array_equal(stats[:, 0], mx)

@@ -3,10 +3,10 @@ library's ConfigError, naming the argument), the PTX they emit, and two barriers
 ids and thread counts working at the same time on the emulator."""
 import numpy as np
 import pytest
-from atomkit import build, norm, run
 
 from cutedsl.atom.sync import NamedBarrier
 from cutedsl.errors import ConfigError
+from cutedsl.testing import build_kernel, normalize_ptx, run_kernel
 
 
 @pytest.mark.parametrize("bad", [16, -1, 99])
@@ -28,7 +28,7 @@ def test_more_threads_than_the_cta_is_refused_at_build_time():
         NamedBarrier(2, 256).sync()
     with pytest.raises(ConfigError, match=r"NamedBarrier\(2, 256\) waits for 256 threads but the kernel's CTA "
                                           r"has 128: it would never complete"):
-        build(body, block=(128, 1, 1))
+        build_kernel(body, block=(128, 1, 1))
 
 
 def _two_groups(args, smem):
@@ -66,14 +66,14 @@ def test_concurrent_named_barriers_on_emulator():
     from cutedsl.ir import SmemPlan
     plan = SmemPlan()
     plan.buffer("x", (512,), "i32")
-    k = build(_two_groups, block=(256, 1, 1), plan=plan)
-    ptx = norm(k.ptx)
+    k = build_kernel(_two_groups, block=(256, 1, 1), plan=plan)
+    ptx = normalize_ptx(k.ptx)
     for form in ("bar.sync 3, 64;", "bar.sync 5, 192;", "bar.sync 6, 96;"):
         assert form in ptx, form
     assert ptx.count("bar.arrive") == 1 and k.resources.sass.get("BAR", 0) >= 4
     out = np.full(512, -1, np.int32)
-    (d,), emu = run(k, [out])
-    got = emu.to_host(d, out.shape, np.int32)
+    run_kernel(k, [out])
+    got = out
     t = np.arange(256)
     src = np.where(t < 64, (t + 32) % 64, (t - 64 + 32) % 192 + 64)
     assert np.array_equal(got[:256], src * 7 + 1)

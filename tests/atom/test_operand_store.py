@@ -5,12 +5,13 @@ and transposed stmatrix, fresh random inputs). Mismatching buffers are refused w
 import ml_dtypes
 import numpy as np
 import pytest
-from atomkit import accumulator_from, build, load_operands, norm, operand_buffer, rounded, run, store_accumulator
 
 from cutedsl.atom import TmaCopy, WarpgroupMMA
 from cutedsl.atom.operand_store import store_operand
 from cutedsl.atom.sync import fence_proxy_async
 from cutedsl.errors import LayoutError
+from cutedsl.testing import (accumulator_from, build_kernel, load_operands, normalize_ptx, operand_buffer, rounded,
+                             run_kernel, store_accumulator)
 
 NP = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
 
@@ -48,7 +49,7 @@ def _kernel(role, major, x_shape, col0, rows, other_rows, other_major, dtype):
             acc = mma.mma(acc, a, b, accumulate=kt > 0)
         mma.wait(0)
         store_accumulator(acc, cir.GlobalPtr(args.out, "f32"), n)
-    return build(body, params=(("x", "ptr"), ("o", "tensormap"), ("out", "ptr")), plan=plan), spec, (m, n)
+    return build_kernel(body, params=(("x", "ptr"), ("o", "tensormap"), ("out", "ptr")), plan=plan), spec, (m, n)
 
 
 #      role major x_shape   col0 rows other_rows other_major dtype
@@ -68,8 +69,9 @@ def _check(case, rng, expect_right=True):
     from cutedsl.sim import Emulator
     emu = Emulator()
     tmap = emu.tensor_map(emu.to_device(glob), glob.shape, dtype, spec.box, swizzle=spec.swizzle)
-    (_, _, d), emu = run(kern, [x, tmap, np.zeros((m, n), np.float32)], emu=emu)
-    got = emu.to_host(d, (m, n), np.float32).astype(np.float64)
+    out = np.zeros((m, n), np.float32)
+    run_kernel(kern, [x, tmap, out], emu=emu)
+    got = out.astype(np.float64)
     xr = x.astype(NP[dtype]).astype(np.float64)                  # cvt.rn to the operand type
     want = xr @ o64.T if role == "A" else o64 @ xr[:, col0:col0 + rows]
     close = np.allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
@@ -86,7 +88,7 @@ def test_stored_operand_feeds_wgmma(case, rng):
     form = "stmatrix.sync.aligned.m8n8.x4" + (".trans" if trans else "") + ".shared.b16"
     # one x4 per 64-row block and 16 stored columns (each warp: its 16 rows), per stored k-tile
     cols, k_tiles = (64, case[2][1] // 64) if role == "A" else (case[4], 1)
-    assert norm(kern.ptx).count(form) == (case[2][0] // 64) * (cols // 16) * k_tiles
+    assert normalize_ptx(kern.ptx).count(form) == (case[2][0] // 64) * (cols // 16) * k_tiles
     assert kern.resources.spill_stores == 0
 
 
@@ -106,7 +108,7 @@ def _refused(buffer_kw, role="A", col0=0, x=(64, 64)):
     def body(args, smem):
         acc = WarpgroupMMA(x[0], x[1], "f16").zero()
         store_operand(acc, smem["x"].tile(), role, col0=col0)
-    build(body, plan=plan)
+    build_kernel(body, plan=plan)
 
 
 @pytest.mark.parametrize("kw,role,col0,x,msg", [

@@ -3,10 +3,10 @@ the WGMMA accumulator fragment layout (plain and transposed), values rounded to 
 import ml_dtypes
 import numpy as np
 import pytest
-from atomkit import build, norm, run
 
 from cutedsl.atom.stmatrix import accumulator_x4_rows, pack_b16x2, stmatrix
 from cutedsl.atom.wgmma import fragment_coords
+from cutedsl.testing import build_kernel, normalize_ptx, run_kernel
 
 NP = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
 
@@ -49,15 +49,16 @@ def test_stmatrix_block_on_emulator(dtype, trans, rng):
     from cutedsl.ir import SmemPlan
     plan = SmemPlan()
     plan.buffer("blk", (16, 16), dtype)
-    k = build(_block_kernel(dtype, trans), params=(("src", "ptr"), ("out", "ptr")), block=(32, 1, 1), plan=plan)
+    k = build_kernel(_block_kernel(dtype, trans), params=(("src", "ptr"), ("out", "ptr")), block=(32, 1, 1), plan=plan)
     form = "stmatrix.sync.aligned.m8n8.x4" + (".trans" if trans else "") + ".shared.b16"
-    assert form in norm(k.ptx) and k.resources.sass.get("STSM") == 1
+    assert form in normalize_ptx(k.ptx) and k.resources.sass.get("STSM") == 1
     cvt = {"f16": "cvt.rn.f16x2.f32", "bf16": "cvt.rn.bf16x2.f32"}[dtype]
-    assert norm(k.ptx).count(cvt) == 4
+    assert normalize_ptx(k.ptx).count(cvt) == 4
     # fractional values exercise the rounding to 16 bits
     src = (rng.standard_normal((16, 16)) * 100).astype(np.float32)
-    (_, d), emu = run(k, [src, np.zeros(128, np.int32)])
-    got = emu.to_host(d, (128,), np.int32).view(NP[dtype]).reshape(16, 16)
+    out = np.zeros(128, np.int32)
+    run_kernel(k, [src, out])
+    got = out.view(NP[dtype]).reshape(16, 16)
     want = src.astype(NP[dtype])
     assert np.array_equal(got.view(np.uint16), (want.T if trans else want).view(np.uint16))
 
@@ -84,7 +85,7 @@ def test_stmatrix_forms_and_errors():
     from cutedsl.ir import SmemPlan
     plan = SmemPlan()
     plan.buffer("blk", (16, 16), "f16")
-    ptx = norm(build(body, block=(32, 1, 1), plan=plan).ptx)
+    ptx = normalize_ptx(build_kernel(body, block=(32, 1, 1), plan=plan).ptx)
     assert "stmatrix.sync.aligned.m8n8.x1.shared.b16" in ptx
     assert "stmatrix.sync.aligned.m8n8.x2.trans.shared.b16" in ptx
     with pytest.raises(ValueError, match="1, 2 or 4 matrices, got 3"):

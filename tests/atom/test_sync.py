@@ -2,9 +2,9 @@
 SASS, and a producer/consumer hand-off through a named barrier on the emulator."""
 import numpy as np
 import pytest
-from atomkit import build, norm, run
 
 from cutedsl.atom import sync
+from cutedsl.testing import build_kernel, normalize_ptx, run_kernel
 
 
 def _reconfigure(args, smem):
@@ -17,8 +17,8 @@ def _reconfigure(args, smem):
 
 
 def test_setmaxnreg_ptx_and_sass():
-    k = build(_reconfigure, block=(256, 1, 1), max_registers=168)
-    ptx = norm(k.ptx)
+    k = build_kernel(_reconfigure, block=(256, 1, 1), max_registers=168)
+    ptx = normalize_ptx(k.ptx)
     assert "setmaxnreg.dec.sync.aligned.u32 40;" in ptx
     assert "setmaxnreg.inc.sync.aligned.u32 232;" in ptx
     assert k.resources.sass.get("USETMAXREG") == 2 and k.resources.registers == 168
@@ -28,7 +28,7 @@ def test_setmaxnreg_ptx_and_sass():
 def test_setmaxnreg_needs_a_known_entry_budget():
     # without .maxnreg / .minnctapersm ptxas cannot know the register count at entry and drops
     # the instruction (C7508): kernels that reconfigure registers must set one of them
-    k = build(_reconfigure, block=(256, 1, 1))
+    k = build_kernel(_reconfigure, block=(256, 1, 1))
     assert "USETMAXREG" not in k.resources.sass
     assert any("C7508" in m and "setmaxnreg" in m for m in k.resources.ptxas_messages)
 
@@ -84,13 +84,13 @@ def test_named_barrier_handoff_on_emulator():
     from cutedsl.ir import SmemPlan
     plan = SmemPlan()
     plan.buffer("x", (128,), "i32")
-    k = build(_handoff, block=(256, 1, 1), plan=plan, max_registers=168)
-    ptx = norm(k.ptx)
+    k = build_kernel(_handoff, block=(256, 1, 1), plan=plan, max_registers=168)
+    ptx = normalize_ptx(k.ptx)
     assert "bar.arrive" in ptx and "bar.sync" in ptx and "elect.sync" in ptx
     assert k.resources.sass.get("USETMAXREG") == 2 and k.resources.sass.get("ELECT", 0) >= 1
     out = np.full(264, -1, np.int32)
-    (d,), emu = run(k, [out])
-    res = emu.to_host(d, out.shape, np.int32)
+    run_kernel(k, [out])
+    res = out
     assert np.array_equal(res[:128], np.arange(128) * 3 + 1)
     assert np.array_equal(res[256:], np.ones(8, np.int32))
     assert np.all(res[128:256] == -1)
@@ -107,6 +107,6 @@ def test_fence_proxy_async_ptx():
     from cutedsl.ir import SmemPlan
     plan = SmemPlan()
     plan.buffer("x", (128,), "i32")
-    k = build(_fenced_tma_store_src, plan=plan)
-    assert "fence.proxy.async.shared::cta;" in norm(k.ptx)
+    k = build_kernel(_fenced_tma_store_src, plan=plan)
+    assert "fence.proxy.async.shared::cta;" in normalize_ptx(k.ptx)
     assert k.resources.sass.get("FENCE") == 1

@@ -4,10 +4,11 @@ MN-major B; f16 and bf16; M = 64 and 128; N = 64, 96 and 256; K = two k-tiles)."
 import ml_dtypes
 import numpy as np
 import pytest
-from atomkit import build, load_operands, norm, operand_buffer, rounded, run, store_accumulator
 
 from cutedsl.atom.wgmma_rs import AFragment, WarpgroupMMARegA
 from cutedsl.errors import ConfigError, LayoutError
+from cutedsl.testing import (build_kernel, load_operands, normalize_ptx, operand_buffer, rounded, run_kernel,
+                             store_accumulator)
 
 NP = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
 K_TILES = 2
@@ -41,7 +42,7 @@ def _kernel(m, n, dtype, b_major):
             acc = mma.mma(acc, frag, smem["b"].tile(kt), accumulate=kt > 0, k_tile=kt)
         mma.wait(0)
         store_accumulator(acc, cir.GlobalPtr(args.out, "f32"), n)
-    kern = build(body, params=(("a", "ptr"), ("b", "tensormap"), ("out", "ptr")), plan=plan)
+    kern = build_kernel(body, params=(("a", "ptr"), ("b", "tensormap"), ("out", "ptr")), plan=plan)
     return kern, spec
 
 
@@ -57,7 +58,7 @@ def test_register_a_wgmma_on_emulator(m, n, dtype, b_major, rng):
     # one instruction per k16 step and m-block; A is a brace list of 4 registers, trans-b per major
     assert len(lines) == (m // 64) * 4 * K_TILES
     assert all(f"m64n{n}k16.f32.{dtype}.{dtype}" in line for line in lines)
-    assert all(norm(line).replace(" ", "").endswith(f"p,1,1,{1 if b_major == 'MN' else 0};") for line in lines)
+    assert all(normalize_ptx(line).replace(" ", "").endswith(f"p,1,1,{1 if b_major == 'MN' else 0};") for line in lines)
     assert kern.resources.sass["HGMMA"] == len(lines) and kern.resources.spill_stores == 0
     assert kern.resources.ptxas_messages == ()          # no injected waits, no serialised wgmma
     a, a64 = rounded(rng, (m, k), NP[dtype])
@@ -67,8 +68,9 @@ def test_register_a_wgmma_on_emulator(m, n, dtype, b_major, rng):
     emu = Emulator()
     db = emu.to_device(glob)
     tmap = emu.tensor_map(db, glob.shape, dtype, spec.box, swizzle=spec.swizzle)
-    (_, _, d), emu = run(kern, [a.view(np.int32), tmap, np.zeros((m, n), np.float32)], emu=emu)
-    got = emu.to_host(d, (m, n), np.float32).astype(np.float64)
+    out = np.zeros((m, n), np.float32)
+    run_kernel(kern, [a.view(np.int32), tmap, out], emu=emu)
+    got = out.astype(np.float64)
     want = a64 @ b64
     # the emulator sums each k16 product exactly and rounds to f32 once per instruction
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
@@ -101,4 +103,4 @@ def test_register_a_wgmma_checks_the_b_buffer():
     plan = SmemPlan()
     plan.buffer("b", (64, 64), "f16", swizzle=128, major="K")
     with pytest.raises(LayoutError, match="operand B .* K-major, needs MN-major"):
-        build(body, plan=plan)
+        build_kernel(body, plan=plan)

@@ -97,7 +97,7 @@ def test_write_addresses_are_bank_conflict_free(out):
     chunks = 1 wavefront; f32 v2: 256 B over 8 chunk positions, 2 lanes-pairs each = 2
     wavefronts, the minimum), and that the addresses are exactly the swizzled sub-tile."""
     import cutedsl.ir as cir
-    from atomkit import build, run
+    from cutedsl.testing import build_kernel, run_kernel
     e = TmaStoreEpilogue(64, 128, out)
     words = e.epi_n // 16 if out == "f16" else e.epi_n // 8        # store groups per sub-tile
 
@@ -112,9 +112,9 @@ def test_write_addresses_are_bank_conflict_free(out):
                 offs = [row_x + (x16 ^ (32 * j)), row_x + (x16 ^ (32 * j)) + 8 * 128]
             for h, v in enumerate(offs):
                 o.store(cir.i64(wt * 16 + j * 2 + h), cir.i32(v))
-    k = build(body)
-    (d,), emu = run(k, [np.zeros(128 * 16, np.int32)])
-    addr = emu.to_host(d, (128, 16), np.int32)
+    k = build_kernel(body)
+    addr = np.zeros((128, 16), np.int32)
+    run_kernel(k, [addr])
     cells = set()
     for w in range(4):
         lanes = addr[32 * w:32 * (w + 1)]
@@ -144,7 +144,7 @@ def test_ring_continues_across_tiles(out):
     function of the global position, so every element of the clipped 100 x 100 output is
     checked, and the emulator's race checks cover the buffer reuse across the two stores."""
     import cutedsl.ir as cir
-    from atomkit import build, run
+    from cutedsl.testing import build_kernel, run_kernel
     from cutedsl.atom import WarpgroupMMA
     from cutedsl.collective import EpilogueContext
     from cutedsl.ir import SmemPlan
@@ -161,7 +161,7 @@ def test_ring_continues_across_tiles(out):
                 lambda v, r, c: cir.to_type((((r + wg * 64) * 64 + c + 64 * t) & mask), "f32", signed=False))
             e.store(acc, EpilogueContext(cir.i32(0), cir.i32(64 * t), args.m, args.n, args, smem, wg * 64, wg))
         e.store_tail()
-    k = build(body, params=(("d", "tensormap"), ("m", "i32"), ("n", "i32")), block=(256, 1, 1), plan=plan)
+    k = build_kernel(body, params=(("d", "tensormap"), ("m", "i32"), ("n", "i32")), block=(256, 1, 1), plan=plan)
     assert k.resources.sass["UTMASTG"] == 2 * e.tile_n // e.epi_n      # per warpgroup: 2 tiles x sub-tiles
     m = n = 100
     pitch = 104                                   # a row pitch TMA accepts (multiple of 16 B)
@@ -170,7 +170,7 @@ def test_ring_continues_across_tiles(out):
     d = emu.to_device(np.zeros((m, pitch), npd))
     esz = np.dtype(npd).itemsize
     tmap = emu.tensor_map(d, (m, n), out, (64, e.epi_n), swizzle=128, strides=(pitch * esz, esz))
-    run(k, [tmap, m, n], emu=emu)
+    run_kernel(k, [tmap, m, n], emu=emu)
     got = emu.to_host(d, (m, pitch), npd).astype(np.float64)
     r, c = np.mgrid[:m, :n]
     assert np.array_equal(got[:, :n], ((r * 64 + c) & mask).astype(np.float64))

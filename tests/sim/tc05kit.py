@@ -9,9 +9,10 @@ import numpy as np
 
 from cutedsl.compiler.toolchain import ptxas
 from cutedsl.sim import load_ptx
+from cutedsl.testing.ptx import header
 from simkit import kernel, mbarrier_wait
 
-SM100 = ".version 8.7\n.target sm_100a\n.address_size 64\n\n"
+SM100 = header("sm_100a", "8.7")
 PTXAS_SM100 = SimpleNamespace(chip="sm_100a")
 PARAMS = ("a", "b", "at", "out", "na", "nb", "idesc", "adesc", "bdesc", "ksteps", "astep", "bstep", "n")
 PTYPES = {"na": ".u32", "nb": ".u32", "idesc": ".u32", "ksteps": ".u32", "astep": ".u32", "bstep": ".u32",
@@ -194,8 +195,7 @@ def mma_ptx(kind="f16", a_tmem=False, enable=ENABLE_ACC, mma=None, before_wait="
     for old, new in patch:
         assert old in body
         body = body.replace(old, new)
-    text = kernel(body, params=PARAMS, ptypes=PTYPES).replace(kernel("").split("\n.visible")[0],
-                                                                SM100.replace("8.7", version).rstrip("\n"), 1)
+    text = kernel(body, params=PARAMS, ptypes=PTYPES, target="sm_100a", version=version)
     ptxas(text, arch=PTXAS_SM100)
     return text
 

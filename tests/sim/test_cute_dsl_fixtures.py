@@ -63,7 +63,7 @@ def i32s(*v) -> bytes:
     return np.array(v, np.int32).tobytes()
 
 
-def run_dense(name, m, n, k, rng, ctas=2, ptx=None, sm_count=None, launch_info=None):
+def run_dense(name, m, n, k, rng, ctas=2, ptx=None, sm_count=None, launch_info=None, **emu_opts):
     """Launch fixture ``name`` on ``m x n x k`` (A: m x k, B: n x k, both K-major f16 small
     integers; D: m x n f32) with ``ctas`` persistent clusters (static scheduler) or one per
     tile (cluster launch control; ``sm_count`` SMs make the rest wait to be launched or
@@ -71,7 +71,7 @@ def run_dense(name, m, n, k, rng, ctas=2, ptx=None, sm_count=None, launch_info=N
     text, meta = fixture(name)
     a = rng.integers(-3, 4, (m, k)).astype(np.float16)
     b = rng.integers(-3, 4, (n, k)).astype(np.float16)
-    emu = Emulator(**({"sm_count": sm_count} if sm_count else {}))
+    emu = Emulator(**({"sm_count": sm_count} if sm_count else {}), **emu_opts)
     prog = emu.load(ptx or text, meta["entry"])
     da, db, dd = emu.to_device(a), emu.to_device(b), emu.alloc(m * n * 4)
     (ak, am), (bk, bn), (dn, dm) = meta["boxes"]

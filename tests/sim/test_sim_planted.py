@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from cutedsl.sim import DeadlockError, RaceError, SimBackend
+from cutedsl.sim import DeadlockError, RaceError, SimBackend, SimRuntimeError
 from simkit import fixture
 from test_sim_kernels import NP, run_gemm
 
@@ -101,3 +101,56 @@ def test_consumer_that_skips_its_release_deadlocks_with_the_seed_named():
     with pytest.raises(DeadlockError, match=r"(?s)deadlock.*seed 3; replay with CUTEDSL_SIM_CHAOS=3.*"
                                             r"mbarrier\.try_wait.*__mbarrier_0"):
         correct(ptx, chaos=3)
+
+
+# -- planted in other kernels (issue #39): a shipped sm_100 GEMM and a hand-written SS wgmma ----
+
+CUTE = "cute_dsl_gemm_sm100_1sm"        # quack 0.6.5's GemmSm100 compiled by CuTe DSL 4.8.1
+
+
+def cute_planted(old, new, count=1):
+    from test_cute_dsl_fixtures import fixture as cute_fixture
+    text, _meta = cute_fixture(CUTE)
+    assert text.count(old) == count, text.count(old)
+    return text.replace(old, new)
+
+
+def cute_run(ptx, **opts):
+    from test_cute_dsl_fixtures import run_dense
+    out, ref = run_dense(CUTE, 200, 136, 72, np.random.default_rng(1), 1, ptx=ptx, **opts)
+    return np.array_equal(out, ref)
+
+
+def test_missing_tcgen05_wait_ld_before_the_accumulator_is_rewritten():
+    # the epilogue releases its TMEM accumulator (mbarrier.arrive to the MMA warp) after its
+    # tcgen05.ld without tcgen05.wait::ld: the next tile's MMA may overwrite columns still being read
+    ptx = cute_planted("\ttcgen05.wait::ld.sync.aligned;\n", "")
+    assert cute_run(ptx, race_check=False)                  # loads complete at issue here
+    assert cute_run(ptx, race_check=False, chaos=1)
+    with pytest.raises(RaceError, match=r"(?s)read by .*tcgen05\.ld unit of warp \d.*write by .*tcgen05 unit.*"
+                                        r"tcgen05\.mma.*missing: a tcgen05\.wait::ld.*rule tcgen05-ld-without-wait"):
+        cute_run(ptx)
+    assert cute_run(ptx, allow=("tcgen05-ld-without-wait",))    # the rule's own opt-out
+
+
+def test_barrier_thread_count_mismatch():
+    # the epilogue warps arrive at named barrier 7 counting 128 threads while the warps that
+    # sync on it count 160 (the scheduler warp included): reported in every mode
+    ptx = cute_planted("\tbar.arrive 7, 160;", "\tbar.arrive 7, 128;")
+    for opts in ({}, {"race_check": False}, {"race_check": False, "chaos": 2}):
+        with pytest.raises(SimRuntimeError, match=r"barrier 7: thread count (128 differs from 160|160 differs "
+                                                  r"from 128) used by other warps in this generation"):
+            cute_run(ptx, **opts)
+
+
+def test_ss_wgmma_reading_other_warps_stores_without_a_barrier():
+    # the four warps store the operands and each fences, but no barrier orders the other warps'
+    # stores before each warp's wgmma.mma_async (.sync is per warp, PTX ISA 9.7.15.5.2)
+    from test_sim_race_rules import run_ss, ss_kernel
+    ptx = ss_kernel(sync="")
+    for opts in ({"race_check": False}, {"race_check": False, "seed": 1}):
+        got, want = run_ss(ptx, **opts)
+        assert np.array_equal(got, want)                    # the warps meet at the wgmma here
+    with pytest.raises(RaceError, match=r"(?s)write by .*st\.shared.*read by .*wgmma of warpgroup 0.*"
+                                        r"rule wgmma-warpgroup-barrier"):
+        run_ss(ptx)

@@ -17,7 +17,8 @@ Weak (plain) global loads and stores are checked, per 4-byte word of the allocat
 bytes of it they touch), against the last weak write and the last weak read by another cluster: unordered conflicting pairs
 raise :class:`RaceError` naming both instructions and clusters. Strong accesses are
 morally strong with each other (never a race) and are not recorded; a weak write storing
-the bytes already there is benign (as in shared memory). Limits (docs/emulator.md): one
+the bytes already there is benign (as in shared memory), decided per word of the store (per
+element for sub-word stores): its other words are still checked. Limits (docs/emulator.md): one
 agent per cluster (a missing ``bar.sync`` between the warp that acquired and the warps that
 read is not seen), the last reader per word only. The async proxy: TMA stores and bulk copies
 to global memory are writes in flight until their ``wait_group``; a TMA load of bytes a
@@ -31,7 +32,7 @@ import weakref
 
 import numpy as np
 
-from ..frontend.errors import RaceError
+from .rules import raise_unless_allowed
 
 #: modifiers that make a global access strong (a memory-model synchronising candidate)
 STRONG = {"relaxed", "acquire", "release", "volatile", "acq_rel"}
@@ -192,7 +193,10 @@ class GlobalHB:
             else:
                 continue
             word = int(words[i])
-            raise RaceError(
+            rid = "global-release-acquire" if a != c and know.get(a, 0) < k else "proxy-fence"
+            if rid in self.allow:
+                continue
+            raise_unless_allowed(self.allow, rid,
                 f"data race on global memory {alloc.base + 4 * word:#x} (allocation {alloc.tag or hex(alloc.base)}, "
                 f"byte offset {4 * word}):\n"
                 f"    generic write by cluster {a} at {self._where(int(sh.w_pc[word]))}\n"
@@ -256,10 +260,15 @@ class GlobalHB:
         else:
             sh.r_agent[words], sh.r_clock[words], sh.r_pc[words], sh.r_mask[words] = c, clock, ins.pc, mask
 
+    @property
+    def allow(self) -> frozenset:
+        """Rule ids the launch opts out of (``SimBackend(allow=...)``, :mod:`cutedsl.sim.checks.rules`)."""
+        return getattr(self.launch, "allow", frozenset())
+
     def _inflight_race(self, sh, words, c, alloc, ins, mode):
         i = int(np.flatnonzero(sh.pending[words])[0])
         word, prev = int(words[i]), int(sh.w_agent[words[i]])
-        raise RaceError(
+        raise_unless_allowed(self.allow, "bulk-wait", 
             f"data race on global memory {alloc.base + 4 * word:#x} (allocation {alloc.tag or hex(alloc.base)}, "
             f"byte offset {4 * word}):\n"
             f"    async-proxy write (TMA store / bulk copy) by cluster {prev} at {self._where(int(sh.w_pc[word]))}\n"
@@ -277,7 +286,7 @@ class GlobalHB:
 
     def _where(self, pc):
         code = self.launch.code
-        return f"PTX line {code[pc].line}: {code[pc].text.strip()}" if 0 <= pc < len(code) else "?"
+        return code[pc].where() if 0 <= pc < len(code) else "?"
 
     def _seed(self):
         return (f"\n    (adversarial mode, seed {self.seed}; replay with CUTEDSL_SIM_CHAOS={self.seed})"
@@ -292,14 +301,19 @@ class GlobalHB:
         clk = (sh.w_clock if kind == "w" else sh.r_clock)[words]
         known = np.array([know.get(int(a), 0) for a in ag[other]], np.int64)
         bad = clk[other] > known
-        if not bad.any() or (same is not None and same()):
+        if not bad.any():
             return
-        i = int(np.flatnonzero(other)[np.flatnonzero(bad)[0]])
+        idx = np.flatnonzero(other)[bad]
+        if same is not None:            # per word (per element of a sub-word store): see same_elements
+            idx = idx[~same()[idx]]
+            if not len(idx):
+                return
+        i = int(idx[0])
         word, prev = int(words[i]), int(ag[i])
         ppc = int((sh.w_pc if kind == "w" else sh.r_pc)[word])
         where, seed = self._where, self._seed()
         first = "write" if kind == "w" else "read"
-        raise RaceError(
+        raise_unless_allowed(self.allow, "global-release-acquire", 
             f"data race on global memory {alloc.base + 4 * word:#x} (allocation {alloc.tag or hex(alloc.base)}, "
             f"byte offset {4 * word}):\n"
             f"    {first} by cluster {prev} at {where(ppc)}\n"

@@ -33,38 +33,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..frontend.errors import RaceError
+from .rules import EDGE_RULE, RULES, cite
+from .initcheck import report_shared
 # word_set and words_of are also this module's names (tests and older callers import them here)
 from .shadow_words import BLOCK_SHIFT, blocks_of as _blocks, word_ids, word_set, words_of  # noqa: F401
 
-#: the edge that would have ordered a prior access of this kind before a conflicting one
-EDGE = {
-    "tma": "an mbarrier try_wait/test_wait observing the phase that this TMA load's complete_tx "
-           "completes (PTX ISA: cp.async.bulk.tensor, mbarrier.test_wait/try_wait), before the access",
-    "asyncst": "an mbarrier try_wait/test_wait observing the phase that this write's complete_tx "
-               "completes (PTX ISA: st.async, clusterlaunchcontrol.try_cancel, mbarrier.test_wait/try_wait), "
-               "before the access",
-    "wgmma": "a wgmma.wait_group covering that wgmma group (in any warp of the warpgroup), then a "
-             "release -> acquire (mbarrier arrive -> wait, or a barrier) to the writer "
-             "(PTX ISA: wgmma.wait_group)",
-    "bulk": "a cp.async.bulk.wait_group.read covering that bulk group by the issuing thread, then a "
-            "release -> acquire to the writer (PTX ISA: cp.async.bulk.wait_group)",
-    "cpasync": "cp.async.wait_group / wait_all (or cp.async.mbarrier.arrive) by the issuing thread, "
-               "then a barrier (PTX ISA: cp.async.wait_group, cp.async.mbarrier.arrive)",
-    "warp": "a barrier between the two threads: bar.sync/barrier.sync (count), mbarrier arrive -> "
-            "try_wait, or barrier.cluster (PTX ISA: bar/barrier, mbarrier, barrier.cluster; Memory Consistency Model)",
-    "tcgen05": "a tcgen05.commit by the thread that issued the tcgen05 operation, and a wait on its "
-               "mbarrier observing the phase the commit completes, before the access (PTX ISA: "
-               "tcgen05.commit, tcgen05.mma)",
-    "tcgen05ld": "a tcgen05.wait::ld by the loading warp after its tcgen05.ld, then a release -> acquire "
-                 "(e.g. mbarrier arrive -> wait) to the other access -- with strict tcgen05 fences, and a "
-                 "tcgen05.fence::after_thread_sync after that acquire when the other access is a tcgen05 "
-                 "operation (PTX ISA: tcgen05.wait, tcgen05.ld, tcgen05.fence)",
-    "tcgen05st": "a tcgen05.wait::st by the storing warp after its tcgen05.st, then a release -> acquire "
-                 "to the other access (PTX ISA: tcgen05.wait, tcgen05.st)",
-    "proxy": "a fence.proxy.async after the generic-proxy write (by the writer, or by a thread that "
-             "observed it through a barrier) and before the async-proxy read (PTX ISA: membar/fence; "
-             "Memory Consistency Model, proxies)",
-}
+#: the edge that would have ordered a prior access of this kind before a conflicting one: the
+#: "missing:" text of its rule (:mod:`cutedsl.sim.checks.rules`, which also cites the ISA section)
+EDGE = {edge: RULES[rid].missing for edge, rid in EDGE_RULE.items()}
 
 
 class Agent:
@@ -81,6 +57,7 @@ class HB:
     def __init__(self, cluster, seed=None):
         self.cluster = cluster
         self.seed = seed
+        self.allow = frozenset()    #: rule ids the launch opts out of (SimBackend(allow=...), rules.py)
         self.agents = []
         self.keys = {}
         nw = sum(len(c.warps) for c in cluster.ctas)
@@ -172,13 +149,30 @@ class HB:
         vc[agent] = max(vc[agent], clock)
         return vc, pvc
 
+    def collective_op(self, warps, agent, clock):
+        """(vc, pvc) that orders the accesses of an asynchronous operation that ``warps`` issue
+        together (``wgmma.mma_async``, as ``agent``'s ``clock``): what *every* one of them knows.
+        PTX ISA 9.7.15.5.2: ``.sync`` makes a thread wait for the threads of its own warp only,
+        ``.aligned`` is a requirement on the warpgroup, not a synchronisation; so a write (and, for
+        the async proxy, its ``fence.proxy.async``, 9.7.15.4) is ordered before the operation's
+        operand reads only when it is ordered before each issuing warp's instruction -- another
+        warp's store needs a barrier after its fence, whatever the hardware does when the four
+        warps meet."""
+        vc = self.warp_vc(warps[0]).copy()
+        pvc = warps[0].pvc.copy()
+        for w in warps[1:]:
+            np.minimum(vc, self.warp_vc(w), out=vc)
+            np.minimum(pvc, w.pvc, out=pvc)
+        vc[agent] = max(vc[agent], clock)
+        return vc, pvc
+
     def describe(self, a, pc, launch):
         ag = self.agents[a]
         ins = launch.code[pc] if 0 <= pc < len(launch.code) else None
         kind = {"warp": "generic proxy", "tma": "async proxy", "asyncst": "generic proxy", "wgmma": "async proxy",
                 "bulk": "async proxy", "cpasync": "generic proxy", "tcgen05": "tensor core (tcgen05)",
                 "tcgen05ld": "tensor memory load", "tcgen05st": "tensor memory store"}[ag.kind]
-        where = f"PTX line {ins.line}: {ins.text.strip()}" if ins is not None else "?"
+        where = ins.where() if ins is not None else "?"
         who = f"CTA {ag.cta.ctaid} {ag.label}"
         if ag.kind == "warp":
             who += f" (threads {32 * ag.wid}-{32 * ag.wid + 31})"
@@ -196,6 +190,11 @@ _NEVER, _MIXED = -2, -1     # Shadow.blk_w: no write yet / not one write's
 
 class Shadow:
     """Per-4-byte shadow of one CTA's shared memory (last write epoch, per-agent read clocks)."""
+
+    initcheck_reads = ""        # reads judged by initcheck: every kind (a prefix of ``what``)
+    #: reads initcheck never judges: tensormap.replace writes one field of the object (PTX ISA,
+    #: tensormap.replace); the emulator reads the rest only to rewrite it unchanged
+    initcheck_exempt = ("tensormap.replace",)
 
     def __init__(self, cta, hb, n=None):
         self.cta = cta
@@ -222,6 +221,7 @@ class Shadow:
         self.blk_wasync = np.zeros((n >> _BLK) + 1, bool)
         self.cols = {}
         self.defer_mark = None      # words with a deferred batched store (warpbatch.flush)
+        self.initcheck = getattr(cta.launch, "initcheck", False)     # checks/initcheck.py
 
     def _col(self, agent):
         c = self.cols.get(agent)
@@ -239,10 +239,13 @@ class Shadow:
         return c
 
     # -- checks ------------------------------------------------------------------------------
-    def read(self, words, agent, clock, vc, pvc, pc, async_read, what, blocks=None):
+    def read(self, words, agent, clock, vc, pvc, pc, async_read, what, blocks=None, lenient=None):
         """Record a read of ``words`` (word ids, or a slice of them: :func:`word_set`) by
         ``agent`` at ``clock`` (knowledge ``vc``/``pvc``); ``blocks``: the 1 KiB blocks the
-        words lie in, when the caller has them (then whole-block writes are checked per block)."""
+        words lie in, when the caller has them (then whole-block writes are checked per block).
+        ``lenient``: the ``(vc, pvc)`` of a collective operation's most knowing issuer (a wgmma's
+        join of its warps, while ``vc``/``pvc`` are their meet): a write it knows is reported under
+        the rule ``wgmma-warpgroup-barrier``."""
         hb = self.hb
         if blocks is not None and self._blocks_known(blocks, vc, pvc, async_read):
             c = self._col(agent)
@@ -251,6 +254,9 @@ class Shadow:
             self.blk_read[c][blocks] = clock
             return
         wa = self.w_agent[words]
+        if (self.initcheck and int(wa.min()) < 0 and what.startswith(self.initcheck_reads)
+                and not what.startswith(self.initcheck_exempt)):        # checks/initcheck.py
+            report_shared(self, int(word_ids(words)[int(np.argmin(wa))]), agent, pc, what)
         if int(wa.max()) >= 0:
             vc = hb.fit(vc)
             if int(wa.min()) >= 0:      # the usual case: every word written, nothing to select
@@ -265,21 +271,20 @@ class Shadow:
                     pv = hb.fit(pvc)[idx]
                     badp = gen & (need > pv) & ~bad
                     if badp.any():
-                        i = int(np.flatnonzero(badp)[0])
-                        self._report(word_ids(words)[sel][i], agent, pc, what, "read", "proxy")
+                        self._report(word_ids(words)[sel][badp], agent, pc, what, "read", "proxy", lenient=lenient)
             if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                self._report(word_ids(words)[sel][i], agent, pc, what, "read", None)
+                self._report(word_ids(words)[sel][bad], agent, pc, what, "read", None, lenient=lenient)
         c = self._col(agent)
         self.r_clock[c][words] = clock      # through the row view: a 1-D scatter is cheaper
         self.r_pc[c][words] = pc
         self.blk_read[c][_blocks(words)] = clock
 
     def write(self, words, agent, clock, vc, pc, async_write, what, same=None):
-        """Record a write; ``same()`` (generic stores) tells whether it stores the bytes already
-        there: an unordered write-write pair that leaves memory unchanged is benign and not
-        reported (compilers emit such redundant stores from every warp, e.g. Triton's
-        warp-specialized kernels initialising shared flags)."""
+        """Record a write; ``same(word ids)`` (generic stores) tells, per word, whether it stores
+        the bytes already there: an unordered write-write pair that leaves a word unchanged is
+        benign and not reported (compilers emit such redundant stores from every warp, e.g.
+        Triton's warp-specialized kernels initialising shared flags) -- decided word by word, so
+        the other words of the same store are still checked."""
         hb = self.hb
         wa = self.w_agent[words]
         if (wa >= 0).any():
@@ -287,9 +292,12 @@ class Shadow:
             sel = (wa >= 0) & (wa != agent)
             if sel.any():
                 bad = self.w_clock[words][sel] > vc[wa[sel]]
-                if bad.any() and not (same is not None and same()):
-                    i = int(np.flatnonzero(bad)[0])
-                    self._report(word_ids(words)[sel][i], agent, pc, what, "write", None)
+                if bad.any():
+                    cand = word_ids(words)[sel][bad]
+                    if same is not None:
+                        cand = cand[~same(cand)]
+                    if len(cand):
+                        self._report(cand, agent, pc, what, "write", None)
         nc = self.ncols
         if nc:
             vc = hb.fit(vc)
@@ -302,8 +310,8 @@ class Shadow:
             if rc is not None and rc.any():
                 bad = rc > lim[:, None]
                 if bad.any():
-                    ci, wi = np.argwhere(bad)[0]
-                    self._report(word_ids(words)[wi], agent, pc, what, "write", None, col=int(ci))
+                    ix = np.argwhere(bad)
+                    self._report(word_ids(words)[ix[:, 1]], agent, pc, what, "write", None, col=ix[:, 0])
                 self.r_clock[:nc, words] = 0
         self.w_agent[words] = agent
         self.w_clock[words] = clock
@@ -361,7 +369,7 @@ class Shadow:
         reader: generic writes through ``pvc``), judged from whole-block write epochs; False
         when a block is mixed or a write is not known (the per-word check then decides)."""
         e = self.blk_w[blocks]
-        if (e == _MIXED).any():
+        if (e == _MIXED).any() or (self.initcheck and (e == _NEVER).any()):
             return False
         wr = e >= 0
         if not wr.any():
@@ -399,13 +407,15 @@ class Shadow:
             if last > hb.warp_vc(w)[a]:
                 word = int(np.argmax(self.r_clock[c]))
                 ln = self.cta.launch
+                if "bulk-wait" in hb.allow:
+                    continue
                 raise RaceError(
                     f"data race on shared memory {ln.program.smem_symbol(4 * word, self.cta.dyn_base)} "
                     f"(CTA {self.cta.ctaid}, byte offset {4 * word}):\n"
                     f"    read by {hb.describe(a, int(self.r_pc[c, word]), ln)} (bulk group {last - 1})\n"
                     f"    may still run when the CTA exits and its shared memory is reassigned; missing: "
                     f"cp.async.bulk.wait_group.read covering the group before the issuing thread exits "
-                    f"(PTX ISA: cp.async.bulk.wait_group)" + hb.seed_note())
+                    f"(PTX ISA: cp.async.bulk.wait_group)" + hb.seed_note() + cite("bulk-wait"))
 
     # -- reports -----------------------------------------------------------------------------
     def place(self, word):
@@ -414,21 +424,45 @@ class Shadow:
         loc = cta.launch.program.smem_symbol(4 * word, cta.dyn_base)
         return f"shared memory {loc} (CTA {cta.ctaid}, byte offset {4 * word})"
 
-    def _report(self, word, agent, pc, what, mode, edge, col=None):
+    def _edge(self, pa, agent, mode, edge):
+        """The edge that would have ordered prior agent ``pa``'s access before ``agent``'s."""
+        if edge is not None:
+            return edge
+        kinds = self.hb.agents
+        pkind = kinds[pa].kind
+        edge = pkind if pkind != "warp" or kinds[agent].kind == "warp" else "warp"
+        if pkind == "cpasync" and mode == "read" and kinds[agent].kind in ("wgmma", "bulk"):
+            edge = "cpasync"
+        return edge
+
+    def _report(self, words, agent, pc, what, mode, edge, col=None, lenient=None):
+        """Raise the report for the first of ``words`` (candidate word ids; ``col``: the reader
+        column of each, for a write after reads) whose rule the launch does not opt out of
+        (``HB.allow``); return when every candidate's rule is allowed."""
         hb = self.hb
         cta = self.cta
         ln = cta.launch
-        if col is None:
-            pa, ppc, pmode = int(self.w_agent[word]), int(self.w_pc[word]), "write"
+        words = np.atleast_1d(np.asarray(words))
+        cols = None if col is None else np.broadcast_to(np.asarray(col), words.shape)
+        pas = self.w_agent[words] if cols is None else self.col_agent[cols]
+        uniq, inv = np.unique(pas, return_inverse=True)        # the rule depends on the prior agent only
+        rules = np.array([EDGE_RULE[self._edge(int(a), agent, mode, edge)] for a in uniq.tolist()], object)[inv]
+        if lenient is not None:         # known to some issuing warp of a collective wgmma
+            lv, lp = hb.fit(lenient[0]), hb.fit(lenient[1])
+            k = self.w_clock[words]
+            known = (k <= lv[pas]) & (self.w_async[words] | (k <= lp[pas]))
+            rules[known] = "wgmma-warpgroup-barrier"
+        keep = np.flatnonzero(~np.isin(rules, list(hb.allow))) if hb.allow else np.arange(len(words))
+        if not len(keep):
+            return
+        i = int(keep[0])
+        word, pa, rid = int(words[i]), int(pas[i]), rules[i]
+        if cols is None:
+            ppc, pmode = int(self.w_pc[word]), "write"
         else:
-            pa, ppc, pmode = int(self.col_agent[col]), int(self.r_pc[col, word]), "read"
-        pkind = hb.agents[pa].kind
-        if edge is None:
-            edge = pkind if pkind != "warp" or hb.agents[agent].kind == "warp" else "warp"
-            if pkind == "cpasync" and mode == "read" and hb.agents[agent].kind in ("wgmma", "bulk"):
-                edge = "cpasync"
+            ppc, pmode = int(self.r_pc[cols[i], word]), "read"
         raise RaceError(
-            f"data race on {self.place(int(word))}:\n"
+            f"data race on {self.place(word)}:\n"
             f"    {pmode} by {hb.describe(pa, ppc, ln)}\n"
             f"    {mode} by {hb.describe(agent, pc, ln)} ({what})\n"
-            f"    are not ordered by synchronisation; missing: {EDGE[edge]}" + hb.seed_note())
+            f"    are not ordered by synchronisation; missing: {RULES[rid].missing}" + hb.seed_note() + cite(rid))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..frontend.errors import RaceError
+from .rules import raise_unless_allowed
 
 
 def acc_prune(w):
@@ -40,7 +40,7 @@ def acc_check(w, ins):
             scopes = getattr(w.launch.program, "scopes", [])
             scope = scopes[ins.scope] if isinstance(ins.scope, int) and ins.scope < len(scopes) else None
             reg = _reg_name(scope, (hit & -hit).bit_length() - 1)
-            raise RaceError(
+            raise_unless_allowed(hb.allow, "wgmma-wait", 
                 f"data race on wgmma accumulator register {reg} (and any others the instruction names) "
                 f"of CTA {w.cta.ctaid} warp {w.wid}:\n"
                 f"    written by {hb.describe(agent, pc, ln)} (group {clock - 1})\n"
@@ -48,6 +48,7 @@ def acc_check(w, ins):
                 f"    are not ordered; missing: a wgmma.wait_group covering that group before the "
                 f"access (PTX ISA wgmma.mma_async: accessing the accumulator before "
                 f"wgmma.wait_group is undefined)" + hb.seed_note())
+            return
 
 
 def lane_conflict(cta, off, vals, nb, lanes, w, ins) -> None:
@@ -69,8 +70,10 @@ def lane_conflict(cta, off, vals, nb, lanes, w, ins) -> None:
         a, b, shift = int(order[i]), int(order[i + 1]), int(so[i + 1] - so[i])
         if not np.array_equal(data[a, shift:], data[b, :nb - shift]):
             loc = cta.launch.program.smem_symbol(int(so[i + 1]), cta.dyn_base)
-            raise RaceError(
+            raise_unless_allowed(cta.shadow.hb.allow if cta.shadow is not None else frozenset(),
+                                 "same-instruction-lanes", 
                 f"data race on shared memory {loc} (CTA {cta.ctaid}, byte offset {int(so[i + 1])}): lanes "
                 f"{int(lanes[a])} and {int(lanes[b])} of warp {w.wid} store different values there in one "
                 f"instruction (PTX memory model: one of them is written, which one is undefined)\n"
                 f"    at {ins.where()}" + (cta.shadow.hb.seed_note() if cta.shadow is not None else ""))
+            return

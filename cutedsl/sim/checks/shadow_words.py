@@ -38,3 +38,41 @@ def words_of(off, nb):
     if nb <= 4:
         return (off >> 2).reshape(-1)
     return ((off.reshape(-1, 1) + np.arange(0, nb, 4)) >> 2).reshape(-1)
+
+
+# -- the equal-value exemption (a write that leaves the bytes as they were) ----------------------
+
+def _equal_bytes(mem_u8, off, nb: int, vals):
+    """``(eq, pos)``: per lane and byte of a store of ``nb`` bytes at byte offsets ``off`` with
+    ``vals`` ((lanes, n) unsigned ints of ``nb / n`` bytes), whether the byte it writes equals the
+    one in ``mem_u8``, and the byte's offset. Called before the store lands."""
+    off = np.asarray(off, np.int64).reshape(-1)
+    new = np.ascontiguousarray(vals).view(np.uint8).reshape(len(off), nb)
+    pos = off[:, None] + np.arange(nb)
+    return mem_u8[pos] == new, pos
+
+
+def same_words(mem_u8, off, nb: int, vals):
+    """For the shared-memory shadow (:meth:`cutedsl.sim.checks.hb.Shadow.write`): a callable
+    ``ids -> bool mask``, True for each 4-byte word id the store leaves byte-for-byte unchanged
+    (every byte it writes there equals the byte already there). The exemption is decided per
+    word: a warp store of which some lanes rewrite bytes another warp wrote unordered with the
+    same values, while other lanes write new bytes elsewhere, is benign exactly on those words."""
+    def same(ids):
+        eq, pos = _equal_bytes(mem_u8, off, nb, vals)
+        changed = np.unique(pos[~eq] >> 2)
+        return ~np.isin(np.asarray(ids), changed)
+    return same
+
+
+def same_elements(mem_u8, off, nb: int, vals):
+    """For the global-memory shadow (:meth:`cutedsl.sim.checks.global_hb.GlobalHB.access`): a
+    callable ``() -> bool mask`` over the entries of its word list (one per lane and 4-byte word,
+    or one per lane for a sub-word store: per element), True where the store leaves the bytes
+    unchanged."""
+    def same():
+        eq, _ = _equal_bytes(mem_u8, off, nb, vals)
+        if nb >= 4:
+            return eq.reshape(len(eq), nb // 4, 4).all(axis=2).reshape(-1)
+        return eq.all(axis=1)
+    return same

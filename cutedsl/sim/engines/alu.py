@@ -21,7 +21,9 @@ PACKED = {"f16x2": "f16", "bf16x2": "bf16"}
 RND = {"rn", "rz", "rm", "rp"}
 IRND = {"rni", "rzi", "rmi", "rpi"}
 F32X2 = "f32x2"      #: two f32 in a 64-bit register, low half first (add/sub/mul/fma on sm_100)
-ALL_TYPES = INT_TYPES | FLOAT_TYPES | set(PACKED) | {F32X2, "pred"}
+ALL_TYPES = INT_TYPES | FLOAT_TYPES | set(PACKED) | {"pred"}
+#: the types of add/sub/mul/fma, the only instructions with an .f32x2 form (PTX ISA 9.7.3.3-9.7.3.6)
+ARITH_TYPES = ALL_TYPES | {F32X2}
 
 
 def split_mods(ctx, mods, allowed, types=ALL_TYPES, ntypes=1):
@@ -49,6 +51,20 @@ def need_ops(ctx, ops, n):
 
 
 # -- packed f32x2 (sm_100: add/sub/mul/fma .f32x2 on .b64 registers) --------------------------
+
+def check_f32x2(ctx, base, flags, ops):
+    """The .f32x2 forms (PTX ISA 9.7.3.3 add, 9.7.3.4 sub, 9.7.3.5 mul, 9.7.3.6 fma):
+    ``{.rnd}{.ftz}`` only (``fma`` needs ``.rnd``), every operand a 64-bit register."""
+    extra = flags - RND - {"ftz"}
+    if extra:
+        ctx.bad(f"{base}.f32x2 takes .rn/.rz/.rm/.rp and .ftz only, not .{sorted(extra)[0]} "
+                f"(PTX ISA 9.7.3: {base}{{.rnd}}{{.ftz}}.f32x2)")
+    for o in ops:
+        r = ctx.lookup_reg(o.strip())
+        if r is None or r[0] != "d":
+            ctx.bad(f"{base}.f32x2 operand {o.strip()} must be a .b64 register (PTX ISA 9.7.3: operands "
+                    f"of .f32x2 have .b64 type)")
+
 
 def unpack_f32x2(v):
     v = np.asarray(v, np.uint64)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..frontend.errors import RaceError, SimRuntimeError
+from ..frontend.errors import SimRuntimeError
+from ..checks.rules import raise_unless_allowed
 from ..machine.memory import OFF_MASK, RANK_SHIFT, SHARED_WIN
 
 
@@ -131,7 +132,7 @@ def hb_check_init(w, b, ins):
     agent, clock, pc = b.init
     if hb.warp_vc(w)[agent] < clock:
         c = b.cta
-        raise RaceError(
+        raise_unless_allowed(hb.allow, "mbarrier-init",
             f"data race on mbarrier {b.name}:\n    mbarrier.init by {hb.describe(agent, pc, c.launch)}\n"
             f"    use by {hb.describe(w.agent, ins.pc, c.launch)}\n    are not ordered by "
             f"synchronisation; missing: fence.mbarrier_init (or a release) and a barrier between the "

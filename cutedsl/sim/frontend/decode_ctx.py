@@ -23,12 +23,13 @@ if TYPE_CHECKING:
 # -- decode context ----------------------------------------------------------------------
 
 class Scope:
-    __slots__ = ("id", "parent", "regs", "labels", "vectors")
+    __slots__ = ("id", "parent", "regs", "labels", "vectors", "branchtargets")
 
     def __init__(self, sid, parent):
         self.id, self.parent = sid, parent
         self.regs = {}
         self.labels = {}
+        self.branchtargets = {}  #: ``tlist: .branchtargets L0, L1;`` -> (pc of the directive, [L0, L1])
         self.vectors = {}       #: vector register name (``.reg .v4 .s32 v``) -> its component names
 
 
@@ -318,6 +319,26 @@ class DecodeCtx:
 
     def label(self, name: str) -> int:
         return self.lookup_label(name)
+
+    def branch_targets(self, name: str) -> list:
+        """The PCs of the labels that ``.branchtargets`` list ``name`` names (PTX ISA 9.7.12.4
+        brx.idx: the directive must be defined in the function before the ``brx.idx`` using it,
+        and refer to labels of the function)."""
+        s = self.scope
+        while s is not None and name not in s.branchtargets:
+            s = s.parent
+        if s is None:
+            self.bad(f"{name!r} is not the label of a .branchtargets directive in scope (PTX ISA 9.7.12.4)")
+        pc, names = s.branchtargets[name]
+        if pc > self.ins.pc:
+            self.bad(f".branchtargets {name!r} is defined after this brx.idx; the ISA requires it before "
+                     f"its use (PTX ISA 9.7.12.4)")
+        here = self.scope
+        self.scope = s
+        try:
+            return [self.lookup_label(n) for n in names]
+        finally:
+            self.scope = here
 
 
 # -- program -----------------------------------------------------------------------------

@@ -59,6 +59,7 @@ class Program:
         self.nregs = {"p": 0, "h": 0, "r": 0, "d": 0}
         self.symbols = {}
         self.shared_vars = {}
+        self.shared_lines = {}      #: shared variable name -> PTX line of its declaration
         self.local_vars = {}
         self.globals = [v for v in module.variables if v.space in ("global", "const")]
         self.static_smem = 0
@@ -142,6 +143,16 @@ def _decl_b128(scope: Scope, names: str, nregs: dict, line: int, text: str) -> N
         scope.vectors[name] = halves
 
 
+def _decl_branchtargets(scope: Scope, text: str, label_item, pc: int, line: int) -> None:
+    """``tlist: .branchtargets L0, L1, ...;`` (PTX ISA 9.7.12.4, the list a ``brx.idx`` indexes):
+    recorded under its label, resolved when a ``brx.idx`` names it."""
+    names = [n.strip() for n in text[len(".branchtargets"):].split(",")]
+    if label_item is None or label_item.kind != "label" or not names or not all(names):
+        raise PTXParseError(".branchtargets needs a label and a list of labels (tlist: .branchtargets L0, L1;)",
+                            line, text)
+    scope.branchtargets[label_item.name] = (pc, names)
+
+
 def _check_local(prog, v, used: int, limits, line: int, text: str) -> None:
     if used > limits.local_bytes:
         raise PTXParseError(f"{used} bytes of per-thread {v} memory declared; the emulator's limit is "
@@ -176,8 +187,10 @@ def decode_entry(module, entry, key="", limits=DEFAULT_LIMITS) -> Program:
     prog.scopes = scopes        # by Instr.scope id: register names for diagnostics
     stack = [root]
     stmts = []
+    prev = None
     for it in entry.items:
         sc = stack[-1]
+        prev, last = it, prev
         if it.kind == "open":
             ns = Scope(len(scopes), sc)
             scopes.append(ns)
@@ -192,6 +205,8 @@ def decode_entry(module, entry, key="", limits=DEFAULT_LIMITS) -> Program:
             t = it.text
             if t.startswith(".reg"):
                 _decl_regs(sc, t, prog.nregs, it.line, limits.registers)
+            elif t.startswith(".branchtargets"):
+                _decl_branchtargets(sc, t, last, len(stmts), it.line)
             elif t.startswith(".shared") or t.startswith(".extern .shared"):
                 v = parse_var(t, it.line)
                 if v.size > SMEM_LIMIT:
@@ -225,41 +240,54 @@ def decode_entry(module, entry, key="", limits=DEFAULT_LIMITS) -> Program:
     # pass 2: decode
     ctx = DecodeCtx(prog)
     code = prog.code
+    srcs = {}           # .loc -> "path:line" (one string per distinct location)
     for pc, (it, sc) in enumerate(stmts):
-        text = it.text
-        guard = None
-        if text.startswith("@"):
-            g, text2 = text[1:].split(None, 1)
-            guard = g
-            text = text2
-        parts = text.split(None, 1)
-        opfull = parts[0]
-        ops = split_top(parts[1]) if len(parts) > 1 else []
-        ins = Instr(pc, it.line, it.text, opfull, sc.id)
-        ctx.scope = sc
-        ctx.ins = ins
-        if guard is not None:
-            neg = guard.startswith("!")
-            gname = guard[1:] if neg else guard
-            r = ctx.lookup_reg(gname)
-            if r is None or r[0] != "p":
-                raise PTXParseError(f"guard {guard} is not a predicate register", it.line, it.text)
-            ins.guard, ins.neg = r[1], neg
-        segs = opfull.split(".")
-        h = HANDLERS.get(segs[0])
-        if h is None:
-            raise UnsupportedInstruction(f"unsupported instruction '{segs[0]}'", it.line, it.text)
-        ins.fn = h(ctx, ins, segs[1:], ops)
-        ins.batch = _batchable(ctx, segs[0], segs[1:], ops)
-        if segs[0] == "wgmma":
-            ins.rbits = 0       # wgmma's own accumulator accesses are ordered by the hardware
-        code.append(ins)
+        src = srcs.get(it.loc)
+        if src is None:
+            src = srcs[it.loc] = module.source(it.loc)
+        try:
+            code.append(_decode(ctx, pc, it, sc, src))
+        except PTXParseError as e:
+            e.add_source(src if e.line == it.line else "")
+            raise
     # sentinel: falling off the end behaves like ret
     end = Instr(len(code), stmts[-1][0].line if stmts else entry.line, "<end of entry>", "ret", 0)
     ctx.ins = end
     end.fn = HANDLERS["ret"](ctx, end, [], [])
     code.append(end)
     return prog
+
+
+def _decode(ctx, pc: int, it, sc, src: str) -> Instr:
+    """One statement -> its :class:`Instr` (closure, guard, lockstep kind)."""
+    text = it.text
+    guard = None
+    if text.startswith("@"):
+        g, text2 = text[1:].split(None, 1)
+        guard = g
+        text = text2
+    parts = text.split(None, 1)
+    opfull = parts[0]
+    ops = split_top(parts[1]) if len(parts) > 1 else []
+    ins = Instr(pc, it.line, it.text, opfull, sc.id, src)
+    ctx.scope = sc
+    ctx.ins = ins
+    if guard is not None:
+        neg = guard.startswith("!")
+        gname = guard[1:] if neg else guard
+        r = ctx.lookup_reg(gname)
+        if r is None or r[0] != "p":
+            raise PTXParseError(f"guard {guard} is not a predicate register", it.line, it.text)
+        ins.guard, ins.neg = r[1], neg
+    segs = opfull.split(".")
+    h = HANDLERS.get(segs[0])
+    if h is None:
+        raise UnsupportedInstruction(f"unsupported instruction '{segs[0]}'", it.line, it.text)
+    ins.fn = h(ctx, ins, segs[1:], ops)
+    ins.batch = _batchable(ctx, segs[0], segs[1:], ops)
+    if segs[0] == "wgmma":
+        ins.rbits = 0       # wgmma's own accumulator accesses are ordered by the hardware
+    return ins
 
 
 #: instructions that only compute on registers: one closure call may serve a batch of warps
@@ -306,4 +334,5 @@ def _add_shared(prog: Program, v: Var):
         off = max(off, o + s)
     off = (off + v.align - 1) // v.align * v.align
     prog.shared_vars[v.name] = (off, v.size, v.align)
+    prog.shared_lines[v.name] = v.line
     prog.symbols[v.name] = ("shared", off)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..engines import numerics as nm
-from ..engines.alu import (F32X2, FLOAT_TYPES, INT_TYPES, PACKED, RND, binary, float_binop, float_post, need_ops,
-                  pack2, pack_f32x2, split_mods, unary, unpack2, unpack_f32x2, utype)
+from ..engines.alu import (ARITH_TYPES, F32X2, FLOAT_TYPES, INT_TYPES, PACKED, RND, binary, float_binop, float_post, need_ops,
+                  check_f32x2, pack2, pack_f32x2, split_mods, unary, unpack2, unpack_f32x2, utype)
 from ..frontend.registry import handler
 from ..frontend.ptxtypes import NP
 
@@ -22,9 +22,11 @@ def _sat_s32(r64):
 @handler("add", "sub")
 def dec_addsub(ctx, ins, mods, ops):
     base = ins.opcode.split(".")[0]
-    flags, (t,) = split_mods(ctx, mods, RND | {"ftz", "sat", "relu", "cc"})
+    flags, (t,) = split_mods(ctx, mods, RND | {"ftz", "sat", "relu", "cc"}, ARITH_TYPES)
     if "cc" in flags:
         ctx.unsupported("carry (.cc) arithmetic is not supported")
+    if t == F32X2:
+        check_f32x2(ctx, base, flags, ops)
     if t in INT_TYPES:
         dt = NP[t]
         if "sat" in flags:
@@ -75,7 +77,9 @@ def _wide_t(t):
 
 @handler("mul")
 def dec_mul(ctx, ins, mods, ops):
-    flags, (t,) = split_mods(ctx, mods, RND | {"ftz", "sat", "lo", "hi", "wide"})
+    flags, (t,) = split_mods(ctx, mods, RND | {"ftz", "sat", "lo", "hi", "wide"}, ARITH_TYPES)
+    if t == F32X2:
+        check_f32x2(ctx, "mul", flags, ops)
     if t in INT_TYPES:
         dt = NP[t]
         if "wide" in flags:
@@ -97,8 +101,12 @@ def dec_24(ctx, ins, mods, ops):
 
 @handler("mad", "fma")
 def dec_mad(ctx, ins, mods, ops):
-    flags, (t,) = split_mods(ctx, mods, RND | {"ftz", "sat", "lo", "hi", "wide", "relu", "oob"})
+    flags, (t,) = split_mods(ctx, mods, RND | {"ftz", "sat", "lo", "hi", "wide", "relu", "oob"}, ARITH_TYPES)
     need_ops(ctx, ops, 4)
+    if t == F32X2:
+        if ins.opcode.startswith("mad"):
+            ctx.unsupported("mad has no .f32x2 form (PTX ISA 9.7.3.7; use fma.rnd.f32x2)")
+        check_f32x2(ctx, "fma", flags, ops)
     if t in INT_TYPES:
         dt = NP[t]
         if "wide" in flags:
@@ -241,45 +249,6 @@ def dec_absneg(ctx, ins, mods, ops):
             r = (a.view(ut) ^ sign).view(dt)
             return nm.ftz(r) if fz else r
     return unary(ctx, ops, t, op)
-
-
-@handler("min", "max")
-def dec_minmax(ctx, ins, mods, ops):
-    base = ins.opcode.split(".")[0]
-    flags, (t,) = split_mods(ctx, mods, {"ftz", "NaN", "relu", "xorsign", "abs"})
-    if flags & {"xorsign", "abs"}:
-        ctx.unsupported("min/max .xorsign.abs is not supported")
-    dt = NP[t]
-    if t in INT_TYPES:
-        f = np.minimum if base == "min" else np.maximum
-        op = lambda a, b: f(a, b).astype(dt)
-        if "relu" in flags:
-            op = lambda a, b: np.maximum(f(a, b), 0).astype(dt)
-        return binary(ctx, ops, t, op)
-    f = (np.minimum if base == "min" else np.maximum) if "NaN" in flags else \
-        (np.fmin if base == "min" else np.fmax)
-
-    def scalar_op(a, b, ht=None):
-        dd = NP[ht] if ht else dt
-        a64 = np.asarray(a, dd).astype(np.float64)
-        b64 = np.asarray(b, dd).astype(np.float64)
-        r = f(a64, b64)
-        # min(-0, +0) = -0, max = +0
-        z = (a64 == 0) & (b64 == 0)
-        if np.any(z):
-            neg = np.signbit(a64) | np.signbit(b64) if base == "min" else np.signbit(a64) & np.signbit(b64)
-            r = np.where(z, np.where(neg, -0.0, 0.0), r)
-        r = r.astype(dd)
-        return float_post(r, flags - {"NaN"}, dd)
-    if t in PACKED:
-        ht = PACKED[t]
-
-        def op(a, b):
-            al, ah = unpack2(a, ht)
-            bl, bh = unpack2(b, ht)
-            return pack2(scalar_op(al, bl, ht), scalar_op(ah, bh, ht), ht)
-        return binary(ctx, ops, t, op)
-    return binary(ctx, ops, t, scalar_op)
 
 
 # -- transcendental / approximate (modelled as correctly rounded) ---------------------------

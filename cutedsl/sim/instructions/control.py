@@ -1,12 +1,15 @@
-"""Control flow: bra, ret/exit, trap, nanosleep, brkpt/pmevent.
+"""Control flow: bra, brx.idx, ret/exit, trap, nanosleep, brkpt/pmevent.
 
 Decoders receive ``(ctx, ins, mods, ops)`` and return the execution closure ``fn(warp, group,
 mask)``; see :mod:`cutedsl.sim.engines.alu` for the shared conventions.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..engines.alu import need_ops
 from ..frontend.errors import SimRuntimeError
+from ..machine.machine import Group
 from ..frontend.registry import JUMPED, RESCHED, YIELD, handler
 
 
@@ -40,6 +43,54 @@ def dec_bra(ctx, ins, mods, ops):
             g.pc = target
             return JUMPED
         w.split(g, m, target)
+        return RESCHED
+    return fn
+
+
+@handler("brx")
+def dec_brx(ctx, ins, mods, ops):
+    """``brx.idx{.uni} index, tlist`` (PTX ISA 9.7.12.4): each active lane continues at
+    ``tlist[index]``, ``tlist`` the label of a ``.branchtargets`` directive defined earlier in
+    the function. An index >= the list's length is undefined behaviour in the ISA: reported as a
+    :class:`SimRuntimeError`; so are lanes of a ``.uni`` branch with different indices (``.uni``
+    guarantees the branch is non-divergent). Lanes with different indices split into one lane
+    group per target, as a divergent ``bra`` does."""
+    if not mods or mods[0] != "idx" or any(f != "uni" for f in mods[1:]):
+        ctx.unsupported("brx takes the form brx.idx{.uni} index, tlist")
+    need_ops(ctx, ops, 2)
+    uni = "uni" in mods
+    r = ctx.lookup_reg(ops[0].strip())
+    if r is None or r[0] != "r":
+        ctx.bad(f"brx.idx index {ops[0].strip()} must be a .u32 register (PTX ISA 9.7.12.4)")
+    ridx = ctx.rd(ops[0], "u32")
+    name = ops[1].strip()
+    targets = ctx.branch_targets(name)
+    n = len(targets)
+
+    def fn(w, g, m):
+        act = g.mask if m is g.m else m
+        iv = np.broadcast_to(np.asarray(ridx(w)), (32,))
+        vals = iv[act]
+        if (vals >= n).any():
+            lane = int(np.flatnonzero(act & (iv >= n))[0])
+            raise SimRuntimeError(f"brx.idx index {int(iv[lane])} is outside {name} ({n} targets): undefined "
+                                  f"behaviour (PTX ISA 9.7.12.4)\n    at {ins.where()}\n    by "
+                                  f"{w.describe_lane(lane)}")
+        uniq = np.unique(vals)
+        if len(uniq) > 1 and uni:
+            raise SimRuntimeError(f"brx.idx.uni with different indices in one warp ({', '.join(map(str, uniq[:8]))}): "
+                                  f".uni guarantees a non-divergent branch (PTX ISA 9.7.12.4)\n    at {ins.where()}")
+        if len(uniq) == 1 and m is g.m:
+            g.pc = targets[int(uniq[0])]
+            return JUMPED
+        parts = [(targets[int(v)], act & (iv == v)) for v in uniq]
+        rest = g.mask & ~act
+        if rest.any():
+            parts.append((g.pc + 1, rest))
+        g.pc = parts[0][0]
+        g.set_mask(parts[0][1].copy())
+        for pc, mask in parts[1:]:
+            w.groups.append(Group(pc, mask.copy()))
         return RESCHED
     return fn
 

@@ -255,9 +255,12 @@ def dec_wgmma(ctx, ins, mods, ops):
         if sh is not None:
             hb = sh.hb
             ag = hb.agent(("wgmma", cta.rank, gi), "wgmma", cta, gi, f"wgmma of warpgroup {gi}")
-            vc, pvc = hb.async_op(warps, ag.idx, group + 1)
+            # every issuing warp's knowledge orders the operand reads (PTX ISA 9.7.15.5.2: .sync is
+            # per warp); what one of them knows only is reported as a missing warpgroup barrier
+            vc, pvc = hb.collective_op(warps, ag.idx, group + 1)
+            lenient = hb.async_op(warps, ag.idx, group + 1)
             for wd, blk in words:
-                sh.read(wd, ag.idx, group + 1, vc, pvc, ins.pc, True, "wgmma operand", blk)
+                sh.read(wd, ag.idx, group + 1, vc, pvc, ins.pc, True, "wgmma operand", blk, lenient=lenient)
             for w in warps:
                 w.acc_pending.append((rbits, ag.idx, group + 1, ins.pc))
                 w.acc_bits |= rbits

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..frontend.errors import MemoryAccessError
-from ..checks.shadow_words import words_of
+from ..checks.shadow_words import same_elements, same_words, words_of
 from ..checks.hb_warp import lane_conflict
 from ..frontend.ptxtypes import CALLPARAM_BASE
 from .addressing import targets
@@ -67,6 +67,7 @@ class Warp:
         self.held = None
         self.acc_pending = []       # (register bits, wgmma agent, group clock, pc)
         self.spin_pcs = set()       # PCs seen at round ends while nothing changes (livelock report)
+        self.last_addr = {}         # pc -> first lane's address of its last load/store (progress)
         self.insts = 0
         if files is None:           # a warp of its own (tests); CTAs pass their register files
             set_register_views(self, register_files(nregs, 32), slice(0, 32))
@@ -164,6 +165,7 @@ class Warp:
             a = np.full(1, a, np.uint64)
         k = len(lanes)
         nb = esize * n
+        self.note_access(ins, a)
         out = np.empty((k, n), np.dtype(f"u{esize}") if esize <= 8 else np.uint8)
         for sel, v, off, limit, cta, space in targets(self, space, a, nb, ins, lanes, "load"):
             ll = lanes if sel is None else lanes[sel]
@@ -196,6 +198,7 @@ class Warp:
         nb = esize * n
         vals = np.broadcast_to(as_unsigned(vals, esize), (k, n))
         launch = self.launch
+        self.note_access(ins, a)
         for sel, v, off, limit, cta, space in targets(self, space, a, nb, ins, lanes, "store"):
             ll = lanes if sel is None else lanes[sel]
             vv = vals if sel is None else vals[sel]
@@ -207,19 +210,29 @@ class Warp:
                 write_noting_change(launch, v[1], off[:, None] + np.arange(nb), new)
                 continue
             ix = element_index(off, esize, n)
+            full = vv
             vv = vv[:, 0] if n == 1 else vv
-
-            def same(v=v, ix=ix, vv=vv):        # the write stores the bytes already there (benign)
-                return np.array_equal(v[esize][ix], vv)
             if cta is not None:
                 cta.check_not_mbarrier(off, nb, self, ins)
                 if race and cta.shadow is not None:
                     lane_conflict(cta, off, vv, nb, ll, self, ins)
-                    cta.race_access(off, nb, self, ins, True, same=same)
+                    cta.race_access(off, nb, self, ins, True, same=same_words(v[1], off, nb, full))
             elif race and space == "global" and launch.ghb is not None:
                 launch.ghb.access(self, launch.gmem.find(int((a if sel is None else a[sel])[0])), off, nb, True,
-                                  ins, same)
+                                  ins, same_elements(v[1], off, nb, full))
             write_noting_change(launch, v[esize], ix, vv)
+
+    def note_access(self, ins, a) -> None:
+        """The livelock detector's notion of progress through memory (scheduler module docstring):
+        an access at a new address (a loop walking an array) is progress; the same address again
+        (polling a flag, rewriting a counter) is not, and it weighs as much as the cost of a memory
+        access in the launch's no-progress stretch."""
+        first = int(a[0]) if len(a) else 0
+        if self.last_addr.get(ins.pc) != first:
+            self.last_addr[ins.pc] = first
+            self.launch.fresh = True
+        else:
+            self.launch.stale += 1
 
     def _store_own_shared(self, addr, m, esize, n, vals, ins, race):
         """The common case of :meth:`store` -- per-lane addresses in this CTA's own shared memory,
@@ -242,7 +255,7 @@ class Warp:
         vv = vals[:, 0] if n == 1 else vals
         if race and cta.shadow is not None:
             lane_conflict(cta, off, vals, nb, lanes, self, ins)
-            cta.race_access(off, nb, self, ins, True, same=lambda: np.array_equal(v[ix], vv))
+            cta.race_access(off, nb, self, ins, True, same=same_words(cta.sv[1], off, nb, vals))
         write_noting_change(self.launch, v, ix, vv)
         return True
 
@@ -364,14 +377,16 @@ class CTA:
                         f"\n    at {ins.where()}\n    by warp {w.wid}")
 
     def race_access(self, off, nb, w, ins, write, what=None, same=None):
-        """Record a generic-proxy access of warp ``w`` to this CTA's shared memory (``same``: a
-        write stores the bytes already there, see :meth:`hb.Shadow.write`)."""
+        """Record a generic-proxy access of warp ``w`` to this CTA's shared memory (``same``: which
+        words a write leaves unchanged, :func:`~cutedsl.sim.checks.shadow_words.same_words`)."""
         sh = self.shadow
         vc = sh.hb.warp_vc(w)
         words = words_of(off, nb)
         if write:
             sh.write(words, w.agent, vc[w.agent], vc, ins.pc, False, what or "st.shared", same)
         else:
+            if what is None and ins.opcode.startswith("tensormap.replace"):
+                what = ins.opcode           # reads the rest of the object (initcheck exempts it)
             sh.read(words, w.agent, vc[w.agent], vc, w.pvc, ins.pc, False, what or "ld.shared")
 
 

@@ -1,0 +1,308 @@
+"""FlashAttention-3-style attention forward on Hopper (sm_90a), composed from the library's atoms
+and collectives -- its own problem, work unit and main loop, no GEMM subclass.
+
+One CTA per work unit ``(query block, head, batch)`` (grid ``(ceil(seqlen_q / block_m), heads,
+batch)``), three warpgroups (384 threads):
+
+* the producer (the last warpgroup; ``setmaxnreg.dec`` to 24): one thread loads Q once, then K
+  and V of every KV block the mask leaves, each through its own ring
+  (:class:`~cutedsl.collective.attention_operands.AttentionOperands`);
+* two MMA warpgroups (``setmaxnreg.inc`` to 240), 64 query rows each: ``S = Q K^T``, online
+  softmax, ``O += P V`` (:class:`~cutedsl.collective.attention_mainloop.AttentionMainloop`,
+  optionally overlapped inside a warpgroup and ping-ponged between the two), then the epilogue
+  (:class:`~cutedsl.collective.attention_epilogue.AttentionEpilogue`).
+
+Compile-time variants: ``head_dim`` (64, 128), ``dtype`` (f16, bf16), ``local`` (a causal or
+sliding-window band), ``softcap``, ``varlen`` (packed sequences with ``cu_seqlens``),
+``overlap``/``pingpong``. Everything else (lengths, heads, scale, window extents) is a kernel
+argument. Hooks: ``hooks`` (an :class:`~cutedsl.collective.attention_hooks.AttentionHooks`:
+FlexAttention's ``score_mod`` / ``mask_mod``) are called per accumulator element between ``S``
+and the softmax, on the scaled score (natural-log units; the softmax's ``log2 e`` comes after),
+with ``batch``, the query ``head``, and ``q_idx`` / ``kv_idx`` within the sequence. With a
+mask_mod the kernel is block-sparse: the host's block mask (the mask_mod's, intersected with the
+band's own blocks, :meth:`AttentionFwdKernel.block_mask`) lists per (batch, head, query block)
+the PARTIAL KV blocks (run with the band and the mask_mod per element) and the FULL ones (run
+unmasked); SKIP blocks are never loaded. Varlen with hooks is refused (``ConfigError``).
+
+Parameters: ``q``, ``k``, ``v`` (tensor maps), ``o`` (ptr, ``dtype``), ``lse`` (ptr, f32),
+``seqlen_q``, ``seqlen_k`` (dense: the lengths; varlen: unused maxima), ``heads``, ``group``
+(``heads / kv_heads``), ``exp_scale`` (f32), then per variant ``softmax_scale``, ``softcap``,
+``softcap_scale``, ``left``, ``right``, ``cu_seqlens_q``, ``cu_seqlens_k``, ``total_q``, the
+hooks' own parameters (``hooks.kernel_params()``) and with a mask_mod the block mask's
+(:func:`~cutedsl.collective.attention_block_mask.block_mask_params`).
+"""
+from __future__ import annotations
+
+import math
+
+from ..arch import DEFAULT, get_arch
+from ..atom.mma_traits import ATOM_M, mma_traits
+from ..collective.attention_block_mask import BlockMaskView, SparseBlocks, block_mask_params, build_block_mask
+from ..collective.attention_epilogue import AttentionEpilogue, EpilogueRows
+from ..collective.attention_hooks import AttentionHooks
+from ..collective.attention_mainloop import AttentionMainloop, UnitContext
+from ..collective.attention_mask import AttentionMask, unbounded
+from ..collective.attention_operands import AttentionOperands
+from ..collective.attention_softmax import OnlineSoftmax, SoftmaxParams
+from ..compiler.artifact import ParamSpec as Param
+from ..compiler.identity import qualname
+from ..errors import ConfigError, one_of
+from ..ir._lazy import lazy
+from .base import Kernel
+
+cir = lazy("cutedsl.ir")
+
+HEAD_DIMS = (64, 128)             #: head dimensions implemented (Q/K and V alike)
+DTYPES = ("bf16", "f16")
+MMA_WARPGROUPS = 2                #: MMA warpgroups per CTA, ``ATOM_M`` query rows each
+BLOCK_M = MMA_WARPGROUPS * ATOM_M  #: query rows per work unit
+BLOCK_N = 128                     #: keys per KV block (FlashAttention-3's for head dim 128)
+STAGES = 2                        #: K and V ring depth
+PRODUCER_REGS, MMA_REGS = 24, 240  #: setmaxnreg budgets (FlashAttention-3's)
+#: why a head dimension is refused (named, not a generic message)
+NOT_YET = {96: "a 96-wide head is one 64-element k-tile plus half of one (a 64-byte swizzle tile); not built",
+           256: "an O accumulator of 64 x 256 f32 is 128 registers per thread beside S: FlashAttention-3 shrinks "
+                "the KV block to 80 keys for it; not built"}
+
+
+#: every parameter name the kernel declares in some variant: a hook's parameters must differ
+OWN_PARAMS = ("q", "k", "v", "o", "lse", "seqlen_q", "seqlen_k", "heads", "group", "exp_scale", "softmax_scale",
+              "softcap", "softcap_scale", "left", "right", "cu_seqlens_q", "cu_seqlens_k", "total_q")
+
+
+def hooks_reason(hooks: AttentionHooks, reserved=()) -> str | None:
+    """Why the kernel cannot take ``hooks`` (a parameter named like one of its own, or like a
+    name in ``reserved``, e.g. the front end's call options), or None."""
+    taken = set(OWN_PARAMS) | {p.name for p in block_mask_params()} | set(reserved)
+    for h in hooks.hooks():
+        for p in h.params():
+            if p.name in taken:
+                return (f"{h.describe()} declares parameter {p.name!r}, a name the attention kernel or its call "
+                        f"already uses ({', '.join(sorted(taken))}): rename it")
+    return None
+
+
+def head_dim_reason(head_dim) -> str | None:
+    if head_dim in HEAD_DIMS:
+        return None
+    why = NOT_YET.get(head_dim, "")
+    return (f"head_dim must be {one_of(HEAD_DIMS, quote=False)} (the attention kernel's k-tiles of 64 elements), "
+            f"got {head_dim!r}" + (f": {why}" if why else ""))
+
+
+class AttentionFwdKernel(Kernel):
+    """See the module docstring. Raises ``ConfigError`` for a head dimension, dtype or schedule
+    it cannot build (:meth:`reason`)."""
+
+    name = "attention_fwd"
+    mma_atom = "wgmma"
+    mask_cls = AttentionMask
+    softmax_cls = OnlineSoftmax
+    HEAD_DIMS, DTYPES, BLOCK_M, BLOCK_N = HEAD_DIMS, DTYPES, BLOCK_M, BLOCK_N
+
+    @classmethod
+    def reason(cls, head_dim, dtype, overlap=True, pingpong=True) -> str | None:
+        """Why this kernel cannot be built for these values, or None."""
+        why = head_dim_reason(head_dim)
+        if why:
+            return why
+        if dtype not in DTYPES:
+            return f"dtype must be {one_of(DTYPES)} (P is an f16/bf16 register A operand), got {dtype!r}"
+        if pingpong and not overlap:
+            return "pingpong=True needs overlap=True (the warpgroups take turns at the overlapped GEMM issue points)"
+        return None
+
+    def __init__(self, head_dim: int = 128, dtype: str = "bf16", *, local: bool = False, softcap: bool = False,
+                 varlen: bool = False, overlap: bool = True, pingpong: bool = True, arch=None, hooks=None):
+        why = self.reason(head_dim, dtype, overlap, pingpong)
+        if why:
+            raise ConfigError(f"{type(self).__name__}: {why}")
+        self.hooks = hooks if isinstance(hooks, AttentionHooks) else AttentionHooks() if hooks is None else None
+        if self.hooks is None:
+            raise ConfigError(f"{type(self).__name__}: hooks must be an AttentionHooks, got {type(hooks).__name__}")
+        why = hooks_reason(self.hooks)
+        if why:
+            raise ConfigError(f"{type(self).__name__}: {why}")
+        if varlen and self.hooks.hooks():
+            raise ConfigError(f"{type(self).__name__}: score_mod / mask_mod with packed sequences (varlen) are not "
+                              f"built: a hook's tensors are shaped by one seqlen_q / seqlen_k and its block mask by "
+                              f"one problem; pad the sequences to a dense batch (with a mask_mod for the padding)")
+        self.arch = get_arch(arch or DEFAULT)
+        self.arch.require(self.mma_atom, type(self).__name__)
+        self.head_dim, self.dtype = head_dim, dtype
+        self.local, self.softcap, self.varlen = bool(local), bool(softcap), bool(varlen)
+        self.overlap, self.pingpong = bool(overlap), bool(pingpong)
+        self.traits = mma_traits(dtype)
+        wg = self.arch.warpgroup_threads
+        # plan, then build each collective once
+        self.threads = wg * (MMA_WARPGROUPS + 1)
+        self.operands = AttentionOperands(head_dim, BLOCK_M, BLOCK_N, STAGES, dtype, self.varlen,
+                                          consumer_warps=MMA_WARPGROUPS * self.arch.warps_per_warpgroup)
+        self.mask = self.mask_cls(BLOCK_M, BLOCK_N, self.local)
+        self.softmax = self.softmax_cls(self.softcap, score_mod=self.hooks.score_mod is not None)
+        self.block_sparse = self.hooks.has_mask
+        self.mainloop = AttentionMainloop(self.operands, self.mask, self.softmax, self.overlap, self.pingpong,
+                                          MMA_WARPGROUPS, wg)
+        self.epilogue = AttentionEpilogue(head_dim, dtype, wg)
+
+    def config(self) -> dict:
+        return {"arch": self.arch.name, "head_dim": self.head_dim, "dtype": self.dtype, "local": self.local,
+                "softcap": self.softcap, "varlen": self.varlen, "overlap": self.overlap, "pingpong": self.pingpong,
+                "block": [BLOCK_M, BLOCK_N], "stages": STAGES, "class": qualname(type(self)),
+                "mask": qualname(self.mask_cls), "softmax": qualname(self.softmax_cls),
+                "hooks": self.hooks.identity()}
+
+    # -- host contract ---------------------------------------------------------------------
+    def params(self) -> list:
+        ps = [Param("q", "tensormap"), Param("k", "tensormap"), Param("v", "tensormap"),
+              Param("o", "ptr", dtype=self.dtype, output=True), Param("lse", "ptr", dtype="f32", output=True),
+              Param("seqlen_q", "i32"), Param("seqlen_k", "i32"), Param("heads", "i32"), Param("group", "i32"),
+              Param("exp_scale", "f32")]
+        if self.softmax.has_score_mod:
+            ps.append(Param("softmax_scale", "f32"))
+        if self.softcap:
+            ps += [Param("softcap", "f32"), Param("softcap_scale", "f32")]
+        if self.local:
+            ps += [Param("left", "i32"), Param("right", "i32")]
+        if self.varlen:
+            ps += [Param("cu_seqlens_q", "ptr", dtype="i32"), Param("cu_seqlens_k", "ptr", dtype="i32"),
+                   Param("total_q", "i32")]
+        ps += self.hooks.kernel_params()
+        if self.block_sparse:
+            ps += block_mask_params()
+        return ps
+
+    def grid(self, problem) -> tuple:
+        """CTAs for an ``AttentionProblem`` (varlen: ``seqlen_q`` is the longest sequence)."""
+        return (max(1, -(-problem.seqlen_q // BLOCK_M)), problem.heads, problem.batch)
+
+    def tensor_map_extent(self, shape, strides) -> tuple:
+        """Host: ``(shape, strides)`` of the Q/K/V tensor maps over an operand of numpy
+        ``shape`` / byte ``strides`` in FlashAttention's layout (heads before the sequence)."""
+        return self.operands.map_extent(tuple(shape), tuple(strides), self.varlen)
+
+    def scalar_values(self, problem, softmax_scale: float, softcap=None, window=(-1, -1)) -> dict:
+        """Host: the scalar parameters for ``problem`` (an ``AttentionProblem`` of ints), the
+        scale, the softcap and the band ``window = (left, right)`` (``-1``: unbounded)."""
+        vals = {"seqlen_q": problem.seqlen_q, "seqlen_k": problem.seqlen_k, "heads": problem.heads,
+                "group": problem.group}
+        log2e = 1.0 / math.log(2.0)
+        vals["exp_scale"] = softmax_scale * log2e if self.softmax.scale_in_exponent else log2e
+        if self.softmax.has_score_mod:
+            vals["softmax_scale"] = softmax_scale
+        if self.softcap:
+            vals["softcap"], vals["softcap_scale"] = float(softcap), softmax_scale / float(softcap)
+        if self.local:
+            far = unbounded(problem.seqlen_q, problem.seqlen_k)
+            vals["left"], vals["right"] = (far if w < 0 else w for w in window)
+        return vals
+
+    def block_mask(self, problem, window=(-1, -1), args=None):
+        """Host, block-sparse kernels: the ``BlockMask`` of the hooks' mask_mod on ``problem``
+        (an ``AttentionProblem``; ``args``: the mask_mod's parameters by name, numpy) for this
+        kernel's tiles, intersected with the band's own blocks (``window`` as in
+        :meth:`scalar_values`): its :meth:`~BlockMask.values` are the block mask parameters."""
+        sizes = {"batch": problem.batch, "heads": problem.heads, "seqlen_q": problem.seqlen_q,
+                 "seqlen_k": problem.seqlen_k}
+        bm = build_block_mask(self.hooks, sizes, BLOCK_M, BLOCK_N, args)
+        far = unbounded(problem.seqlen_q, problem.seqlen_k)
+        left, right = (far if w < 0 else w for w in window) if self.local else (0, 0)
+        return bm.restrict(self.mask.block_kinds(problem.seqlen_q, problem.seqlen_k, left, right))
+
+    # -- IR ------------------------------------------------------------------------------------
+    def define(self):
+        from mlir.dialects import gpu
+        from ..atom import warpgroup_reg_alloc, warpgroup_reg_dealloc
+        from ..ir import If, KernelBuilder, SmemPlan, block_idx, thread_idx
+        plan = SmemPlan(limit=self.arch.smem_per_cta)
+        self.operands.plan(plan)
+        kb = KernelBuilder(self.name, self.params(), block=(self.threads, 1, 1), arch=self.arch,
+                           max_registers=self.arch.launch_regs(self.threads))
+        wg_threads = self.arch.warpgroup_threads
+        with kb.build() as args:
+            smem = plan.bind()
+            tid = thread_idx()
+            leader = tid.eq(0)
+            qb, head, batch = (cir.i32(block_idx(d)) for d in ("x", "y", "z"))
+            ops = self.operands.bind(smem, args, leader)
+            self.operands.prefetch(ops, predicate=leader)
+            gpu.barrier()
+            if self.varlen:
+                cq, ck = cir.GlobalPtr(args.cu_seqlens_q, "i32"), cir.GlobalPtr(args.cu_seqlens_k, "i32")
+                q_start, k_start = cq.load(batch), ck.load(batch)
+                seqlen_q, seqlen_k = cq.load(batch + 1) - q_start, ck.load(batch + 1) - k_start
+            else:
+                q_start = k_start = 0
+                seqlen_q, seqlen_k = args.seqlen_q, args.seqlen_k
+            m0 = qb * BLOCK_M
+            left, right = (args.left, args.right) if self.local else (0, 0)
+            with If(m0 < seqlen_q):            # a query block past its (shorter) sequence: nothing to do
+                if self.block_sparse:          # the host's block mask lists the KV blocks to visit
+                    view = BlockMaskView(args)
+                    rng = SparseBlocks(view, view.row(batch, head, qb))
+                else:
+                    rng = self.mask.block_range(m0, seqlen_q, seqlen_k, left, right)
+                wg = tid // wg_threads
+                with If(wg.eq(MMA_WARPGROUPS)):
+                    warpgroup_reg_dealloc(PRODUCER_REGS)
+                    with If((tid % wg_threads).eq(0)):
+                        self.producer(ops, args, batch, head, m0 + q_start, k_start, rng)
+                with If(wg < MMA_WARPGROUPS):
+                    warpgroup_reg_alloc(MMA_REGS)
+                    self.consumer(ops, args, batch, head, cir.i32(wg), m0, q_start, seqlen_q, seqlen_k,
+                                  left, right, rng)
+        return kb, plan.dynamic_bytes, self.operands.tensor_maps()
+
+    def _lead(self, batch, head) -> tuple:
+        return (head,) if self.varlen else (batch, head)
+
+    def producer(self, ops, args, batch, head, q_row, k_start, rng) -> None:
+        """One thread: Q once, then K and V of blocks ``n_max - 1`` down to ``n_min``."""
+        from ..collective.pipeline import PipelineState
+        self.operands.load_q(ops, self._lead(batch, head), q_row)
+        kv_lead = self._lead(batch, head // args.group)
+        loop = cir.Loop(0, rng.count, carry=PipelineState(STAGES).carry())
+        for it, carried in loop:
+            st = PipelineState.from_carry(STAGES, carried)
+            j = rng.block(rng.n_max - 1 - cir.i32(it))
+            self.operands.load_kv(ops, st, kv_lead, k_start + j * BLOCK_N)
+            loop.next(*st.advance().carry())
+
+    def consumer(self, ops, args, batch, head, wg, m0, q_start, seqlen_q, seqlen_k, left, right, rng) -> None:
+        """An MMA warpgroup: wait for Q, run the main loop (none when no KV block is left:
+        O = 0, LSE = +inf), store O and LSE."""
+        from ..atom.wgmma import Accumulator
+        from ..collective.attention_softmax import SoftmaxState
+        sm_params = SoftmaxParams(args.exp_scale, getattr(args, "softmax_scale", None),
+                                  getattr(args, "softcap", None), getattr(args, "softcap_scale", None))
+        row0 = m0 + wg * ATOM_M
+        bound = None
+        if self.hooks.hooks():
+            from ..ir import grid_dim
+            sizes = {"batch": cir.i32(grid_dim("z")), "heads": args.heads, "seqlen_q": seqlen_q, "seqlen_k": seqlen_k}
+            bound = self.hooks.bind(args, sizes)
+        ctx = UnitContext(batch, head, row0, seqlen_q, seqlen_k, left, right, sm_params, wg, bound)
+        ops.q_bar.wait(0, 0)
+        zero, init = self.mainloop.pv.zero(), self.softmax.initial(1)
+        types = [s.type for s in zero.structs] + [x.type for x in init.carry()]
+        br = cir.If(rng.count > 0, results=types)
+        with br.then_():
+            o, sm = self.mainloop.run(ops, ctx, rng)
+            br.yield_(*(o.structs + sm.carry()))
+        with br.else_():
+            zero, init = self.mainloop.pv.zero(), self.softmax.initial(1)
+            br.yield_(*(zero.structs + init.carry()))
+        res = list(br.results)
+        o = Accumulator(res[:zero.m_blocks], zero.n)
+        sm = SoftmaxState.from_carry(res[zero.m_blocks:], zero.m_blocks)
+        inv, lse = self.softmax.finalize(sm, args.exp_scale)
+        if self.varlen:
+            o_row0, lse_base = q_start, head * args.total_q + q_start
+        else:
+            o_row0, lse_base = batch * seqlen_q, (batch * args.heads + head) * seqlen_q
+        rows = EpilogueRows(o_row0, lse_base, head, args.heads, row0, seqlen_q)
+        self.epilogue.store(o, inv, lse, rows, args.o, args.lse)
+
+
+__all__ = ["AttentionFwdKernel", "HEAD_DIMS", "DTYPES", "BLOCK_M", "BLOCK_N", "OWN_PARAMS", "head_dim_reason",
+           "hooks_reason"]
