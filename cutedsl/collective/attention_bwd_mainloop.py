@@ -14,8 +14,8 @@ compute them, so that P^T and dS^T are register A operands):
    past ``seqlen_k``);
 4. ``dS^T = P^T * (dP^T - D)``;
 5. ``dS`` to shared memory (``stmatrix``), then ``dV += P^T dO`` and ``dK += dS^T Q`` (WGMMA
-   with A from registers) and ``dQ = dS K`` (SS), one wait;
-6. ``dQ`` (unscaled) into the f32 workspace with ``red.global.add.f32`` (PTX ISA 9.7.12.7),
+   with A from registers) and ``dQ = dS K`` (SS) in 64-column chunks;
+6. each chunk of ``dQ`` (unscaled) into the f32 workspace with ``red.global.add.f32`` (PTX ISA 9.7.12.7),
    rows past the sequence skipped. Deterministic mode orders those additions: before adding to
    query block ``m`` of a (batch, head), KV block ``n`` waits until the block's semaphore equals
    ``n - n_min(m)`` (its rank among the KV blocks that visit ``m``, ascending) and afterwards
@@ -93,7 +93,7 @@ class AttentionBwdMainloop:
         self.fwd_mask = AttentionMask(o.block_m, o.block_n, local)      # rows = queries (KV blocks of a query block)
         self.s_mma = WarpgroupMMA(ATOM_M, o.block_m, o.dtype, b_major="K")
         self.kv_mma = WarpgroupMMARegA(ATOM_M, o.head_dim, o.dtype, b_major="MN")
-        self.dq_mma = WarpgroupMMA(ATOM_M, o.head_dim, o.dtype, b_major="MN")
+        self.dq_mma = WarpgroupMMA(ATOM_M, o.traits.mn_box, o.dtype, b_major="MN")     # one 64-column chunk
         self.bar = NamedBarrier(BWD_BARRIER, warpgroup_threads)
 
     # -- ranges ------------------------------------------------------------------------
@@ -124,7 +124,7 @@ class AttentionBwdMainloop:
                 "q": self.s_mma.descriptor(sm["q"].tile(0), "B"), "do": self.s_mma.descriptor(sm["do"].tile(0), "B"),
                 "q_mn": self.kv_mma.descriptor(o.mn_view(sm["q"].tile(0)), "B"),
                 "do_mn": self.kv_mma.descriptor(o.mn_view(sm["do"].tile(0)), "B"),
-                "k_mn": self.dq_mma.descriptor(o.mn_view(sm["k"].tile(0)), "B"),
+                "k_mn": [self.dq_mma.descriptor(o.mn_view(sm["k"].tile(kt), 1), "B") for kt in range(o.d_tiles)],
                 "ds": self.dq_mma.descriptor(sm["ds"].tile(0), "A")}
 
     @staticmethod
@@ -132,20 +132,18 @@ class AttentionBwdMainloop:
         return desc.stage(index, ops.smem[name].buf.stage_bytes)
 
     # -- one query block ---------------------------------------------------------------
-    def _columns(self, unit: BwdUnit, m0, c0) -> dict:
-        """``{column offset: (LSE * log2 e, D)}`` of this thread's query columns (0 past the
-        sequence, where the mask zeroes P)."""
-        lse_p, d_p = cir.GlobalPtr(unit.lse, "f32"), cir.GlobalPtr(unit.dpsum, "f32")
+    def _columns(self, unit: BwdUnit, ptr, m0, c0, scale=None) -> dict:
+        """``{column offset: value}`` of ``ptr`` (f32, LSE or D) at this thread's query columns
+        (times ``scale``; 0 past the sequence, where the mask zeroes P)."""
+        src = cir.GlobalPtr(ptr, "f32")
         out = {}
         for i in range(self.s_mma.n // 2):
             off = WgmmaFragment.offset(0, i)[1]
-            if off in out:
-                continue
-            q = m0 + c0 + off
-            ok = q < unit.seqlen_q
-            idx = V.select(ok, unit.lse_base + q, V.i32(unit.lse_base))
-            zero = F._f32(0.0)
-            out[off] = (V.select(ok, lse_p.load(idx) * LOG2E, zero), V.select(ok, d_p.load(idx), zero))
+            if off not in out:
+                q = m0 + c0 + off
+                ok = q < unit.seqlen_q
+                x = src.load(V.select(ok, unit.lse_base + q, V.i32(unit.lse_base)))
+                out[off] = V.select(ok, x * scale if scale is not None else x, F._f32(0.0))
         return out
 
     def _mask(self, unit: BwdUnit, s: Accumulator, m0, r0, c0) -> Accumulator:
@@ -173,39 +171,63 @@ class AttentionBwdMainloop:
                 acc = self.s_mma.mma(acc, a[kt], self._tile(ops, desc[name], name, first + kt), accumulate=kt > 0,
                                      fence=kt == 0, commit=kt == o.d_tiles - 1)
             s, dp = (acc, dp) if acc_name == "s" else (s, acc)
-        cols = self._columns(unit, m0, c0)
+        # LSE while the GEMMs run, D only once P is formed: fewer registers live beside dK and dV
+        lse2 = self._columns(unit, unit.lse, m0, c0, LOG2E)
         self.s_mma.wait(1)
         s = s.pinned()
         if masked:
             s = self._mask(unit, s, m0, r0, c0)
-        p = s.map_regs(lambda x, b, i: F.exp2(F.fma(x, unit.exp_scale, -cols[WgmmaFragment.offset(b, i)[1]][0])))
+        p = s.map_regs(lambda x, b, i: F.exp2(F.fma(x, unit.exp_scale, -lse2[WgmmaFragment.offset(b, i)[1]])))
+        dsum = self._columns(unit, unit.dpsum, m0, c0)
         self.s_mma.wait(0)
         dp = dp.pinned()
-        ds = dp.map_regs(lambda x, b, i: p.get(b, i) * (x - cols[WgmmaFragment.offset(b, i)[1]][1]))
+        ds = dp.map_regs(lambda x, b, i: p.get(b, i) * (x - dsum[WgmmaFragment.offset(b, i)[1]]))
         pf, dsf = AFragment.from_accumulator(p, o.dtype), AFragment.from_accumulator(ds, o.dtype)
         self.bar.sync()               # every warp waited for the previous dQ GEMM: dS may be overwritten
         store_operand(ds, ops.smem["ds"].tile(0), "B", warpgroup_thread=wt)
         fence_proxy_async()           # generic-proxy stmatrix before the async-proxy WGMMA read
         self.bar.sync()
         dv = self.kv_mma.mma(dv, pf, self._tile(ops, desc["do_mn"], "do", first), fence=True, commit=False)
-        dk = self.kv_mma.mma(dk, dsf, self._tile(ops, desc["q_mn"], "q", first), fence=False, commit=False)
-        dq = self.dq_mma.mma(self.dq_mma.undef(), desc["ds"], desc["k_mn"], accumulate=False, fence=False)
-        self.s_mma.wait(0)
-        dk, dv, dq = dk.pinned(), dv.pinned(), dq.pinned()
-        ops.qdo_pipe.consumer_release_warp(st)
-        self._add_dq(unit, dq, m_block, m0, r0, c0, wt)
+        dk = self.kv_mma.mma(dk, dsf, self._tile(ops, desc["q_mn"], "q", first), fence=False, commit=True)
+        # dQ = dS K in 64-column chunks, each added before the next is issued: 32 registers
+        # live beside dK and dV instead of head_dim / 2
+        for c in range(o.d_tiles):
+            dq = self.dq_mma.mma(self.dq_mma.undef(), desc["ds"], desc["k_mn"][c], accumulate=False, fence=c > 0)
+            self.s_mma.wait(0)
+            if c == 0:
+                dk, dv = dk.pinned(), dv.pinned()
+                ops.qdo_pipe.consumer_release_warp(st)
+                order = self._dq_acquire(unit, m_block, wt)
+            self._add_dq(unit, dq.pinned(), m0, r0, c0 + c * o.traits.mn_box)
+        self._dq_release(order, wt)
         return dk, dv
 
-    def _add_dq(self, unit: BwdUnit, dq: Accumulator, m_block, m0, r0, c0, wt) -> None:
+    def _dq_acquire(self, unit: BwdUnit, m_block, wt):
+        """Deterministic mode: wait for this KV block's turn at query block ``m_block``
+        (module docstring); returns ``(semaphore pointer, index, rank)`` or None."""
+        if not self.deterministic:
+            return None
+        sems = cir.GlobalPtr(unit.semaphores, "u32")
+        idx = unit.sem_base + m_block
+        rank = self.rank(unit.n_block, m_block, unit.seqlen_q, unit.seqlen_k, unit.left, unit.right)
+        with cir.If(wt.eq(0)):
+            wait_flag(sems, idx, V.u32(rank))
+        self.bar.sync()
+        return sems, idx, rank
+
+    def _dq_release(self, order, wt) -> None:
+        if order is None:
+            return
+        sems, idx, rank = order
+        self.bar.sync()               # every thread's additions before the release
+        with cir.If(wt.eq(0)):
+            sems.store_release(idx, V.u32(rank + 1))
+
+    def _add_dq(self, unit: BwdUnit, dq: Accumulator, m0, r0, c0) -> None:
+        """``red.global.add.f32`` of a ``64 x 64`` dQ chunk (this thread's columns from ``c0``)
+        into the workspace; rows past the sequence skipped."""
         d = self.ops_desc.head_dim
         ws = cir.GlobalPtr(unit.dq_accum, "f32")
-        if self.deterministic:
-            sems = cir.GlobalPtr(unit.semaphores, "u32")
-            idx = unit.sem_base + m_block
-            rank = self.rank(unit.n_block, m_block, unit.seqlen_q, unit.seqlen_k, unit.left, unit.right)
-            with cir.If(wt.eq(0)):
-                wait_flag(sems, idx, V.u32(rank))
-            self.bar.sync()
         row_stride = cir.i64(unit.heads) * d
         for h in range(ROW_HALVES):
             q = m0 + r0 + WgmmaFragment.offset(0, 2 * h)[0]
@@ -214,10 +236,6 @@ class AttentionBwdMainloop:
                 for i in range(dq.regs):
                     if row_half(i) == h:
                         ws.atomic_add(base + WgmmaFragment.offset(0, i)[1], dq.get(0, i))
-        if self.deterministic:
-            self.bar.sync()           # every thread's additions before the release
-            with cir.If(wt.eq(0)):
-                sems.store_release(idx, V.u32(rank + 1))
 
     # -- the loops ---------------------------------------------------------------------
     def run(self, ops, unit_of, group, rng: BlockRange) -> tuple:

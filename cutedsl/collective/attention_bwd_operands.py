@@ -92,13 +92,14 @@ class AttentionBwdOperands:
     def qdo_bytes(self) -> int:
         return 2 * self.d_tiles * self.traits.tile_bytes(self.block_m)
 
-    def mn_view(self, tile):
-        """The ``d / 64`` K-major tiles from ``tile`` (a ``[64 x 64]`` K-major ``SmemTile``) read
-        as one MN-major B operand ``[d x 64]`` (K = the 64 sequence rows, N = ``d``): the same
-        bytes (module docstring), a tile whose buffer declares ``major="MN"``."""
+    def mn_view(self, tile, tiles: int | None = None):
+        """``tiles`` (default ``d / 64``) K-major tiles from ``tile`` (a ``[64 x 64]`` K-major
+        ``SmemTile``) read as one MN-major B operand ``[64 tiles x 64]`` (K = the 64 sequence
+        rows, N = ``64 tiles`` head-dimension columns): the same bytes (module docstring), a
+        tile whose buffer declares ``major="MN"``."""
         from ..ir.smem_tile import SmemTile
         t = self.traits
-        shape = (self.head_dim, t.mn_box)
+        shape = ((tiles or self.d_tiles) * t.mn_box, t.mn_box)
         buf = attrs.evolve(tile.buffer, major="MN", shape=shape)
         return SmemTile(tile._bound, buf, tile.offset, shape, None)
 
