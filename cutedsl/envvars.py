@@ -10,8 +10,10 @@ minute of compiling.
 | ``CUTEDSL_CACHE_DIR`` | kernel cache directory | a path (default ``~/.cache/cutedsl``) |
 | ``CUTEDSL_CACHE`` | caching on/off | on/off, 1/0, true/false, yes/no |
 | ``CUTEDSL_DUMP_DIR`` | write IR/PTX/SASS of each compile there | a path |
-| ``CUTEDSL_SIM_TIME_LIMIT`` | emulator wall-clock limit per launch | seconds > 0 (default 900) |
+| ``CUTEDSL_SIM_TIME_LIMIT`` | emulator wall-clock limit per launch | seconds > 0 (default 60) |
+| ``CUTEDSL_SIM_PROGRESS_LIMIT`` | emulator livelock limit: warp-instructions a launch may run with no synchronisation, warp exit or cluster start | an integer > 0 (default 2,000,000) |
 | ``CUTEDSL_SIM_CHAOS`` | emulator adversarial-mode seed | an integer |
+| ``CUTEDSL_SIM_INITCHECK`` | emulator initcheck (reads of memory nothing wrote) | on/off, 1/0, ... (default on) |
 """
 from __future__ import annotations
 
@@ -59,6 +61,19 @@ def _seconds(name, v):
     return t
 
 
+def _count(name, v):
+    s = v.strip().replace("_", "")
+    if not s:
+        return None
+    try:
+        n = int(s)
+    except ValueError:
+        raise EnvVarError(name, v, "is not an integer") from None
+    if n <= 0:
+        raise EnvVarError(name, v, "must be an integer > 0")
+    return n
+
+
 def _seed(name, v):
     s = v.strip()
     if not s:
@@ -75,6 +90,8 @@ VARIABLES = {
     "CUTEDSL_DUMP_DIR": _path,
     "CUTEDSL_SIM_TIME_LIMIT": _seconds,
     "CUTEDSL_SIM_CHAOS": _seed,
+    "CUTEDSL_SIM_PROGRESS_LIMIT": _count,
+    "CUTEDSL_SIM_INITCHECK": _switch,
 }
 
 

@@ -7,7 +7,8 @@ the emulator (it uses the ``sim`` fixture or is marked ``sim_kernel``) runs once
 and once per seed 1..N of the adversarial mode (``CUTEDSL_SIM_CHAOS`` set for the test, so it
 reaches every launch, subprocesses included). ``--sim-seeds 0`` turns the reruns off; a fixed
 ``CUTEDSL_SIM_CHAOS`` in the environment is left alone. The emulator's wall-clock limit
-defaults to 300 s per launch in tests (``CUTEDSL_SIM_TIME_LIMIT``)."""
+defaults to 300 s per launch in tests (``CUTEDSL_SIM_TIME_LIMIT``), and its initcheck is on
+(``CUTEDSL_SIM_INITCHECK``)."""
 from __future__ import annotations
 
 import os
@@ -18,6 +19,7 @@ import pytest
 _CACHE = tempfile.mkdtemp(prefix="cutedsl-test-cache-")
 os.environ.setdefault("CUTEDSL_CACHE_DIR", _CACHE)
 os.environ.setdefault("CUTEDSL_SIM_TIME_LIMIT", "300")
+os.environ.setdefault("CUTEDSL_SIM_INITCHECK", "1")     # reads of memory nothing wrote are errors
 
 pytest_plugins = ["cutedsl.testing.plugin"]
 

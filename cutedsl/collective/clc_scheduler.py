@@ -29,6 +29,7 @@ from ..atom.clc import RESPONSE_BYTES, query_cancel, try_cancel
 from ..ir._lazy import lazy
 from .pipeline import PipelineState
 from .tile_scheduler import PersistentTileScheduler
+from .work_unit import PersistentScheduler
 
 cir = lazy("cutedsl.ir")
 
@@ -37,21 +38,20 @@ TILE_SCHEDULERS = ("static", "clc")
 CLC_STAGES = 3              #: responses in flight: the producer runs up to two units ahead of the epilogue
 
 
-class ClcTileScheduler(PersistentTileScheduler):
-    """See the module docstring. Constructor arguments as
-    :class:`~cutedsl.collective.tile_scheduler.PersistentTileScheduler` (the unit -> tile
-    rasterization is the same); ``warps``: the warps of the whole cluster that run
-    :meth:`work_loop` (each releases every response once)."""
+class ClcScheduler(PersistentScheduler):
+    """See the module docstring: cluster launch control over any problem's ``units`` (a
+    :class:`~cutedsl.collective.work_unit.UnitSpace`); one cluster of ``cluster_size`` CTAs per
+    unit is launched; ``warps``: the warps of the whole cluster that run :meth:`work_loop` (each
+    releases every response once)."""
 
-    def __init__(self, tile_m: int, tile_n: int, raster: str = "M", swizzle: int = 1, sm_count=None,
-                 cluster=(1, 1), warps: int = 1):
-        super().__init__(tile_m, tile_n, raster, swizzle, sm_count, cluster, persistent=False)
+    def __init__(self, units=None, sm_count=None, cluster_size: int = 1, warps: int = 1):
+        super().__init__(units, sm_count, cluster_size, persistent=False)
         self.warps = warps
 
     def config(self) -> dict:
         return {**super().config(), "clc": CLC_STAGES, "clc_warps": self.warps}
 
-    def _unit(self, i):
+    def unit_index(self, i=0):
         return i                    # work_loop hands its body the unit itself
 
     # -- shared memory -------------------------------------------------------------
@@ -123,9 +123,20 @@ class ClcTileScheduler(PersistentTileScheduler):
         return (x // cs if cs > 1 else x), ok
 
 
+class ClcTileScheduler(ClcScheduler, PersistentTileScheduler):
+    """The GEMM instance: constructor arguments as
+    :class:`~cutedsl.collective.tile_scheduler.PersistentTileScheduler` (the unit -> tile
+    rasterization is the same) plus ``warps`` (:class:`ClcScheduler`)."""
+
+    def __init__(self, tile_m: int, tile_n: int, raster: str = "M", swizzle: int = 1, sm_count=None,
+                 cluster=(1, 1), warps: int = 1):
+        PersistentTileScheduler.__init__(self, tile_m, tile_n, raster, swizzle, sm_count, cluster, persistent=False)
+        self.warps = warps
+
+
 def _where(cond):
     """``cir.If(cond)``, or no condition when ``cond`` is None."""
     return contextlib.nullcontext() if cond is None else cir.If(cond)
 
 
-__all__ = ["ClcTileScheduler", "CLC_STAGES", "TILE_SCHEDULERS"]
+__all__ = ["ClcScheduler", "ClcTileScheduler", "CLC_STAGES", "TILE_SCHEDULERS"]

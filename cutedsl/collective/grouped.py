@@ -64,11 +64,7 @@ class GroupedTileScheduler(PersistentTileScheduler):
     def bind(self, problem, k_tile: int) -> None:
         """This CTA's cluster coordinates (the problems come from :meth:`bind_params`)."""
         self.problem, self.k_tile, self._k_tiles = problem, k_tile, None
-        cs = self.cluster_size
-        bid = cir.block_idx()
-        self.rank = bid % cs if cs > 1 else 0
-        self.cluster_id = bid // cs if cs > 1 else bid
-        self.n_clusters = cir.grid_dim() // cs if cs > 1 else cir.grid_dim()
+        self.bind_cluster()
 
     @property
     def k_tiles(self):

@@ -1,109 +1,102 @@
 """Blackwell warp-specialized mainloop (CUTLASS ``MainloopSm100TmaUmmaWarpSpecialized``).
 
-The operand ring, its TMA boxes, cluster multicast and the producer loop are the sm_90 ones
-(:class:`~cutedsl.collective.warp_specialized.WarpSpecializedMainloop`: the same shared-memory
-layouts, read by sm_100 descriptors instead). The MMA side is **one elected thread**
-(:meth:`Tcgen05Mainloop.mma_loop`): per k-tile it waits for the slot, issues the k-tile's
-``tcgen05.mma`` instructions into a TMEM accumulator and releases the slot with
-``tcgen05.commit`` on its empty barrier -- the arrive lands when those MMAs have read the slot
-(CUTLASS's ``umma_arrive``). With a cluster the commit is multicast to the empty barrier of
-every CTA that received slices of the slot (this CTA's cluster row and column), so each slot's
-empty barrier counts one release per such CTA.
+Composed, not inherited from the sm_90 mainloops: the operand ring -- A, B and, block-scaled,
+their scale-factor atoms; TMA boxes, cluster multicast, the producer loop -- is the GEMM
+configuration of the operand loader (:class:`~cutedsl.collective.gemm_operands.GemmOperandRing`,
+the same shared-memory layouts the sm_90a mainloops use, read by tcgen05 descriptors instead), and
+the MMA side is its own. That side is **one elected thread** (:meth:`Tcgen05Mainloop.mma_loop`):
+per k-tile it waits for the slot, issues the k-tile's ``tcgen05.mma`` instructions into a TMEM
+accumulator and releases the slot with ``tcgen05.commit`` on its empty barrier -- the arrive
+lands when those MMAs have read the slot (CUTLASS's ``umma_arrive``). With a cluster the commit
+is multicast to the empty barrier of every CTA that received slices of the slot (this CTA's
+cluster row and column), so each slot's empty barrier counts one release per such CTA.
 """
 from __future__ import annotations
 
+import attrs
+
+from ..arch import DEFAULT
 from ..atom.mma_traits import block_scale
 from ..atom.tcgen05 import SCALED_KIND, SF_ATOM_BYTES, SF_COLUMNS, SF_ROWS, Umma, sf_tile_atoms
-from ..atom.tma import TmaCopy
 from ..atom.wgmma import ADDR_SHIFT
 from ..ir._lazy import lazy
+from .gemm_operands import CLUSTERS, CTA_PAIR, STAGES, GemmOperandRing, check_ring
 from .pipeline import PipelineState, TmaPipeline
-from .warp_specialized import WarpSpecializedMainloop
 
 cir = lazy("cutedsl.ir")
 
-CTA_PAIR = 2        #: CTAs sharing one cta_group::2 MMA
 #: one 512-byte scale-factor atom (128 rows of M or N x 4 factors) as the TMA box of the packed
 #: (rows, 128) u8 scales
 SF_BOX = (SF_ATOM_BYTES // SF_ROWS, SF_ROWS)
 
 
-class Tcgen05Mainloop(WarpSpecializedMainloop):
-    """See the module docstring; constructor arguments as
-    :class:`~cutedsl.collective.tma_wgmma.TmaWgmmaMainloop` with ``warpgroups = 1`` (the MMA
-    covers the whole ``tile_m`` = 128 rows), plus ``mma_sm``: 1, or 2 for a CTA-pair MMA
-    (``cta_group::2``, CUTLASS's 2SM kernels): the cluster's CTA pairs along M share one
-    MMA of 2 x ``tile_m`` rows (256, or 128: CTA-pair M = 128) issued by the even CTA; each CTA
-    loads its own ``tile_m`` rows of A and half of the
-    tile's N rows of B (no multicast between the two) and both CTAs' loads complete on the even
-    CTA's full barrier (:class:`PairPipeline`). Cluster ``(2, 1)`` with ``mma_sm`` 2."""
+class Tcgen05Mainloop:
+    """See the module docstring. ``tile_m`` x ``tile_n`` per CTA (``tile_m`` 64 or 128: the MMA
+    covers it whole, ``warpgroups`` must be 1), ``stages`` in :data:`STAGES`, ``dtype`` /
+    ``b_dtype`` the A / B types of the ``Umma`` atom, ``b_major`` / ``a_major``, ``cluster`` in
+    :data:`CLUSTERS`, ``batched``, ``arch``; ``mma_sm``: 1, or 2 for a CTA-pair MMA
+    (``cta_group::2``, CUTLASS's 2SM kernels): the cluster's CTA pairs along M share one MMA of 2 x
+    ``tile_m`` rows (256, or 128: CTA-pair M = 128) issued by the even CTA; each CTA loads its own
+    ``tile_m`` rows of A and half of the tile's N rows of B (no multicast between the two) and both
+    CTAs' loads complete on the even CTA's full barrier (:class:`PairPipeline`); cluster ``(2, 1)``
+    with ``mma_sm`` 2. ``block_scaled``: False, or ``"mx"`` / ``"nv"`` (True = ``"mx"``): per
+    stage :attr:`sf_atoms` 512-byte scale-factor atoms for A's 128 rows and as many for B's. Raises
+    ``ValueError`` naming the limit."""
 
+    STAGES = STAGES
     PAIR_CLUSTERS = ((2, 1),)
+    WARPGROUPS = (1,)
     loop_counter = "i32"            #: 32-bit loop counters: no 64-bit compare per k-tile
 
-    def __init__(self, *args, mma_sm: int = 1, block_scaled=False, **kw):
+    def __init__(self, tile_m: int, tile_n: int, stages: int, dtype: str = "f16", b_major: str = "MN",
+                 warpgroups: int = 1, cluster=(1, 1), arch=DEFAULT, b_dtype: str | None = None,
+                 batched: bool = False, a_major: str = "K", *, mma_sm: int = 1, block_scaled=False):
         if mma_sm not in (1, 2):
             raise ValueError(f"mma_sm must be 1 or 2, got {mma_sm}")
+        if warpgroups not in self.WARPGROUPS:
+            raise ValueError(f"the tcgen05 MMA covers the whole tile_m: warpgroups must be 1, got {warpgroups}")
+        check_ring(stages, (1, 1))
         self.pair = mma_sm == 2
-        #: block-scaled inputs (False, or ``"mx"`` / ``"nv"``: :class:`BlockScale`; True = "mx"):
-        #: per stage, :attr:`sf_atoms` 512-byte scale-factor atoms for A's 128 rows and as many
-        #: for B's (tile_n 128)
         self.block_scaled = bool(block_scaled)
         self.scale = block_scale(block_scaled) if block_scaled else None
-        super().__init__(*args, **kw)
-        if block_scaled and (self.tile_m != SF_ROWS or self.tile_n != SF_ROWS or self.dtype not in SCALED_KIND):
-            raise ValueError(f"block-scaled (MX) mainloops are built for 128 x 128 tiles (per CTA) of "
-                             f"{'/'.join(SCALED_KIND)} so far, got {self.tile_m} x {self.tile_n} {self.dtype}")
-        self.sf_atoms = sf_tile_atoms(self.dtype, self.scale.block) if block_scaled else 0
-        if self.pair and self.b_major == "MN" and (self.tile_n // CTA_PAIR) % self.traits.mn_box:
-            raise ValueError(f"a CTA pair with an MN-major B loads {self.tile_n // CTA_PAIR} columns per CTA, not a "
-                             f"multiple of the {self.traits.mn_box}-column box")
-        if self.pair and self.cluster not in self.PAIR_CLUSTERS:
-            raise ValueError(f"a CTA-pair MMA (mma_sm=2) runs on cluster {' or '.join(map(str, self.PAIR_CLUSTERS))} "
-                             f"(the pair along M), got {self.cluster}")
-
-    def make_mma_atom(self, m: int, n: int, dtype: str, b_major: str, b_dtype, a_major: str):
         if self.pair:
-            return Umma(CTA_PAIR * m, n, dtype, b_major, b_dtype, a_major, cta_group=CTA_PAIR)
-        return Umma(m, n, dtype, b_major, b_dtype, a_major)
+            self.mma_atom = Umma(CTA_PAIR * tile_m, tile_n, dtype, b_major, b_dtype, a_major, cta_group=CTA_PAIR)
+        else:
+            self.mma_atom = Umma(tile_m, tile_n, dtype, b_major, b_dtype, a_major)
+        self.traits = self.mma_atom.traits
+        self.b_dtype = self.mma_atom.b_dtype
+        cluster = check_ring(stages, cluster)
+        self.tile_m, self.tile_n, self.stages, self.wg_m = tile_m, tile_n, stages, tile_m
+        self.dtype, self.a_major, self.b_major, self.warpgroups = dtype, a_major, b_major, 1
+        self.batched, self.arch = batched, arch
+        self.cluster_m, self.cluster_n = cluster
+        if block_scaled and (tile_m != SF_ROWS or tile_n != SF_ROWS or dtype not in SCALED_KIND):
+            raise ValueError(f"block-scaled (MX) mainloops are built for 128 x 128 tiles (per CTA) of "
+                             f"{'/'.join(SCALED_KIND)} so far, got {tile_m} x {tile_n} {dtype}")
+        self.sf_atoms = sf_tile_atoms(dtype, self.scale.block) if block_scaled else 0
+        if self.pair and b_major == "MN" and (tile_n // CTA_PAIR) % self.traits.mn_box:
+            raise ValueError(f"a CTA pair with an MN-major B loads {tile_n // CTA_PAIR} columns per CTA, not a "
+                             f"multiple of the {self.traits.mn_box}-column box")
+        if self.pair and cluster not in self.PAIR_CLUSTERS:
+            raise ValueError(f"a CTA-pair MMA (mma_sm=2) runs on cluster {' or '.join(map(str, self.PAIR_CLUSTERS))} "
+                             f"(the pair along M), got {cluster}")
+        #: the operand ring: A, B (a pair: this CTA's half of N), the factor atoms; TMA issued
+        #: through the NVVM op with 32-bit shared addresses (13 fewer instructions per k-tile)
+        self.ring = GemmOperandRing(self.traits, dtype, self.b_dtype, tile_m, tile_n, stages, a_major, b_major,
+                                    cluster, batched, pair=self.pair, sf_box=self.sf_box if block_scaled else None,
+                                    direct=True, loop_counter=self.loop_counter)
 
-    def atoms_over(self, map_a, map_b) -> tuple:
-        """The A and B ``TmaCopy`` atoms, issuing through the NVVM op with 32-bit shared
-        addresses (``direct``): 13 fewer instructions per k-tile in the producer loop here."""
-        specs = super().tensor_maps()[:2]
-        return TmaCopy(specs[0], map_a, direct=True), TmaCopy(specs[1], map_b, direct=True)
+    # -- static description ----------------------------------------------------------
+    @property
+    def cluster(self) -> tuple:
+        """``(cluster_m, cluster_n)``."""
+        return (self.cluster_m, self.cluster_n)
 
-    # -- the CTA pair's operand split --------------------------------------------------
     @property
     def b_tile_rows(self) -> int:
-        return self.tile_n // CTA_PAIR if self.pair else self.tile_n
+        """N rows of B a CTA's stage holds (a CTA pair: half the tile's)."""
+        return self.ring.b_tile_rows
 
-    @property
-    def multicast_b(self) -> bool:
-        return not self.pair and super().multicast_b
-
-    @property
-    def b_box(self) -> tuple:
-        if not self.pair:
-            return super().b_box
-        t = self.traits
-        return (t.k_tile, t.mn_box) if self.b_major == "MN" else (self.tile_n // CTA_PAIR, t.k_box)
-
-    @property
-    def b_boxes(self) -> int:
-        if not self.pair:
-            return super().b_boxes
-        return self.tile_n // CTA_PAIR // self.traits.mn_box if self.b_major == "MN" else 1
-
-    def b_placement(self, j: int, k0, n0, rm):
-        if not self.pair:
-            return super().b_placement(j, k0, n0, rm)
-        t, half = self.traits, self.tile_n // CTA_PAIR          # this CTA's half of the tile's N rows
-        if self.b_major == "MN":
-            return j * t.mn_box_bytes, (k0, n0 + rm * half + t.mn_box * j)
-        return 0, (n0 + rm * half, k0)
-
-    # -- MX scale factors ------------------------------------------------------------------
     @property
     def sf_box(self) -> tuple:
         """The TMA box of one stage's factors of one operand: :attr:`sf_atoms` atoms."""
@@ -112,52 +105,66 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
     @property
     def sf_stage_bytes(self) -> int:
         """Bytes of one stage's factor atoms in one CTA: A's and B's (0 unless block-scaled)."""
-        return 2 * self.sf_atoms * SF_ATOM_BYTES
+        return self.ring.sf_stage_bytes
 
     @property
     def stage_bytes(self) -> int:
-        return super().stage_bytes + self.sf_stage_bytes
-
-    def plan(self, plan, stages: int | None = None) -> None:
-        super().plan(plan, stages)
-        if self.block_scaled:               # A's and B's factor atoms per stage
-            for name in ("sfa", "sfb"):
-                plan.buffer(name, self.sf_box, "u8", stages or self.stages)
-
-    def tensor_maps(self) -> list:
-        from ..compiler.artifact import TensorMapSpec
-        maps = super().tensor_maps()
-        if self.block_scaled:               # packed factors (cutedsl.device.mx.pack_scales), per batch
-            box = ((1,) if self.batched else ()) + self.sf_box
-            maps += [TensorMapSpec("a_scales", "u8", box), TensorMapSpec("b_scales", "u8", box)]
-        return maps
-
-    def bind_scales(self, ops, args, k_tiles):
-        """``ops`` with the scale-factor tensor maps and the problem's k-tile count (block-scaled)."""
-        if not self.block_scaled:
-            return ops
-        import attrs
-        sa, sb = self.tensor_maps()[-2:]
-        tsa, tsb = TmaCopy(sa, args.a_scales, direct=True), TmaCopy(sb, args.b_scales, direct=True)
-        return attrs.evolve(ops, scales=(tsa, tsb, k_tiles))
-
-    def load_stage(self, ops, pipeline, state, k_tile, m0, n0, predicate=None) -> None:
-        super().load_stage(ops, pipeline, state, k_tile, m0, n0, predicate)
-        if self.block_scaled:               # atoms (row block, k-tile) of each operand's factors
-            tsa, tsb, kts = ops.scales
-            s = state.index
-            k_rows = k_tile * self.sf_box[0]        # shared by both operands: one shift per k-tile
-            la, lb = ((ops.batch[0],), (ops.batch[1],)) if self.batched else ((), ())   # the operand's batch
-            for tma, name, r0, lead in ((tsa, "sfa", m0, la), (tsb, "sfb", n0, lb)):
-                row = (r0 // SF_ROWS) * kts * self.sf_box[0] + k_rows
-                tma.load(ops.smem[name].tile(s), pipeline.full, s, lead + (row, 0), predicate=predicate)
+        """Bytes one stage of a CTA receives (A, B and the factor atoms; a pair: see
+        :attr:`pair_stage_bytes`)."""
+        return self.ring.stage_bytes
 
     @property
     def pair_stage_bytes(self) -> int:
         """Bytes the even CTA's full barrier receives per stage from both CTAs (A: 2 x 128
         rows, B: the whole tile's N; block-scaled: each CTA's factor atoms of its A rows and of
         B's N rows -- both CTAs hold B's, which the MMA reads from the issuing CTA's TMEM)."""
-        return self.traits.tile_bytes(CTA_PAIR * self.tile_m + self.tile_n) + CTA_PAIR * self.sf_stage_bytes
+        return self.ring.pair_stage_bytes
+
+    def plan(self, plan, stages: int | None = None) -> None:
+        """Declare the ring's buffers and barriers (``stages`` slots, default :attr:`stages`)."""
+        self.ring.plan(plan, stages)
+
+    def tensor_maps(self) -> list:
+        """A's and B's maps, then the packed factors' (``a_scales``, ``b_scales``) when block-scaled."""
+        return self.ring.tensor_maps()
+
+    # -- IR ------------------------------------------------------------------------
+    def tma_atoms(self, args) -> tuple:
+        """The A and B ``TmaCopy`` atoms over the kernel's ``a``/``b`` tensor maps."""
+        return self.atoms_over(args.a, args.b)
+
+    def atoms_over(self, map_a, map_b) -> tuple:
+        """The A and B ``TmaCopy`` atoms over tensor maps ``map_a`` / ``map_b``, issuing through
+        the NVVM op with 32-bit shared addresses (``direct``)."""
+        return self.ring.atoms_over(map_a, map_b)
+
+    def bind(self, smem, args, tmas=None):
+        """The bound operands (``MainloopOperands``): tensor maps (``tmas``: made by the caller)
+        and stage 0's tcgen05 descriptors of A and B."""
+        from .tma_wgmma import MainloopOperands
+        tma_a, tma_b = tmas or self.tma_atoms(args)
+        return MainloopOperands(smem, tma_a, tma_b, self.ring.descriptors(smem, self.mma_atom))
+
+    prefetch = staticmethod(GemmOperandRing.prefetch)
+    stage_descriptor = staticmethod(GemmOperandRing.stage_descriptor)
+
+    def bind_scales(self, ops, args, k_tiles):
+        """``ops`` with the scale-factor tensor maps and the problem's k-tile count (block-scaled)."""
+        if not self.block_scaled:
+            return ops
+        return attrs.evolve(ops, scales=(*self.ring.scale_atoms(args), k_tiles))
+
+    def load_stage(self, ops, pipeline, state, k_tile, m0, n0, predicate=None) -> None:
+        """The ring's :meth:`~cutedsl.collective.gemm_operands.GemmOperandRing.load_stage`: A,
+        B (a pair: this CTA's half) and the factor atoms of k-tile ``k_tile`` into slot ``state``."""
+        self.ring.load_stage(ops, pipeline, state, k_tile, m0, n0, predicate)
+
+    def producer_loop(self, ops, pipeline, state: PipelineState, k_first, k_count, m0, n0) -> PipelineState:
+        """Fill ``k_count`` k-tiles from ``k_first`` of the tile at ``(m0, n0)`` (the ring's
+        producer loop, a 32-bit counter): the producer warp runs it, ``ops.producer`` electing
+        the issuing lane. Returns the state after the last fill."""
+        return self.ring.producer_loop(ops, pipeline, state, k_first, k_count, m0, n0, self.load_stage,
+                                       self.loop_counter)
 
     def release_mask(self):
         """IR i16: the cluster ranks whose producers multicast into this CTA's slots -- its
@@ -168,7 +175,7 @@ class Tcgen05Mainloop(WarpSpecializedMainloop):
             return cir.u32(3) << (cta_rank() & ~1)
         if self.cluster == (1, 1):
             return None
-        rm, rn = self._cluster_coords()
+        rm, rn = self.ring.cluster_coords()
         cm, cn = self.cluster
         mask = cir.u32(0)
         for r in range(cm * cn):

@@ -5,7 +5,10 @@ found from ``%ctaid`` — ``x`` walks N, ``y`` walks M (so CTAs next to each oth
 share A rows in L2), ``z`` is free for a kernel's own use (e.g. split-K). A GEMM kernel names
 its scheduler in ``GemmKernel.scheduler_cls``; the Device layer launches exactly ``grid()``.
 
-**One protocol for every scheduler** (plain, persistent, split-K; CUTLASS's
+These are the GEMM instances of the problem-generic work-unit protocol
+(:mod:`~cutedsl.collective.work_unit`: ``grid``, ``bind``, ``work_loop``, ``work_unit``): their
+unit record is :class:`WorkTile`, their unit space the output tiles (rasterized, in clusters,
+over the batch). **The GEMM side of the protocol** (plain, persistent, split-K; CUTLASS's
 ``get_grid_shape`` / ``get_current_work`` / ``WorkTileInfo``):
 
 * host: :meth:`~TileScheduler.grid` ``(problem)`` — the CTAs to launch for a
@@ -43,13 +46,14 @@ import attrs
 
 from ..arch import DEFAULT_SM_COUNT
 from ..ir._lazy import lazy
+from .work_unit import PersistentScheduler, UnitScheduler
 
 cir = lazy("cutedsl.ir")
 
 
 @attrs.frozen
 class WorkTile:
-    """One unit of work (CUTLASS ``WorkTileInfo``): output tile origin ``(m0, n0)`` in elements,
+    """One unit of GEMM work (CUTLASS ``WorkTileInfo``; the GEMM's work-unit record): output tile origin ``(m0, n0)`` in elements,
     batch index ``l``, the k-tiles ``k_first .. k_first + k_count - 1`` to reduce (``k_count``
     may be 0: the accumulator stays zero) and ``valid`` (False: past the last unit, nothing to
     do). Each field is an IR i32/i1 value or a Python int/bool. A scheduler that splits a
@@ -72,7 +76,7 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-class TileScheduler:
+class TileScheduler(UnitScheduler):
     """One output tile per CTA: tile ``(blockIdx.y, blockIdx.x)`` of the ``M x N`` output.
 
     ``tile_m``/``tile_n``: tile extent in elements (rows of D, columns of D). A kernel over a
@@ -82,6 +86,7 @@ class TileScheduler:
     batched = False
 
     def __init__(self, tile_m: int, tile_n: int):
+        super().__init__(None)
         self.tile_m, self.tile_n = tile_m, tile_n
 
     def tiles(self, m: int, n: int) -> tuple:
@@ -95,26 +100,12 @@ class TileScheduler:
         tm, tn = self.tiles(problem.m, problem.n)
         return (tn, tm, problem.l if self.batched else 1)
 
-    def kernel_params(self) -> list:
-        """Kernel parameters this scheduler reads (``ParamSpec``; none here). The Device layer
-        fills them from :meth:`param_values`."""
-        return []
-
-    def param_values(self, problem) -> dict:
-        """Host: the values of :meth:`kernel_params` for ``problem`` (a ``GemmProblem`` of
-        ints), by parameter name."""
-        return {}
-
     def partial_tiles(self, problem) -> int:
         """Host: output tiles of ``problem`` whose K is split over several units of work, each
         needing a workspace slot for its partial sums (0 here; see :mod:`.stream_k`)."""
         return 0
 
     # -- IR ------------------------------------------------------------------------
-    def bind_params(self, args) -> None:
-        """Once per kernel, after :meth:`bind`: read :meth:`kernel_params` from the kernel
-        arguments ``args`` (nothing here)."""
-
     def bind(self, problem, k_tile: int) -> None:
         """Once per kernel: ``problem`` (``GemmProblem`` of IR i32 values) and the K extent of a
         k-tile (elements); :attr:`k_tiles` is emitted where first needed."""
@@ -128,27 +119,9 @@ class TileScheduler:
             self._k_tiles = (self.problem.k.unsigned() + kt - 1) // kt
         return self._k_tiles
 
-    def work_count(self):
-        """Units of work this CTA runs (IR i32 or Python int): one tile here."""
-        return 1
-
-    def plan(self, plan) -> None:
-        """Declare the scheduler's shared memory and barriers in a ``SmemPlan`` (none here; the
-        cluster-launch-control scheduler has its response ring)."""
-
-    def init(self, smem, leader) -> None:
-        """IR: bind and initialise what :meth:`plan` declared (nothing here), by thread
-        ``leader``, before the kernel's barrier-init fence and sync."""
-
-    def work_loop(self, carry, body, issuer=None) -> list:
-        """IR: ``body(i, carried) -> next carried`` for each of this CTA's :meth:`work_count`
-        units ``i`` (a loop carrying ``carry``); returns the last carried values. ``issuer``
-        is for schedulers that fetch their units at run time (the cluster-launch-control one:
-        the role that asks for them); unused here."""
-        loop = cir.Loop(0, self.work_count(), carry=carry)
-        for i, carried in loop:
-            loop.next(*body(i, list(carried)))
-        return list(loop.results)
+    def work_unit(self, i=0) -> WorkTile:
+        """The work-unit protocol's record of unit ``i``: its :class:`WorkTile`."""
+        return self.work_tile(i)
 
     def work_tile(self, i=0, k_tile_range=None) -> WorkTile:
         """The :class:`WorkTile` of this CTA's unit ``i``; ``k_tile_range`` (a kernel's hook,
@@ -177,7 +150,7 @@ RASTERS = ("M", "N")
 SWIZZLES = (1, 2, 4, 8)
 
 
-class PersistentTileScheduler(TileScheduler):
+class PersistentTileScheduler(PersistentScheduler, TileScheduler):
     """See module docstring. ``tile_m``/``tile_n`` in elements; ``sm_count`` SMs (None:
     :data:`DEFAULT_SM_COUNT`); ``cluster`` ``(cluster_m, cluster_n)``; ``ctas_per_sm``
     co-resident CTAs per SM (1 for the large-smem GEMMs). Raises ``ValueError`` for a raster
@@ -189,13 +162,10 @@ class PersistentTileScheduler(TileScheduler):
             raise ValueError(f"raster must be one of {RASTERS}, got {raster!r}")
         if swizzle not in SWIZZLES:
             raise ValueError(f"swizzle must be one of {SWIZZLES}, got {swizzle!r}")
-        if sm_count is not None and (not isinstance(sm_count, int) or sm_count < 1):
-            raise ValueError(f"sm_count must be a positive int, got {sm_count!r}")
-        super().__init__(tile_m, tile_n)
+        PersistentScheduler.__init__(self, None, sm_count, 1, persistent, ctas_per_sm)
+        self.tile_m, self.tile_n = tile_m, tile_n
         self.raster, self.swizzle = raster, swizzle
-        self.sm_count = sm_count
         self.cluster_m, self.cluster_n = tuple(cluster)
-        self.persistent, self.ctas_per_sm = persistent, ctas_per_sm
 
     @property
     def cluster_size(self) -> int:
@@ -217,16 +187,10 @@ class PersistentTileScheduler(TileScheduler):
         cm, cn = self.cluster_tiles(m, n)
         return self.clusters_for(cm * cn * (l if self.batched else 1))
 
-    def clusters_for(self, units: int) -> int:
-        """Clusters launched for ``units`` work units (cluster tiles): one per unit when not
-        persistent, else at most what ``sm_count`` SMs hold at once."""
-        if not self.persistent:
-            return units
-        sms = self.sm_count or DEFAULT_SM_COUNT
-        return max(1, min(units, sms * self.ctas_per_sm // self.cluster_size))
-
-    def grid(self, problem) -> tuple:
-        return (self.clusters(problem.m, problem.n, problem.l) * self.cluster_size, 1, 1)
+    def host_count(self, problem) -> int:
+        """Work units (cluster tiles, of every batch when :attr:`batched`) of ``problem``."""
+        cm, cn = self.cluster_tiles(problem.m, problem.n)
+        return cm * cn * (problem.l if self.batched else 1)
 
     def unit_coords(self, unit: int, m: int, n: int) -> tuple:
         """Cluster-tile ``(m, n)`` of linear work unit ``unit`` (host reference of the
@@ -256,13 +220,9 @@ class PersistentTileScheduler(TileScheduler):
     # -- IR ------------------------------------------------------------------------
     def bind(self, problem, k_tile: int) -> None:
         """Emit this CTA's coordinates for ``problem`` (IR i32 ``m``, ``n``); call once per kernel."""
-        super().bind(problem, k_tile)
+        TileScheduler.bind(self, problem, k_tile)
         m, n = problem.m, problem.n
-        cs = self.cluster_size
-        bid = cir.block_idx()
-        self.rank = bid % cs if cs > 1 else 0
-        self.cluster_id = bid // cs if cs > 1 else bid
-        self.n_clusters = cir.grid_dim() // cs if cs > 1 else cir.grid_dim()
+        self.bind_cluster()
         tiles_m = (m.unsigned() + (self.tile_m - 1)) // self.tile_m
         tiles_n = (n.unsigned() + (self.tile_n - 1)) // self.tile_n
         self.ct_m = (tiles_m + (self.cluster_m - 1)) // self.cluster_m if self.cluster_m > 1 else tiles_m
@@ -270,12 +230,6 @@ class PersistentTileScheduler(TileScheduler):
         self.per_batch = self.ct_m * self.ct_n
         # the linear work index walks the tiles of batch 0, then batch 1, ... (CUTLASS's L mode)
         self.total = self.per_batch * problem.l.unsigned() if self.batched else self.per_batch
-
-    def work_count(self):
-        """Work units (tiles) this CTA runs (IR i32)."""
-        if not self.persistent:
-            return cir.i32(1)
-        return (self.total - self.cluster_id + (self.n_clusters - 1)) // self.n_clusters
 
     def _raster(self, unit, ct_m=None, ct_n=None):
         """Cluster-tile ``(m, n)`` coordinates of linear work unit ``unit`` in a grid of
@@ -293,9 +247,6 @@ class PersistentTileScheduler(TileScheduler):
             w = cir.select(left < s, left, cir.u32(s))
             minor, major = strip * s + r % w, r // w
         return (major, minor) if self.raster == "M" else (minor, major)
-
-    def _unit(self, i):
-        return self.cluster_id + i * self.n_clusters if self.persistent else self.cluster_id
 
     def batch_index(self, i=0):
         """IR: the batch of this CTA's ``i``-th tile (0 unless :attr:`batched`)."""

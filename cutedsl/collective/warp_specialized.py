@@ -44,14 +44,8 @@ class WarpSpecializedMainloop(TmaWgmmaMainloop):
         through ``pipeline`` from ``state``; one producer thread executes this -- or a whole warp
         with ``ops.producer`` the predicate of the one lane that issues (the state then stays in
         uniform registers). Returns the state after the last fill."""
-        loop = cir.Loop(0, k_count, carry=state.carry(), counter=self.loop_counter)
-        for i, carried in loop:
-            st = PipelineState.from_carry(self.stages, carried)
-            pipeline.producer_acquire(st)
-            pipeline.producer_expect(st, predicate=ops.producer)
-            self.load_stage(ops, pipeline, st, k_first + i, m0, n0, predicate=ops.producer)
-            loop.next(*st.advance().carry())
-        return PipelineState.from_carry(self.stages, loop.results)
+        return self.ring.producer_loop(ops, pipeline, state, k_first, k_count, m0, n0, self.load_stage,
+                                       self.loop_counter)
 
     @staticmethod
     def release(pipeline, state: PipelineState) -> None:

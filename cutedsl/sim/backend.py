@@ -64,7 +64,14 @@ class SimBackend(Backend):
     (placement stress test; default 0); ``chaos`` - an integer seed for the adversarial mode
     (random interleavings, late asynchronous completion; default: ``CUTEDSL_SIM_CHAOS`` if set,
     else off); ``time_limit`` - wall-clock seconds per launch (default:
-    ``CUTEDSL_SIM_TIME_LIMIT`` if set, else 900; raises :class:`TimeLimitExceeded`);
+    ``CUTEDSL_SIM_TIME_LIMIT`` if set, else 60; raises :class:`TimeLimitExceeded`, and
+    :class:`GridTooLarge` before starting a grid that cannot finish within it);
+    ``initcheck`` - reads of memory nothing wrote raise :class:`UninitializedReadError`
+    (shared memory and the tensor core's tensor-memory reads, with ``race_check``;
+    default: ``CUTEDSL_SIM_INITCHECK`` if set, else on; docs/emulator.md, Initcheck);
+    ``progress_limit`` - warp-instructions a launch may execute with no synchronisation, warp
+    exit or cluster start before it is a livelock (default: ``CUTEDSL_SIM_PROGRESS_LIMIT`` if
+    set, else 2,000,000; raises :class:`LivelockError`);
     ``limits`` - a :class:`~cutedsl.sim.frontend.limits.SimLimits` bounding what a launch may allocate
     (checked before allocating: :class:`SimLaunchError`); ``sm_count`` - the SMs of the
     modelled GPU (default 132): the CTAs that fit on them at once run together (residency,
@@ -86,7 +93,8 @@ class SimBackend(Backend):
     @checked_arguments()
     def __init__(self, *, budget: int = DEFAULT_BUDGET, race_check: bool = True, dyn_smem_offset: int = 0,
                  chaos: int | None = None, time_limit: float | None = None, limits: SimLimits | None = None,
-                 sm_count: int = DEFAULT_SM_COUNT, strict_tcgen05_fences: bool = False, allow=()):
+                 sm_count: int = DEFAULT_SM_COUNT, strict_tcgen05_fences: bool = False, allow=(),
+                 progress_limit: int | None = None, initcheck: bool | None = None):
         self.gmem = GlobalMemory()
         if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget <= 0:
             raise ArgumentError(f"budget must be a positive int number of warp-instructions, got {budget!r}")
@@ -100,6 +108,14 @@ class SimBackend(Backend):
             raise ArgumentError(f"chaos must be an integer seed or None, got {chaos!r}")
         if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
             raise ArgumentError(f"time_limit must be a positive number of seconds or None, got {time_limit!r}")
+        if progress_limit is not None and (isinstance(progress_limit, bool) or not isinstance(
+                progress_limit, (int, np.integer)) or progress_limit <= 0):
+            raise ArgumentError(f"progress_limit must be a positive int number of warp-instructions or None, "
+                                f"got {progress_limit!r}")
+        self.progress_limit = progress_limit
+        if initcheck is not None and not isinstance(initcheck, (bool, np.bool_)):
+            raise ArgumentTypeError(f"initcheck must be True, False or None, got {initcheck!r}")
+        self.initcheck = initcheck
         self.chaos = chaos
         self.time_limit = time_limit
         if isinstance(sm_count, bool) or not isinstance(sm_count, (int, np.integer)) or not 1 <= sm_count <= 4096:
@@ -200,7 +216,7 @@ class SimBackend(Backend):
                     budget=self.budget, race_check=self.race_check, dyn_smem_offset=self.dyn_smem_offset,
                     global_syms=handle.global_syms, time_limit=self.time_limit,
                     chaos=self.chaos if self.chaos is not None else env_seed(), limits=self.limits,
-                    sm_count=self.sm_count)
+                    sm_count=self.sm_count, progress_limit=self.progress_limit, initcheck=self.initcheck)
         ln.strict_tcgen05_fences = self.strict_tcgen05_fences
         ln.allow = self.allow
         ln.run()

@@ -146,9 +146,10 @@ def test_bundle_for_sm100a(tmp_path):
     assert "--schedule" not in p["bench_args"] and p["bench_args"][-2:] == ["--arch", "sm_100a"]
     assert p["main_args"][-2:] == ["--arch", "sm_100a"] and p["tests"] == []
     assert plan_for("smoke", "sm_90a") == plan_for("smoke")
-    from cutedsl.bench.bundle import plan_configs      # the full plan: every set but the grouped ones
+    from cutedsl.bench.bundle import plan_configs      # the full plan, grouped sets too (sm_100a has grouped GEMM)
     full = plan_for("gpu", "sm_100a")
-    assert plan_configs(full, grouped=True) == [] and {c.arch for c in plan_configs(full)} == {"sm_100a"}
+    grouped = plan_configs(full, grouped=True)
+    assert grouped and {c.arch for c in grouped} == {"sm_100a"} and {c.arch for c in plan_configs(full)} == {"sm_100a"}
     out = tmp_path / "b"
     r = subprocess.run([sys.executable, "-m", "cutedsl", "bundle", "--out", str(out), "--plan", "smoke", "--arch",
                         "sm_100a"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)

@@ -78,7 +78,8 @@ def test_global_one_changed_element_among_identical_ones_is_reported():
 
 # -- shared memory, between warps of one CTA ---------------------------------------------------
 # warp 0 stores words 0..31 ({V0}); warp 1 stores, with no barrier between them, lanes 0..7 to
-# words 0..7 and lanes 8..31 to words 100..123 ({V1}); then a barrier and a copy-out
+# words 0..7 and lanes 8..31 to words 100..123 ({V1}); then a barrier and a copy-out of the
+# {n} words warp 0 wrote (only written shared memory is read: the emulator's initcheck)
 SHARED = """
 \tld.param.u64 %rd1, [p_out];
 \tmov.u32 %r1, %tid.x;
@@ -102,6 +103,8 @@ W1:
 \tst.shared.{t} [%r5], {reg};
 DONE:
 \tbar.sync 0;
+\tsetp.ge.u32 %p4, %r1, {n};
+\t@%p4 ret;
 \tshl.b32 %r8, %r1, 2;
 \tadd.u32 %r9, %r10, %r8;
 \tld.shared.u32 %r11, [%r9];
@@ -122,7 +125,7 @@ def run_shared(t, values, seed):
     v0, v1 = values
     if t == "u16":
         v0, v1 = v0 + "\n\tcvt.u16.u32 %rs12, %r12;", v1 + "\n\tcvt.u16.u32 %rs12, %r12;"
-    body = SHARED.format(sh=sh, reg=reg, t=t, v0=v0, v1=v1)
+    body = SHARED.format(sh=sh, reg=reg, t=t, v0=v0, v1=v1, n=32 if t == "u32" else 16)
     emu = Emulator(chaos=seed)
     out = emu.to_device(np.zeros(64, np.uint32))
     emu.launch(load_ptx(kernel(body, decls="\t.shared .align 16 .b8 smem[1024];")), 1, 64, [out])

@@ -134,7 +134,7 @@ BULK_STORE = """
 \t@%p1 bra END;
 \tmov.u32 %r2, buf;
 \tmov.u32 %r3, 42;
-\tst.shared.u32 [%r2], %r3;
+\tst.shared.v4.u32 [%r2], {%r3, %r1, %r1, %r1};
 \tfence.proxy.async.shared::cta;
 \tcp.async.bulk.global.shared::cta.bulk_group [%rd1], [%r2], 16;
 \tcp.async.bulk.commit_group;

@@ -56,7 +56,7 @@ def report(launch, live, livelock=False, head=True):
         lines.append(f"CTA {c.ctaid} (cluster rank {c.rank}):")
         for w, g in blocked:
             ins = launch.code[g.pc]
-            lines.append(f"  warp {w.wid} {_lanes_text(g.mask)} at PTX line {ins.line}: {ins.text}")
+            lines.append(f"  warp {w.wid} {_lanes_text(g.mask)} at {ins.where()}")
             b = g.blocked
             if b is not None:
                 lines.append(f"      waits for: {b.describe()}")
@@ -66,8 +66,11 @@ def report(launch, live, livelock=False, head=True):
                     lines.append("      barrier history: " + "; ".join(log[-6:]))
             elif livelock:
                 pcs = sorted(w.spin_pcs | {g.pc} | loop_of(launch, g.pc))
-                lo, hi = launch.code[pcs[0]].line, launch.code[pcs[-1]].line
-                lines.append(f"      spinning (PTX lines {lo}-{hi})" if hi > lo else "      spinning")
+                lo, hi = launch.code[pcs[0]], launch.code[pcs[-1]]
+                srcs = sorted({launch.code[p].src for p in range(pcs[0], pcs[-1] + 1)} - {""})
+                src = f"; {', '.join(srcs[:4])}{', ...' if len(srcs) > 4 else ''}" if srcs else ""
+                lines.append(f"      spinning (PTX lines {lo.line}-{hi.line}{src})" if hi.line > lo.line
+                             else f"      spinning{f' ({src[2:]})' if src else ''}")
         done = [w.wid for w in c.warps if w.done]
         if done:
             lines.append(f"  exited warps: {done}")

@@ -286,7 +286,7 @@ class GlobalHB:
 
     def _where(self, pc):
         code = self.launch.code
-        return f"PTX line {code[pc].line}: {code[pc].text.strip()}" if 0 <= pc < len(code) else "?"
+        return code[pc].where() if 0 <= pc < len(code) else "?"
 
     def _seed(self):
         return (f"\n    (adversarial mode, seed {self.seed}; replay with CUTEDSL_SIM_CHAOS={self.seed})"

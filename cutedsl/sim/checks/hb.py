@@ -34,6 +34,7 @@ import numpy as np
 
 from ..frontend.errors import RaceError
 from .rules import EDGE_RULE, RULES, cite
+from .initcheck import report_shared
 # word_set and words_of are also this module's names (tests and older callers import them here)
 from .shadow_words import BLOCK_SHIFT, blocks_of as _blocks, word_ids, word_set, words_of  # noqa: F401
 
@@ -171,7 +172,7 @@ class HB:
         kind = {"warp": "generic proxy", "tma": "async proxy", "asyncst": "generic proxy", "wgmma": "async proxy",
                 "bulk": "async proxy", "cpasync": "generic proxy", "tcgen05": "tensor core (tcgen05)",
                 "tcgen05ld": "tensor memory load", "tcgen05st": "tensor memory store"}[ag.kind]
-        where = f"PTX line {ins.line}: {ins.text.strip()}" if ins is not None else "?"
+        where = ins.where() if ins is not None else "?"
         who = f"CTA {ag.cta.ctaid} {ag.label}"
         if ag.kind == "warp":
             who += f" (threads {32 * ag.wid}-{32 * ag.wid + 31})"
@@ -189,6 +190,11 @@ _NEVER, _MIXED = -2, -1     # Shadow.blk_w: no write yet / not one write's
 
 class Shadow:
     """Per-4-byte shadow of one CTA's shared memory (last write epoch, per-agent read clocks)."""
+
+    initcheck_reads = ""        # reads judged by initcheck: every kind (a prefix of ``what``)
+    #: reads initcheck never judges: tensormap.replace writes one field of the object (PTX ISA,
+    #: tensormap.replace); the emulator reads the rest only to rewrite it unchanged
+    initcheck_exempt = ("tensormap.replace",)
 
     def __init__(self, cta, hb, n=None):
         self.cta = cta
@@ -215,6 +221,7 @@ class Shadow:
         self.blk_wasync = np.zeros((n >> _BLK) + 1, bool)
         self.cols = {}
         self.defer_mark = None      # words with a deferred batched store (warpbatch.flush)
+        self.initcheck = getattr(cta.launch, "initcheck", False)     # checks/initcheck.py
 
     def _col(self, agent):
         c = self.cols.get(agent)
@@ -247,6 +254,9 @@ class Shadow:
             self.blk_read[c][blocks] = clock
             return
         wa = self.w_agent[words]
+        if (self.initcheck and int(wa.min()) < 0 and what.startswith(self.initcheck_reads)
+                and not what.startswith(self.initcheck_exempt)):        # checks/initcheck.py
+            report_shared(self, int(word_ids(words)[int(np.argmin(wa))]), agent, pc, what)
         if int(wa.max()) >= 0:
             vc = hb.fit(vc)
             if int(wa.min()) >= 0:      # the usual case: every word written, nothing to select
@@ -359,7 +369,7 @@ class Shadow:
         reader: generic writes through ``pvc``), judged from whole-block write epochs; False
         when a block is mixed or a write is not known (the per-word check then decides)."""
         e = self.blk_w[blocks]
-        if (e == _MIXED).any():
+        if (e == _MIXED).any() or (self.initcheck and (e == _NEVER).any()):
             return False
         wr = e >= 0
         if not wr.any():

@@ -37,7 +37,7 @@ def load_ptx(text: str, entry: str | None = None, limits=None) -> Program:
     p = _CACHE.get(ck)
     if p is not None:
         return p
-    mod = _guarded(parse_module, text)
+    mod = _guarded(parse_module, text, limits.statements)
     if not mod.entries:
         raise PTXParseError("no .entry in PTX text")
     if entry is None:
@@ -64,19 +64,20 @@ def _guarded(fn, *args):
         raise
     except (IndexError, KeyError, ValueError, TypeError, AttributeError, OverflowError, ZeroDivisionError,
             RecursionError, UnicodeError) as e:
-        line, text = _where(e.__traceback__)
-        raise PTXParseError(f"cannot decode ({type(e).__name__}: {e})", line, text) from None
+        line, text, src = _where(e.__traceback__)
+        raise PTXParseError(f"cannot decode ({type(e).__name__}: {e})", line, text, src) from None
 
 
 def _where(tb) -> tuple:
-    line, text = 0, ""
+    line, text, src = 0, "", ""
     while tb is not None:
         loc = tb.tb_frame.f_locals
         for name in ("ins", "it"):
             o = loc.get(name)
             if o is not None and isinstance(getattr(o, "line", None), int) and getattr(o, "text", None):
                 line, text = o.line, o.text
+                src = getattr(o, "src", "") if isinstance(getattr(o, "src", ""), str) else ""
         if isinstance(loc.get("ln"), int) and callable(loc.get("line_text")):
-            line, text = loc["ln"], loc["line_text"](loc["ln"])
+            line, text, src = loc["ln"], loc["line_text"](loc["ln"]), ""
         tb = tb.tb_next
-    return line, text
+    return line, text, src

@@ -7,6 +7,11 @@ directives, and entry bodies made of declarations, labels, (predicated) instruct
 nested ``{ ... }`` scopes (inline-asm blocks with their own ``.reg`` and labels).
 
 The parser only splits text; :mod:`cutedsl.sim.frontend.program` decodes instructions.
+
+**Line tables** (PTX ISA 11.5.2 ``.file``, 11.5.3 ``.loc``): ``.file N "path"`` directives fill
+:attr:`Module.files`; each body statement keeps the ``.loc`` in force before it
+(:attr:`Item.loc`: ``(file, line, inlined_at)``), so that emulator errors name the source line
+(the Python line that built the instruction, for this project's compiler and Triton alike).
 """
 from __future__ import annotations
 
@@ -57,6 +62,9 @@ class Item:
     line: int
     text: str = ""
     name: str = ""
+    #: the ``.loc`` in force: ``(file id, line, inlined_at)`` with ``inlined_at`` the same
+    #: triple of the call site (or None); None where no ``.loc`` preceded
+    loc: tuple | None = None
 
 
 @attrs.define
@@ -83,38 +91,68 @@ class Module:
     entries: dict = attrs.field(factory=dict)
     variables: list = attrs.field(factory=list)
     funcs: dict = attrs.field(factory=dict)    #: name -> line (declared/defined .func)
+    files: dict = attrs.field(factory=dict)    #: ``.file`` id -> path (line tables)
+
+    def source(self, loc) -> str:
+        """``path:line`` of an :attr:`Item.loc` (``, inlined at path:line`` for an inlined call,
+        as Triton's line tables write them); "" when unknown. Paths inside the working
+        directory are shown relative to it."""
+        if loc is None:
+            return ""
+        f, ln, inl = loc
+        path = self.files.get(f)
+        if path is None or ln <= 0:
+            return ""
+        out = f"{_show_path(path)}:{ln}"
+        at = self.source(inl) if inl is not None else ""
+        return f"{out}, inlined at {at}" if at else out
+
+
+def _show_path(path: str) -> str:
+    import os
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:          # another drive (Windows)
+        return path
+    return path if rel.startswith("..") else rel
+
+
+_LOC = re.compile(r"\.loc\s+(\d+)\s+(\d+)(?:\s+(\d+))?(?:.*?inlined_at\s+(\d+)\s+(\d+))?")
+_FILE = re.compile(r'\.file\s+(\d+)\s+"((?:[^"\\]|\\.)*)"')
+
+
+def parse_loc(text: str):
+    """``.loc file line [col][, function_name f, inlined_at file line col]`` -> Item.loc, or None."""
+    m = _LOC.match(text.strip())
+    if not m:
+        return None
+    inl = (int(m.group(4)), int(m.group(5)), None) if m.group(4) else None
+    return int(m.group(1)), int(m.group(2)), inl
+
+
+def parse_file(text: str, files: dict) -> None:
+    """``.file id "path"[, timestamp, size]`` into ``files``."""
+    m = _FILE.match(text.strip())
+    if m:
+        files[int(m.group(1))] = m.group(2).replace('\\"', '"')
 
 
 # -- helpers ---------------------------------------------------------------------------
 
+_COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?(?:\*/|\Z)|"[^"]*(?:"|\Z)', re.S)
+
+
+def _keep_lines(m) -> str:
+    t = m.group(0)
+    if t[0] == '"':
+        return t
+    return "\n" * t.count("\n")
+
+
 def strip_comments(text: str) -> str:
-    """Remove ``//`` and ``/* */`` comments, keeping newlines so line numbers stay valid."""
-    out = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "/" and i + 1 < n and text[i + 1] == "/":
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-        elif c == "/" and i + 1 < n and text[i + 1] == "*":
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out.append("\n" * text.count("\n", i, j))
-            i = j
-        elif c == '"':
-            j = text.find('"', i + 1)
-            j = n if j < 0 else j + 1
-            out.append(text[i:j])
-            i = j
-        else:
-            j = i
-            while j < n and text[j] not in '/"':
-                j += 1
-            if j == i:
-                j += 1
-            out.append(text[i:j])
-            i = j
-    return "".join(out)
+    """Remove ``//`` and ``/* */`` comments (not inside strings), keeping newlines so line numbers
+    stay valid. One regular-expression pass: linear in the text."""
+    return _COMMENT_OR_STRING.sub(_keep_lines, text)
 
 
 def split_top(s: str, sep: str = ",") -> list:
@@ -258,8 +296,9 @@ class _Cursor:
         return s
 
 
-def parse_module(text: str) -> Module:
-    """Parse a PTX module. Raises :class:`PTXParseError` with the line on malformed input."""
+def parse_module(text: str, max_statements: int | None = None) -> Module:
+    """Parse a PTX module. Raises :class:`PTXParseError` with the line on malformed input, and
+    as soon as the entry bodies hold more than ``max_statements`` statements (``SimLimits.statements``)."""
     src = strip_comments(text)
     cur = _Cursor(src)
     mod = Module()
@@ -280,7 +319,7 @@ def parse_module(text: str) -> Module:
         elif src.startswith(".address_size", cur.i):
             mod.address_size = int(cur.rest_of_line().split()[1])
         elif re.match(r"\.(loc|file)\s", src[cur.i:cur.i + 6]):
-            cur.rest_of_line()
+            parse_file(cur.rest_of_line(), mod.files)
         elif src.startswith(".section", cur.i):
             cur.take_until("{")
             _skip_braced(cur)
@@ -305,7 +344,9 @@ def parse_module(text: str) -> Module:
                     continue
                 ent = _parse_entry_head(hs, ln, line_text)
                 cur.i += 1   # '{'
-                ent.items = _scan_body(cur, lines)
+                ent.items = _scan_body(cur, lines, mod.files, max_statements)
+                if max_statements is not None:
+                    max_statements -= len(ent.items)
                 mod.entries[ent.name] = ent
             elif src[cur.i] == "{":
                 raise PTXParseError("unexpected '{' at module level", ln, line_text(ln))
@@ -391,9 +432,11 @@ def _parse_entry_head(head: str, line: int, line_text) -> Entry:
     return Entry(name, params, directives, [], line)
 
 
-def _scan_body(cur: _Cursor, lines) -> list:
-    """Scan an entry body after its opening brace up to the matching close."""
+def _scan_body(cur: _Cursor, lines, files: dict, limit: int | None = None) -> list:
+    """Scan an entry body after its opening brace up to the matching close; statements carry
+    the ``.loc`` in force (a ``.loc`` holds until the next one, across labels and scopes)."""
     items = []
+    loc = None
     depth = 1
     t = cur.t
     n = len(t)
@@ -416,7 +459,11 @@ def _scan_body(cur: _Cursor, lines) -> list:
             items.append(Item("close", ln))
             continue
         if re.match(r"\.(loc|file)\s", t[cur.i:cur.i + 6]):
-            cur.rest_of_line()
+            d = cur.rest_of_line()
+            if d.startswith(".loc"):
+                loc = parse_loc(d)
+            else:
+                parse_file(d, files)
             continue
         m = _LABEL.match(t, cur.i)
         if m:
@@ -430,4 +477,7 @@ def _scan_body(cur: _Cursor, lines) -> list:
         s = " ".join(s.split())
         if not s:
             continue
-        items.append(Item("dir" if s.startswith(".") else "stmt", ln, s))
+        items.append(Item("dir" if s.startswith(".") else "stmt", ln, s, loc=loc))
+        if limit is not None and len(items) > limit:
+            raise PTXParseError(f"more than {limit} statements in the module's entries: the emulator's limit "
+                                f"(raise it with SimLimits(statements=...))", ln)

@@ -59,6 +59,7 @@ class Program:
         self.nregs = {"p": 0, "h": 0, "r": 0, "d": 0}
         self.symbols = {}
         self.shared_vars = {}
+        self.shared_lines = {}      #: shared variable name -> PTX line of its declaration
         self.local_vars = {}
         self.globals = [v for v in module.variables if v.space in ("global", "const")]
         self.static_smem = 0
@@ -239,41 +240,54 @@ def decode_entry(module, entry, key="", limits=DEFAULT_LIMITS) -> Program:
     # pass 2: decode
     ctx = DecodeCtx(prog)
     code = prog.code
+    srcs = {}           # .loc -> "path:line" (one string per distinct location)
     for pc, (it, sc) in enumerate(stmts):
-        text = it.text
-        guard = None
-        if text.startswith("@"):
-            g, text2 = text[1:].split(None, 1)
-            guard = g
-            text = text2
-        parts = text.split(None, 1)
-        opfull = parts[0]
-        ops = split_top(parts[1]) if len(parts) > 1 else []
-        ins = Instr(pc, it.line, it.text, opfull, sc.id)
-        ctx.scope = sc
-        ctx.ins = ins
-        if guard is not None:
-            neg = guard.startswith("!")
-            gname = guard[1:] if neg else guard
-            r = ctx.lookup_reg(gname)
-            if r is None or r[0] != "p":
-                raise PTXParseError(f"guard {guard} is not a predicate register", it.line, it.text)
-            ins.guard, ins.neg = r[1], neg
-        segs = opfull.split(".")
-        h = HANDLERS.get(segs[0])
-        if h is None:
-            raise UnsupportedInstruction(f"unsupported instruction '{segs[0]}'", it.line, it.text)
-        ins.fn = h(ctx, ins, segs[1:], ops)
-        ins.batch = _batchable(ctx, segs[0], segs[1:], ops)
-        if segs[0] == "wgmma":
-            ins.rbits = 0       # wgmma's own accumulator accesses are ordered by the hardware
-        code.append(ins)
+        src = srcs.get(it.loc)
+        if src is None:
+            src = srcs[it.loc] = module.source(it.loc)
+        try:
+            code.append(_decode(ctx, pc, it, sc, src))
+        except PTXParseError as e:
+            e.add_source(src if e.line == it.line else "")
+            raise
     # sentinel: falling off the end behaves like ret
     end = Instr(len(code), stmts[-1][0].line if stmts else entry.line, "<end of entry>", "ret", 0)
     ctx.ins = end
     end.fn = HANDLERS["ret"](ctx, end, [], [])
     code.append(end)
     return prog
+
+
+def _decode(ctx, pc: int, it, sc, src: str) -> Instr:
+    """One statement -> its :class:`Instr` (closure, guard, lockstep kind)."""
+    text = it.text
+    guard = None
+    if text.startswith("@"):
+        g, text2 = text[1:].split(None, 1)
+        guard = g
+        text = text2
+    parts = text.split(None, 1)
+    opfull = parts[0]
+    ops = split_top(parts[1]) if len(parts) > 1 else []
+    ins = Instr(pc, it.line, it.text, opfull, sc.id, src)
+    ctx.scope = sc
+    ctx.ins = ins
+    if guard is not None:
+        neg = guard.startswith("!")
+        gname = guard[1:] if neg else guard
+        r = ctx.lookup_reg(gname)
+        if r is None or r[0] != "p":
+            raise PTXParseError(f"guard {guard} is not a predicate register", it.line, it.text)
+        ins.guard, ins.neg = r[1], neg
+    segs = opfull.split(".")
+    h = HANDLERS.get(segs[0])
+    if h is None:
+        raise UnsupportedInstruction(f"unsupported instruction '{segs[0]}'", it.line, it.text)
+    ins.fn = h(ctx, ins, segs[1:], ops)
+    ins.batch = _batchable(ctx, segs[0], segs[1:], ops)
+    if segs[0] == "wgmma":
+        ins.rbits = 0       # wgmma's own accumulator accesses are ordered by the hardware
+    return ins
 
 
 #: instructions that only compute on registers: one closure call may serve a batch of warps
@@ -320,4 +334,5 @@ def _add_shared(prog: Program, v: Var):
         off = max(off, o + s)
     off = (off + v.align - 1) // v.align * v.align
     prog.shared_vars[v.name] = (off, v.size, v.align)
+    prog.shared_lines[v.name] = v.line
     prog.symbols[v.name] = ("shared", off)

@@ -56,19 +56,27 @@ def bits_of(t: str) -> int:
 
 
 class Instr:
-    """One decoded instruction."""
-    __slots__ = ("pc", "line", "text", "opcode", "guard", "neg", "fn", "scope", "info", "rbits", "batch")
+    """One decoded instruction. ``src``: the source line the PTX's line table names for it
+    (``path:line``, from the ``.loc`` in force; "" without one) -- for this project's kernels
+    the Python line that built the instruction."""
+    __slots__ = ("pc", "line", "text", "opcode", "guard", "neg", "fn", "scope", "info", "rbits", "batch", "src")
 
-    def __init__(self, pc, line, text, opcode, scope):
+    def __init__(self, pc, line, text, opcode, scope, src=""):
         self.pc, self.line, self.text, self.opcode, self.scope = pc, line, text, opcode, scope
+        self.src = src
         self.guard, self.neg, self.fn, self.info = -1, False, None, None
         #: bit i set when the instruction names 32-bit register i (wgmma accumulator checks)
         self.rbits = 0
         #: registry.NO_BATCH / BATCH_*: whether warps at this PC may run it together (lockstep.py)
         self.batch = 0
 
+    def at(self) -> str:
+        """``PTX line N`` and, where the line table names one, ``(path:line)``."""
+        return f"PTX line {self.line} ({self.src})" if self.src else f"PTX line {self.line}"
+
     def where(self) -> str:
-        return f"PTX line {self.line}: {self.text}"
+        """:meth:`at` and the instruction's text: what every error names the instruction by."""
+        return f"{self.at()}: {self.text}"
 
 
 # -- operands ----------------------------------------------------------------------------

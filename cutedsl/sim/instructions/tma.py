@@ -92,7 +92,7 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
 
         def land(cta=cta, bar=bar, snap=snap, bcta=bcta):
             cta.sv[tm.esize][sidx] = vals
-            bar.note(f"complete_tx {nbytes} B (TMA load line {ins.line}, coords {tuple(coords)})")
+            bar.note(f"complete_tx {nbytes} B (TMA load at {ins.at()}, coords {tuple(coords)})")
             if snap is not None:
                 bar.snap = bcta.cluster.hb.merge(bar.snap, snap)
             bar.complete_tx(nbytes)

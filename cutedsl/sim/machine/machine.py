@@ -67,6 +67,7 @@ class Warp:
         self.held = None
         self.acc_pending = []       # (register bits, wgmma agent, group clock, pc)
         self.spin_pcs = set()       # PCs seen at round ends while nothing changes (livelock report)
+        self.last_addr = {}         # pc -> first lane's address of its last load/store (progress)
         self.insts = 0
         if files is None:           # a warp of its own (tests); CTAs pass their register files
             set_register_views(self, register_files(nregs, 32), slice(0, 32))
@@ -164,6 +165,7 @@ class Warp:
             a = np.full(1, a, np.uint64)
         k = len(lanes)
         nb = esize * n
+        self.note_access(ins, a)
         out = np.empty((k, n), np.dtype(f"u{esize}") if esize <= 8 else np.uint8)
         for sel, v, off, limit, cta, space in targets(self, space, a, nb, ins, lanes, "load"):
             ll = lanes if sel is None else lanes[sel]
@@ -196,6 +198,7 @@ class Warp:
         nb = esize * n
         vals = np.broadcast_to(as_unsigned(vals, esize), (k, n))
         launch = self.launch
+        self.note_access(ins, a)
         for sel, v, off, limit, cta, space in targets(self, space, a, nb, ins, lanes, "store"):
             ll = lanes if sel is None else lanes[sel]
             vv = vals if sel is None else vals[sel]
@@ -218,6 +221,18 @@ class Warp:
                 launch.ghb.access(self, launch.gmem.find(int((a if sel is None else a[sel])[0])), off, nb, True,
                                   ins, same_elements(v[1], off, nb, full))
             write_noting_change(launch, v[esize], ix, vv)
+
+    def note_access(self, ins, a) -> None:
+        """The livelock detector's notion of progress through memory (scheduler module docstring):
+        an access at a new address (a loop walking an array) is progress; the same address again
+        (polling a flag, rewriting a counter) is not, and it weighs as much as the cost of a memory
+        access in the launch's no-progress stretch."""
+        first = int(a[0]) if len(a) else 0
+        if self.last_addr.get(ins.pc) != first:
+            self.last_addr[ins.pc] = first
+            self.launch.fresh = True
+        else:
+            self.launch.stale += 1
 
     def _store_own_shared(self, addr, m, esize, n, vals, ins, race):
         """The common case of :meth:`store` -- per-lane addresses in this CTA's own shared memory,
@@ -370,6 +385,8 @@ class CTA:
         if write:
             sh.write(words, w.agent, vc[w.agent], vc, ins.pc, False, what or "st.shared", same)
         else:
+            if what is None and ins.opcode.startswith("tensormap.replace"):
+                what = ins.opcode           # reads the rest of the object (initcheck exempts it)
             sh.read(words, w.agent, vc[w.agent], vc, w.pvc, ins.pc, False, what or "ld.shared")
 
 

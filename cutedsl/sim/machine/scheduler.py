@@ -21,9 +21,16 @@ a **deadlock**; every blocked lane group is listed in the :class:`DeadlockError`
 
 **Livelock.** A round that changes no memory and no barrier state is fingerprinted (every
 warp's PCs, masks and registers) and the next rounds run short quanta; when a fingerprint
-repeats before anything changes, the cluster cycles forever and a :class:`DeadlockError` names the spinning warps and the PTX lines
-of their loops. A wall-clock limit (``time_limit`` seconds, env ``CUTEDSL_SIM_TIME_LIMIT``)
-stops any launch with :class:`TimeLimitExceeded`.
+repeats before anything changes, the cluster cycles forever and a :class:`LivelockError` names
+the spinning warps and the PTX lines of their loops. Loops whose state changes (a counter in a
+register or in memory) are caught by **progress**: a round in which some warp synchronised (a
+barrier, mbarrier, wgmma or cp.async state change: ``Launch.version``), a warp exited or a
+cluster started is progress; a launch that runs ``progress_limit`` warp-instructions with none
+is stopped with :class:`LivelockError`. A warp polling a flag while another warp still
+synchronises is waiting, not livelocked: only the launch as a whole is judged. A wall-clock
+limit (``time_limit`` seconds, default 60, env ``CUTEDSL_SIM_TIME_LIMIT``) stops any launch with
+:class:`TimeLimitExceeded`, and a grid that cannot finish within it even if every CTA did
+nothing is refused before it starts (:class:`GridTooLarge`).
 
 **Adversarial mode** (``chaos=SEED``, :mod:`cutedsl.sim.machine.chaos`): random warp order (across
 clusters too) and run lengths per round, deferred asynchronous operations (all completed when
@@ -40,8 +47,8 @@ from ... import envvars
 from ...arch import DEFAULT_SM_COUNT
 from ...runtime.backend import SMEM_LIMIT
 from .chaos import Chaos
-from ..frontend.errors import (DeadlockError, InstructionBudgetExceeded, SimError, SimLaunchError,
-                     SimRuntimeError, TimeLimitExceeded)
+from ..frontend.errors import (DeadlockError, GridTooLarge, InstructionBudgetExceeded, LivelockError, SimError,
+                     SimLaunchError, SimRuntimeError, TimeLimitExceeded)
 from ..checks.hb import HB, Shadow
 from ..checks.hb_warp import acc_check
 from ..frontend.limits import DEFAULT_LIMITS
@@ -52,17 +59,45 @@ from ..frontend.registry import JUMPED, RESCHED, YIELD
 from .residency import cluster_bytes, resident_clusters
 
 DEFAULT_BUDGET = 200_000_000
-#: default wall-clock limit per launch in seconds (env CUTEDSL_SIM_TIME_LIMIT overrides)
-DEFAULT_TIME_LIMIT = 900.0
+#: default wall-clock limit per launch in seconds (env CUTEDSL_SIM_TIME_LIMIT overrides): long
+#: enough for a 4096^3 GEMM's worth of emulation on a laptop, short enough for interactive use
+DEFAULT_TIME_LIMIT = 60.0
+#: warp-instructions a launch may execute with no progress (synchronisation, warp exit, cluster
+#: start) before it is a livelock (env CUTEDSL_SIM_PROGRESS_LIMIT overrides): a few seconds of
+#: emulation; the project's kernels synchronise every few hundred instructions
+DEFAULT_PROGRESS_LIMIT = 2_000_000
+#: what a load/store at a repeated address adds to the no-progress stretch (its emulation cost
+#: relative to a register instruction, measured with race checks on: ~20 us vs ~1 us)
+STALE_WEIGHT = 16
+#: lower bounds of what the emulator spends per CTA / per warp / per cluster cancelled by cluster
+#: launch control, even for an empty kernel (measured 2026-11-28: ~90 us per one-warp CTA, ~47 us
+#: per warp; the bounds leave ~10x for faster machines) -- the launch-size check's estimate
+MIN_CTA_SECONDS, MIN_WARP_SECONDS, MIN_CANCELLED_SECONDS = 5e-6, 4e-6, 2e-7
+
+
+def _env(name):
+    try:
+        return envvars.get(name)
+    except envvars.EnvVarError as e:
+        raise SimLaunchError(str(e)) from None
 
 
 def default_time_limit():
     """``CUTEDSL_SIM_TIME_LIMIT`` (validated by :mod:`cutedsl.envvars`) or the default."""
-    try:
-        t = envvars.get("CUTEDSL_SIM_TIME_LIMIT")
-    except envvars.EnvVarError as e:
-        raise SimLaunchError(str(e)) from None
+    t = _env("CUTEDSL_SIM_TIME_LIMIT")
     return DEFAULT_TIME_LIMIT if t is None else t
+
+
+def default_initcheck() -> bool:
+    """``CUTEDSL_SIM_INITCHECK`` (a switch) or on."""
+    v = _env("CUTEDSL_SIM_INITCHECK")
+    return True if v is None else v
+
+
+def default_progress_limit():
+    """``CUTEDSL_SIM_PROGRESS_LIMIT`` or the default."""
+    n = _env("CUTEDSL_SIM_PROGRESS_LIMIT")
+    return DEFAULT_PROGRESS_LIMIT if n is None else n
 
 
 def _dims(d, name):
@@ -90,7 +125,8 @@ class Launch:
 
     def __init__(self, program, gmem, grid, block, params, *, cluster=(1, 1, 1), smem=0,
                  budget=DEFAULT_BUDGET, race_check=True, dyn_smem_offset=0, quantum=20000,
-                 global_syms=None, chaos=None, time_limit=None, limits=None, sm_count=DEFAULT_SM_COUNT):
+                 global_syms=None, chaos=None, time_limit=None, limits=None, sm_count=DEFAULT_SM_COUNT,
+                 progress_limit=None, initcheck=None):
         Launch.serial_counter += 1
         self.serial = Launch.serial_counter
         self.program = program
@@ -158,6 +194,8 @@ class Launch:
             program, nthreads, ncl, self.smem_total, self.sm_count, need, memory_bytes)
         self.budget = int(budget)
         self.race_check = bool(race_check)
+        #: reads of memory nothing wrote are errors (cutedsl.sim.checks.initcheck)
+        self.initcheck = bool(initcheck) if initcheck is not None else default_initcheck()
         self.ghb = None             # GlobalHB (global-memory races between clusters), with race checks
         self.quantum = int(quantum)
         self.chaos = Chaos(chaos) if chaos is not None else None
@@ -166,7 +204,11 @@ class Launch:
             from ..checks.global_hb import GlobalHB
             self.ghb = GlobalHB(self, chaos)
         self.time_limit = float(time_limit) if time_limit is not None else default_time_limit()
+        self.progress_limit = int(progress_limit) if progress_limit is not None else default_progress_limit()
+        self._check_grid_fits(nthreads, ncl)
         self.changed = False     # a store changed memory this round (see _run_resident)
+        self.fresh = False       # a load/store reached a new address this round (Warp.note_access)
+        self.stale = 0           # loads/stores that repeated their address (Warp.note_access)
         self.insts = 0
         self._stepping = False       # a warp runs for lockstep.meets / step_gang (no nesting)
         self.tmap_cache = {}         # param-space address -> decoded tensor map (tma.py)
@@ -189,6 +231,23 @@ class Launch:
                 al.data[:len(data)] = np.frombuffer(data, np.uint8)
             a = self.global_syms[name] = al.base
         return a
+
+    def _check_grid_fits(self, nthreads: int, ncl: int) -> None:
+        """Refuse, before anything runs, a grid the emulator cannot finish within ``time_limit``
+        even if every CTA exited at once (its per-CTA cost has a floor; clusters that cluster
+        launch control may cancel cost only their skipping)."""
+        nctas = self.grid[0] * self.grid[1] * self.grid[2]
+        if any(i.opcode.startswith("clusterlaunchcontrol") for i in self.program.code):
+            floor, why = nctas // ncl * MIN_CANCELLED_SECONDS, "cancelled cluster"
+        else:
+            floor = nctas * (MIN_CTA_SECONDS + MIN_WARP_SECONDS * ((nthreads + 31) // 32))
+            why = f"CTA of {nthreads} threads"
+        if floor > self.time_limit:
+            raise GridTooLarge(
+                f"grid {self.grid} ({nctas} CTAs) of kernel {self.program.name!r} cannot finish within the "
+                f"emulator's wall-clock limit of {self.time_limit:g} s: even an empty kernel takes at least "
+                f"{floor:.3g} s at that size (>= {floor / nctas * 1e6:.2g} us per {why}); launch a smaller grid, "
+                f"or raise the limit (SimBackend(time_limit=...) / CUTEDSL_SIM_TIME_LIMIT)")
 
     # -- running -----------------------------------------------------------------------
     def _clusters(self):
@@ -251,6 +310,8 @@ class Launch:
         seen = set()
         t_end = self._t0 + self.time_limit
         self._admit(pending)
+        quiet_from = 0              # self.insts at the last progress (see the module docstring)
+        nactive = -1
         while self.live:
             done = [cl for cl in self.live if all(w.done for c in cl.ctas for w in c.warps)]
             if done:                   # exited clusters make room for the next ones in launch order
@@ -261,12 +322,15 @@ class Launch:
                     _dispose(cl)
                 self._admit(pending)
                 seen.clear()
+                quiet_from, nactive = self._quiet_clock(), -1
                 continue
             warps = [w for cl in self.live for c in cl.ctas for w in c.warps]
             active = [w for w in warps if not w.done]
+            if len(active) != nactive:      # a warp exited
+                quiet_from, nactive = self._quiet_clock(), len(active)
             executed = 0
-            v0 = self.version
-            self.changed = False
+            v0 = vq = self.version
+            self.changed = self.fresh = False
             if chaos is not None:
                 active = chaos.order(active)
             for w in active:
@@ -277,6 +341,13 @@ class Launch:
                     # short runs while nothing changes, so a spinning loop repeats its state soon
                     n = self._run_warp(w, 256 if seen else self.quantum)
                 executed += n
+                if self.version != vq or self.fresh or w.done:      # progress (module docstring)
+                    quiet_from, vq, self.fresh = self._quiet_clock(), self.version, False
+                elif self._quiet_clock() - quiet_from > self.progress_limit:
+                    if chaos is not None and chaos.run_one():   # a deferred operation may be awaited
+                        quiet_from = self._quiet_clock()
+                    else:
+                        raise LivelockError(self._no_progress_report(quiet_from))
                 if self.insts > self.budget:
                     raise InstructionBudgetExceeded(
                         f"instruction budget of {self.budget} warp-instructions exceeded in kernel "
@@ -297,14 +368,30 @@ class Launch:
                     continue
                 fp = self._fingerprint(active)
                 if fp in seen:
-                    raise DeadlockError(self.deadlock_report(self.live, livelock=True))
+                    raise LivelockError(self.deadlock_report(self.live, livelock=True))
                 seen.add(fp)
                 for w in active:
                     w.spin_pcs.update(g.pc for g in w.groups)
-            elif seen:
-                seen.clear()
-                for w in warps:
-                    w.spin_pcs.clear()
+            else:
+                if seen:
+                    seen.clear()
+                    for w in warps:
+                        w.spin_pcs.clear()
+
+    def _quiet_clock(self) -> int:
+        """Warp-instructions, a load or store that repeats its address counting as
+        ``STALE_WEIGHT`` (its cost in emulation time relative to a register instruction)."""
+        return self.insts + STALE_WEIGHT * self.stale
+
+    def _no_progress_report(self, since: int) -> str:
+        return (f"livelock: kernel {self.program.name!r} executed {self._quiet_clock() - since} warp-instructions "
+                f"(loads/stores at a repeated address weigh {STALE_WEIGHT}; the emulator's progress limit is "
+                f"{self.progress_limit}) with no synchronisation (barrier, mbarrier, wgmma or cp.async state "
+                f"change), no load or store at a new address, no warp exit and no cluster start: the live warps "
+                f"loop without progress (a counter that only grows, a poll nothing will answer). If this is a "
+                f"long stretch of real work, raise the limit (SimBackend(progress_limit=...) / "
+                f"CUTEDSL_SIM_PROGRESS_LIMIT)" + self._seed_note() + "\n"
+                + self.deadlock_report(self.live, livelock=True, head=False))
 
     @staticmethod
     def _fingerprint(active):

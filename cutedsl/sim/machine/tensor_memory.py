@@ -48,11 +48,22 @@ def tmem_of(cta) -> TensorMemory:
 class TmemShadow(Shadow):
     """Happens-before shadow of one CTA's TMEM: one cell per (lane, column), ``lane * 512 + column``."""
 
+    #: initcheck (cutedsl.sim.checks.initcheck) judges only the tensor core's reads -- the
+    #: accumulator of an accumulating tcgen05.mma, its A operand and scale factors -- not
+    #: tcgen05.ld, which reads whole 32-lane quarters whatever lanes an MMA wrote (M = 64 layouts,
+    #: lane masks) into registers the kernel may discard
+    initcheck_reads = "tcgen05.mma"
+
     def __init__(self, cta, hb):
         super().__init__(cta, hb, LANES * COLUMNS)
 
     def place(self, cell):
         return f"tensor memory lane {cell // COLUMNS} column {cell % COLUMNS} (CTA {self.cta.ctaid})"
+
+    def origin(self, cell) -> str:
+        """Where the cell's contents come from (initcheck reports)."""
+        return ("tensor memory allocated by tcgen05.alloc, which leaves the columns undefined (PTX ISA, "
+                "tcgen05.alloc); only tcgen05.mma (enable-input-d false), tcgen05.st or tcgen05.cp define them")
 
 
 def tmem_shadow(cta):
