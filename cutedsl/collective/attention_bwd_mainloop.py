@@ -118,18 +118,22 @@ class AttentionBwdMainloop:
 
     # -- descriptors -----------------------------------------------------------------
     def descriptors(self, ops) -> dict:
+        """Slot-0 descriptors: K and V per k-tile (A), Q and dO (K-major B and the MN-major
+        reading), K's boxes as MN-major B chunks of ``dQ = dS K``, and dS (A)."""
         o, sm = self.ops_desc, ops.smem
-        return {"k": [self.s_mma.descriptor(sm["k"].tile(kt), "A") for kt in range(o.d_tiles)],
-                "v": [self.s_mma.descriptor(sm["v"].tile(kt), "A") for kt in range(o.d_tiles)],
-                "q": self.s_mma.descriptor(sm["q"].tile(0), "B"), "do": self.s_mma.descriptor(sm["do"].tile(0), "B"),
-                "q_mn": self.kv_mma.descriptor(o.mn_view(sm["q"].tile(0)), "B"),
-                "do_mn": self.kv_mma.descriptor(o.mn_view(sm["do"].tile(0)), "B"),
-                "k_mn": [self.dq_mma.descriptor(o.mn_view(sm["k"].tile(kt), 1), "B") for kt in range(o.d_tiles)],
+        kt = range(o.d_tiles)
+        return {"k": [self.s_mma.descriptor(o.k_tile(sm["k"], 0, j), "A") for j in kt],
+                "v": [self.s_mma.descriptor(o.k_tile(sm["v"], 0, j), "A") for j in kt],
+                "q": self.s_mma.descriptor(o.k_tile(sm["q"]), "B"), "do": self.s_mma.descriptor(o.k_tile(sm["do"]), "B"),
+                "q_mn": self.kv_mma.descriptor(o.mn_view(o.k_tile(sm["q"])), "B"),
+                "do_mn": self.kv_mma.descriptor(o.mn_view(o.k_tile(sm["do"])), "B"),
+                "k_mn": [self.dq_mma.descriptor(o.mn_view(o.k_tile(sm["k"], 0, j), 1), "B") for j in kt],
                 "ds": self.dq_mma.descriptor(sm["ds"].tile(0), "A")}
 
-    @staticmethod
-    def _tile(ops, desc, name, index):
-        return desc.stage(index, ops.smem[name].buf.stage_bytes)
+    def _at(self, ops, desc, name, stage, kt: int = 0):
+        """``desc`` (slot 0's) moved to slot ``stage`` and k-tile ``kt`` of buffer ``name``."""
+        t = self.ops_desc.traits
+        return desc.stage(stage, ops.smem[name].buf.stage_bytes).offset(kt * t.tile_bytes(t.k_tile))
 
     # -- one query block ---------------------------------------------------------------
     def _columns(self, unit: BwdUnit, ptr, m0, c0, scale=None) -> dict:
@@ -162,13 +166,12 @@ class AttentionBwdMainloop:
         wt = cir.thread_idx() % self.wg_threads
         r0, c0 = (V.i32(x) for x in WgmmaFragment.thread_base(wt))
         ops.qdo_pipe.consumer_wait(st)
-        first = st.index * o.d_tiles
         s, dp = self.s_mma.undef(), self.s_mma.undef()
         for name, acc_name in (("q", "s"), ("do", "dp")):
             acc = s if acc_name == "s" else dp
             a = desc["k"] if name == "q" else desc["v"]
             for kt in range(o.d_tiles):
-                acc = self.s_mma.mma(acc, a[kt], self._tile(ops, desc[name], name, first + kt), accumulate=kt > 0,
+                acc = self.s_mma.mma(acc, a[kt], self._at(ops, desc[name], name, st.index, kt), accumulate=kt > 0,
                                      fence=kt == 0, commit=kt == o.d_tiles - 1)
             s, dp = (acc, dp) if acc_name == "s" else (s, acc)
         # LSE while the GEMMs run, D only once P is formed: fewer registers live beside dK and dV
@@ -187,8 +190,8 @@ class AttentionBwdMainloop:
         store_operand(ds, ops.smem["ds"].tile(0), "B", warpgroup_thread=wt)
         fence_proxy_async()           # generic-proxy stmatrix before the async-proxy WGMMA read
         self.bar.sync()
-        dv = self.kv_mma.mma(dv, pf, self._tile(ops, desc["do_mn"], "do", first), fence=True, commit=False)
-        dk = self.kv_mma.mma(dk, dsf, self._tile(ops, desc["q_mn"], "q", first), fence=False, commit=True)
+        dv = self.kv_mma.mma(dv, pf, self._at(ops, desc["do_mn"], "do", st.index), fence=True, commit=False)
+        dk = self.kv_mma.mma(dk, dsf, self._at(ops, desc["q_mn"], "q", st.index), fence=False, commit=True)
         # dQ = dS K in 64-column chunks, each added before the next is issued: 32 registers
         # live beside dK and dV instead of head_dim / 2
         for c in range(o.d_tiles):

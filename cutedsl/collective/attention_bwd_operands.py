@@ -2,12 +2,13 @@
 CTA's KV block loaded once, Q and dO of every query block through one ring of stages, and the
 shared tile dS goes through on its way from registers to the ``dQ`` GEMM.
 
-Every tile is ``[64 rows x 64]`` 16-bit elements, 128-byte swizzled, K-major as TMA writes it
-(rows = the sequence, 128-byte rows along the head dimension); a head dimension of ``d`` is ``d
-/ 64`` such tiles back to back (8 KiB apart):
+Loaded through the :class:`~cutedsl.collective.loader.OperandLoader`: ring ``kv`` (K and V, once)
+and ring ``qdo`` (Q and dO, ``stages`` slots with full/empty barriers). Every operand tile is
+``64`` rows of the sequence by ``d`` (the head dimension) 16-bit elements, loaded as ``d / 64``
+boxes ``[64 x 64]`` (128-byte swizzled, K-major as TMA writes them) stacked 8 KiB apart:
 
-* ``k``, ``v``: ``d / 64`` tiles (A of ``S^T = K Q^T`` and ``dP^T = V dO^T``);
-* ``q``, ``do``: ``stages x d / 64`` tiles (B of those GEMMs, K-major);
+* ``k``, ``v``: A of ``S^T = K Q^T`` and ``dP^T = V dO^T``, one box per k-tile;
+* ``q``, ``do``: B of those GEMMs, K-major;
 * ``ds``: one tile, ``dS`` (query rows, key columns), stored from the ``dS^T`` accumulator by
   ``stmatrix`` (:func:`~cutedsl.atom.operand_store.store_operand` as a K-major B) and read back
   as the K-major A of ``dQ = dS K``;
@@ -26,23 +27,21 @@ from __future__ import annotations
 
 import attrs
 
-from ..atom.mbarrier import MBarriers
 from ..atom.mma_traits import mma_traits
-from ..atom.tma import TmaCopy
-from ..compiler.artifact import TensorMapSpec
 from .attention_operands import AttentionOperands
-from .pipeline import TmaPipeline
+from .loader import OperandLoader, TmaOperand, TmaRing
+from .pipeline import PipelineState
 
 OPERANDS = ("q", "k", "v", "do")
 
 
 @attrs.frozen
 class BoundAttentionBwdOperands:
-    """Inside a kernel body: bound shared memory, the four ``TmaCopy`` atoms, K/V's barrier and
-    the Q/dO pipeline."""
+    """Inside a kernel body: bound shared memory, the loader's bound TMA atoms, the ``kv``
+    pipeline (load once) and the ``qdo`` pipeline (a ring)."""
     smem: object
-    tma: dict
-    kv_bar: object
+    bound: object
+    kv_pipe: object
     qdo_pipe: object
 
 
@@ -63,37 +62,31 @@ class AttentionBwdOperands:
         self.dtype, self.varlen, self.consumer_warps = dtype, bool(varlen), consumer_warps
         self.d_tiles = head_dim // t.k_tile
 
-    @property
-    def lead(self) -> tuple:
-        return (1,) if self.varlen else (1, 1)
+        def op(name, rows):
+            return TmaOperand(name, t.storage, rows=rows, cols=head_dim, box_cols=t.k_box, swizzle=t.swizzle,
+                              major="K", lead=1 if self.varlen else 2, tma_dtype=t.tma_dtype)
+        self.loader = OperandLoader(TmaRing("kv", (op("k", block_n), op("v", block_n))),
+                                    TmaRing("qdo", (op("q", block_m), op("do", block_m)), stages))
 
     def tensor_maps(self) -> list:
-        t = self.traits
-        rows = {"q": self.block_m, "do": self.block_m, "k": self.block_n, "v": self.block_n}
-        return [TensorMapSpec(n, t.tma_dtype, self.lead + (rows[n], t.k_box), swizzle=t.swizzle) for n in OPERANDS]
+        specs = {s.param: s for s in self.loader.tensor_maps()}
+        return [specs[n] for n in OPERANDS]
 
     map_extent = staticmethod(AttentionOperands.map_extent)
 
     def plan(self, plan) -> None:
-        t, sw = self.traits, self.traits.swizzle
-        for n, rows, count in (("k", self.block_n, self.d_tiles), ("v", self.block_n, self.d_tiles),
-                               ("q", self.block_m, self.stages * self.d_tiles),
-                               ("do", self.block_m, self.stages * self.d_tiles), ("ds", self.block_m, 1)):
-            plan.buffer(n, (rows, t.k_box), t.storage, count, swizzle=sw, major="K")
-        plan.barriers("kv_full", 1)
-        plan.barriers("qdo_full", self.stages)
-        plan.barriers("qdo_empty", self.stages)
+        t = self.traits
+        self.loader.plan(plan)
+        plan.buffer("ds", (self.block_m, t.k_box), t.storage, 1, swizzle=t.swizzle, major="K")
 
-    @property
-    def kv_bytes(self) -> int:
-        return 2 * self.d_tiles * self.traits.tile_bytes(self.block_n)
-
-    @property
-    def qdo_bytes(self) -> int:
-        return 2 * self.d_tiles * self.traits.tile_bytes(self.block_m)
+    def k_tile(self, buf, stage=0, kt: int = 0):
+        """The K-major ``[64 x 64]`` box ``kt`` (head-dimension columns ``64 kt ..``) of slot
+        ``stage`` of operand buffer ``buf`` (a bound buffer: ``smem["q"]``)."""
+        t = self.traits
+        return buf.tile(stage).sub(kt * t.tile_bytes(t.k_tile), (t.k_tile, t.k_box))
 
     def mn_view(self, tile, tiles: int | None = None):
-        """``tiles`` (default ``d / 64``) K-major tiles from ``tile`` (a ``[64 x 64]`` K-major
+        """``tiles`` (default ``d / 64``) K-major boxes from ``tile`` (a ``[64 x 64]`` K-major
         ``SmemTile``) read as one MN-major B operand ``[64 tiles x 64]`` (K = the 64 sequence
         rows, N = ``64 tiles`` head-dimension columns): the same bytes (module docstring), a
         tile whose buffer declares ``major="MN"``."""
@@ -105,40 +98,32 @@ class AttentionBwdOperands:
 
     # -- IR ------------------------------------------------------------------------
     def bind(self, smem, args, leader) -> BoundAttentionBwdOperands:
-        """Tensor-map atoms and barriers, initialised where ``leader`` holds (the caller
+        """TMA atoms and pipelines, barriers initialised where ``leader`` holds (the caller
         follows with a CTA barrier)."""
-        specs = {s.param: s for s in self.tensor_maps()}
-        tma = {n: TmaCopy(specs[n], getattr(args, n)) for n in OPERANDS}
-        kv_bar = MBarriers(smem.barriers("kv_full"), 1)
-        pipe = TmaPipeline(MBarriers(smem.barriers("qdo_full"), self.stages), self.qdo_bytes,
-                           MBarriers(smem.barriers("qdo_empty"), self.stages), consumers=self.consumer_warps)
-        kv_bar.init(0, 1, predicate=leader)
-        pipe.init(leader)
-        return BoundAttentionBwdOperands(smem, tma, kv_bar, pipe)
+        kv = self.loader.pipeline(smem, "kv")
+        qdo = self.loader.pipeline(smem, "qdo", consumers=self.consumer_warps)
+        kv.init(leader)
+        qdo.init(leader)
+        return BoundAttentionBwdOperands(smem, self.loader.bind(smem, args), kv, qdo)
 
     @staticmethod
     def prefetch(ops: BoundAttentionBwdOperands, predicate=None) -> None:
-        for n in OPERANDS:
-            ops.tma[n].prefetch(predicate=predicate)
-
-    def _rows(self, ops, name, first_tile, bar, index, lead, row0) -> None:
-        for kt in range(self.d_tiles):
-            ops.tma[name].load(ops.smem[name].tile(first_tile + kt), bar, index, lead + (row0, kt * self.traits.k_box))
+        for atom in ops.bound.atoms.values():
+            atom.prefetch(predicate=predicate)
 
     def load_kv(self, ops: BoundAttentionBwdOperands, lead: tuple, row0) -> None:
         """Producer thread: K and V of the KV block at key row ``row0`` of the map slice ``lead``."""
-        ops.kv_bar.arrive_expect_tx(0, self.kv_bytes)
-        for n in ("k", "v"):
-            self._rows(ops, n, 0, ops.kv_bar, 0, lead, row0)
+        self.loader.fill(ops.bound, ops.kv_pipe, PipelineState(1), "kv", {"k": (row0, 0), "v": (row0, 0)},
+                         {"k": lead, "v": lead})
+
+    def wait_kv(self, ops: BoundAttentionBwdOperands) -> None:
+        ops.kv_pipe.consumer_wait(PipelineState(1))
 
     def load_qdo(self, ops: BoundAttentionBwdOperands, state, lead: tuple, row0) -> None:
         """Producer thread: Q and dO of the query block at row ``row0`` into slot ``state`` of
         the ring (after waiting for the slot's release)."""
-        pipe = ops.qdo_pipe
-        pipe.producer_acquire(state)
-        pipe.producer_expect(state)
-        for n in ("q", "do"):
-            self._rows(ops, n, state.index * self.d_tiles, pipe.full, state.index, lead, row0)
+        self.loader.fill(ops.bound, ops.qdo_pipe, state, "qdo", {"q": (row0, 0), "do": (row0, 0)},
+                         {"q": lead, "do": lead})
 
 
 __all__ = ["AttentionBwdOperands", "BoundAttentionBwdOperands", "OPERANDS"]

@@ -49,6 +49,9 @@ BLOCK_M = 64                       #: queries per query block
 BLOCK_N = 64                       #: keys per KV block (one CTA)
 STAGES = 2                         #: Q/dO ring depth
 PRODUCER_REGS, MMA_REGS = 24, 240  #: setmaxnreg budgets
+#: .maxnreg at launch: 65536 / 256 threads would be 256, past ptxas' 255 (it would ignore it); the
+#: forward's 168 leaves the producer's 144 x 128 freed registers for the MMA warpgroup's 72 x 128
+LAUNCH_REGS = 168
 #: why a head dimension is refused (named, not a generic message)
 NOT_YET = {256: "dK and dV accumulators of 64 x 256 f32 are 256 registers per thread of the one MMA "
                 "warpgroup, past the 255 a thread can hold; not built",
@@ -153,7 +156,7 @@ class AttentionBwdKernel(Kernel):
         plan = SmemPlan(limit=self.arch.smem_per_cta)
         self.operands.plan(plan)
         kb = KernelBuilder(self.name, self.params(), block=(self.threads, 1, 1), arch=self.arch,
-                           max_registers=self.arch.launch_regs(self.threads))
+                           max_registers=min(LAUNCH_REGS, self.arch.launch_regs(self.threads)))
         wg_threads = self.arch.warpgroup_threads
         with kb.build() as args:
             smem = plan.bind()
@@ -221,7 +224,7 @@ class AttentionBwdKernel(Kernel):
             return BwdUnit(batch, head, nb, n0, seqlen_q, seqlen_k, left, right, q_row0, lse_base, heads,
                            args.exp_scale, args.lse, args.dpsum, args.dq_accum, sem,
                            getattr(args, "semaphores", None))
-        ops.kv_bar.wait(0, 0)
+        self.operands.wait_kv(ops)
         dk, dv = self.mainloop.run(ops, unit_of, group, rng)
         k_row0 = k_start if self.varlen else batch * seqlen_k
         rows = EpilogueRows(k_row0, 0, kv_head, heads // group, n0, seqlen_k)
