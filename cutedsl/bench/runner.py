@@ -42,7 +42,8 @@ class Sweep:
     ``make_gemm(config)`` -> an object with ``prepare(a, b, out=)`` -> ``(launch, result)``."""
 
     def __init__(self, backend, lib, timer, make_gemm, *, iters=30, warmup=5, l2_bytes=0,
-                 budget_bytes=4 << 30, max_sets=8, flush=True, progress=None, make_grouped=None):
+                 budget_bytes=4 << 30, max_sets=8, flush=True, progress=None, make_grouped=None,
+                 make_attention=None):
         if iters < 1 or warmup < 0:
             raise ValueError(f"iters must be >= 1 and warmup >= 0, got {iters}, {warmup}")
         self.backend, self.lib, self.timer, self.make_gemm = backend, lib, timer, make_gemm
@@ -52,6 +53,7 @@ class Sweep:
         self.progress = progress
         self._gemms = {}
         self.make_grouped = make_grouped     #: config -> a GroupedGemm (grouped sets)
+        self.make_attention = make_attention  #: AttentionConfig -> an Attention (attention sets)
         self.timed = backend.name == "cuda"
 
     # -- pieces -----------------------------------------------------------------------------
@@ -64,6 +66,12 @@ class Sweep:
         key = ("grouped", cfg)
         if key not in self._gemms:
             self._gemms[key] = self.make_grouped(cfg)
+        return self._gemms[key]
+
+    def attention(self, cfg):
+        key = ("attention", cfg)
+        if key not in self._gemms:
+            self._gemms[key] = self.make_attention(cfg)
         return self._gemms[key]
 
     def _time(self, fns):
@@ -152,10 +160,13 @@ class Sweep:
 
     # -- a set -----------------------------------------------------------------------------
     def run_set(self, set_name: str, cfgs: list) -> dict:
-        from .shapes import GROUPED_SETS
+        from .shapes import ATTENTION_SETS, GROUPED_SETS
         if set_name in GROUPED_SETS:            # problems made of groups: one GroupedGemm launch each
             from .grouped import run_grouped_set
             return run_grouped_set(self, set_name, cfgs)
+        if set_name in ATTENTION_SETS:          # AttentionConfigs against torch's SDPA backends
+            from .attention import run_attention_set
+            return run_attention_set(self, set_name, cfgs)
         shapes = shapes_for(set_name, self.backend.name)
         rows = []
         for (m, n, k) in shapes:
@@ -221,7 +232,7 @@ def summarize(rows: list) -> dict:
                       "geomean_ratio": geomean(r.get("ratio") for r in rs),
                       "problems": len(rs),
                       "failed_checks": sum(r.get("check") in ("FAIL", "error") for r in rs)}
-    ref = {(r["m"], r["n"], r["k"], r["dtype"]): r.get("ref_tflops") for r in rows}
+    ref = {(*(r.get("problem") or (r["m"], r["n"], r["k"])), r["dtype"]): r.get("ref_tflops") for r in rows}
     return {"configs": out, "reference_geomean_tflops": geomean(ref.values())}
 
 

@@ -84,6 +84,13 @@ class BlockMask:
         return {**out, "block_mask_batch_stride": bs, "block_mask_head_stride": hs,
                 "block_mask_kv_blocks": self.shape[3]}
 
+    def restrict(self, kinds: np.ndarray) -> "BlockMask":
+        """This mask intersected with ``kinds`` (``(QB, KB)``, e.g. a kernel's own band,
+        :meth:`AttentionMask.block_kinds`): a block is SKIP when either skips it, FULL when both
+        keep it whole, else PARTIAL (the codes are ordered so that this is the minimum)."""
+        return BlockMask(np.minimum(self.kind, np.asarray(kinds, np.int32)[None, None]), self.block_m,
+                         self.block_n, self.seqlen_q, self.seqlen_k)
+
     def block_kind(self, batch: int, head: int, q_block: int, kv_block: int) -> int:
         """SKIP, PARTIAL or FULL of one block (batch / head broadcast where the mask does)."""
         bm, hm = self.shape[:2]
@@ -176,4 +183,35 @@ class BlockMaskView:
         return ptr.load(cir.i64(row) * cir.i64(self.args.block_mask_kv_blocks) + cir.i64(cir.i32(i)))
 
 
-__all__ = ["BlockMask", "BlockMaskView", "build_block_mask", "block_mask_params", "SKIP", "PARTIAL", "FULL"]
+class SparseBlocks:
+    """IR: the KV blocks one query block visits under a block mask, in the interface of
+    :class:`~cutedsl.collective.attention_mask.BlockRange` (so the attention main loop and
+    producer run it unchanged). Visit numbers ``v`` count down from ``n_max - 1`` as a band's
+    blocks do: ``[u_hi, n_max)`` are the PARTIAL blocks (masked, FlexAttention's
+    ``kv_indices``, visited in ascending order), ``[0, u_hi)`` the FULL ones (unmasked,
+    ``full_kv_indices``); :meth:`block` maps a visit to its KV block. ``view``: a
+    :class:`BlockMaskView`; ``row``: the query block's row (:meth:`BlockMaskView.row`)."""
+
+    def __init__(self, view: "BlockMaskView", row):
+        self.view, self.row = view, row
+        self.u_hi = view.count(row, full=True)
+        self.n_max = self.u_hi + view.count(row)
+        self.n_min = self.u_lo = 0
+
+    @property
+    def count(self):
+        return self.n_max
+
+    def block(self, v, masked=None):
+        """KV block of visit ``v`` (IR i32); ``masked`` True/False: ``v`` is known to be a
+        PARTIAL / FULL visit (one load), None: either (two loads and a select; each index is
+        kept inside the row so both loads stay in bounds)."""
+        from .attention_mask import _max
+        part = lambda: self.view.index(self.row, self.n_max - 1 - v)              # noqa: E731
+        full = lambda: self.view.index(self.row, _max(self.u_hi - 1 - v, 0), full=True)   # noqa: E731
+        if masked is not None:
+            return part() if masked else full()
+        return cir.select(cir.i32(v) >= self.u_hi, part(), full())
+
+
+__all__ = ["BlockMask", "BlockMaskView", "SparseBlocks", "build_block_mask", "block_mask_params", "SKIP", "PARTIAL", "FULL"]

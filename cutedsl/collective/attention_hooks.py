@@ -30,7 +30,10 @@ How the attention kernel calls them (FlexAttention's order: score_mod, then mask
     s = bound.apply(s, b, h, q_idx, kv_idx)            # per accumulator element -> f32, -inf if masked
     s = bound.apply(s, b, h, q_idx, kv_idx, mask=False)   # on a block the block mask calls full
 
-then the online softmax scales by log2(e) and runs ``exp2``. The kernel masks keys past
+then the online softmax scales by log2(e) and runs ``exp2``. The FA3-style kernel
+(:mod:`cutedsl.kernel.attention`, through ``AttentionConfig(score_mod=, mask_mod=)``) calls the
+two halves of ``apply`` at their own places: ``bound.score`` after softcap, ``bound.keep`` anded
+into its band mask in the blocks it masks. The kernel masks keys past
 ``seqlen_k`` itself; hooks may be evaluated on padding rows/columns of partial tiles (their
 tensor loads are clamped into bounds, results there are discarded). Errors in a hook
 (signature, return type, an unsupported operation) are :class:`~cutedsl.errors.HookError` naming

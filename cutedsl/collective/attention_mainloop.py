@@ -18,7 +18,11 @@ Two schedules, both exact against the float64 reference on the emulator:
 
 KV blocks are visited downwards in the three ranges of a
 :class:`~cutedsl.collective.attention_mask.BlockRange` (masked, unmasked, masked); the
-element mask runs only in the masked ones. Explicit state: the loops carry the pipeline state,
+element mask runs only in the masked ones. Under a mask_mod the range is a
+:class:`~cutedsl.collective.attention_block_mask.SparseBlocks` (its PARTIAL blocks masked, its
+FULL ones not), and ``rng.block(v)`` names the KV block of each visit. The attention hooks
+(:class:`~cutedsl.collective.attention_hooks.BoundHooks`, ``UnitContext.hooks``) run per
+accumulator element: score_mod on every visited block, mask_mod in the masked ones. Explicit state: the loops carry the pipeline state,
 the softmax state, O (and with overlap the previous block's P); nothing of a launch is kept on
 the collective.
 """
@@ -47,7 +51,8 @@ PINGPONG_BARRIER = 1
 class UnitContext:
     """What the main loop needs of one work unit, IR values: ``batch``, ``head``, ``row0`` (the
     warpgroup's first query row within the sequence), ``seqlen_q``, ``seqlen_k``, ``left`` /
-    ``right`` (band extents of a local mask), the softmax parameters and the warpgroup index."""
+    ``right`` (band extents of a local mask), the softmax parameters, the warpgroup index and
+    ``hooks`` (a ``BoundHooks``, or None without hooks)."""
     batch: object
     head: object
     row0: object
@@ -57,6 +62,7 @@ class UnitContext:
     right: object
     params: object
     wg: object
+    hooks: object = None
 
 
 class AttentionMainloop:
@@ -121,13 +127,20 @@ class AttentionMainloop:
 
         def col(b, i):
             return c0 + WgmmaFragment.offset(b, i)[1]
-        coords = (ctx.batch, ctx.head, row, lambda b, i: n0 + col(b, i))
-        s = self.softmax.scores(s, ctx.params, coords)
+        hk = ctx.hooks
+
+        def score(x, b, i):
+            return hk.score(x, ctx.batch, ctx.head, row(b, i), n0 + col(b, i))
+
+        def keep(b, i):
+            return hk.keep(ctx.batch, ctx.head, row(b, i), n0 + col(b, i))
+        s = self.softmax.scores(s, ctx.params, score if hk is not None else None)
         if masked:
             limits = [[self.mask.row_limits(ctx.row0 + r0 + ATOM_M * b + WgmmaFragment.offset(0, 2 * h)[0],
                                             ctx.seqlen_q, ctx.seqlen_k, n0, ctx.left, ctx.right)
                        for h in range(ROW_HALVES)] for b in range(s.m_blocks)]
-            s = self.mask.apply(s, lambda b, i: (i // 2) % ROW_HALVES, col, limits, coords)
+            s = self.mask.apply(s, lambda b, i: (i // 2) % ROW_HALVES, col, limits,
+                                keep if hk is not None and hk.hooks.has_mask else None)
         p, sm, corr = self.softmax.update(s, sm, ctx.params.exp_scale)
         return AFragment.from_accumulator(p, self.ops_desc.dtype), sm, corr
 
@@ -157,7 +170,7 @@ class AttentionMainloop:
         ranges = ((rng.u_hi, rng.n_max, True), (rng.u_lo, rng.u_hi, False), (rng.n_min, rng.u_lo, True))
         if not self.overlap:
             for lo, hi, masked in ranges:
-                o, sm, st = self._simple_loop(ops, desc, ctx, lo, hi, masked, o, sm, st)
+                o, sm, st = self._simple_loop(ops, desc, ctx, rng, lo, hi, masked, o, sm, st)
             return o, sm
         if self.pingpong:          # warpgroup 0 takes the first turn
             with cir.If(ctx.wg.eq(1)):
@@ -170,12 +183,12 @@ class AttentionMainloop:
         self.qk.wait(0)
         s = s.pinned()
         ops.k_pipe.consumer_release_warp(st)
-        p, sm, _ = self.softmax_block(ctx, s, sm, j0, True)
+        p, sm, _ = self.softmax_block(ctx, s, sm, rng.block(j0), True)
         prev, st = st, st.advance()
         # the prologue took block j0: the three ranges below it
         u_hi, u_lo = _min(rng.u_hi, j0), _min(rng.u_lo, j0)
         for lo, hi, masked in ((u_hi, j0, True), (u_lo, u_hi, False), (rng.n_min, u_lo, True)):
-            o, p, sm, prev, st = self._overlap_loop(ops, desc, ctx, lo, hi, masked, o, p, sm, prev, st)
+            o, p, sm, prev, st = self._overlap_loop(ops, desc, ctx, rng, lo, hi, masked, o, p, sm, prev, st)
         self._turn_begin(ctx.wg)
         o = self.issue_pv(ops, desc, o, p, prev)
         self._turn_end(ctx.wg, last=True)
@@ -184,7 +197,7 @@ class AttentionMainloop:
         ops.v_pipe.consumer_release_warp(prev)
         return o, sm
 
-    def _simple_loop(self, ops, desc, ctx, lo, hi, masked, o, sm, st):
+    def _simple_loop(self, ops, desc, ctx, rng, lo, hi, masked, o, sm, st):
         n_sm = len(sm.carry())
         loop = cir.Loop(0, hi - lo, carry=o.structs + sm.carry() + st.carry())
         for it, carried in loop:
@@ -192,7 +205,7 @@ class AttentionMainloop:
             o = Accumulator(c[:o.m_blocks], o.n)
             sm = SoftmaxState.from_carry(c[o.m_blocks:o.m_blocks + n_sm], o.m_blocks)
             st = PipelineState.from_carry(st.stages, c[o.m_blocks + n_sm:])
-            j = hi - 1 - V.i32(it)
+            j = rng.block(hi - 1 - V.i32(it), masked)
             s = self.issue_s(ops, desc, st)
             self.qk.wait(0)
             s = s.pinned()
@@ -209,7 +222,7 @@ class AttentionMainloop:
         return (Accumulator(c[:n_o], o.n), SoftmaxState.from_carry(c[n_o:n_o + n_sm], n_o),
                 PipelineState.from_carry(st.stages, c[n_o + n_sm:]))
 
-    def _overlap_loop(self, ops, desc, ctx, lo, hi, masked, o, p, sm, prev, st):
+    def _overlap_loop(self, ops, desc, ctx, rng, lo, hi, masked, o, p, sm, prev, st):
         n_o, n_sm, n_p = o.m_blocks, len(sm.carry()), sum(len(x) for blk in p.regs for x in blk)
         flat_p = [r for blk in p.regs for step in blk for r in step]
         loop = cir.Loop(0, hi - lo, carry=o.structs + flat_p + sm.carry() + prev.carry() + st.carry())
@@ -227,7 +240,7 @@ class AttentionMainloop:
                     PipelineState.from_carry(st.stages, rest[n_sm + 2:]))
         for it, carried in loop:
             o, p, sm, prev, st = unpack(list(carried))
-            j = hi - 1 - V.i32(it)
+            j = rng.block(hi - 1 - V.i32(it), masked)
             self._turn_begin(ctx.wg)
             s = self.issue_s(ops, desc, st)
             o = self.issue_pv(ops, desc, o, p, prev)

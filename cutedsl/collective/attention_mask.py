@@ -16,13 +16,16 @@ query of ``[m0, m0 + block_m)`` may attend (blocks outside are never loaded nor 
 runs without the per-element mask. A kernel visits blocks from ``n_max - 1`` down, as
 FlashAttention-3 does, so the masked blocks at the diagonal come first.
 
-Hooks: a subclass overrides :meth:`AttentionMask.mask_mod` (FlexAttention's ``mask_mod(b, h,
-q_idx, kv_idx) -> bool``, IR values in, IR i1 out) and every visited block is then masked
-element by element (no block is known to be unmasked).
+A FlexAttention ``mask_mod`` (:mod:`cutedsl.collective.attention_hooks`) joins at both grains:
+:meth:`AttentionMask.apply` ands its per-element predicate (``keep``) into the band, and
+:meth:`AttentionMask.block_kinds` gives the band's blocks as SKIP / PARTIAL / FULL for the host
+to intersect with the mask_mod's block mask
+(:meth:`~cutedsl.collective.attention_block_mask.BlockMask.restrict`).
 """
 from __future__ import annotations
 
 import attrs
+import numpy as np
 
 from ..ir._lazy import lazy
 
@@ -73,6 +76,11 @@ class BlockRange:
     def count(self):
         return self.n_max - self.n_min
 
+    def block(self, v, masked=None):
+        """The KV block visited as ``v`` (``n_min <= v < n_max``): ``v`` itself for a band
+        (``masked``: which range ``v`` lies in, when the caller knows; unused here)."""
+        return v
+
 
 class AttentionMask:
     """The band mask of a kernel with ``block_m`` query rows and ``block_n`` keys per block;
@@ -81,15 +89,6 @@ class AttentionMask:
 
     def __init__(self, block_m: int, block_n: int, local: bool = False):
         self.block_m, self.block_n, self.local = block_m, block_n, bool(local)
-
-    @property
-    def has_mask_mod(self) -> bool:
-        return type(self).mask_mod is not AttentionMask.mask_mod
-
-    def mask_mod(self, batch, head, q_idx, kv_idx):
-        """Hook: an IR i1, True where query ``q_idx`` may attend key ``kv_idx`` (i32 IR values,
-        within the sequence) of ``batch``/``head``; None: no extra mask (the default)."""
-        return None
 
     def block_range(self, m0, seqlen_q, seqlen_k, left=0, right=0) -> BlockRange:
         """The :class:`BlockRange` of the query block starting at row ``m0`` (ints or IR i32;
@@ -106,11 +105,21 @@ class AttentionMask:
         else:
             n_max, n_min = _cdiv(seqlen_k, bn), 0
             right_end, left_start = seqlen_k // bn, 0
-        if self.has_mask_mod:           # any element may be masked: no block runs unmasked
-            right_end = n_min
         u_hi = _clamp(right_end, n_min, n_max)
         u_lo = _clamp(left_start, n_min, u_hi)
         return BlockRange(n_min, n_max, u_lo, u_hi)
+
+    def block_kinds(self, seqlen_q: int, seqlen_k: int, left: int = 0, right: int = 0) -> np.ndarray:
+        """Host: int32 ``(ceil(seqlen_q / block_m), ceil(seqlen_k / block_n))``, each block 0
+        (SKIP: outside :meth:`block_range`), 1 (PARTIAL: visited with the element mask) or 2
+        (FULL: visited unmasked) -- the codes of :mod:`~cutedsl.collective.attention_block_mask`."""
+        qb, kb = _cdiv(seqlen_q, self.block_m), _cdiv(seqlen_k, self.block_n)
+        out = np.zeros((qb, kb), np.int32)
+        for i in range(qb):
+            r = self.block_range(i * self.block_m, seqlen_q, seqlen_k, left, right)
+            out[i, r.n_min:r.n_max] = 1
+            out[i, r.u_lo:r.u_hi] = 2
+        return out
 
     # -- IR: the elements of one block -------------------------------------------------
     def row_limits(self, row, seqlen_q, seqlen_k, n0, left, right) -> tuple:
@@ -124,24 +133,25 @@ class AttentionMask:
             lo = row + shift - left
         return lo - n0, hi - n0
 
-    def apply(self, s, rows, cols, limits, coords=None):
+    def apply(self, s, rows, cols, limits, keep=None):
         """``s`` (an ``Accumulator`` of scores) with masked elements set to ``-inf``.
         ``rows(b, i)``/``cols(b, i)``: which of the thread's row limits and which block column
         register ``i`` of block ``b`` holds (``cols`` relative to the block start, IR i32 or int
-        offsets from the thread's base); ``limits[b][h]`` from :meth:`row_limits`; ``coords``:
-        ``(batch, head, q_idx(b, i), kv_idx(b, i))`` for :meth:`mask_mod`."""
+        offsets from the thread's base); ``limits[b][h]`` from :meth:`row_limits`; ``keep(b,
+        i)``: a mask_mod's IR i1 (or Python bool) for the element, anded in."""
         def one(x, b, i):
             lo, hi = limits[b][rows(b, i)]
             c = cols(b, i)
-            keep = c < hi
+            ok = c < hi
             if self.local:
-                keep = keep & (c >= lo)
-            if self.has_mask_mod:
-                bb, hh, qf, kf = coords
-                extra = self.mask_mod(bb, hh, qf(b, i), kf(b, i))
-                if extra is not None:
-                    keep = keep & extra
-            return V.select(keep, x, F._f32(NEG_INF))
+                ok = ok & (c >= lo)
+            if keep is not None:
+                extra = keep(b, i)
+                if extra is False:
+                    return F._f32(NEG_INF)
+                if extra is not True:
+                    ok = ok & extra
+            return V.select(ok, x, F._f32(NEG_INF))
         return s.map_regs(one)
 
 

@@ -5,8 +5,9 @@ Per KV block, on the f32 scores ``S`` of one warpgroup's WGMMA accumulator (rows
 :mod:`cutedsl.atom.fragment_rows` describes them):
 
 * :meth:`OnlineSoftmax.scores` -- FlashAttention's score transform: with ``softcap``,
-  ``c * tanh(S * scale / c)`` (``tanh.approx.f32``); a :meth:`~OnlineSoftmax.score_mod` hook
-  (FlexAttention's ``score_mod(score, b, h, q_idx, kv_idx)``) sees the scaled score;
+  ``c * tanh(S * scale / c)`` (``tanh.approx.f32``); then a FlexAttention ``score_mod``
+  (:class:`~cutedsl.collective.attention_hooks.BoundHooks`, passed by the main loop) sees the
+  scaled score in natural-log units;
 * :meth:`OnlineSoftmax.update` -- ``m' = max(m, rowmax S)`` (in the thread, then over the quad
   with two ``shfl.sync.bfly``), ``P = exp2(S * k - m' * k)`` (one ``fma`` and one
   ``ex2.approx`` per element, ``k = softmax_scale * log2(e)`` folded into the exponent), the
@@ -68,14 +69,11 @@ class SoftmaxState:
 
 
 class OnlineSoftmax:
-    """See the module docstring. ``softcap``: the kernel applies FlashAttention's softcap."""
+    """See the module docstring. ``softcap``: the kernel applies FlashAttention's softcap;
+    ``score_mod``: the kernel's hooks rewrite the scores (:meth:`scores` gets them as ``mod``)."""
 
-    def __init__(self, softcap: bool = False):
-        self.softcap = bool(softcap)
-
-    @property
-    def has_score_mod(self) -> bool:
-        return type(self).score_mod is not OnlineSoftmax.score_mod
+    def __init__(self, softcap: bool = False, score_mod: bool = False):
+        self.softcap, self.has_score_mod = bool(softcap), bool(score_mod)
 
     @property
     def scale_in_exponent(self) -> bool:
@@ -83,28 +81,22 @@ class OnlineSoftmax:
         then the host passes ``exp_scale = softmax_scale * log2 e``, else ``log2 e``."""
         return not (self.softcap or self.has_score_mod)
 
-    def score_mod(self, score, batch, head, q_idx, kv_idx):
-        """Hook: the modified score (f32 IR) of query ``q_idx``, key ``kv_idx`` (i32 IR, within
-        the sequence) of ``batch``/``head``; ``score`` is already scaled (and soft-capped).
-        Default: unchanged."""
-        return score
-
     @staticmethod
     def initial(m_blocks: int) -> SoftmaxState:
         """m = -inf, l = 0 for every row of the thread."""
         return SoftmaxState([[F._f32(float("-inf")) for _ in range(ROW_HALVES)] for _ in range(m_blocks)],
                             [[F._f32(0.0) for _ in range(ROW_HALVES)] for _ in range(m_blocks)])
 
-    def scores(self, s, params: SoftmaxParams, coords=None):
-        """The transformed scores of accumulator ``s`` (see the module docstring); ``coords``:
-        ``(batch, head, q_idx(b, i), kv_idx(b, i))`` for the score_mod hook."""
+    def scores(self, s, params: SoftmaxParams, mod=None):
+        """The transformed scores of accumulator ``s`` (see the module docstring); ``mod(x, b,
+        i)``: the score_mod of register ``i`` of block ``b`` on its scaled score ``x`` (f32 IR),
+        given when :attr:`has_score_mod`."""
         if self.softcap:
             cap, cs = params.softcap, params.softcap_scale
             s = s.map_regs(lambda x, b, i: cap * F.tanh_approx(x * cs))
         if self.has_score_mod:
-            bb, hh, qf, kf = coords
             pre = (lambda x: x) if self.softcap else (lambda x: x * params.softmax_scale)
-            s = s.map_regs(lambda x, b, i: self.score_mod(pre(x), bb, hh, qf(b, i), kf(b, i)))
+            s = s.map_regs(lambda x, b, i: mod(pre(x), b, i))
         return s
 
     @staticmethod

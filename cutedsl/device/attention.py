@@ -6,6 +6,8 @@ layouts and options), on the FlashAttention-3-style kernel (:mod:`cutedsl.kernel
     attn = cutedsl.Attention(cutedsl.AttentionConfig(head_dim=128, dtype="bf16"))
     o, lse = attn(q, k, v, causal=True)               # q (batch, seqlen_q, heads, 128) bf16
     o, lse = attn(q, k, v, cu_seqlens_q=cq, cu_seqlens_k=ck)    # packed (total, heads, 128)
+    attn = cutedsl.Attention(cutedsl.AttentionConfig(head_dim=64, score_mod=Alibi(), mask_mod=DocumentMask()))
+    o, lse = attn(q, k, v, alibi_slopes=slopes, doc_ids=docs)   # the hooks' parameters by name
 
 Every mistake is refused before anything is compiled or launched, with the library's errors
 naming the argument, the rule and the fix (:func:`check_call`).
@@ -15,6 +17,8 @@ from __future__ import annotations
 import math
 import threading
 
+import time
+
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError, ConfigError
@@ -23,7 +27,8 @@ from ..runtime import arrays
 from ..runtime.binding import Binding
 from ..runtime.dlpack import wrap_like
 from ..runtime.tensor_view import TensorView
-from .attention_config import AttentionConfig
+from .attention_config import CALL_OPTIONS, AttentionConfig
+from .attention_hook_args import BlockMaskCache, check_hook_args, host_hook_args
 
 DTYPES = ("bf16", "f16")
 NAMES = ("q", "k", "v")
@@ -132,18 +137,22 @@ def check_call(views, cu_q, cu_k, max_q, max_k) -> tuple:
 class Attention:
     """The attention forward on ``backend`` (``"auto"``: a Hopper GPU, else the emulator).
     ``config``: an :class:`AttentionConfig`, or None / ``"auto"`` to take
-    :meth:`AttentionConfig.for_problem` per call. ``kernel_cls``: an ``AttentionFwdKernel``
-    subclass (score_mod / mask_mod hooks)."""
+    :meth:`AttentionConfig.for_problem` per call (no hooks). ``kernel_cls``: an
+    ``AttentionFwdKernel`` subclass. Hooks are the config's ``score_mod`` / ``mask_mod``; their
+    parameters are keyword arguments of the call. ``dump_dir``: write each compile's IR, PTX and
+    SASS there (as ``Gemm(dump_dir=)``; such compiles bypass the kernel cache)."""
 
-    def __init__(self, config: AttentionConfig | str | None = None, backend="auto", *, kernel_cls=None):
+    def __init__(self, config: AttentionConfig | str | None = None, backend="auto", *, kernel_cls=None,
+                 dump_dir=None):
         from ..runtime.selection import check_backend_arg
         if config not in (None, "auto") and not isinstance(config, AttentionConfig):
             raise ArgumentTypeError(f"config must be an AttentionConfig or 'auto', got {type(config).__name__}")
         check_backend_arg(backend)
         self.config = None if config in (None, "auto") else config
         self._backend_arg, self._backend = backend, None
-        self._kernel_cls = kernel_cls
+        self._kernel_cls, self._dump = kernel_cls, dump_dir
         self._kernels, self._lock = {}, threading.Lock()
+        self._block_masks = BlockMaskCache()
 
     @property
     def backend(self):
@@ -172,39 +181,87 @@ class Attention:
             return kern
 
     def __call__(self, q, k, v, *, softmax_scale=None, causal=False, window=None, softcap=None, cu_seqlens_q=None,
-                 cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
+                 cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, **hook_args):
         """``(o, lse)``: ``o`` like ``q`` (dense (batch, seqlen_q, heads, head_dim), varlen
         (total_q, heads, head_dim)), ``lse`` f32 (batch, heads, seqlen_q) / (heads, total_q),
         natural log; numpy in -> numpy out, device arrays in -> device arrays out.
         ``softmax_scale`` (default ``head_dim ** -0.5``), ``causal`` (bottom-right aligned),
-        ``window = (left, right)`` (-1: unbounded), ``softcap`` (None/0: off). Raises
-        ``ArgumentTypeError``/``ArgumentError`` before any launch (see :func:`check_call`)."""
+        ``window = (left, right)`` (-1: unbounded), ``softcap`` (None/0: off); ``hook_args``:
+        the parameters the config's score_mod / mask_mod declare, by name (e.g.
+        ``alibi_slopes=``, ``doc_ids=``; arrays of the declared dtype and shape). With a mask_mod
+        the call builds the block mask on the host (cached per problem shape when the mask reads
+        no tensor). Raises ``ArgumentTypeError``/``ArgumentError`` before anything is compiled
+        (see :func:`check_call`, :func:`~cutedsl.device.attention_hook_args.check_hook_args`;
+        hooks with ``cu_seqlens`` are refused)."""
+        launch, result = self.prepare(q, k, v, softmax_scale=softmax_scale, causal=causal, window=window,
+                                      softcap=softcap, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                      max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, **hook_args)
+        try:
+            launch()
+            return result()
+        finally:
+            launch.release()
+
+    def prepare(self, q, k, v, *, softmax_scale=None, causal=False, window=None, softcap=None, cu_seqlens_q=None,
+                cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, **hook_args):
+        """Validate, compile, copy host inputs and encode the tensor maps of one call (options
+        as :meth:`__call__`); returns ``(launch, result)``: ``launch()`` runs the kernel (again
+        on each call: what a benchmark times), ``result()`` waits and returns ``(o, lse)``.
+        ``launch.compiled`` is the ``CompiledKernel`` (None when nothing needs a launch: no
+        query or no key), ``launch.compile_seconds`` the time its compile (or cache load) took,
+        ``launch.cache_hit`` whether it came from the kernel cache;
+        ``launch.release()`` frees what the call allocated (a host result is copied out first
+        by ``result()``). Raises as :meth:`__call__`, before anything is launched."""
         views = [TensorView.of(x, n) for x, n in zip((q, k, v), NAMES)]
         problem, cq, ck = check_call(views, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
         scale = problem.head_dim ** -0.5 if softmax_scale is None else _real("softmax_scale", softmax_scale)
         cap = None if softcap is None or softcap == 0 else _real("softcap", softcap, positive=True)
         left, right = _window(window, causal)
         cfg = self._config(problem, views[0].dtype.name)
+        hooks = cfg.hooks()
+        if hooks.hooks() and cq is not None:
+            raise ArgumentError("score_mod / mask_mod with cu_seqlens_q / cu_seqlens_k (varlen) are not supported: "
+                                "a hook's tensors are shaped by one seqlen_q / seqlen_k and its block mask is built "
+                                "for one problem; pad the sequences to (batch, seqlen, heads, head_dim), or drop the "
+                                "hooks")
+        check_hook_args(hooks, hook_args, problem, CALL_OPTIONS)
         for x, n in zip((q, k, v), NAMES):
             arrays.check_backend_of(x, self.backend, n)
         q = views[0]
         o_shape = q.shape
         lse_shape = (q.shape[1], q.shape[0]) if cq is not None else (q.shape[0], q.shape[2], q.shape[1])
         if 0 in q.shape or 0 in views[1].shape:          # no query, or no key: O = 0, LSE = +inf, no launch
-            o = np.zeros(o_shape, q.dtype.numpy)
-            lse = np.full(lse_shape, np.inf, np.float32)
-            if q.on_host:
-                return o, lse
-            be = self.backend
-            return wrap_like(arrays.to_device(be, o), q.framework), wrap_like(arrays.to_device(be, lse), q.framework)
+            return _empty_call(self.backend, q, o_shape, lse_shape)
         kern = self._kernel(cfg, local=(left, right) != (-1, -1), softcap=cap is not None, varlen=cq is not None)
-        return self._run(kern, views, problem, cq, ck, scale, cap, (left, right), o_shape, lse_shape)
+        t0 = time.perf_counter()
+        compiled = kern.compile(dump_dir=self._dump)
+        spent = time.perf_counter() - t0
+        launch, result = self._prepare(kern, compiled, views, problem, cq, ck, scale, cap, (left, right), o_shape,
+                                       lse_shape, hook_args)
+        launch.compiled, launch.compile_seconds = compiled, spent
+        launch.cache_hit = bool(getattr(kern, "last_cache_hit", False))
+        return launch, result
 
-    def _run(self, kern, views, problem, cq, ck, scale, cap, window, o_shape, lse_shape):
+    def reference(self, q, k, v, **options):
+        """The float64 reference (:func:`~cutedsl.device.attention_reference.attention_reference`)
+        of the same call, the config's hooks run on numpy: ``(o, lse)`` for ``--check``-style
+        comparisons. ``options``: the call's keyword arguments, hook arguments included."""
+        from .attention_reference import attention_reference
+        hooks = self.config.hooks() if self.config is not None else None
+        names = {p.name for p in hooks.kernel_params()} if hooks is not None else set()
+        own = {n: v for n, v in options.items() if n not in names}
+        host = {n: v for n, v in options.items() if n in names}
+        if hooks is not None:
+            host = host_hook_args([p for p in hooks.kernel_params() if p.name in host], host)
+        sm, mm = (self.config.score_mod, self.config.mask_mod) if self.config is not None else (None, None)
+        return attention_reference(*(arrays.host_array(x) for x in (q, k, v)), score_mod=sm, mask_mod=mm,
+                                   hook_args=host, **own)
+
+    def _prepare(self, kern, compiled, views, problem, cq, ck, scale, cap, window, o_shape, lse_shape, hook_args):
         be, (q, k, v) = self.backend, views
         on_host = q.on_host
         dt = q.dtype
-        bind = Binding(be, kern.compile())
+        bind = Binding(be, compiled)
         try:
             devs = []
             for x in views:
@@ -226,14 +283,51 @@ class Attention:
                 bind.pointer("cu_seqlens_q", cqd)
                 bind.pointer("cu_seqlens_k", ckd)
                 bind.values["total_q"] = q.shape[0]
+            self._bind_hooks(bind, kern, problem, window, hook_args)
             bind.keep += devs + [do, dl]
-            bind.launcher(kern.grid(problem))()
+            launch = bind.launcher(kern.grid(problem))
+        except BaseException:
+            bind.release()              # nothing leaks from a call that fails before launch
+            raise
+
+        def result():
             bind.finish()
             if on_host:
                 return arrays.to_host(do), arrays.to_host(dl)
             return wrap_like(do, q.framework), wrap_like(dl, q.framework)
-        finally:
-            bind.release()
+        result.keep, result.release = launch.keep, launch.release
+        return launch, result
+
+    def _bind_hooks(self, bind, kern, problem, window, hook_args) -> None:
+        """The hooks' arguments and, for a block-sparse kernel, its block mask's arrays."""
+        from .attention_hook_args import problem_dims
+        dims = problem_dims(problem)
+        for p in kern.hooks.kernel_params():
+            bind.argument(p, hook_args[p.name], dims)
+        if kern.block_sparse:
+            from ..compiler.artifact import ParamSpec
+            for name, val in self._block_masks.get(kern, problem, window, hook_args).values().items():
+                if isinstance(val, np.ndarray):
+                    bind.argument(ParamSpec(name, "ptr", dtype="i32"), val)
+                else:
+                    bind.values[name] = val
+
+
+def _empty_call(be, q, o_shape, lse_shape):
+    """``(launch, result)`` of a call with no query or no key: nothing to launch; ``O = 0``,
+    ``LSE = +inf`` (FlashAttention's value for a row with no key)."""
+    o = np.zeros(o_shape, q.dtype.numpy)
+    lse = np.full(lse_shape, np.inf, np.float32)
+
+    def launch():
+        pass
+
+    def result():
+        if q.on_host:
+            return o.copy(), lse.copy()
+        return wrap_like(arrays.to_device(be, o), q.framework), wrap_like(arrays.to_device(be, lse), q.framework)
+    launch.release, launch.compiled, launch.compile_seconds, launch.cache_hit = (lambda: None), None, 0.0, False
+    return launch, result
 
 
 def attention(q, k, v, config: AttentionConfig | None = None, backend="auto", **options):

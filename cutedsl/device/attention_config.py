@@ -1,6 +1,16 @@
 """``AttentionConfig``: what an attention forward is built for (head dimension, element type,
 schedule, architecture), validated on construction by asking the kernel; no MLIR.
 
+FlexAttention-style hooks are config fields: ``score_mod`` and ``mask_mod``, each a Python
+callable (``score_mod(score, batch, head, q_idx, kv_idx)``, ``mask_mod(batch, head, q_idx,
+kv_idx)``) or a :class:`~cutedsl.collective.attention_hooks.ScoreMod` /
+:class:`~cutedsl.collective.attention_hooks.MaskMod` instance (the built-ins of
+:mod:`cutedsl.collective.attention_hook_builtins`: ``Softcap``, ``Alibi``, ``Causal``,
+``SlidingWindow``, ``DocumentMask``, ``and_masks``). A hook's declared parameters (tensors such
+as ``alibi_slopes`` or ``doc_ids``, scalars) are keyword arguments of the ``Attention`` call.
+They are code, so they are part of the config: its :meth:`identity` and the kernel's
+``config()`` carry their code identity; :meth:`AttentionConfig.from_dict` cannot rebuild them.
+
 The call options that change the generated code -- a causal/window band, softcap, packed
 sequences -- are not config fields: :class:`~cutedsl.device.attention.Attention` builds the
 kernel variant a call needs (FlashAttention's template flags ``Is_causal``/``Is_local``,
@@ -13,14 +23,23 @@ from __future__ import annotations
 
 import attrs
 
+from ..collective.attention_hooks import AttentionHooks
 from ..errors import ConfigError, ConfigTypeError
 from ..problem import AttentionProblem
 from .config_protocol import KernelConfig, register_family
 
-ARCHS = ("sm_90a",)
+ARCHS = ("sm_90a", "sm_100a")
+#: the ``Attention`` call's own keyword arguments: a hook parameter may not take these names
+CALL_OPTIONS = ("softmax_scale", "causal", "window", "softcap", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
+                "max_seqlen_k")
+HOOK_FIELDS = ("score_mod", "mask_mod")
 
 
-def _kernel_cls():
+def _kernel_cls(arch: str = "sm_90a"):
+    """The kernel class of ``arch``: FlashAttention-3-style on sm_90a, -4-style on sm_100a."""
+    if arch == "sm_100a":
+        from ..kernel.attention_sm100 import AttentionFwdSm100Kernel
+        return AttentionFwdSm100Kernel
     from ..kernel.attention import AttentionFwdKernel
     return AttentionFwdKernel
 
@@ -31,13 +50,18 @@ class AttentionConfig(KernelConfig):
     """``head_dim`` (64 or 128; Q/K and V alike), ``dtype`` (``"bf16"``/``"f16"``: Q, K, V and
     O), ``overlap`` (FlashAttention-3's intra-warpgroup overlap of softmax and ``P V``),
     ``pingpong`` (the two MMA warpgroups take turns issuing GEMMs; needs ``overlap``), ``arch``
-    (``"sm_90a"``). Raises ``ConfigTypeError`` for a non-int head dimension or non-bool flag and
-    ``ConfigError`` naming the field for values the kernel cannot build."""
+    (``"sm_90a"``), ``score_mod`` / ``mask_mod`` (FlexAttention hooks: callables or
+    ``ScoreMod`` / ``MaskMod`` instances, see the module docstring). Raises ``ConfigTypeError``
+    for a non-int head dimension or non-bool flag, ``ConfigError`` naming the field for values
+    the kernel cannot build, ``HookError`` for a hook of the wrong kind or signature and
+    ``ConfigError`` for a hook parameter named like a kernel parameter or a call option."""
     head_dim: int = 128
     dtype: str = "bf16"
     overlap: bool = True
     pingpong: bool = True
     arch: str = "sm_90a"
+    score_mod: object = None
+    mask_mod: object = None
     FAMILY = "attention"
     FRONT_END = "cutedsl.device.attention:Attention"
 
@@ -48,18 +72,49 @@ class AttentionConfig(KernelConfig):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigTypeError(f"AttentionConfig {name} must be a bool, got {getattr(self, name)!r}")
         if self.arch not in ARCHS:
-            raise ConfigError(f"AttentionConfig arch must be one of {ARCHS} (the attention kernel is built for "
-                              f"Hopper's WGMMA), got {self.arch!r}")
-        why = _kernel_cls().reason(self.head_dim, self.dtype, self.overlap, self.pingpong)
+            raise ConfigError(f"AttentionConfig arch must be one of {ARCHS} (the attention kernels are built for "
+                              f"Hopper's WGMMA and Blackwell's tcgen05), got {self.arch!r}")
+        why = _kernel_cls(self.arch).reason(self.head_dim, self.dtype, self.overlap, self.pingpong)
         if why:
             raise ConfigError(f"AttentionConfig: {why}")
+        from ..kernel.attention import hooks_reason
+        why = hooks_reason(self.hooks(), CALL_OPTIONS)
+        if why:
+            raise ConfigError(f"AttentionConfig: {why}")
+        if self.arch == "sm_100a" and (self.score_mod is not None or self.mask_mod is not None):
+            raise ConfigError("AttentionConfig: score_mod / mask_mod hooks are built for arch='sm_90a' so far; the "
+                              "sm_100a kernel takes none: pass arch='sm_90a' or drop the hooks")
+
+    def hooks(self) -> AttentionHooks:
+        """The config's ``score_mod`` / ``mask_mod`` as an ``AttentionHooks`` (checked: ``HookError``
+        for a wrong kind or signature)."""
+        return AttentionHooks(self.score_mod, self.mask_mod)
+
+    def to_dict(self) -> dict:
+        """The fields as JSON; a hook is its code identity (``AttentionHooks.identity``), which
+        :meth:`from_dict` cannot turn back into code."""
+        out = KernelConfig.to_dict(attrs.evolve(self, score_mod=None, mask_mod=None))
+        out = {k: v for k, v in out.items() if k not in HOOK_FIELDS}
+        out.update(self.hooks().identity())          # keys "score_mod" / "mask_mod", where set
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "AttentionConfig":
+        """The config of ``d`` (:meth:`to_dict`'s output); ``ConfigError`` when it holds hooks
+        (their code is not in a dict: build the config with the hook objects)."""
+        if isinstance(d, dict) and any(d.get(k) is not None for k in HOOK_FIELDS):
+            held = ", ".join(k for k in HOOK_FIELDS if d.get(k) is not None)
+            raise ConfigError(f"AttentionConfig.from_dict: the dict holds {held} as code identities, not code: "
+                              f"build AttentionConfig({held}=...) with the hook objects")
+        return super().from_dict(d)
 
     @classmethod
     def for_problem(cls, problem: AttentionProblem, dtype: str = "bf16", **fixed) -> "AttentionConfig":
         """The config for ``problem`` (an ``AttentionProblem`` of ints): its head dimension,
         ``dtype``, the FlashAttention-3 schedule (overlap and ping-pong); ``fixed`` fields are
         kept. ``ConfigError`` with :meth:`can_implement`'s reason when none fits."""
-        cfg = cls(**{"head_dim": problem.head_dim if problem.head_dim in _kernel_cls().HEAD_DIMS else 128,
+        arch = fixed.get("arch", "sm_90a")
+        cfg = cls(**{"head_dim": problem.head_dim if problem.head_dim in _kernel_cls(arch).HEAD_DIMS else 128,
                      "dtype": dtype, **fixed})
         why = cfg.can_implement(problem)
         if why:
@@ -73,8 +128,7 @@ class AttentionConfig(KernelConfig):
         if p is None:
             return None
         if p.head_dim != self.head_dim:
-            from ..kernel.attention import head_dim_reason
-            why = head_dim_reason(p.head_dim)
+            why = _kernel_cls(self.arch).reason(p.head_dim, self.dtype)
             return why or (f"head_dim {p.head_dim} differs from the config's {self.head_dim}: use "
                            f"AttentionConfig(head_dim={p.head_dim})")
         if p.head_dim_v != p.head_dim:
@@ -91,9 +145,11 @@ class AttentionConfig(KernelConfig):
 
     def kernel(self, *, local=False, softcap=False, varlen=False, kernel_cls=None):
         """The kernel variant for a call's band / softcap / packed sequences."""
-        cls = kernel_cls or _kernel_cls()
+        cls = kernel_cls or _kernel_cls(self.arch)
+        if self.arch == "sm_100a":
+            return cls(self.head_dim, self.dtype, local=local, softcap=softcap, varlen=varlen, arch=self.arch)
         return cls(self.head_dim, self.dtype, local=local, softcap=softcap, varlen=varlen, overlap=self.overlap,
-                   pingpong=self.pingpong, arch=self.arch)
+                   pingpong=self.pingpong, arch=self.arch, hooks=self.hooks())
 
 
 __all__ = ["AttentionConfig"]

@@ -20,6 +20,17 @@ import numpy as np
 from ..errors import ArgumentError
 
 
+def _mods(score_mod, mask_mod, hook_args, sizes) -> tuple:
+    """numpy ``(score_mod, mask_mod)`` of hooks (callables, ``ScoreMod`` / ``MaskMod``) on a
+    problem of ``sizes`` (batch, heads, seqlen_q, seqlen_k), their parameters from ``hook_args``."""
+    if score_mod is None and mask_mod is None:
+        return None, None
+    from ..collective.attention_hooks import AttentionHooks
+    b, h, sq, sk = sizes
+    return AttentionHooks(score_mod, mask_mod).reference_mods(
+        dict(hook_args or {}), {"batch": b, "heads": h, "seqlen_q": sq, "seqlen_k": sk})
+
+
 def mask(seqlen_q: int, seqlen_k: int, causal: bool = False, window=None) -> np.ndarray:
     """Boolean ``(seqlen_q, seqlen_k)``: True where query ``i`` may attend key ``j``. Causal
     keeps ``j <= i + seqlen_k - seqlen_q`` (bottom-right alignment); ``window=(left, right)``
@@ -87,7 +98,7 @@ def _one(q, k, v, scale, causal, window, softcap, score_mod, mask_mod, b):
 
 
 def attention_reference(q, k, v, *, softmax_scale=None, causal=False, window=None, softcap=None,
-                        cu_seqlens_q=None, cu_seqlens_k=None, score_mod=None, mask_mod=None):
+                        cu_seqlens_q=None, cu_seqlens_k=None, score_mod=None, mask_mod=None, hook_args=None):
     """``(o, lse)`` in float64 for inputs laid out as ``flash_attn_func``'s.
 
     Dense: ``q`` (batch, seqlen_q, heads, head_dim), ``k`` (batch, seqlen_k, kv_heads, head_dim),
@@ -96,13 +107,18 @@ def attention_reference(q, k, v, *, softmax_scale=None, causal=False, window=Non
     batch + 1 offsets): ``q`` (total_q, heads, head_dim), ``k``/``v`` (total_k, kv_heads, ...) ->
     ``o`` (total_q, heads, head_dim_v), ``lse`` (heads, total_q). ``softmax_scale`` defaults to
     ``head_dim ** -0.5``. ``score_mod(score, batch, head, q_idx, kv_idx)`` and
-    ``mask_mod(batch, head, q_idx, kv_idx)`` are numpy versions of the kernel hooks (arrays of
-    indices broadcasting to (seqlen_q, seqlen_k)). Raises ``ArgumentError`` for shapes that do
-    not agree."""
+    ``mask_mod(batch, head, q_idx, kv_idx)`` are the kernel's hooks -- callables or
+    ``ScoreMod`` / ``MaskMod`` instances, as ``AttentionConfig`` takes them -- run on numpy
+    (``AttentionHooks.reference_mods``: float64 scores, int64 index arrays broadcasting to
+    (seqlen_q, seqlen_k)); ``hook_args``: their declared parameters by name (numpy arrays,
+    numbers); a hook's ``ctx`` sizes are the batch, heads and this sequence's lengths. Raises
+    ``ArgumentError`` for shapes that do not agree or a missing hook argument, ``HookError`` for
+    a hook of the wrong kind or signature."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     scale = _check(q, k, v, softmax_scale, cu_seqlens_q, cu_seqlens_k)
-    hooks = (scale, causal, window, softcap, score_mod, mask_mod)
+    mods = (score_mod, mask_mod, hook_args)
     if cu_seqlens_q is None:
+        hooks = (scale, causal, window, softcap, *_mods(*mods, (q.shape[0], q.shape[2], q.shape[1], k.shape[1])))
         outs = [_one(q[b], k[b], v[b], *hooks, b) for b in range(q.shape[0])]
         return np.stack([o for o, _ in outs]), np.stack([lse for _, lse in outs])
     cq, ck = np.asarray(cu_seqlens_q), np.asarray(cu_seqlens_k)
@@ -110,7 +126,8 @@ def attention_reference(q, k, v, *, softmax_scale=None, causal=False, window=Non
     lse = np.full((q.shape[1], q.shape[0]), np.inf)
     for b in range(len(cq) - 1):
         qs, ks = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
-        o[qs], lse[:, qs] = _one(q[qs], k[ks], v[ks], *hooks, b)
+        sizes = (len(cq) - 1, q.shape[1], int(cq[b + 1] - cq[b]), int(ck[b + 1] - ck[b]))
+        o[qs], lse[:, qs] = _one(q[qs], k[ks], v[ks], scale, causal, window, softcap, *_mods(*mods, sizes), b)
     return o, lse
 
 
@@ -140,7 +157,7 @@ def _one_bwd(do, q, k, v, scale, causal, window, softcap, mask_mod, b):
 
 
 def attention_backward_reference(dout, q, k, v, *, softmax_scale=None, causal=False, window=None, softcap=None,
-                                 cu_seqlens_q=None, cu_seqlens_k=None, mask_mod=None):
+                                 cu_seqlens_q=None, cu_seqlens_k=None, mask_mod=None, hook_args=None):
     """``(dq, dk, dv)`` in float64: the gradients of :func:`attention_reference`'s ``o`` with
     respect to ``q``, ``k``, ``v`` for the output gradient ``dout`` (shaped like ``o``), from
     the definitions (module docstring), P recomputed in float64 (no O or LSE is taken, so the
@@ -151,15 +168,20 @@ def attention_backward_reference(dout, q, k, v, *, softmax_scale=None, causal=Fa
     scale = _check(q, k, v, softmax_scale, cu_seqlens_q, cu_seqlens_k)
     if do.shape != q.shape[:-1] + (v.shape[-1],):
         raise ArgumentError(f"dout must have o's shape {q.shape[:-1] + (v.shape[-1],)}, got {do.shape}")
-    opts = (scale, causal, window, softcap, mask_mod)
+    opts = (scale, causal, window, softcap)
+
+    def mm(sizes):
+        return _mods(None, mask_mod, hook_args, sizes)[1]
     if cu_seqlens_q is None:
-        outs = [_one_bwd(do[b], q[b], k[b], v[b], *opts, b) for b in range(q.shape[0])]
+        m = mm((q.shape[0], q.shape[2], q.shape[1], k.shape[1]))
+        outs = [_one_bwd(do[b], q[b], k[b], v[b], *opts, m, b) for b in range(q.shape[0])]
         return tuple(np.stack([x[i] for x in outs]) for i in range(3))
     cq, ck = np.asarray(cu_seqlens_q), np.asarray(cu_seqlens_k)
     dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
     for b in range(len(cq) - 1):
         qs, ks = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
-        dq[qs], dk[ks], dv[ks] = _one_bwd(do[qs], q[qs], k[ks], v[ks], *opts, b)
+        m = mm((len(cq) - 1, q.shape[1], int(cq[b + 1] - cq[b]), int(ck[b + 1] - ck[b])))
+        dq[qs], dk[ks], dv[ks] = _one_bwd(do[qs], q[qs], k[ks], v[ks], *opts, m, b)
     return dq, dk, dv
 
 

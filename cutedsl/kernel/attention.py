@@ -15,14 +15,21 @@ batch)``), three warpgroups (384 threads):
 Compile-time variants: ``head_dim`` (64, 128), ``dtype`` (f16, bf16), ``local`` (a causal or
 sliding-window band), ``softcap``, ``varlen`` (packed sequences with ``cu_seqlens``),
 ``overlap``/``pingpong``. Everything else (lengths, heads, scale, window extents) is a kernel
-argument. Hooks: ``mask_cls`` / ``softmax_cls`` may be subclasses overriding ``mask_mod`` /
-``score_mod`` (FlexAttention's hooks, called per accumulator element with IR ``batch``,
-``head``, ``q_idx``, ``kv_idx``).
+argument. Hooks: ``hooks`` (an :class:`~cutedsl.collective.attention_hooks.AttentionHooks`:
+FlexAttention's ``score_mod`` / ``mask_mod``) are called per accumulator element between ``S``
+and the softmax, on the scaled score (natural-log units; the softmax's ``log2 e`` comes after),
+with ``batch``, the query ``head``, and ``q_idx`` / ``kv_idx`` within the sequence. With a
+mask_mod the kernel is block-sparse: the host's block mask (the mask_mod's, intersected with the
+band's own blocks, :meth:`AttentionFwdKernel.block_mask`) lists per (batch, head, query block)
+the PARTIAL KV blocks (run with the band and the mask_mod per element) and the FULL ones (run
+unmasked); SKIP blocks are never loaded. Varlen with hooks is refused (``ConfigError``).
 
 Parameters: ``q``, ``k``, ``v`` (tensor maps), ``o`` (ptr, ``dtype``), ``lse`` (ptr, f32),
 ``seqlen_q``, ``seqlen_k`` (dense: the lengths; varlen: unused maxima), ``heads``, ``group``
 (``heads / kv_heads``), ``exp_scale`` (f32), then per variant ``softmax_scale``, ``softcap``,
-``softcap_scale``, ``left``, ``right``, ``cu_seqlens_q``, ``cu_seqlens_k``, ``total_q``.
+``softcap_scale``, ``left``, ``right``, ``cu_seqlens_q``, ``cu_seqlens_k``, ``total_q``, the
+hooks' own parameters (``hooks.kernel_params()``) and with a mask_mod the block mask's
+(:func:`~cutedsl.collective.attention_block_mask.block_mask_params`).
 """
 from __future__ import annotations
 
@@ -30,7 +37,9 @@ import math
 
 from ..arch import DEFAULT, get_arch
 from ..atom.mma_traits import ATOM_M, mma_traits
+from ..collective.attention_block_mask import BlockMaskView, SparseBlocks, block_mask_params, build_block_mask
 from ..collective.attention_epilogue import AttentionEpilogue, EpilogueRows
+from ..collective.attention_hooks import AttentionHooks
 from ..collective.attention_mainloop import AttentionMainloop, UnitContext
 from ..collective.attention_mask import AttentionMask, unbounded
 from ..collective.attention_operands import AttentionOperands
@@ -54,6 +63,23 @@ PRODUCER_REGS, MMA_REGS = 24, 240  #: setmaxnreg budgets (FlashAttention-3's)
 NOT_YET = {96: "a 96-wide head is one 64-element k-tile plus half of one (a 64-byte swizzle tile); not built",
            256: "an O accumulator of 64 x 256 f32 is 128 registers per thread beside S: FlashAttention-3 shrinks "
                 "the KV block to 80 keys for it; not built"}
+
+
+#: every parameter name the kernel declares in some variant: a hook's parameters must differ
+OWN_PARAMS = ("q", "k", "v", "o", "lse", "seqlen_q", "seqlen_k", "heads", "group", "exp_scale", "softmax_scale",
+              "softcap", "softcap_scale", "left", "right", "cu_seqlens_q", "cu_seqlens_k", "total_q")
+
+
+def hooks_reason(hooks: AttentionHooks, reserved=()) -> str | None:
+    """Why the kernel cannot take ``hooks`` (a parameter named like one of its own, or like a
+    name in ``reserved``, e.g. the front end's call options), or None."""
+    taken = set(OWN_PARAMS) | {p.name for p in block_mask_params()} | set(reserved)
+    for h in hooks.hooks():
+        for p in h.params():
+            if p.name in taken:
+                return (f"{h.describe()} declares parameter {p.name!r}, a name the attention kernel or its call "
+                        f"already uses ({', '.join(sorted(taken))}): rename it")
+    return None
 
 
 def head_dim_reason(head_dim) -> str | None:
@@ -87,10 +113,20 @@ class AttentionFwdKernel(Kernel):
         return None
 
     def __init__(self, head_dim: int = 128, dtype: str = "bf16", *, local: bool = False, softcap: bool = False,
-                 varlen: bool = False, overlap: bool = True, pingpong: bool = True, arch=None):
+                 varlen: bool = False, overlap: bool = True, pingpong: bool = True, arch=None, hooks=None):
         why = self.reason(head_dim, dtype, overlap, pingpong)
         if why:
             raise ConfigError(f"{type(self).__name__}: {why}")
+        self.hooks = hooks if isinstance(hooks, AttentionHooks) else AttentionHooks() if hooks is None else None
+        if self.hooks is None:
+            raise ConfigError(f"{type(self).__name__}: hooks must be an AttentionHooks, got {type(hooks).__name__}")
+        why = hooks_reason(self.hooks)
+        if why:
+            raise ConfigError(f"{type(self).__name__}: {why}")
+        if varlen and self.hooks.hooks():
+            raise ConfigError(f"{type(self).__name__}: score_mod / mask_mod with packed sequences (varlen) are not "
+                              f"built: a hook's tensors are shaped by one seqlen_q / seqlen_k and its block mask by "
+                              f"one problem; pad the sequences to a dense batch (with a mask_mod for the padding)")
         self.arch = get_arch(arch or DEFAULT)
         self.arch.require(self.mma_atom, type(self).__name__)
         self.head_dim, self.dtype = head_dim, dtype
@@ -103,7 +139,8 @@ class AttentionFwdKernel(Kernel):
         self.operands = AttentionOperands(head_dim, BLOCK_M, BLOCK_N, STAGES, dtype, self.varlen,
                                           consumer_warps=MMA_WARPGROUPS * self.arch.warps_per_warpgroup)
         self.mask = self.mask_cls(BLOCK_M, BLOCK_N, self.local)
-        self.softmax = self.softmax_cls(self.softcap)
+        self.softmax = self.softmax_cls(self.softcap, score_mod=self.hooks.score_mod is not None)
+        self.block_sparse = self.hooks.has_mask
         self.mainloop = AttentionMainloop(self.operands, self.mask, self.softmax, self.overlap, self.pingpong,
                                           MMA_WARPGROUPS, wg)
         self.epilogue = AttentionEpilogue(head_dim, dtype, wg)
@@ -112,7 +149,8 @@ class AttentionFwdKernel(Kernel):
         return {"arch": self.arch.name, "head_dim": self.head_dim, "dtype": self.dtype, "local": self.local,
                 "softcap": self.softcap, "varlen": self.varlen, "overlap": self.overlap, "pingpong": self.pingpong,
                 "block": [BLOCK_M, BLOCK_N], "stages": STAGES, "class": qualname(type(self)),
-                "mask": qualname(self.mask_cls), "softmax": qualname(self.softmax_cls)}
+                "mask": qualname(self.mask_cls), "softmax": qualname(self.softmax_cls),
+                "hooks": self.hooks.identity()}
 
     # -- host contract ---------------------------------------------------------------------
     def params(self) -> list:
@@ -129,6 +167,9 @@ class AttentionFwdKernel(Kernel):
         if self.varlen:
             ps += [Param("cu_seqlens_q", "ptr", dtype="i32"), Param("cu_seqlens_k", "ptr", dtype="i32"),
                    Param("total_q", "i32")]
+        ps += self.hooks.kernel_params()
+        if self.block_sparse:
+            ps += block_mask_params()
         return ps
 
     def grid(self, problem) -> tuple:
@@ -155,6 +196,18 @@ class AttentionFwdKernel(Kernel):
             far = unbounded(problem.seqlen_q, problem.seqlen_k)
             vals["left"], vals["right"] = (far if w < 0 else w for w in window)
         return vals
+
+    def block_mask(self, problem, window=(-1, -1), args=None):
+        """Host, block-sparse kernels: the ``BlockMask`` of the hooks' mask_mod on ``problem``
+        (an ``AttentionProblem``; ``args``: the mask_mod's parameters by name, numpy) for this
+        kernel's tiles, intersected with the band's own blocks (``window`` as in
+        :meth:`scalar_values`): its :meth:`~BlockMask.values` are the block mask parameters."""
+        sizes = {"batch": problem.batch, "heads": problem.heads, "seqlen_q": problem.seqlen_q,
+                 "seqlen_k": problem.seqlen_k}
+        bm = build_block_mask(self.hooks, sizes, BLOCK_M, BLOCK_N, args)
+        far = unbounded(problem.seqlen_q, problem.seqlen_k)
+        left, right = (far if w < 0 else w for w in window) if self.local else (0, 0)
+        return bm.restrict(self.mask.block_kinds(problem.seqlen_q, problem.seqlen_k, left, right))
 
     # -- IR ------------------------------------------------------------------------------------
     def define(self):
@@ -184,7 +237,11 @@ class AttentionFwdKernel(Kernel):
             m0 = qb * BLOCK_M
             left, right = (args.left, args.right) if self.local else (0, 0)
             with If(m0 < seqlen_q):            # a query block past its (shorter) sequence: nothing to do
-                rng = self.mask.block_range(m0, seqlen_q, seqlen_k, left, right)
+                if self.block_sparse:          # the host's block mask lists the KV blocks to visit
+                    view = BlockMaskView(args)
+                    rng = SparseBlocks(view, view.row(batch, head, qb))
+                else:
+                    rng = self.mask.block_range(m0, seqlen_q, seqlen_k, left, right)
                 wg = tid // wg_threads
                 with If(wg.eq(MMA_WARPGROUPS)):
                     warpgroup_reg_dealloc(PRODUCER_REGS)
@@ -207,7 +264,7 @@ class AttentionFwdKernel(Kernel):
         loop = cir.Loop(0, rng.count, carry=PipelineState(STAGES).carry())
         for it, carried in loop:
             st = PipelineState.from_carry(STAGES, carried)
-            j = rng.n_max - 1 - cir.i32(it)
+            j = rng.block(rng.n_max - 1 - cir.i32(it))
             self.operands.load_kv(ops, st, kv_lead, k_start + j * BLOCK_N)
             loop.next(*st.advance().carry())
 
@@ -219,7 +276,12 @@ class AttentionFwdKernel(Kernel):
         sm_params = SoftmaxParams(args.exp_scale, getattr(args, "softmax_scale", None),
                                   getattr(args, "softcap", None), getattr(args, "softcap_scale", None))
         row0 = m0 + wg * ATOM_M
-        ctx = UnitContext(batch, head, row0, seqlen_q, seqlen_k, left, right, sm_params, wg)
+        bound = None
+        if self.hooks.hooks():
+            from ..ir import grid_dim
+            sizes = {"batch": cir.i32(grid_dim("z")), "heads": args.heads, "seqlen_q": seqlen_q, "seqlen_k": seqlen_k}
+            bound = self.hooks.bind(args, sizes)
+        ctx = UnitContext(batch, head, row0, seqlen_q, seqlen_k, left, right, sm_params, wg, bound)
         ops.q_bar.wait(0, 0)
         zero, init = self.mainloop.pv.zero(), self.softmax.initial(1)
         types = [s.type for s in zero.structs] + [x.type for x in init.carry()]
@@ -242,4 +304,5 @@ class AttentionFwdKernel(Kernel):
         self.epilogue.store(o, inv, lse, rows, args.o, args.lse)
 
 
-__all__ = ["AttentionFwdKernel", "HEAD_DIMS", "DTYPES", "BLOCK_M", "BLOCK_N", "head_dim_reason"]
+__all__ = ["AttentionFwdKernel", "HEAD_DIMS", "DTYPES", "BLOCK_M", "BLOCK_N", "OWN_PARAMS", "head_dim_reason",
+           "hooks_reason"]

@@ -71,24 +71,18 @@ def check_copy(name: str, host: np.ndarray) -> None:
                             f"of memory; pass a smaller problem or a device array")
 
 
-def value(be, p, v, dims, keep, owned, copy_back=None):
-    """The launch value of extra parameter ``p`` given ``v`` (backend ``be``). A ``ptr`` takes
-    an array (numpy: copied to the device into ``owned``, freed with the call's scratch; device
-    arrays: used in place and kept alive in ``keep``), checked against the ``shape`` (entries
-    resolved through ``dims`` = ``{"m": M, "n": N, "k": K}``) and ``dtype`` the parameter
-    declares: ``ArgumentError`` / ``ArgumentTypeError`` naming the parameter otherwise. For an
-    ``output`` parameter a numpy array must be writable, C-contiguous and of exactly that
-    dtype; ``(numpy array, device copy)`` is appended to ``copy_back`` for the result to fill.
-    A scalar parameter (``f32``, ``i32`` ...) takes a real number (``ArgumentTypeError``). A
-    ``tensormap`` parameter (an epilogue operand read by TMA) returns the checked
-    ``DeviceArray`` (numpy: a row-pitched device copy) for the caller to encode."""
-    if p.kind not in ("ptr", "tensormap"):
-        return scalar(p, v)
+def check_array(p, v, dims) -> tuple:
+    """``(device description or None, host array or None, shape, dtype name)`` of the array
+    ``v`` passed for pointer / tensor-map parameter ``p``, after checking it against the
+    ``dtype`` and ``shape`` ``p`` declares (``dims``: the sizes its shape names), without copying
+    anything: ``ArgumentTypeError`` / ``ArgumentError`` naming the parameter. Used by
+    :func:`value` and by front ends that check a call before compiling."""
     dev = arrays.describe(v, p.name)
     if dev is None and p.output:
         if not isinstance(v, np.ndarray) or not v.flags.c_contiguous or not v.flags.writeable:
             raise ArgumentError(f"{p.name} is an output: pass a writable C-contiguous numpy array (or a "
                                 f"device array) to receive it, got {type(v).__name__}")
+    host = None
     if dev is None:
         host = np.asarray(v)
         shape = host.shape
@@ -113,6 +107,23 @@ def value(be, p, v, dims, keep, owned, copy_back=None):
             spelled = "(" + ", ".join(map(str, p.shape)) + ("," if len(p.shape) == 1 else "") + ")"
             raise ArgumentError(f"{p.name} must have shape {spelled} = {want} for this problem, "
                                 f"got {tuple(shape)}")
+    return dev, host, shape, dt
+
+
+def value(be, p, v, dims, keep, owned, copy_back=None):
+    """The launch value of extra parameter ``p`` given ``v`` (backend ``be``). A ``ptr`` takes
+    an array (numpy: copied to the device into ``owned``, freed with the call's scratch; device
+    arrays: used in place and kept alive in ``keep``), checked against the ``shape`` (entries
+    resolved through ``dims`` = ``{"m": M, "n": N, "k": K}``) and ``dtype`` the parameter
+    declares: ``ArgumentError`` / ``ArgumentTypeError`` naming the parameter otherwise. For an
+    ``output`` parameter a numpy array must be writable, C-contiguous and of exactly that
+    dtype; ``(numpy array, device copy)`` is appended to ``copy_back`` for the result to fill.
+    A scalar parameter (``f32``, ``i32`` ...) takes a real number (``ArgumentTypeError``). A
+    ``tensormap`` parameter (an epilogue operand read by TMA) returns the checked
+    ``DeviceArray`` (numpy: a row-pitched device copy) for the caller to encode."""
+    if p.kind not in ("ptr", "tensormap"):
+        return scalar(p, v)
+    dev, host, shape, dt = check_array(p, v, dims)
     if dev is None:
         check_copy(p.name, host)
     if p.kind == "tensormap":       # the array behind a tensor map: the caller encodes it (TMA rules)

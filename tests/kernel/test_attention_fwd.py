@@ -146,24 +146,16 @@ def test_sass_bf16_head_dim_128():
 
 
 def test_score_and_mask_hooks(rng, sim):
-    """FlexAttention-style hooks by subclass, called per accumulator element with IR (batch, head,
-    q_idx, kv_idx): an ALiBi-like score_mod and a mask_mod, against the reference's numpy hooks."""
-    from cutedsl.collective.attention_softmax import OnlineSoftmax
-    from cutedsl.kernel.attention import AttentionFwdKernel
+    """FlexAttention-style hooks through the config, called per accumulator element with (batch,
+    head, q_idx, kv_idx): an ALiBi-like score_mod and a mask_mod written once, run by the kernel
+    (as IR) and by the float64 reference (on numpy) -- the one hook mechanism."""
+    def alibi(score, batch, head, q_idx, kv_idx):
+        return score + (kv_idx - q_idx) * 0.05 * (head + 1)
 
-    class Alibi(OnlineSoftmax):
-        def score_mod(self, score, batch, head, q_idx, kv_idx):
-            return score + (kv_idx - q_idx).to("f32") * 0.05 * (head + 1).to("f32")
-
-    class Sparse(AttentionMask):
-        def mask_mod(self, batch, head, q_idx, kv_idx):
-            return ((q_idx + kv_idx + batch) % 3).ne(0)
-
-    class Hooked(AttentionFwdKernel):
-        softmax_cls, mask_cls = Alibi, Sparse
+    def sparse(batch, head, q_idx, kv_idx):
+        return (q_idx + kv_idx + batch) % 3 != 0
 
     q, k, v = _qkv(rng, "bf16", (2, 70, 2, 64), (2, 150, 2, 64))
-    o, lse = Attention(AttentionConfig(head_dim=64), sim, kernel_cls=Hooked)(q, k, v, softmax_scale=0.2)
-    check(o, lse, q, k, v, "bf16", softmax_scale=0.2,
-          score_mod=lambda s, b, h, qi, kj: s + (kj - qi) * 0.05 * (h + 1),
-          mask_mod=lambda b, h, qi, kj: (qi + kj + b) % 3 != 0)
+    attn = Attention(AttentionConfig(head_dim=64, score_mod=alibi, mask_mod=sparse), sim)
+    o, lse = attn(q, k, v, softmax_scale=0.2)
+    check(o, lse, q, k, v, "bf16", softmax_scale=0.2, score_mod=alibi, mask_mod=sparse)

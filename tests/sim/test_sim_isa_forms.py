@@ -139,10 +139,10 @@ def test_packed_half_min_max(ht, np_t, mods):
     ("min.f32x2 {d}, {a}, {b}", UnsupportedInstruction, "unsupported modifier .f32x2"),
 ])
 def test_forbidden_min_max_forms_refused_at_load(instr, err, text):
-    ins = ["u64"] * 3 if "f64" in instr or "f32x2" in instr else ["u32"] * 3
+    wide = "f64" in instr or "f32x2" in instr
+    n = instr.count("{") - 1                  # the operands besides {d}
     with pytest.raises(err, match=text.replace(".", r"\.")):
-        alu(instr, ins[:instr.count("{") - 1], [np.zeros(1, np.uint64 if ins[0] == "u64" else np.uint32)] * 3,
-            np.uint32)
+        alu(instr, ["u64" if wide else "u32"] * n, [np.zeros(1, np.uint64 if wide else np.uint32)] * n, np.uint32)
 
 
 # -- .f32x2 ---------------------------------------------------------------------------------
