@@ -124,7 +124,8 @@ class AttentionBwdMainloop:
         kt = range(o.d_tiles)
         return {"k": [self.s_mma.descriptor(o.k_tile(sm["k"], 0, j), "A") for j in kt],
                 "v": [self.s_mma.descriptor(o.k_tile(sm["v"], 0, j), "A") for j in kt],
-                "q": self.s_mma.descriptor(o.k_tile(sm["q"]), "B"), "do": self.s_mma.descriptor(o.k_tile(sm["do"]), "B"),
+                "q": self.s_mma.descriptor(o.k_tile(sm["q"]), "B"),
+                "do": self.s_mma.descriptor(o.k_tile(sm["do"]), "B"),
                 "q_mn": self.kv_mma.descriptor(o.mn_view(o.k_tile(sm["q"])), "B"),
                 "do_mn": self.kv_mma.descriptor(o.mn_view(o.k_tile(sm["do"])), "B"),
                 "k_mn": [self.dq_mma.descriptor(o.mn_view(o.k_tile(sm["k"], 0, j), 1), "B") for j in kt],
@@ -159,6 +160,15 @@ class AttentionBwdMainloop:
         return self.mask.apply(s, lambda b, i: row_half(i), lambda b, i: c0 + WgmmaFragment.offset(b, i)[1],
                                [limits])
 
+    def _issue_t(self, ops, desc, a: str, b: str, st: PipelineState) -> Accumulator:
+        """Issue ``A B^T`` (keys x queries) over the head dimension as one commit group: ``a``
+        (K or V, loaded once) times ``b`` (Q or dO in slot ``st``)."""
+        acc, n = self.s_mma.undef(), self.ops_desc.d_tiles
+        for kt in range(n):
+            acc = self.s_mma.mma(acc, desc[a][kt], self._at(ops, desc[b], b, st.index, kt), accumulate=kt > 0,
+                                 fence=kt == 0, commit=kt == n - 1)
+        return acc
+
     def step(self, ops, desc, unit: BwdUnit, m_block, st: PipelineState, dk, dv, masked: bool) -> tuple:
         """One query block: returns the new ``(dk, dv)``."""
         o = self.ops_desc
@@ -166,14 +176,8 @@ class AttentionBwdMainloop:
         wt = cir.thread_idx() % self.wg_threads
         r0, c0 = (V.i32(x) for x in WgmmaFragment.thread_base(wt))
         ops.qdo_pipe.consumer_wait(st)
-        s, dp = self.s_mma.undef(), self.s_mma.undef()
-        for name, acc_name in (("q", "s"), ("do", "dp")):
-            acc = s if acc_name == "s" else dp
-            a = desc["k"] if name == "q" else desc["v"]
-            for kt in range(o.d_tiles):
-                acc = self.s_mma.mma(acc, a[kt], self._at(ops, desc[name], name, st.index, kt), accumulate=kt > 0,
-                                     fence=kt == 0, commit=kt == o.d_tiles - 1)
-            s, dp = (acc, dp) if acc_name == "s" else (s, acc)
+        s = self._issue_t(ops, desc, "k", "q", st)            # S^T = K Q^T
+        dp = self._issue_t(ops, desc, "v", "do", st)          # dP^T = V dO^T
         # LSE while the GEMMs run, D only once P is formed: fewer registers live beside dK and dV
         lse2 = self._columns(unit, unit.lse, m0, c0, LOG2E)
         self.s_mma.wait(1)
