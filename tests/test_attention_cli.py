@@ -103,7 +103,7 @@ MISTAKES = [   # (options changed from BASE: None removes one, True is a flag; o
     ({'--seqlen-q': '1073741823'}, "--seqlen-q/--seqlen-k", r"must stay below 2\^30"),
     ({'--seqlen-q': None}, "--seqlen-q", r"required \(or --varlen"),
     ({'--backend': 'none', '--check': True}, "--check/--backend", r"--backend none runs nothing"),
-    ({'--arch': 'sm_100a'}, "--arch", r"invalid choice: 'sm_100a'"),
+    ({'--arch': 'sm_80'}, "--arch", r"invalid choice: 'sm_80'"),
 ]
 
 

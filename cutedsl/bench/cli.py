@@ -65,11 +65,13 @@ def add_parsers(sub) -> None:
                                    "write DIR/manifest.json; or --verify that DIR has them all (no MLIR needed).")
     u.add_argument("--out", required=True, metavar="DIR")
     u.add_argument("--plan", choices=["gpu", "smoke"], default="gpu",
-                   help="gpu: everything (tests, main job, identity, every bench set); smoke: a small plan "
-                        "for testing the bundle itself")
+                   help="gpu: what a GPU lease runs (cutedsl.bench.plans: the gpu tests, the problems timed "
+                        "against cuBLAS with the model's and tuner's configs, the main job's export); smoke: "
+                        "a small plan for testing the bundle and the dry run")
     u.add_argument("--arch", choices=list(ARCHS), default=None,
-                   help="the target of the bundled kernels (default sm_90a); sm_100a bundles the plan's bench "
-                        "sets and main job for Blackwell, without the gpu tests (they drive sm_90a)")
+                   help="the target of the bundled kernels (default sm_90a); sm_100a bundles the plan's "
+                        "problems (the model's pick) and main job for Blackwell, without the gpu tests (they "
+                        "drive sm_90a)")
     u.add_argument("--verify", action="store_true", help="check that every kernel of DIR's manifest loads "
                                                           "from DIR/cache, compiling nothing")
     u.add_argument("--print", dest="print_key", metavar="KEY", help="print a manifest entry (shell use)")
@@ -144,9 +146,8 @@ def run_bench(args) -> int:
     from ..runtime.selection import get_backend
     from ..errors import NoDeviceError
     from . import libs, report
-    from .runner import Sweep, header
+    from .runner import header, make_sweep
     from .shapes import shapes_for
-    from .timing import EventTimer, WallTimer
 
     from . import attention
     plan, notes = [], []
@@ -171,21 +172,13 @@ def run_bench(args) -> int:
             raise UsageError("--identity/--set", "the bit-identity check compares GEMMs; leave the attention set out")
         return run_identity(args, backend, plan)
     lib, note = libs.pick(backend.name, args.ref, args.seed)
-    timer = EventTimer(backend.drv) if timed else WallTimer(backend.synchronize)
-    from ..device import Gemm
-    from .runner import device_attrs
-    l2 = device_attrs(backend).get("l2_bytes", 0) if timed else 0
-    iters, warmup = (args.iters, args.warmup) if timed else (min(args.iters, 2), min(args.warmup, 1))
     total = sum(len(cfgs) * len(shapes_for(n, backend.name)) for n, cfgs in plan)
     notes.insert(0, note)
     if not timed:
         notes.append("backend sim: tiny shapes, harness test only, NO TIMINGS CLAIMED")
     with report.Progress(total, enabled=not args.no_progress) as bar:
-        from ..device.attention import Attention
-        from ..device.grouped import GroupedGemm
-        sweep = Sweep(backend, lib, timer, lambda c: Gemm(c, backend), iters=iters, warmup=warmup, l2_bytes=l2,
-                      max_sets=args.max_sets, flush=not args.no_flush, progress=bar,
-                      make_grouped=lambda c: GroupedGemm(c, backend), make_attention=lambda c: Attention(c, backend))
+        sweep, timer = make_sweep(backend, lib, iters=args.iters, warmup=args.warmup, max_sets=args.max_sets,
+                                  flush=not args.no_flush, progress=bar)
         if bar.kind == "plain":
             notes.append(f"plain progress lines: {bar.why}")
         result = {"header": header(backend, lib, timer, sweep, notes), "sets": []}

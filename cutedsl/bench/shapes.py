@@ -74,12 +74,12 @@ def x_label(set_name: str) -> str:
     """What varies along a set (the plot's x axis)."""
     return {"square": "M = N = K", "skinny": "M (N=2112, K=7168)", "paper": "K (M=7296, N=256)",
             "stages": "stages (7296 x 256 x 8192)", "wave": "M (N and K vary: few tiles, long K)",
-            "moe": "total M of the experts (N, K shared)",
+            "moe": "total M of the experts (N, K shared)", "fp8": "M = N = K (e4m3 -> bf16)",
             "attention": "seqlen (batch = 16k tokens / seqlen, heads = 2048 / head_dim)"}[set_name]
 
 
 def x_value(set_name: str, m: int, n: int, k: int, stages: int) -> int:
-    return {"square": m, "skinny": m, "paper": k, "stages": stages, "wave": m, "moe": m}[set_name]
+    return {"square": m, "skinny": m, "paper": k, "stages": stages, "wave": m, "moe": m, "fp8": m}[set_name]
 
 
 def utilisation_model(cfg, m: int, n: int, k: int, sm_count: int = 132) -> dict | None:
