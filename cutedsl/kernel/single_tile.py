@@ -77,37 +77,38 @@ class SingleTileGemmKernel(GemmKernel):
         return [TensorMapSpec("a", self.dtype, lead + a_box, swizzle=t.swizzle),
                 TensorMapSpec("b", self.b_dtype, lead + b_box, swizzle=t.swizzle)]
 
-    def define(self):
-        from mlir.dialects import gpu
-        from ..atom import Accumulator, MBarriers, TmaCopy, WarpgroupMMA
-        from ..ir import If, KernelBuilder, Loop, thread_idx
-        tm, tn = self.tile_m, self.tile_n
+    def tensor_maps(self) -> list:
+        return self.tensor_map_specs() + self.epilogue.tensor_maps()
+
+    # -- build: one warpgroup; thread 0 loads, every thread waits and issues WGMMA ----------
+    def setup(self, b) -> None:
+        from ..atom import MBarriers, TmaCopy
         specs = self.tensor_map_specs()
-        plan = self.smem_plan()
-        kb = KernelBuilder(self.name, self.params(), block=(self.arch.warpgroup_threads, 1, 1), arch=self.arch)
-        with kb.build() as args:
-            smem = plan.bind()
-            ta, tb = TmaCopy(specs[0], args.a), TmaCopy(specs[1], args.b)
-            bar = MBarriers(smem.barriers("bar"), 1)
-            leader = thread_idx().eq(0)
-            bar.init(0, 1, predicate=leader)
-            self.epilogue.init(smem, leader)
-            bar.fence_init()
-            gpu.barrier()
-            problem = self.bind_problem(args)
-            wt = self.work_tile(0)
-            m0, n0, first, count = wt.m0, wt.n0, wt.k_first, self._count(wt.k_count)
-            la, lb = ((c,) for c in self.batch_coords(wt)) if self.batched else ((), ())
-            mma = WarpgroupMMA(tm, tn, self.dtype, self.b_major, self.b_dtype, self.a_major)
-            loop = Loop(0, count, carry=mma.zero().structs)
-            for kt, structs in loop:
-                with If(leader):
-                    self.load_k_tile(ta, tb, smem, bar, kt + first, m0, n0, la, lb)
-                bar.wait(0, kt & 1)                 # the barrier completes one phase per k-tile
-                acc = mma.mma(Accumulator(structs, tn), smem["a"].tile(), smem["b"].tile())
-                mma.wait(0)
-                gpu.barrier()                       # all reads of the slot done before it is refilled
-                loop.next(*acc.structs)
-            acc = Accumulator(loop.results, tn)
-            self.epilogue.store(acc, EpilogueContext(m0, n0, args.m, args.n, args, smem, l=wt.l, problem=problem))
-        return kb, plan.dynamic_bytes, specs + self.epilogue.tensor_maps()
+        b.ta, b.tb = TmaCopy(specs[0], b.args.a), TmaCopy(specs[1], b.args.b)
+        b.bar = MBarriers(b.smem.barriers("bar"), 1)
+        b.bar.init(0, 1, predicate=b.leader)
+        self.epilogue.init(b.smem, b.leader)
+
+    def bind(self, b) -> None:
+        b.problem = self.bind_problem(b.args)
+
+    def role_main(self, b, index) -> None:
+        from mlir.dialects import gpu
+        from ..atom import Accumulator, WarpgroupMMA
+        from ..ir import If, Loop
+        tm, tn, bar, args = self.tile_m, self.tile_n, b.bar, b.args
+        wt = self.work_tile(0)
+        m0, n0, first, count = wt.m0, wt.n0, wt.k_first, self._count(wt.k_count)
+        la, lb = ((c,) for c in self.batch_coords(wt)) if self.batched else ((), ())
+        mma = WarpgroupMMA(tm, tn, self.dtype, self.b_major, self.b_dtype, self.a_major)
+        loop = Loop(0, count, carry=mma.zero().structs)
+        for kt, structs in loop:
+            with If(b.leader):
+                self.load_k_tile(b.ta, b.tb, b.smem, bar, kt + first, m0, n0, la, lb)
+            bar.wait(0, kt & 1)                 # the barrier completes one phase per k-tile
+            acc = mma.mma(Accumulator(structs, tn), b.smem["a"].tile(), b.smem["b"].tile())
+            mma.wait(0)
+            gpu.barrier()                       # all reads of the slot done before it is refilled
+            loop.next(*acc.structs)
+        acc = Accumulator(loop.results, tn)
+        self.epilogue.store(acc, EpilogueContext(m0, n0, args.m, args.n, args, b.smem, l=wt.l, problem=b.problem))

@@ -171,12 +171,12 @@ class Build:
     initialisation sets: ``init_fenced`` (it emitted ``fence.mbarrier_init``, e.g.
     ``TmaPipeline.init``), ``init_synced`` (it also synchronised the CTA, e.g.
     ``MultistageMainloop.setup``), ``tmem`` (the :class:`~cutedsl.atom.tcgen05.TensorMemory` setup
-    allocated, with ``tmem_warp``). Hooks store their own values on it (``b.pipeline = ...``)."""
+    allocated, with ``tmem_owner``: the i1 of its warp). Hooks store their own values on it (``b.pipeline = ...``)."""
 
     def __init__(self, kernel, args, smem):
         self.kernel, self.args, self.smem = kernel, args, smem
         self.init_fenced = self.init_synced = False
-        self.tmem = self.tmem_warp = None
+        self.tmem = self.tmem_owner = None
         self._tid = self._leader = self._warp = None
 
     @property
@@ -306,23 +306,25 @@ class SkeletonKernel(Kernel):
         from ..ir import If
         TensorMemory.fence_before()
         self._cta_or_cluster_barrier(b.tmem.cta_group == 2)
-        with If(b.warp.eq(b.tmem_warp)):
+        with If(b.tmem_owner):
             TensorMemory.fence_after()
             b.tmem.dealloc(b.tmem.address())
 
-    def alloc_tensor_memory(self, b: Build, columns: int, warp: int = 0, cta_group: int = 1):
+    def alloc_tensor_memory(self, b: Build, columns: int, warp: int = 0, cta_group: int = 1, owner=None):
         """IR (in :meth:`setup`): warp ``warp`` allocates ``columns`` TMEM columns (and
-        relinquishes the permit); the address lives in a static shared word. Returns the
+        relinquishes the permit); the address lives in a static shared word. ``owner``: the i1
+        "this is warp ``warp``" if the kernel already has it. Returns the
         :class:`~cutedsl.atom.tcgen05.TensorMemory`; :meth:`init_barrier` and :meth:`teardown`
         then fence and free it."""
         from ..atom.tcgen05 import TensorMemory
         from ..ir import If
         from ..ir.smem_tile import static_word
         tmem = TensorMemory(static_word("tmem_address"), columns, cta_group=cta_group)
-        with If(b.warp.eq(warp)):
+        owner = b.warp.eq(warp) if owner is None else owner
+        with If(owner):
             tmem.alloc()
             tmem.relinquish()                   # this CTA allocates nothing more
-        b.tmem, b.tmem_warp = tmem, warp
+        b.tmem, b.tmem_owner = tmem, owner
         return tmem
 
     @staticmethod
@@ -347,10 +349,10 @@ class SkeletonKernel(Kernel):
         for name in self.dispatch_order or [r.name for r in layout.roles]:
             role = by_name[name]
             first, n = layout.span(name)
-            if n == 1:
-                pred = unit.eq(first)
-            elif first == 0:
+            if first == 0:
                 pred = unit < n
+            elif n == 1:
+                pred = unit.eq(first)
             elif first + n == units:
                 pred = unit >= first
             else:

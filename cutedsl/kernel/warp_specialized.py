@@ -41,6 +41,7 @@ from ..arch import DEFAULT
 from ..atom.mma_traits import ATOM_M
 from ..problem import GemmProblem
 from .gemm import MAX_ACC_REGS, GemmKernel, KernelPlan, acc_regs, split_warpgroups_for
+from .skeleton import Role
 
 cir = lazy("cutedsl.ir")
 
@@ -196,7 +197,7 @@ class WarpSpecializedGemmKernel(GemmKernel):
         whole kernel within it (a 64 x 256 single-consumer tile needs more than the 136 a
         256-thread average of 40 and 232 would give); ``setmaxnreg`` then moves registers
         from the producer to the consumers within the CTA's pool."""
-        return LAUNCH_REGS
+        return self.arch.launch_regs(3 * self.arch.warpgroup_threads)
 
     def config(self) -> dict:
         return {**super().config(), "stages": self.stages, "consumers": self.consumer_warpgroups,
@@ -236,41 +237,45 @@ class WarpSpecializedGemmKernel(GemmKernel):
     def init_extra(self, smem, leader) -> None:
         """Initialise the extra barriers (before the pipeline's init fence)."""
 
-    # -- IR ------------------------------------------------------------------------
-    def define(self):
-        from ..atom import MBarriers, warpgroup_reg_alloc, warpgroup_reg_dealloc
-        from ..ir import If, KernelBuilder, thread_idx
-        plan = self.smem_plan()
-        cs = self.cluster[0] * self.cluster[1]
-        kb = KernelBuilder(self.name, self.params(), block=(self.threads, 1, 1), arch=self.arch,
-                           cluster=(cs, 1, 1) if cs > 1 else None, max_registers=self.launch_registers)
+    # -- build: consumer warpgroups first, the producer warpgroup last -----------------------
+    #: the producer's branch (setmaxnreg.dec) is emitted before the consumers' (.inc)
+    dispatch_order = ("producer", "consumer")
+
+    def roles(self) -> tuple:
+        """Consumer warpgroups (WGMMA + epilogue, ``arch.consumer_regs``), then the producer
+        warpgroup (TMA, ``arch.producer_regs``)."""
+        return (Role.warpgroups("consumer", self.consumer_warpgroups, regs=self.arch.consumer_regs),
+                Role.warpgroups("producer", regs=self.arch.producer_regs))
+
+    @property
+    def cluster_ctas(self) -> int:
+        return self.cluster[0] * self.cluster[1]
+
+    def setup(self, b) -> None:
+        """The operand ring's full/empty barriers, the kernel's and the epilogue's barriers, the
+        mainloop's operands (tensor maps prefetched)."""
+        from ..atom import MBarriers
         ml = self.mainloop
-        with kb.build() as args:
-            smem = plan.bind()
-            tid = thread_idx()
-            leader = tid.eq(0)
-            pipeline = TmaPipeline(MBarriers(smem.barriers("full"), self.stages), ml.stage_bytes,
-                                   MBarriers(smem.barriers("empty"), self.stages),
-                                   consumers=self.arch.warps_per_warpgroup * self.split_warpgroups,
-                                   cluster=self.cluster)
-            self.init_extra(smem, leader)
-            self.epilogue.init(smem, leader)
-            pipeline.init(leader)
-            ops = ml.bind(smem, args, self.operand_atoms(args))
-            ml.prefetch(ops, predicate=leader)
-            pipeline.sync_after_init()
-            self.bind_problem(args)
-            self.scheduler.k_tiles      # emitted here: the producer and consumer branches both use it
-            wg_threads = self.arch.warpgroup_threads
-            wg = tid // wg_threads
-            with If(wg.eq(self.consumer_warpgroups)):
-                warpgroup_reg_dealloc(self.arch.producer_regs)
-                with If((tid % wg_threads).eq(0)):
-                    self.producer(ops, pipeline)
-            with If(wg < self.consumer_warpgroups):
-                warpgroup_reg_alloc(self.arch.consumer_regs)
-                self.consumer(ops, args, smem, pipeline, wg)
-        return kb, plan.dynamic_bytes, ml.tensor_maps() + self.epilogue.tensor_maps()
+        b.pipeline = TmaPipeline(MBarriers(b.smem.barriers("full"), self.stages), ml.stage_bytes,
+                                 MBarriers(b.smem.barriers("empty"), self.stages),
+                                 consumers=self.arch.warps_per_warpgroup * self.split_warpgroups, cluster=self.cluster)
+        self.init_extra(b.smem, b.leader)
+        self.epilogue.init(b.smem, b.leader)
+        b.pipeline.init(b.leader)
+        b.init_fenced = True                        # TmaPipeline.init ends with the init fence
+        b.ops = ml.bind(b.smem, b.args, self.operand_atoms(b.args))
+        ml.prefetch(b.ops, predicate=b.leader)
+
+    def bind(self, b) -> None:
+        self.bind_problem(b.args)
+        self.scheduler.k_tiles      # emitted here: the producer and consumer branches both use it
+
+    def role_producer(self, b, index) -> None:
+        with cir.If((b.tid % self.arch.warpgroup_threads).eq(0)):
+            self.producer(b.ops, b.pipeline)
+
+    def role_consumer(self, b, wg) -> None:
+        self.consumer(b.ops, b.args, b.smem, b.pipeline, wg)
 
     @property
     def k_varies(self) -> bool:
