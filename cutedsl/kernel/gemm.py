@@ -95,8 +95,9 @@ class GemmKernel(SkeletonKernel):
     """
 
     name = "gemm"
-    #: the MMA atom family the kernel issues (``Arch.require`` checks the target has it)
-    mma_atom = "wgmma"
+    #: the MMA atom family the kernel issues (``Arch.require`` checks the target has it): each
+    #: architecture's kernel names its own ("wgmma", "tcgen05"); None in the arch-neutral bases
+    mma_atom = None
     #: the fix-up of tiles whose K is split over units of work (a ``PartialTileReduction``
     #: when the scheduler splits K: stream-K / split-K), else None
     reduction = None
@@ -184,7 +185,8 @@ class GemmKernel(SkeletonKernel):
         self.batched = bool(batched)
         self.traits = mma_traits(dtype)    #: K tile, element bytes, swizzle of the operands
         self.arch = get_arch(arch or DEFAULT)    #: the target: warpgroup size, budgets, toolchain
-        self.arch.require(self.mma_atom, type(self).__name__)
+        if self.mma_atom is not None:
+            self.arch.require(self.mma_atom, type(self).__name__)
         if b_major not in ("MN", "K"):
             raise ValueError(f"b_major must be 'MN' or 'K', got {b_major}")
         if epilogue is not None:
@@ -374,6 +376,7 @@ class MultistageGemmKernel(GemmKernel):
     """Pipelined GEMM; ``stages`` 1..7 smem slots; see module docstring."""
 
     name = "gemm_multistage"
+    mma_atom = "wgmma"
     mainloop_cls = MultistageMainloop
     epilogue_cls = TmaStoreEpilogue
     CONFIG_FIELDS = GemmKernel.CONFIG_FIELDS + ("stages",)

@@ -3,8 +3,8 @@ with the accumulator in tensor memory.
 
 Per CTA (128 threads, one ``128 x tile_n`` output tile): warp 0 allocates the accumulator's
 TMEM columns; one thread runs the k-loop: per k-tile it TMA-loads A and B into the slot (the
-same :meth:`~cutedsl.kernel.single_tile.SingleTileGemmKernel.load_k_tile` as the Hopper
-kernel), waits for them, issues the k-tile's ``tcgen05.mma`` instructions (enable-input-d off
+same :meth:`~cutedsl.kernel.single_tile_base.SingleTileGemmBase.load_k_tile` as the Hopper
+kernel: both are composed from that arch-neutral base), waits for them, issues the k-tile's ``tcgen05.mma`` instructions (enable-input-d off
 on the tile's first), ``tcgen05.commit`` s them to an mbarrier and waits for it (the MMAs read
 the slot: it is free once they complete). After the loop it commits to a second mbarrier that
 every thread waits for (phase 0, once: a per-k-tile barrier watched by idle warps could be two
@@ -16,10 +16,10 @@ warp 0 frees the columns.
 from __future__ import annotations
 
 from ..collective.epilogue import EpilogueContext
-from .single_tile import SingleTileGemmKernel
+from .single_tile_base import SingleTileGemmBase
 
 
-class Sm100SingleTileGemmKernel(SingleTileGemmKernel):
+class Sm100SingleTileGemmKernel(SingleTileGemmBase):
     """Unpipelined tcgen05 GEMM (see the module docstring): ``tile_m`` 128, ``tile_n`` 64, 128
     or 256 (TMEM columns: ``tile_n``); the epilogue stores from registers (``"global"``)."""
 
@@ -29,11 +29,9 @@ class Sm100SingleTileGemmKernel(SingleTileGemmKernel):
 
     @classmethod
     def can_implement(cls, config) -> str | None:
-        why = super(SingleTileGemmKernel, cls).can_implement(config)
+        why = super().can_implement(config) or cls.stage_reason(config)
         if why:
             return why
-        if config.stages not in ("auto", 1):
-            return f"single_tile has exactly one stage, got stages={config.stages!r}"
         if config.epilogue == "tma":
             from ..atom.cvt import FP8
             from ..collective.fusion import AddC
@@ -50,7 +48,7 @@ class Sm100SingleTileGemmKernel(SingleTileGemmKernel):
         return super().make_epilogue()
 
     def plan_extra(self, plan) -> None:
-        """The slot and its TMA barrier (as the Hopper kernel), two MMA-completion barriers (per
+        """The slot and its TMA barrier (the base's), two MMA-completion barriers (per
         k-tile for the issuing thread; once for the whole CTA when D is complete). The 4-byte slot
         tcgen05.alloc writes the TMEM address to is a static shared word (``static_word``)."""
         super().plan_extra(plan)
@@ -58,11 +56,9 @@ class Sm100SingleTileGemmKernel(SingleTileGemmKernel):
 
     # -- build: one warpgroup; warp 0 allocates TMEM, thread 0 loads and issues --------------
     def setup(self, b) -> None:
-        from ..atom import MBarriers, TmaCopy
+        from ..atom import MBarriers
         from ..atom.tcgen05 import TensorMemory
-        specs = self.tensor_map_specs()
-        b.ta, b.tb = TmaCopy(specs[0], b.args.a), TmaCopy(specs[1], b.args.b)
-        b.bar = MBarriers(b.smem.barriers("bar"), 1)
+        self.bind_slot(b)
         b.done = MBarriers(b.smem.barriers("mma_done"), 2)
         leader, warp0 = b.leader, b.warp.eq(0)
         b.bar.init(0, 1, predicate=leader)

@@ -1,9 +1,10 @@
 """The persistent warp-specialized Blackwell GEMM (sm_100a; CUTLASS ``KernelTmaWarpSpecialized``
-for sm100 with a 1-SM MMA), from the same collectives as the Hopper kernels.
+for sm100 with a 1-SM MMA), from the same collectives as the Hopper kernels, composed from the arch-neutral
+:class:`~cutedsl.kernel.ws_gemm.WarpSpecializedGemmBase` (not a subclass of an sm_90 kernel).
 
-Roles (6 warps, 192 threads): warp 0 -- the producer loop (the sm_90 kernels'
-:meth:`~cutedsl.kernel.warp_specialized.WarpSpecializedGemmKernel.producer`, TMA multicast in
-clusters), the whole warp walking the ring and an elected lane issuing; warp 1 -- allocates
+Roles (6 warps, 192 threads, :mod:`.skeleton` roles): warp 0 -- the producer loop (the
+arch-neutral :meth:`~cutedsl.kernel.ws_gemm.WarpSpecializedGemmBase.producer` the sm_90 kernels
+run too, TMA multicast in clusters), the whole warp walking the ring and an elected lane issuing; warp 1 -- allocates
 the tensor memory and an elected lane issues every ``tcgen05.mma``
 (:meth:`~cutedsl.collective.tcgen05_mainloop.Tcgen05Mainloop.mma_loop`); warps 2-5 -- the
 epilogue, each reading its lane quarter of the accumulator with ``tcgen05.ld``
@@ -27,7 +28,7 @@ from ..collective.tcgen05_mainloop import Tcgen05Mainloop
 from ..ir._lazy import lazy
 from .gemm import KernelPlan
 from .skeleton import Role
-from .warp_specialized import WarpSpecializedGemmKernel
+from .ws_gemm import WarpSpecializedGemmBase
 
 cir = lazy("cutedsl.ir")
 
@@ -35,7 +36,7 @@ PRODUCER_WARP, MMA_WARP, FIRST_EPILOGUE_WARP = 0, 1, 2
 ACC_STAGES = 2                      #: accumulator buffers in tensor memory
 
 
-class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
+class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmBase):
     """Persistent; see the module docstring. ``tile_m`` 128 or 64 (one CTA's M = 64 MMA, or with
     ``mma_sm`` 2 a CTA pair's M = 128 MMA, 64 rows per CTA), ``tile_n`` 64/128/256; ``stages``
     2..7; ``cluster`` as the sm_90 kernels (TMA multicast, commit multicast of the releases);
@@ -50,7 +51,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     mainloop_cls = Tcgen05Mainloop
     persistent = True
     TILE_M = (128, SPLIT_ROWS)
-    CONFIG_FIELDS = WarpSpecializedGemmKernel.CONFIG_FIELDS + ("mma_sm", "block_scaled", "tile_scheduler")
+    STAGE_READERS = "the MMAs"
+    CONFIG_FIELDS = WarpSpecializedGemmBase.CONFIG_FIELDS + ("mma_sm", "block_scaled", "tile_scheduler")
 
     def __init__(self, *args, mma_sm: int = 1, block_scaled=False, tile_scheduler: str = "static", **kw):
         self.mma_sm = mma_sm        #: 2: CTA pairs share one MMA of 2 x tile_m rows (cta_group::2)
@@ -113,12 +115,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         from ..atom.mma_traits import SUBBYTE, packed_pair_reason
         b_dtype = b_dtype or dtype
         if not {dtype, b_dtype} & SUBBYTE:
-            return WarpSpecializedGemmKernel.operand_reason(dtype, b_dtype, b_major, a_major)
+            return WarpSpecializedGemmBase.operand_reason(dtype, b_dtype, b_major, a_major)
         return packed_pair_reason(dtype, b_dtype, a_major, b_major)
-
-    @classmethod
-    def split_for(cls, tile_m: int, tile_n: int) -> int:
-        return 1
 
     def make_scheduler(self):
         """The static persistent scheduler (or stream-K's), or with ``tile_scheduler="clc"`` the
@@ -134,16 +132,6 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     def grouped_features(self) -> dict:
         return {**super().grouped_features(), "tile_scheduler": self.tile_scheduler,
                 "block_scaled": self.block_scaled}
-
-    @classmethod
-    def schedule_reason(cls, tile_m, tile_n, stages, cluster) -> str | None:
-        from ..collective.warp_specialized import CLUSTERS
-        if tuple(cluster) not in CLUSTERS:
-            return f"cluster must be one of {CLUSTERS} (cluster_m, cluster_n), got {tuple(cluster)}"
-        if stages != "auto" and stages not in cls.STAGES:
-            return (f"{cls.name}: stages must be {cls.STAGES.start}..{cls.STAGES.stop - 1} (the producer fills "
-                    f"one stage while the MMAs read another), got {stages}")
-        return None
 
     @classmethod
     def can_implement(cls, config) -> str | None:
@@ -228,7 +216,6 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
                    if self.block_scaled else {})}
 
     # -- build: producer warp, MMA warp, four epilogue warps ---------------------------------
-    dispatch_order = None
     def roles(self) -> tuple:
         """Warp 0 loads, warp 1 allocates TMEM and issues the MMAs, warps 2-5 store (no
         register budgets: ptxas sizes the 192-thread kernel)."""
