@@ -44,8 +44,6 @@ from .ws_gemm import WarpSpecializedGemmBase
 cir = lazy("cutedsl.ir")
 
 PRODUCER_REGS, CONSUMER_REGS = DEFAULT.producer_regs, DEFAULT.consumer_regs   #: setmaxnreg budgets (40 / 232)
-#: 168: the launch budget of 384 threads (a producer and two consumer warpgroups)
-LAUNCH_REGS = DEFAULT.launch_regs(3 * DEFAULT.warpgroup_threads)
 
 
 class WarpSpecializedGemmKernel(WarpSpecializedGemmBase):
