@@ -278,7 +278,6 @@ class SkeletonKernel(Kernel):
         """The barrier that makes setup's initialisation visible (see the module docstring)."""
         if b.init_synced:
             return
-        from mlir.dialects import gpu
         from ..atom import MBarriers
         if not b.init_fenced:
             MBarriers.fence_init()
