@@ -49,6 +49,8 @@ V = lazy("cutedsl.ir.values")
 F = lazy("cutedsl.ir.fmath")
 
 LOG2E = 1.0 / math.log(2.0)
+#: head dims from which the descriptors are rematerialised per iteration (``_in_loop``)
+REMAT_HEAD_DIM = 128
 #: named barrier of the MMA warpgroup (0 is the CTA's)
 BWD_BARRIER = 1
 
@@ -131,6 +133,17 @@ class AttentionBwdMainloop:
                 "k_mn": [self.dq_mma.descriptor(o.mn_view(o.k_tile(sm["k"], 0, j), 1), "B") for j in kt],
                 "ds": self.dq_mma.descriptor(sm["ds"].tile(0), "A")}
 
+    def _in_loop(self, desc: dict) -> dict:
+        """The descriptors to use inside one iteration: at head dim 128 (dK and dV hold 128 of
+        a thread's registers) each one :meth:`~cutedsl.atom.wgmma.Descriptor.rematerialized`,
+        since the ~20 per-k-step descriptors LLVM would otherwise hoist out of the loop as
+        64-bit values are what ptxas spilled (docs/measurements.md); at 64 they fit, and
+        hoisted they cost fewer instructions per block."""
+        if self.ops_desc.head_dim < REMAT_HEAD_DIM:
+            return desc
+        return {n: [d.rematerialized() for d in v] if isinstance(v, list) else v.rematerialized()
+                for n, v in desc.items()}
+
     def _at(self, ops, desc, name, stage, kt: int = 0):
         """``desc`` (slot 0's) moved to slot ``stage`` and k-tile ``kt`` of buffer ``name``."""
         t = self.ops_desc.traits
@@ -172,6 +185,7 @@ class AttentionBwdMainloop:
     def step(self, ops, desc, unit: BwdUnit, m_block, st: PipelineState, dk, dv, masked: bool) -> tuple:
         """One query block: returns the new ``(dk, dv)``."""
         o = self.ops_desc
+        desc = self._in_loop(desc)
         m0 = m_block * o.block_m
         wt = cir.thread_idx() % self.wg_threads
         r0, c0 = (V.i32(x) for x in WgmmaFragment.thread_base(wt))

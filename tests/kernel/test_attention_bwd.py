@@ -127,7 +127,7 @@ def test_query_block_ranges_on_the_host():
 
 
 def test_sass_main_loop():
-    """ptxas' code for bf16, head dim 128 (docs/measurements.md): setmaxnreg 24 / 240, and per
+    """ptxas' code for bf16, head dim 128 (docs/measurements.md): setmaxnreg 24 / 240, no spills, and per
     64 x 64 (query, key) block of the unmasked loop 32 HGMMA (S^T, dP^T: 8 each; dV, dK: 4 each;
     dQ: 2 chunks of 4), 32 MUFU.EX2 (P), 64 REDG (dQ), 4 STSM (dS), 32 LDG (LSE and D)."""
     import collections
@@ -140,6 +140,9 @@ def test_sass_main_loop():
     assert sorted(int(r, 16) for r in regs) == [24, 240], regs
     h = collections.Counter(hot_loop(text)["histogram"])
     assert (h["HGMMA"], h["MUFU"], h["REDG"], h["STSM"], h["LDG"]) == (32, 32, 64, 4, 32), h
+    # the per-k-step descriptors are formed in the loop (uniform registers), not hoisted and spilled
+    assert (ck.resources.spill_stores, ck.resources.spill_loads, h["LDL"], h["STL"]) == (0, 0, 0, 0), h
+    assert sum(h.values()) <= 630, sum(h.values())
 
 
 def _bad_calls(rng):
