@@ -15,7 +15,7 @@ compute them, so that P^T and dS^T are register A operands):
 4. ``dS^T = P^T * (dP^T - D)``;
 5. ``dS`` to shared memory (``stmatrix``), then ``dV += P^T dO`` and ``dK += dS^T Q`` (WGMMA
    with A from registers) and ``dQ = dS K`` (SS) in 64-column chunks;
-6. each chunk of ``dQ`` (unscaled) into the f32 workspace with ``red.global.add.f32`` (PTX ISA 9.7.12.7),
+6. each chunk of ``dQ`` (unscaled) into the f32 workspace with ``red.global.add.v2.f32`` (PTX ISA 9.7.13.6),
    rows past the sequence skipped. Deterministic mode orders those additions: before adding to
    query block ``m`` of a (batch, head), KV block ``n`` waits until the block's semaphore equals
    ``n - n_min(m)`` (its rank among the KV blocks that visit ``m``, ascending) and afterwards
@@ -245,8 +245,10 @@ class AttentionBwdMainloop:
             sems.store_release(idx, V.u32(rank + 1))
 
     def _add_dq(self, unit: BwdUnit, dq: Accumulator, m0, r0, c0) -> None:
-        """``red.global.add.f32`` of a ``64 x 64`` dQ chunk (this thread's columns from ``c0``)
-        into the workspace; rows past the sequence skipped."""
+        """``red.global.add.v2.f32`` (PTX ISA 9.7.13.6, sm_90) of a ``64 x 64`` dQ chunk into the
+        workspace: each pair of fragment registers holds two adjacent columns of one row (8-byte
+        aligned: even columns of an even-width row), so one reduction per pair, half as many as
+        scalar ones; rows past the sequence skipped."""
         d = self.ops_desc.head_dim
         ws = cir.GlobalPtr(unit.dq_accum, "f32")
         row_stride = cir.i64(unit.heads) * d
@@ -254,9 +256,9 @@ class AttentionBwdMainloop:
             q = m0 + r0 + WgmmaFragment.offset(0, 2 * h)[0]
             with cir.If(q < unit.seqlen_q):
                 base = cir.i64(unit.q_row0 + q) * row_stride + cir.i64(unit.head) * d + cir.i64(c0)
-                for i in range(dq.regs):
+                for i in range(0, dq.regs, 2):          # registers i, i + 1: columns c, c + 1
                     if row_half(i) == h:
-                        ws.atomic_add(base + WgmmaFragment.offset(0, i)[1], dq.get(0, i))
+                        ws.atomic_add(base + WgmmaFragment.offset(0, i)[1], (dq.get(0, i), dq.get(0, i + 1)))
 
     # -- the loops ---------------------------------------------------------------------
     def run(self, ops, unit_of, group, rng: BlockRange) -> tuple:
