@@ -111,18 +111,26 @@ class TmemAttentionMainloop:
         return bars
 
     # -- the MMA warp ------------------------------------------------------------------
-    def _desc(self, ops, name, mma, role, tile):
-        buf = ops.smem[name]
-        return mma.descriptor(buf.tile(0), role).stage(tile, buf.buf.stage_bytes)
-
-    def mma_loop(self, ops, bars: HandOffs, taddr, count) -> None:
+    def mma_loop(self, ops, bars: HandOffs, taddr, count, live=None) -> None:
         """The MMA warp: every MMA of ``count`` (IR i32) KV blocks into tensor memory at
         ``taddr``. The whole warp waits and walks the loop; an ``elect.sync``-ed lane issues each
         tcgen05 instruction (CUTLASS's pattern: a one-thread branch makes ptxas wrap every UTC*
-        instruction in a loop over the lanes' possibly divergent operands)."""
+        instruction in a loop over the lanes' possibly divergent operands). Q's, K's and V's
+        descriptors are made once, before the loop, and moved per stage by 32-bit adds
+        (:meth:`~cutedsl.atom.wgmma.Descriptor.stage`, as the GEMM's tcgen05 mainloop): ptxas keeps
+        them in uniform registers. ``live`` (IR i1 or None): whether the producer loads Q at all
+        (a query block past its sequence gets ``count`` 0 and no wait for Q). The caller must not
+        call this inside a branch ptxas cannot prove warp-uniform (see the kernel)."""
         o, t = self.ops_desc, self.tmem
-        ops.q_bar.wait(0, 0)
+        if live is None:
+            ops.q_bar.wait(0, 0)
+        else:
+            with cir.If(live):
+                ops.q_bar.wait(0, 0)
         q = [self.qk.descriptor(ops.smem["q"].tile(kt), "A") for kt in range(o.d_tiles)]
+        k0 = self.qk.descriptor(ops.smem["k"].tile(0), "B")
+        v0 = self.pv.descriptor(ops.smem["v"].tile(0), "B")
+        kb, vb = ops.smem["k"].buf.stage_bytes, ops.smem["v"].buf.stage_bytes
         loop = cir.Loop(0, count, carry=PipelineState(o.stages).carry(), counter="i32")   # no 64-bit compare
         for it, carried in loop:
             st = PipelineState.from_carry(o.stages, carried)
@@ -130,7 +138,7 @@ class TmemAttentionMainloop:
             ops.k_pipe.consumer_wait(st)
             TensorMemory.fence_after()              # S's columns: the softmax read them (p_full)
             for kt in range(o.d_tiles):
-                kd = self._desc(ops, "k", self.qk, "B", st.index * o.d_tiles + kt)
+                kd = k0.stage(st.index * o.d_tiles + kt, kb)
                 self.qk.mma(taddr + t.s, q[kt], kd, accumulate=kt > 0, elect=True)
             self.qk.commit(ops.k_pipe.empty.address(st.index), elect=True)
             self.qk.commit(bars.s_full.address(0), elect=True)
@@ -138,7 +146,7 @@ class TmemAttentionMainloop:
             TensorMemory.fence_after()
             ops.v_pipe.consumer_wait(st)
             for kt in range(o.pv_tiles):
-                vd = self._desc(ops, "v", self.pv, "B", st.index * o.pv_tiles + kt)
+                vd = v0.stage(st.index * o.pv_tiles + kt, vb)
                 a = taddr + (t.p + kt * (o.traits.k_tile // 2))
                 self.pv.mma_tmem_a(taddr + t.o, a, vd, accumulate=n.ne(0) if kt == 0 else True, elect=True)
             self.pv.commit(ops.v_pipe.empty.address(st.index), elect=True)

@@ -152,12 +152,15 @@ class AttentionFwdSm100Kernel(Kernel):
                 seqlen_q, seqlen_k = args.seqlen_q, args.seqlen_k
             m0 = qb * BLOCK_M
             left, right = (args.left, args.right) if self.local else (0, 0)
-            with If(m0 < seqlen_q):            # a query block past its (shorter) sequence: nothing to do
-                rng = self.mask.block_range(m0, seqlen_q, seqlen_k, left, right)
+            live = m0 < seqlen_q                 # a query block past its (shorter) sequence: nothing to do
+            rng = self.mask.block_range(m0, seqlen_q, seqlen_k, left, right)
+            # the MMA warp outside the branch on ``live``: inside it ptxas treats the loop as
+            # possibly divergent and moves every descriptor to uniform registers per instruction
+            with If(warp.eq(MMA_WARP)):
+                self.mainloop.mma_loop(ops, bars, tmem.address(), cir.select(live, rng.count, cir.i32(0)), live)
+            with If(live):
                 with If(warp.eq(PRODUCER_WARP) & (tid % wt).eq(0)):
                     self.producer(ops, args, batch, head, m0 + q_start, k_start, rng)
-                with If(warp.eq(MMA_WARP)):
-                    self.mainloop.mma_loop(ops, bars, taddr, rng.count)
                 with If(warp < SOFTMAX_WARPS):
                     self.softmax_warps(bars, taddr, args, batch, head, m0, q_start, seqlen_q, seqlen_k,
                                        left, right, rng)

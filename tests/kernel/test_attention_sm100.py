@@ -112,18 +112,33 @@ def test_refusals():
         Attention(cfg, "sim")(q, np.zeros((1, 8, 2, 64), q.dtype), np.zeros((1, 8, 2, 64), q.dtype))
 
 
+def _softmax_loop(kernel) -> dict:
+    """The smallest SASS loop holding a KV block's exponentials (>= BLOCK_N MUFU): the softmax
+    loop of an unmasked block (smaller loops with a few MUFU are out-of-line wait retries)."""
+    import collections
+    from cutedsl.compiler.sass_loops import loops
+    from cutedsl.compiler.toolchain import sass
+    ops = next(o for _s, _e, o in loops(sass(kernel.cubin)) if o.count("MUFU") >= BLOCK_N)
+    return {"instructions": len(ops), "histogram": collections.Counter(ops)}
+
+
 def test_sass_counts():
     """ptxas 13.5's SASS of the head-dim-128 bf16 kernel (docs/measurements.md): no spills; the
-    MMA warp's loop issues 16 UTCHMMA per KV block (8 for S, 8 for P V); the softmax loop of an
-    unmasked block has one MUFU.EX2 per score (+1 for the correction factor), the exponents'
+    MMA warp's loop issues 16 UTCHMMA per KV block (8 for S, 8 for P V) from uniform registers --
+    descriptors made once before the loop and moved by uniform adds, no R2UR / VOTEU / per-MMA
+    ELECT -- in at most half FlashAttention-4's 199 instructions per 32 UTCHMMA; the softmax loop
+    of an unmasked block has one MUFU.EX2 per score (+1 for the correction factor), the exponents'
     FMAs and the row sum as packed f32x2 (FFMA2 / FADD2), the row maximum as three-input FMNMX3,
     64 F2FP packing P and the O correction as FMUL2."""
     from cutedsl.compiler.sass_loops import kernel_hot_loop
     k = AttentionFwdSm100Kernel(128, "bf16").compile()
     assert k.resources.spill_stores == 0 and k.resources.spill_loads == 0
-    mma = kernel_hot_loop(k, "UTCHMMA")["histogram"]
+    loop = kernel_hot_loop(k, "UTCHMMA")
+    mma = loop["histogram"]
     assert mma["UTCHMMA"] == 16 and mma["UTCBAR"] == 4                 # 4 commits: K, S, V, O
-    sm = kernel_hot_loop(k, "MUFU")["histogram"]
+    assert loop["instructions"] <= 199 // 2, loop["instructions"]       # FA4: 199 per 32 UTCHMMA
+    assert not {"R2UR", "VOTEU", "ELECT"} & set(mma), mma
+    sm = _softmax_loop(k)["histogram"]
     assert sm["MUFU"] == BLOCK_N + 1
     assert sm["FFMA2"] == BLOCK_N // 2 and sm.get("FFMA", 0) <= 2
     assert sm["FADD2"] == BLOCK_N // 2 - 1 and sm["FMNMX3"] == BLOCK_N // 2
