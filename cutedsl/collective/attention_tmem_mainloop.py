@@ -202,10 +202,14 @@ class TmemAttentionMainloop:
         s = RowScores(TmemFragment.load(s_addr, 0, o.block_n).values)
         n0 = j * o.block_n
         row = ctx.row0 + cir.i32(cir.thread_idx() % self.threads)
-        s = self.softmax.scores(s, ctx.params)
-        if masked:
+        hk = ctx.hooks                              # FlexAttention hooks at (batch, head, row, key)
+        score = (lambda x, b, i: hk.score(x, ctx.batch, ctx.head, row, n0 + i)) if hk is not None else None
+        s = self.softmax.scores(s, ctx.params, score)
+        if masked:                                  # the band / sequence end, and the mask_mod
             limits = [[self.mask.row_limits(row, ctx.seqlen_q, ctx.seqlen_k, n0, ctx.left, ctx.right)]]
-            s = self.mask.apply(s, lambda b, i: 0, lambda b, i: V.i32(i), limits)
+            keep = (lambda b, i: hk.keep(ctx.batch, ctx.head, row, n0 + i)) \
+                if hk is not None and hk.hooks.has_mask else None
+            s = self.mask.apply(s, lambda b, i: 0, lambda b, i: V.i32(i), limits, keep)
         p, state, corr, grew = self.softmax.update_row(s, state, ctx.params.exp_scale)
         # P packed to 16-bit pairs before the correction: 64 live registers, not 128, beside O's chunks
         words = [pack_b16x2(p[2 * c], p[2 * c + 1], o.dtype) for c in range(o.block_n // 2)]

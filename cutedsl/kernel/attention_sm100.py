@@ -28,14 +28,20 @@ with no key in a block the range keeps for tile 1 sees an all-masked block, whic
 softmax takes as P = 0.
 
 Compile-time variants as the Hopper kernel's: ``head_dim`` (64, 128), ``dtype`` (f16, bf16),
-``local`` (causal / sliding window, with whole-block skipping), ``softcap``, ``varlen``. The
-parameters are the Hopper kernel's (:meth:`params`); the grid counts 256-row units.
+``local`` (causal / sliding window, with whole-block skipping), ``softcap``, ``varlen``, and
+``hooks`` (an :class:`~cutedsl.collective.attention_hooks.AttentionHooks`, FlexAttention's
+score_mod / mask_mod, as on sm_90a: score_mod on every visited block at each thread's (batch,
+head, row, key), mask_mod in the PARTIAL blocks; with a mask_mod the host's block mask of this
+kernel's 256 x 128 blocks (:meth:`block_mask`) lists the blocks to visit and SKIP blocks are never
+loaded; varlen with hooks is refused). The parameters are the Hopper kernel's (:meth:`params`);
+the grid counts 256-row units.
 """
 from __future__ import annotations
 
 import attrs
 
 from ..arch import get_arch
+from ..collective.attention_block_mask import BlockMaskView, SparseBlocks, build_block_mask
 from ..collective.attention_epilogue import EpilogueRows
 from ..collective.attention_hooks import AttentionHooks
 from ..collective.attention_mainloop import UnitContext
@@ -115,17 +121,25 @@ class AttentionFwdSm100Kernel(Kernel):
         return reason(head_dim, dtype)
 
     def __init__(self, head_dim: int = 128, dtype: str = "bf16", *, local: bool = False, softcap: bool = False,
-                 varlen: bool = False, arch="sm_100a", threshold: float | None = None):
+                 varlen: bool = False, arch="sm_100a", threshold: float | None = None, hooks=None):
         why = reason(head_dim, dtype)
         if why:
             raise ConfigError(f"{type(self).__name__}: {why}")
+        self.hooks = hooks if isinstance(hooks, AttentionHooks) else AttentionHooks() if hooks is None else None
+        if self.hooks is None:
+            raise ConfigError(f"{type(self).__name__}: hooks must be an AttentionHooks, got {type(hooks).__name__}")
+        why = hopper.hooks_reason(self.hooks)
+        if why:
+            raise ConfigError(f"{type(self).__name__}: {why}")
+        if varlen and self.hooks.hooks():
+            raise ConfigError(f"{type(self).__name__}: score_mod / mask_mod with packed sequences (varlen) are not "
+                              f"built (as on sm_90a): pad the sequences to a dense batch")
         self.arch = get_arch(arch)
         self.arch.require(self.mma_atom, type(self).__name__)
         self.head_dim, self.dtype = head_dim, dtype
         self.local, self.softcap, self.varlen = bool(local), bool(softcap), bool(varlen)
         self.threshold = float(self.THRESHOLD if threshold is None else threshold)
-        self.hooks = AttentionHooks()                 # no score_mod / mask_mod on sm_100a yet
-        self.block_sparse = False
+        self.block_sparse = self.hooks.has_mask     # a mask_mod: the host's block mask lists the KV blocks
         wt = self.arch.warp_threads
         self.threads = WARPS * wt
         self.softmax_threads = SOFTMAX_WARPS * wt
@@ -133,7 +147,7 @@ class AttentionFwdSm100Kernel(Kernel):
         self.tile_threads = self.arch.warpgroup_threads        # one softmax thread per row of a tile
         self.operands = AttentionOperands(head_dim, BLOCK_M, BLOCK_N, STAGES, dtype, self.varlen, consumer_warps=1)
         self.mask = self.mask_cls(BLOCK_M, BLOCK_N, self.local)
-        self.softmax = self.softmax_cls(self.softcap, self.threshold)
+        self.softmax = self.softmax_cls(self.softcap, self.threshold, score_mod=self.hooks.score_mod is not None)
         self.mainloop = TmemAttentionMainloop(self.operands, self.mask, self.softmax, self.tile_threads, Q_TILES)
         self.epilogue = TmemAttentionEpilogue(head_dim, dtype, self.tile_threads)
         #: setmaxnreg budgets from the architecture (Arch.attention_regs): the softmax warpgroups
@@ -145,6 +159,17 @@ class AttentionFwdSm100Kernel(Kernel):
         self.launch_regs = self.arch.launch_regs(self.threads)
         assert (Q_TILES * self.softmax_regs + self.other_regs) * self.arch.warpgroup_threads <= self.arch.regs_per_sm
 
+    def block_mask(self, problem, window=(-1, -1), args=None):
+        """Host, block-sparse kernels: the hooks' ``BlockMask`` over this kernel's 256 x 128
+        blocks, intersected with the band's (as
+        :meth:`~cutedsl.kernel.attention.AttentionFwdKernel.block_mask`)."""
+        sizes = {"batch": problem.batch, "heads": problem.heads, "seqlen_q": problem.seqlen_q,
+                 "seqlen_k": problem.seqlen_k}
+        bm = build_block_mask(self.hooks, sizes, BLOCK_M, BLOCK_N, args)
+        vals = self.scalar_values(problem, 1.0, window=window)
+        return bm.restrict(self.mask.block_kinds(problem.seqlen_q, problem.seqlen_k, vals.get("left", 0),
+                                                 vals.get("right", 0)))
+
     def grid(self, problem) -> tuple:
         """CTAs for an ``AttentionProblem`` (varlen: ``seqlen_q`` is the longest sequence): one
         per 256 query rows."""
@@ -155,7 +180,7 @@ class AttentionFwdSm100Kernel(Kernel):
                 "softcap": self.softcap, "varlen": self.varlen, "threshold": self.threshold,
                 "block": [BLOCK_M, BLOCK_N], "q_tiles": Q_TILES, "stages": STAGES,
                 "setmaxnreg": [self.softmax_regs, self.other_regs], "class": qualname(type(self)),
-                "mask": qualname(self.mask_cls), "softmax": qualname(self.softmax_cls)}
+                "mask": qualname(self.mask_cls), "softmax": qualname(self.softmax_cls), "hooks": self.hooks.identity()}
 
     # -- IR ------------------------------------------------------------------------------------
     def define(self):
@@ -240,7 +265,11 @@ class AttentionFwdSm100Kernel(Kernel):
             seqlen_q, seqlen_k = args.seqlen_q, args.seqlen_k
         m0 = qb * BLOCK_M
         left, right = (args.left, args.right) if self.local else (0, 0)
-        rng = self.mask.block_range(m0, seqlen_q, seqlen_k, left, right)
+        if self.block_sparse:                   # the host's block mask lists the KV blocks to visit
+            view = BlockMaskView(args)
+            rng = SparseBlocks(view, view.row(batch, head, qb))
+        else:
+            rng = self.mask.block_range(m0, seqlen_q, seqlen_k, left, right)
         return Unit(q_start, k_start, seqlen_q, seqlen_k, m0, left, right, m0 < seqlen_q, rng)
 
     def _lead(self, batch, head) -> tuple:
@@ -254,7 +283,8 @@ class AttentionFwdSm100Kernel(Kernel):
         loop = cir.Loop(0, rng.count, carry=PipelineState(STAGES).carry())
         for it, carried in loop:
             st = PipelineState.from_carry(STAGES, carried)
-            self.operands.load_kv(ops, st, kv_lead, k_start + (rng.n_max - 1 - cir.i32(it)) * BLOCK_N)
+            j = rng.block(rng.n_max - 1 - cir.i32(it)) if self.block_sparse else rng.n_max - 1 - cir.i32(it)
+            self.operands.load_kv(ops, st, kv_lead, k_start + j * BLOCK_N)
             loop.next(*st.advance().carry())
 
     def softmax_warps(self, bars, taddr, args, batch, head, u: Unit, g) -> None:
@@ -265,13 +295,20 @@ class AttentionFwdSm100Kernel(Kernel):
                                getattr(args, "softcap_scale", None))
         seqlen_q, q_start, rng = u.seqlen_q, u.q_start, u.rng
         row0 = u.m0 + g * TILE_M
-        ctx = UnitContext(batch, head, row0, seqlen_q, u.seqlen_k, u.left, u.right, params, g)
+        bound = None
+        if self.hooks.hooks():
+            from ..ir import grid_dim
+            sizes = {"batch": cir.i32(grid_dim("z")), "heads": args.heads, "seqlen_q": seqlen_q, "seqlen_k": u.seqlen_k}
+            bound = self.hooks.bind(args, sizes)
+        ctx = UnitContext(batch, head, row0, seqlen_q, u.seqlen_k, u.left, u.right, params, g, bound)
         state, n = self.softmax.initial_row(), cir.i32(0)
         for lo, hi, masked in ((rng.u_hi, rng.n_max, True), (rng.u_lo, rng.u_hi, False), (rng.n_min, rng.u_lo, True)):
             loop = cir.Loop(0, hi - lo, carry=state.carry() + [n])
             for it, carried in loop:
                 st, n = RowState.from_carry(carried), carried[2]
-                st = ml.softmax_block(bars, taddr, ctx, st, n, hi - 1 - cir.i32(it), masked, g)
+                v = hi - 1 - cir.i32(it)
+                j = rng.block(v, masked) if self.block_sparse else v
+                st = ml.softmax_block(bars, taddr, ctx, st, n, j, masked, g)
                 loop.next(*(st.carry() + [n + 1]))
             res = list(loop.results)
             state, n = RowState.from_carry(res), res[2]

@@ -12,7 +12,9 @@ import pytest
 from cutedsl import Attention, AttentionConfig
 from cutedsl.device.attention_reference import attention_reference
 from cutedsl.errors import ArgumentError, ConfigError
-from cutedsl.kernel.attention_sm100 import BLOCK_N, AttentionFwdSm100Kernel
+from cutedsl.collective.attention_block_mask import FULL, PARTIAL, SKIP
+from cutedsl.collective.attention_hook_builtins import Alibi, Causal, DocumentMask
+from cutedsl.kernel.attention_sm100 import BLOCK_M, BLOCK_N, AttentionFwdSm100Kernel
 
 NP = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
 O_TOL = {"bf16": 2e-2, "f16": 4e-3}       # P and O rounded to 16 bits, as the Hopper kernel's tests
@@ -84,6 +86,48 @@ def test_correction_with_growing_maxima(threshold, rng, sim):
     check(o, lse, q, k, v, "bf16")
 
 
+def _check_hooks(attn, q, k, v, **opts):
+    o, lse = attn(q, k, v, **opts)
+    ro, rl = attn.reference(q, k, v, **opts)                 # float64, the hooks on numpy
+    empty = np.isinf(rl)
+    assert np.array_equal(np.isinf(lse), empty)
+    assert np.abs(o.astype(np.float64) - ro).max() < O_TOL["bf16"]
+    assert np.allclose(lse[~empty], rl[~empty], rtol=0, atol=1e-4)
+    return o
+
+
+def test_hooks_score_mod_and_mask_mod(rng, sim):
+    """FlexAttention hooks on sm_100a: ALiBi (a per-head slope tensor) as score_mod and a causal
+    mask_mod, GQA; 300 queries = a full and a ragged 256-row unit, each tile of the first unit
+    seeing a different diagonal."""
+    q, k, v = _qkv(rng, "bf16", (1, 300, 4, 64), (1, 280, 2, 64))
+    slopes = (rng.random((4,)) * 0.1).astype(np.float32)
+    attn = Attention(AttentionConfig(head_dim=64, arch="sm_100a", score_mod=Alibi(), mask_mod=Causal()), sim)
+    _check_hooks(attn, q, k, v, alibi_slopes=slopes)
+
+
+def test_block_mask_skips_blocks(rng, sim):
+    """A document mask whose keys past 256 belong to no query's document: those KV blocks are
+    SKIP in the 256 x 128 block mask and hold NaN in V; O stays finite and right."""
+    b, sq, sk = 1, 200, 2 * BLOCK_N + 40
+    q, k, v = _qkv(rng, "bf16", (b, sq, 2, 64), (b, sk, 2, 64))
+    docs = np.full((b, sk), 7, np.int32)
+    docs[:, :sq] = np.sort(rng.integers(0, 2, (b, sq)), axis=1)
+    v_clean = v.copy()
+    v_clean[:, 2 * BLOCK_N:] = 0
+    v[:, 2 * BLOCK_N:] = np.nan
+    attn = Attention(AttentionConfig(head_dim=64, arch="sm_100a", mask_mod=DocumentMask()), sim)
+    o, lse = attn(q, k, v, doc_ids=docs)
+    assert np.isfinite(o.astype(np.float32)).all()
+    ro, rl = attn.reference(q, k, v_clean, doc_ids=docs)
+    assert np.abs(o.astype(np.float64) - ro).max() < O_TOL["bf16"]
+    kern = attn._kernel(attn.config, local=False, softcap=False, varlen=False)
+    from cutedsl.problem import AttentionProblem
+    kinds = kern.block_mask(AttentionProblem(b, sq, sk, 2, 2, 64), args={"doc_ids": docs}).kind
+    assert BLOCK_M == 256 and kinds.shape == (b, 1, 1, 3)
+    assert kinds[0, 0, 0, 2] == SKIP and set(kinds[0, 0, 0, :2]) <= {PARTIAL, FULL}
+
+
 def test_ptx_shape():
     """Two Q tiles: S from shared Q and K; P V with A = P in tensor memory (P over S's columns);
     every tcgen05.ld / st waited for; setmaxnreg budgets from the architecture."""
@@ -113,8 +157,8 @@ def test_refusals():
         AttentionConfig(dtype="e4m3", arch="sm_100a")
     with pytest.raises(ConfigError, match="arch must be one of .*'sm_100a'.* got 'sm_80'"):
         AttentionConfig(arch="sm_80")
-    with pytest.raises(ConfigError, match="score_mod / mask_mod hooks are built for arch='sm_90a' so far"):
-        AttentionConfig(arch="sm_100a", score_mod=lambda score, b, h, q, kv: score)
+    with pytest.raises(ConfigError, match=r"score_mod / mask_mod with packed sequences \(varlen\) are not built"):
+        AttentionFwdSm100Kernel(64, varlen=True, hooks=AttentionConfig(arch="sm_100a", mask_mod=Causal()).hooks())
     cfg = AttentionConfig(head_dim=64, arch="sm_100a")
     from cutedsl.problem import AttentionProblem
     assert "head_dim must be 64 or 128 on sm_100a, got 96" in cfg.can_implement(AttentionProblem(1, 8, 8, 1, 1, 96))
