@@ -18,7 +18,7 @@ import pytest
 from attn_survey import rewrite_all, wait_after_tmem_loads
 from attnkit import (fast_divmod, fast_divmod_quotient, fixture, run_fa4_forward, run_triton_attention,
                      run_triton_mm_ws, run_triton_softmax)
-from cutedsl.sim import Emulator, PTXParseError, RaceError, UnsupportedInstruction
+from cutedsl.sim import Emulator, RaceError
 
 TRITON = ["triton_softmax_sm90", "triton_softmax_sm100", "triton_attn_fwd_sm90", "triton_attn_fwd_sm90_causal",
           "triton_attn_fwd_sm100", "triton_attn_fwd_sm100_causal", "triton_attn_fwd_ws_sm100", "triton_mm_ws_sm100"]
@@ -81,7 +81,8 @@ def test_fast_divmod_encoding_divides(d):
 
 
 @pytest.mark.sim_kernel
-@pytest.mark.parametrize("name", ["triton_softmax_sm90", "triton_attn_fwd_sm90", "triton_attn_fwd_sm90_causal",
+@pytest.mark.parametrize("name", ["triton_softmax_sm90", "triton_softmax_sm100", "triton_attn_fwd_sm90",
+                                  "triton_attn_fwd_sm90_causal",
                                   "triton_attn_fwd_sm100", "triton_attn_fwd_sm100_causal", "triton_attn_fwd_ws_sm100",
                                   "triton_mm_ws_sm100", "fa4_fwd_sm90_hdim128"])
 def test_runs_today(name, rng):
@@ -89,36 +90,15 @@ def test_runs_today(name, rng):
     (2 heads of 128 rows, wgmma, TMA, causal and not) against float64; since issue #39's emulator
     work (three-input max.f32, brx.idx + .branchtargets, a warp's bar.arrive then bar.sync in one
     generation), Triton's sm_100a attention (plain, causal, warp-specialized), its warp-specialized
-    sm_100a matmul and FA4's sm_90a forward too."""
+    sm_100a matmul and FA4's sm_90a forward too; since redux.sync.{min,max}.f32 (PTX ISA 9.7.13.12),
+    Triton's sm_100a softmax, whose cross-warp row max is a redux.sync.max.f32."""
     got, ref = run(name, rng)
     check(name, got, ref, rng.seed_value)
 
 
-#: fixture -> (exception today, what is missing)
-MISSING = {
-    "triton_softmax_sm100": (UnsupportedInstruction, "redux.sync.max.f32 (PTX ISA 9.7.13.12, sm_100a)"),
-}
-#: the fixtures that do not run as compiled (test_launch_recipe_with_forms_lowered): a form still missing
-#: (rewritten by attn_survey.rewrite_all), or FA4's TMEM loads without tcgen05.wait::ld (inserted)
-REWRITTEN = ["triton_softmax_sm100", "fa4_fwd_sm100_hdim128"]
-
-
-@pytest.mark.sim_kernel
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, raises=e, reason=f"missing: {w}"))
-                                  for n, (e, w) in MISSING.items()])
-def test_runs_on_emulator(name, rng):
-    got, ref = run(name, rng)
-    check(name, got, ref, rng.seed_value)
-
-
-@pytest.mark.parametrize("name,message", [
-    ("triton_softmax_sm100", r"redux\.sync\.max\.f32"),
-])
-def test_where_loading_stops_today(name, message):
-    # the survey's first stop, exactly (update docs/attention-ptx-survey.md when this changes)
-    ptx, meta = fixture(name)
-    with pytest.raises(PTXParseError, match=message):
-        Emulator().load(ptx, meta["entry"])
+#: the fixtures that do not run as compiled (test_launch_recipe_with_forms_lowered): FA4's TMEM loads
+#: without tcgen05.wait::ld (inserted). No fixture stops at a missing form any more (issue #39).
+REWRITTEN = ["fa4_fwd_sm100_hdim128"]
 
 
 @pytest.mark.sim_kernel
