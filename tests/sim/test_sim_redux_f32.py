@@ -39,7 +39,7 @@ def warps(seed=0):
     all-NaN, NaN among numbers, subnormals only, random."""
     rng = np.random.default_rng(seed)
     special = [0.0, -0.0, 1.5, -1.5, np.inf, -np.inf, np.nan, SUB, -SUB, 3.0, -7.25, 1e30, -1e30]
-    out = [special, [-0.0, 0.0, -0.0], [0.0, -0.0], [-0.0] * 5, [np.nan] * 4, list(NAN_PAYLOADS),
+    out = [special, [-0.0, 0.0, -0.0], [0.0, -0.0, 0.0], [0.0, -0.0], [-0.0, 0.0], [-0.0] * 5, [-2.0, 2.0, -2.0], [np.nan] * 4, list(NAN_PAYLOADS),
            [np.nan, -0.0], [SUB, -SUB, 2 * SUB], [-SUB, np.nan, -2 * SUB], [np.nan], [-2.5], [-0.0],
            [np.inf, np.nan, -np.inf], list(NAN_PAYLOADS) + [-3.0, 4.0]]
     for n in (7, 13, 31, 32):
@@ -47,6 +47,7 @@ def warps(seed=0):
         v[rng.integers(0, n, 2)] = np.nan
         out.append(list(v))
         out.append(list(rng.permutation(special + [-0.0] * 3 + [SUB] * 2)[:n]))
+        out.append(list(np.where(rng.integers(0, 2, n) == 1, -0.0, 0.0)))       # zeros, both signs in any order
     return [np.array(w, np.float32) for w in out]
 
 
@@ -69,7 +70,8 @@ def test_f32_min_max_against_the_isa(op, mods, chaos):
 def test_f32_signed_zero_nan_and_subnormal_cases_exactly():
     """The ISA's corner cases, spelled out (bit patterns)."""
     b = lambda x: int(np.float32(x).view(np.uint32))
-    cases = [("max", [-0.0, 0.0], b(0.0)), ("min", [0.0, -0.0], b(-0.0)), ("max", [-0.0, -0.0], b(-0.0)),
+    cases = [("max", [-0.0, 0.0], b(0.0)), ("max", [0.0, -0.0], b(0.0)), ("min", [0.0, -0.0], b(-0.0)),
+             ("min", [-0.0, 0.0], b(-0.0)), ("max", [-0.0, -0.0], b(-0.0)),
              ("min.abs", [-0.0, 0.0], b(0.0)), ("max.abs", [-3.0, 2.0], b(3.0)), ("min.abs", [-SUB, 5.0], b(SUB)),
              ("max", [np.nan, -1.0], b(-1.0)), ("max.NaN", [np.nan, -1.0], CANON),
              ("min", list(NAN_PAYLOADS), CANON), ("max.abs", [float(NAN_PAYLOADS[1])], CANON),
