@@ -4,18 +4,17 @@ emulator (issue 39). Fixtures: ``tests/sim/triton_ptx/triton_{softmax,attn_fwd}*
 ``generate_fixtures.py``); launchers and float64 references: ``attnkit.py``; where each stops and
 why: ``docs/attention-ptx-survey.md`` (from ``attn_survey.py``).
 
-Fixtures that run today are checked against numpy float64. Each that does not is an expected
-failure naming the missing form and the exact error it raises today (``strict``: the test flips
-when the emulator learns the form). ``test_launch_recipe_with_forms_lowered`` runs those fixtures
-with the missing forms rewritten into equivalent PTX the emulator knows, which checks that the
-JSON launch recipes and references are right before the emulator is.
+Every fixture runs against numpy float64 (since issue #39's emulator work no fixture stops at a
+missing form). ``test_launch_recipe_with_forms_lowered`` runs FA4's sm_100a forward with a
+``tcgen05.wait::ld`` inserted after each ``tcgen05.ld`` (the survey's rewrites), which checks its
+JSON launch recipe and reference apart from the tensor-memory rule it breaks.
 """
 import re
 
 import numpy as np
 import pytest
 
-from attn_survey import rewrite_all, wait_after_tmem_loads
+from attn_survey import REWRITES, rewrite_all, wait_after_tmem_loads
 from attnkit import (fast_divmod, fast_divmod_quotient, fixture, run_fa4_forward, run_triton_attention,
                      run_triton_mm_ws, run_triton_softmax)
 from cutedsl.sim import Emulator, RaceError
@@ -99,6 +98,22 @@ def test_runs_today(name, rng):
 #: the fixtures that do not run as compiled (test_launch_recipe_with_forms_lowered): FA4's TMEM loads
 #: without tcgen05.wait::ld (inserted). No fixture stops at a missing form any more (issue #39).
 REWRITTEN = ["fa4_fwd_sm100_hdim128"]
+
+
+@pytest.mark.sim_kernel
+def test_sm100_softmax_redux_f32_equals_its_shuffle_butterfly(rng):
+    """The sm_100a softmax's two ``redux.sync.max.f32`` (its cross-warp row max, PTX ISA 9.7.13.12),
+    emulated as compiled, give bit for bit what the survey's lowering into five ``shfl.sync.bfly`` +
+    ``max.f32`` steps gives (no NaN in the inputs, where the two differ only in NaN payloads)."""
+    ptx = fixture("triton_softmax_sm100")[0]
+    _, _, pat, fn = next(r for r in REWRITES if r[0].startswith("redux"))
+    assert len(re.findall(pat, ptx)) == 2
+    lowered = re.sub(pat, fn, ptx)
+    assert "redux" not in lowered
+    got, ref = run("triton_softmax_sm100", np.random.default_rng(rng.seed_value))
+    via_shfl, _ = run("triton_softmax_sm100", np.random.default_rng(rng.seed_value), ptx=lowered)
+    assert np.array_equal(got, via_shfl), f"seed {rng.seed_value}"
+    check("triton_softmax_sm100", got, ref, rng.seed_value)
 
 
 @pytest.mark.sim_kernel

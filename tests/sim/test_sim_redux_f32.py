@@ -15,7 +15,8 @@ from simkit import alu, kernel
 
 CANON = 0x7FFFFFFF
 SUB = float(np.float32(1e-40))                     # an f32 subnormal
-NAN_PAYLOADS = np.array([0x7FC00001, 0xFFC00000, 0x7F800001], np.uint32).view(np.float32)  # all NaN
+#: NaNs with payloads and signs (quiet, negative, signalling): the result is the canonical NaN
+NAN_PAYLOADS = np.array([0x7FC00001, 0xFFC00000, 0x7F800001], np.uint32).view(np.float32)
 
 
 def ref_redux(vals, is_min, nan=False, ab=False):
@@ -180,7 +181,8 @@ def test_exited_lanes_leave_the_reduction():
     ("\tsetp.lt.u32 %p1, %r1, 16;\n\tselp.u32 %r2, 0xffff, -1, %p1;\n\tredux.sync.min.f32 %f2, %f1, %r2;",
      r"different membermask values \['0xffff', '0xffffffff'\]"),
     # membermask naming lanes predicated off
-    ("\tsetp.lt.u32 %p1, %r1, 16;\n\t@%p1 redux.sync.min.f32 %f2, %f1, -1;", "member mask names lanes that are predicated off"),
+    ("\tsetp.lt.u32 %p1, %r1, 16;\n\t@%p1 redux.sync.min.f32 %f2, %f1, -1;",
+     "member mask names lanes that are predicated off"),
 ])
 def test_undefined_membermask_uses_reported(body, text):
     with pytest.raises(SimRuntimeError, match=text):

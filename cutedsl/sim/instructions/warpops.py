@@ -170,8 +170,8 @@ def dec_redux(ctx, ins, mods, ops):
         mv = np.broadcast_to(np.asarray(rm(w), np.uint32), (32,))[act]
         if np.any(mv != mv[0]):
             raise SimRuntimeError(f"redux.sync lanes give different membermask values "
-                                  f"{sorted({hex(int(x)) for x in mv})}; the ISA requires one (PTX ISA 9.7.13.12)"
-                                  f"\n    at {ins.where()}")
+                                  f"{sorted({hex(int(x)) for x in mv})}; the ISA requires one "
+                                  f"(PTX ISA 9.7.13.12)\n    at {ins.where()}")
         lanes = ((int(mv[0]) >> LANE) & 1).astype(bool)
         if np.any(act & ~lanes):
             raise SimRuntimeError(f"redux.sync executed by lanes {np.flatnonzero(act & ~lanes).tolist()} that its "
