@@ -40,7 +40,8 @@ def warps(seed=0):
     all-NaN, NaN among numbers, subnormals only, random."""
     rng = np.random.default_rng(seed)
     special = [0.0, -0.0, 1.5, -1.5, np.inf, -np.inf, np.nan, SUB, -SUB, 3.0, -7.25, 1e30, -1e30]
-    out = [special, [-0.0, 0.0, -0.0], [0.0, -0.0, 0.0], [0.0, -0.0], [-0.0, 0.0], [-0.0] * 5, [-2.0, 2.0, -2.0], [np.nan] * 4, list(NAN_PAYLOADS),
+    out = [special, [-0.0, 0.0, -0.0], [0.0, -0.0, 0.0], [0.0, -0.0], [-0.0, 0.0], [-0.0] * 5, [-2.0, 2.0, -2.0],
+           [np.nan] * 4, list(NAN_PAYLOADS),
            [np.nan, -0.0], [SUB, -SUB, 2 * SUB], [-SUB, np.nan, -2 * SUB], [np.nan], [-2.5], [-0.0],
            [np.inf, np.nan, -np.inf], list(NAN_PAYLOADS) + [-3.0, 4.0]]
     for n in (7, 13, 31, 32):
