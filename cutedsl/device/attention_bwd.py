@@ -59,9 +59,12 @@ class AttentionBackward:
     """The attention backward on ``backend`` (``"auto"``: a Hopper GPU, else the emulator).
     ``config``: an :class:`AttentionConfig` (its head dimension and dtype; the forward's
     schedule knobs do not apply), or None / ``"auto"``. ``deterministic``: dQ is summed in a
-    fixed order (bit-identical results from run to run; FlashAttention's ``deterministic``)."""
+    fixed order (bit-identical results from run to run; FlashAttention's ``deterministic``).
+    ``dump_dir``: write each compile's IR, PTX and SASS there (as ``Attention(dump_dir=)``;
+    such compiles bypass the kernel cache)."""
 
-    def __init__(self, config: AttentionConfig | str | None = None, backend="auto", *, deterministic: bool = False):
+    def __init__(self, config: AttentionConfig | str | None = None, backend="auto", *, deterministic: bool = False,
+                 dump_dir=None):
         from ..runtime.selection import check_backend_arg
         if config not in (None, "auto") and not isinstance(config, AttentionConfig):
             raise ArgumentTypeError(f"config must be an AttentionConfig or 'auto', got {type(config).__name__}")
@@ -71,7 +74,7 @@ class AttentionBackward:
         self.config = None if config in (None, "auto") else config
         self.deterministic = bool(deterministic)
         self._backend_arg, self._backend = backend, None
-        self._kernels, self._lock = {}, threading.Lock()
+        self._kernels, self._lock, self._dump = {}, threading.Lock(), dump_dir
 
     @property
     def backend(self):
@@ -136,20 +139,28 @@ class AttentionBackward:
             arrays.check_backend_of(x, self.backend, n)
         if 0 in views[0].shape or 0 in views[1].shape:      # no query or no key: zero gradients, no launch
             return _empty_call(self.backend, views[:3])
-        variant = dict(local=(left, right) != (-1, -1), varlen=cq is not None, deterministic=self.deterministic)
-        kern = self._kernel(("bwd", cfg.head_dim, dt, tuple(sorted(variant.items()))),
-                            lambda: _bwd_kernel_cls()(cfg.head_dim, dt, arch=cfg.arch, **variant))
-        from ..kernel.attention_bwd_prepost import AttentionBwdPostprocessKernel, AttentionBwdPreprocessKernel
-        d = problem.head_dim
-        kernels = (self._kernel(("pre", d, dt), lambda: AttentionBwdPreprocessKernel(d, dt)), kern,
-                   self._kernel(("post", dt), lambda: AttentionBwdPostprocessKernel(dt)))
+        kernels = self.kernels(cfg, local=(left, right) != (-1, -1), varlen=cq is not None)
         t0 = time.perf_counter()
-        compiled = [x.compile() for x in kernels]
+        compiled = [x.compile(dump_dir=self._dump) for x in kernels]
         spent = time.perf_counter() - t0
         launch, result = self._prepare(kernels, compiled, views, problem, cq, ck, scale, (left, right))
         launch.compiled, launch.compile_seconds = compiled[1], spent
         launch.cache_hit = all(getattr(x, "last_cache_hit", False) for x in kernels)
         return launch, result
+
+    def kernels(self, config: AttentionConfig, *, local: bool = False, varlen: bool = False) -> tuple:
+        """The three kernels of a call's variant (built once per backward object, not compiled):
+        ``(preprocess D = rowsum(dO * O), dK/dV kernel, dQ conversion)``. ``config``: head
+        dimension, dtype and arch; ``local``: a causal or window band; ``varlen``: packed
+        sequences. ``ConfigError`` for what the dK/dV kernel cannot build (e.g. an arch without
+        WGMMA)."""
+        from ..kernel.attention_bwd_prepost import AttentionBwdPostprocessKernel, AttentionBwdPreprocessKernel
+        d, dt = config.head_dim, config.dtype
+        variant = dict(local=bool(local), varlen=bool(varlen), deterministic=self.deterministic)
+        kern = self._kernel(("bwd", d, dt, config.arch, tuple(sorted(variant.items()))),
+                            lambda: _bwd_kernel_cls()(d, dt, arch=config.arch, **variant))
+        return (self._kernel(("pre", d, dt), lambda: AttentionBwdPreprocessKernel(d, dt)), kern,
+                self._kernel(("post", dt), lambda: AttentionBwdPostprocessKernel(dt)))
 
     def _prepare(self, kernels, compiled, views, problem, cq, ck, scale, window):
         """``(launch, result)`` over three bindings; the main binding owns every array the call
