@@ -46,6 +46,23 @@ def shared_declaration(cta, off: int) -> str:
     return "shared memory outside every declaration (alignment padding)"
 
 
+def report_global(al, byte: int, ins, reader: str, what: str, seed=None):
+    """Raise the report of a device read (``what``: the instruction kind) by ``reader`` (CTA, warp,
+    lane) of byte ``byte`` of global allocation ``al`` that nothing defined since it was
+    allocated (:attr:`cutedsl.sim.machine.memory.Allocation.defined`)."""
+    who = al.origin or al.tag or "an allocation"
+    seed_note = (f"\n    (adversarial mode, seed {seed}; replay with CUTEDSL_SIM_CHAOS={seed})"
+                 if seed is not None else "")
+    raise UninitializedReadError(
+        f"uninitialized read of global memory 0x{al.base + byte:x} (byte offset {byte} of the "
+        f"{al.nbytes}-byte allocation at 0x{al.base:x}):\n"
+        f"    read by {reader} ({what}) at {ins.where()}\n"
+        f"    no write defined it since it was allocated: {who} (device memory is not "
+        f"initialized by its allocation, CUDA driver API cuMemAlloc; a host copy, a store, an atomic, a "
+        f"TMA store or a bulk copy defines it)\n"
+        f"    (initcheck: SimBackend(initcheck=False) / CUTEDSL_SIM_INITCHECK=0 turns it off)" + seed_note)
+
+
 def report_shared(shadow, word: int, agent: int, pc: int, what: str):
     """Raise the report of a read of shadow ``word`` (shared memory, or a tensor-memory cell of
     a :class:`~cutedsl.sim.machine.tensor_memory.TmemShadow`) that no write reached."""
