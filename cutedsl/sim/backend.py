@@ -69,7 +69,8 @@ class SimBackend(Backend):
     ``CUTEDSL_SIM_TIME_LIMIT`` if set, else 60; raises :class:`TimeLimitExceeded`, and
     :class:`GridTooLarge` before starting a grid that cannot finish within it);
     ``initcheck`` - reads of memory nothing wrote raise :class:`UninitializedReadError`
-    (shared memory and the tensor core's tensor-memory reads, with ``race_check``;
+    (shared memory and the tensor core's tensor-memory reads, with ``race_check``; device reads
+    of global memory no host copy or device write defined since :meth:`alloc`;
     default: ``CUTEDSL_SIM_INITCHECK`` if set, else on; docs/emulator.md, Initcheck);
     ``progress_limit`` - warp-instructions a launch may execute with no synchronisation, warp
     exit or cluster start before it is a livelock (default: ``CUTEDSL_SIM_PROGRESS_LIMIT`` if
