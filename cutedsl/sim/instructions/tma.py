@@ -160,8 +160,7 @@ def tma_store(w, ins, tm_addr, coords, src):
     if w.launch.ghb is not None:        # the global side: a write in flight until wait_group
         w.launch.ghb.async_write(w, al, *whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize), ins)
     if al.dv is not None:               # initcheck: the in-bounds elements are defined (at issue:
-        g = gidx if inb is None else gidx[inb]      # reading them early is the race detector's)
-        al.define(g * tm.esize, tm.esize)
+        al.define_elements(gidx if inb is None else gidx[inb], tm.esize)    # early reads: the race detector's)
     group = w.bulk_commits
     key = (w.cta.rank, w.wid)
 

@@ -116,6 +116,12 @@ class Allocation:
             self.dv[u][element_index(off, u, nb // u)] = DEFINED[u]
             self.dirty = True
 
+    def define_elements(self, idx, esize: int) -> None:
+        """The ``esize``-byte elements at element indices ``idx`` are written (a TMA box)."""
+        if self.dv is not None:
+            self.dv[esize][idx] = DEFINED[esize]
+            self.dirty = True
+
     def define_span(self, lo: int, hi: int) -> None:
         """Bytes ``lo .. hi - 1`` are written (a host copy); all of them: the bitmap goes."""
         if self.defined is not None:
