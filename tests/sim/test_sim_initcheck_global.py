@@ -197,6 +197,12 @@ def test_tma_store_defines_the_in_bounds_elements():
     assert emu.to_host(out, (7,), np.uint32).tolist() == [1001 + x for x in range(7)]
     with pytest.raises(UninitializedReadError, match=r"(?s)byte offset 208 of the 288-byte .*lane 0 "):
         emu.launch(prog, 1, 8, [out, row4 - 4])                # column 4 of row 4: clipped out of the box
+    emu.launch(load_ptx(ptx), 1, 32, [tm, 0, 0], smem=256)     # a box inside the tensor: rows 0..3 x cols 0..7
+    for r in range(4):
+        emu.launch(prog, 1, 8, [out, d.ptr + 48 * r])
+        assert emu.to_host(out, (8,), np.uint32).tolist() == [1001 + 8 * r + x for x in range(8)]
+    with pytest.raises(UninitializedReadError, match=r"(?s)byte offset 36 of the 288-byte .*lane 0 "):
+        emu.launch(prog, 1, 1, [out, d.ptr + 36])              # column 9 of row 0: past the box
 
 
 def test_switched_off_with_initcheck_false():

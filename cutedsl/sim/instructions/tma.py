@@ -160,7 +160,10 @@ def tma_store(w, ins, tm_addr, coords, src):
     if w.launch.ghb is not None:        # the global side: a write in flight until wait_group
         w.launch.ghb.async_write(w, al, *whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize), ins)
     if al.dv is not None:               # initcheck: the in-bounds elements are defined (at issue:
-        al.define_elements(gidx if inb is None else gidx[inb], tm.esize)    # early reads: the race detector's)
+        if inb is None:                 # reading them early is the race detector's business)
+            al.define_box(int(gidx[0]), tm.esize, tm.box, tm.strides)
+        else:
+            al.define_elements(gidx[inb], tm.esize)
     group = w.bulk_commits
     key = (w.cta.rank, w.wid)
 

@@ -122,6 +122,20 @@ class Allocation:
             self.dv[esize][idx] = DEFINED[esize]
             self.dirty = True
 
+    def define_box(self, first: int, esize: int, box, strides) -> None:
+        """A whole in-bounds TMA box is written: ``box`` elements of ``esize`` bytes (innermost
+        first) from element ``first`` with byte ``strides`` -- one strided slice of the bitmap,
+        which mirrors the data byte for byte."""
+        if self.dv is not None:
+            last = first * esize + sum((b - 1) * s for b, s in zip(box, strides)) + esize
+            if first < 0 or last > len(self.defined):      # the caller checked; a strided view must not overrun
+                raise MemoryAccessError(f"TMA box of {box} elements from byte {first * esize} overruns the "
+                                        f"{self.nbytes}-byte allocation at 0x{self.base:x}")
+            v = self.dv[esize][first:]
+            np.lib.stride_tricks.as_strided(v, shape=tuple(box[::-1]), strides=tuple(strides[::-1]))[...] = \
+                DEFINED[esize]
+            self.dirty = True
+
     def define_span(self, lo: int, hi: int) -> None:
         """Bytes ``lo .. hi - 1`` are written (a host copy); all of them: the bitmap goes."""
         if self.defined is not None:
