@@ -49,16 +49,18 @@ def _line_of(text):
 def test_read_of_an_unwritten_output_names_the_read_and_the_allocation():
     emu = Emulator()
     prog = _add_one(emu)
-    out = emu.alloc(128)
-    src = emu.alloc(128)                        # planted: never written, then read
+    out = emu.alloc(128)                        # planted: out[t] += 1 on an output nobody cleared
     with pytest.raises(UninitializedReadError, match=(
             r"(?s)uninitialized read of global memory 0x[0-9a-f]+ \(byte offset 0 of the 128-byte allocation at "
-            + hex(src.ptr) + r"\):\n    read by CTA \(0, 0, 0\) thread \(0, 0, 0\) warp 0 lane 0 \(generic proxy\) "
+            + hex(out.ptr) + r"\):\n    read by CTA \(0, 0, 0\) thread \(0, 0, 0\) warp 0 lane 0 \(generic proxy\) "
             r"at PTX line \d+ \(kern\.py:42\): ld\.global\.u32 %r5, \[%rd3\]\n"
             r"    no write defined it since it was allocated: allocated at "
-            + re.escape(f"{HERE}:{_line_of('src = emu.alloc(128)')}") + r" .*cuMemAlloc.*"
+            + re.escape(f"{HERE}:{_line_of('out = emu.alloc(128)  ')}") + r" .*cuMemAlloc.*"
             r"CUTEDSL_SIM_INITCHECK=0")):
-        emu.launch(prog, 1, 32, [out, src])
+        emu.launch(prog, 1, 32, [out, out])
+    emu.backend.copy_to_device(out, np.full(32, 5, np.uint32))       # cleared by the host: fine
+    emu.launch(prog, 1, 32, [out, out])
+    assert emu.to_host(out, (32,), np.uint32).tolist() == [6] * 32
 
 
 def test_the_first_undefined_byte_and_its_lane_are_named():
