@@ -35,6 +35,12 @@ tensors and refuse CPU ones, as ``gemm`` does; ``"sim"`` runs CPU tensors on the
 ``CUTEDSL_BACKEND`` (default auto), read when the op runs. Its checks follow the rule above:
 while tracing only options that cannot be passed to the op (``causal`` not a bool, ``window``
 not a pair of ints, a non-number scale or softcap, a non-string backend) are refused.
+
+The op is differentiable (``torch.library.register_autograd``): its backward is the custom op
+``torch.ops.cutedsl.attention_backward(dout, q, k, v, out, lse, softmax_scale, causal, window,
+backend) -> (dq, dk, dv)`` on :class:`~cutedsl.AttentionBackward` (FlashAttention-3-style, same
+backends). As in FlashAttention, ``lse`` carries no gradient (its grad is ignored), and a forward
+with ``softcap`` has no backward (``ArgumentError`` when one is asked for).
 """
 from __future__ import annotations
 
@@ -320,6 +326,60 @@ def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = No
     if not torch.compiler.is_compiling():   # traced: the op checks when the graph runs (module docstring)
         _check_attention(q, k, v, *args)
     return torch.ops.cutedsl.attention(q, k, v, *args)
+
+
+# -- attention backward (autograd) ----------------------------------------------------------------------
+_BACKWARDS: dict = {}           #: backend name -> AttentionBackward
+
+
+def _backward_for(name: str):
+    from .device.attention_bwd import AttentionBackward
+    with _LOCK:
+        b = _BACKWARDS.get(name)
+        if b is None:
+            b = _BACKWARDS[name] = AttentionBackward(None, name)
+        return b
+
+
+@torch.library.custom_op("cutedsl::attention_backward", mutates_args=())
+def _attention_bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                      lse: torch.Tensor, softmax_scale: Optional[float], causal: bool, window: Optional[List[int]],
+                      backend: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    name = _check_attention(q, k, v, softmax_scale, causal, window, None, backend)
+    opts = {"softmax_scale": softmax_scale, "causal": causal, "window": None if window is None else tuple(window)}
+    bwd = _backward_for(name)
+    args = (dout, q, k, v, out, lse)
+    if name == "sim":
+        grads = bwd(*(_host(x.contiguous()) for x in args), **opts)
+        return tuple(_from_host(g, x.dtype) for g, x in zip(grads, (q, k, v)))
+    return tuple(bwd(*(x.detach().contiguous() for x in args), **opts))
+
+
+@_attention_bwd_op.register_fake
+def _attention_bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, window, backend):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _attention_setup_context(ctx, inputs, output):
+    q, k, v, softmax_scale, causal, window, softcap, backend = inputs
+    ctx.save_for_backward(q, k, v, *output)
+    ctx.options = (softmax_scale, causal, window, softcap, backend)
+
+
+def _attention_backward(ctx, grad_out, grad_lse):
+    q, k, v, out, lse = ctx.saved_tensors
+    softmax_scale, causal, window, softcap, backend = ctx.options
+    if softcap is not None and softcap != 0:
+        raise ArgumentError(f"{_WHO}: the backward of a softcapped attention is not implemented (its tanh "
+                            f"derivative); call it with softcap=None to differentiate it")
+    if grad_out is None:                 # only lse was used: it carries no gradient (FlashAttention's)
+        grad_out = torch.zeros_like(out)
+    dq, dk, dv = torch.ops.cutedsl.attention_backward(grad_out, q, k, v, out, lse, softmax_scale, causal, window,
+                                                      backend)
+    return dq, dk, dv, None, None, None, None, None
+
+
+torch.library.register_autograd("cutedsl::attention", _attention_backward, setup_context=_attention_setup_context)
 
 
 __all__ = ["attention", "gemm"]

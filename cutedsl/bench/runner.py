@@ -270,6 +270,13 @@ def model_rows(cfgs: list, sm_count: int) -> list:
     return rows
 
 
+def _shape_key(row) -> tuple:
+    """What identifies a row's problem: an attention row's ``problem`` list, else its M, N, K
+    (a lease row's ``problem`` is the index of its problem in the plan, not a shape)."""
+    p = row.get("problem")
+    return tuple(p) if isinstance(p, (list, tuple)) else (row["m"], row["n"], row["k"])
+
+
 def summarize(rows: list) -> dict:
     """Per config: geometric means of TFLOP/s and of the ratio to the reference, failures;
     and the reference's geometric-mean TFLOP/s (each problem counted once)."""
@@ -280,7 +287,7 @@ def summarize(rows: list) -> dict:
                       "geomean_ratio": geomean(r.get("ratio") for r in rs),
                       "problems": len(rs),
                       "failed_checks": sum(r.get("check") in ("FAIL", "error") for r in rs)}
-    ref = {(*(r.get("problem") or (r["m"], r["n"], r["k"])), r["dtype"]): r.get("ref_tflops") for r in rows}
+    ref = {(*_shape_key(r), r["dtype"]): r.get("ref_tflops") for r in rows}
     return {"configs": out, "reference_geomean_tflops": geomean(ref.values())}
 
 

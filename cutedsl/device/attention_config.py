@@ -81,9 +81,6 @@ class AttentionConfig(KernelConfig):
         why = hooks_reason(self.hooks(), CALL_OPTIONS)
         if why:
             raise ConfigError(f"AttentionConfig: {why}")
-        if self.arch == "sm_100a" and (self.score_mod is not None or self.mask_mod is not None):
-            raise ConfigError("AttentionConfig: score_mod / mask_mod hooks are built for arch='sm_90a' so far; the "
-                              "sm_100a kernel takes none: pass arch='sm_90a' or drop the hooks")
 
     def hooks(self) -> AttentionHooks:
         """The config's ``score_mod`` / ``mask_mod`` as an ``AttentionHooks`` (checked: ``HookError``
@@ -147,7 +144,8 @@ class AttentionConfig(KernelConfig):
         """The kernel variant for a call's band / softcap / packed sequences."""
         cls = kernel_cls or _kernel_cls(self.arch)
         if self.arch == "sm_100a":
-            return cls(self.head_dim, self.dtype, local=local, softcap=softcap, varlen=varlen, arch=self.arch)
+            return cls(self.head_dim, self.dtype, local=local, softcap=softcap, varlen=varlen, arch=self.arch,
+                       hooks=self.hooks())
         return cls(self.head_dim, self.dtype, local=local, softcap=softcap, varlen=varlen, overlap=self.overlap,
                    pingpong=self.pingpong, arch=self.arch, hooks=self.hooks())
 
