@@ -144,18 +144,18 @@ class AttentionBackward:
                 raise ArgumentError(f"{x.name} must be C-contiguous (a pointer operand of the backward)")
             return arr
 
-        def new(shape, dtype):
-            arr = arrays.empty(be, shape, dtype)
+        def new(shape, dtype, label):
+            arr = arrays.empty(be, shape, dtype, label=f"AttentionBackward {label}")
             owned.append(arr)
             return arr
         tokens = q.shape[0] if cq is not None else q.shape[0] * q.shape[1]
         try:
             d_o, d_do, d_lse = dev(o), dev(do), dev(lse)
-            dpsum = new(lse.shape, "f32")
+            dpsum = new(lse.shape, "f32", "dpsum")
             self._launch(pre, pre.grid(tokens * problem.heads), o=d_o, do=d_do, dpsum=dpsum,
                          rows=tokens * problem.heads, heads=problem.heads,
                          seqlen=tokens if cq is not None else problem.seqlen_q)
-            dq_acc, dk, dv = new(q.shape, "f32"), new(k.shape, dt), new(v.shape, dt)
+            dq_acc, dk, dv = new(q.shape, "f32", "dq_accum"), new(k.shape, dt, "dk"), new(v.shape, dt, "dv")
             bind = Binding(be, kern.compile())
             try:
                 for x, name in ((q, "q"), (k, "k"), (v, "v"), (do, "do")):
@@ -173,14 +173,14 @@ class AttentionBackward:
                     bind.pointer("cu_seqlens_k", dev(TensorView.of(ck, "cu_seqlens_k")))
                     bind.values["total_q"] = q.shape[0]
                 if kern.deterministic:
-                    sems = new((problem.batch * problem.heads * kern.query_blocks(problem),), "u32")
+                    sems = new((problem.batch * problem.heads * kern.query_blocks(problem),), "u32", "semaphores")
                     bind.pointer("semaphores", sems)
                     zero.append(sems)
                 bind.launcher(kern.grid(problem), zero_fill=zero)()
                 bind.finish()
             finally:
                 bind.release()
-            dq = arrays.empty(be, q.shape, dt)
+            dq = arrays.empty(be, q.shape, dt, label="AttentionBackward dq")
             pairs = dq_acc.nbytes // 8
             self._launch(post, post.grid(pairs), dq_accum=dq_acc, dq=dq, pairs=pairs, scale=scale)
             if q.on_host:
