@@ -180,8 +180,8 @@ class AttentionBackward:
                 return main.own(arrays.to_device(be, np.ascontiguousarray(x.host), pitch_align=pitch_align))
             return arrays.DeviceArray(x.ptr, x.shape, x.strides, x.dtype, be, x.owner)
 
-        def new(shape, dtype, owned=True):
-            arr = arrays.empty(be, shape, dtype)
+        def new(shape, dtype, label, owned=True):
+            arr = arrays.empty(be, shape, dtype, label=f"AttentionBackward {label}")
             return main.own(arr) if owned else arr
         tokens = q.shape[0] if cq is not None else q.shape[0] * q.shape[1]
         results = []                # dq, dk, dv
@@ -190,12 +190,12 @@ class AttentionBackward:
             for arr, x in ((d_o, o), (d_do, do), (d_lse, lse)):
                 if not arr.is_c_contiguous():
                     raise ArgumentError(f"{x.name} must be C-contiguous (a pointer operand of the backward)")
-            dpsum = new(lse.shape, "f32")
+            dpsum = new(lse.shape, "f32", "dpsum")
             launches = [self._bind(binds[0], pre.grid(tokens * problem.heads), o=d_o, do=d_do, dpsum=dpsum,
                                    rows=tokens * problem.heads, heads=problem.heads,
                                    seqlen=tokens if cq is not None else problem.seqlen_q)]
-            results += [new(x.shape, dt, owned=q.on_host) for x in (q, k, v)]
-            dq_acc, dk, dv = new(q.shape, "f32"), results[1], results[2]
+            results += [new(x.shape, dt, n, owned=q.on_host) for x, n in ((q, "dq"), (k, "dk"), (v, "dv"))]
+            dq_acc, dk, dv = new(q.shape, "f32", "dq_accum"), results[1], results[2]
             devs = []
             for x, name in ((q, "q"), (k, "k"), (v, "v"), (do, "do")):
                 arr = dev(x, pitch_align=16)
@@ -210,7 +210,7 @@ class AttentionBackward:
                 main.pointer("cu_seqlens_k", dev(TensorView.of(ck, "cu_seqlens_k")))
                 main.values["total_q"] = q.shape[0]
             if kern.deterministic:
-                sems = new((problem.batch * problem.heads * kern.query_blocks(problem),), "u32")
+                sems = new((problem.batch * problem.heads * kern.query_blocks(problem),), "u32", "semaphores")
                 main.pointer("semaphores", sems)
                 zero.append(sems)
             launches.append(main.launcher(kern.grid(problem), zero_fill=zero))

@@ -309,7 +309,9 @@ def dec_atom(ctx, ins, mods, ops):
                 lm = np.zeros(32, bool)
                 lm[ln] = True
                 # atomics never race with each other (the detector does not track them)
-                old = w.load(space, a[ln], lm, esize, 1, dt, ins, race=False)[0, 0]
+                # initcheck: the combined value needs the old one, but atom.exch's new value
+                # does not, and the old it returns may be discarded (an uninitialised register)
+                old = w.load(space, a[ln], lm, esize, 1, dt, ins, race=False, init=op != "exch")[0, 0]
                 new = combine(old, b[ln], None if c is None else c[ln])
                 w.store(space, a[ln], lm, esize, 1, np.asarray(new, dt).view(ut).reshape(1, 1), ins,
                          race=False)
