@@ -14,6 +14,16 @@ H, SQ, SK, D, DV = 3, 100, 77, 80, 40
 BLOCK_M, BLOCK_N, STAGES = 64, 32, 2
 
 
+def _run(kern, args, grid=1, cluster=None, emu=None):
+    """Launch on the emulator with numpy arguments as device buffers; returns them and the emulator."""
+    from cutedsl.sim import Emulator
+    from cutedsl.testing import run_kernel
+    emu = emu or Emulator()
+    dev = [emu.to_device(a) if isinstance(a, np.ndarray) else a for a in args]
+    run_kernel(kern, dev, grid=grid, cluster=cluster, emu=emu)
+    return dev, emu
+
+
 def attention_loader():
     """Q: 64 x 128 (D = 80 padded by zero fill), two 64-column boxes, 128-B swizzle; K: 32 x 128,
     the same boxes; V: 32 x 64 in two 32-column boxes of a 64-B swizzle. A head coordinate leads."""
@@ -77,7 +87,7 @@ def _kernel(ld):
     from cutedsl.atom.sync import elect_one
     from cutedsl.collective.pipeline import PipelineState
     from cutedsl.ir import SmemPlan
-    from atomkit import build
+    from cutedsl.testing import build_kernel as build
     plan = SmemPlan()
     ld.plan(plan)
 
@@ -154,7 +164,6 @@ def expected_slot(src: np.ndarray, row0: int, op) -> np.ndarray:
 
 @pytest.mark.sim_kernel
 def test_q_once_k_and_v_rings_fill_the_right_boxes(rng, sim_seed):
-    from atomkit import run
     from cutedsl.sim import Emulator
     ld = attention_loader()
     kern = _kernel(ld)
@@ -167,7 +176,7 @@ def test_q_once_k_and_v_rings_fill_the_right_boxes(rng, sim_seed):
     n_blocks = -(-SK // BLOCK_N)                     # 3 blocks through 2 slots: the first slot is reused
     outs = [np.zeros(16384 // 4, np.int32), np.zeros(n_blocks * 8192 // 4, np.int32),
             np.zeros(n_blocks * 4096 // 4, np.int32)]
-    dev, emu = run(kern, maps + outs + [q_block, head, n_blocks], emu=emu)
+    dev, emu = _run(kern, maps + outs + [q_block, head, n_blocks], emu=emu)
     got_q = emu.to_host(dev[3], (16384,), np.uint8)
     got_k = emu.to_host(dev[4], (n_blocks, 8192), np.uint8)
     got_v = emu.to_host(dev[5], (n_blocks, 4096), np.uint8)

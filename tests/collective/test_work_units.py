@@ -11,6 +11,16 @@ from cutedsl.collective.work_unit import AttentionUnits, PersistentScheduler, Un
 from cutedsl.problem import AttentionProblem
 
 
+def _run(kern, args, grid=1, cluster=None, emu=None):
+    """Launch on the emulator with numpy arguments as device buffers; returns them and the emulator."""
+    from cutedsl.sim import Emulator
+    from cutedsl.testing import run_kernel
+    emu = emu or Emulator()
+    dev = [emu.to_device(a) if isinstance(a, np.ndarray) else a for a in args]
+    run_kernel(kern, dev, grid=grid, cluster=cluster, emu=emu)
+    return dev, emu
+
+
 def problem(batch, seqlen_q, heads):
     return AttentionProblem(batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_q, heads=heads, kv_heads=1, head_dim=64)
 
@@ -42,7 +52,7 @@ def test_unit_space_errors(kw, msg):
 
 
 def _walk_kernel(sched, most, cluster_size):
-    from atomkit import build
+    from cutedsl.testing import build_kernel as build
     import cutedsl.ir as cir
 
     def body(a, _):
@@ -69,7 +79,6 @@ def _walk_kernel(sched, most, cluster_size):
     lambda: UnitScheduler(AttentionUnits(64, longest_first=True)),
 ], ids=["persistent-lpt", "persistent-cluster2", "persistent-splits", "one-per-cta"])
 def test_every_unit_once_on_the_emulator(make, rng, sim_seed):
-    from atomkit import run
     sched = make()
     p = problem(int(rng.integers(1, 4)), int(rng.integers(65, 400)), int(rng.integers(1, 5)))
     total = sched.host_count(p)
@@ -79,7 +88,7 @@ def test_every_unit_once_on_the_emulator(make, rng, sim_seed):
         else [[c] for c in range(grid)]
     most = max(len(w) for w in walks) + 1            # room for one stray unit per CTA
     kern = _walk_kernel(sched, most, cs)
-    dev, emu = run(kern, [np.full(grid * most * 4, -1, np.int32), p.batch, p.seqlen_q, p.heads],
+    dev, emu = _run(kern, [np.full(grid * most * 4, -1, np.int32), p.batch, p.seqlen_q, p.heads],
                    grid=grid, cluster=(cs, 1, 1))
     got = emu.to_host(dev[0], (grid, most, 4), np.int32)
     units = sched.units
