@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Side-by-side timing: the cutedsl PTX emulator against Triton's CPU interpreter.
 
-Both run one f16 GEMM ``D = A @ B`` (f32 accumulate) of the same size on the same inputs
-(small random integers, so both results are exact and compared with numpy):
+**GEMM.** Both run one f16 GEMM ``D = A @ B`` (f32 accumulate) of the same size on the same
+inputs (small random integers, so both results are exact and compared with numpy):
 
 * **cutedsl**: the default ``GemmConfig()`` kernel compiled to PTX and run by ``cutedsl.sim``
   with race checks on (the emulator's default): every warp, TMA copy, mbarrier and wgmma.
@@ -10,12 +10,23 @@ Both run one f16 GEMM ``D = A @ B`` (f32 accumulate) of the same size on the sam
   with ``TRITON_INTERPRET=1``: Triton's interpreter evaluates each program's block operations
   with numpy (no warps, no asynchronous copies, no swizzle).
 
+**Attention** (``--seqlen``, 0 skips it). Both run one f16 attention forward ``O = softmax(Q K^T /
+sqrt(d)) V`` (batch 1, 2 heads, head dim 128, no mask) on the same standard-normal inputs, each
+compared with a float64 reference (max error below 4e-3, the 16-bit rounding of P and O):
+
+* **cutedsl**: ``cutedsl.Attention`` (the FlashAttention-3-style kernel: TMA, wgmma with register
+  A for P V, online softmax with shuffles and ``ex2``, ping-pong warpgroups) on the emulator,
+  race checks on.
+* **Triton**: the forward of Triton's fused-attention tutorial (BLOCK_M = 128, BLOCK_N = 64,
+  online softmax in base 2 with the scale folded into ``qk_scale``, P cast to f16 for ``P V``)
+  under ``TRITON_INTERPRET=1``.
+
 Each side is warmed up once (compilation, decoding) and then timed ``--repeat`` times; the
 median is reported. Triton (and torch, which its interpreter needs) are optional: without them
-only the cutedsl figure is printed, unless ``--require-triton``.
+only the cutedsl figures are printed, unless ``--require-triton``.
 
-    python scripts/emulator_vs_triton.py --size 1024            # the figure in docs/emulator.md
-    python scripts/emulator_vs_triton.py --size 256,256,512 --json out.json
+    python scripts/emulator_vs_triton.py --size 1024 --seqlen 1024   # the figures in docs/emulator.md
+    python scripts/emulator_vs_triton.py --size 256,256,512 --seqlen 256 --json out.json
 """
 from __future__ import annotations
 
@@ -125,15 +136,109 @@ def time_triton(a, b, repeat):
     return med, times
 
 
+ATT_HEADS, ATT_DIM = 2, 128
+#: max |O - reference| for f16 attention (P and O are rounded to f16; tests/kernel/test_attention_fwd.py)
+ATT_TOL = 4e-3
+
+
+def attention_operands(seqlen, seed=0):
+    """Q, K, V of shape (1, seqlen, 2 heads, 128) f16, standard normal."""
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal((1, seqlen, ATT_HEADS, ATT_DIM)).astype(np.float16) for _ in range(3))
+
+
+def attention_reference(q, k, v):
+    """float64 softmax(Q K^T / sqrt(d)) V, (1, seqlen, heads, d)."""
+    qq, kk, vv = (x[0].astype(np.float64).transpose(1, 0, 2) for x in (q, k, v))      # (heads, s, d)
+    s = qq @ kk.transpose(0, 2, 1) / np.sqrt(ATT_DIM)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    return ((p / p.sum(axis=-1, keepdims=True)) @ vv).transpose(1, 0, 2)[None]
+
+
+def _check_attention(name, o, want):
+    err = float(np.abs(np.asarray(o, np.float64) - want).max())
+    if not err < ATT_TOL:
+        raise SystemExit(f"{name} attention differs from the float64 reference by {err:g} (> {ATT_TOL:g})")
+    return err
+
+
+def time_cutedsl_attention(q, k, v, repeat):
+    from cutedsl import Attention, AttentionConfig
+
+    attn = Attention(AttentionConfig(head_dim=ATT_DIM, dtype="f16"))
+    out = {}
+
+    def run():
+        out["o"] = attn(q, k, v)[0]
+    med, times = median_time(run, repeat)
+    err = _check_attention("cutedsl", out["o"], attention_reference(q, k, v))
+    info = dict(attn.backend.last_launch) if hasattr(attn.backend, "last_launch") else {}
+    return med, times, info, err
+
+
+def time_triton_attention(q, k, v, repeat):
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def attn_fwd(Q, K, V, O, sm_scale, S, s_seq, s_head,
+                 BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr):
+        # one program: BM query rows of one head; the KV loop keeps the running max m_i and sum
+        # l_i in base 2 (the tutorial's exp2 with log2(e) folded into qk_scale)
+        rows = tl.program_id(0) * BM + tl.arange(0, BM)
+        head = tl.program_id(1) * s_head
+        cols = tl.arange(0, BN)
+        dims = tl.arange(0, D)
+        qb = tl.load(Q + head + rows[:, None] * s_seq + dims[None, :], mask=rows[:, None] < S, other=0.0)
+        m_i = tl.full([BM], float("-inf"), tl.float32)
+        l_i = tl.full([BM], 1.0, tl.float32)
+        acc = tl.zeros([BM, D], dtype=tl.float32)
+        qk_scale = sm_scale * 1.44269504
+        for n0 in range(0, S, BN):
+            keys = n0 + cols
+            kt = tl.load(K + head + keys[None, :] * s_seq + dims[:, None], mask=keys[None, :] < S, other=0.0)
+            qk = tl.dot(qb, kt)
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+            alpha = tl.math.exp2(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            vb = tl.load(V + head + keys[:, None] * s_seq + dims[None, :], mask=keys[:, None] < S, other=0.0)
+            acc = tl.dot(p.to(tl.float16), vb, acc * alpha[:, None])
+            m_i = m_new
+        tl.store(O + head + rows[:, None] * s_seq + dims[None, :], (acc / l_i[:, None]).to(tl.float16),
+                 mask=rows[:, None] < S)
+
+    tq, tk, tv = (torch.from_numpy(np.ascontiguousarray(x)) for x in (q, k, v))
+    to = torch.empty_like(tq)
+    seqlen = q.shape[1]
+    bm, bn = 128, 64
+    grid = (triton.cdiv(seqlen, bm), ATT_HEADS)
+
+    def run():
+        attn_fwd[grid](tq, tk, tv, to, ATT_DIM ** -0.5, seqlen, tq.stride(1), tq.stride(2),
+                       BM=bm, BN=bn, D=ATT_DIM)
+    med, times = median_time(run, repeat)
+    err = _check_attention("Triton", to.numpy(), attention_reference(q, k, v))
+    return med, times, err
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", type=parse_size, default=(1024, 1024, 1024), help="N or M,N,K (default 1024)")
+    ap.add_argument("--seqlen", type=int, default=1024,
+                    help="attention sequence length (batch 1, 2 heads, head dim 128; 0 skips it; default 1024)")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per side (median; default 3)")
     ap.add_argument("--require-triton", action="store_true", help="fail when Triton/torch are missing")
+    ap.add_argument("--triton-threads", type=int, default=1,
+                    help="torch intra-op threads for Triton's interpreter (default 1, like the emulator; "
+                         "more threads only add contention on a loaded machine)")
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error("--repeat must be >= 1")
+    if args.seqlen < 0:
+        ap.error("--seqlen must be >= 0 (0 skips the attention comparison)")
     m, n, k = args.size
     a, b = operands(m, n, k)
     res = {"size": [m, n, k], "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count()}
@@ -147,6 +252,8 @@ def main(argv=None):
              f"{res['us_per_warp_instruction']:.2f} us each" if "warp_instructions" in res else ""))
     why = triton_available()
     if why is None:
+        import torch
+        torch.set_num_threads(max(1, args.triton_threads))
         tmed, ttimes = time_triton(a, b, args.repeat)
         res["triton_s"], res["triton_runs"] = tmed, ttimes
         res["ratio_cutedsl_over_triton"] = med / tmed
@@ -157,10 +264,33 @@ def main(argv=None):
         raise SystemExit(f"Triton interpreter unavailable ({why})")
     else:
         print(f"Triton interpreter: not measured ({why})")
+    if args.seqlen:
+        attention_side_by_side(args.seqlen, args.repeat, why is None, res)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
     return res
+
+
+def attention_side_by_side(seqlen, repeat, with_triton, res):
+    """Time the attention forward on both sides (see the module docstring); figures into ``res``."""
+    q, k, v = attention_operands(seqlen)
+    shape = f"batch 1, {ATT_HEADS} heads, seqlen {seqlen}, head dim {ATT_DIM}"
+    med, times, info, err = time_cutedsl_attention(q, k, v, repeat)
+    res.update(seqlen=seqlen, attention_cutedsl_s=med, attention_cutedsl_runs=times, attention_cutedsl_err=err)
+    extra = ""
+    if info.get("instructions"):
+        res["attention_warp_instructions"] = int(info["instructions"])
+        extra = f", {int(info['instructions'])} warp-instructions"
+    print(f"cutedsl emulator  attention ({shape}): {med:.3f} s (median of {repeat}; race checks on){extra}")
+    if not with_triton:
+        return
+    tmed, ttimes, terr = time_triton_attention(q, k, v, repeat)
+    res.update(attention_triton_s=tmed, attention_triton_runs=ttimes, attention_triton_err=terr,
+               attention_ratio_cutedsl_over_triton=med / tmed)
+    print(f"Triton interpreter attention ({shape}): {tmed:.3f} s (median of {repeat}; fused-attention "
+          f"tutorial forward, 128x64 blocks)")
+    print(f"attention cutedsl / Triton: {med / tmed:.2f}")
 
 
 if __name__ == "__main__":

@@ -369,6 +369,15 @@ class Shadow:
         reader: generic writes through ``pvc``), judged from whole-block write epochs; False
         when a block is mixed or a write is not known (the per-word check then decides)."""
         e = self.blk_w[blocks]
+        if e.min() >= 0:            # the usual case (TMA-filled operands): every block written whole
+            if ((e & 0xFFFFFFFF) > self.hb.fit(vc)[e >> 32]).any():
+                return False
+            if async_read:
+                wa = self.blk_wasync[blocks]
+                if not wa.all():
+                    e = e[~wa]
+                    return not ((e & 0xFFFFFFFF) > self.hb.fit(pvc)[e >> 32]).any()
+            return True
         if (e == _MIXED).any() or (self.initcheck and (e == _NEVER).any()):
             return False
         wr = e >= 0

@@ -32,9 +32,12 @@ def async_write(w, cta, moff, words, ins, what, bar_cta=None, proxy_async=True):
     hb = sh.hb
     bc = bar_cta or cta
     kind = "tma" if proxy_async else "asyncst"
-    a = hb.agent((kind, w.cta.rank, w.wid, bc.rank, moff), kind, w.cta, w.wid,
-                 f"{'TMA unit (loads' if proxy_async else 'asynchronous stores (' + what} of warp {w.wid} "
-                 f"completing on {cta.launch.program.smem_symbol(moff, cta.dyn_base)} of CTA rank {bc.rank})")
+    key = (kind, w.cta.rank, w.wid, bc.rank, moff)
+    a = hb.keys.get(key)            # (the label is built once, with the agent)
+    if a is None:
+        a = hb.agent(key, kind, w.cta, w.wid,
+                     f"{'TMA unit (loads' if proxy_async else 'asynchronous stores (' + what} of warp {w.wid} "
+                     f"completing on {cta.launch.program.smem_symbol(moff, cta.dyn_base)} of CTA rank {bc.rank})")
     a.n += 1
     snap = hb.async_op([w], a.idx, a.n)
     sh.write(words, a.idx, a.n, snap[0], ins.pc, proxy_async, what)

@@ -42,9 +42,19 @@ def float_minmax(t: str, is_min: bool, flags: set, n_inputs: int):
     nan, ab, xs = "NaN" in flags, "abs" in flags, "xorsign" in flags
     post = flags - {"NaN", "abs", "xorsign"}
     canon = _CANON.get(t)
+    #: no modifiers on f32/f64: numpy's maximum/minimum are the ISA's rule except for NaN inputs
+    #: and the sign of a zero result, which take the general path
+    simple = t in ("f32", "f64") and not (fz or nan or ab or xs or post)
+    pick = np.minimum if is_min else np.maximum
 
     def f(*vals):
         vals = [np.asarray(v, dt) for v in vals]
+        if simple:
+            r = pick(vals[0], vals[1])
+            for v in vals[2:]:
+                r = pick(r, v)
+            if not ((r == 0) | np.isnan(r)).any():
+                return r
         if fz:
             vals = [nm.ftz(v) for v in vals]
         x = [v.astype(np.float64) for v in vals]

@@ -87,6 +87,14 @@ def _directed(r, x, mode, dt):
 def f64_to(x, dt, mode="rn", err=None, satfinite=False):
     """Round float64 ``x`` (+ exact error term ``err``) to dtype ``dt`` with PTX mode."""
     dt = np.dtype(dt)
+    if (mode == "rn" and err is None and not satfinite and (dt == F16 or dt == BF16)
+            and isinstance(x, np.ndarray) and x.dtype == F32):
+        # f32 in: the f64 value is exact, round-to-odd leaves it alone, and numpy / ml_dtypes
+        # round f32 -> f16 / bf16 to nearest even -- the same single cast, without the round
+        # trip (a NaN, whose quiet bit the round trip sets, takes the general path)
+        r = x.astype(dt)
+        if not np.isnan(r).any():
+            return r
     x = np.asarray(x, F64)
     if err is not None:
         if mode == "rn":
@@ -115,10 +123,23 @@ def f64_to(x, dt, mode="rn", err=None, satfinite=False):
     return r
 
 
+#: f64 bit pattern of 2^-126, the smallest normal f32
+_F32_NORMAL_BITS = np.int64(np.float64(2.0 ** -126).view(np.int64))
+
+
 def fma_f32(a, b, c, mode="rn"):
     """Correctly rounded f32 ``a*b + c`` (inputs float32 arrays/scalars)."""
     p = np.asarray(a, F64) * np.asarray(b, F64)      # exact
     cc = np.asarray(c, F64)
+    if mode == "rn":
+        # the f64 sum rounds to f32 correctly unless it is exactly halfway between two f32
+        # (low 29 bits 0x10000000: its own rounding may have made the tie) or an f32 subnormal
+        # (rounded at a higher bit); only those need the error term and round-to-odd
+        s = p + cc
+        bits = s.view(np.int64)
+        mag = bits & np.int64(0x7FFFFFFFFFFFFFFF)
+        if not ((bits & 0x1FFFFFFF) == 0x10000000).any() and not ((mag < _F32_NORMAL_BITS) & (mag != 0)).any():
+            return s.astype(F32)
     s, e = two_sum(p, cc)
     if mode == "rn":
         with np.errstate(over="ignore", invalid="ignore"):
@@ -147,8 +168,11 @@ def ftz(x):
     t = TINY.get(x.dtype)
     if t is None:
         return x
-    sub = (np.abs(x) < t) & (x != 0)
-    if not np.any(sub):
+    small = np.abs(x) < t
+    if not small.any():
+        return x
+    sub = small & (x != 0)
+    if not sub.any():
         return x
     return np.where(sub, np.copysign(np.zeros_like(x), x), x).astype(x.dtype)
 

@@ -46,11 +46,30 @@ def box_layout(box, esize, span, dst_mod):
 
 @lru_cache(maxsize=256)
 def _goff(box, strides):
+    """(byte offsets of a box's elements from its first, their min, their max, the offsets in
+    elements when every stride is a multiple of the element size (else None))."""
     idx, _r, _c = box_layout(box, strides[0], 0, 0)
     off = np.zeros(idx.shape[1], np.int64)
     for i, s in enumerate(strides):
         off += idx[i] * s
-    return off
+    off.flags.writeable = False
+    es = strides[0]
+    eoff = None
+    if not (off % es).any():
+        eoff = off // es
+        eoff.flags.writeable = False
+    return off, int(off.min()), int(off.max()), eoff
+
+
+@lru_cache(maxsize=256)
+def box_span(box, esize, span, dst_mod):
+    """``(min, max, rel // esize)`` of :func:`box_layout`'s ``rel``: the box's extent in shared
+    memory and its element indices (``rel`` is a multiple of ``esize``: the destination is
+    128-byte aligned and the swizzle moves 16-byte chunks)."""
+    rel = box_layout(box, esize, span, dst_mod)[1]
+    e = rel // esize
+    e.flags.writeable = False
+    return int(rel.min()), int(rel.max()), e
 
 
 def whole_words(off, esize):
@@ -103,10 +122,14 @@ def elements(w, tm, coords, ins):
             ok = (g >= 0) & (g < tm.dims[i])
             inb = ok if inb is None else inb & ok
         base += c * tm.strides[i]
-    gb = base + _goff(tm.box, tm.strides)
+    off, omin, omax, eoff = _goff(tm.box, tm.strides)
     if inb is None:
-        lo, hi = int(gb[0]), int(gb[-1])
-        lo, hi = min(lo, int(gb.min())), max(hi, int(gb.max()))
+        lo, hi = base + omin, base + omax
+        if lo >= 0 and hi + tm.esize <= al.nbytes and eoff is not None and base % tm.esize == 0:
+            return al, eoff + base // tm.esize, None        # in bounds: the cached extent decides
+    gb = base + off
+    if inb is None:
+        pass
     elif inb.any():
         lo, hi = int(gb[inb].min()), int(gb[inb].max())
     else:

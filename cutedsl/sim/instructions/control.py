@@ -9,6 +9,7 @@ import numpy as np
 
 from ..engines.alu import need_ops
 from ..frontend.errors import SimRuntimeError
+from ..machine.convergence import Rejoin, rejoin_end
 from ..machine.machine import Group
 from ..frontend.registry import JUMPED, RESCHED, YIELD, handler
 
@@ -37,12 +38,19 @@ def dec_bra(ctx, ins, mods, ops):
     need_ops(ctx, ops, 1)
     target = ctx.label(ops[0].strip())
     ins.info = target
+    back = target < ins.pc
+    end = []                    # rejoin_end, found at the first divergence (the code is decoded then)
 
     def fn(w, g, m):
         if m is g.m:
             g.pc = target
             return JUMPED
         w.split(g, m, target)
+        if back:                # a divergent back edge: the loop head waits for the rest (Rejoin)
+            if not end:
+                end.append(rejoin_end(w.launch.code, ins.pc, target))
+            if end[0] is not None:
+                w.groups[-1].blocked = Rejoin(w, g, end[0])
         return RESCHED
     return fn
 

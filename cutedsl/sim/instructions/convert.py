@@ -113,10 +113,10 @@ def dec_cvt(ctx, ins, mods, ops):
             ht = PACKED[dt_]
 
             def conv(x):
-                x = np.asarray(x, np.float64)
                 if relu:
+                    x = np.asarray(x, np.float64)
                     x = np.where(np.isnan(x), x, np.maximum(x, 0.0))
-                return nm.f64_to(x, NP[ht], rnd or "rn", satfinite=satf)
+                return nm.f64_to(x, NP[ht], rnd or "rn", satfinite=satf)     # f32 in: exact in f64
 
             def fn(w, g, m):
                 w_full(w, m, pack2(conv(rb(w)), conv(ra(w)), ht))
@@ -233,7 +233,7 @@ def dec_cvt(ctx, ins, mods, ops):
                 a = np.asarray(a)
                 if ftzf:
                     a = nm.ftz(a)
-                r = nm.f64_to(a.astype(np.float64), D, mode, satfinite=satf)
+                r = nm.f64_to(a, D, mode, satfinite=satf)       # widened to f64 there (exact)
                 if ftzf:
                     r = nm.ftz(r)
                 return r
@@ -248,7 +248,6 @@ def dec_cvt(ctx, ins, mods, ops):
                     r = np.where(np.isnan(r) | (r >= 0), r, np.zeros_like(r)).astype(D)
                 return r
 
-    def fn(w, g, m):
-        with np.errstate(all="ignore"):
-            w_full(w, m, conv(ra(w)))
+    def fn(w, g, m):                # (launches run under np.errstate(all="ignore"): Launch.run)
+        w_full(w, m, conv(ra(w)))
     return fn

@@ -30,7 +30,7 @@ from ..machine.memory import PARAM_WIN
 from ..frontend.registry import SUBHANDLERS, handler
 from ..checks.shadow_words import word_set, words_of
 from ..engines.mbarrier_object import get_mbar, hb_check_init
-from ..engines.tma_box import elements, smem_dest, tmap_of, whole_words, box_layout
+from ..engines.tma_box import box_layout, box_span, elements, smem_dest, tmap_of, whole_words
 
 
 def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
@@ -83,12 +83,13 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
                                   f"{len(cl.ctas)}-CTA cluster\n    at {ins.where()}")
         targets = [cl.ctas[i] for i in range(len(cl.ctas)) if mask >> i & 1]
     dmod = doff % 1024
-    _xs, rel, words = box_layout(sbox, tm.esize, tm.swizzle, dmod)
+    words = box_layout(sbox, tm.esize, tm.swizzle, dmod)[2]
+    rmin, rmax, erel = box_span(sbox, tm.esize, tm.swizzle, dmod)
     base = doff - dmod
-    sidx = (base + rel) // tm.esize
-    nbytes = tm.esize * int(np.prod(sbox))      # the bytes written into shared memory
+    sidx = erel + base // tm.esize
+    nbytes = tm.esize * len(erel)               # the bytes written into shared memory
     for cta in targets:
-        if base + int(rel.max()) + tm.esize > cta.smem_size or base + int(rel.min()) < 0:
+        if base + rmax + tm.esize > cta.smem_size or base + rmin < 0:
             raise MemoryAccessError(f"TMA load box ({nbytes} B) at smem offset {doff} overruns the CTA's "
                                     f"{cta.smem_size} B of shared memory\n    at {ins.where()}")
         bcta = cta.cluster.ctas[(cta.rank & ~1) | (mcta.rank & 1)] if pair else cta
@@ -150,12 +151,13 @@ def tma_store(w, ins, tm_addr, coords, src):
     al, gidx, inb = elements(w, tm, coords, ins)
     scta, soff = smem_dest(w, src, ins, "TMA store source")
     dmod = soff % 1024
-    _xs, rel, ch = box_layout(tm.box, tm.esize, tm.swizzle, dmod)
+    ch = box_layout(tm.box, tm.esize, tm.swizzle, dmod)[2]
+    _rmin, rmax, erel = box_span(tm.box, tm.esize, tm.swizzle, dmod)
     base = soff - dmod
-    if base + int(rel.max()) + tm.esize > scta.smem_size:
+    if base + rmax + tm.esize > scta.smem_size:
         raise MemoryAccessError(f"TMA store box at smem offset {soff} overruns shared memory\n    at {ins.where()}")
     bulk_read(w, scta, word_set(ch, base >> 2), ins, "TMA store source")
-    sidx = (base + rel) // tm.esize
+    sidx = erel + base // tm.esize
     v = al.v[tm.esize]
     if w.launch.ghb is not None:        # the global side: a write in flight until wait_group
         w.launch.ghb.async_write(w, al, *whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize), ins)

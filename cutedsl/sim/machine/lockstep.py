@@ -27,6 +27,7 @@ warps together:
 """
 from __future__ import annotations
 
+from ..checks.hb_warp import acc_prune
 from ..frontend.registry import BATCH_WGMMA, JUMPED, NOT_BATCHED
 
 #: how far (in instructions) a warp may be behind to catch up with a lockstep batch
@@ -41,7 +42,7 @@ def joins(x, pc, ins, ready=False) -> bool:
     if len(gs) != 1 or not x.full:
         return False
     g = gs[0]
-    if g.pc != pc or g.m is not None or (x.acc_bits | x.lazy_bits) & ins.rbits:
+    if g.pc != pc or g.m is not None or _busy(x, ins.rbits):
         return False
     b = g.blocked
     return b is None or (ready and b.ready())
@@ -118,10 +119,27 @@ def _run(ins, b):
 
 
 def _owned(warps, rbits) -> bool:
-    """Some warp has a register of ``rbits`` that a wgmma still owns or holds."""
+    """Some warp has a register of ``rbits`` that an unretired wgmma still owns (:func:`_busy`)."""
     for x in warps:
-        if (x.acc_bits | x.lazy_bits) & rbits:
+        if (x.acc_bits | x.lazy_bits) & rbits and _busy(x, rbits):
             return True
+    return False
+
+
+def _busy(x, rbits) -> bool:
+    """Warp ``x`` cannot run an instruction naming the registers ``rbits`` in a batch: an
+    unretired wgmma may still write one of them (a race the warp's own run reports). What the
+    scheduler does before a warp's own instruction is done here first, for the neighbours too:
+    ownership by groups ``x`` knows complete is dropped (``acc_prune``: the bits stay set until
+    the warp names a register, so a neighbour's are usually stale) and held accumulator tiles are
+    written to the registers (``wgmma_acc.HeldTiles.settle``; the registers then hold what the
+    eager writes would have, so doing it a little early is not observable)."""
+    if x.acc_bits & rbits:
+        acc_prune(x)
+        if x.acc_bits & rbits:
+            return True
+    if x.lazy_bits & rbits:
+        x.held.settle(rbits)
     return False
 
 

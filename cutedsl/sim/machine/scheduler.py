@@ -477,8 +477,10 @@ class Launch:
                     else:
                         gang = None
                         pc0 = g.pc
+                        whole = g.m is None and others is None
                         r = ins.fn(w, g, m)
-                        if m is None and others is None and r != YIELD and r != RESCHED:
+                        # the neighbours follow through it (a guard or a branch may have split w)
+                        if whole and r != YIELD and (r != RESCHED or len(groups) > 1):
                             step_gang(self, w, pc0, ins)
                     if r is None:
                         g.pc += 1
