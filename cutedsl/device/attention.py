@@ -214,7 +214,9 @@ class Attention:
                 return o, lse
             be = self.backend
             return wrap_like(arrays.to_device(be, o), q.framework), wrap_like(arrays.to_device(be, lse), q.framework)
-        kern = self._kernel(cfg, local=(left, right) != (-1, -1), softcap=cap is not None, varlen=cq is not None)
+        local = (left, right) != (-1, -1)
+        kern = self._kernel(cfg, local=local, causal=local and left == -1, softcap=cap is not None,
+                            varlen=cq is not None)
         return self._run(kern, views, problem, cq, ck, scale, cap, (left, right), o_shape, lse_shape, hook_args)
 
     def reference(self, q, k, v, **options):

@@ -136,11 +136,12 @@ class AttentionConfig(KernelConfig):
                     f"band arithmetic)")
         return None
 
-    def kernel(self, *, local=False, softcap=False, varlen=False, kernel_cls=None):
-        """The kernel variant for a call's band / softcap / packed sequences."""
+    def kernel(self, *, local=False, causal=False, softcap=False, varlen=False, kernel_cls=None):
+        """The kernel variant for a call's band (``causal``: a band with no left edge) / softcap
+        / packed sequences."""
         cls = kernel_cls or _kernel_cls()
-        return cls(self.head_dim, self.dtype, local=local, softcap=softcap, varlen=varlen, overlap=self.overlap,
-                   pingpong=self.pingpong, arch=self.arch, hooks=self.hooks())
+        return cls(self.head_dim, self.dtype, local=local, causal=causal, softcap=softcap, varlen=varlen,
+                   overlap=self.overlap, pingpong=self.pingpong, arch=self.arch, hooks=self.hooks())
 
 
 __all__ = ["AttentionConfig"]

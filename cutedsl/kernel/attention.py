@@ -13,7 +13,8 @@ batch)``), three warpgroups (384 threads):
   (:class:`~cutedsl.collective.attention_epilogue.AttentionEpilogue`).
 
 Compile-time variants: ``head_dim`` (64, 128), ``dtype`` (f16, bf16), ``local`` (a causal or
-sliding-window band), ``softcap``, ``varlen`` (packed sequences with ``cu_seqlens``),
+sliding-window band; with ``causal`` its left edge is unbounded -- causal or window ``(-1, right)``
+-- and the element mask compares with the right edge only), ``softcap``, ``varlen`` (packed sequences with ``cu_seqlens``),
 ``overlap``/``pingpong``. Everything else (lengths, heads, scale, window extents) is a kernel
 argument. Hooks: ``hooks`` (an :class:`~cutedsl.collective.attention_hooks.AttentionHooks`:
 FlexAttention's ``score_mod`` / ``mask_mod``) are called per accumulator element between ``S``
@@ -112,8 +113,8 @@ class AttentionFwdKernel(Kernel):
             return "pingpong=True needs overlap=True (the warpgroups take turns at the overlapped GEMM issue points)"
         return None
 
-    def __init__(self, head_dim: int = 128, dtype: str = "bf16", *, local: bool = False, softcap: bool = False,
-                 varlen: bool = False, overlap: bool = True, pingpong: bool = True, arch=None, hooks=None):
+    def __init__(self, head_dim: int = 128, dtype: str = "bf16", *, local: bool = False, causal: bool = False,
+                 softcap: bool = False, varlen: bool = False, overlap: bool = True, pingpong: bool = True, arch=None, hooks=None):
         why = self.reason(head_dim, dtype, overlap, pingpong)
         if why:
             raise ConfigError(f"{type(self).__name__}: {why}")
@@ -130,7 +131,11 @@ class AttentionFwdKernel(Kernel):
         self.arch = get_arch(arch or DEFAULT)
         self.arch.require(self.mma_atom, type(self).__name__)
         self.head_dim, self.dtype = head_dim, dtype
-        self.local, self.softcap, self.varlen = bool(local), bool(softcap), bool(varlen)
+        if causal and not local:
+            raise ConfigError(f"{type(self).__name__}: causal=True is a local band whose left edge is unbounded: "
+                              f"pass local=True with it")
+        self.local, self.causal = bool(local), bool(causal)
+        self.softcap, self.varlen = bool(softcap), bool(varlen)
         self.overlap, self.pingpong = bool(overlap), bool(pingpong)
         self.traits = mma_traits(dtype)
         wg = self.arch.warpgroup_threads
@@ -138,7 +143,7 @@ class AttentionFwdKernel(Kernel):
         self.threads = wg * (MMA_WARPGROUPS + 1)
         self.operands = AttentionOperands(head_dim, BLOCK_M, BLOCK_N, STAGES, dtype, self.varlen,
                                           consumer_warps=MMA_WARPGROUPS * self.arch.warps_per_warpgroup)
-        self.mask = self.mask_cls(BLOCK_M, BLOCK_N, self.local)
+        self.mask = self.mask_cls(BLOCK_M, BLOCK_N, self.local, self.causal)
         self.softmax = self.softmax_cls(self.softcap, score_mod=self.hooks.score_mod is not None)
         self.block_sparse = self.hooks.has_mask
         self.mainloop = AttentionMainloop(self.operands, self.mask, self.softmax, self.overlap, self.pingpong,
@@ -147,7 +152,7 @@ class AttentionFwdKernel(Kernel):
 
     def config(self) -> dict:
         return {"arch": self.arch.name, "head_dim": self.head_dim, "dtype": self.dtype, "local": self.local,
-                "softcap": self.softcap, "varlen": self.varlen, "overlap": self.overlap, "pingpong": self.pingpong,
+                "causal": self.causal, "softcap": self.softcap, "varlen": self.varlen, "overlap": self.overlap, "pingpong": self.pingpong,
                 "block": [BLOCK_M, BLOCK_N], "stages": STAGES, "class": qualname(type(self)),
                 "mask": qualname(self.mask_cls), "softmax": qualname(self.softmax_cls),
                 "hooks": self.hooks.identity()}
@@ -261,7 +266,7 @@ class AttentionFwdKernel(Kernel):
         from ..collective.pipeline import PipelineState
         self.operands.load_q(ops, self._lead(batch, head), q_row)
         kv_lead = self._lead(batch, head // args.group)
-        loop = cir.Loop(0, rng.count, carry=PipelineState(STAGES).carry())
+        loop = cir.Loop(0, rng.count, carry=PipelineState(STAGES).carry(), counter="i32")
         for it, carried in loop:
             st = PipelineState.from_carry(STAGES, carried)
             j = rng.block(rng.n_max - 1 - cir.i32(it))
