@@ -252,7 +252,10 @@ class Attention:
             if on_host:
                 bind.own(do)
                 bind.own(dl)
-            bind.pointer("o", do)
+            if cq is None:                       # dense: O is stored by TMA (a tensor map over it)
+                bind.tensor_map("o", do, kern.tensor_map_extent(do.shape, do.strides))
+            else:
+                bind.pointer("o", do)
             bind.pointer("lse", dl)
             bind.values.update(kern.scalar_values(problem, scale, cap, window))
             if cq is not None:

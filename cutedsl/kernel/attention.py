@@ -25,7 +25,8 @@ band's own blocks, :meth:`AttentionFwdKernel.block_mask`) lists per (batch, head
 the PARTIAL KV blocks (run with the band and the mask_mod per element) and the FULL ones (run
 unmasked); SKIP blocks are never loaded. Varlen with hooks is refused (``ConfigError``).
 
-Parameters: ``q``, ``k``, ``v`` (tensor maps), ``o`` (ptr, ``dtype``), ``lse`` (ptr, f32),
+Parameters: ``q``, ``k``, ``v`` (tensor maps), ``o`` (dense: a tensor map, O is stored by TMA through
+Q's shared tiles; varlen: ptr, ``dtype``, guarded stores), ``lse`` (ptr, f32),
 ``seqlen_q``, ``seqlen_k`` (dense: the lengths; varlen: unused maxima), ``heads``, ``group``
 (``heads / kv_heads``), ``exp_scale`` (f32), then per variant ``softmax_scale``, ``softcap``,
 ``softcap_scale``, ``left``, ``right``, ``cu_seqlens_q``, ``cu_seqlens_k``, ``total_q``, the
@@ -148,7 +149,7 @@ class AttentionFwdKernel(Kernel):
         self.block_sparse = self.hooks.has_mask
         self.mainloop = AttentionMainloop(self.operands, self.mask, self.softmax, self.overlap, self.pingpong,
                                           MMA_WARPGROUPS, wg)
-        self.epilogue = AttentionEpilogue(head_dim, dtype, wg)
+        self.epilogue = AttentionEpilogue(head_dim, dtype, wg, tma=not self.varlen)
 
     def config(self) -> dict:
         return {"arch": self.arch.name, "head_dim": self.head_dim, "dtype": self.dtype, "local": self.local,
@@ -160,7 +161,8 @@ class AttentionFwdKernel(Kernel):
     # -- host contract ---------------------------------------------------------------------
     def params(self) -> list:
         ps = [Param("q", "tensormap"), Param("k", "tensormap"), Param("v", "tensormap"),
-              Param("o", "ptr", dtype=self.dtype, output=True), Param("lse", "ptr", dtype="f32", output=True),
+              Param("o", "ptr", dtype=self.dtype, output=True) if self.varlen else Param("o", "tensormap"),
+              Param("lse", "ptr", dtype="f32", output=True),
               Param("seqlen_q", "i32"), Param("seqlen_k", "i32"), Param("heads", "i32"), Param("group", "i32"),
               Param("exp_scale", "f32")]
         if self.softmax.has_score_mod:
@@ -256,7 +258,7 @@ class AttentionFwdKernel(Kernel):
                     warpgroup_reg_alloc(MMA_REGS)
                     self.consumer(ops, args, batch, head, cir.i32(wg), m0, q_start, seqlen_q, seqlen_k,
                                   left, right, rng)
-        return kb, plan.dynamic_bytes, self.operands.tensor_maps()
+        return kb, plan.dynamic_bytes, self.operands.tensor_maps() + self.epilogue.tensor_maps()
 
     def _lead(self, batch, head) -> tuple:
         return (head,) if self.varlen else (batch, head)
@@ -305,8 +307,8 @@ class AttentionFwdKernel(Kernel):
             o_row0, lse_base = q_start, head * args.total_q + q_start
         else:
             o_row0, lse_base = batch * seqlen_q, (batch * args.heads + head) * seqlen_q
-        rows = EpilogueRows(o_row0, lse_base, head, args.heads, row0, seqlen_q)
-        self.epilogue.store(o, inv, lse, rows, args.o, args.lse)
+        rows = EpilogueRows(o_row0, lse_base, head, args.heads, row0, seqlen_q, batch, wg)
+        self.epilogue.store(o, inv, lse, rows, args.o, args.lse, ops.smem)
 
 
 __all__ = ["AttentionFwdKernel", "HEAD_DIMS", "DTYPES", "BLOCK_M", "BLOCK_N", "OWN_PARAMS", "head_dim_reason",
