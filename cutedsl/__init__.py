@@ -17,6 +17,7 @@ _LAZY = {
     "GroupedGemm": "cutedsl.device.grouped",
     "Attention": "cutedsl.device.attention",
     "AttentionConfig": "cutedsl.device.attention_config",
+    "AttentionBackward": "cutedsl.device.attention_bwd",
     "CompiledKernel": "cutedsl.compiler.artifact",
     "get_backend": "cutedsl.runtime.selection",
     "load": "cutedsl.device.export",

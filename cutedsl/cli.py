@@ -1,4 +1,5 @@
-"""The main job: ``python -m cutedsl gemm ...`` — compile (cached), run, check and report a GEMM."""
+"""The main job: ``python -m cutedsl gemm ...`` — compile (cached), run, check and report a GEMM
+(``attention ...``: the same for an attention forward, :mod:`cutedsl.cli_attention`)."""
 from __future__ import annotations
 
 import json
@@ -31,6 +32,8 @@ def _parser():
     p.add_argument("--version", action="version", version=f"cutedsl {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     add_gemm_parser(sub)
+    from .cli_attention import add_attention_parser
+    add_attention_parser(sub)
     c = sub.add_parser("compile", help="compile many GEMM configs into the kernel cache with a process pool")
     c.add_argument("--config", action="append", default=[], metavar="SPEC",
                    help="a config as key=value,... (GemmConfig fields, e.g. schedule=pingpong,tile=64x128x64); "
@@ -356,7 +359,7 @@ def run_tune(args) -> int:
 
 
 #: the subcommands whose --json prints one JSON object (every failure included)
-JSON_COMMANDS = ("gemm", "compile", "tune", "info")
+JSON_COMMANDS = ("gemm", "attention", "compile", "tune", "info")
 
 
 def _json_error(args, message: str) -> None:
@@ -376,10 +379,10 @@ def main(argv=None) -> int:
         _json_error(args, str(e))
         print(f"python -m cutedsl {args.cmd}: error: environment: {e}", file=sys.stderr)
         return 2
-    if args.cmd == "gemm" and args.check and args.backend == "none":
+    if args.cmd in ("gemm", "attention") and args.check and args.backend == "none":
         msg = "argument --check/--backend: --check compares a result, and --backend none runs nothing"
         _json_error(args, msg)
-        print(f"python -m cutedsl gemm: error: {msg}", file=sys.stderr)
+        print(f"python -m cutedsl {args.cmd}: error: {msg}", file=sys.stderr)
         return 2
     if args.cmd == "cache":
         return run_cache(args.action)
@@ -405,13 +408,15 @@ def main(argv=None) -> int:
         return bench_main(args)
     from .errors import CuteDSLError, NoDeviceError
     prog = f"python -m cutedsl {args.cmd}"
+    from .cli_attention import print_attention, run_attention
     try:
-        rep, status = run_gemm(args)
+        rep, status = run_attention(args) if args.cmd == "attention" else run_gemm(args)
     except (UsageError, CuteDSLError, MemoryError) as e:
         if isinstance(e, NoDeviceError):
             e = UsageError("--backend", str(e))
         elif isinstance(e, MemoryError):        # operands (or the emulator's copy) too big for this machine
-            e = UsageError("--m/--n/--k", f"the problem does not fit in memory here: {e}")
+            e = UsageError("--batch/--seqlen-q/--seqlen-k" if args.cmd == "attention" else "--m/--n/--k",
+                           f"the problem does not fit in memory here: {e}")
         msg = str(e) if isinstance(e, UsageError) else f"{type(e).__name__}: {e}"
         msg = " ".join(msg.split("\n")[:1])        # one line; details stay in --json
         if args.json:
@@ -420,6 +425,8 @@ def main(argv=None) -> int:
         return 2
     if args.json:
         print(json.dumps(rep))
+    elif args.cmd == "attention":
+        print_attention(rep)
     elif getattr(args, "groups", None) is not None:
         from .cli_grouped import print_grouped
         print_grouped(rep)

@@ -14,6 +14,7 @@ minute of compiling.
 | ``CUTEDSL_SIM_PROGRESS_LIMIT`` | emulator livelock limit: warp-instructions a launch may run with no synchronisation, warp exit or cluster start | an integer > 0 (default 2,000,000) |
 | ``CUTEDSL_SIM_CHAOS`` | emulator adversarial-mode seed | an integer |
 | ``CUTEDSL_SIM_INITCHECK`` | emulator initcheck (reads of memory nothing wrote) | on/off, 1/0, ... (default on) |
+| ``CUTEDSL_BACKEND`` | where ``cutedsl.torch.attention`` runs when the call names no ``backend``: ``sim`` runs CPU tensors on the PTX emulator | auto, cuda, sim (default auto) |
 """
 from __future__ import annotations
 
@@ -84,6 +85,19 @@ def _seed(name, v):
         raise EnvVarError(name, v, "is not an integer seed") from None
 
 
+#: the backends CUTEDSL_BACKEND may name (a torch op must run somewhere: no "none")
+TORCH_BACKENDS = ("auto", "cuda", "sim")
+
+
+def _backend(name, v):
+    s = v.strip().lower()
+    if not s:
+        return None
+    if s not in TORCH_BACKENDS:
+        raise EnvVarError(name, v, f"is not a backend (accepted: {', '.join(TORCH_BACKENDS)})")
+    return s
+
+
 VARIABLES = {
     "CUTEDSL_CACHE_DIR": _path,
     "CUTEDSL_CACHE": _switch,
@@ -92,6 +106,7 @@ VARIABLES = {
     "CUTEDSL_SIM_CHAOS": _seed,
     "CUTEDSL_SIM_PROGRESS_LIMIT": _count,
     "CUTEDSL_SIM_INITCHECK": _switch,
+    "CUTEDSL_BACKEND": _backend,
 }
 
 

@@ -23,15 +23,38 @@ under ``fullgraph=True``, ``TorchRuntimeError`` from a fake implementation), hid
 library's type. So the fake implementations never refuse fake (traced) tensors; they give the
 shape the call would have, and the library's error is raised, as is, by the first run. Only a
 ``config`` that is not a ``GemmConfig`` is refused while tracing (it cannot be passed to the op).
+
+``cutedsl.torch.attention(q, k, v, *, causal=False, softmax_scale=None, window=None,
+softcap=None, backend=None) -> (out, lse)`` is the custom op ``torch.ops.cutedsl.attention``:
+the FlashAttention-3-style forward (:class:`~cutedsl.Attention`, ``flash_attn_func``'s layout)
+on ``q`` (batch, seqlen_q, heads, head_dim), ``k``/``v`` (batch, seqlen_k, kv_heads, head_dim),
+float16 or bfloat16 (head_dim 64 or 128), giving ``out`` like ``q`` (contiguous) and ``lse``
+float32 (batch, heads, seqlen_q), natural log. ``backend``: ``"cuda"`` / ``"auto"`` run CUDA
+tensors and refuse CPU ones, as ``gemm`` does; ``"sim"`` runs CPU tensors on the PTX emulator
+(so ``torch.library.opcheck`` and ``torch.compile`` run without a GPU); None takes env
+``CUTEDSL_BACKEND`` (default auto), read when the op runs. Its checks follow the rule above:
+while tracing only options that cannot be passed to the op (``causal`` not a bool, ``window``
+not a pair of ints, a non-number scale or softcap, a non-string backend) are refused.
+
+The op is differentiable (``torch.library.register_autograd``): its backward is the custom op
+``torch.ops.cutedsl.attention_backward(dout, q, k, v, out, lse, softmax_scale, causal, window,
+backend) -> (dq, dk, dv)`` on :class:`~cutedsl.AttentionBackward` (FlashAttention-3-style, same
+backends). As in FlashAttention, ``lse`` carries no gradient (its grad is ignored), and a forward
+with ``softcap`` has no backward (``ArgumentError`` when one is asked for).
 """
 from __future__ import annotations
 
 import json
 import threading
+from typing import List, Optional, Tuple
 
+import numpy as np
 import torch
 
+from .device.attention import NAMES as _ATTN_NAMES, _real, _window, check_call as _attention_check_call
+from .device.attention_config import AttentionConfig
 from .device.config import GemmConfig
+from .dtypes import dtype as _dtype
 from .errors import ArgumentError, ArgumentTypeError
 
 _TO_NAME = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
@@ -162,4 +185,201 @@ def gemm(a, b, *, config: GemmConfig | None = None, out=None):
     return out
 
 
-__all__ = ["gemm"]
+# -- attention --------------------------------------------------------------------------------------------
+_ATTENTIONS: dict = {}          #: backend name -> Attention (its kernels kept per config and variant)
+_WHO = "cutedsl.torch.attention"
+
+
+class _View:
+    """What :func:`cutedsl.device.attention.check_call` reads of an operand (a torch tensor,
+    fake or meta ones included): name, shape, cutedsl dtype and byte strides."""
+
+    def __init__(self, name, t):
+        self.name, self.shape, self.raw_dtype = name, tuple(int(d) for d in t.shape), t.dtype
+        self.dtype = _dtype(_TO_NAME[t.dtype])
+        self.strides = tuple(int(s) * t.element_size() for s in t.stride())
+
+
+def _attention_backend(backend: str) -> str:
+    """The backend name of a call: ``backend``, else env ``CUTEDSL_BACKEND``, else auto."""
+    from . import envvars
+    name = backend or envvars.get("CUTEDSL_BACKEND") or "auto"
+    ok = envvars.TORCH_BACKENDS
+    if name not in ok:
+        raise ArgumentError(f"{_WHO}: backend must be one of {', '.join(map(repr, ok))} or None (env CUTEDSL_BACKEND), "
+                            f"got {name!r}")
+    return name
+
+
+def _check_attention(q, k, v, softmax_scale, causal, window, softcap, backend) -> str:
+    """Every check of an attention call (module docstring), before anything is compiled;
+    returns the backend name. Meta and fake tensors pass the device rule (nothing runs)."""
+    tensors = (q, k, v)
+    for name, x in zip(_ATTN_NAMES, tensors):
+        if not isinstance(x, torch.Tensor):
+            raise ArgumentTypeError(f"{_WHO}: {name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dtype not in (torch.float16, torch.bfloat16):
+            raise ArgumentTypeError(f"{_WHO}: {name} has dtype {x.dtype}; the kernel takes torch.float16 or "
+                                    f"torch.bfloat16")
+        if x.dim() != 4:
+            raise ArgumentError(f"{_WHO}: {name} must be 4-D (batch, seqlen, heads, head_dim), got shape "
+                                f"{tuple(x.shape)}")
+    if len({x.device for x in tensors}) > 1:
+        raise ArgumentError(f"{_WHO}: q, k, v must be on one device, got {', '.join(str(x.device) for x in tensors)}")
+    name = _attention_backend(backend)
+    dev = q.device.type
+    if name == "sim" and dev not in ("cpu", "meta"):
+        raise ArgumentError(f"{_WHO}: q is a {q.device} tensor but backend 'sim' runs CPU tensors (the emulator's "
+                            f"memory is the host's): pass CPU tensors, or backend='cuda'")
+    if name != "sim" and dev == "cpu":
+        raise ArgumentError(f"{_WHO}: q is a CPU tensor; the kernel runs on CUDA tensors (use torch.nn.functional."
+                            f"scaled_dot_product_attention on the CPU, pass backend='sim' or set CUTEDSL_BACKEND=sim "
+                            f"to run it on the PTX emulator, or move the tensors with .cuda())")
+    problem, _, _ = _attention_check_call([_View(n, x) for n, x in zip(_ATTN_NAMES, tensors)], None, None, None,
+                                          None)
+    AttentionConfig.for_problem(problem, _TO_NAME[q.dtype])       # head_dim and dtype the kernel builds
+    if softmax_scale is not None:
+        _real("softmax_scale", softmax_scale)
+    if softcap is not None and softcap != 0:
+        _real("softcap", softcap, positive=True)
+    _window(None if window is None else tuple(window), causal)
+    return name
+
+
+def _attention_for(name: str):
+    from .device.attention import Attention
+    with _LOCK:
+        a = _ATTENTIONS.get(name)
+        if a is None:
+            a = _ATTENTIONS[name] = Attention(None, name)
+        return a
+
+
+def _host(t) -> np.ndarray:
+    """A CPU tensor's memory as numpy (bfloat16 as ml_dtypes' bfloat16; numpy has no bf16 DLPack)."""
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def _from_host(a: np.ndarray, dtype) -> torch.Tensor:
+    if dtype == torch.bfloat16:
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+@torch.library.custom_op("cutedsl::attention", mutates_args=())
+def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float], causal: bool,
+                  window: Optional[List[int]], softcap: Optional[float], backend: str) -> Tuple[torch.Tensor,
+                                                                                               torch.Tensor]:
+    name = _check_attention(q, k, v, softmax_scale, causal, window, softcap, backend)
+    opts = {"softmax_scale": softmax_scale, "causal": causal, "softcap": softcap,
+            "window": None if window is None else tuple(window)}
+    attn = _attention_for(name)
+    if name == "sim":
+        o, lse = attn(*(_host(x) for x in (q, k, v)), **opts)
+        return _from_host(o, q.dtype), _from_host(lse, torch.float32)
+    o, lse = attn(*(x.detach() for x in (q, k, v)), **opts)
+    return o, lse
+
+
+@_attention_op.register_fake
+def _attention_fake(q, k, v, softmax_scale, causal, window, softcap, backend):
+    if not _traced(q, k, v):        # meta tensors outside tracing: the checks of a real call
+        _check_attention(q, k, v, softmax_scale, causal, window, softcap, backend)
+    shape = tuple(q.shape) if q.dim() == 4 else (1, 1, 1, 1)   # traced: the shape the call has; a run refuses it
+    return q.new_empty(shape), q.new_empty((shape[0], shape[2], shape[1]), dtype=torch.float32)
+
+
+def _attention_args(softmax_scale, causal, window, softcap, backend) -> tuple:
+    """The op's arguments; ``ArgumentTypeError`` for a value the op's schema cannot take."""
+    def number(name, x):
+        if x is None:
+            return None
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            raise ArgumentTypeError(f"{_WHO}: {name} must be a real number or None, got {type(x).__name__}")
+        return float(x)
+    if not isinstance(causal, bool):
+        raise ArgumentTypeError(f"{_WHO}: causal must be a bool, got {type(causal).__name__}")
+    if window is not None and (not isinstance(window, (tuple, list)) or len(window) != 2 or not all(
+            isinstance(w, int) and not isinstance(w, bool) for w in window)):
+        raise ArgumentTypeError(f"{_WHO}: window must be a pair of ints (left, right), -1 for unbounded, got "
+                                f"{window!r}")
+    if backend is not None and not isinstance(backend, str):
+        raise ArgumentTypeError(f"{_WHO}: backend must be 'auto', 'cuda', 'sim' or None, got {type(backend).__name__}")
+    return (number("softmax_scale", softmax_scale), causal, None if window is None else list(window),
+            number("softcap", softcap), backend or "")
+
+
+def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = None, window=None,
+              softcap: float | None = None, backend: str | None = None):
+    """FlashAttention-3-style forward, ``torch.ops.cutedsl.attention`` (module docstring):
+    ``(out, lse)``, ``out`` like ``q`` (batch, seqlen_q, heads, head_dim), ``lse`` float32
+    (batch, heads, seqlen_q). ``causal`` aligned bottom-right, ``window=(left, right)`` (-1:
+    unbounded), ``softcap`` (None/0: off), ``softmax_scale`` (default ``head_dim ** -0.5``),
+    ``backend`` ``"auto"``/``"cuda"``/``"sim"`` (None: env ``CUTEDSL_BACKEND``). Traceable by
+    ``torch.compile`` (no graph break). ``ArgumentError`` / ``ArgumentTypeError`` naming the
+    argument, ``ConfigError`` for a head dimension the kernel does not build."""
+    args = _attention_args(softmax_scale, causal, window, softcap, backend)
+    if not torch.compiler.is_compiling():   # traced: the op checks when the graph runs (module docstring)
+        _check_attention(q, k, v, *args)
+    return torch.ops.cutedsl.attention(q, k, v, *args)
+
+
+# -- attention backward (autograd) ----------------------------------------------------------------------
+_BACKWARDS: dict = {}           #: backend name -> AttentionBackward
+
+
+def _backward_for(name: str):
+    from .device.attention_bwd import AttentionBackward
+    with _LOCK:
+        b = _BACKWARDS.get(name)
+        if b is None:
+            b = _BACKWARDS[name] = AttentionBackward(None, name)
+        return b
+
+
+@torch.library.custom_op("cutedsl::attention_backward", mutates_args=())
+def _attention_bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                      lse: torch.Tensor, softmax_scale: Optional[float], causal: bool, window: Optional[List[int]],
+                      backend: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    name = _check_attention(q, k, v, softmax_scale, causal, window, None, backend)
+    opts = {"softmax_scale": softmax_scale, "causal": causal, "window": None if window is None else tuple(window)}
+    bwd = _backward_for(name)
+    args = (dout, q, k, v, out, lse)
+    if name == "sim":
+        grads = bwd(*(_host(x.contiguous()) for x in args), **opts)
+        return tuple(_from_host(g, x.dtype) for g, x in zip(grads, (q, k, v)))
+    return tuple(bwd(*(x.detach().contiguous() for x in args), **opts))
+
+
+@_attention_bwd_op.register_fake
+def _attention_bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, window, backend):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _attention_setup_context(ctx, inputs, output):
+    q, k, v, softmax_scale, causal, window, softcap, backend = inputs
+    ctx.save_for_backward(q, k, v, *output)
+    ctx.options = (softmax_scale, causal, window, softcap, backend)
+
+
+def _attention_backward(ctx, grad_out, grad_lse):
+    q, k, v, out, lse = ctx.saved_tensors
+    softmax_scale, causal, window, softcap, backend = ctx.options
+    if softcap is not None and softcap != 0:
+        raise ArgumentError(f"{_WHO}: the backward of a softcapped attention is not implemented (its tanh "
+                            f"derivative); call it with softcap=None to differentiate it")
+    if grad_out is None:                 # only lse was used: it carries no gradient (FlashAttention's)
+        grad_out = torch.zeros_like(out)
+    dq, dk, dv = torch.ops.cutedsl.attention_backward(grad_out, q, k, v, out, lse, softmax_scale, causal, window,
+                                                      backend)
+    return dq, dk, dv, None, None, None, None, None
+
+
+torch.library.register_autograd("cutedsl::attention", _attention_backward, setup_context=_attention_setup_context)
+
+
+__all__ = ["attention", "gemm"]

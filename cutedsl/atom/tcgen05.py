@@ -30,7 +30,7 @@ from __future__ import annotations
 import attrs
 
 from ..ir._lazy import lazy
-from .mma_traits import (MX_SCALE, NV_SCALE, PACKED_BITS, SUBBYTE, BlockScale, mma_traits, operand_pair_reason,
+from .mma_traits import (K_STEP_BYTES, MX_SCALE, NV_SCALE, PACKED_BITS, SUBBYTE, BlockScale, mma_traits, operand_pair_reason,
                           packed_pair_reason)
 from .smem_operands import SmemOperands
 from .wgmma import ADDR_MASK, ADDR_SHIFT, Descriptor, SmemMatrix
@@ -40,6 +40,7 @@ llvm, nvvm = lazy("mlir.dialects.llvm"), lazy("mlir.dialects.nvvm")
 V = lazy("cutedsl.ir.values")
 
 TMEM_LANES, TMEM_COLUMNS = 128, 512
+TMEM_COLUMN_BYTES = 4                       #: one TMEM column of a lane: 32 bits
 QUARTER_LANES = 32                          #: TMEM lanes a warp reaches: its warp id % 4 quarter
 QUARTERS = TMEM_LANES // QUARTER_LANES
 MAX_LD_COLUMNS = 128                        #: the largest .num of tcgen05.ld.32x32b (.x128)
@@ -310,6 +311,31 @@ class Umma(SmemOperands):
         kind = ir.Attribute.parse(f"#nvvm.tcgen05_mma_kind<{KIND[self.dtype]}>")
         dptr = _ptr(d, 6)
         for _j, aj, bj, en in self._k_steps(da, db, accumulate):
+            with issuing(elect):
+                nvvm.tcgen05_mma(kind, self.group_attr, dptr, aj, bj, idesc, en)
+
+    def mma_tmem_a(self, d, a, b, accumulate=True, elect=False) -> None:
+        """Issue one k-tile with A from tensor memory (PTX ISA 9.7.16.10.9 tcgen05.mma, the
+        ``[d], [a-tmem], b-desc`` form; FlashAttention-4's ``P V``): ``k_steps`` instructions into
+        D at TMEM address ``d`` (i32), A at TMEM address ``a`` (i32: row ``m`` at lane ``m``, the
+        k-tile's K elements packed little-endian into 32-bit columns, ``k_step x bytes / 4``
+        columns per step), B a ``SmemTile`` or descriptor. ``ValueError`` unless M = 128 with
+        ``cta_group`` 1 and a 16-bit kind (what this form is built and tested for here)."""
+        if self.cta_group != 1 or self.m != TMEM_LANES or KIND.get(self.dtype) != "f16":
+            raise ValueError(f"tcgen05.mma with A in tensor memory is built for cta_group 1, M = 128, f16/bf16 "
+                             f"operands; got {self.label} {self.dtype}")
+        db = b if isinstance(b, Descriptor) else self.descriptor(b, "B")
+        idesc = V.i32(instr_descriptor(self.m, self.n, self.dtype, self.b_dtype, "K", db.layout.major))
+        kind = ir.Attribute.parse(f"#nvvm.tcgen05_mma_kind<{KIND[self.dtype]}>")
+        dptr = _ptr(d, 6)
+        step_cols = K_STEP_BYTES // TMEM_COLUMN_BYTES         # 8 columns of 32 bits per k16 step
+        for j in range(self.traits.k_steps):
+            if j == 0 and not isinstance(accumulate, bool):
+                en = accumulate
+            else:
+                en = V.const(int(accumulate is True or j > 0), "i1")
+            aj = _ptr(a + j * step_cols if j else a, 6)
+            bj = db.offset(db.layout.k_step_offset(j)).value()
             with issuing(elect):
                 nvvm.tcgen05_mma(kind, self.group_attr, dptr, aj, bj, idesc, en)
 

@@ -10,6 +10,7 @@ from .tcgen05 import MAX_LD_COLUMNS, QUARTER_LANES, QUARTERS, _ptr
 
 ir = lazy("mlir.ir")
 llvm, nvvm = lazy("mlir.dialects.llvm"), lazy("mlir.dialects.nvvm")
+vector = lazy("mlir.dialects.vector")
 V = lazy("cutedsl.ir.values")
 
 HALF_LANES = 16             #: the lanes of a quarter a "lane" accumulator fills
@@ -54,6 +55,27 @@ def quarter_row():
     ``w`` reaches TMEM lane ``32 * (w % 4) + l`` (the lane-quarter rule)."""
     t = V.thread_idx()
     return (t // QUARTER_LANES) % QUARTERS * QUARTER_LANES + t % QUARTER_LANES
+
+
+def store_columns(taddr, col0: int, words, wait: bool = True) -> None:
+    """``tcgen05.st.sync.aligned.32x32b.x{n}`` of ``words`` (n i32 or f32 values, a power of two 1..128)
+    into columns ``col0 .. col0 + n - 1`` of the TMEM region at ``taddr`` (i32), each warp into
+    its lane quarter (lane ``l`` of warp ``w``: TMEM lane ``32 (w % 4) + l``, register ``i`` at
+    column ``col0 + i``), then (``wait``) ``tcgen05.wait::st`` -- the store must be complete
+    before another thread (an MMA reading the columns) is told of it (PTX ISA 9.7.16.8.4
+    tcgen05.st, 9.7.16.8.5 tcgen05.wait; rule ``tcgen05-st-without-wait``). Whole warps execute
+    it (``.sync.aligned``). ``ValueError`` for another count."""
+    n = len(words)
+    if n < 1 or n > MAX_LD_COLUMNS or n & (n - 1):
+        raise ValueError(f"tcgen05.st 32x32b stores a power of two 1..{MAX_LD_COLUMNS} columns, got {n}")
+    quarter = (V.thread_idx() // QUARTER_LANES) % QUARTERS
+    addr = taddr + (quarter * QUARTER_LANES << 16) + col0
+    i32 = ir.IntegerType.get_signless(32)
+    vals = [w if str(w.type) == "i32" else llvm.bitcast(i32, w) for w in words]     # f32 values: their bits
+    val = vals[0] if n == 1 else vector.from_elements(ir.VectorType.get([n], i32), vals)
+    nvvm.tcgen05_st(ir.Attribute.parse("#nvvm.tcgen05_ldst_shape<shape_32x32b>"), _ptr(addr, 6), val)
+    if wait:
+        nvvm.tcgen05_wait(ir.Attribute.parse("#nvvm.tcgen05_wait<store>"))
 
 
 class TmemLayout:
@@ -148,5 +170,5 @@ class TmemFragment:
         return out
 
 
-__all__ = ["TmemFragment", "TmemLayout", "quarter_row", "SPLITS", "SPLIT_ROWS", "accumulator_split", "lane_columns",
+__all__ = ["TmemFragment", "store_columns", "TmemLayout", "quarter_row", "SPLITS", "SPLIT_ROWS", "accumulator_split", "lane_columns",
            "tmem_columns", "check_split"]

@@ -2,12 +2,13 @@
 that a GPU machine with only numpy + cuda-python runs from (``scripts/gpu_run.sh``).
 
 ``DIR/cache/`` is a kernel cache (``CUTEDSL_CACHE_DIR``); ``DIR/export/main`` the main job's
-GEMM exported with ``Gemm.save`` (the run loads it: ``gemm --load``); ``DIR/manifest.json`` records the
-plan (the argument lists of each step of the run), the source hash the kernels were compiled
-from, and every cache entry. What the run needs is derived from the same argument lists the
-run uses, so a schedule ``GemmConfig`` accepts at bundle time is bundled without an edit:
+GEMM exported with ``Gemm.save`` (the run times loading it: ``cutedsl.load``); ``DIR/manifest.json``
+records the plan (:mod:`.plans`: the problems timed against cuBLAS with the configs timed on
+each, the ``gpu`` tests, the main job), the source hash the kernels were compiled from, and every
+cache entry. What the run needs is derived from the same records the run reads:
 
-* the ``bench`` sets and the ``--identity`` check: :func:`cutedsl.bench.cli.selected_configs`;
+* the problems' configs, each as called on the real and on the dry-run shape
+  (:func:`.plans.kernel_configs`: layout variants such as ``raster="N"`` included);
 * the main job: :func:`cutedsl.cliargs.gemm_config`;
 * the ``gpu``-marked tests: run under :mod:`.capture` (compile, stop at the first launch).
 """
@@ -22,96 +23,63 @@ import sys
 from pathlib import Path
 
 from ..errors import CacheError, ConfigError
+from .plans import PLANS
 
-#: hard limit on the bundle (it travels with the checkout to the GPU machine)
+#: hard limit on the bundle (it travels with the checkout to the GPU machine: tree + carried
+#: folders at most 64 MiB, see docs/gpu-lease.md)
 MAX_BYTES = 30 * 1024 * 1024
 EXPORT = "export/main"      #: the main job's GEMM, exported (``Gemm.save``)
 ROOT = Path(__file__).resolve().parents[2]
 
-PLANS = {
-    "gpu": {
-        "bench_args": ["--set", "all"],
-        "identity_args": ["--set", "square"],
-        "main_args": ["gemm", "--m", "1000", "--n", "1000", "--k", "1000", "--check"],
-        "tests": ["tests/device/test_gpu.py"],
-    },
-    # a few kernels: what the dry-run test of the bundle and the runner builds
-    "smoke": {
-        "bench_args": ["--set", "square", "--schedule", "multistage", "--tile", "128x128x64", "--stages", "2"],
-        "identity_args": ["--set", "square", "--schedule", "multistage", "--tile", "128x128x64", "--stages", "2"],
-        "main_args": ["gemm", "--m", "300", "--n", "200", "--k", "160", "--schedule", "multistage", "--stages", "2",
-                      "--out-dtype", "f16",
-                      "--check"],
-        "tests": [],
-    },
-}
-
 
 def plan_for(plan_name: str, arch: str | None = None) -> dict:
     """Plan ``plan_name`` for architecture ``arch`` (None: the default, sm_90a): another
-    architecture's bundle runs the same bench sets and main job with ``--arch`` added and the
-    architecture's own default schedule (the smoke plan's ``--schedule multistage`` is sm_90a's),
-    and no ``gpu`` tests (they drive the sm_90a CUDA backend). ``ConfigError`` for an unknown
-    architecture."""
+    architecture's bundle times the same problems with that architecture's model pick
+    (:func:`.plans.problem_configs`), runs the main job with ``--arch`` added (the smoke plan's
+    ``--schedule multistage`` dropped: it is sm_90a's), and no ``gpu`` tests (they drive the
+    sm_90a CUDA backend). ``ConfigError`` for an unknown architecture."""
     from ..arch import ARCHS, DEFAULT
     from ..errors import one_of
-    plan = dict(PLANS[plan_name])
+    plan = dict(PLANS[plan_name], arch=None)
     if arch is None or arch == DEFAULT.name:
         return plan
     if arch not in ARCHS:
         raise ConfigError(f"bundle --arch must be {one_of(tuple(ARCHS))}, got {arch!r}")
-
-    def retarget(args):
-        out, skip = [], False
-        for a in args:
-            if skip:
-                skip = False
-            elif a == "--schedule":
-                skip = True             # the architecture's default schedule instead
-            else:
-                out.append(a)
-        return out + ["--arch", arch]
-    plan.update({key: retarget(plan[key]) for key in ("bench_args", "identity_args", "main_args")}, tests=[])
-    return plan
+    args, skip = [], False
+    for a in plan["main_args"]:
+        if skip:
+            skip = False
+        elif a == "--schedule":
+            skip = True             # the architecture's default schedule instead
+        else:
+            args.append(a)
+    return dict(plan, main_args=args + ["--arch", arch], tests=[], arch=arch)
 
 
 def _parse(argv):
-    """``argv`` as the CLI parses it (``bench ...`` or ``gemm ...``), from the shared parsers
-    (``cliargs`` for ``gemm``, this package's for ``bench``): no import of ``cutedsl.cli``."""
+    """``argv`` as the CLI parses it (``gemm ...``), from the shared parser (``cliargs``): no
+    import of ``cutedsl.cli``."""
     from ..cliargs import ArgParser, add_gemm_parser
-    from .cli import add_parsers
     p = ArgParser(prog="python -m cutedsl")
     sub = p.add_subparsers(dest="cmd", required=True)
     add_gemm_parser(sub)
-    add_parsers(sub)
     return p.parse_args(argv)
 
 
-def _bench_args(argv):
-    return _parse(["bench", *argv])
-
-
-def plan_configs(plan: dict, grouped: bool = False) -> list:
-    """The ``GemmConfig`` s of the bench, identity and main-job steps of ``plan`` (unique);
-    ``grouped``: those of the grouped sets instead (their kernels are ``GroupedGemm``'s)."""
+def plan_configs(plan: dict) -> list:
+    """The ``GemmConfig`` s whose kernels the plan's problems and main job need (unique);
+    ``plan``: a manifest, or a plan (its problems are then worked out, :mod:`.plans`)."""
     from ..cliargs import gemm_config
-    from .cli import selected_configs, set_names
-    from .shapes import GROUPED_SETS
-    out = []
-    for key in ("bench_args", "identity_args"):
-        args = _bench_args(plan[key])
-        for name in set_names(args):
-            if (name in GROUPED_SETS) == grouped:
-                out += selected_configs(args, name)
-    if not grouped:
-        out.append(gemm_config(_parse(plan["main_args"])))
-    return list(dict.fromkeys(out))
+    from .plans import kernel_configs, manifest_problems
+    problems = plan["problems"] if plan["problems"] and isinstance(plan["problems"][0], dict) else \
+        manifest_problems(plan, plan.get("arch"))
+    return list(dict.fromkeys(kernel_configs(problems) + [gemm_config(_parse(plan["main_args"]))]))
 
 
-def _cache_config(cfg, grouped: bool = False):
+def _cache_config(cfg):
     """The cache key of a GemmConfig's kernel (what ``Kernel.compile`` looks up)."""
     from ..device.precompile import config_kernel
-    return config_kernel(cfg, grouped).cache_key()[0]
+    return config_kernel(cfg).cache_key()[0]
 
 
 def _entries(cache_dir: Path) -> set:
@@ -144,16 +112,17 @@ def build(out: Path, plan_name: str = "gpu", log=print, arch: str | None = None)
     if toolchain_hash() is None:
         raise CacheError("building a bundle needs the MLIR toolchain (this machine has none)")
     os.environ["CUTEDSL_CACHE_DIR"] = str(cache_dir)     # the public way: Gemm compiles into the default cache
-    cfgs, grouped = plan_configs(plan), plan_configs(plan, grouped=True)
-    log(f"bundle {plan_name}{f' ({arch})' if arch else ''}: {len(cfgs)} configs + {len(grouped)} grouped (schedules: "
+    from .plans import manifest_problems
+    problems = manifest_problems(plan, arch)
+    cfgs = plan_configs({**plan, "problems": problems})
+    log(f"bundle {plan_name}{f' ({arch})' if arch else ''}: {len(problems)} problems, "
+        f"{sum(len(p['configs']) for p in problems)} timed configs, {len(cfgs)} kernels (schedules: "
         f"{', '.join(accepted_schedules(arch))})")
     from ..device.precompile import compile_all
 
     def progress(done, total, r):
         log(f"  [{done}/{total}] {label(r.config)}  " + (f"FAILED: {r.error}" if r.error else f"{r.registers} regs"))
     results = compile_all(cfgs, cache_dir=cache_dir, progress=progress)      # a process pool
-    if grouped:
-        results += compile_all(grouped, cache_dir=cache_dir, progress=progress, grouped=True)
     bad = [r for r in results if r.error]
     if bad:
         raise CacheError(f"{len(bad)} kernels failed to compile; the first, {label(bad[0].config)}: {bad[0].error}")
@@ -162,6 +131,8 @@ def build(out: Path, plan_name: str = "gpu", log=print, arch: str | None = None)
     for t in plan["tests"]:
         before = _entries(cache_dir)
         env = dict(os.environ, CUTEDSL_CACHE_DIR=str(cache_dir), PYTHONPATH=str(ROOT))
+        env.pop("CUTEDSL_TEST_GPU_ON_SIM", None)      # the capture replaces the CUDA backend itself
+        env["CUTEDSL_TEST_SIM_SEEDS"] = "0"          # test ids as the GPU run names them (no chaos reruns)
         r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "cutedsl.bench.capture", "-p",
                             "no:cacheprovider", "-m", "gpu", t], cwd=ROOT, env=env, capture_output=True,
                            text=True, timeout=3600)
@@ -170,13 +141,15 @@ def build(out: Path, plan_name: str = "gpu", log=print, arch: str | None = None)
         new = sorted(_entries(cache_dir) - before)
         tests.append({"file": t, "new_entries": new, "pytest": r.stdout.strip().splitlines()[-1:]})
         log(f"  {t}: {len(new)} more kernels ({tests[-1]['pytest'][0] if tests[-1]['pytest'] else ''})")
-    # the main job also travels as an export (Gemm.save): the GPU run's main step loads it with
-    # cutedsl.load (`gemm --load`), the path a user without MLIR takes
+    # the main job also travels as an export (Gemm.save): the GPU run times loading it with
+    # cutedsl.load, the path a user without MLIR takes
     from ..cliargs import gemm_config
     from ..device.gemm import Gemm
     Gemm(gemm_config(_parse(plan["main_args"])), "none").save(out / EXPORT)
     size = _size(cache_dir) + _size(out / EXPORT)
-    manifest = {"plan": plan_name, "arch": arch or cfgs[0].arch, **plan, "export": EXPORT, "created_utc": datetime.datetime.now(datetime.timezone.utc)
+    manifest = {"plan": plan_name, **plan, "arch": arch or cfgs[0].arch, "problems": problems,
+                "attention": [],            # no attention front end yet: the run's attention step skips
+                "export": EXPORT, "created_utc": datetime.datetime.now(datetime.timezone.utc)
                 .isoformat(timespec="seconds"), "source_hash": source_hash(), "toolchain": versions(),
                 "kernels": kernels, "tests_compiled": tests, "entries": sorted(_entries(cache_dir)),
                 "size_bytes": size}
@@ -185,6 +158,20 @@ def build(out: Path, plan_name: str = "gpu", log=print, arch: str | None = None)
         raise CacheError(f"bundle is {size / 2**20:.1f} MiB, over the {MAX_BYTES / 2**20:.0f} MiB limit")
     log(f"bundle written to {out}: {len(manifest['entries'])} kernels, {size / 2**20:.2f} MiB")
     return manifest
+
+
+def _plan_drift(manifest: dict) -> list:
+    """Where the bundle's plan differs from what this checkout's plan of that name is (the run
+    reads the manifest, so a stale bundle would run an old plan)."""
+    if manifest.get("plan") not in PLANS:
+        return [f"the bundle's plan {manifest.get('plan')!r} is not one of this checkout's ({', '.join(PLANS)})"]
+    want = plan_for(manifest["plan"], manifest.get("arch"))
+    got_problems = [[p["set"], *p["shape"], p["dtype"], p["out_dtype"], p["study"]] for p in manifest["problems"]]
+    bad = [key for key in ("tests", "dry_tests", "main_args", "candidates") if manifest.get(key) != want.get(key)]
+    if got_problems != [list(x) for x in want["problems"]]:
+        bad.append("problems")
+    return [f"the bundle's plan {manifest['plan']!r} differs from this checkout's in {', '.join(bad)}: rebuild it "
+            f"(python -m cutedsl bundle --plan {manifest['plan']})"] if bad else []
 
 
 def verify(out: Path, log=print) -> list:
@@ -204,13 +191,13 @@ def verify(out: Path, log=print) -> list:
     if manifest["source_hash"] != source_hash():
         problems.append(f"the bundle was compiled from sources {manifest['source_hash']}, this checkout is "
                         f"{source_hash()}: rebuild it from this checkout (python -m cutedsl bundle)")
+    problems += _plan_drift(manifest)
     found = 0
-    for grouped in (False, True):
-        for cfg in plan_configs(manifest, grouped):
-            if KernelCache(out / "cache").get(_cache_config(cfg, grouped)) is None:
-                problems.append(f"missing from the cache: {label(cfg)}{' (grouped)' if grouped else ''}")
-            else:
-                found += 1
+    for cfg in plan_configs(manifest):
+        if KernelCache(out / "cache").get(_cache_config(cfg)) is None:
+            problems.append(f"missing from the cache: {label(cfg)}")
+        else:
+            found += 1
     for name in manifest["entries"]:
         d = out / "cache" / name
         subs = [p for p in d.iterdir() if (p / "kernel.json").is_file()] if d.is_dir() else []

@@ -6,6 +6,8 @@ import os
 import sys
 
 SET_NAMES = ("square", "skinny", "paper", "stages", "wave", "moe")
+#: sets of the attention forward (AttentionConfigs, not GemmConfigs: named on their own, not in 'all')
+ATTENTION_SET_NAMES = ("attention",)
 
 
 def _csv_list(text):
@@ -15,12 +17,14 @@ def _csv_list(text):
 def add_parsers(sub) -> None:
     """Add the ``bench`` and ``bundle`` subcommands to the main CLI's subparsers."""
     from ..cliargs import int_in
-    b = sub.add_parser("bench", help="time GEMM configs against cuBLAS over shape sets",
-                       description="Time cutedsl GEMM configs against cuBLAS (same process, same inputs; "
+    b = sub.add_parser("bench", help="time GEMM configs against cuBLAS (attention: against torch SDPA) over shape sets",
+                       description="Time cutedsl GEMM configs against cuBLAS, and the attention forward against "
+                                   "torch's SDPA (flash and cuDNN backends) (same process, same inputs; "
                                    "CUDA events, median of --iters launches, rotated inputs and L2 flush). "
                                    "On --backend sim: tiny shapes, a test of the harness, no timings.")
     b.add_argument("--set", default="square",
-                   help="comma list of " + ", ".join(SET_NAMES) + ", or 'all' (default square)")
+                   help="comma list of " + ", ".join(SET_NAMES + ATTENTION_SET_NAMES) + ", or 'all' (every GEMM "
+                        "set; default square). attention: FlashAttention-3's forward benchmark, --dtype f16 or bf16")
     b.add_argument("--config", action="append", default=[], metavar="SPEC",
                    help="a config as key=value,... (GemmConfig fields, e.g. tile=128x256x64,stages=4); "
                         "repeatable; replaces --tile/--stages/--schedule")
@@ -61,11 +65,13 @@ def add_parsers(sub) -> None:
                                    "write DIR/manifest.json; or --verify that DIR has them all (no MLIR needed).")
     u.add_argument("--out", required=True, metavar="DIR")
     u.add_argument("--plan", choices=["gpu", "smoke"], default="gpu",
-                   help="gpu: everything (tests, main job, identity, every bench set); smoke: a small plan "
-                        "for testing the bundle itself")
+                   help="gpu: what a GPU lease runs (cutedsl.bench.plans: the gpu tests, the problems timed "
+                        "against cuBLAS with the model's and tuner's configs, the main job's export); smoke: "
+                        "a small plan for testing the bundle and the dry run")
     u.add_argument("--arch", choices=list(ARCHS), default=None,
-                   help="the target of the bundled kernels (default sm_90a); sm_100a bundles the plan's bench "
-                        "sets and main job for Blackwell, without the gpu tests (they drive sm_90a)")
+                   help="the target of the bundled kernels (default sm_90a); sm_100a bundles the plan's "
+                        "problems (the model's pick) and main job for Blackwell, without the gpu tests (they "
+                        "drive sm_90a)")
     u.add_argument("--verify", action="store_true", help="check that every kernel of DIR's manifest loads "
                                                           "from DIR/cache, compiling nothing")
     u.add_argument("--print", dest="print_key", metavar="KEY", help="print a manifest entry (shell use)")
@@ -78,6 +84,9 @@ def selected_configs(args, set_name: str) -> list:
     from ..cliargs import UsageError, stages_arg, tile_arg
     from ..errors import ConfigError
     from . import configs as C
+    if set_name in ATTENTION_SET_NAMES:
+        raise UsageError("--set", f"{set_name!r} times AttentionConfigs, not GEMM configs: run it with bench "
+                                  f"(its kernels compile on first use)")
     base = {"dtype": args.dtype, "out_dtype": args.out_dtype}
     if getattr(args, "arch", "sm_90a") != "sm_90a":
         base["arch"] = args.arch
@@ -115,10 +124,10 @@ def selected_configs(args, set_name: str) -> list:
 def set_names(args) -> list:
     from ..cliargs import UsageError
     names = list(SET_NAMES) if args.set == "all" else _csv_list(args.set)
-    bad = [n for n in names if n not in SET_NAMES]
+    bad = [n for n in names if n not in SET_NAMES + ATTENTION_SET_NAMES]
     if bad or not names:
         raise UsageError("--set", f"{', '.join(bad) or '(empty)'} unknown; choose from "
-                                  f"{', '.join(SET_NAMES)} or all")
+                                  f"{', '.join(SET_NAMES + ATTENTION_SET_NAMES)} or all")
     if args.set == "all":           # the sets the architecture has kernels for
         names = [n for n in names if _has_configs(args, n)]
     return names
@@ -137,11 +146,19 @@ def run_bench(args) -> int:
     from ..runtime.selection import get_backend
     from ..errors import NoDeviceError
     from . import libs, report
-    from .runner import Sweep, header
+    from .runner import header, make_sweep
     from .shapes import shapes_for
-    from .timing import EventTimer, WallTimer
 
-    plan = [(n, selected_configs(args, n)) for n in set_names(args)]
+    from . import attention
+    plan, notes = [], []
+    for n in set_names(args):
+        if n in ATTENTION_SET_NAMES:
+            cfgs, skipped = attention.configs(args.dtype)
+            plan.append((n, cfgs))
+            notes += skipped + [f"{n}: reference torch SDPA (flash, cuDNN backends) on a GPU with torch; on the "
+                                f"emulator the float64 reference (cutedsl/device/attention_reference.py)"]
+        else:
+            plan.append((n, selected_configs(args, n)))
     check_output_paths(args)
     try:
         backend = get_backend(args.backend, getattr(args, "arch", None))
@@ -151,22 +168,17 @@ def run_bench(args) -> int:
     if timed and args.iters < 20:
         raise UsageError("--iters", f"a GPU run takes the median of at least 20 launches, got {args.iters}")
     if args.identity:
+        if any(n in ATTENTION_SET_NAMES for n, _ in plan):
+            raise UsageError("--identity/--set", "the bit-identity check compares GEMMs; leave the attention set out")
         return run_identity(args, backend, plan)
     lib, note = libs.pick(backend.name, args.ref, args.seed)
-    timer = EventTimer(backend.drv) if timed else WallTimer(backend.synchronize)
-    from ..device import Gemm
-    from .runner import device_attrs
-    l2 = device_attrs(backend).get("l2_bytes", 0) if timed else 0
-    iters, warmup = (args.iters, args.warmup) if timed else (min(args.iters, 2), min(args.warmup, 1))
     total = sum(len(cfgs) * len(shapes_for(n, backend.name)) for n, cfgs in plan)
-    notes = [note]
+    notes.insert(0, note)
     if not timed:
         notes.append("backend sim: tiny shapes, harness test only, NO TIMINGS CLAIMED")
     with report.Progress(total, enabled=not args.no_progress) as bar:
-        from ..device.grouped import GroupedGemm
-        sweep = Sweep(backend, lib, timer, lambda c: Gemm(c, backend), iters=iters, warmup=warmup, l2_bytes=l2,
-                      max_sets=args.max_sets, flush=not args.no_flush, progress=bar,
-                      make_grouped=lambda c: GroupedGemm(c, backend))
+        sweep, timer = make_sweep(backend, lib, iters=args.iters, warmup=args.warmup, max_sets=args.max_sets,
+                                  flush=not args.no_flush, progress=bar)
         if bar.kind == "plain":
             notes.append(f"plain progress lines: {bar.why}")
         result = {"header": header(backend, lib, timer, sweep, notes), "sets": []}

@@ -13,7 +13,8 @@ import sys
 
 CSV_FIELDS = ("set", "m", "n", "k", "x", "config", "schedule", "tile", "stages", "dtype", "out_dtype", "ms",
               "ms_min", "ms_p90", "tflops", "ref_ms", "ref_tflops", "ratio", "max_rel_diff", "tolerance", "check",
-              "n_sets", "iters", "wall_ms", "error")
+              "n_sets", "iters", "wall_ms", "error", "batch", "seqlen", "heads", "head_dim", "causal", "flops",
+              "cudnn_ms", "cudnn_tflops")
 
 
 def _f(v, fmt):
@@ -43,6 +44,9 @@ def text(result: dict) -> str:
     for s in result["sets"]:
         p()
         p(f"== {s['set']}  (x = {s['x_label']})")
+        if s.get("kind") == "attention":
+            _attention_table(s, p)
+            continue
         p(f"{'M':>6} {'N':>6} {'K':>6}  {'config':<34} {'ms':>9} {'TFLOP/s':>8} {'ref ms':>9} "
           f"{'ref TF/s':>8} {'ratio':>6}  check")
         for r in s["rows"]:
@@ -67,6 +71,34 @@ def text(result: dict) -> str:
                 p(f"  {r['m']:>6} {r['n']:>6} {r['k']:>6}  {r['config']:<34} {r['mode']:<14} {r['clusters']:>8} "
                   f"{r['busy_max']:>8} {100 * r['utilisation']:>5.1f}%")
     return out.getvalue()
+
+
+def _check_text(r) -> str:
+    chk = r.get("check", "-")
+    if r.get("max_rel_diff") is not None:
+        chk += f" ({r['max_rel_diff']:.1e})"
+    if r.get("error"):
+        chk += f"  {r['error']}"
+    return chk
+
+
+def _attention_table(s, p) -> None:
+    """An attention set: per problem and config, cutedsl and each SDPA backend (ms, TFLOP/s as
+    FlashAttention counts), the ratio to SDPA flash, the check."""
+    refs = s.get("references", {})
+    p(f"{'batch':>5} {'seqlen':>6} {'heads':>5} {'d':>4}  {'config':<36} {'ms':>9} {'TFLOP/s':>8} "
+      + " ".join(f"{lab + ' ms':>15} {'TF/s':>6}" for lab in refs.values()) + f" {'ratio':>6}  check")
+    for r in s["rows"]:
+        ref_cols = " ".join(f"{_f(r.get(k + '_ms'), '15.4f')} {_f(r.get(k + '_tflops'), '6.1f')}" for k in refs)
+        p(f"{r['batch']:>5} {r['seqlen']:>6} {r['heads']:>5} {r['head_dim']:>4}  {r['config']:<36} "
+          f"{_f(r.get('ms'), '9.4f')} {_f(r.get('tflops'), '8.1f')} {ref_cols} {_f(r.get('ratio'), '6.3f')}  "
+          f"{_check_text(r)}")
+        for k, lab in refs.items():
+            if r.get(k + "_error"):
+                p(f"{'':>24}{lab}: {r[k + '_error']}")
+    for lab, g in s["summary"]["configs"].items():
+        p(f"  geomean {lab:<36} {_f(g['geomean_tflops'], '8.1f')} TFLOP/s  ratio to {refs.get('ref', 'reference')} "
+          f"{_f(g['geomean_ratio'], '.3f')}  failed checks {g['failed_checks']}/{g['problems']}")
 
 
 def to_json(result: dict) -> str:
@@ -114,7 +146,16 @@ def plot(result: dict, path: str) -> str | None:
             pts = sorted((r["x"], r.get(key)) for r in rs if r.get(key) is not None)
             if pts:
                 ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=label)
-        ref = sorted({(r["x"], r["ref_tflops"]) for r in rows if r.get("ref_tflops")})
+        if s.get("kind") == "attention":       # references per config (head dim, mask): one line each
+            for label, rs in by_cfg.items():
+                for k, lab, style in zip(s.get("references", {}), s.get("references", {}).values(), ("--", ":")):
+                    pts = sorted((r["x"], r[k + "_tflops"]) for r in rs if r.get(k + "_tflops"))
+                    if pts:
+                        ax.plot([x for x, _ in pts], [y for _, y in pts], linestyle=style, marker="s",
+                                label=f"{lab} ({label.split(' ', 1)[1]})")
+            ref = []
+        else:
+            ref = sorted({(r["x"], r["ref_tflops"]) for r in rows if r.get("ref_tflops")})
         if ref and s["set"] != "stages":
             ax.plot([x for x, _ in ref], [y for _, y in ref], "k--", marker="s", label="cuBLAS")
         elif ref:

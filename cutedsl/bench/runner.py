@@ -18,6 +18,7 @@ import datetime
 import os
 import platform
 import subprocess
+import time
 
 from ..errors import CuteDSLError
 from . import configs as _configs
@@ -36,13 +37,26 @@ def tolerance(dtype: str, out_dtype: str) -> float:
     return max(TOLERANCE[out_dtype], TOLERANCE.get(REF_DTYPE.get(dtype, dtype), 4e-3))
 
 
+def prebuilt_launcher(backend, gemm, launch):
+    """The fastest way to repeat a prepared launch (``gemm.prepare(...)[0]``): the backend's
+    ``launcher`` (parameter buffer built once, a few microseconds of host time, so the GPU
+    stays ahead of the host even for problems of tens of microseconds), else ``launch`` itself."""
+    packed = getattr(launch, "packed", None)
+    if packed is None or not hasattr(backend, "launcher") or packed[3]:
+        return launch
+    handle, grid, params, _ = packed
+    kern = gemm.compiled
+    return backend.launcher(handle, grid, params, block=kern.block, cluster=kern.cluster, smem=kern.dynamic_smem)
+
+
 class Sweep:
     """Times configs over shape sets. Collaborators are injected so the logic is testable
     without a GPU: ``backend`` (``.name``), ``lib`` (:mod:`.libs`), ``timer`` (:mod:`.timing`),
     ``make_gemm(config)`` -> an object with ``prepare(a, b, out=)`` -> ``(launch, result)``."""
 
     def __init__(self, backend, lib, timer, make_gemm, *, iters=30, warmup=5, l2_bytes=0,
-                 budget_bytes=4 << 30, max_sets=8, flush=True, progress=None, make_grouped=None):
+                 budget_bytes=4 << 30, max_sets=8, flush=True, progress=None, make_grouped=None,
+                 make_attention=None):
         if iters < 1 or warmup < 0:
             raise ValueError(f"iters must be >= 1 and warmup >= 0, got {iters}, {warmup}")
         self.backend, self.lib, self.timer, self.make_gemm = backend, lib, timer, make_gemm
@@ -52,6 +66,7 @@ class Sweep:
         self.progress = progress
         self._gemms = {}
         self.make_grouped = make_grouped     #: config -> a GroupedGemm (grouped sets)
+        self.make_attention = make_attention  #: AttentionConfig -> an Attention (attention sets)
         self.timed = backend.name == "cuda"
 
     # -- pieces -----------------------------------------------------------------------------
@@ -64,6 +79,12 @@ class Sweep:
         key = ("grouped", cfg)
         if key not in self._gemms:
             self._gemms[key] = self.make_grouped(cfg)
+        return self._gemms[key]
+
+    def attention(self, cfg):
+        key = ("attention", cfg)
+        if key not in self._gemms:
+            self._gemms[key] = self.make_attention(cfg)
         return self._gemms[key]
 
     def _time(self, fns):
@@ -120,16 +141,7 @@ class Sweep:
         return None, lib.matmul(sets[0]["a"], sets[0]["b"], None)
 
     def _launcher(self, gemm, launch):
-        """The fastest way to repeat a prepared launch: the backend's ``launcher`` (parameter
-        buffer built once, a few microseconds of host time, so the GPU stays ahead of the host
-        even for problems of tens of microseconds), else the prepared ``launch`` itself."""
-        packed = getattr(launch, "packed", None)
-        if packed is None or not hasattr(self.backend, "launcher") or packed[3]:
-            return launch
-        handle, grid, params, _ = packed
-        kern = gemm.compiled
-        return self.backend.launcher(handle, grid, params, block=kern.block, cluster=kern.cluster,
-                                     smem=kern.dynamic_smem)
+        return prebuilt_launcher(self.backend, gemm, launch)
 
     def _one(self, cfg, sets, ref0, row):
         gemm = self.gemm(cfg)
@@ -150,52 +162,99 @@ class Sweep:
         else:
             row.update(ms=None, tflops=None, wall_ms=ms)
 
-    # -- a set -----------------------------------------------------------------------------
+    # -- a set ---------------------------------------------------------------------------
     def run_set(self, set_name: str, cfgs: list) -> dict:
-        from .shapes import GROUPED_SETS
+        from .shapes import ATTENTION_SETS, GROUPED_SETS
         if set_name in GROUPED_SETS:            # problems made of groups: one GroupedGemm launch each
             from .grouped import run_grouped_set
             return run_grouped_set(self, set_name, cfgs)
-        shapes = shapes_for(set_name, self.backend.name)
+        if set_name in ATTENTION_SETS:          # AttentionConfigs against torch's SDPA backends
+            from .attention import run_attention_set
+            return run_attention_set(self, set_name, cfgs)
         rows = []
-        for (m, n, k) in shapes:
-            groups = {}
-            for cfg in cfgs:
-                groups.setdefault((cfg.dtype, cfg.out_dtype, cfg.b_major, cfg.b_dtype), []).append(cfg)
-            for (dt, out_dt, b_major, b_dt), group in groups.items():
-                sets = self._inputs(m, n, k, dt, out_dt, b_major, b_dt)
-                try:
-                    ref_ms, ref0 = self._reference(sets, m, n, k)
-                except Exception as e:   # noqa: BLE001 - a reference failure must not end the sweep
-                    ref_ms, ref0 = None, None
-                    ref_err = f"{type(e).__name__}: {e}"
-                else:
-                    ref_err = None
-                for cfg in group:
-                    row = {"set": set_name, "m": m, "n": n, "k": k, "config": _configs.label(cfg),
-                           "schedule": cfg.schedule, "tile": "x".join(map(str, cfg.tile)),
-                           "stages": cfg.resolved_stages(), "dtype": dt, "out_dtype": out_dt,
-                           "x": x_value(set_name, m, n, k, cfg.resolved_stages()), "n_sets": len(sets),
-                           "iters": self.iters, "ref_ms": ref_ms,
-                           "ref_tflops": tflops(m, n, k, ref_ms) if self.timed else None}
-                    if ref_err:
-                        row["ref_error"] = ref_err
-                    try:
-                        self._one(cfg, sets, ref0, row)
-                    except CuteDSLError as e:
-                        row.update(error=f"{type(e).__name__}: {e}", ms=None, tflops=None, check="error")
-                    t, r = row.get("tflops"), row.get("ref_tflops")
-                    row["ratio"] = t / r if t and r else None
-                    rows.append(row)
-                    if self.progress is not None:
-                        self.progress(f"{set_name} {m}x{n}x{k} {row['config']}")
-                del sets
-                self.lib.release()
+        for (m, n, k) in shapes_for(set_name, self.backend.name):
+            rows += self.run_problem(set_name, m, n, k, cfgs)
         out = {"set": set_name, "x_label": x_label(set_name), "rows": rows, "summary": summarize(rows)}
         if set_name == "wave":          # the SM-utilisation model on the set's real shapes (any backend)
             sms = getattr(self.backend, "sm_count", None) if self.timed else None
             out["model"] = model_rows(cfgs, sms or 132)
         return out
+
+    def run_problem(self, set_name: str, m: int, n: int, k: int, cfgs: list, deadline: float | None = None) -> list:
+        """One row per config of ``cfgs`` on an ``m x n x k`` problem, the reference run (and
+        timed) once per input type on the same inputs. ``deadline`` (``time.time()`` seconds):
+        a config that would not finish by then (its predicted time: the previous config's) is
+        not run; its row says ``check: "skipped"`` and why."""
+        rows = []
+        groups = {}
+        for cfg in cfgs:
+            groups.setdefault((cfg.dtype, cfg.out_dtype, cfg.b_major, cfg.b_dtype), []).append(cfg)
+        last = 0.0
+        for (dt, out_dt, b_major, b_dt), group in groups.items():
+            if deadline is not None and time.time() >= deadline:
+                rows += [self._skipped_row(set_name, m, n, k, cfg, deadline) for cfg in group]
+                continue
+            sets = self._inputs(m, n, k, dt, out_dt, b_major, b_dt)
+            try:
+                ref_ms, ref0 = self._reference(sets, m, n, k)
+            except Exception as e:   # noqa: BLE001 - a reference failure must not end the sweep
+                ref_ms, ref0 = None, None
+                ref_err = f"{type(e).__name__}: {e}"
+            else:
+                ref_err = None
+            for cfg in group:
+                if deadline is not None and time.time() + last >= deadline:
+                    rows.append(self._skipped_row(set_name, m, n, k, cfg, deadline))
+                    continue
+                t0 = time.time()
+                row = self._row(set_name, m, n, k, cfg, len(sets), ref_ms)
+                if ref_err:
+                    row["ref_error"] = ref_err
+                try:
+                    self._one(cfg, sets, ref0, row)
+                except CuteDSLError as e:
+                    row.update(error=f"{type(e).__name__}: {e}", ms=None, tflops=None, check="error")
+                t, r = row.get("tflops"), row.get("ref_tflops")
+                row["ratio"] = t / r if t and r else None
+                rows.append(row)
+                last = time.time() - t0
+                if self.progress is not None:
+                    self.progress(f"{set_name} {m}x{n}x{k} {row['config']}")
+            del sets
+            self.lib.release()
+        return rows
+
+    def _row(self, set_name, m, n, k, cfg, n_sets, ref_ms) -> dict:
+        return {"set": set_name, "m": m, "n": n, "k": k, "config": _configs.label(cfg), "schedule": cfg.schedule,
+                "tile": "x".join(map(str, cfg.tile)), "stages": cfg.resolved_stages(), "dtype": cfg.dtype,
+                "out_dtype": cfg.out_dtype, "x": x_value(set_name, m, n, k, cfg.resolved_stages()),
+                "n_sets": n_sets, "iters": self.iters, "ref_ms": ref_ms,
+                "ref_tflops": tflops(m, n, k, ref_ms) if self.timed else None}
+
+    def _skipped_row(self, set_name, m, n, k, cfg, deadline) -> dict:
+        row = self._row(set_name, m, n, k, cfg, 0, None)
+        row.update(ms=None, tflops=None, ratio=None, check="skipped",
+                   error=f"not run: the deadline was {max(0.0, deadline - time.time()):.0f} s away")
+        return row
+
+
+def make_sweep(backend, lib, *, iters=30, warmup=5, max_sets=8, flush=True, progress=None) -> tuple:
+    """``(sweep, timer)`` for ``backend`` and ``lib``: CUDA events, the device's L2 size (rotation
+    and flush) and ``iters`` / ``warmup`` on a GPU; on the emulator host wall time, no flush, at
+    most 2 / 1 launches (it tests the harness). ``timer.close()`` when done."""
+    from ..device import Gemm
+    from ..device.attention import Attention
+    from ..device.grouped import GroupedGemm
+    from .timing import EventTimer, WallTimer
+    timed = backend.name == "cuda"
+    timer = EventTimer(backend.drv) if timed else WallTimer(backend.synchronize)
+    l2 = device_attrs(backend).get("l2_bytes", 0) if timed else 0
+    if not timed:
+        iters, warmup = min(iters, 2), min(warmup, 1)
+    sweep = Sweep(backend, lib, timer, lambda c: Gemm(c, backend), iters=iters, warmup=warmup, l2_bytes=l2,
+                  max_sets=max_sets, flush=flush, progress=progress, make_grouped=lambda c: GroupedGemm(c, backend),
+                  make_attention=lambda c: Attention(c, backend))
+    return sweep, timer
 
 
 def model_rows(cfgs: list, sm_count: int) -> list:
@@ -211,6 +270,13 @@ def model_rows(cfgs: list, sm_count: int) -> list:
     return rows
 
 
+def _shape_key(row) -> tuple:
+    """What identifies a row's problem: an attention row's ``problem`` list, else its M, N, K
+    (a lease row's ``problem`` is the index of its problem in the plan, not a shape)."""
+    p = row.get("problem")
+    return tuple(p) if isinstance(p, (list, tuple)) else (row["m"], row["n"], row["k"])
+
+
 def summarize(rows: list) -> dict:
     """Per config: geometric means of TFLOP/s and of the ratio to the reference, failures;
     and the reference's geometric-mean TFLOP/s (each problem counted once)."""
@@ -221,7 +287,7 @@ def summarize(rows: list) -> dict:
                       "geomean_ratio": geomean(r.get("ratio") for r in rs),
                       "problems": len(rs),
                       "failed_checks": sum(r.get("check") in ("FAIL", "error") for r in rs)}
-    ref = {(r["m"], r["n"], r["k"], r["dtype"]): r.get("ref_tflops") for r in rows}
+    ref = {(*_shape_key(r), r["dtype"]): r.get("ref_tflops") for r in rows}
     return {"configs": out, "reference_geomean_tflops": geomean(ref.values())}
 
 

@@ -1,4 +1,5 @@
-"""Problem sets of the sweep: ``(M, N, K)`` lists, plus the set that varies pipeline stages."""
+"""Problem sets of the sweep: ``(M, N, K)`` lists, plus the set that varies pipeline stages,
+the grouped (MoE) sets and the attention set."""
 from __future__ import annotations
 
 #: (M, N, K) per set. ``stages`` is one problem timed once per stage count 1..7.
@@ -36,6 +37,17 @@ GROUPED_SETS = {
 #: what the emulator runs instead of a grouped set (an idle group, a partial tile)
 TINY_GROUPS = [[(130, 70, 96), (0, 70, 96), (33, 70, 96)]]
 
+#: attention sets, FlashAttention-3's forward benchmark (paper section 4.1): 16k tokens in total
+#: (batch = 16384 / seqlen), hidden dimension 2048 (heads = 2048 / head_dim), causal and not.
+#: Per problem ``(batch, seqlen, hidden, causal)``; the head dims are the configs'.
+ATTENTION_SETS = {
+    "attention": [(16384 // s, s, 2048, c) for c in (False, True) for s in (512, 1024, 2048, 4096, 8192, 16384)],
+}
+#: the head dimensions FA3's benchmark times (those the kernel does not build are skipped by name)
+ATTENTION_HEAD_DIMS = (64, 128, 256)
+#: what the emulator runs instead (not multiples of the 128 x 128 blocks; 128 wide: 2 heads of 64, 1 of 128)
+TINY_ATTENTION = [(1, 130, 128, False), (2, 70, 128, True)]
+
 #: what the emulator runs instead of any set: it tests the harness, it is not a benchmark.
 #: Neither is a tile multiple.
 TINY = [(130, 70, 96), (64, 200, 128)]
@@ -51,6 +63,8 @@ def shapes_for(set_name: str, backend_name: str) -> list:
     """The problems of ``set_name``; on the emulator always :data:`TINY`."""
     if set_name in GROUPED_SETS:
         return list(TINY_GROUPS) if backend_name == "sim" else list(GROUPED_SETS[set_name])
+    if set_name in ATTENTION_SETS:
+        return list(TINY_ATTENTION) if backend_name == "sim" else list(ATTENTION_SETS[set_name])
     if set_name not in SETS:
         raise ValueError(f"unknown shape set {set_name!r}; choose from {sorted(SETS) + sorted(GROUPED_SETS)}")
     return list(TINY) if backend_name == "sim" else list(SETS[set_name])
@@ -60,11 +74,12 @@ def x_label(set_name: str) -> str:
     """What varies along a set (the plot's x axis)."""
     return {"square": "M = N = K", "skinny": "M (N=2112, K=7168)", "paper": "K (M=7296, N=256)",
             "stages": "stages (7296 x 256 x 8192)", "wave": "M (N and K vary: few tiles, long K)",
-            "moe": "total M of the experts (N, K shared)"}[set_name]
+            "moe": "total M of the experts (N, K shared)", "fp8": "M = N = K (e4m3 -> bf16)",
+            "attention": "seqlen (batch = 16k tokens / seqlen, heads = 2048 / head_dim)"}[set_name]
 
 
 def x_value(set_name: str, m: int, n: int, k: int, stages: int) -> int:
-    return {"square": m, "skinny": m, "paper": k, "stages": stages, "wave": m, "moe": m}[set_name]
+    return {"square": m, "skinny": m, "paper": k, "stages": stages, "wave": m, "moe": m, "fp8": m}[set_name]
 
 
 def utilisation_model(cfg, m: int, n: int, k: int, sm_count: int = 132) -> dict | None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 import threading
 
+import time
+
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError, ConfigError
@@ -137,16 +139,18 @@ class Attention:
     ``config``: an :class:`AttentionConfig`, or None / ``"auto"`` to take
     :meth:`AttentionConfig.for_problem` per call (no hooks). ``kernel_cls``: an
     ``AttentionFwdKernel`` subclass. Hooks are the config's ``score_mod`` / ``mask_mod``; their
-    parameters are keyword arguments of the call."""
+    parameters are keyword arguments of the call. ``dump_dir``: write each compile's IR, PTX and
+    SASS there (as ``Gemm(dump_dir=)``; such compiles bypass the kernel cache)."""
 
-    def __init__(self, config: AttentionConfig | str | None = None, backend="auto", *, kernel_cls=None):
+    def __init__(self, config: AttentionConfig | str | None = None, backend="auto", *, kernel_cls=None,
+                 dump_dir=None):
         from ..runtime.selection import check_backend_arg
         if config not in (None, "auto") and not isinstance(config, AttentionConfig):
             raise ArgumentTypeError(f"config must be an AttentionConfig or 'auto', got {type(config).__name__}")
         check_backend_arg(backend)
         self.config = None if config in (None, "auto") else config
         self._backend_arg, self._backend = backend, None
-        self._kernel_cls = kernel_cls
+        self._kernel_cls, self._dump = kernel_cls, dump_dir
         self._kernels, self._lock = {}, threading.Lock()
         self._block_masks = BlockMaskCache()
 
@@ -189,6 +193,25 @@ class Attention:
         no tensor). Raises ``ArgumentTypeError``/``ArgumentError`` before anything is compiled
         (see :func:`check_call`, :func:`~cutedsl.device.attention_hook_args.check_hook_args`;
         hooks with ``cu_seqlens`` are refused)."""
+        launch, result = self.prepare(q, k, v, softmax_scale=softmax_scale, causal=causal, window=window,
+                                      softcap=softcap, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                      max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, **hook_args)
+        try:
+            launch()
+            return result()
+        finally:
+            launch.release()
+
+    def prepare(self, q, k, v, *, softmax_scale=None, causal=False, window=None, softcap=None, cu_seqlens_q=None,
+                cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, **hook_args):
+        """Validate, compile, copy host inputs and encode the tensor maps of one call (options
+        as :meth:`__call__`); returns ``(launch, result)``: ``launch()`` runs the kernel (again
+        on each call: what a benchmark times), ``result()`` waits and returns ``(o, lse)``.
+        ``launch.compiled`` is the ``CompiledKernel`` (None when nothing needs a launch: no
+        query or no key), ``launch.compile_seconds`` the time its compile (or cache load) took,
+        ``launch.cache_hit`` whether it came from the kernel cache;
+        ``launch.release()`` frees what the call allocated (a host result is copied out first
+        by ``result()``). Raises as :meth:`__call__`, before anything is launched."""
         views = [TensorView.of(x, n) for x, n in zip((q, k, v), NAMES)]
         problem, cq, ck = check_call(views, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
         scale = problem.head_dim ** -0.5 if softmax_scale is None else _real("softmax_scale", softmax_scale)
@@ -208,16 +231,18 @@ class Attention:
         o_shape = q.shape
         lse_shape = (q.shape[1], q.shape[0]) if cq is not None else (q.shape[0], q.shape[2], q.shape[1])
         if 0 in q.shape or 0 in views[1].shape:          # no query, or no key: O = 0, LSE = +inf, no launch
-            o = np.zeros(o_shape, q.dtype.numpy)
-            lse = np.full(lse_shape, np.inf, np.float32)
-            if q.on_host:
-                return o, lse
-            be = self.backend
-            return wrap_like(arrays.to_device(be, o), q.framework), wrap_like(arrays.to_device(be, lse), q.framework)
+            return _empty_call(self.backend, q, o_shape, lse_shape)
         local = (left, right) != (-1, -1)
         kern = self._kernel(cfg, local=local, causal=local and left == -1, softcap=cap is not None,
                             varlen=cq is not None)
-        return self._run(kern, views, problem, cq, ck, scale, cap, (left, right), o_shape, lse_shape, hook_args)
+        t0 = time.perf_counter()
+        compiled = kern.compile(dump_dir=self._dump)
+        spent = time.perf_counter() - t0
+        launch, result = self._prepare(kern, compiled, views, problem, cq, ck, scale, cap, (left, right), o_shape,
+                                       lse_shape, hook_args)
+        launch.compiled, launch.compile_seconds = compiled, spent
+        launch.cache_hit = bool(getattr(kern, "last_cache_hit", False))
+        return launch, result
 
     def reference(self, q, k, v, **options):
         """The float64 reference (:func:`~cutedsl.device.attention_reference.attention_reference`)
@@ -234,11 +259,11 @@ class Attention:
         return attention_reference(*(arrays.host_array(x) for x in (q, k, v)), score_mod=sm, mask_mod=mm,
                                    hook_args=host, **own)
 
-    def _run(self, kern, views, problem, cq, ck, scale, cap, window, o_shape, lse_shape, hook_args):
+    def _prepare(self, kern, compiled, views, problem, cq, ck, scale, cap, window, o_shape, lse_shape, hook_args):
         be, (q, k, v) = self.backend, views
         on_host = q.on_host
         dt = q.dtype
-        bind = Binding(be, kern.compile())
+        bind = Binding(be, compiled)
         try:
             devs = []
             for x in views:
@@ -252,7 +277,7 @@ class Attention:
             if on_host:
                 bind.own(do)
                 bind.own(dl)
-            if cq is None:                       # dense: O is stored by TMA (a tensor map over it)
+            if any(p.name == "o" and p.kind == "tensormap" for p in kern.params()):   # O stored by TMA
                 bind.tensor_map("o", do, kern.tensor_map_extent(do.shape, do.strides))
             else:
                 bind.pointer("o", do)
@@ -265,14 +290,18 @@ class Attention:
                 bind.values["total_q"] = q.shape[0]
             self._bind_hooks(bind, kern, problem, window, hook_args)
             bind.keep += devs + [do, dl]
-            bind.launcher(kern.grid(problem))()
+            launch = bind.launcher(kern.grid(problem))
+        except BaseException:
+            bind.release()              # nothing leaks from a call that fails before launch
+            raise
+
+        def result():
             bind.finish()
             if on_host:
                 return arrays.to_host(do), arrays.to_host(dl)
             return wrap_like(do, q.framework), wrap_like(dl, q.framework)
-        finally:
-            bind.release()
-
+        result.keep, result.release = launch.keep, launch.release
+        return launch, result
 
     def _bind_hooks(self, bind, kern, problem, window, hook_args) -> None:
         """The hooks' arguments and, for a block-sparse kernel, its block mask's arrays."""
@@ -287,6 +316,23 @@ class Attention:
                     bind.argument(ParamSpec(name, "ptr", dtype="i32"), val)
                 else:
                     bind.values[name] = val
+
+
+def _empty_call(be, q, o_shape, lse_shape):
+    """``(launch, result)`` of a call with no query or no key: nothing to launch; ``O = 0``,
+    ``LSE = +inf`` (FlashAttention's value for a row with no key)."""
+    o = np.zeros(o_shape, q.dtype.numpy)
+    lse = np.full(lse_shape, np.inf, np.float32)
+
+    def launch():
+        pass
+
+    def result():
+        if q.on_host:
+            return o.copy(), lse.copy()
+        return wrap_like(arrays.to_device(be, o), q.framework), wrap_like(arrays.to_device(be, lse), q.framework)
+    launch.release, launch.compiled, launch.compile_seconds, launch.cache_hit = (lambda: None), None, 0.0, False
+    return launch, result
 
 
 def attention(q, k, v, config: AttentionConfig | None = None, backend="auto", **options):

@@ -28,14 +28,18 @@ from ..errors import ConfigError, ConfigTypeError
 from ..problem import AttentionProblem
 from .config_protocol import KernelConfig, register_family
 
-ARCHS = ("sm_90a",)
+ARCHS = ("sm_90a", "sm_100a")
 #: the ``Attention`` call's own keyword arguments: a hook parameter may not take these names
 CALL_OPTIONS = ("softmax_scale", "causal", "window", "softcap", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
                 "max_seqlen_k")
 HOOK_FIELDS = ("score_mod", "mask_mod")
 
 
-def _kernel_cls():
+def _kernel_cls(arch: str = "sm_90a"):
+    """The kernel class of ``arch``: FlashAttention-3-style on sm_90a, -4-style on sm_100a."""
+    if arch == "sm_100a":
+        from ..kernel.attention_sm100 import AttentionFwdSm100Kernel
+        return AttentionFwdSm100Kernel
     from ..kernel.attention import AttentionFwdKernel
     return AttentionFwdKernel
 
@@ -68,15 +72,18 @@ class AttentionConfig(KernelConfig):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigTypeError(f"AttentionConfig {name} must be a bool, got {getattr(self, name)!r}")
         if self.arch not in ARCHS:
-            raise ConfigError(f"AttentionConfig arch must be one of {ARCHS} (the attention kernel is built for "
-                              f"Hopper's WGMMA), got {self.arch!r}")
-        why = _kernel_cls().reason(self.head_dim, self.dtype, self.overlap, self.pingpong)
+            raise ConfigError(f"AttentionConfig arch must be one of {ARCHS} (the attention kernels are built for "
+                              f"Hopper's WGMMA and Blackwell's tcgen05), got {self.arch!r}")
+        why = _kernel_cls(self.arch).reason(self.head_dim, self.dtype, self.overlap, self.pingpong)
         if why:
             raise ConfigError(f"AttentionConfig: {why}")
         from ..kernel.attention import hooks_reason
         why = hooks_reason(self.hooks(), CALL_OPTIONS)
         if why:
             raise ConfigError(f"AttentionConfig: {why}")
+        if self.arch == "sm_100a" and (self.score_mod is not None or self.mask_mod is not None):
+            raise ConfigError("AttentionConfig: score_mod / mask_mod hooks are built for arch='sm_90a' so far; the "
+                              "sm_100a kernel takes none: pass arch='sm_90a' or drop the hooks")
 
     def hooks(self) -> AttentionHooks:
         """The config's ``score_mod`` / ``mask_mod`` as an ``AttentionHooks`` (checked: ``HookError``
@@ -106,7 +113,8 @@ class AttentionConfig(KernelConfig):
         """The config for ``problem`` (an ``AttentionProblem`` of ints): its head dimension,
         ``dtype``, the FlashAttention-3 schedule (overlap and ping-pong); ``fixed`` fields are
         kept. ``ConfigError`` with :meth:`can_implement`'s reason when none fits."""
-        cfg = cls(**{"head_dim": problem.head_dim if problem.head_dim in _kernel_cls().HEAD_DIMS else 128,
+        arch = fixed.get("arch", "sm_90a")
+        cfg = cls(**{"head_dim": problem.head_dim if problem.head_dim in _kernel_cls(arch).HEAD_DIMS else 128,
                      "dtype": dtype, **fixed})
         why = cfg.can_implement(problem)
         if why:
@@ -120,8 +128,7 @@ class AttentionConfig(KernelConfig):
         if p is None:
             return None
         if p.head_dim != self.head_dim:
-            from ..kernel.attention import head_dim_reason
-            why = head_dim_reason(p.head_dim)
+            why = _kernel_cls(self.arch).reason(p.head_dim, self.dtype)
             return why or (f"head_dim {p.head_dim} differs from the config's {self.head_dim}: use "
                            f"AttentionConfig(head_dim={p.head_dim})")
         if p.head_dim_v != p.head_dim:
@@ -137,9 +144,11 @@ class AttentionConfig(KernelConfig):
         return None
 
     def kernel(self, *, local=False, causal=False, softcap=False, varlen=False, kernel_cls=None):
-        """The kernel variant for a call's band (``causal``: a band with no left edge) / softcap
-        / packed sequences."""
-        cls = kernel_cls or _kernel_cls()
+        """The kernel variant for a call's band (``causal``: a band with no left edge, which the
+        sm_90a kernel masks with the right edge only) / softcap / packed sequences."""
+        cls = kernel_cls or _kernel_cls(self.arch)
+        if self.arch == "sm_100a":
+            return cls(self.head_dim, self.dtype, local=local, softcap=softcap, varlen=varlen, arch=self.arch)
         return cls(self.head_dim, self.dtype, local=local, causal=causal, softcap=softcap, varlen=varlen,
                    overlap=self.overlap, pingpong=self.pingpong, arch=self.arch, hooks=self.hooks())
 

@@ -7,6 +7,11 @@ seqlen_k``, a ``mask_mod``, keys past a sequence's end) are ``-inf``; ``P = soft
 row; ``O = P V``; ``LSE = log(sum(exp(S)))`` (natural log, of the scaled scores). A row whose
 every key is masked has ``O = 0`` and ``LSE = +inf`` (FlashAttention's convention, so that a
 backward pass's ``exp(S - LSE)`` is 0 there).
+
+The backward (:func:`attention_backward_reference`, FlashAttention-2's equations): ``dV = P^T
+dO``, ``dP = dO V^T``, ``D = rowsum(dO * O) = rowsum(P * dP)``, ``dS = P * (dP - D)`` (times
+``1 - tanh^2`` under softcap), ``dQ = dS K * softmax_scale``, ``dK = dS^T Q * softmax_scale``;
+with GQA a K/V head's dK and dV sum over the query heads that share it.
 """
 from __future__ import annotations
 
@@ -46,6 +51,31 @@ def mask(seqlen_q: int, seqlen_k: int, causal: bool = False, window=None) -> np.
     return keep
 
 
+def _check(q, k, v, softmax_scale, cu_seqlens_q, cu_seqlens_k) -> float:
+    """The softmax scale, after checking that the shapes agree (``ArgumentError``)."""
+    if (cu_seqlens_q is None) != (cu_seqlens_k is None):
+        raise ArgumentError("cu_seqlens_q and cu_seqlens_k go together: pass both or neither")
+    if q.shape[-2] % k.shape[-2] or k.shape[-2] != v.shape[-2]:
+        raise ArgumentError(f"heads {q.shape[-2]} must be a multiple of kv_heads {k.shape[-2]} (and k, v agree)")
+    if cu_seqlens_q is None and (q.ndim != 4 or k.shape[:2] != v.shape[:2] or q.shape[0] != k.shape[0]):
+        raise ArgumentError(f"q, k, v must be (batch, seqlen, heads, dim), got {q.shape}, {k.shape}, {v.shape}")
+    return q.shape[-1] ** -0.5 if softmax_scale is None else float(softmax_scale)
+
+
+def _scores(qh, kh, scale, softcap, score_mod, mask_mod, base, b, hh, qi, kj) -> tuple:
+    """``(S with masked entries -inf, tanh(S / softcap) or None)`` of one head: ``qh`` (sq, d),
+    ``kh`` (sk, d)."""
+    s = (qh @ kh.T) * scale
+    t = None
+    if softcap:
+        t = np.tanh(s / softcap)
+        s = softcap * t
+    if score_mod is not None:
+        s = np.asarray(score_mod(s, b, hh, qi, kj), np.float64)
+    keep = base if mask_mod is None else base & np.asarray(mask_mod(b, hh, qi, kj), bool)
+    return np.where(keep, s, -np.inf), t
+
+
 def _one(q, k, v, scale, causal, window, softcap, score_mod, mask_mod, b):
     """One sequence: q (sq, h, d), k (sk, hk, d), v (sk, hk, dv) -> o (sq, h, dv), lse (h, sq)."""
     sq, h, _ = q.shape
@@ -57,13 +87,7 @@ def _one(q, k, v, scale, causal, window, softcap, score_mod, mask_mod, b):
     qi, kj = np.arange(sq)[:, None], np.arange(sk)[None, :]
     for hh in range(h):
         kh = hh // group
-        s = (q[:, hh, :] @ k[:, kh, :].T) * scale
-        if softcap:
-            s = softcap * np.tanh(s / softcap)
-        if score_mod is not None:
-            s = np.asarray(score_mod(s, b, hh, qi, kj), np.float64)
-        keep = base if mask_mod is None else base & np.asarray(mask_mod(b, hh, qi, kj), bool)
-        s = np.where(keep, s, -np.inf)
+        s, _ = _scores(q[:, hh, :], k[:, kh, :], scale, softcap, score_mod, mask_mod, base, b, hh, qi, kj)
         m = s.max(axis=1, initial=-np.inf)
         live = np.isfinite(m)
         p = np.exp(s - np.where(live, m, 0.0)[:, None])
@@ -91,16 +115,9 @@ def attention_reference(q, k, v, *, softmax_scale=None, causal=False, window=Non
     ``ArgumentError`` for shapes that do not agree or a missing hook argument, ``HookError`` for
     a hook of the wrong kind or signature."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-    d = q.shape[-1]
-    scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
+    scale = _check(q, k, v, softmax_scale, cu_seqlens_q, cu_seqlens_k)
     mods = (score_mod, mask_mod, hook_args)
-    if (cu_seqlens_q is None) != (cu_seqlens_k is None):
-        raise ArgumentError("cu_seqlens_q and cu_seqlens_k go together: pass both or neither")
-    if q.shape[-2] % k.shape[-2] or k.shape[-2] != v.shape[-2]:
-        raise ArgumentError(f"heads {q.shape[-2]} must be a multiple of kv_heads {k.shape[-2]} (and k, v agree)")
     if cu_seqlens_q is None:
-        if q.ndim != 4 or k.shape[:2] != v.shape[:2] or q.shape[0] != k.shape[0]:
-            raise ArgumentError(f"q, k, v must be (batch, seqlen, heads, dim), got {q.shape}, {k.shape}, {v.shape}")
         hooks = (scale, causal, window, softcap, *_mods(*mods, (q.shape[0], q.shape[2], q.shape[1], k.shape[1])))
         outs = [_one(q[b], k[b], v[b], *hooks, b) for b in range(q.shape[0])]
         return np.stack([o for o, _ in outs]), np.stack([lse for _, lse in outs])
@@ -114,4 +131,58 @@ def attention_reference(q, k, v, *, softmax_scale=None, causal=False, window=Non
     return o, lse
 
 
-__all__ = ["attention_reference", "mask"]
+def _one_bwd(do, q, k, v, scale, causal, window, softcap, mask_mod, b):
+    """One sequence: do, q (sq, h, d), k, v (sk, hk, d) -> dq (sq, h, d), dk, dv (sk, hk, d)."""
+    sq, h, _ = q.shape
+    sk, hk, _ = k.shape
+    group = h // hk
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    base = mask(sq, sk, causal, window)
+    qi, kj = np.arange(sq)[:, None], np.arange(sk)[None, :]
+    for hh in range(h):
+        kh = hh // group
+        s, t = _scores(q[:, hh, :], k[:, kh, :], scale, softcap, None, mask_mod, base, b, hh, qi, kj)
+        m = s.max(axis=1, initial=-np.inf)
+        live = np.isfinite(m)
+        p = np.exp(s - np.where(live, m, 0.0)[:, None])
+        p[live] /= p[live].sum(axis=1, keepdims=True)        # rows with no key: P = 0
+        dp = do[:, hh, :] @ v[:, kh, :].T
+        ds = p * (dp - (p * dp).sum(axis=1, keepdims=True))   # rowsum(P * dP) = rowsum(dO * O)
+        if softcap:
+            ds = ds * (1.0 - t * t)
+        dv[:, kh, :] += p.T @ do[:, hh, :]
+        dq[:, hh, :] = ds @ k[:, kh, :] * scale
+        dk[:, kh, :] += ds.T @ q[:, hh, :] * scale
+    return dq, dk, dv
+
+
+def attention_backward_reference(dout, q, k, v, *, softmax_scale=None, causal=False, window=None, softcap=None,
+                                 cu_seqlens_q=None, cu_seqlens_k=None, mask_mod=None, hook_args=None):
+    """``(dq, dk, dv)`` in float64: the gradients of :func:`attention_reference`'s ``o`` with
+    respect to ``q``, ``k``, ``v`` for the output gradient ``dout`` (shaped like ``o``), from
+    the definitions (module docstring), P recomputed in float64 (no O or LSE is taken, so the
+    reference does not inherit a kernel's forward error). Shapes, options and errors as
+    :func:`attention_reference` (no ``score_mod``: its derivative is unknown); ``dq`` is shaped
+    like ``q``, ``dk``/``dv`` like ``k``/``v`` (summed over the query heads of a K/V head)."""
+    do, q, k, v = (np.asarray(x, np.float64) for x in (dout, q, k, v))
+    scale = _check(q, k, v, softmax_scale, cu_seqlens_q, cu_seqlens_k)
+    if do.shape != q.shape[:-1] + (v.shape[-1],):
+        raise ArgumentError(f"dout must have o's shape {q.shape[:-1] + (v.shape[-1],)}, got {do.shape}")
+    opts = (scale, causal, window, softcap)
+
+    def mm(sizes):
+        return _mods(None, mask_mod, hook_args, sizes)[1]
+    if cu_seqlens_q is None:
+        m = mm((q.shape[0], q.shape[2], q.shape[1], k.shape[1]))
+        outs = [_one_bwd(do[b], q[b], k[b], v[b], *opts, m, b) for b in range(q.shape[0])]
+        return tuple(np.stack([x[i] for x in outs]) for i in range(3))
+    cq, ck = np.asarray(cu_seqlens_q), np.asarray(cu_seqlens_k)
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    for b in range(len(cq) - 1):
+        qs, ks = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        m = mm((len(cq) - 1, q.shape[1], int(cq[b + 1] - cq[b]), int(ck[b + 1] - ck[b])))
+        dq[qs], dk[ks], dv[ks] = _one_bwd(do[qs], q[qs], k[ks], v[ks], *opts, m, b)
+    return dq, dk, dv
+
+
+__all__ = ["attention_reference", "attention_backward_reference", "mask"]

@@ -15,6 +15,10 @@
 * :func:`rcp_approx` -- ``rcp.approx.ftz.f32`` (PTX ISA: max relative error 2^-23 over the normal
   range; subnormals flush to zero): the 1/rowsum of a softmax.
 * :func:`fma` -- ``fma.rn.f32`` (one rounding): ``x * scale - max * scale`` in one instruction.
+* :func:`max3` -- ``max.f32 d, a, b, c`` (three inputs; PTX ISA 9.7.3 max, PTX 8.8, sm_100+; SASS
+  FMNMX3); :func:`fma_x2` / :func:`add_x2` -- ``fma.rn.f32x2`` / ``add.rn.f32x2`` on two f32 pairs
+  (PTX ISA 9.7.3 fma / add ``.f32x2``, PTX 8.6, sm_100+; SASS FFMA2 / FADD2: two lanes' worth of
+  work per instruction, each lane rounded as its scalar form).
 
 Each takes and returns an f32 :class:`~cutedsl.ir.Scalar`; the emulator runs the same PTX.
 """
@@ -108,5 +112,33 @@ def fma(a, b, c) -> Scalar:
     return Scalar(math.fma(_f32(a), _f32(b), _f32(c)))
 
 
-__all__ = ["exp2", "exp", "tanh", "tanh_approx", "log2_approx",
-           "erf", "minimum", "maximum", "fmin", "fmax", "rcp_approx", "fma", "LOG2E"]
+def max3(a, b, c) -> Scalar:
+    """``max.f32 d, a, b, c``: the largest of three f32 (NaN rules as :func:`fmax`; sm_100+)."""
+    return Scalar(llvm.inline_asm(ir.F32Type.get(), [_f32(a), _f32(b), _f32(c)], "max.f32 $0, $1, $2, $3;",
+                                  "=f,f,f,f"))
+
+
+def _x2(op: str, pairs) -> tuple:
+    """``op.rn.f32x2`` on f32 pairs ``pairs`` (each ``(lo, hi)``): the result pair. The pairs
+    are packed into 64-bit registers with ``mov.b64 {lo, hi}`` (a register pair in SASS: free)."""
+    f32t = ir.F32Type.get()
+    regs = ", ".join(f"x{i}" for i in range(len(pairs)))
+    packs = "".join(f"mov.b64 x{i}, {{${2 + 2 * i}, ${3 + 2 * i}}}; " for i in range(len(pairs)))
+    asm = (f"{{ .reg .b64 d, {regs}; {packs}{op}.rn.f32x2 d, {regs}; mov.b64 {{$0, $1}}, d; }}")
+    ops = [_f32(x) for pair in pairs for x in pair]
+    st = llvm.inline_asm(ir.Type.parse("!llvm.struct<(f32, f32)>"), ops, asm, "=f,=f," + ",".join("f" * len(ops)))
+    return Scalar(llvm.extractvalue(f32t, st, [0])), Scalar(llvm.extractvalue(f32t, st, [1]))
+
+
+def fma_x2(a: tuple, b: tuple, c: tuple) -> tuple:
+    """``(a0 b0 + c0, a1 b1 + c1)``, each rounded once, by one ``fma.rn.f32x2`` (sm_100+)."""
+    return _x2("fma", (a, b, c))
+
+
+def add_x2(a: tuple, b: tuple) -> tuple:
+    """``(a0 + b0, a1 + b1)`` by one ``add.rn.f32x2`` (sm_100+)."""
+    return _x2("add", (a, b))
+
+
+__all__ = ["exp2", "exp", "tanh", "tanh_approx", "log2_approx", "erf", "minimum", "maximum", "fmin", "fmax",
+           "rcp_approx", "fma", "max3", "fma_x2", "add_x2", "LOG2E"]

@@ -161,7 +161,8 @@ class AttentionFwdKernel(Kernel):
     # -- host contract ---------------------------------------------------------------------
     def params(self) -> list:
         ps = [Param("q", "tensormap"), Param("k", "tensormap"), Param("v", "tensormap"),
-              Param("o", "ptr", dtype=self.dtype, output=True) if self.varlen else Param("o", "tensormap"),
+              Param("o", "tensormap") if getattr(self.epilogue, "tma", False) else
+              Param("o", "ptr", dtype=self.dtype, output=True),
               Param("lse", "ptr", dtype="f32", output=True),
               Param("seqlen_q", "i32"), Param("seqlen_k", "i32"), Param("heads", "i32"), Param("group", "i32"),
               Param("exp_scale", "f32")]

@@ -26,7 +26,7 @@ from ..collective.mainloop import MultistageMainloop
 from ..collective.tile_scheduler import TileScheduler
 from ..compiler.identity import qualname
 from ..problem import GemmProblem
-from .base import Kernel
+from .skeleton import Role, SkeletonKernel
 
 TILE_M = (64, 128)
 TILE_N = (64, 128, 256)
@@ -72,8 +72,9 @@ def _check_grid_protocol(obj) -> None:
                           f"one GemmProblem, e.g. 'def grid(self, problem): ... problem.m, problem.n, problem.k'")
 
 
-class GemmKernel(Kernel):
-    """Base of the GEMM kernels; a new algorithm is a subclass overriding these hooks:
+class GemmKernel(SkeletonKernel):
+    """Base of the GEMM kernels of every architecture (on the kernel skeleton,
+    :mod:`cutedsl.kernel.skeleton`); a new algorithm is a subclass overriding these hooks:
 
     * class attributes ``mainloop_cls`` (e.g. ``MultistageMainloop``; ``None`` when the kernel
       composes atoms itself), ``epilogue_cls`` (an ``Epilogue`` subclass; the constructor's
@@ -94,8 +95,9 @@ class GemmKernel(Kernel):
     """
 
     name = "gemm"
-    #: the MMA atom family the kernel issues (``Arch.require`` checks the target has it)
-    mma_atom = "wgmma"
+    #: the MMA atom family the kernel issues (``Arch.require`` checks the target has it): each
+    #: architecture's kernel names its own ("wgmma", "tcgen05"); None in the arch-neutral bases
+    mma_atom = None
     #: the fix-up of tiles whose K is split over units of work (a ``PartialTileReduction``
     #: when the scheduler splits K: stream-K / split-K), else None
     reduction = None
@@ -183,7 +185,8 @@ class GemmKernel(Kernel):
         self.batched = bool(batched)
         self.traits = mma_traits(dtype)    #: K tile, element bytes, swizzle of the operands
         self.arch = get_arch(arch or DEFAULT)    #: the target: warpgroup size, budgets, toolchain
-        self.arch.require(self.mma_atom, type(self).__name__)
+        if self.mma_atom is not None:
+            self.arch.require(self.mma_atom, type(self).__name__)
         if b_major not in ("MN", "K"):
             raise ValueError(f"b_major must be 'MN' or 'K', got {b_major}")
         if epilogue is not None:
@@ -267,31 +270,22 @@ class GemmKernel(Kernel):
         ``(0, k_tiles)``, unless a split-K scheduler says otherwise)."""
         return self.scheduler.k_tile_range(k_tiles)
 
-    def smem_plan(self, stages: int | None = None):
-        """The shared-memory plan: the mainloop's buffers and barriers (if it has a mainloop;
+    def declare_smem(self, plan, stages=None) -> None:
+        """The kernel's shared memory (see :meth:`SkeletonKernel.smem_plan
+        <cutedsl.kernel.skeleton.SkeletonKernel.smem_plan>`, which sizes it against
+        ``arch.smem_per_cta``: 227 KiB per CTA on sm_90a, and ``max_stages``, CUTLASS's
+        ``StageCountAutoCarveout``): the mainloop's buffers and barriers (if it has a mainloop;
         with ``stages`` slots, default its own), the epilogue's, then :meth:`plan_extra`'s.
-        Declarations only (no IR). Raises ``SharedMemoryError`` when it cannot fit
-        (``arch.smem_per_cta``: 227 KiB per CTA on sm_90a)."""
-        from ..ir.smem import SmemPlan
-        plan = SmemPlan(limit=self.arch.smem_per_cta)
+        Declarations only (no IR)."""
         if self.mainloop is not None:
             self.mainloop.plan(plan, stages)
         self.epilogue.plan(plan)
         self.plan_extra(plan)
-        return plan
 
-    def max_stages(self, candidates) -> int | None:
-        """The most stages among ``candidates`` (ints) whose :meth:`smem_plan` fits, or None:
-        CUTLASS's ``StageCountAutoCarveout`` -- the ring takes what the epilogue and the
-        kernel's own buffers leave. One kernel sizes every candidate (no kernel per count)."""
-        from ..errors import SharedMemoryError
-        for s in sorted(candidates, reverse=True):
-            try:
-                self.smem_plan(s)
-                return s
-            except SharedMemoryError:
-                continue
-        return None
+    def tensor_maps(self) -> list:
+        """The mainloop's tensor maps (A, B; scale factors), then the epilogue's."""
+        ml = self.mainloop.tensor_maps() if self.mainloop is not None else []
+        return ml + self.epilogue.tensor_maps()
 
     def plan_extra(self, plan) -> None:
         """Hook: declare a subclass's own shared memory / barriers in ``plan`` (none here)."""
@@ -382,6 +376,7 @@ class MultistageGemmKernel(GemmKernel):
     """Pipelined GEMM; ``stages`` 1..7 smem slots; see module docstring."""
 
     name = "gemm_multistage"
+    mma_atom = "wgmma"
     mainloop_cls = MultistageMainloop
     epilogue_cls = TmaStoreEpilogue
     CONFIG_FIELDS = GemmKernel.CONFIG_FIELDS + ("stages",)
@@ -416,23 +411,27 @@ class MultistageGemmKernel(GemmKernel):
     def config(self) -> dict:
         return {**super().config(), "stages": self.stages, "warpgroups": self.warpgroups}
 
-    def define(self):
-        from ..ir import KernelBuilder, thread_idx
-        plan = self.smem_plan()
-        kb = KernelBuilder(self.name, self.params(), block=(self.threads, 1, 1), arch=self.arch)
-        with kb.build() as args:
-            smem = plan.bind()
-            self.epilogue.init(smem, thread_idx().eq(0))      # before the mainloop's init fence
-            ops, pipeline = self.mainloop.setup(smem, args)
-            problem = self.bind_problem(args)
-            wt = self.work_tile(0)
-            ops = self.batch_operands(ops, wt)
-            acc = self.mainloop.run(ops, pipeline, self._count(wt.k_count), wt.m0, wt.n0, wt.k_first)
-            wg = thread_idx() // self.arch.warpgroup_threads if self.warpgroups > 1 else 0
-            row_base = wg * self.mainloop.wg_m if self.warpgroups > 1 else 0
-            self.epilogue.store(acc, EpilogueContext(wt.m0, wt.n0, args.m, args.n, args, smem, row_base, wg,
-                                                     l=wt.l, problem=problem))
-        return kb, plan.dynamic_bytes, self.mainloop.tensor_maps() + self.epilogue.tensor_maps()
+    # -- build: one warpgroup role (two splitting M) issues TMA and WGMMA, then stores
+    def roles(self) -> tuple:
+        return (Role.warpgroups("mma", self.warpgroups),)
+
+    def setup(self, b) -> None:
+        self.epilogue.init(b.smem, b.leader)            # before the mainloop's init fence
+        b.ops, b.pipeline = self.mainloop.setup(b.smem, b.args)
+        b.init_synced = True                            # the mainloop fenced and synchronised the CTA
+
+    def bind(self, b) -> None:
+        b.problem = self.bind_problem(b.args)
+
+    def role_mma(self, b, index) -> None:
+        from ..ir import thread_idx
+        wt = self.work_tile(0)
+        ops = self.batch_operands(b.ops, wt)
+        acc = self.mainloop.run(ops, b.pipeline, self._count(wt.k_count), wt.m0, wt.n0, wt.k_first)
+        wg = thread_idx() // self.arch.warpgroup_threads if self.warpgroups > 1 else 0
+        row_base = wg * self.mainloop.wg_m if self.warpgroups > 1 else 0
+        self.epilogue.store(acc, EpilogueContext(wt.m0, wt.n0, b.args.m, b.args.n, b.args, b.smem, row_base, wg,
+                                                 l=wt.l, problem=b.problem))
 
 
 # composed straight from atoms, in its own module; imported here so existing imports work

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from ..arch import DEFAULT
 from ..collective.epilogue import EpilogueContext
-from .gemm import MAX_ACC_REGS, GemmKernel, acc_regs
+from .gemm import MAX_ACC_REGS, acc_regs
+from .single_tile_base import SingleTileGemmBase
 
 
-class SingleTileGemmKernel(GemmKernel):
-    """Unpipelined GEMM built straight from atoms (one smem slot, one mbarrier)."""
+class SingleTileGemmKernel(SingleTileGemmBase):
+    """Unpipelined GEMM built straight from atoms (one smem slot, one mbarrier: the arch-neutral
+    :class:`~cutedsl.kernel.single_tile_base.SingleTileGemmBase`), WGMMA into registers."""
 
     name = "gemm_single_tile"
+    mma_atom = "wgmma"
 
     @classmethod
     def can_implement(cls, config) -> str | None:
@@ -25,89 +28,31 @@ class SingleTileGemmKernel(GemmKernel):
             return (f"single_tile uses one warpgroup: a {bm}x{bn} f32 accumulator needs {acc} registers per "
                     f"thread, past the {DEFAULT.max_regs_per_thread}-register limit; use schedule='multistage' "
                     f"(two consumer warpgroups)")
-        if config.stages not in ("auto", 1):
-            return f"single_tile has exactly one stage, got stages={config.stages!r}"
-        return None
+        return cls.stage_reason(config)
 
-    def plan_extra(self, plan) -> None:
-        """One slot for A and B (swizzled as the MMA traits say) and its mbarrier."""
-        t = self.traits
-        # M-/N-major: the boxes of mn_box columns stacked, the same bytes as rows x k_tile
-        a_shape = ((self.tile_m // t.mn_box) * t.k_tile, t.mn_box) if self.a_major == "MN" else (self.tile_m, t.k_tile)
-        b_shape = ((self.tile_n // t.mn_box) * t.k_tile, t.mn_box) if self.b_major == "MN" else (self.tile_n, t.k_tile)
-        plan.buffer("a", a_shape, self.dtype, swizzle=t.swizzle, major=self.a_major)
-        plan.buffer("b", b_shape, self.b_dtype, swizzle=t.swizzle, major=self.b_major)
-        plan.barriers("bar", 1)
+    # -- build: one warpgroup; thread 0 loads, every thread waits and issues WGMMA ----------
+    def setup(self, b) -> None:
+        self.bind_slot(b)
+        b.bar.init(0, 1, predicate=b.leader)
+        self.epilogue.init(b.smem, b.leader)
 
-    def boxes(self) -> tuple:
-        """The TMA boxes of A and B: a whole k-tile (K-major), or ``k_tile x mn_box`` (MN-major,
-        several per tile)."""
-        t = self.traits
-        a_box = (t.k_tile, t.mn_box) if self.a_major == "MN" else (self.tile_m, t.k_tile)
-        b_box = (t.k_tile, t.mn_box) if self.b_major == "MN" else (self.tile_n, t.k_tile)
-        return a_box, b_box
-
-    def load_k_tile(self, ta, tb, smem, bar, kt, m0, n0, la=(), lb=()) -> None:
-        """IR, by one thread: expect the tile bytes on mbarrier 0 of ``bar`` and TMA-load k-tile
-        ``kt`` of A (rows ``m0..``) and B (rows ``n0..``) into the slot (MN-major operands as
-        boxes of ``mn_box`` columns); ``la``/``lb``: batch coordinates."""
-        t, tm, tn = self.traits, self.tile_m, self.tile_n
-        a_box, b_box = self.boxes()
-        k0 = kt * t.k_tile
-        bar.arrive_expect_tx(0, t.tile_bytes(tm + tn))
-        if self.a_major == "MN":
-            for j in range(tm // t.mn_box):
-                dst = smem["a"].tile(shape=a_box, byte_offset=j * ta.box_bytes)
-                ta.load(dst, bar, 0, la + (k0, m0 + t.mn_box * j))
-        else:
-            ta.load(smem["a"].tile(), bar, 0, la + (m0, k0))
-        if self.b_major == "MN":
-            for j in range(tn // t.mn_box):
-                dst = smem["b"].tile(shape=b_box, byte_offset=j * tb.box_bytes)
-                tb.load(dst, bar, 0, lb + (k0, n0 + t.mn_box * j))
-        else:
-            tb.load(smem["b"].tile(), bar, 0, lb + (n0, k0))
-
-    def tensor_map_specs(self) -> list:
-        """The A and B tensor maps (boxes of one k-tile; rank 3 when batched)."""
-        from ..compiler.artifact import TensorMapSpec
-        t = self.traits
-        a_box, b_box = self.boxes()
-        lead = (1,) if self.batched else ()       # rank-3 (L, rows, cols) maps
-        return [TensorMapSpec("a", self.dtype, lead + a_box, swizzle=t.swizzle),
-                TensorMapSpec("b", self.b_dtype, lead + b_box, swizzle=t.swizzle)]
-
-    def define(self):
+    def role_main(self, b, index) -> None:
         from mlir.dialects import gpu
-        from ..atom import Accumulator, MBarriers, TmaCopy, WarpgroupMMA
-        from ..ir import If, KernelBuilder, Loop, thread_idx
-        tm, tn = self.tile_m, self.tile_n
-        specs = self.tensor_map_specs()
-        plan = self.smem_plan()
-        kb = KernelBuilder(self.name, self.params(), block=(self.arch.warpgroup_threads, 1, 1), arch=self.arch)
-        with kb.build() as args:
-            smem = plan.bind()
-            ta, tb = TmaCopy(specs[0], args.a), TmaCopy(specs[1], args.b)
-            bar = MBarriers(smem.barriers("bar"), 1)
-            leader = thread_idx().eq(0)
-            bar.init(0, 1, predicate=leader)
-            self.epilogue.init(smem, leader)
-            bar.fence_init()
-            gpu.barrier()
-            problem = self.bind_problem(args)
-            wt = self.work_tile(0)
-            m0, n0, first, count = wt.m0, wt.n0, wt.k_first, self._count(wt.k_count)
-            la, lb = ((c,) for c in self.batch_coords(wt)) if self.batched else ((), ())
-            mma = WarpgroupMMA(tm, tn, self.dtype, self.b_major, self.b_dtype, self.a_major)
-            loop = Loop(0, count, carry=mma.zero().structs)
-            for kt, structs in loop:
-                with If(leader):
-                    self.load_k_tile(ta, tb, smem, bar, kt + first, m0, n0, la, lb)
-                bar.wait(0, kt & 1)                 # the barrier completes one phase per k-tile
-                acc = mma.mma(Accumulator(structs, tn), smem["a"].tile(), smem["b"].tile())
-                mma.wait(0)
-                gpu.barrier()                       # all reads of the slot done before it is refilled
-                loop.next(*acc.structs)
-            acc = Accumulator(loop.results, tn)
-            self.epilogue.store(acc, EpilogueContext(m0, n0, args.m, args.n, args, smem, l=wt.l, problem=problem))
-        return kb, plan.dynamic_bytes, specs + self.epilogue.tensor_maps()
+        from ..atom import Accumulator, WarpgroupMMA
+        from ..ir import If, Loop
+        tm, tn, bar, args = self.tile_m, self.tile_n, b.bar, b.args
+        wt = self.work_tile(0)
+        m0, n0, first, count = wt.m0, wt.n0, wt.k_first, self._count(wt.k_count)
+        la, lb = ((c,) for c in self.batch_coords(wt)) if self.batched else ((), ())
+        mma = WarpgroupMMA(tm, tn, self.dtype, self.b_major, self.b_dtype, self.a_major)
+        loop = Loop(0, count, carry=mma.zero().structs)
+        for kt, structs in loop:
+            with If(b.leader):
+                self.load_k_tile(b.ta, b.tb, b.smem, bar, kt + first, m0, n0, la, lb)
+            bar.wait(0, kt & 1)                 # the barrier completes one phase per k-tile
+            acc = mma.mma(Accumulator(structs, tn), b.smem["a"].tile(), b.smem["b"].tile())
+            mma.wait(0)
+            gpu.barrier()                       # all reads of the slot done before it is refilled
+            loop.next(*acc.structs)
+        acc = Accumulator(loop.results, tn)
+        self.epilogue.store(acc, EpilogueContext(m0, n0, args.m, args.n, args, b.smem, l=wt.l, problem=b.problem))

@@ -3,8 +3,8 @@ with the accumulator in tensor memory.
 
 Per CTA (128 threads, one ``128 x tile_n`` output tile): warp 0 allocates the accumulator's
 TMEM columns; one thread runs the k-loop: per k-tile it TMA-loads A and B into the slot (the
-same :meth:`~cutedsl.kernel.single_tile.SingleTileGemmKernel.load_k_tile` as the Hopper
-kernel), waits for them, issues the k-tile's ``tcgen05.mma`` instructions (enable-input-d off
+same :meth:`~cutedsl.kernel.single_tile_base.SingleTileGemmBase.load_k_tile` as the Hopper
+kernel: both are composed from that arch-neutral base), waits for them, issues the k-tile's ``tcgen05.mma`` instructions (enable-input-d off
 on the tile's first), ``tcgen05.commit`` s them to an mbarrier and waits for it (the MMAs read
 the slot: it is free once they complete). After the loop it commits to a second mbarrier that
 every thread waits for (phase 0, once: a per-k-tile barrier watched by idle warps could be two
@@ -16,10 +16,10 @@ warp 0 frees the columns.
 from __future__ import annotations
 
 from ..collective.epilogue import EpilogueContext
-from .single_tile import SingleTileGemmKernel
+from .single_tile_base import SingleTileGemmBase
 
 
-class Sm100SingleTileGemmKernel(SingleTileGemmKernel):
+class Sm100SingleTileGemmKernel(SingleTileGemmBase):
     """Unpipelined tcgen05 GEMM (see the module docstring): ``tile_m`` 128, ``tile_n`` 64, 128
     or 256 (TMEM columns: ``tile_n``); the epilogue stores from registers (``"global"``)."""
 
@@ -29,11 +29,9 @@ class Sm100SingleTileGemmKernel(SingleTileGemmKernel):
 
     @classmethod
     def can_implement(cls, config) -> str | None:
-        why = super(SingleTileGemmKernel, cls).can_implement(config)
+        why = super().can_implement(config) or cls.stage_reason(config)
         if why:
             return why
-        if config.stages not in ("auto", 1):
-            return f"single_tile has exactly one stage, got stages={config.stages!r}"
         if config.epilogue == "tma":
             from ..atom.cvt import FP8
             from ..collective.fusion import AddC
@@ -50,66 +48,50 @@ class Sm100SingleTileGemmKernel(SingleTileGemmKernel):
         return super().make_epilogue()
 
     def plan_extra(self, plan) -> None:
-        """The slot and its TMA barrier (as the Hopper kernel), two MMA-completion barriers (per
+        """The slot and its TMA barrier (the base's), two MMA-completion barriers (per
         k-tile for the issuing thread; once for the whole CTA when D is complete). The 4-byte slot
         tcgen05.alloc writes the TMEM address to is a static shared word (``static_word``)."""
         super().plan_extra(plan)
         plan.barriers("mma_done", 2)
 
-    def define(self):
-        from mlir.dialects import gpu
-        from ..atom import MBarriers, TmaCopy
+    # -- build: one warpgroup; warp 0 allocates TMEM, thread 0 loads and issues --------------
+    def setup(self, b) -> None:
+        from ..atom import MBarriers
+        from ..atom.tcgen05 import TensorMemory
+        self.bind_slot(b)
+        b.done = MBarriers(b.smem.barriers("mma_done"), 2)
+        leader, warp0 = b.leader, b.warp.eq(0)
+        b.bar.init(0, 1, predicate=leader)
+        b.done.init_all(1, predicate=leader)
+        self.epilogue.init(b.smem, leader)
+        self.alloc_tensor_memory(b, TensorMemory.columns_for(self.tile_n), owner=warp0)
+
+    def bind(self, b) -> None:
+        b.problem = self.bind_problem(b.args)
+
+    def role_main(self, b, index) -> None:
         from ..atom.tcgen05 import TensorMemory, Umma
         from ..collective.tmem_epilogue import store_accumulator
-        from ..ir import If, KernelBuilder, Loop, f32, select, thread_idx, u32
-        from ..ir.smem_tile import static_word
-        from ..ir.values import warp_uniform
-        tm, tn = self.tile_m, self.tile_n
-        specs = self.tensor_map_specs()
-        plan = self.smem_plan()
-        kb = KernelBuilder(self.name, self.params(), block=(self.arch.warpgroup_threads, 1, 1), arch=self.arch)
-        with kb.build() as args:
-            smem = plan.bind()
-            ta, tb = TmaCopy(specs[0], args.a), TmaCopy(specs[1], args.b)
-            bar = MBarriers(smem.barriers("bar"), 1)
-            done = MBarriers(smem.barriers("mma_done"), 2)
-            tid = thread_idx()
-            leader, warp0 = tid.eq(0), warp_uniform(tid // self.arch.warp_threads).eq(0)
-            bar.init(0, 1, predicate=leader)
-            done.init_all(1, predicate=leader)
-            self.epilogue.init(smem, leader)
-            tmem = TensorMemory(static_word("tmem_address"), TensorMemory.columns_for(tn))
-            with If(warp0):
-                tmem.alloc()
-                tmem.relinquish()                   # this CTA allocates nothing more
-            bar.fence_init()
-            TensorMemory.fence_before()
-            gpu.barrier()
-            TensorMemory.fence_after()
-            d = tmem.address()
-            problem = self.bind_problem(args)
-            wt = self.work_tile(0)
-            m0, n0, first, count = wt.m0, wt.n0, wt.k_first, self._count(wt.k_count)
-            la, lb = ((c,) for c in self.batch_coords(wt)) if self.batched else ((), ())
-            mma = Umma(tm, tn, self.dtype, self.b_major, self.b_dtype, self.a_major)
-            with If(leader):                        # one thread loads and issues; the others wait
-                loop = Loop(0, count)
-                for kt in loop:
-                    self.load_k_tile(ta, tb, smem, bar, kt + first, m0, n0, la, lb)
-                    bar.wait(0, kt & 1)             # each barrier completes one phase per k-tile
-                    mma.mma(d, smem["a"].tile(), smem["b"].tile(), accumulate=kt.ne(0))
-                    mma.commit(done.address(0))
-                    done.wait(0, kt & 1)            # the MMAs read the slot: free once they complete
-                mma.commit(done.address(1))         # D complete (at once when there was no k-tile)
-            done.wait(1, 0)
-            d = tmem.address()                      # re-read: nothing TMEM-related live across the wait
-            TensorMemory.fence_after()
-            some = u32(count).ne(0)                 # no k-tile: D is zero, TMEM was never written
-            ctx = EpilogueContext(m0, n0, args.m, args.n, args, smem, l=wt.l, problem=problem)
-            store_accumulator(self.epilogue, d, tn, ctx, transform=lambda v, r, c: select(some, v, f32(0.0)))
-            TensorMemory.fence_before()
-            gpu.barrier()                           # every warp's loads done before the columns go
-            with If(warp0):
-                TensorMemory.fence_after()
-                tmem.dealloc(tmem.address())        # re-read: d is not kept live through the epilogue
-        return kb, plan.dynamic_bytes, specs + self.epilogue.tensor_maps()
+        from ..ir import If, Loop, f32, select, u32
+        tm, tn, bar, done, smem, tmem = self.tile_m, self.tile_n, b.bar, b.done, b.smem, b.tmem
+        d = tmem.address()
+        wt = self.work_tile(0)
+        m0, n0, first, count = wt.m0, wt.n0, wt.k_first, self._count(wt.k_count)
+        la, lb = ((c,) for c in self.batch_coords(wt)) if self.batched else ((), ())
+        mma = Umma(tm, tn, self.dtype, self.b_major, self.b_dtype, self.a_major)
+        with If(b.leader):                      # one thread loads and issues; the others wait
+            loop = Loop(0, count)
+            for kt in loop:
+                self.load_k_tile(b.ta, b.tb, smem, bar, kt + first, m0, n0, la, lb)
+                bar.wait(0, kt & 1)             # each barrier completes one phase per k-tile
+                mma.mma(d, smem["a"].tile(), smem["b"].tile(), accumulate=kt.ne(0))
+                mma.commit(done.address(0))
+                done.wait(0, kt & 1)            # the MMAs read the slot: free once they complete
+            mma.commit(done.address(1))         # D complete (at once when there was no k-tile)
+        done.wait(1, 0)
+        d = tmem.address()                      # re-read: nothing TMEM-related live across the wait
+        TensorMemory.fence_after()
+        some = u32(count).ne(0)                 # no k-tile: D is zero, TMEM was never written
+        ctx = EpilogueContext(m0, n0, b.args.m, b.args.n, b.args, smem, l=wt.l, problem=b.problem)
+        store_accumulator(self.epilogue, d, tn, ctx, transform=lambda v, r, c: select(some, v, f32(0.0)))
+        # the skeleton's teardown: every warp's loads done, then warp 0 frees the columns

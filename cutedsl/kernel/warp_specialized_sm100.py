@@ -1,9 +1,10 @@
 """The persistent warp-specialized Blackwell GEMM (sm_100a; CUTLASS ``KernelTmaWarpSpecialized``
-for sm100 with a 1-SM MMA), from the same collectives as the Hopper kernels.
+for sm100 with a 1-SM MMA), from the same collectives as the Hopper kernels, composed from the arch-neutral
+:class:`~cutedsl.kernel.ws_gemm.WarpSpecializedGemmBase` (not a subclass of an sm_90 kernel).
 
-Roles (6 warps, 192 threads): warp 0 -- the producer loop (the sm_90 kernels'
-:meth:`~cutedsl.kernel.warp_specialized.WarpSpecializedGemmKernel.producer`, TMA multicast in
-clusters), the whole warp walking the ring and an elected lane issuing; warp 1 -- allocates
+Roles (6 warps, 192 threads, :mod:`.skeleton` roles): warp 0 -- the producer loop (the
+arch-neutral :meth:`~cutedsl.kernel.ws_gemm.WarpSpecializedGemmBase.producer` the sm_90 kernels
+run too, TMA multicast in clusters), the whole warp walking the ring and an elected lane issuing; warp 1 -- allocates
 the tensor memory and an elected lane issues every ``tcgen05.mma``
 (:meth:`~cutedsl.collective.tcgen05_mainloop.Tcgen05Mainloop.mma_loop`); warps 2-5 -- the
 epilogue, each reading its lane quarter of the accumulator with ``tcgen05.ld``
@@ -26,7 +27,8 @@ from ..collective.pipeline import PipelineState, TmaPipeline
 from ..collective.tcgen05_mainloop import Tcgen05Mainloop
 from ..ir._lazy import lazy
 from .gemm import KernelPlan
-from .warp_specialized import WarpSpecializedGemmKernel
+from .skeleton import Role
+from .ws_gemm import WarpSpecializedGemmBase
 
 cir = lazy("cutedsl.ir")
 
@@ -34,7 +36,7 @@ PRODUCER_WARP, MMA_WARP, FIRST_EPILOGUE_WARP = 0, 1, 2
 ACC_STAGES = 2                      #: accumulator buffers in tensor memory
 
 
-class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
+class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmBase):
     """Persistent; see the module docstring. ``tile_m`` 128 or 64 (one CTA's M = 64 MMA, or with
     ``mma_sm`` 2 a CTA pair's M = 128 MMA, 64 rows per CTA), ``tile_n`` 64/128/256; ``stages``
     2..7; ``cluster`` as the sm_90 kernels (TMA multicast, commit multicast of the releases);
@@ -49,7 +51,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     mainloop_cls = Tcgen05Mainloop
     persistent = True
     TILE_M = (128, SPLIT_ROWS)
-    CONFIG_FIELDS = WarpSpecializedGemmKernel.CONFIG_FIELDS + ("mma_sm", "block_scaled", "tile_scheduler")
+    STAGE_READERS = "the MMAs"
+    CONFIG_FIELDS = WarpSpecializedGemmBase.CONFIG_FIELDS + ("mma_sm", "block_scaled", "tile_scheduler")
 
     def __init__(self, *args, mma_sm: int = 1, block_scaled=False, tile_scheduler: str = "static", **kw):
         self.mma_sm = mma_sm        #: 2: CTA pairs share one MMA of 2 x tile_m rows (cta_group::2)
@@ -112,12 +115,8 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
         from ..atom.mma_traits import SUBBYTE, packed_pair_reason
         b_dtype = b_dtype or dtype
         if not {dtype, b_dtype} & SUBBYTE:
-            return WarpSpecializedGemmKernel.operand_reason(dtype, b_dtype, b_major, a_major)
+            return WarpSpecializedGemmBase.operand_reason(dtype, b_dtype, b_major, a_major)
         return packed_pair_reason(dtype, b_dtype, a_major, b_major)
-
-    @classmethod
-    def split_for(cls, tile_m: int, tile_n: int) -> int:
-        return 1
 
     def make_scheduler(self):
         """The static persistent scheduler (or stream-K's), or with ``tile_scheduler="clc"`` the
@@ -133,16 +132,6 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
     def grouped_features(self) -> dict:
         return {**super().grouped_features(), "tile_scheduler": self.tile_scheduler,
                 "block_scaled": self.block_scaled}
-
-    @classmethod
-    def schedule_reason(cls, tile_m, tile_n, stages, cluster) -> str | None:
-        from ..collective.warp_specialized import CLUSTERS
-        if tuple(cluster) not in CLUSTERS:
-            return f"cluster must be one of {CLUSTERS} (cluster_m, cluster_n), got {tuple(cluster)}"
-        if stages != "auto" and stages not in cls.STAGES:
-            return (f"{cls.name}: stages must be {cls.STAGES.start}..{cls.STAGES.stop - 1} (the producer fills "
-                    f"one stage while the MMAs read another), got {stages}")
-        return None
 
     @classmethod
     def can_implement(cls, config) -> str | None:
@@ -226,79 +215,73 @@ class Sm100WarpSpecializedGemmKernel(WarpSpecializedGemmKernel):
                 **({"block_scaled": self.block_scaled + str(block_scale(self.block_scaled).block)}
                    if self.block_scaled else {})}
 
-    # -- IR ------------------------------------------------------------------------
-    def define(self):
-        from mlir.dialects import gpu
+    # -- build: producer warp, MMA warp, four epilogue warps ---------------------------------
+    def roles(self) -> tuple:
+        """Warp 0 loads, warp 1 allocates TMEM and issues the MMAs, warps 2-5 store (no
+        register budgets: ptxas sizes the 192-thread kernel)."""
+        return (Role.warps("producer"), Role.warps("mma"),
+                Role.warps("epilogue", self.epilogue_threads // self.arch.warp_threads))
+
+    def role_predicate(self, b, role, predicate):
+        # a pair: only the even CTA's MMA warp issues (its MMAs cover both CTAs)
+        return predicate & b.even if role.name == "mma" and self.pair else predicate
+
+    @property
+    def cluster_ctas(self) -> int:
+        return self.cluster[0] * self.cluster[1]
+
+    def setup(self, b) -> None:
+        """The operand ring (a pair's loads complete on the even CTA's barriers), the
+        accumulator ring, the epilogue's and the scheduler's barriers, TMEM, the operands."""
         from ..atom import MBarriers
-        from ..atom.cluster import cluster_sync, cta_rank
+        from ..atom.cluster import cta_rank
         from ..atom.mbarrier import PairLeaderBarriers
-        from ..atom.sync import ElectEach, elect_one
         from ..atom.tcgen05 import TensorMemory
         from ..collective.tcgen05_mainloop import PairPipeline
-        from ..ir import If, KernelBuilder, thread_idx
-        from ..ir.smem_tile import static_word
-        from ..ir.values import warp_uniform
-        plan = self.smem_plan()
-        cs = self.cluster[0] * self.cluster[1]
-        kb = KernelBuilder(self.name, self.params(), block=(self.threads, 1, 1), arch=self.arch,
-                           cluster=(cs, 1, 1) if cs > 1 else None)
-        ml = self.mainloop
-        with kb.build() as args:
-            smem = plan.bind()
-            tid = thread_idx()
-            leader = tid.eq(0)
-            warp = warp_uniform(tid // self.arch.warp_threads)
-            even = (cta_rank() % 2).eq(0) if self.pair else None
-            if self.pair:                   # both CTAs' loads complete on the even CTA's barriers
-                pipeline = PairPipeline(PairLeaderBarriers(smem.barriers("full"), self.stages), ml.pair_stage_bytes,
-                                        MBarriers(smem.barriers("empty"), self.stages), even)
-            else:
-                pipeline = TmaPipeline(MBarriers(smem.barriers("full"), self.stages), ml.stage_bytes,
-                                       MBarriers(smem.barriers("empty"), self.stages), consumers=1,
-                                       cluster=self.cluster)
-            # the accumulator's empty barrier: every epilogue thread of this CTA arrives, or (a
-            # pair) lane 0 of every epilogue warp of both CTAs arrives on the even CTA's
-            releases = 2 * self.arch.warps_per_warpgroup if self.pair else self.epilogue_threads
-            accp = TmaPipeline(MBarriers(smem.barriers("acc_full"), ACC_STAGES), 0,
-                               MBarriers(smem.barriers("acc_empty"), ACC_STAGES), consumers=releases)
-            self.epilogue.init(smem, leader)
-            accp.init(leader)
-            self.scheduler.init(smem, leader)       # before the init fence and barrier below
-            pipeline.init(leader)
-            tmem = TensorMemory(static_word("tmem_address"),
-                                TensorMemory.columns_for(ACC_STAGES * self.acc_columns + ml.sf_columns()),
-                                cta_group=self.mma_sm)
-            with If(warp.eq(MMA_WARP)):
-                tmem.alloc()
-                tmem.relinquish()
-            ops = ml.bind(smem, args, self.operand_atoms(args))
-            ml.prefetch(ops, predicate=leader)
-            TensorMemory.fence_before()
-            pipeline.sync_after_init()
-            TensorMemory.fence_after()
-            self.bind_problem(args)
-            ops = ml.bind_scales(ops, args, self.scheduler.k_tiles)   # k_tiles emitted here: every role uses it
-            # the producer and MMA warps walk their rings whole and each instruction is issued by
-            # an elected lane (CUTLASS's elect_one_sync per instruction, ElectEach): ptxas then
-            # keeps the loops on the uniform datapath with no branch around the UTMALDG / UTC*
-            # instructions (a lane-0 branch makes it wrap each in a loop over the warp's possibly
-            # divergent operands; one elected predicate shared by several, in BSSY/BSYNC)
-            with If(warp.eq(PRODUCER_WARP)):
-                import attrs
-                self.producer(attrs.evolve(ops, producer=ElectEach(elect_one())), pipeline)
-            with If(warp.eq(MMA_WARP) & even if self.pair else warp.eq(MMA_WARP)):
-                self.mma_issuer(ops, pipeline, accp, tmem)
-            with If(warp >= FIRST_EPILOGUE_WARP):
-                self.epilogue_loop(args, smem, accp, tmem)
-            TensorMemory.fence_before()
-            if self.pair:
-                cluster_sync()          # the peer's last releases reached the even CTA; its MMAs are done
-            else:
-                gpu.barrier()           # every role done: the epilogue read the last accumulator
-            with If(warp.eq(MMA_WARP)):
-                TensorMemory.fence_after()
-                tmem.dealloc(tmem.address())
-        return kb, plan.dynamic_bytes, ml.tensor_maps() + self.epilogue.tensor_maps()
+        ml, smem = self.mainloop, b.smem
+        leader, _ = b.leader, b.warp
+        b.even = (cta_rank() % 2).eq(0) if self.pair else None
+        if self.pair:                   # both CTAs' loads complete on the even CTA's barriers
+            b.pipeline = PairPipeline(PairLeaderBarriers(smem.barriers("full"), self.stages), ml.pair_stage_bytes,
+                                      MBarriers(smem.barriers("empty"), self.stages), b.even)
+        else:
+            b.pipeline = TmaPipeline(MBarriers(smem.barriers("full"), self.stages), ml.stage_bytes,
+                                     MBarriers(smem.barriers("empty"), self.stages), consumers=1,
+                                     cluster=self.cluster)
+        # the accumulator's empty barrier: every epilogue thread of this CTA arrives, or (a
+        # pair) lane 0 of every epilogue warp of both CTAs arrives on the even CTA's
+        releases = 2 * self.arch.warps_per_warpgroup if self.pair else self.epilogue_threads
+        b.accp = TmaPipeline(MBarriers(smem.barriers("acc_full"), ACC_STAGES), 0,
+                             MBarriers(smem.barriers("acc_empty"), ACC_STAGES), consumers=releases)
+        self.epilogue.init(smem, leader)
+        b.accp.init(leader)
+        self.scheduler.init(smem, leader)       # before the init fence and barrier
+        b.pipeline.init(leader)
+        b.init_fenced = True                    # the pipelines' init ends with the fence
+        self.alloc_tensor_memory(b, TensorMemory.columns_for(ACC_STAGES * self.acc_columns + ml.sf_columns()),
+                                 warp=MMA_WARP, cta_group=self.mma_sm)
+        b.ops = ml.bind(smem, b.args, self.operand_atoms(b.args))
+        ml.prefetch(b.ops, predicate=leader)
+
+    def bind(self, b) -> None:
+        self.bind_problem(b.args)
+        b.ops = self.mainloop.bind_scales(b.ops, b.args, self.scheduler.k_tiles)   # k_tiles: every role uses it
+
+    # the producer and MMA warps walk their rings whole and each instruction is issued by an
+    # elected lane (CUTLASS's elect_one_sync per instruction, ElectEach): ptxas then keeps the
+    # loops on the uniform datapath with no branch around the UTMALDG / UTC* instructions (a
+    # lane-0 branch makes it wrap each in a loop over the warp's possibly divergent operands; one
+    # elected predicate shared by several, in BSSY/BSYNC)
+    def role_producer(self, b, index) -> None:
+        import attrs
+        from ..atom.sync import ElectEach, elect_one
+        self.producer(attrs.evolve(b.ops, producer=ElectEach(elect_one())), b.pipeline)
+
+    def role_mma(self, b, index) -> None:
+        self.mma_issuer(b.ops, b.pipeline, b.accp, b.tmem)
+
+    def role_epilogue(self, b, index) -> None:
+        self.epilogue_loop(b.args, b.smem, b.accp, b.tmem)
 
     def mma_issuer(self, ops, pipeline, accp, tmem) -> None:
         """The MMA warp: per work tile, wait for a free accumulator buffer, run the tile's

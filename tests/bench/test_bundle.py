@@ -1,6 +1,7 @@
-"""The GPU bundle, dry-run here: build a small bundle, then run scripts/gpu_run.sh as on a GPU
-machine without MLIR (MLIR imports blocked, GPU steps on the emulator) and check that every
-kernel comes from the bundle's cache."""
+"""The GPU bundle and the lease run, dry-run here: scripts/gpu_run.sh --dry-run builds a small
+bundle, checks its size, and runs every step on the emulator as on a GPU machine without MLIR
+(MLIR imports blocked); every kernel comes from the bundle's cache, every result lands flat in
+OUT, and steps that no longer fit the budget are skipped and recorded so."""
 import json
 import os
 import pathlib
@@ -11,21 +12,31 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+STATUS = {"env": "ok", "tests": "ok", "bench": "ok", "attention": "skipped", "startup": "ok"}
 
 
 def _env(**kw):
-    env = {k: v for k, v in os.environ.items() if k != "CUTEDSL_CACHE_DIR"}
+    env = {k: v for k, v in os.environ.items() if k not in ("CUTEDSL_CACHE_DIR", "GPU_RUN_BUDGET_S", "STEPS")}
     env.update({"PYTHONPATH": str(ROOT), **kw})
     return env
 
 
+def _script(*args, **env):
+    return subprocess.run(["bash", str(ROOT / "scripts" / "gpu_run.sh"), *map(str, args)], cwd=ROOT,
+                          env=_env(PYTHON=sys.executable, GPU_RUN_PLAN="smoke", **env), capture_output=True,
+                          text=True, timeout=900)
+
+
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bundle") / "b"
-    r = subprocess.run([sys.executable, "-m", "cutedsl", "bundle", "--out", str(out), "--plan", "smoke"],
-                       cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    """A smoke bundle built by the dry run itself (the env step only: verify)."""
+    d = tmp_path_factory.mktemp("bundle")
+    r = _script("--dry-run", d / "b", d / "out", STEPS="env")
     assert r.returncode == 0, r.stdout + r.stderr
-    return out
+    assert f"dry run: building bundle {d / 'b'} (plan smoke)" in r.stdout
+    line = next(x for x in r.stdout.splitlines() if x.startswith("dry run: working tree "))
+    assert line.endswith("(limit 60 MiB)")
+    return d / "b"
 
 
 @pytest.fixture
@@ -39,45 +50,81 @@ def no_mlir(tmp_path):
     return d
 
 
-def _run(bundle, out, block, steps=None):
-    env = _env(PYTHON=sys.executable, GPU_RUN_DRY="1", PYTHONPATH=str(block))
-    if steps:
-        env["STEPS"] = steps
-    return subprocess.run(["bash", str(ROOT / "scripts" / "gpu_run.sh"), str(bundle), str(out)], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=600)
+def _lease(bundle, out, block, *args):
+    env = _env(PYTHONPATH=f"{ROOT}:{block}", CUTEDSL_CACHE_DIR=str(pathlib.Path(bundle) / "cache"))
+    return subprocess.run([sys.executable, "-m", "cutedsl.bench.lease", "--bundle", str(bundle), "--out", str(out),
+                           "--dry-run", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
 
 def test_bundle_manifest(bundle):
+    from cutedsl import GemmConfig
     from cutedsl.bench.bundle import MAX_BYTES
+    from cutedsl.bench.plans import PLANS, problem_configs
     from cutedsl.compiler.cache import source_hash
     m = json.loads((bundle / "manifest.json").read_text())
-    assert m["plan"] == "smoke" and m["source_hash"] == source_hash()
-    assert [k["config"] for k in m["kernels"]] == ["multistage 128x128x64 s2"]
-    assert len(m["entries"]) == 1 and 0 < m["size_bytes"] < MAX_BYTES
-    assert m["bench_args"][:2] == ["--set", "square"]
+    assert m["plan"] == "smoke" and m["source_hash"] == source_hash() and m["attention"] == []
+    assert [(p["set"], p["shape"], p["dry_shape"]) for p in m["problems"]] == [
+        ("square", [130, 70, 96], [130, 70, 96]), ("fp8", [64, 200, 128], [64, 200, 128])]
+    for p, row in zip(m["problems"], PLANS["smoke"]["problems"]):
+        assert [GemmConfig(**{**f, "tile": tuple(f["tile"]), "cluster": tuple(f["cluster"])}) for f in p["configs"]] \
+            == problem_configs(row, 0)
+    # the problems' configs, the main job's, and the one the captured gpu test compiled
+    assert len(m["kernels"]) == 3 and len(m["entries"]) == 4 and 0 < m["size_bytes"] < MAX_BYTES
+    assert m["tests_compiled"][0]["new_entries"] and m["tests"] == PLANS["smoke"]["tests"]
     assert m["export"] == "export/main" and (bundle / "export/main/cutedsl.json").is_file()
 
 
-def test_runner_dry_run_finds_every_kernel_without_mlir(bundle, no_mlir, tmp_path):
+def test_dry_run_runs_every_step_without_mlir(bundle, no_mlir, tmp_path):
     out = tmp_path / "out"
-    r = _run(bundle, out, no_mlir)
+    r = _script("--dry-run", bundle, out, PYTHONPATH=str(no_mlir))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"dry run: reusing bundle {bundle} (plan smoke, verified)" in r.stdout
+    s = json.loads((out / "summary.json").read_text())
+    assert s["dry_run"] and s["budget_s"] == 360 and s["mlir_importable"] is False
+    assert {x["step"]: x["status"] for x in s["steps"]} == STATUS
+    assert next(x for x in s["steps"] if x["step"] == "attention")["why"] == "no attention kernels in this bundle"
     log = (out / "gpu_run.log").read_text()
-    assert r.returncode == 0, r.stdout + log
-    summary = (out / "summary.txt").read_text().split("\n")
-    assert [s.split()[0] for s in summary if s] == ["env", "verify", "main", "identity", "bench"]
-    assert all(" exit   0 " in s for s in summary if s)
-    assert "MLIR is not importable here" in log
-    assert "1 plan configs found, 1 entries checked" in log and "0 problems" in log
-    assert "loaded from the export" in log                     # the main job ran the bundle's export
+    assert "3 plan configs found, 4 entries checked" in log and "0 problems" in log
+    assert "test_family_bit_identical[multistage] PASSED" in log      # the emulator stood in for the GPU
     bench = json.loads((out / "bench.json").read_text())
-    rows = bench["sets"][0]["rows"]
-    assert rows and all(r["check"] == "pass" for r in rows)
+    assert [(p["set"], p["timed"], p["failed"]) for p in bench["problems"]] == [("square", 1, 0), ("fp8", 1, 0)]
+    rows = [r for st in bench["sets"] for r in st["rows"]]
+    assert [(r["m"], r["n"], r["k"], r["check"]) for r in rows] == [(130, 70, 96, "pass"), (64, 200, 128, "pass")]
     assert "none claimed" in bench["header"]["timings"]
-    ident = json.loads((out / "identity.json").read_text())["identity"]
-    assert ident and all(r["identical"] and r["exact"] for r in ident)
+    start = json.loads((out / "startup.json").read_text())
+    assert "error" not in start["cold_start"][0] and start["cold_start"][0]["load_export_s"] > 0
+    assert start["launch"]["gemm_call_us"] > 0 and "no measurement" in start["note"]
     files = sorted(p.name for p in out.iterdir())
-    assert len(files) <= 8 and all((out / f).is_file() for f in files)      # flat, what the GPU tool returns
-    assert {"gpu_run.log", "summary.txt", "bench.json", "bench.csv", "bench.png", "identity.json"} <= set(files)
+    assert files == ["bench.csv", "bench.json", "gpu_run.log", "gpu_tests.xml", "startup.json", "summary.json"]
+    # the table at the end of the output (what the device tool's reply shows)
+    tail = r.stdout[r.stdout.index("--- gpu run "):]
+    assert "tests      ok " in tail and "1 passed, 0 failed, 0 errors, 0 skipped" in tail
+    assert "attention  skipped " in tail and "square 130x70x96" in tail and "cold start 1: process" in tail
+
+
+def test_budget_skips_steps_that_no_longer_fit(bundle, no_mlir, tmp_path):
+    out = tmp_path / "out"
+    r = _lease(bundle, out, no_mlir, "--budget", "40", "--steps", "env,tests,startup")
+    assert r.returncode == 0, r.stdout + r.stderr
+    steps = json.loads((out / "summary.json").read_text())["steps"]
+    assert [(x["step"], x["status"]) for x in steps] == [("env", "ok"), ("tests", "skipped"), ("startup", "ok")]
+    env, tests, startup = steps
+    assert env["limit_s"] == 10          # its minimum: the later steps' minimums (80 s) exceed the budget
+    assert tests["why"] == f"needs 60 s, {tests['left_s']:.0f} s left" and tests["left_s"] < 40
+    assert startup["limit_s"] == startup["left_s"] and not (out / "gpu_tests.xml").exists()
+
+
+def test_a_step_past_its_limit_is_interrupted_then_killed(tmp_path, monkeypatch):
+    from cutedsl.bench import lease
+    monkeypatch.setattr(lease, "GRACE_S", 1)
+    log = tmp_path / "log"
+    log.write_text("")
+    rc, timed_out = lease._run([sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"],
+                               dict(os.environ), log, 1)
+    assert timed_out and rc != 0 and "KeyboardInterrupt" in log.read_text()        # SIGINT first
+    stubborn = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)"
+    rc, timed_out = lease._run([sys.executable, "-c", stubborn], dict(os.environ), log, 1)
+    assert timed_out and rc == -9                                                  # then SIGKILL
 
 
 def test_runner_reports_a_kernel_missing_from_the_bundle(bundle, no_mlir, tmp_path):
@@ -88,14 +135,31 @@ def test_runner_reports_a_kernel_missing_from_the_bundle(bundle, no_mlir, tmp_pa
             shutil.rmtree(d)
     shutil.rmtree(broken / "export")
     out = tmp_path / "out"
-    r = _run(broken, out, no_mlir, steps="verify main")
+    r = _lease(broken, out, no_mlir, "--steps", "env,bench,startup")
+    assert r.returncode == 1
     log = (out / "gpu_run.log").read_text()
-    assert r.returncode != 0
-    assert "missing from the cache: multistage 128x128x64 s2" in log
+    assert "missing from the cache: warp_specialized 64x64x64 s7 raster=M" in log
     assert "the exported main job does not load" in log
-    assert "argument --load: " in log and "is not a saved cutedsl GEMM" in log    # nothing was compiled
-    summary = (out / "summary.txt").read_text()
-    assert "verify    exit   1" in summary and "main      exit   2" in summary
+    steps = json.loads((out / "summary.json").read_text())["steps"]
+    assert [(x["step"], x["status"], x["rc"]) for x in steps] == [("env", "failed", 1), ("bench", "failed", 1),
+                                                                 ("startup", "failed", 1)]
+    rows = [r for s in json.loads((out / "bench.json").read_text())["sets"] for r in s["rows"]]
+    assert rows and all(r["check"] == "error" and "MLIR" in r["error"] for r in rows), rows   # nothing compiled
+
+
+def test_verify_refuses_a_bundle_of_another_plan_version(bundle, tmp_path):
+    """The run reads its steps from the manifest: a bundle built before the plan changed would
+    run the old plan, so --verify (the env step, and the dry run's reuse check) says rebuild."""
+    stale = tmp_path / "stale"
+    shutil.copytree(bundle, stale)
+    m = json.loads((stale / "manifest.json").read_text())
+    m["tests"], m["problems"] = ["tests/device/test_gpu.py"], m["problems"][:1]
+    (stale / "manifest.json").write_text(json.dumps(m))
+    r = subprocess.run([sys.executable, "-m", "cutedsl", "bundle", "--out", str(stale), "--verify"], cwd=ROOT,
+                       env=_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1
+    assert ("PROBLEM: the bundle's plan 'smoke' differs from this checkout's in tests, problems: rebuild it "
+            "(python -m cutedsl bundle --plan smoke)") in r.stdout
 
 
 def test_capture_plugin_compiles_gpu_tests_and_keeps_real_failures(tmp_path):
@@ -138,18 +202,15 @@ def test_print_and_verify_without_a_bundle_say_so(tmp_path):
 
 
 def test_bundle_for_sm100a(tmp_path):
-    """bundle --arch sm_100a: the plan's bench sets and main job retargeted (--arch added, the
+    """bundle --arch sm_100a: the plan's problems (the model's sm_100a pick) and main job retargeted (--arch added, the
     sm_90a-only --schedule dropped), no gpu tests; every kernel is an sm_100a one and --verify
     finds them all."""
-    from cutedsl.bench.bundle import plan_for
+    from cutedsl.bench.bundle import plan_configs, plan_for
     p = plan_for("smoke", "sm_100a")
-    assert "--schedule" not in p["bench_args"] and p["bench_args"][-2:] == ["--arch", "sm_100a"]
-    assert p["main_args"][-2:] == ["--arch", "sm_100a"] and p["tests"] == []
+    assert "--schedule" not in p["main_args"] and p["main_args"][-2:] == ["--arch", "sm_100a"]
+    assert p["tests"] == [] and p["arch"] == "sm_100a"
     assert plan_for("smoke", "sm_90a") == plan_for("smoke")
-    from cutedsl.bench.bundle import plan_configs      # the full plan, grouped sets too (sm_100a has grouped GEMM)
-    full = plan_for("gpu", "sm_100a")
-    grouped = plan_configs(full, grouped=True)
-    assert grouped and {c.arch for c in grouped} == {"sm_100a"} and {c.arch for c in plan_configs(full)} == {"sm_100a"}
+    assert {c.arch for c in plan_configs(plan_for("gpu", "sm_100a"))} == {"sm_100a"}
     out = tmp_path / "b"
     r = subprocess.run([sys.executable, "-m", "cutedsl", "bundle", "--out", str(out), "--plan", "smoke", "--arch",
                         "sm_100a"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
@@ -157,7 +218,7 @@ def test_bundle_for_sm100a(tmp_path):
     assert "(schedules: single_tile, warp_specialized)" in r.stdout
     m = json.loads((out / "manifest.json").read_text())
     assert m["arch"] == "sm_100a" and m["tests_compiled"] == []
-    assert m["kernels"] and all(k["config"].endswith("sm_100a") for k in m["kernels"]), m["kernels"]
+    assert len(m["kernels"]) == 3 and all(" sm_100a" in k["config"] for k in m["kernels"]), m["kernels"]
     assert json.loads((out / "export/main/cutedsl.json").read_text())["config"]["arch"] == "sm_100a"
     v = subprocess.run([sys.executable, "-m", "cutedsl", "bundle", "--out", str(out), "--verify"], cwd=ROOT,
                        env=_env(), capture_output=True, text=True, timeout=600)

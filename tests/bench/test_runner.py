@@ -239,3 +239,29 @@ def test_progress_into_a_log_is_one_line_per_step(capsys):
         bar("square 2048x2048x2048 multistage")
     assert bar.kind == "plain" and bar.why == "stderr is not a terminal"
     assert capsys.readouterr().err == "[1/2] square 2048x2048x2048 multistage\n"
+
+
+def test_run_problem_skips_configs_past_the_deadline(sweep, monkeypatch):
+    """A config whose predicted end (now + the previous config's time) is past the deadline is
+    not run: its row says skipped and why; past the deadline no inputs are even drawn."""
+    s, gemms, lib = sweep
+    clock = [1000.0]
+    monkeypatch.setattr(runner.time, "time", lambda: clock[0])
+    timer_time = s.timer.time
+
+    def slow_timer(fns, between=None):          # every timed batch takes 5 s of the fake clock
+        clock[0] += 5
+        return timer_time(fns, between)
+    monkeypatch.setattr(s.timer, "time", slow_timer)
+    a, b, c = GemmConfig(stages=2), GemmConfig(stages=3), GemmConfig(stages=4)
+    for cfg in (a, b, c):
+        gemms[cfg] = FakeGemm([1.0] * 21)
+    rows = s.run_problem("square", 64, 48, 32, [a, b, c], deadline=1015.0)
+    # reference at 1000 -> 1005; a runs 1005 -> 1010; b predicted 1010 + 5 >= 1015: skipped, c too
+    assert [r["check"] for r in rows] == ["pass", "skipped", "skipped"]
+    assert rows[1]["error"] == "not run: the deadline was 5 s away" and rows[1]["ms"] is None
+    assert rows[1]["config"] == "multistage 128x128x64 s3 f16->f32" and rows[1]["ratio"] is None
+    allocs = lib.allocs
+    late = s.run_problem("square", 64, 48, 32, [a], deadline=clock[0])
+    assert [r["check"] for r in late] == ["skipped"] and lib.allocs == allocs
+    assert runner.summarize(rows + late)["configs"]["multistage 128x128x64 s3 f16->f32"]["failed_checks"] == 0

@@ -83,7 +83,8 @@ def test_config_validation_and_reasons():
     with pytest.raises(ConfigTypeError, match="head_dim must be an int"):
         AttentionConfig(head_dim=64.0)
     with pytest.raises(ConfigError, match="arch"):
-        AttentionConfig(arch="sm_100a")
+        AttentionConfig(arch="sm_80")
+    assert AttentionConfig(arch="sm_100a").arch == "sm_100a"         # the FlashAttention-4-style kernel
     cfg = AttentionConfig.for_problem(AttentionProblem(2, 300, 300, 8, 2, 64), "f16")
     assert (cfg.head_dim, cfg.dtype, cfg.overlap, cfg.pingpong) == (64, "f16", True, True)
     assert "multiple of kv_heads 3" in cfg.can_implement(AttentionProblem(1, 10, 10, 8, 3, 64))
@@ -140,3 +141,27 @@ def test_constructor_arguments():
         Attention({"head_dim": 64})
     with pytest.raises(ArgumentError, match="backend must be one of"):
         Attention(None, backend="tpu")
+
+
+def test_prepare_launches_again_and_dumps(rng, sim, tmp_path):
+    """``prepare`` (what the bench times): the launch repeats with the same result, carries its
+    compiled kernel, and ``dump_dir`` receives the compile's PTX."""
+    q, k, v = _qkv(rng, (1, 70, 2, 64), (1, 45, 1, 64))
+    attn = Attention(AttentionConfig(head_dim=64), sim, dump_dir=str(tmp_path))
+    launch, result = attn.prepare(q, k, v, causal=True, softcap=5.0)
+    try:
+        launch()
+        o1, l1 = result()
+        launch()
+        o2, l2 = result()
+        assert launch.compiled.resources.registers > 0 and launch.compile_seconds > 0
+    finally:
+        launch.release()
+    ro, rl = attention_reference(q, k, v, causal=True, softcap=5.0)
+    assert np.array_equal(o1.view(np.uint16), o2.view(np.uint16)) and np.array_equal(l1, l2)
+    live = np.isfinite(rl)                 # the first 25 queries see no key: LSE = +inf
+    assert np.array_equal(np.isposinf(l1), ~live) and (~live).sum() == 2 * 25
+    assert np.abs(o1.astype(np.float64) - ro).max() < 2e-2 and np.abs(l1[live] - rl[live]).max() < 1e-4
+    assert any(p.suffix == ".ptx" for p in tmp_path.rglob("*")), sorted(tmp_path.rglob("*"))
+    nothing, _ = attn.prepare(q, k[:, :0], v[:, :0])
+    assert nothing.compiled is None

@@ -1,0 +1,147 @@
+"""The ``attention`` set: cutedsl's attention forward against ``torch.nn.functional.
+scaled_dot_product_attention`` with its FlashAttention and cuDNN backends
+(``torch.nn.attention.sdpa_kernel``), in the same run on the same inputs -- FlashAttention-3's
+forward benchmark (16k tokens, hidden 2048, seqlen 512..16k, head dims 64/128/256 where the
+kernel builds them, causal and not; :data:`.shapes.ATTENTION_SETS`).
+
+The sweep's machinery is reused: its timer (CUDA events, median), warm-up, rotated input sets
+(together more than 3x L2) and L2 flush (:meth:`.runner.Sweep._time`), its summary, report and
+plot. TFLOP/s are counted as FlashAttention counts them (:func:`cutedsl.problem.attention_flops`:
+4 * seqlen_q * seqlen_k * head_dim * heads * batch, times the fraction of (query, key) pairs a
+causal mask keeps). cutedsl's output of the first input set is compared with SDPA-flash's (max
+|O - R| / max |R|), so a wrong kernel cannot post a time. On the emulator (array library numpy)
+the set runs :data:`.shapes.TINY_ATTENTION` against the float64 reference: a test of the harness,
+no timings.
+"""
+from __future__ import annotations
+
+from ..errors import CuteDSLError
+from .shapes import ATTENTION_HEAD_DIMS, shapes_for, x_label
+from .timing import median, sets_needed
+
+#: torch's SDPA backends timed beside cutedsl: (row key prefix, SDPBackend name, label)
+SDPA = (("ref", "FLASH_ATTENTION", "SDPA flash"), ("cudnn", "CUDNN_ATTENTION", "SDPA cuDNN"))
+
+
+def configs(dtype: str) -> tuple:
+    """``(AttentionConfigs, notes)``: one config per head dimension of the set the kernel builds
+    (its default FlashAttention-3 schedule); a note names each head dimension skipped and why.
+    ``UsageError`` (``--dtype``) for a dtype the kernel does not take."""
+    from ..cliargs import UsageError
+    from ..device.attention_config import AttentionConfig
+    from ..errors import ConfigError
+    out, notes = [], []
+    for d in ATTENTION_HEAD_DIMS:
+        try:
+            out.append(AttentionConfig(head_dim=d, dtype=dtype))
+        except ConfigError as e:
+            if "dtype" in str(e):
+                raise UsageError("--dtype", f"the attention set: {e}") from None
+            notes.append(f"attention head_dim {d} skipped: {e}")
+    return out, notes
+
+
+def label(cfg, causal: bool) -> str:
+    sched = "pingpong" if cfg.pingpong else "overlap" if cfg.overlap else "simple"
+    return f"attention d{cfg.head_dim} {cfg.dtype} {'causal' if causal else 'full'} {sched}"
+
+
+def _inputs(sweep, batch, seqlen, heads, d, dt):
+    lib = sweep.lib
+    from ..dtypes import dtype as _dtype
+    per_set = 4 * batch * seqlen * heads * d * _dtype(dt).nbytes      # q, k, v, o
+    n = sets_needed(per_set, sweep.l2, sweep.budget, sweep.max_sets) if lib.device_resident else 1
+    return [tuple(lib.randn((batch, seqlen, heads, d), dt) for _ in range(3)) for _ in range(n)]
+
+
+def _sdpa(sweep, sets, causal):
+    """SDPA per backend on the rotated sets: ``{prefix: (median ms, output of set 0) or error}``."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    f = torch.nn.functional.scaled_dot_product_attention
+    t = [tuple(x.transpose(1, 2) for x in s) for s in sets]       # (batch, heads, seqlen, d) views
+    out = {}
+    for prefix, name, _ in SDPA:
+        try:
+            with sdpa_kernel(getattr(SDPBackend, name)):
+                ref0 = f(*t[0], is_causal=causal).transpose(1, 2)
+                ms = median(sweep._time([lambda s=s: f(*s, is_causal=causal) for s in t]))
+            out[prefix] = (ms, ref0)
+        except (RuntimeError, AttributeError) as e:      # a backend this torch / GPU / shape lacks
+            out[prefix] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return out
+
+
+def _reference(sweep, sets, causal):
+    """``(refs per SDPA prefix, output to check against or None)``: SDPA on a GPU with torch;
+    the float64 reference on the host (numpy); nothing with another library (cupy)."""
+    lib = sweep.lib
+    if lib.name == "torch":
+        refs = _sdpa(sweep, sets, causal)
+        first = refs.get("ref")
+        return refs, first[1] if isinstance(first, tuple) else None
+    if lib.device_resident:
+        return {p: "torch is needed for SDPA" for p, _, _ in SDPA}, None
+    from ..device.attention_reference import attention_reference
+    return {}, attention_reference(*sets[0], causal=causal)[0]
+
+
+def run_attention_set(sweep, set_name: str, cfgs: list) -> dict:
+    """The rows of an attention set; ``sweep`` is the :class:`~.runner.Sweep` (library, timer,
+    backend, ``make_attention``)."""
+    from ..problem import attention_flops
+    from .runner import summarize, tolerance
+    rows = []
+    for batch, seqlen, hidden, causal in shapes_for(set_name, sweep.backend.name):
+        for cfg in cfgs:
+            heads, d = hidden // cfg.head_dim, cfg.head_dim
+            flops = batch * attention_flops(seqlen, seqlen, heads, d, causal=causal)
+            row = {"set": set_name, "problem": [batch, seqlen, heads, d, causal], "batch": batch, "seqlen": seqlen,
+                   "heads": heads, "head_dim": d, "causal": causal, "config": label(cfg, causal),
+                   "dtype": cfg.dtype, "out_dtype": cfg.dtype, "x": seqlen, "flops": flops, "iters": sweep.iters}
+            sets = _inputs(sweep, batch, seqlen, heads, d, cfg.dtype)
+            row["n_sets"] = len(sets)
+            refs, ref0 = _reference(sweep, sets, causal)
+            for prefix, _, _ in SDPA:
+                got = refs.get(prefix)
+                ms = got[0] if isinstance(got, tuple) else None
+                row[f"{prefix}_ms"] = ms
+                row[f"{prefix}_tflops"] = flops / (ms * 1e-3) / 1e12 if ms and sweep.timed else None
+                if isinstance(got, str):
+                    row[f"{prefix}_error"] = got
+            try:
+                _one(sweep, cfg, sets, causal, ref0, row)
+            except CuteDSLError as e:
+                row.update(error=f"{type(e).__name__}: {e}", ms=None, tflops=None, check="error")
+            if "max_rel_diff" in row:
+                row["check"] = "pass" if row["max_rel_diff"] <= tolerance(cfg.dtype, cfg.dtype) else "FAIL"
+                row["tolerance"] = tolerance(cfg.dtype, cfg.dtype)
+            t, r = row.get("tflops"), row.get("ref_tflops")
+            row["ratio"] = t / r if t and r else None
+            rows.append(row)
+            if sweep.progress is not None:
+                sweep.progress(f"{set_name} b{batch} s{seqlen} h{heads} {row['config']}")
+            sets = ref0 = refs = None            # freed before the next problem's inputs
+            sweep.lib.release()
+    return {"set": set_name, "kind": "attention", "x_label": x_label(set_name), "rows": rows,
+            "summary": summarize(rows), "references": {p: lab for p, _, lab in SDPA}}
+
+
+def _one(sweep, cfg, sets, causal, ref0, row):
+    attn = sweep.attention(cfg)
+    prepared = [attn.prepare(*s, causal=causal) for s in sets]
+    try:
+        times = sweep._time([launch for launch, _ in prepared])
+        o0 = prepared[0][1]()[0]
+    finally:
+        for launch, _ in prepared:
+            launch.release()
+    if ref0 is not None:
+        row["max_rel_diff"] = sweep.lib.max_rel_diff(o0, ref0)
+    else:
+        row["check"] = "skipped"
+    ms = median(times)
+    if sweep.timed:
+        row.update(ms=ms, tflops=row["flops"] / (ms * 1e-3) / 1e12)
+    else:
+        row.update(ms=None, tflops=None, wall_ms=ms)

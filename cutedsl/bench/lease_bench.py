@@ -1,0 +1,155 @@
+"""Step 2 of a GPU lease: the bundle's problems against cuBLAS, within a deadline.
+
+For each problem of the bundle's manifest (:mod:`.plans`: bf16 squares, the paper's 7296 x 256
+x K stage study, skinny shapes, fp8 against ``torch._scaled_mm``) the :class:`.runner.Sweep`
+times cuBLAS (``torch.matmul``) and cutedsl on the same rotated randn inputs in one process
+(CUDA events, median of ``iters`` >= 20 launches after ``warmup``, an L2 flush before each).
+Pass 1 times every problem's first config, the model's pick (``GemmConfig.for_problem``); pass 2
+the tuner's candidates and the study, while the deadline allows (cuBLAS is timed again there:
+two samples of the reference). A config that would end past the deadline is recorded as
+skipped, so a short lease still gives every problem its model-vs-cuBLAS ratio. The best
+config per problem is the fastest that passed its check -- what ``cutedsl.tune`` would pick
+from the same candidates.
+
+``python -m cutedsl.bench.lease_bench --bundle DIR [--backend cuda|sim] [--deadline T]
+--json FILE --csv FILE``; on ``sim`` each problem runs at its tiny dry shape (no timings).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from .timing import geomean
+
+
+def _passes(problems: list) -> list:
+    """``[(problem index, config indices)]``: every problem's first config, then the rest."""
+    first = [(i, [0]) for i, p in enumerate(problems) if p["configs"]]
+    rest = [(i, list(range(1, len(p["configs"])))) for i, p in enumerate(problems) if len(p["configs"]) > 1]
+    return first + rest
+
+
+def run(manifest: dict, backend, lib, *, deadline=None, iters=30, warmup=5, write=None, log=print) -> dict:
+    """Time the manifest's problems on ``backend`` against ``lib``'s reference (:mod:`.libs`);
+    returns the result (``header``, ``sets`` as ``cutedsl bench`` writes them, ``problems``:
+    per problem the model's pick and the best config with their ratios to the reference, and
+    ``geomean``). ``write(result)`` is called after every problem of every pass."""
+    from ..device import GemmConfig
+    from .runner import header, make_sweep
+    from .shapes import x_label
+    problems = manifest["problems"]
+    timed = backend.name == "cuda"
+    sweep, timer = make_sweep(backend, lib, iters=iters, warmup=warmup)
+    notes = [] if timed else ["backend sim: dry shapes, harness test only, NO TIMINGS CLAIMED"]
+    result = {"header": header(backend, lib, timer, sweep, notes), "sets": [], "problems": [], "geomean": {}}
+    rows = [[] for _ in problems]
+    try:
+        for pas, (i, idx) in enumerate(_passes(problems)):
+            p = problems[i]
+            m, n, k = p["shape"] if timed else p["dry_shape"]
+            cfgs = [GemmConfig(**_config(p["configs"][j])) for j in idx]
+            new = sweep.run_problem(p["set"], m, n, k, cfgs, deadline=deadline)
+            for r, j in zip(new, idx):
+                r.update(role="model" if j == 0 else "candidate", problem=i)
+            rows[i] += new
+            log(f"  {p['set']:<7} {m}x{n}x{k} {p['dtype']}: " + "; ".join(
+                f"{r['config']} {_fmt(r.get('ratio'), '.3f')} x ref ({r['check']})" for r in new))
+            _collect(result, problems, rows, x_label)
+            if write is not None:
+                write(result)
+    finally:
+        timer.close()
+    return result
+
+
+def _config(fields: dict) -> dict:
+    return {f: tuple(v) if isinstance(v, list) and f in ("tile", "cluster") else v for f, v in fields.items()}
+
+
+def _fmt(v, spec):
+    from .report import _f
+    return _f(v, spec)
+
+
+def _collect(result, problems, rows, x_label):
+    from .runner import summarize
+    by_set = {}
+    for rs in rows:
+        for r in rs:
+            by_set.setdefault(r["set"], []).append(r)
+    result["sets"] = [{"set": s, "x_label": x_label(s), "rows": rs, "summary": summarize(rs)}
+                      for s, rs in by_set.items()]
+    result["problems"] = [problem_summary(p, rs) for p, rs in zip(problems, rows)]
+    result["geomean"] = {"model_ratio": geomean(s["model"].get("ratio") for s in result["problems"] if s["model"]),
+                         "best_ratio": geomean(s["best"].get("ratio") for s in result["problems"] if s["best"])}
+
+
+def problem_summary(problem: dict, rows: list) -> dict:
+    """The model's pick and the fastest passing config of one problem, with the reference's
+    TFLOP/s (the median of its samples) and the count of configs timed, skipped and failed."""
+    ok = [r for r in rows if r.get("check") == "pass" and r.get("tflops")]
+    model = next((r for r in rows if r.get("role") == "model"), None)
+    best = max(ok, key=lambda r: r.get("tflops") or 0.0) if ok else None
+    refs = sorted({r["ref_tflops"] for r in rows if r.get("ref_tflops")})
+
+    def pick(r):
+        return {} if r is None else {k: r.get(k) for k in ("config", "ms", "tflops", "ratio", "check")}
+    return {"set": problem["set"], "shape": problem["shape"], "dtype": problem["dtype"],
+            "out_dtype": problem["out_dtype"], "ref_tflops": refs[len(refs) // 2] if refs else None,
+            "ref_tflops_samples": refs, "model": pick(model), "best": pick(best),
+            "timed": sum(r.get("ms") is not None or r.get("wall_ms") is not None for r in rows),
+            "skipped": sum(r.get("check") == "skipped" for r in rows),
+            "failed": sum(r.get("check") in ("FAIL", "error") for r in rows), "configs": len(problem["configs"])}
+
+
+def table(result: dict) -> str:
+    """A short text table: per problem the reference, the model's pick and the best config."""
+    lines = [f"{'problem':<24} {'dtype':<5} {'ref TF/s':>8} {'model TF/s':>10} {'ratio':>6} "
+             f"{'best TF/s':>9} {'ratio':>6}  timed/skipped/failed  best config"]
+    for s in result["problems"]:
+        shape = "x".join(map(str, s["shape"]))
+        lines.append(f"{s['set'] + ' ' + shape:<24} {s['dtype']:<5} {_fmt(s['ref_tflops'], '8.1f')} "
+                     f"{_fmt(s['model'].get('tflops'), '10.1f')} {_fmt(s['model'].get('ratio'), '6.3f')} "
+                     f"{_fmt(s['best'].get('tflops'), '9.1f')} {_fmt(s['best'].get('ratio'), '6.3f')}  "
+                     f"{s['timed']}/{s['skipped']}/{s['failed']} of {s['configs']:<8} {s['best'].get('config', '-')}")
+    g = result["geomean"]
+    lines.append(f"geomean ratio to the reference: model {_fmt(g.get('model_ratio'), '.3f')}, "
+                 f"best {_fmt(g.get('best_ratio'), '.3f')}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m cutedsl.bench.lease_bench", description=__doc__.split("\n")[0])
+    ap.add_argument("--bundle", required=True, help="the bundle folder (its manifest.json names the problems)")
+    ap.add_argument("--backend", choices=["cuda", "sim"], default="cuda")
+    ap.add_argument("--deadline", type=float, default=None, help="time.time() by which to stop timing")
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--csv", required=True)
+    args = ap.parse_args(argv)
+    from ..runtime.selection import get_backend
+    from . import libs, report
+    manifest = json.loads((Path(args.bundle) / "manifest.json").read_text())
+    backend = get_backend(args.backend)
+    lib, note = libs.pick(backend.name, "auto")
+
+    def write(result):
+        report.write(args.json, report.to_json(result))
+        report.write(args.csv, report.to_csv(result))
+    t0 = time.time()
+    result = run(manifest, backend, lib, deadline=args.deadline, iters=args.iters, warmup=args.warmup, write=write)
+    if note:
+        result["header"].setdefault("notes", []).append(note)
+    result["header"]["wall_s"] = round(time.time() - t0, 1)
+    write(result)
+    print(table(result))
+    bad = sum(s["failed"] for s in result["problems"])
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""What a GPU lease runs (``scripts/gpu_run.sh``), as data: the problems timed against cuBLAS,
+the configs timed per problem, the ``gpu`` tests, and the main job whose export is loaded.
+
+A plan names problems, not configs: :func:`problem_configs` turns each into the configs the
+run times -- the documented model's pick (``GemmConfig.for_problem``) first, then the
+tuner's candidates (:func:`cutedsl.device.tune.candidates`) in the model's order, then any
+study the problem asks for (the paper's stage study: the multistage kernel at 1..7 stages).
+The bundle records the result per problem (``manifest["problems"]``), so the GPU machine runs
+exactly what was compiled, and :func:`kernel_configs` adds the layout variants a call makes
+(``raster="N"`` where a problem has more tile columns than rows), which ``Gemm`` would
+otherwise compile on the GPU machine, where there is no compiler.
+"""
+from __future__ import annotations
+
+#: the problems of a full lease: (set, M, N, K, dtype, out_dtype, study). Set names group the
+#: rows of the report; dtypes are what the issue's comparison names (the paper's study in f16,
+#: as the paper; fp8 against ``torch._scaled_mm``, which writes bf16).
+LEASE_PROBLEMS = (
+    ("square", 4096, 4096, 4096, "bf16", "bf16", None),
+    ("square", 8192, 8192, 8192, "bf16", "bf16", None),
+    ("paper", 7296, 256, 1024, "f16", "f16", "stages"),
+    ("paper", 7296, 256, 4096, "f16", "f16", "stages"),
+    ("paper", 7296, 256, 16384, "f16", "f16", "stages"),
+    ("skinny", 256, 2112, 7168, "bf16", "bf16", None),
+    ("skinny", 1024, 2112, 7168, "bf16", "bf16", None),
+    ("fp8", 8192, 8192, 8192, "e4m3", "bf16", None),
+)
+#: a smoke plan's problems: tiny, so the dry run on the emulator takes seconds
+SMOKE_PROBLEMS = (
+    ("square", 130, 70, 96, "f16", "f16", None),
+    ("fp8", 64, 200, 128, "e4m3", "bf16", None),
+)
+#: the tile of the paper's stage study (NVDSL's multistage GEMM) and its stage counts
+STAGE_STUDY_TILE = (128, 128, 64)
+STAGE_STUDY = tuple(range(1, 8))
+#: what a dry run (the emulator) runs instead of a problem: M >= N keeps (130, 70, 96), else
+#: (64, 200, 128) -- tiny, no tile multiples, the same longer side as the real problem
+DRY_SHAPES = ((130, 70, 96), (64, 200, 128))
+
+PLANS = {
+    "gpu": {
+        "problems": LEASE_PROBLEMS,
+        "candidates": 8,              # the tuner's candidates per problem, after the model's pick
+        "tests": ["tests/device/test_gpu.py", "tests/device/test_gpu_families.py"],
+        # what a dry run runs on the emulator (test_gpu.py's 1000^3 problems would take it hours)
+        "dry_tests": ["tests/device/test_gpu_families.py"],
+        "main_args": ["gemm", "--m", "1000", "--n", "1000", "--k", "1000", "--check"],
+    },
+    # a few kernels: what the dry-run test of the bundle and the runner builds
+    "smoke": {
+        "problems": SMOKE_PROBLEMS,
+        "candidates": 0,              # the model's pick only
+        "tests": ["tests/device/test_gpu_families.py::test_family_bit_identical[multistage]"],
+        "main_args": ["gemm", "--m", "300", "--n", "200", "--k", "160", "--schedule", "multistage", "--stages", "2",
+                      "--out-dtype", "f16", "--check"],
+    },
+}
+
+
+def dry_shape(m: int, n: int, k: int) -> tuple:
+    """The emulator's stand-in for an ``m x n x k`` problem (:data:`DRY_SHAPES`)."""
+    return DRY_SHAPES[0] if m >= n else DRY_SHAPES[1]
+
+
+def problem_configs(problem, candidates: int, arch: str | None = None) -> list:
+    """The configs a lease times on ``problem`` (a :data:`LEASE_PROBLEMS` row): the model's pick,
+    ``candidates`` of the tuner's, the study's; unique, in that order. On another architecture
+    than sm_90a: the model's pick for it only (the tuner's candidates are sm_90a schedules)."""
+    from ..device import GemmConfig, tune
+    from ..errors import ConfigError
+    _, m, n, k, dt, out_dt, study = problem
+    fixed = {"out_dtype": out_dt}
+    if arch not in (None, "sm_90a"):
+        return [GemmConfig.for_problem(m, n, k, dt, arch=arch, **fixed)]
+    out = [GemmConfig.for_problem(m, n, k, dt, **fixed)]
+    if candidates:
+        out += tune.candidates(m, n, k, dt, limit=candidates, **fixed)
+    if study == "stages":
+        for s in STAGE_STUDY:
+            try:
+                out.append(GemmConfig(dtype=dt, tile=STAGE_STUDY_TILE, stages=s, schedule="multistage", **fixed))
+            except ConfigError:           # a depth that does not fit shared memory
+                pass
+    return list(dict.fromkeys(out))
+
+
+def call_config(cfg, m: int, n: int, k: int):
+    """The config whose kernel ``Gemm(cfg)`` runs for an ``m x n x k`` call on operands in the
+    config's own layouts (a row-major A, B as :meth:`GemmConfig.example_operands` lays it out):
+    ``cfg`` with the fields :func:`cutedsl.device.operands.layout_changes` changes."""
+    import attrs
+
+    from ..device.operands import layout_changes
+    from ..dtypes import dtype as _dtype
+    from ..runtime.tensor_view import TensorView
+    from ..atom.mma_traits import element_type
+    da, db = _dtype(element_type(cfg.dtype)), _dtype(element_type(cfg.b_dtype or cfg.dtype))
+    ea, eb = da.nbytes, db.nbytes
+    a_strides = (k * ea, ea) if cfg.a_major == "K" else (ea, m * ea)
+    b_strides = (n * eb, eb) if cfg.b_major == "MN" else (eb, k * eb)
+    va = TensorView("a", (m, k), da, da.name, None, None, 0, a_strides, "layout")
+    vb = TensorView("b", (k, n), db, db.name, None, None, 0, b_strides, "layout")
+    changes = layout_changes(cfg, va, vb)
+    return attrs.evolve(cfg, **changes) if changes else cfg
+
+
+def kernel_configs(problems: list) -> list:
+    """Every config whose kernel a lease needs for ``problems`` (manifest rows with ``shape``,
+    ``dry_shape`` and ``configs``): each config as called on the real and on the dry shape."""
+    from ..device import GemmConfig
+    out = []
+    for p in problems:
+        for fields in p["configs"]:
+            cfg = GemmConfig(**fields)
+            out += [call_config(cfg, *p["shape"]), call_config(cfg, *p["dry_shape"])]
+    return list(dict.fromkeys(out))
+
+
+def manifest_problems(plan: dict, arch: str | None = None) -> list:
+    """The plan's problems as the manifest records them: set, shape, dry shape, dtypes, study
+    and the configs (``GemmConfig.fields()``, JSON-ready) in timing order."""
+    import json
+    rows = []
+    for p in plan["problems"]:
+        name, m, n, k, dt, out_dt, study = p
+        cfgs = problem_configs(p, plan["candidates"], arch)
+        rows.append({"set": name, "shape": [m, n, k], "dry_shape": list(dry_shape(m, n, k)), "dtype": dt,
+                     "out_dtype": out_dt, "study": study,
+                     "configs": [json.loads(json.dumps(c.fields(), default=list)) for c in cfgs]})
+    return rows

@@ -1,0 +1,282 @@
+"""The MMA warpgroup's main loop of a FlashAttention-3-style attention backward (dK/dV kernel): the
+CTA owns one KV block of 64 keys and visits every query block that attends it, for each query
+head sharing its K/V head (GQA), accumulating dK and dV in registers and adding dQ into an f32
+workspace.
+
+Per query block (64 queries; the accumulators are transposed, rows = keys, as FlashAttention-2/3
+compute them, so that P^T and dS^T are register A operands):
+
+1. ``S^T = K Q^T`` and ``dP^T = V dO^T`` (SS WGMMA, two commit groups);
+2. while they run, each thread loads the log-sum-exp (times log2 e) and ``D = rowsum(dO * O)``
+   of its 16 query columns (``ld.global``; 0 past the sequence);
+3. ``P^T = exp2(S^T * scale * log2 e - LSE * log2 e)`` (masked entries ``-inf`` first: the band
+   transposed -- key ``j`` keeps queries ``j - shift - right .. j - shift + left`` -- and keys
+   past ``seqlen_k``);
+4. ``dS^T = P^T * (dP^T - D)``;
+5. ``dS`` to shared memory (``stmatrix``), then ``dV += P^T dO`` and ``dK += dS^T Q`` (WGMMA
+   with A from registers) and ``dQ = dS K`` (SS) in 64-column chunks;
+6. each chunk of ``dQ`` (unscaled) into the f32 workspace with ``red.global.add.f32`` (PTX ISA 9.7.12.7),
+   rows past the sequence skipped. Deterministic mode orders those additions: before adding to
+   query block ``m`` of a (batch, head), KV block ``n`` waits until the block's semaphore equals
+   ``n - n_min(m)`` (its rank among the KV blocks that visit ``m``, ascending) and afterwards
+   releases ``rank + 1`` (``ld.acquire.gpu`` spin, named barrier, reductions, named barrier,
+   ``st.release.gpu``: PTX ISA 8.x memory consistency model, release/acquire patterns), so every
+   element's f32 sum is formed in one order -- bit-identical across runs (FlashAttention-3's
+   ``Deterministic`` dQ semaphore). It needs the KV blocks of a sequence resident in launch order.
+
+Query blocks are visited ascending in the three ranges of a transposed
+:class:`~cutedsl.collective.attention_mask.BlockRange` (masked, unmasked, masked); the loops
+carry dK, dV and the pipeline state.
+"""
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from ..atom.fragment_rows import ROW_HALVES, row_half
+from ..atom.mma_traits import ATOM_M
+from ..atom.operand_store import store_operand
+from ..atom.sync import NamedBarrier, fence_proxy_async, wait_flag
+from ..atom.wgmma import Accumulator, WarpgroupMMA, WgmmaFragment
+from ..atom.wgmma_rs import AFragment, WarpgroupMMARegA
+from ..ir._lazy import lazy
+from .attention_mask import AttentionMask, BlockRange
+from .pipeline import PipelineState
+
+cir = lazy("cutedsl.ir")
+V = lazy("cutedsl.ir.values")
+F = lazy("cutedsl.ir.fmath")
+
+LOG2E = 1.0 / math.log(2.0)
+#: named barrier of the MMA warpgroup (0 is the CTA's)
+BWD_BARRIER = 1
+
+
+@attrs.frozen
+class BwdUnit:
+    """One (KV block, query head) of the loop, IR values: ``batch``, ``head`` (the query head),
+    ``n_block`` and ``n0`` (its first key within the sequence), ``seqlen_q``, ``seqlen_k``,
+    ``left`` / ``right`` (band extents), ``q_row0`` (packed row of the sequence's query 0:
+    ``batch * seqlen_q`` dense, ``cu_seqlens_q[b]`` varlen), ``lse_base`` (element of LSE / D of
+    the head's query 0), ``heads``, ``exp_scale`` (``softmax_scale * log2 e``), ``sem_base``
+    (deterministic: element of the head's first query-block semaphore), and the kernel's pointer
+    parameters ``lse``, ``dpsum`` (D), ``dq_accum`` (f32 workspace), ``semaphores``."""
+    batch: object
+    head: object
+    n_block: object
+    n0: object
+    seqlen_q: object
+    seqlen_k: object
+    left: object
+    right: object
+    q_row0: object
+    lse_base: object
+    heads: object
+    exp_scale: object
+    lse: object
+    dpsum: object
+    dq_accum: object
+    sem_base: object = None
+    semaphores: object = None
+
+
+class AttentionBwdMainloop:
+    """Consumer side for the one MMA warpgroup: ``operands`` (an
+    :class:`~cutedsl.collective.attention_bwd_operands.AttentionBwdOperands`), ``local`` (a
+    causal / sliding-window band), ``deterministic`` (ordered dQ additions)."""
+
+    def __init__(self, operands, local: bool = False, deterministic: bool = False, warpgroup_threads: int = 128):
+        o = self.ops_desc = operands
+        self.local, self.deterministic, self.wg_threads = bool(local), bool(deterministic), warpgroup_threads
+        self.mask = AttentionMask(o.block_n, o.block_m, local)          # rows = keys: the band transposed
+        self.fwd_mask = AttentionMask(o.block_m, o.block_n, local)      # rows = queries (KV blocks of a query block)
+        self.s_mma = WarpgroupMMA(ATOM_M, o.block_m, o.dtype, b_major="K")
+        self.kv_mma = WarpgroupMMARegA(ATOM_M, o.head_dim, o.dtype, b_major="MN")
+        self.dq_mma = WarpgroupMMA(ATOM_M, o.traits.mn_box, o.dtype, b_major="MN")     # one 64-column chunk
+        self.bar = NamedBarrier(BWD_BARRIER, warpgroup_threads)
+
+    # -- ranges ------------------------------------------------------------------------
+    def query_blocks(self, n0, seqlen_q, seqlen_k, left, right) -> BlockRange:
+        """Query blocks (ints on the host, IR i32 in a kernel) of the KV block at key ``n0``:
+        ``[n_min, u_lo)`` masked, ``[u_lo, u_hi)`` unmasked, ``[u_hi, n_max)`` masked (the
+        forward's ranges with queries and keys swapped). A ragged KV block (keys past
+        ``seqlen_k``) is masked in every query block."""
+        r = self.mask.block_range(n0, seqlen_k, seqlen_q, right, left)
+        ragged = n0 + self.ops_desc.block_n > seqlen_k
+        if isinstance(ragged, bool):
+            u_hi = r.u_lo if ragged else r.u_hi
+        else:
+            u_hi = V.select(ragged, V.i32(r.u_lo), V.i32(r.u_hi))
+        return BlockRange(r.n_min, r.n_max, r.u_lo, u_hi)
+
+    def rank(self, n_block, m_block, seqlen_q, seqlen_k, left, right):
+        """The KV block's place among those visiting query block ``m_block`` (ascending):
+        ``n_block - n_min`` of the forward's range of that query block."""
+        r = self.fwd_mask.block_range(m_block * self.ops_desc.block_m, seqlen_q, seqlen_k, left, right)
+        return n_block - r.n_min
+
+    # -- descriptors -----------------------------------------------------------------
+    def descriptors(self, ops) -> dict:
+        """Slot-0 descriptors: K and V per k-tile (A), Q and dO (K-major B and the MN-major
+        reading), K's boxes as MN-major B chunks of ``dQ = dS K``, and dS (A)."""
+        o, sm = self.ops_desc, ops.smem
+        kt = range(o.d_tiles)
+        return {"k": [self.s_mma.descriptor(o.k_tile(sm["k"], 0, j), "A") for j in kt],
+                "v": [self.s_mma.descriptor(o.k_tile(sm["v"], 0, j), "A") for j in kt],
+                "q": self.s_mma.descriptor(o.k_tile(sm["q"]), "B"),
+                "do": self.s_mma.descriptor(o.k_tile(sm["do"]), "B"),
+                "q_mn": self.kv_mma.descriptor(o.mn_view(o.k_tile(sm["q"])), "B"),
+                "do_mn": self.kv_mma.descriptor(o.mn_view(o.k_tile(sm["do"])), "B"),
+                "k_mn": [self.dq_mma.descriptor(o.mn_view(o.k_tile(sm["k"], 0, j), 1), "B") for j in kt],
+                "ds": self.dq_mma.descriptor(sm["ds"].tile(0), "A")}
+
+    def _at(self, ops, desc, name, stage, kt: int = 0):
+        """``desc`` (slot 0's) moved to slot ``stage`` and k-tile ``kt`` of buffer ``name``."""
+        t = self.ops_desc.traits
+        return desc.stage(stage, ops.smem[name].buf.stage_bytes).offset(kt * t.tile_bytes(t.k_tile))
+
+    # -- one query block ---------------------------------------------------------------
+    def _columns(self, unit: BwdUnit, ptr, m0, c0, scale=None) -> dict:
+        """``{column offset: value}`` of ``ptr`` (f32, LSE or D) at this thread's query columns
+        (times ``scale``; 0 past the sequence, where the mask zeroes P)."""
+        src = cir.GlobalPtr(ptr, "f32")
+        out = {}
+        for i in range(self.s_mma.n // 2):
+            off = WgmmaFragment.offset(0, i)[1]
+            if off not in out:
+                q = m0 + c0 + off
+                ok = q < unit.seqlen_q
+                x = src.load(V.select(ok, unit.lse_base + q, V.i32(unit.lse_base)))
+                out[off] = V.select(ok, x * scale if scale is not None else x, F._f32(0.0))
+        return out
+
+    def _mask(self, unit: BwdUnit, s: Accumulator, m0, r0, c0) -> Accumulator:
+        limits = []
+        for h in range(ROW_HALVES):
+            key = unit.n0 + r0 + WgmmaFragment.offset(0, 2 * h)[0]
+            lo, hi = self.mask.row_limits(key, unit.seqlen_k, unit.seqlen_q, m0, unit.right, unit.left)
+            limits.append((lo, V.select(key < unit.seqlen_k, hi, lo)))     # keys past the sequence: none
+        return self.mask.apply(s, lambda b, i: row_half(i), lambda b, i: c0 + WgmmaFragment.offset(b, i)[1],
+                               [limits])
+
+    def _issue_t(self, ops, desc, a: str, b: str, st: PipelineState) -> Accumulator:
+        """Issue ``A B^T`` (keys x queries) over the head dimension as one commit group: ``a``
+        (K or V, loaded once) times ``b`` (Q or dO in slot ``st``)."""
+        acc, n = self.s_mma.undef(), self.ops_desc.d_tiles
+        for kt in range(n):
+            acc = self.s_mma.mma(acc, desc[a][kt], self._at(ops, desc[b], b, st.index, kt), accumulate=kt > 0,
+                                 fence=kt == 0, commit=kt == n - 1)
+        return acc
+
+    def step(self, ops, desc, unit: BwdUnit, m_block, st: PipelineState, dk, dv, masked: bool) -> tuple:
+        """One query block: returns the new ``(dk, dv)``."""
+        o = self.ops_desc
+        m0 = m_block * o.block_m
+        wt = cir.thread_idx() % self.wg_threads
+        r0, c0 = (V.i32(x) for x in WgmmaFragment.thread_base(wt))
+        ops.qdo_pipe.consumer_wait(st)
+        s = self._issue_t(ops, desc, "k", "q", st)            # S^T = K Q^T
+        dp = self._issue_t(ops, desc, "v", "do", st)          # dP^T = V dO^T
+        # LSE while the GEMMs run, D only once P is formed: fewer registers live beside dK and dV
+        lse2 = self._columns(unit, unit.lse, m0, c0, LOG2E)
+        self.s_mma.wait(1)
+        s = s.pinned()
+        if masked:
+            s = self._mask(unit, s, m0, r0, c0)
+        p = s.map_regs(lambda x, b, i: F.exp2(F.fma(x, unit.exp_scale, -lse2[WgmmaFragment.offset(b, i)[1]])))
+        dsum = self._columns(unit, unit.dpsum, m0, c0)
+        self.s_mma.wait(0)
+        dp = dp.pinned()
+        ds = dp.map_regs(lambda x, b, i: p.get(b, i) * (x - dsum[WgmmaFragment.offset(b, i)[1]]))
+        pf, dsf = AFragment.from_accumulator(p, o.dtype), AFragment.from_accumulator(ds, o.dtype)
+        self.bar.sync()               # every warp waited for the previous dQ GEMM: dS may be overwritten
+        store_operand(ds, ops.smem["ds"].tile(0), "B", warpgroup_thread=wt)
+        fence_proxy_async()           # generic-proxy stmatrix before the async-proxy WGMMA read
+        self.bar.sync()
+        dv = self.kv_mma.mma(dv, pf, self._at(ops, desc["do_mn"], "do", st.index), fence=True, commit=False)
+        dk = self.kv_mma.mma(dk, dsf, self._at(ops, desc["q_mn"], "q", st.index), fence=False, commit=True)
+        # dQ = dS K in 64-column chunks, each added before the next is issued: 32 registers
+        # live beside dK and dV instead of head_dim / 2
+        for c in range(o.d_tiles):
+            dq = self.dq_mma.mma(self.dq_mma.undef(), desc["ds"], desc["k_mn"][c], accumulate=False, fence=c > 0)
+            self.s_mma.wait(0)
+            if c == 0:
+                dk, dv = dk.pinned(), dv.pinned()
+                ops.qdo_pipe.consumer_release_warp(st)
+                order = self._dq_acquire(unit, m_block, wt)
+            self._add_dq(unit, dq.pinned(), m0, r0, c0 + c * o.traits.mn_box)
+        self._dq_release(order, wt)
+        return dk, dv
+
+    def _dq_acquire(self, unit: BwdUnit, m_block, wt):
+        """Deterministic mode: wait for this KV block's turn at query block ``m_block``
+        (module docstring); returns ``(semaphore pointer, index, rank)`` or None."""
+        if not self.deterministic:
+            return None
+        sems = cir.GlobalPtr(unit.semaphores, "u32")
+        idx = unit.sem_base + m_block
+        rank = self.rank(unit.n_block, m_block, unit.seqlen_q, unit.seqlen_k, unit.left, unit.right)
+        with cir.If(wt.eq(0)):
+            wait_flag(sems, idx, V.u32(rank))
+        self.bar.sync()
+        return sems, idx, rank
+
+    def _dq_release(self, order, wt) -> None:
+        if order is None:
+            return
+        sems, idx, rank = order
+        self.bar.sync()               # every thread's additions before the release
+        with cir.If(wt.eq(0)):
+            sems.store_release(idx, V.u32(rank + 1))
+
+    def _add_dq(self, unit: BwdUnit, dq: Accumulator, m0, r0, c0) -> None:
+        """``red.global.add.f32`` of a ``64 x 64`` dQ chunk (this thread's columns from ``c0``)
+        into the workspace; rows past the sequence skipped."""
+        d = self.ops_desc.head_dim
+        ws = cir.GlobalPtr(unit.dq_accum, "f32")
+        row_stride = cir.i64(unit.heads) * d
+        for h in range(ROW_HALVES):
+            q = m0 + r0 + WgmmaFragment.offset(0, 2 * h)[0]
+            with cir.If(q < unit.seqlen_q):
+                base = cir.i64(unit.q_row0 + q) * row_stride + cir.i64(unit.head) * d + cir.i64(c0)
+                for i in range(dq.regs):
+                    if row_half(i) == h:
+                        ws.atomic_add(base + WgmmaFragment.offset(0, i)[1], dq.get(0, i))
+
+    # -- the loops ---------------------------------------------------------------------
+    def run(self, ops, unit_of, group, rng: BlockRange) -> tuple:
+        """All query blocks of ``rng`` (from :meth:`query_blocks`) for each of the ``group``
+        query heads (``unit_of(g)`` -> :class:`BwdUnit`); returns ``(dK, dV)`` unscaled."""
+        desc = self.descriptors(ops)
+        dk, dv = self.kv_mma.zero(), self.kv_mma.zero()
+        st = PipelineState(self.ops_desc.stages)
+        nb = dk.m_blocks
+        outer = cir.Loop(0, group, carry=dk.structs + dv.structs + st.carry())
+        for g, c in outer:
+            c = list(c)
+            dk, dv = Accumulator(c[:nb], dk.n), Accumulator(c[nb:2 * nb], dv.n)
+            st = PipelineState.from_carry(st.stages, c[2 * nb:])
+            unit = unit_of(V.i32(g))
+            for lo, hi, masked in ((rng.n_min, rng.u_lo, True), (rng.u_lo, rng.u_hi, False),
+                                   (rng.u_hi, rng.n_max, True)):
+                dk, dv, st = self._loop(ops, desc, unit, lo, hi, masked, dk, dv, st)
+            outer.next(*(dk.structs + dv.structs + st.carry()))
+        c = list(outer.results)
+        return Accumulator(c[:nb], dk.n), Accumulator(c[nb:2 * nb], dv.n)
+
+    def _loop(self, ops, desc, unit, lo, hi, masked, dk, dv, st):
+        nb = dk.m_blocks
+        loop = cir.Loop(0, hi - lo, carry=dk.structs + dv.structs + st.carry())
+        for it, c in loop:
+            c = list(c)
+            dk, dv = Accumulator(c[:nb], dk.n), Accumulator(c[nb:2 * nb], dv.n)
+            st = PipelineState.from_carry(st.stages, c[2 * nb:])
+            dk, dv = self.step(ops, desc, unit, lo + V.i32(it), st, dk, dv, masked)
+            loop.next(*(dk.structs + dv.structs + st.advance().carry()))
+        c = list(loop.results)
+        return (Accumulator(c[:nb], dk.n), Accumulator(c[nb:2 * nb], dv.n),
+                PipelineState.from_carry(st.stages, c[2 * nb:]))
+
+
+__all__ = ["AttentionBwdMainloop", "BwdUnit", "LOG2E", "BWD_BARRIER"]

@@ -1,0 +1,216 @@
+"""``AttentionBackward``: the attention backward front end, in the shape of FlashAttention's
+``_flash_attn_backward(dout, q, k, v, out, softmax_lse, ...) -> dq, dk, dv``, on three kernels:
+``D = rowsum(dO * O)`` (:class:`~cutedsl.kernel.attention_bwd_prepost.AttentionBwdPreprocessKernel`),
+the FlashAttention-3-style dK/dV kernel adding dQ into an f32 workspace
+(:mod:`cutedsl.kernel.attention_bwd`), and the dQ conversion
+(:class:`~cutedsl.kernel.attention_bwd_prepost.AttentionBwdPostprocessKernel`).
+
+::
+
+    attn = cutedsl.Attention(cutedsl.AttentionConfig(head_dim=128))
+    o, lse = attn(q, k, v, causal=True)
+    dq, dk, dv = cutedsl.AttentionBackward(cutedsl.AttentionConfig(head_dim=128))(do, q, k, v, o, lse, causal=True)
+
+Every mistake is refused before anything is compiled or launched, naming the argument.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..errors import ArgumentError, ArgumentTypeError
+from ..runtime import arrays
+from ..runtime.binding import Binding
+from ..runtime.dlpack import wrap_like
+from ..runtime.tensor_view import TensorView
+from .attention import NAMES, _real, _window, check_call
+from .attention_config import AttentionConfig
+
+
+def _bwd_kernel_cls():
+    from ..kernel.attention_bwd import AttentionBwdKernel
+    return AttentionBwdKernel
+
+
+def check_backward(views, problem, varlen) -> None:
+    """``dout`` and ``out`` like ``q``, ``softmax_lse`` f32 of the forward's LSE shape
+    (``ArgumentTypeError`` / ``ArgumentError`` naming the argument)."""
+    q, k, v, do, o, lse = views
+    for x in (do, o):
+        if x.dtype is None or x.dtype.name != q.dtype.name:
+            raise ArgumentTypeError(f"{x.name} must have q's dtype {q.dtype.name}, got {x.raw_dtype}")
+        if tuple(x.shape) != tuple(q.shape):
+            raise ArgumentError(f"{x.name} must have o's shape {tuple(q.shape)} (head_dim_v = head_dim), got "
+                                f"{tuple(x.shape)}")
+    want = (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
+    if lse.dtype is None or lse.dtype.name != "f32":
+        raise ArgumentTypeError(f"softmax_lse must be float32 (the forward's LSE), got {lse.raw_dtype}")
+    if tuple(lse.shape) != want:
+        raise ArgumentError(f"softmax_lse must be {'(heads, total_q)' if varlen else '(batch, heads, seqlen_q)'} "
+                            f"= {want}, got {tuple(lse.shape)}")
+    why = _bwd_kernel_cls().reason(problem.head_dim, q.dtype.name)
+    if why:
+        raise ArgumentError(f"q, k, v: {why}")
+
+
+class AttentionBackward:
+    """The attention backward on ``backend`` (``"auto"``: a Hopper GPU, else the emulator).
+    ``config``: an :class:`AttentionConfig` (its head dimension and dtype; the forward's
+    schedule knobs do not apply), or None / ``"auto"``. ``deterministic``: dQ is summed in a
+    fixed order (bit-identical results from run to run; FlashAttention's ``deterministic``)."""
+
+    def __init__(self, config: AttentionConfig | str | None = None, backend="auto", *, deterministic: bool = False):
+        from ..runtime.selection import check_backend_arg
+        if config not in (None, "auto") and not isinstance(config, AttentionConfig):
+            raise ArgumentTypeError(f"config must be an AttentionConfig or 'auto', got {type(config).__name__}")
+        if not isinstance(deterministic, (bool, np.bool_)):
+            raise ArgumentTypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
+        check_backend_arg(backend)
+        self.config = None if config in (None, "auto") else config
+        self.deterministic = bool(deterministic)
+        self._backend_arg, self._backend = backend, None
+        self._kernels, self._lock = {}, threading.Lock()
+
+    @property
+    def backend(self):
+        if self._backend is None:
+            from ..runtime.selection import get_backend
+            b = self._backend_arg
+            self._backend = get_backend(b) if isinstance(b, str) else b
+        return self._backend
+
+    def _kernel(self, key, make):
+        with self._lock:
+            k = self._kernels.get(key)
+            if k is None:
+                k = self._kernels[key] = make()
+            return k
+
+    def __call__(self, dout, q, k, v, out, softmax_lse, *, softmax_scale=None, causal=False, window=None,
+                 softcap=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
+        """``(dq, dk, dv)`` shaped and typed like ``q``, ``k``, ``v`` (numpy in -> numpy out,
+        device arrays in -> device arrays out). ``dout``, ``out``: like ``q``; ``softmax_lse``:
+        the forward's LSE (f32, (batch, heads, seqlen_q) or varlen (heads, total_q)); options as
+        :meth:`Attention.__call__ <cutedsl.device.attention.Attention.__call__>` (``softcap``
+        is refused: not implemented). Raises ``ArgumentTypeError`` / ``ArgumentError`` before
+        any launch."""
+        names = NAMES + ("dout", "out", "softmax_lse")
+        views = [TensorView.of(x, n) for x, n in zip((q, k, v, dout, out, softmax_lse), names)]
+        problem, cq, ck = check_call(views[:3], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+        check_backward(views, problem, cq is not None)
+        if softcap not in (None, 0):
+            raise ArgumentError("softcap: the attention backward does not implement the softcap (its tanh "
+                                "derivative); pass softcap=None")
+        scale = problem.head_dim ** -0.5 if softmax_scale is None else _real("softmax_scale", softmax_scale)
+        left, right = _window(window, causal)
+        dt = views[0].dtype.name
+        cfg = self.config or AttentionConfig.for_problem(problem, dt)
+        if cfg.dtype != dt or cfg.head_dim != problem.head_dim:
+            raise ArgumentTypeError(f"q, k, v are {dt} with head_dim {problem.head_dim} but the config was built "
+                                    f"for {cfg.dtype}, {cfg.head_dim}: use AttentionConfig(head_dim="
+                                    f"{problem.head_dim}, dtype={dt!r})")
+        why = cfg.can_implement(problem)
+        if why:
+            raise ArgumentError(f"q, k, v: {why}")
+        for x, n in zip((q, k, v, dout, out, softmax_lse), names):
+            arrays.check_backend_of(x, self.backend, n)
+        if 0 in views[0].shape or 0 in views[1].shape:      # no query or no key: zero gradients, no launch
+            outs = [np.zeros(x.shape, x.dtype.numpy) for x in views[:3]]
+            if views[0].on_host:
+                return tuple(outs)
+            return tuple(wrap_like(arrays.to_device(self.backend, o), views[0].framework) for o in outs)
+        variant = dict(local=(left, right) != (-1, -1), varlen=cq is not None, deterministic=self.deterministic)
+        kern = self._kernel(("bwd", cfg.head_dim, dt, tuple(sorted(variant.items()))),
+                            lambda: _bwd_kernel_cls()(cfg.head_dim, dt, arch=cfg.arch, **variant))
+        return self._run(kern, views, problem, cq, ck, scale, (left, right))
+
+    def _run(self, kern, views, problem, cq, ck, scale, window):
+        from ..kernel.attention_bwd_prepost import AttentionBwdPostprocessKernel, AttentionBwdPreprocessKernel
+        be = self.backend
+        q, k, v, do, o, lse = views
+        dt, d = q.dtype.name, problem.head_dim
+        pre = self._kernel(("pre", d, dt), lambda: AttentionBwdPreprocessKernel(d, dt))
+        post = self._kernel(("post", dt), lambda: AttentionBwdPostprocessKernel(dt))
+        owned = []
+
+        def dev(x):
+            if x.on_host:
+                arr = arrays.to_device(be, np.ascontiguousarray(x.host))
+                owned.append(arr)
+                return arr
+            arr = arrays.DeviceArray(x.ptr, x.shape, x.strides, x.dtype, be, x.owner)
+            if not arr.is_c_contiguous():
+                raise ArgumentError(f"{x.name} must be C-contiguous (a pointer operand of the backward)")
+            return arr
+
+        def new(shape, dtype):
+            arr = arrays.empty(be, shape, dtype)
+            owned.append(arr)
+            return arr
+        tokens = q.shape[0] if cq is not None else q.shape[0] * q.shape[1]
+        try:
+            d_o, d_do, d_lse = dev(o), dev(do), dev(lse)
+            dpsum = new(lse.shape, "f32")
+            self._launch(pre, pre.grid(tokens * problem.heads), o=d_o, do=d_do, dpsum=dpsum,
+                         rows=tokens * problem.heads, heads=problem.heads,
+                         seqlen=tokens if cq is not None else problem.seqlen_q)
+            dq_acc, dk, dv = new(q.shape, "f32"), new(k.shape, dt), new(v.shape, dt)
+            bind = Binding(be, kern.compile())
+            try:
+                for x, name in ((q, "q"), (k, "k"), (v, "v"), (do, "do")):
+                    arr = arrays.to_device(be, np.ascontiguousarray(x.host), pitch_align=16) if x.on_host else \
+                        arrays.DeviceArray(x.ptr, x.shape, x.strides, x.dtype, be, x.owner)
+                    if x.on_host:
+                        owned.append(arr)
+                    bind.tensor_map(name, arr, kern.tensor_map_extent(arr.shape, arr.strides))
+                for name, arr in (("dk", dk), ("dv", dv), ("dq_accum", dq_acc), ("lse", d_lse), ("dpsum", dpsum)):
+                    bind.pointer(name, arr)
+                bind.values.update(kern.scalar_values(problem, scale, window))
+                zero = [dq_acc]
+                if cq is not None:
+                    bind.pointer("cu_seqlens_q", dev(TensorView.of(cq, "cu_seqlens_q")))
+                    bind.pointer("cu_seqlens_k", dev(TensorView.of(ck, "cu_seqlens_k")))
+                    bind.values["total_q"] = q.shape[0]
+                if kern.deterministic:
+                    sems = new((problem.batch * problem.heads * kern.query_blocks(problem),), "u32")
+                    bind.pointer("semaphores", sems)
+                    zero.append(sems)
+                bind.launcher(kern.grid(problem), zero_fill=zero)()
+                bind.finish()
+            finally:
+                bind.release()
+            dq = arrays.empty(be, q.shape, dt)
+            pairs = dq_acc.nbytes // 8
+            self._launch(post, post.grid(pairs), dq_accum=dq_acc, dq=dq, pairs=pairs, scale=scale)
+            if q.on_host:
+                owned += [dq, dk, dv]
+                return tuple(arrays.to_host(x) for x in (dq, dk, dv))
+            owned[:] = [x for x in owned if x is not dk and x is not dv]
+            return tuple(wrap_like(x, q.framework) for x in (dq, dk, dv))
+        finally:
+            for arr in owned:
+                arr.free()
+
+    def _launch(self, kern, grid, **values) -> None:
+        bind = Binding(self.backend, kern.compile())
+        try:
+            for name, val in values.items():
+                if isinstance(val, arrays.DeviceArray):
+                    bind.pointer(name, val)
+                else:
+                    bind.values[name] = val
+            bind.launcher(grid)()
+            bind.finish()
+        finally:
+            bind.release()
+
+
+def attention_backward(dout, q, k, v, out, softmax_lse, config: AttentionConfig | None = None, backend="auto",
+                       deterministic: bool = False, **options):
+    """One-shot :class:`AttentionBackward` call: ``(dq, dk, dv)``."""
+    return AttentionBackward(config, backend, deterministic=deterministic)(dout, q, k, v, out, softmax_lse,
+                                                                           **options)
+
+
+__all__ = ["AttentionBackward", "attention_backward", "check_backward"]

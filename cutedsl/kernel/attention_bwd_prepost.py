@@ -1,0 +1,119 @@
+"""The two small kernels around the attention backward's dK/dV kernel (FlashAttention-2/3's
+``flash_bwd_preprocess`` / ``flash_bwd_postprocess``), plain CUDA-core code, one thread per row or
+pair:
+
+* :class:`AttentionBwdPreprocessKernel` -- ``D = rowsum(dO * O)`` (f32) per (token, head), the
+  term of ``dS = P * (dP - D)`` that needs the whole row of O;
+* :class:`AttentionBwdPostprocessKernel` -- ``dQ = dQ_accum * softmax_scale`` rounded to f16/bf16
+  (the dK/dV kernel adds unscaled f32 partial sums into ``dQ_accum``).
+
+Layouts are FlashAttention's: O and dO (batch, seqlen_q, heads, d) or packed (total_q, heads, d),
+C-contiguous; D like the LSE, (batch, heads, seqlen_q) or (heads, total_q) -- a packed problem is
+one batch of ``total_q`` tokens here, so one compiled kernel serves both.
+"""
+from __future__ import annotations
+
+from ..compiler.artifact import ParamSpec as Param
+from ..errors import ConfigError, one_of
+from ..ir._lazy import lazy
+from .base import Kernel
+
+cir = lazy("cutedsl.ir")
+llvm = lazy("mlir.dialects.llvm")
+
+THREADS = 128           #: threads per CTA
+VEC_BYTES = 16          #: bytes of one vector load (ld.global.v4.b32 / v8 of 16-bit)
+DTYPES = ("bf16", "f16")
+
+
+def _check(cls, head_dim, dtype) -> None:
+    if dtype not in DTYPES:
+        raise ConfigError(f"{cls.__name__}: dtype must be {one_of(DTYPES)}, got {dtype!r}")
+    if not isinstance(head_dim, int) or head_dim <= 0 or head_dim % (VEC_BYTES // 2):
+        raise ConfigError(f"{cls.__name__}: head_dim must be a positive multiple of {VEC_BYTES // 2} (16-byte "
+                          f"vector loads), got {head_dim!r}")
+
+
+class AttentionBwdPreprocessKernel(Kernel):
+    """``D[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d]`` in f32. Parameters: ``o``, ``do``
+    (``dtype`` pointers), ``dpsum`` (f32, output), ``rows`` (tokens x heads), ``heads``,
+    ``seqlen`` (dense: seqlen_q; packed: total_q). Raises ``ConfigError`` for a dtype or head
+    dimension it cannot read."""
+
+    name = "attention_bwd_preprocess"
+
+    def __init__(self, head_dim: int, dtype: str = "bf16"):
+        _check(type(self), head_dim, dtype)
+        self.head_dim, self.dtype = head_dim, dtype
+
+    def config(self) -> dict:
+        return {"head_dim": self.head_dim, "dtype": self.dtype}
+
+    def params(self) -> list:
+        return [Param("o", "ptr", dtype=self.dtype), Param("do", "ptr", dtype=self.dtype),
+                Param("dpsum", "ptr", dtype="f32", output=True), Param("rows", "i32"), Param("heads", "i32"),
+                Param("seqlen", "i32")]
+
+    def grid(self, rows: int) -> tuple:
+        return (max(1, -(-rows // THREADS)), 1, 1)
+
+    def define(self):
+        from ..ir import KernelBuilder
+        kb = KernelBuilder(self.name, self.params(), block=(THREADS, 1, 1))
+        lanes = VEC_BYTES // 2
+        with kb.build() as a:
+            t = cir.block_idx() * THREADS + cir.thread_idx()
+            t = cir.i32(t)
+            with cir.If(t < a.rows):
+                o, do = cir.GlobalPtr(a.o, self.dtype), cir.GlobalPtr(a.do, self.dtype)
+                base = cir.i64(t) * self.head_dim
+                acc = []
+                for j in range(0, self.head_dim, lanes):
+                    vo, vd = o.load_vec(base + j, lanes), do.load_vec(base + j, lanes)
+                    for x in range(lanes):
+                        eo = cir.Scalar(llvm.extractelement(vo, cir.i32(x))).to("f32")
+                        ed = cir.Scalar(llvm.extractelement(vd, cir.i32(x))).to("f32")
+                        acc.append(eo * ed)
+                while len(acc) > 1:                     # pairwise: short dependency chains
+                    acc = [acc[k] + acc[k + 1] if k + 1 < len(acc) else acc[k] for k in range(0, len(acc), 2)]
+                tok, h = t // a.heads, t % a.heads
+                b, i = tok // a.seqlen, tok % a.seqlen
+                cir.GlobalPtr(a.dpsum, "f32").store(cir.i64((b * a.heads + h) * a.seqlen + i), acc[0])
+        return kb, 0, []
+
+
+class AttentionBwdPostprocessKernel(Kernel):
+    """``dq[e] = dq_accum[e] * scale`` rounded to ``dtype`` (``cvt.rn``), two elements per
+    thread (one ``st.global.b32``). Parameters: ``dq_accum`` (f32), ``dq`` (``dtype``, output),
+    ``pairs`` (elements / 2), ``scale`` (f32)."""
+
+    name = "attention_bwd_postprocess"
+
+    def __init__(self, dtype: str = "bf16"):
+        _check(type(self), VEC_BYTES // 2, dtype)
+        self.dtype = dtype
+
+    def config(self) -> dict:
+        return {"dtype": self.dtype}
+
+    def params(self) -> list:
+        return [Param("dq_accum", "ptr", dtype="f32"), Param("dq", "ptr", dtype=self.dtype, output=True),
+                Param("pairs", "i32"), Param("scale", "f32")]
+
+    def grid(self, pairs: int) -> tuple:
+        return (max(1, -(-pairs // THREADS)), 1, 1)
+
+    def define(self):
+        from ..atom.stmatrix import pack_b16x2
+        from ..ir import KernelBuilder
+        kb = KernelBuilder(self.name, self.params(), block=(THREADS, 1, 1))
+        with kb.build() as a:
+            t = cir.i32(cir.block_idx() * THREADS + cir.thread_idx())
+            with cir.If(t < a.pairs):
+                v = cir.GlobalPtr(a.dq_accum, "f32").load_vec(cir.i64(t) * 2, 2)
+                lo, hi = (cir.Scalar(llvm.extractelement(v, cir.i32(x))) * a.scale for x in range(2))
+                cir.GlobalPtr(a.dq, "u32").store(cir.i64(t), pack_b16x2(lo, hi, self.dtype))
+        return kb, 0, []
+
+
+__all__ = ["AttentionBwdPreprocessKernel", "AttentionBwdPostprocessKernel"]

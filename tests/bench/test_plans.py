@@ -1,0 +1,57 @@
+"""The lease plan (cutedsl.bench.plans): which configs each problem is timed with, and which
+kernels the bundle must hold so the GPU machine never compiles (layout variants included)."""
+import json
+
+import pytest
+
+from cutedsl import GemmConfig
+from cutedsl.bench import plans
+from cutedsl.bench.configs import label
+from cutedsl.device import tune
+from cutedsl.errors import ConfigError
+
+PAPER = ("paper", 7296, 256, 4096, "f16", "f16", "stages")
+SKINNY = ("skinny", 256, 2112, 7168, "bf16", "bf16", None)
+
+
+def test_model_pick_first_then_the_tuner_then_the_stage_study():
+    cfgs = plans.problem_configs(PAPER, 4)
+    assert cfgs[0] == GemmConfig.for_problem(7296, 256, 4096, "f16", out_dtype="f16")
+    assert cfgs[1:5] == tune.candidates(7296, 256, 4096, "f16", limit=4, out_dtype="f16")
+    fits = []
+    for s in plans.STAGE_STUDY:
+        try:
+            fits.append(GemmConfig(tile=(128, 128, 64), stages=s, schedule="multistage", out_dtype="f16"))
+        except ConfigError:
+            pass
+    assert cfgs[5:] == fits and [c.stages for c in fits] == [1, 2, 3, 4, 5, 6]    # 7 stages do not fit
+    assert len(set(cfgs)) == len(cfgs)
+    assert plans.problem_configs(SKINNY, 0) == [GemmConfig.for_problem(256, 2112, 7168, "bf16", out_dtype="bf16")]
+
+
+def test_call_config_is_the_kernel_the_call_runs():
+    auto = GemmConfig(schedule="pingpong", tile=(128, 128, 64))            # raster "auto"
+    assert plans.call_config(auto, 256, 2112, 7168).raster == "N"           # 2 tile rows, 17 columns
+    assert plans.call_config(auto, 7296, 256, 1024) == auto                 # more rows: M, as compiled
+    ms = GemmConfig(schedule="multistage")
+    assert plans.call_config(ms, 256, 2112, 7168) == ms                     # no raster on multistage
+    fp8 = GemmConfig(dtype="e4m3", out_dtype="bf16", schedule="cooperative")
+    assert fp8.b_major == "K" and plans.call_config(fp8, 8192, 8192, 8192) == fp8   # laid out as configured
+
+
+def test_kernel_configs_cover_real_and_dry_shapes():
+    rows = plans.manifest_problems({"problems": [SKINNY], "candidates": 3})
+    assert rows[0]["shape"] == [256, 2112, 7168] and rows[0]["dry_shape"] == [64, 200, 128]
+    cfgs = [GemmConfig(**{**f, "tile": tuple(f["tile"]), "cluster": tuple(f["cluster"])}) for f in rows[0]["configs"]]
+    assert cfgs == plans.problem_configs(SKINNY, 3)
+    json.dumps(rows)                                                         # the manifest takes them as is
+    kernels = plans.kernel_configs(rows)
+    want = {plans.call_config(c, *s) for c in cfgs for s in ((256, 2112, 7168), (64, 200, 128))}
+    assert set(kernels) == want and len(kernels) == len(want)
+    assert any(k.raster == "N" and k.schedule == "pingpong" for k in kernels), [label(k) for k in kernels]
+
+
+@pytest.mark.parametrize("shape,dry", [((8192, 8192, 8192), (130, 70, 96)), ((256, 2112, 7168), (64, 200, 128)),
+                                       ((7296, 256, 16384), (130, 70, 96))])
+def test_dry_shapes_keep_the_longer_side(shape, dry):
+    assert plans.dry_shape(*shape) == dry

@@ -1,0 +1,172 @@
+"""The FlashAttention-3-style attention backward (cutedsl/kernel/attention_bwd.py with its pre- and
+postprocessing kernels, through cutedsl.AttentionBackward) on the emulator against the float64
+reference (attention_backward_reference): ragged lengths that are no tile multiples, seqlen_q !=
+seqlen_k, causal (rows with no key), windows, GQA/MQA, varlen with 0-length sequences, both head
+dimensions and dtypes; deterministic mode bit-identical across runs and adversarial seeds; the
+block ranges on the host; the SASS of the main loop; errors before launch.
+
+O and LSE come from the float64 forward reference (O rounded to the input type, LSE to f32), so a
+failure here is the backward's own."""
+import itertools
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from cutedsl import AttentionBackward, AttentionConfig
+from cutedsl.collective.attention_bwd_mainloop import AttentionBwdMainloop
+from cutedsl.collective.attention_bwd_operands import AttentionBwdOperands
+from cutedsl.device.attention_reference import attention_backward_reference, attention_reference, mask as ref_mask
+from cutedsl.errors import ArgumentError, ArgumentTypeError
+from cutedsl.kernel.attention_bwd import BLOCK_M, BLOCK_N
+
+NP = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
+#: P and dS are rounded to 16 bits before their GEMMs (bf16: 2^-8 relative), dQ/dK/dV once more
+TOL = {"bf16": 1.5e-2, "f16": 4e-3}
+
+
+def _inputs(rng, dt, q_shape, kv_shape, **opts):
+    q, k, v = (rng.standard_normal(s).astype(NP[dt]) for s in (q_shape, kv_shape, kv_shape))
+    do = rng.standard_normal(q_shape).astype(NP[dt])
+    o, lse = attention_reference(q, k, v, **opts)
+    return do, q, k, v, o.astype(NP[dt]), lse.astype(np.float32)
+
+
+def check(grads, do, q, k, v, dt, **opts):
+    ref = attention_backward_reference(do, q, k, v, **opts)
+    for name, got, want, like in zip(("dq", "dk", "dv"), grads, ref, (q, k, v)):
+        assert got.dtype == like.dtype and got.shape == like.shape, name
+        err = np.abs(got.astype(np.float64) - want).max()
+        assert err <= TOL[dt] * max(1.0, np.abs(want).max()), (name, err)
+    return ref
+
+
+@pytest.mark.parametrize("d,dt,sq,sk,heads,kv_heads,opts", [
+    (64, "bf16", 77, 200, 2, 2, {}),
+    (64, "f16", 200, 77, 2, 1, {"causal": True}),                   # rows 0..122 see no key: dq = 0
+    (128, "bf16", 1, 1, 1, 1, {}),
+    (64, "bf16", 130, 100, 4, 2, {"window": (30, 5), "softmax_scale": 0.2}),
+    (128, "f16", 77, 130, 2, 1, {"causal": True}),                  # MQA, seqlen_k > seqlen_q
+])
+def test_dense(d, dt, sq, sk, heads, kv_heads, opts, rng, sim):
+    do, q, k, v, o, lse = _inputs(rng, dt, (1, sq, heads, d), (1, sk, kv_heads, d), **opts)
+    grads = AttentionBackward(AttentionConfig(head_dim=d, dtype=dt), sim)(do, q, k, v, o, lse, **opts)
+    ref = check(grads, do, q, k, v, dt, **opts)
+    if opts.get("causal") and sq > sk:
+        assert np.all(grads[0][:, :sq - sk] == 0) and np.all(ref[0][:, :sq - sk] == 0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_with_empty_sequences(causal, rng, sim):
+    lens_q, lens_k = [1, 0, 77, 70], [5, 3, 0, 100]                 # 0-length queries, 0-length keys
+    cq = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
+    ck = np.concatenate([[0], np.cumsum(lens_k)]).astype(np.int32)
+    opts = dict(cu_seqlens_q=cq, cu_seqlens_k=ck, causal=causal)
+    do, q, k, v, o, lse = _inputs(rng, "bf16", (cq[-1], 2, 64), (ck[-1], 1, 64), **opts)
+    grads = AttentionBackward(AttentionConfig(head_dim=64), sim)(do, q, k, v, o, lse, **opts)
+    check(grads, do, q, k, v, "bf16", **opts)
+    dk, dv = grads[1], grads[2]
+    assert np.all(dk[ck[1]:ck[2]] == 0) and np.all(dv[ck[1]:ck[2]] == 0)   # keys whose queries are empty
+    assert np.all(grads[0][cq[2]:cq[3]] == 0)                           # queries with no keys
+
+
+@pytest.mark.sim_kernel
+def test_deterministic_bit_identical(rng, sim, monkeypatch):
+    """dQ sums over up to 4 KV blocks per query block: the semaphore order makes every launch, eager
+    or under adversarial interleavings (seeds set here, beside the test's own sim_seed), produce
+    the same bits; and the result is the right one."""
+    from cutedsl.testing.seeds import CHAOS_ENV
+    opts = dict(causal=True)
+    do, q, k, v, o, lse = _inputs(rng, "bf16", (1, 100, 1, 64), (1, 200, 1, 64), **opts)
+    bw = AttentionBackward(AttentionConfig(head_dim=64), sim, deterministic=True)
+    first = bw(do, q, k, v, o, lse, **opts)
+    check(first, do, q, k, v, "bf16", **opts)
+    for seed in ("11", "12"):
+        monkeypatch.setenv(CHAOS_ENV, seed)
+        again = bw(do, q, k, v, o, lse, **opts)
+        for a, b in zip(first, again):
+            assert a.tobytes() == b.tobytes()
+
+
+def _host_cases():
+    shapes = [(1, 1), (77, 300), (300, 77), (128, 128), (200, 130), (129, 513)]
+    windows = [None, (-1, 0), (0, 0), (40, 7), (-1, 20), (3, -1)]
+    yield from itertools.product(shapes, windows)
+
+
+def test_query_block_ranges_on_the_host():
+    """For every KV block: each kept (query, key) pair lies in a visited query block, the blocks
+    run unmasked hold only kept pairs (a ragged KV block is masked everywhere), and the visiting
+    sets agree with the forward's ranges, so the deterministic rank n - n_min(m) counts 0, 1, ..
+    in launch order (a mismatch would hang the semaphore wait)."""
+    for (sq, sk), w in _host_cases():
+        local = w is not None
+        left, right = w if w else (-1, -1)
+        far = sq + sk
+        lr = (far if left < 0 else left, far if right < 0 else right)
+        ml = AttentionBwdMainloop(AttentionBwdOperands(64, BLOCK_M, BLOCK_N, 2, "bf16", False, 4), local, True)
+        keep = ref_mask(sq, sk, window=w)
+        visits = {}
+        for n in range(-(-sk // BLOCK_N)):
+            r = ml.query_blocks(n * BLOCK_N, sq, sk, *lr)
+            assert r.n_min <= r.u_lo <= r.u_hi <= r.n_max
+            cols = keep[:, n * BLOCK_N:(n + 1) * BLOCK_N]
+            rows = np.flatnonzero(cols.any(axis=1))
+            if rows.size:
+                assert r.n_min * BLOCK_M <= rows.min() and rows.max() < r.n_max * BLOCK_M, (sq, sk, w, n)
+            for m in range(r.u_lo, r.u_hi):
+                blk = np.zeros((BLOCK_M, BLOCK_N), bool)
+                part = cols[m * BLOCK_M:(m + 1) * BLOCK_M]
+                blk[:part.shape[0], :part.shape[1]] = part
+                assert blk.all(), (sq, sk, w, n, m)
+            for m in range(r.n_min, r.n_max):
+                visits.setdefault(m, []).append(n)
+        for m, ns in visits.items():
+            ranks = [ml.rank(n, m, sq, sk, *lr) for n in ns]
+            assert ranks == list(range(len(ns))), (sq, sk, w, m, ns, ranks)
+
+
+def test_sass_main_loop():
+    """ptxas' code for bf16, head dim 128 (docs/measurements.md): setmaxnreg 24 / 240, and per
+    64 x 64 (query, key) block of the unmasked loop 32 HGMMA (S^T, dP^T: 8 each; dV, dK: 4 each;
+    dQ: 2 chunks of 4), 32 MUFU.EX2 (P), 64 REDG (dQ), 4 STSM (dS), 32 LDG (LSE and D)."""
+    import collections
+    from cutedsl.compiler.sass_loops import hot_loop
+    from cutedsl.compiler.toolchain import sass
+    from cutedsl.kernel.attention_bwd import AttentionBwdKernel
+    ck = AttentionBwdKernel(128, "bf16").compile()
+    text = sass(ck.cubin)
+    regs = [ln.split()[-2].rstrip(";") for ln in text.splitlines() if "USETMAXREG" in ln]
+    assert sorted(int(r, 16) for r in regs) == [24, 240], regs
+    h = collections.Counter(hot_loop(text)["histogram"])
+    assert (h["HGMMA"], h["MUFU"], h["REDG"], h["STSM"], h["LDG"]) == (32, 32, 64, 4, 32), h
+
+
+def _bad_calls(rng):
+    d = 64
+    do, q, k, v, o, lse = _inputs(rng, "bf16", (1, 10, 2, d), (1, 12, 2, d))
+    yield (do[:, :9], q, k, v, o, lse), {}, ArgumentError, "dout must have o's shape"
+    yield (do, q, k, v, o.astype(np.float16), lse), {}, ArgumentTypeError, "out must have q's dtype bf16"
+    yield (do, q, k, v, o, lse.astype(np.float64)), {}, ArgumentTypeError, "softmax_lse must be float32"
+    yield (do, q, k, v, o, lse[:, :1]), {}, ArgumentError, r"softmax_lse must be \(batch, heads, seqlen_q\)"
+    yield (do, q, k, v, o, lse), {"softcap": 2.0}, ArgumentError, "softcap: the attention backward does not"
+    big = [x.astype(NP["bf16"]).repeat(4, axis=-1) for x in (do, q, k, v, o)]
+    yield (*big, lse), {}, ArgumentError, "head_dim must be 64 or 128 for the attention backward, got 256: dK and dV"
+    yield (do, q, k, v, o, lse), {"causal": True, "window": (3, 2)}, ArgumentError, "causal=True keeps keys"
+
+
+def test_errors_before_launch(rng):
+    """Bad arguments are refused by name before anything is compiled: the backend is a sentinel
+    that fails any use."""
+    class NoLaunch:
+        name = "nolaunch"
+
+        def __getattr__(self, item):
+            raise AssertionError(f"backend used ({item}) before the arguments were checked")
+    bw = AttentionBackward(AttentionConfig(head_dim=64), backend="sim")
+    bw._backend = NoLaunch()
+    for args, kw, err, msg in _bad_calls(rng):
+        with pytest.raises(err, match=msg):
+            bw(*args, **kw)
+    with pytest.raises(ArgumentTypeError, match="deterministic must be a bool"):
+        AttentionBackward(deterministic="yes")
