@@ -30,7 +30,7 @@ import attrs
 from ..atom.fragment_rows import row_half
 from ..atom.mma_traits import ATOM_M, mma_traits
 from ..atom.stmatrix import pack_b16x2
-from ..atom.wgmma import FRAG_PAIR, FRAG_QUAD, WgmmaFragment
+from ..atom.wgmma import FRAG_COLS, FRAG_PAIR, FRAG_QUAD, WgmmaFragment
 from ..compiler.artifact import TensorMapSpec
 from ..ir._lazy import lazy
 
@@ -61,10 +61,14 @@ class EpilogueRows:
 
 class AttentionEpilogue:
     """``head_dim_v`` columns of ``dtype`` (f16/bf16) per O row; ``warpgroup_threads``; ``tma``:
-    store O by TMA through shared memory (dense inputs), else by guarded global stores."""
+    store O by TMA through shared memory (dense inputs), else by guarded global stores;
+    ``padded``: the accumulator's columns (``head_dim_v`` rounded up to whole 64-column k-tiles:
+    the columns past ``head_dim_v`` are clipped by the tensor map or skipped by the guard)."""
 
-    def __init__(self, head_dim_v: int, dtype: str, warpgroup_threads: int, tma: bool = False):
+    def __init__(self, head_dim_v: int, dtype: str, warpgroup_threads: int, tma: bool = False,
+                 padded: int | None = None):
         self.dv, self.dtype, self.wg_threads, self.tma = head_dim_v, dtype, warpgroup_threads, bool(tma)
+        self.padded = padded or head_dim_v
         self.traits = mma_traits(dtype)
 
     def tensor_maps(self) -> list:
@@ -101,7 +105,10 @@ class AttentionEpilogue:
                 dr, dc = WgmmaFragment.offset(b, i)
                 row = rows.row0 + r0 + dr
                 pair = pack_b16x2(o.get(b, i), o.get(b, i + 1), self.dtype)
-                with cir.If(row < rows.seqlen_q):
+                ok = row < rows.seqlen_q
+                if self.padded > self.dv and dc + FRAG_COLS > self.dv:     # may be a padding column
+                    ok = ok & (c0 + dc < self.dv)
+                with cir.If(ok):
                     off = (cir.i64(rows.o_row0 + row) * row_stride + cir.i64(rows.head) * self.dv
                            + cir.i64(c0 + dc))
                     out.store(off // FRAG_PAIR, pair)
@@ -109,7 +116,7 @@ class AttentionEpilogue:
     def _tiles(self, smem, wg) -> list:
         tr = self.traits
         return [smem["q"].tile(kt).sub(wg * tr.tile_bytes(ATOM_M), (ATOM_M, tr.k_box))
-                for kt in range(self.dv // tr.k_tile)]
+                for kt in range(self.padded // tr.k_tile)]
 
     def _store_tma(self, o, rows: EpilogueRows, o_map, smem, t) -> None:
         from ..atom.operand_store import store_operand

@@ -47,7 +47,7 @@ def _kernel_cls(arch: str = "sm_90a"):
 @register_family
 @attrs.frozen
 class AttentionConfig(KernelConfig):
-    """``head_dim`` (64 or 128; Q/K and V alike), ``dtype`` (``"bf16"``/``"f16"``: Q, K, V and
+    """``head_dim`` (64, 96, 128 or 256 on sm_90a; Q/K and V alike), ``dtype`` (``"bf16"``/``"f16"``: Q, K, V and
     O), ``overlap`` (FlashAttention-3's intra-warpgroup overlap of softmax and ``P V``),
     ``pingpong`` (the two MMA warpgroups take turns issuing GEMMs; needs ``overlap``), ``arch``
     (``"sm_90a"``), ``score_mod`` / ``mask_mod`` (FlexAttention hooks: callables or

@@ -12,7 +12,8 @@ batch)``), three warpgroups (384 threads):
   optionally overlapped inside a warpgroup and ping-ponged between the two), then the epilogue
   (:class:`~cutedsl.collective.attention_epilogue.AttentionEpilogue`).
 
-Compile-time variants: ``head_dim`` (64, 128), ``dtype`` (f16, bf16), ``local`` (a causal or
+Compile-time variants: ``head_dim`` (64, 96 -- run as 128 with TMA's zero fill --, 128, 256 -- with
+64-key KV blocks, :data:`BLOCK_N_FOR`), ``dtype`` (f16, bf16), ``local`` (a causal or
 sliding-window band; with ``causal`` its left edge is unbounded -- causal or window ``(-1, right)``
 -- and the element mask compares with the right edge only), ``softcap``, ``varlen`` (packed sequences with ``cu_seqlens``),
 ``overlap``/``pingpong``. Everything else (lengths, heads, scale, window extents) is a kernel
@@ -54,17 +55,26 @@ from .base import Kernel
 
 cir = lazy("cutedsl.ir")
 
-HEAD_DIMS = (64, 128)             #: head dimensions implemented (Q/K and V alike)
+HEAD_DIMS = (64, 96, 128, 256)    #: head dimensions implemented (Q/K and V alike)
 DTYPES = ("bf16", "f16")
 MMA_WARPGROUPS = 2                #: MMA warpgroups per CTA, ``ATOM_M`` query rows each
 BLOCK_M = MMA_WARPGROUPS * ATOM_M  #: query rows per work unit
 BLOCK_N = 128                     #: keys per KV block (FlashAttention-3's for head dim 128)
+#: smaller KV blocks by head dimension: beside a 64 x 256 f32 O (128 registers per thread) S and P
+#: of 128 keys would not fit the 240-register budget, nor two K/V stages of 128 x 256 the shared
+#: memory; FlashAttention-3 takes 80 keys, here the V tiles hold whole 64-key k-tiles
+BLOCK_N_FOR = {256: 64}
 STAGES = 2                        #: K and V ring depth
 PRODUCER_REGS, MMA_REGS = 24, 240  #: setmaxnreg budgets (FlashAttention-3's)
 #: why a head dimension is refused (named, not a generic message)
-NOT_YET = {96: "a 96-wide head is one 64-element k-tile plus half of one (a 64-byte swizzle tile); not built",
-           256: "an O accumulator of 64 x 256 f32 is 128 registers per thread beside S: FlashAttention-3 shrinks "
-                "the KV block to 80 keys for it; not built"}
+NOT_YET: dict = {}
+
+
+def padded_head_dim(head_dim: int, k_tile: int = 64) -> int:
+    """The head dimension the kernel's tiles cover: a whole number of 64-element k-tiles (96 runs
+    as 128: TMA fills Q/K/V columns 96..127 with zeros, which add nothing to ``Q K^T`` and give O
+    columns the tensor map / the store guard never write)."""
+    return -(-head_dim // k_tile) * k_tile
 
 
 #: every parameter name the kernel declares in some variant: a hook's parameters must differ
@@ -88,7 +98,7 @@ def head_dim_reason(head_dim) -> str | None:
     if head_dim in HEAD_DIMS:
         return None
     why = NOT_YET.get(head_dim, "")
-    return (f"head_dim must be {one_of(HEAD_DIMS, quote=False)} (the attention kernel's k-tiles of 64 elements), "
+    return (f"head_dim must be {one_of(HEAD_DIMS, quote=False)} (the attention kernel's tiles), "
             f"got {head_dim!r}" + (f": {why}" if why else ""))
 
 
@@ -142,19 +152,21 @@ class AttentionFwdKernel(Kernel):
         wg = self.arch.warpgroup_threads
         # plan, then build each collective once
         self.threads = wg * (MMA_WARPGROUPS + 1)
-        self.operands = AttentionOperands(head_dim, BLOCK_M, BLOCK_N, STAGES, dtype, self.varlen,
+        self.block_n = BLOCK_N_FOR.get(head_dim, BLOCK_N)
+        self.operands = AttentionOperands(padded_head_dim(head_dim), BLOCK_M, self.block_n, STAGES, dtype, self.varlen,
                                           consumer_warps=MMA_WARPGROUPS * self.arch.warps_per_warpgroup)
-        self.mask = self.mask_cls(BLOCK_M, BLOCK_N, self.local, self.causal)
+        self.mask = self.mask_cls(BLOCK_M, self.block_n, self.local, self.causal)
         self.softmax = self.softmax_cls(self.softcap, score_mod=self.hooks.score_mod is not None)
         self.block_sparse = self.hooks.has_mask
         self.mainloop = AttentionMainloop(self.operands, self.mask, self.softmax, self.overlap, self.pingpong,
                                           MMA_WARPGROUPS, wg)
-        self.epilogue = AttentionEpilogue(head_dim, dtype, wg, tma=not self.varlen)
+        self.epilogue = AttentionEpilogue(head_dim, dtype, wg, tma=not self.varlen,
+                                          padded=padded_head_dim(head_dim))
 
     def config(self) -> dict:
         return {"arch": self.arch.name, "head_dim": self.head_dim, "dtype": self.dtype, "local": self.local,
                 "causal": self.causal, "softcap": self.softcap, "varlen": self.varlen, "overlap": self.overlap, "pingpong": self.pingpong,
-                "block": [BLOCK_M, BLOCK_N], "stages": STAGES, "class": qualname(type(self)),
+                "block": [BLOCK_M, self.block_n], "stages": STAGES, "class": qualname(type(self)),
                 "mask": qualname(self.mask_cls), "softmax": qualname(self.softmax_cls),
                 "hooks": self.hooks.identity()}
 
@@ -212,7 +224,7 @@ class AttentionFwdKernel(Kernel):
         :meth:`scalar_values`): its :meth:`~BlockMask.values` are the block mask parameters."""
         sizes = {"batch": problem.batch, "heads": problem.heads, "seqlen_q": problem.seqlen_q,
                  "seqlen_k": problem.seqlen_k}
-        bm = build_block_mask(self.hooks, sizes, BLOCK_M, BLOCK_N, args)
+        bm = build_block_mask(self.hooks, sizes, BLOCK_M, self.block_n, args)
         far = unbounded(problem.seqlen_q, problem.seqlen_k)
         left, right = (far if w < 0 else w for w in window) if self.local else (0, 0)
         return bm.restrict(self.mask.block_kinds(problem.seqlen_q, problem.seqlen_k, left, right))
@@ -273,7 +285,7 @@ class AttentionFwdKernel(Kernel):
         for it, carried in loop:
             st = PipelineState.from_carry(STAGES, carried)
             j = rng.block(rng.n_max - 1 - cir.i32(it))
-            self.operands.load_kv(ops, st, kv_lead, k_start + j * BLOCK_N)
+            self.operands.load_kv(ops, st, kv_lead, k_start + j * self.block_n)
             loop.next(*st.advance().carry())
 
     def consumer(self, ops, args, batch, head, wg, m0, q_start, seqlen_q, seqlen_k, left, right, rng) -> None:
@@ -312,5 +324,5 @@ class AttentionFwdKernel(Kernel):
         self.epilogue.store(o, inv, lse, rows, args.o, args.lse, ops.smem)
 
 
-__all__ = ["AttentionFwdKernel", "HEAD_DIMS", "DTYPES", "BLOCK_M", "BLOCK_N", "OWN_PARAMS", "head_dim_reason",
+__all__ = ["AttentionFwdKernel", "HEAD_DIMS", "DTYPES", "BLOCK_M", "BLOCK_N", "BLOCK_N_FOR", "OWN_PARAMS", "padded_head_dim", "head_dim_reason",
            "hooks_reason"]

@@ -49,6 +49,8 @@ def check(o, lse, q, k, v, dt, **opts):
     ("pingpong", 64, "bf16", 130, 261, {"window": (-1, 3)}),        # right edge only, shift 131 (not 8k)
     ("overlap", 64, "f16", 200, 190, {"window": (7, -1)}),           # left edge only
     ("simple", 64, "bf16", 150, 150, {"causal": True}),
+    ("pingpong", 96, "bf16", 77, 200, {"causal": True}),             # 96: tiles of 128, TMA zero fill
+    ("overlap", 256, "f16", 70, 150, {"window": (20, 3)}),            # 256: 64-key KV blocks
 ])
 def test_dense_exact(schedule, d, dt, sq, sk, opts, rng, sim):
     q, k, v = _qkv(rng, dt, (1, sq, 2, d), (1, sk, 2, d))
@@ -75,7 +77,7 @@ def test_softcap_scale(rng, sim):
     check(o, lse, q, k, v, "f16", softcap=2.5, softmax_scale=0.5)
 
 
-@pytest.mark.parametrize("causal,d", [(False, 64), (True, 128)])
+@pytest.mark.parametrize("causal,d", [(False, 64), (True, 128), (False, 96), (True, 256)])
 def test_varlen_mixed_lengths(causal, d, rng, sim):
     lens_q, lens_k = [1, 0, 77, 130], [5, 3, 0, 150]               # 0-length queries, 0-length keys
     cq = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
@@ -102,6 +104,19 @@ def _host_ranges():
     windows = [None, (-1, 0), (0, 0), (40, 7), (-1, 20), (3, -1)]
     for (sq, sk), w in itertools.product(shapes, windows):
         yield sq, sk, w
+
+
+@pytest.mark.parametrize("d,block_n", [(96, 128), (256, 64)])
+def test_head_dims_fit(d, block_n):
+    """Head dims 96 (tiles of 128) and 256 (64-key KV blocks): no spills in the causal ping-pong
+    build, shared memory within the CTA's (docs/measurements.md)."""
+    from cutedsl.arch import get_arch
+    from cutedsl.kernel.attention import AttentionFwdKernel
+    kern = AttentionFwdKernel(d, "bf16", local=True, causal=True)
+    ck = kern.compile()
+    assert kern.block_n == block_n and kern.config()["block"] == [BLOCK_M, block_n]
+    assert ck.resources.spill_stores == 0 and ck.resources.spill_loads == 0 and ck.resources.registers == 168
+    assert ck.dynamic_smem <= get_arch("sm_90a").smem_per_cta, ck.dynamic_smem
 
 
 def test_causal_variant():
