@@ -10,7 +10,8 @@ and tensor memory instead of wgmma).
 Sources: CUDA C++ Programming Guide, "Compute Capabilities" (sm_90: 227 KiB of shared memory
 per CTA opt-in, 64 K 32-bit registers per SM, 255 per thread, 1024 threads per CTA, portable
 cluster size 8, 16 with the non-portable opt-in); PTX ISA "setmaxnreg" (24..256, multiples of
-8); CUTLASS 3.x sm90 warp-specialized kernels (producer 40 / consumer 232 registers).
+8); CUTLASS 3.x sm90 warp-specialized kernels (producer 40 / consumer 232 registers);
+flash-attn-4's sm_100a forward (setmaxnreg 184 softmax / 80 correction / 64 other).
 """
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ class Arch:
     producer_regs: int              #: ``setmaxnreg.dec`` target of a TMA producer warpgroup
     consumer_regs: int              #: ``setmaxnreg.inc`` target of an MMA consumer warpgroup
     atoms: frozenset                #: atom families the target has
+    #: ``setmaxnreg`` targets of a tensor-memory attention forward's roles: (softmax, correction,
+    #: other) warpgroups -- FlashAttention-4's sm_100a budgets; None where no such kernel exists
+    attention_regs: tuple | None = None
 
     @property
     def warps_per_warpgroup(self) -> int:
@@ -67,7 +71,8 @@ SM100A = Arch(name="sm_100a", chip="sm_100a", ptx_features="+ptx88", smem_per_ct
               max_regs_per_thread=255, max_threads_per_cta=1024, warp_threads=32, warpgroup_threads=128,
               max_cluster_ctas=8, producer_regs=40, consumer_regs=232,
               atoms=frozenset({"tma", "tma_multicast", "mbarrier", "tcgen05", "tmem", "stmatrix", "setmaxnreg",
-                               "cluster", "named_barrier", "red_f16x2"}))
+                               "cluster", "named_barrier", "red_f16x2"}),
+              attention_regs=(184, 80, 64))
 
 #: SMs assumed when no device reports its count (H100 SXM): persistent grids, the emulator's residency
 DEFAULT_SM_COUNT = 132

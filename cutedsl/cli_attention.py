@@ -1,12 +1,14 @@
 """``python -m cutedsl attention ...``: compile (cached), run, check and report one attention
-forward (:class:`cutedsl.Attention`, FlashAttention-3-style on sm_90a) -- the ``gemm`` main job's
-report and JSON keys, plus the problem's."""
+forward (:class:`cutedsl.Attention`, FlashAttention-3-style on sm_90a, -4-style on sm_100a) -- the
+``gemm`` main job's report and JSON keys, plus the problem's; with ``--backward`` the backward too
+(:mod:`cutedsl.cli_attention_bwd`, the JSON key ``backward``)."""
 from __future__ import annotations
 
 import argparse
 import math
 import time
 
+from .cli_attention_bwd import add_backward_options, check_backward_options, print_backward, run_backward
 from .cliargs import MAX_I32, TOLERANCE, UsageError, int_in
 
 #: --check: max |LSE - ref| (natural log); the kernel's LSE is f32 from f32 scores
@@ -80,7 +82,9 @@ def add_attention_parser(sub):
                         "--seqlen-q/-k, if given, must cover them")
     a.add_argument("--arch", choices=list(ARCHS), default=ARCHS[0], help="target architecture")
     a.add_argument("--backend", choices=["auto", "cuda", "sim", "none"], default="auto")
-    a.add_argument("--check", action="store_true", help="compare O and LSE with the float64 numpy reference")
+    a.add_argument("--check", action="store_true", help="compare O and LSE (and dQ, dK, dV with --backward) with the "
+                                                        "float64 numpy reference")
+    add_backward_options(a)
     a.add_argument("--seed", type=int_in(0, 2 ** 64 - 1), default=0, help="input seed, 0..2^64-1")
     a.add_argument("--iters", type=int_in(1, 100_000), default=50, help="timed launches on a GPU (median)")
     a.add_argument("--dump", metavar="DIR", help="write IR before/after lowering, PTX, SASS there")
@@ -159,6 +163,7 @@ def run_attention(args) -> tuple:
     from .runtime.selection import resolve
 
     problem, lens, varlen = _problem(args)
+    check_backward_options(args)
     cfg = _config(args, problem)
     try:
         window = _window(args.window, args.causal)
@@ -196,9 +201,21 @@ def run_attention(args) -> tuple:
                smem_bytes=r.smem_bytes, sass=r.sass, ptxas_messages=list(r.ptxas_messages),
                compile_s=round(compile_s, 4), cold_compile_s=round(compiled.compile_seconds, 4), cached=hit,
                executed=backend is not None)
+    local = window != (-1, -1)
+
+    def with_backward(status, o=None, lse=None):
+        """The forward's ``(rep, status)``, then the backward's part where --backward asks."""
+        if not args.backward or status == 2:
+            return rep, status
+        rep["backward"], st = run_backward(args, cfg, backend, problem, varlen, local, (q, k, v, o, lse), opts,
+                                           extra, rep.get("flops", 0))
+        if "passed" in rep["backward"]:        # "passed": both passes; "forward_passed": O and LSE
+            rep["forward_passed"] = rep["passed"]
+            rep["passed"] = rep["passed"] and rep["backward"]["passed"]
+        return rep, max(status, st)
     if backend is None:
         rep["note"] = why
-        return rep, 0
+        return with_backward(0)
     if why:
         rep["note"] = why
     try:
@@ -227,7 +244,7 @@ def run_attention(args) -> tuple:
                 for sq, sk in lens)
     rep.update(time_ms=round(ms, 4), flops=flops, tflops=round(flops / (ms * 1e-3) / 1e12, 6))
     if not args.check:
-        return rep, 0
+        return with_backward(0, o, lse)
     cu = {key: extra[key] for key in ("cu_seqlens_q", "cu_seqlens_k") if key in extra}
     ro, rl = attention_reference(q, k, v, **opts, **cu)
     got = np.asarray(o, np.float64)
@@ -239,10 +256,16 @@ def run_attention(args) -> tuple:
               and bool(np.array_equal(np.isposinf(lse), ~live)))
     rep.update(max_rel_err=err, tolerance=tol, lse_max_abs_err=lse_err, lse_tolerance=LSE_TOLERANCE,
                masked_rows=int((~live).sum()), passed=passed)
-    return rep, 0 if passed else 1
+    return with_backward(0 if passed else 1, o, lse)
 
 
 def print_attention(rep) -> None:
+    _print_forward(rep)
+    if "backward" in rep:
+        print_backward(rep["backward"], rep["backend"])
+
+
+def _print_forward(rep) -> None:
     p = print
     shape = (f"batch={rep['batch']} heads={rep['heads']}" + (f" kv_heads={rep['kv_heads']}"
              if rep["kv_heads"] != rep["heads"] else "") + f" seqlen_q={rep['seqlen_q']} seqlen_k={rep['seqlen_k']} "
@@ -279,4 +302,4 @@ def print_attention(rep) -> None:
     if "passed" in rep:
         p(f"  check vs float64 numpy: O max rel err {rep['max_rel_err']:.3e} (tolerance {rep['tolerance']:.1e}), "
           f"LSE max abs err {rep['lse_max_abs_err']:.3e} (tolerance {rep['lse_tolerance']:.0e}), "
-          f"{rep['masked_rows']} rows with no key -> {'PASS' if rep['passed'] else 'FAIL'}")
+          f"{rep['masked_rows']} rows with no key -> {'PASS' if rep.get('forward_passed', rep['passed']) else 'FAIL'}")

@@ -1,5 +1,5 @@
 """``python -m cutedsl attention`` (issue 41): the main job for attention runs the compiled kernel on
-the emulator and checks O and LSE against the float64 reference; its report has the gemm job's
+the emulator and checks O and LSE against the float64 reference (with --backward also dQ, dK, dV); its report has the gemm job's
 keys plus the problem's; FLOPs are counted as FlashAttention counts them; every argument mistake
 is one line naming the option (one JSON object under --json) with exit status 2."""
 import json
@@ -103,6 +103,13 @@ MISTAKES = [   # (options changed from BASE: None removes one, True is a flag; o
     ({'--seqlen-q': None}, "--seqlen-q", r"required \(or --varlen"),
     ({'--backend': 'none', '--check': True}, "--check/--backend", r"--backend none runs nothing"),
     ({'--arch': 'sm_80'}, "--arch", r"invalid choice: 'sm_80'"),
+    # --backward: what the backward does not build is refused by name before anything compiles
+    ({'--backward': True, '--softcap': '20'}, "--softcap/--backward", r"does not implement the softcap"),
+    ({'--backward': True, '--arch': 'sm_100a'}, "--arch/--backward", r"needs wgmma, which sm_100a does not have"),
+    ({'--backward': True, '--head-dim': '256'}, "--head-dim/--backward",
+     r"for the attention backward, got 256: dK and dV accumulators"),
+    ({'--backward': True, '--dtype': 'e4m3'}, "--dtype/--backward", r"dtype must be 'bf16' or 'f16' .*got 'e4m3'"),
+    ({'--deterministic': True}, "--deterministic", r"orders the backward's dQ sums: add --backward"),
 ]
 
 
@@ -132,3 +139,60 @@ def test_mistakes_are_one_line_naming_the_option(capsys, change, option, message
         assert re.search(message, json.loads(out)["error"])
     else:
         assert out == ""
+
+
+# -- --backward (issue 42) ------------------------------------------------------------------------
+BWD_KEYS = ("deterministic", "executed", "threads", "grid", "registers", "spills", "smem_bytes", "sass", "compile_s",
+            "cached", "time_ms", "flops", "tflops", "max_rel_err", "tolerance", "passed")
+
+
+def test_backward_varlen_gqa_window_checks_the_gradients(capsys):
+    lens = [(50, 70), (0, 10), (130, 130), (17, 0)]
+    status, out, _ = run(capsys, "--heads", "2", "--kv-heads", "1", "--head-dim", "64", "--dtype", "f16",
+                         "--varlen", "50:70,0:10,130,17:0", "--window", "30,5", "--backward", *COMMON)
+    rep = json.loads(out)
+    b = rep["backward"]
+    assert status == 0 and rep["passed"] is True and rep["forward_passed"] is True, rep
+    for key in BWD_KEYS:
+        assert key in b, key
+    assert b["executed"] is True and b["deterministic"] is False and b["passed"] is True and b["tolerance"] == 4e-3
+    # every gradient compared: rounded to f16, none exact, all within the dtype's tolerance
+    assert sorted(b["max_rel_err"]) == ["dk", "dq", "dv"] and all(0 < e < 4e-3 for e in b["max_rel_err"].values())
+    fwd = fa_flops(lens, 2, 64, window=(30, 5))
+    assert rep["flops"] == fwd and b["flops"] == fwd * 5 // 2 and fwd % 2 == 0       # 2.5x the forward
+    assert b["tflops"] == pytest.approx(b["flops"] / (b["time_ms"] * 1e-3) / 1e12, rel=1e-3, abs=1e-6)
+    # one CTA per 64 keys of the longest sequence, per K/V head, per sequence; 256 threads (producer + MMA)
+    assert b["grid"] == [3, 1, 4] and b["threads"] == 256 and b["registers"] > 0 and b["sass"]["HGMMA"] > 0
+
+
+def test_backward_deterministic_causal_text_report(capsys):
+    status, out, _ = run(capsys, "--batch", "2", "--heads", "2", "--seqlen-q", "90", "--seqlen-k", "40",
+                         "--head-dim", "64", "--causal", "--backward", "--deterministic", "--backend", "sim", "--check")
+    assert status == 0, out
+    lines = out.rstrip().splitlines()
+    assert "rows with no key -> PASS" in lines[-4]             # the forward's check, then the backward's lines
+    assert lines[-3].startswith("  backward (deterministic): dK/dV kernel 256 threads x grid (1, 2, 2)")
+    assert lines[-2].startswith("  backward on sim: emulator wall time") and "2.5x the forward's" in lines[-2]
+    assert re.fullmatch(r"  check backward vs float64 numpy: max rel err dQ \S+, dK \S+, dV \S+ "
+                        r"\(tolerance 1\.6e-02\) -> PASS", lines[-1]), lines[-1]
+
+
+def test_backward_check_failure_alone_sets_exit_status_1(capsys, monkeypatch):
+    from cutedsl import cli_attention_bwd
+    monkeypatch.setattr(cli_attention_bwd, "TOLERANCE", {"bf16": -1.0})      # the forward keeps its tolerance
+    status, out, _ = run(capsys, "--batch", "1", "--heads", "1", "--seqlen-q", "40", "--head-dim", "64", "--backward",
+                         *COMMON)
+    rep = json.loads(out)
+    assert status == 1 and rep["forward_passed"] is True and rep["passed"] is False
+    assert rep["backward"]["passed"] is False and rep["backward"]["tolerance"] == -1.0
+
+
+def test_backward_backend_none_compiles_and_reports(capsys, tmp_path):
+    status, out, _ = run(capsys, "--batch", "1", "--heads", "2", "--seqlen-q", "100", "--head-dim", "128",
+                         "--backward", "--backend", "none", "--dump", str(tmp_path), "--json")
+    rep = json.loads(out)
+    b = rep["backward"]
+    assert status == 0 and b["executed"] is False and b["registers"] > 0 and b["grid"] == [2, 2, 1]
+    assert "time_ms" not in b and "passed" not in b and "passed" not in rep
+    assert {p.name for p in tmp_path.rglob("*.ptx")} == {"attention_fwd.ptx", "attention_bwd_preprocess.ptx",
+                                                         "attention_bwd.ptx", "attention_bwd_postprocess.ptx"}

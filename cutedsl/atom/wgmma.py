@@ -182,6 +182,16 @@ class Descriptor:
             raise ValueError(f"stage size {stage_bytes} B is not a multiple of {1 << ADDR_SHIFT}")
         return attrs.evolve(self, lo=self.lo + V.u32(index) * (stage_bytes >> ADDR_SHIFT))
 
+    def rematerialized(self) -> "Descriptor":
+        """This descriptor with its low word passed through an opaque ``mov.b32`` (inline PTX
+        with side effects), to call inside a loop: LLVM then cannot hoist the per-k-step
+        descriptors derived from it out of the loop, where they would sit in 64-bit vector
+        registers for the whole loop (and spill beside large accumulators); ptxas instead
+        forms them per iteration in uniform registers. Same bits."""
+        v = llvm.inline_asm(ir.IntegerType.get_signless(32), [self.lo], "mov.b32 $0, $1;", "=r,r",
+                            has_side_effects=True)
+        return attrs.evolve(self, lo=V.Scalar(v, signed=False))
+
     def value(self) -> Scalar:
         """The 64-bit descriptor (i64 IR value)."""
         return assemble_descriptor(self.lo, self.layout)

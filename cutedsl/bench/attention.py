@@ -11,9 +11,11 @@ plot. TFLOP/s are counted as FlashAttention counts them (:func:`cutedsl.problem.
 causal mask keeps). cutedsl's output of the first input set is compared with SDPA-flash's (max
 |O - R| / max |R|), so a wrong kernel cannot post a time. On the emulator (array library numpy)
 the set runs :data:`.shapes.TINY_ATTENTION` against the float64 reference: a test of the harness,
-no timings.
+no timings. The ``attention-bwd`` set times the backward the same way (:mod:`.attention_bwd`).
 """
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 from ..errors import CuteDSLError
 from .shapes import ATTENTION_HEAD_DIMS, shapes_for, x_label
@@ -23,17 +25,21 @@ from .timing import median, sets_needed
 SDPA = (("ref", "FLASH_ATTENTION", "SDPA flash"), ("cudnn", "CUDNN_ATTENTION", "SDPA cuDNN"))
 
 
-def configs(dtype: str) -> tuple:
-    """``(AttentionConfigs, notes)``: one config per head dimension of the set the kernel builds
-    (its default FlashAttention-3 schedule); a note names each head dimension skipped and why.
-    ``UsageError`` (``--dtype``) for a dtype the kernel does not take."""
+def configs(dtype: str, arch: str = "sm_90a") -> tuple:
+    """``(AttentionConfigs, notes)``: one config per head dimension of the set the kernel of
+    ``arch`` builds (its default schedule: FlashAttention-3's on sm_90a, -4's on sm_100a); a
+    note names each head dimension skipped and why. ``UsageError`` (``--dtype``, ``--arch``)
+    for a dtype or an architecture the attention kernels do not take."""
     from ..cliargs import UsageError
-    from ..device.attention_config import AttentionConfig
+    from ..device.attention_config import ARCHS, AttentionConfig
     from ..errors import ConfigError
+    if arch not in ARCHS:
+        raise UsageError("--arch", f"the attention set: the attention kernels are built for {', '.join(ARCHS)}, "
+                                   f"got {arch}")
     out, notes = [], []
     for d in ATTENTION_HEAD_DIMS:
         try:
-            out.append(AttentionConfig(head_dim=d, dtype=dtype))
+            out.append(AttentionConfig(head_dim=d, dtype=dtype, arch=arch))
         except ConfigError as e:
             if "dtype" in str(e):
                 raise UsageError("--dtype", f"the attention set: {e}") from None
@@ -42,16 +48,22 @@ def configs(dtype: str) -> tuple:
 
 
 def label(cfg, causal: bool) -> str:
-    sched = "pingpong" if cfg.pingpong else "overlap" if cfg.overlap else "simple"
+    """``attention d128 bf16 causal pingpong``: head dim, dtype, mask, the schedule (sm_100a: the arch,
+    whose one FlashAttention-4 schedule has no knobs)."""
+    sched = cfg.arch if cfg.arch != "sm_90a" else "pingpong" if cfg.pingpong else "overlap" if cfg.overlap \
+        else "simple"
     return f"attention d{cfg.head_dim} {cfg.dtype} {'causal' if causal else 'full'} {sched}"
 
 
-def _inputs(sweep, batch, seqlen, heads, d, dt):
+def inputs(sweep, batch, seqlen, heads, d, dt, operands=3, tensors=4):
+    """The rotated input sets: ``operands`` random ``(batch, seqlen, heads, d)`` arrays each
+    (q, k, v[, dout]); a set counts as ``tensors`` such arrays (outputs, workspace) for the
+    rotation's bytes."""
     lib = sweep.lib
     from ..dtypes import dtype as _dtype
-    per_set = 4 * batch * seqlen * heads * d * _dtype(dt).nbytes      # q, k, v, o
+    per_set = tensors * batch * seqlen * heads * d * _dtype(dt).nbytes
     n = sets_needed(per_set, sweep.l2, sweep.budget, sweep.max_sets) if lib.device_resident else 1
-    return [tuple(lib.randn((batch, seqlen, heads, d), dt) for _ in range(3)) for _ in range(n)]
+    return [tuple(lib.randn((batch, seqlen, heads, d), dt) for _ in range(operands)) for _ in range(n)]
 
 
 def _sdpa(sweep, sets, causal):
@@ -88,22 +100,28 @@ def _reference(sweep, sets, causal):
 
 def run_attention_set(sweep, set_name: str, cfgs: list) -> dict:
     """The rows of an attention set; ``sweep`` is the :class:`~.runner.Sweep` (library, timer,
-    backend, ``make_attention``)."""
+    backend, ``make_attention``; ``make_attention_bwd`` for ``attention-bwd``)."""
     from ..problem import attention_flops
     from .runner import summarize, tolerance
+    from .shapes import BACKWARD_SETS
+    if set_name in BACKWARD_SETS:
+        from . import attention_bwd as phase
+    else:
+        phase = FORWARD
     rows = []
     for batch, seqlen, hidden, causal in shapes_for(set_name, sweep.backend.name):
         for cfg in cfgs:
             heads, d = hidden // cfg.head_dim, cfg.head_dim
             if heads == 0:                       # a head wider than the hidden size (the emulator's tiny shapes)
                 continue
-            flops = batch * attention_flops(seqlen, seqlen, heads, d, causal=causal)
+            flops = batch * attention_flops(seqlen, seqlen, heads, d, causal=causal) * phase.FLOPS[0] // \
+                phase.FLOPS[1]
             row = {"set": set_name, "problem": [batch, seqlen, heads, d, causal], "batch": batch, "seqlen": seqlen,
-                   "heads": heads, "head_dim": d, "causal": causal, "config": label(cfg, causal),
+                   "heads": heads, "head_dim": d, "causal": causal, "config": phase.label(cfg, causal),
                    "dtype": cfg.dtype, "out_dtype": cfg.dtype, "x": seqlen, "flops": flops, "iters": sweep.iters}
-            sets = _inputs(sweep, batch, seqlen, heads, d, cfg.dtype)
+            sets = inputs(sweep, batch, seqlen, heads, d, cfg.dtype, phase.OPERANDS, phase.TENSORS)
             row["n_sets"] = len(sets)
-            refs, ref0 = _reference(sweep, sets, causal)
+            refs, ref0 = phase.reference(sweep, sets, causal)
             for prefix, _, _ in SDPA:
                 got = refs.get(prefix)
                 ms = got[0] if isinstance(got, tuple) else None
@@ -112,7 +130,7 @@ def run_attention_set(sweep, set_name: str, cfgs: list) -> dict:
                 if isinstance(got, str):
                     row[f"{prefix}_error"] = got
             try:
-                _one(sweep, cfg, sets, causal, ref0, row)
+                phase.one(sweep, cfg, sets, causal, ref0, row)
             except CuteDSLError as e:
                 row.update(error=f"{type(e).__name__}: {e}", ms=None, tflops=None, check="error")
             if "max_rel_diff" in row:
@@ -126,7 +144,7 @@ def run_attention_set(sweep, set_name: str, cfgs: list) -> dict:
             sets = ref0 = refs = None            # freed before the next problem's inputs
             sweep.lib.release()
     return {"set": set_name, "kind": "attention", "x_label": x_label(set_name), "rows": rows,
-            "summary": summarize(rows), "references": {p: lab for p, _, lab in SDPA}}
+            "summary": summarize(rows), "references": {p: lab + phase.SUFFIX for p, _, lab in SDPA}}
 
 
 def _one(sweep, cfg, sets, causal, ref0, row):
@@ -142,8 +160,20 @@ def _one(sweep, cfg, sets, causal, ref0, row):
         row["max_rel_diff"] = sweep.lib.max_rel_diff(o0, ref0)
     else:
         row["check"] = "skipped"
+    record_times(sweep, row, times)
+
+
+def record_times(sweep, row, times) -> None:
+    """The row's ``ms`` (median) and ``tflops`` on a GPU; on the emulator ``wall_ms`` only."""
     ms = median(times)
     if sweep.timed:
         row.update(ms=ms, tflops=row["flops"] / (ms * 1e-3) / 1e12)
     else:
         row.update(ms=None, tflops=None, wall_ms=ms)
+
+
+#: the forward's pieces of :func:`run_attention_set` (:mod:`.attention_bwd` has the backward's):
+#: random operands and tensors per input set, FLOPs as a fraction of the forward's, reference
+#: label suffix, the reference and the timed run
+FORWARD = SimpleNamespace(OPERANDS=3, TENSORS=4, FLOPS=(1, 1), SUFFIX="", label=label, reference=_reference,
+                          one=_one)

@@ -6,8 +6,9 @@ import os
 import sys
 
 SET_NAMES = ("square", "skinny", "paper", "stages", "wave", "moe")
-#: sets of the attention forward (AttentionConfigs, not GemmConfigs: named on their own, not in 'all')
-ATTENTION_SET_NAMES = ("attention",)
+#: sets of the attention forward and backward (AttentionConfigs, not GemmConfigs: named on their own,
+#: not in 'all')
+ATTENTION_SET_NAMES = ("attention", "attention-bwd")
 
 
 def _csv_list(text):
@@ -18,13 +19,14 @@ def add_parsers(sub) -> None:
     """Add the ``bench`` and ``bundle`` subcommands to the main CLI's subparsers."""
     from ..cliargs import int_in
     b = sub.add_parser("bench", help="time GEMM configs against cuBLAS (attention: against torch SDPA) over shape sets",
-                       description="Time cutedsl GEMM configs against cuBLAS, and the attention forward against "
+                       description="Time cutedsl GEMM configs against cuBLAS, and the attention forward and backward against "
                                    "torch's SDPA (flash and cuDNN backends) (same process, same inputs; "
                                    "CUDA events, median of --iters launches, rotated inputs and L2 flush). "
                                    "On --backend sim: tiny shapes, a test of the harness, no timings.")
     b.add_argument("--set", default="square",
                    help="comma list of " + ", ".join(SET_NAMES + ATTENTION_SET_NAMES) + ", or 'all' (every GEMM "
-                        "set; default square). attention: FlashAttention-3's forward benchmark, --dtype f16 or bf16")
+                        "set; default square). attention, attention-bwd: FlashAttention-3's forward and backward "
+                        "benchmarks, --dtype f16 or bf16 (attention also --arch sm_100a)")
     b.add_argument("--config", action="append", default=[], metavar="SPEC",
                    help="a config as key=value,... (GemmConfig fields, e.g. tile=128x256x64,stages=4); "
                         "repeatable; replaces --tile/--stages/--schedule")
@@ -149,11 +151,12 @@ def run_bench(args) -> int:
     from .runner import header, make_sweep
     from .shapes import shapes_for
 
-    from . import attention
+    from . import attention, attention_bwd
     plan, notes = [], []
     for n in set_names(args):
         if n in ATTENTION_SET_NAMES:
-            cfgs, skipped = attention.configs(args.dtype)
+            phase = attention_bwd if n == "attention-bwd" else attention
+            cfgs, skipped = phase.configs(args.dtype, getattr(args, "arch", "sm_90a"))
             plan.append((n, cfgs))
             notes += skipped + [f"{n}: reference torch SDPA (flash, cuDNN backends) on a GPU with torch; on the "
                                 f"emulator the float64 reference (cutedsl/device/attention_reference.py)"]

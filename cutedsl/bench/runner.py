@@ -56,7 +56,7 @@ class Sweep:
 
     def __init__(self, backend, lib, timer, make_gemm, *, iters=30, warmup=5, l2_bytes=0,
                  budget_bytes=4 << 30, max_sets=8, flush=True, progress=None, make_grouped=None,
-                 make_attention=None):
+                 make_attention=None, make_attention_bwd=None):
         if iters < 1 or warmup < 0:
             raise ValueError(f"iters must be >= 1 and warmup >= 0, got {iters}, {warmup}")
         self.backend, self.lib, self.timer, self.make_gemm = backend, lib, timer, make_gemm
@@ -67,6 +67,7 @@ class Sweep:
         self._gemms = {}
         self.make_grouped = make_grouped     #: config -> a GroupedGemm (grouped sets)
         self.make_attention = make_attention  #: AttentionConfig -> an Attention (attention sets)
+        self.make_attention_bwd = make_attention_bwd  #: AttentionConfig -> an AttentionBackward (attention-bwd)
         self.timed = backend.name == "cuda"
 
     # -- pieces -----------------------------------------------------------------------------
@@ -85,6 +86,12 @@ class Sweep:
         key = ("attention", cfg)
         if key not in self._gemms:
             self._gemms[key] = self.make_attention(cfg)
+        return self._gemms[key]
+
+    def attention_backward(self, cfg):
+        key = ("attention-bwd", cfg)
+        if key not in self._gemms:
+            self._gemms[key] = self.make_attention_bwd(cfg)
         return self._gemms[key]
 
     def _time(self, fns):
@@ -244,6 +251,7 @@ def make_sweep(backend, lib, *, iters=30, warmup=5, max_sets=8, flush=True, prog
     most 2 / 1 launches (it tests the harness). ``timer.close()`` when done."""
     from ..device import Gemm
     from ..device.attention import Attention
+    from ..device.attention_bwd import AttentionBackward
     from ..device.grouped import GroupedGemm
     from .timing import EventTimer, WallTimer
     timed = backend.name == "cuda"
@@ -253,7 +261,8 @@ def make_sweep(backend, lib, *, iters=30, warmup=5, max_sets=8, flush=True, prog
         iters, warmup = min(iters, 2), min(warmup, 1)
     sweep = Sweep(backend, lib, timer, lambda c: Gemm(c, backend), iters=iters, warmup=warmup, l2_bytes=l2,
                   max_sets=max_sets, flush=flush, progress=progress, make_grouped=lambda c: GroupedGemm(c, backend),
-                  make_attention=lambda c: Attention(c, backend))
+                  make_attention=lambda c: Attention(c, backend),
+                  make_attention_bwd=lambda c: AttentionBackward(c, backend))
     return sweep, timer
 
 

@@ -43,6 +43,10 @@ TINY_GROUPS = [[(130, 70, 96), (0, 70, 96), (33, 70, 96)]]
 ATTENTION_SETS = {
     "attention": [(16384 // s, s, 2048, c) for c in (False, True) for s in (512, 1024, 2048, 4096, 8192, 16384)],
 }
+#: the backward on the same problems (FlashAttention-3's backward benchmark, paper section 4.1)
+ATTENTION_SETS["attention-bwd"] = list(ATTENTION_SETS["attention"])
+#: the attention sets that time the backward
+BACKWARD_SETS = ("attention-bwd",)
 #: the head dimensions FA3's benchmark times (those the kernel does not build are skipped by name)
 ATTENTION_HEAD_DIMS = (64, 128, 256)
 #: what the emulator runs instead (not multiples of the 128 x 128 blocks; 128 wide: 2 heads of 64, 1 of 128)
@@ -75,7 +79,8 @@ def x_label(set_name: str) -> str:
     return {"square": "M = N = K", "skinny": "M (N=2112, K=7168)", "paper": "K (M=7296, N=256)",
             "stages": "stages (7296 x 256 x 8192)", "wave": "M (N and K vary: few tiles, long K)",
             "moe": "total M of the experts (N, K shared)", "fp8": "M = N = K (e4m3 -> bf16)",
-            "attention": "seqlen (batch = 16k tokens / seqlen, heads = 2048 / head_dim)"}[set_name]
+            "attention": "seqlen (batch = 16k tokens / seqlen, heads = 2048 / head_dim)",
+            "attention-bwd": "seqlen (backward; batch = 16k tokens / seqlen, heads = 2048 / head_dim)"}[set_name]
 
 
 def x_value(set_name: str, m: int, n: int, k: int, stages: int) -> int:

@@ -15,7 +15,7 @@ compute them, so that P^T and dS^T are register A operands):
 4. ``dS^T = P^T * (dP^T - D)``;
 5. ``dS`` to shared memory (``stmatrix``), then ``dV += P^T dO`` and ``dK += dS^T Q`` (WGMMA
    with A from registers) and ``dQ = dS K`` (SS) in 64-column chunks;
-6. each chunk of ``dQ`` (unscaled) into the f32 workspace with ``red.global.add.f32`` (PTX ISA 9.7.12.7),
+6. each chunk of ``dQ`` (unscaled) into the f32 workspace with ``red.global.add.v2.f32`` (PTX ISA 9.7.13.6),
    rows past the sequence skipped. Deterministic mode orders those additions: before adding to
    query block ``m`` of a (batch, head), KV block ``n`` waits until the block's semaphore equals
    ``n - n_min(m)`` (its rank among the KV blocks that visit ``m``, ascending) and afterwards
@@ -49,6 +49,8 @@ V = lazy("cutedsl.ir.values")
 F = lazy("cutedsl.ir.fmath")
 
 LOG2E = 1.0 / math.log(2.0)
+#: head dims from which the descriptors are rematerialised per iteration (``_in_loop``)
+REMAT_HEAD_DIM = 128
 #: named barrier of the MMA warpgroup (0 is the CTA's)
 BWD_BARRIER = 1
 
@@ -131,6 +133,17 @@ class AttentionBwdMainloop:
                 "k_mn": [self.dq_mma.descriptor(o.mn_view(o.k_tile(sm["k"], 0, j), 1), "B") for j in kt],
                 "ds": self.dq_mma.descriptor(sm["ds"].tile(0), "A")}
 
+    def _in_loop(self, desc: dict) -> dict:
+        """The descriptors to use inside one iteration: at head dim 128 (dK and dV hold 128 of
+        a thread's registers) each one :meth:`~cutedsl.atom.wgmma.Descriptor.rematerialized`,
+        since the ~20 per-k-step descriptors LLVM would otherwise hoist out of the loop as
+        64-bit values are what ptxas spilled (docs/measurements.md); at 64 they fit, and
+        hoisted they cost fewer instructions per block."""
+        if self.ops_desc.head_dim < REMAT_HEAD_DIM:
+            return desc
+        return {n: [d.rematerialized() for d in v] if isinstance(v, list) else v.rematerialized()
+                for n, v in desc.items()}
+
     def _at(self, ops, desc, name, stage, kt: int = 0):
         """``desc`` (slot 0's) moved to slot ``stage`` and k-tile ``kt`` of buffer ``name``."""
         t = self.ops_desc.traits
@@ -172,6 +185,7 @@ class AttentionBwdMainloop:
     def step(self, ops, desc, unit: BwdUnit, m_block, st: PipelineState, dk, dv, masked: bool) -> tuple:
         """One query block: returns the new ``(dk, dv)``."""
         o = self.ops_desc
+        desc = self._in_loop(desc)
         m0 = m_block * o.block_m
         wt = cir.thread_idx() % self.wg_threads
         r0, c0 = (V.i32(x) for x in WgmmaFragment.thread_base(wt))
@@ -231,8 +245,10 @@ class AttentionBwdMainloop:
             sems.store_release(idx, V.u32(rank + 1))
 
     def _add_dq(self, unit: BwdUnit, dq: Accumulator, m0, r0, c0) -> None:
-        """``red.global.add.f32`` of a ``64 x 64`` dQ chunk (this thread's columns from ``c0``)
-        into the workspace; rows past the sequence skipped."""
+        """``red.global.add.v2.f32`` (PTX ISA 9.7.13.6, sm_90) of a ``64 x 64`` dQ chunk into the
+        workspace: each pair of fragment registers holds two adjacent columns of one row (8-byte
+        aligned: even columns of an even-width row), so one reduction per pair, half as many as
+        scalar ones; rows past the sequence skipped."""
         d = self.ops_desc.head_dim
         ws = cir.GlobalPtr(unit.dq_accum, "f32")
         row_stride = cir.i64(unit.heads) * d
@@ -240,9 +256,9 @@ class AttentionBwdMainloop:
             q = m0 + r0 + WgmmaFragment.offset(0, 2 * h)[0]
             with cir.If(q < unit.seqlen_q):
                 base = cir.i64(unit.q_row0 + q) * row_stride + cir.i64(unit.head) * d + cir.i64(c0)
-                for i in range(dq.regs):
+                for i in range(0, dq.regs, 2):          # registers i, i + 1: columns c, c + 1
                     if row_half(i) == h:
-                        ws.atomic_add(base + WgmmaFragment.offset(0, i)[1], dq.get(0, i))
+                        ws.atomic_add(base + WgmmaFragment.offset(0, i)[1], (dq.get(0, i), dq.get(0, i + 1)))
 
     # -- the loops ---------------------------------------------------------------------
     def run(self, ops, unit_of, group, rng: BlockRange) -> tuple:

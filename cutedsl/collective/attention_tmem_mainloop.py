@@ -1,21 +1,31 @@
-"""The main loop of a FlashAttention-4-style forward on sm_100a: S, P and O in tensor memory.
+"""The main loop of a FlashAttention-4-style forward on sm_100a: S, P and O in tensor memory,
+two Q tiles per CTA (FlashAttention-4's "2 Q tiles": ``q_tiles`` x 128 query rows).
 
-Two roles walk the KV blocks of one work unit (``count`` blocks, visited downwards as on Hopper):
+Three roles walk the KV blocks of one work unit (``count`` blocks, visited downwards as on Hopper):
 
 * **the MMA warp** (:meth:`TmemAttentionMainloop.mma_loop`; an elected lane issues every
-  ``tcgen05.mma``): per block, wait for K, ``S = Q K^T`` (A = Q, B = K from shared memory),
-  ``tcgen05.commit`` releasing K's slot and signalling ``s_full``; wait for ``p_full`` (the softmax
-  wrote P and rescaled O), wait for V, ``O += P V`` with **A = P read from tensor memory**
-  (:meth:`~cutedsl.atom.tcgen05.Umma.mma_tmem_a`), commit releasing V's slot and signalling
-  ``o_full``;
-* **the softmax warpgroup** (:meth:`TmemAttentionMainloop.softmax_block`; four warps, thread
-  ``t`` = row ``t`` = TMEM lane ``t``): wait ``s_full``, ``tcgen05.ld`` the row of S
-  (+ ``wait::ld``), mask, online softmax (:class:`~cutedsl.collective.attention_tmem_softmax.TmemRowSoftmax`);
-  wait ``o_full`` of the previous block (its ``P V`` has read the P columns and written O), rescale
-  O in tensor memory where the reference maximum moved (the *correction*: ``tcgen05.ld``, multiply,
-  ``tcgen05.st``; skipped by a warp none of whose rows moved), store P as 16-bit pairs
-  (``tcgen05.st`` + ``wait::st``), then ``tcgen05.fence::before_thread_sync`` and an arrive on
-  ``p_full``.
+  ``tcgen05.mma``) interleaves the tiles so that the tensor core works on one tile while the
+  other tile's softmax runs: ``S_0(0) S_1(0)``, then per block ``j >= 1``: for each tile ``g``,
+  wait ``p_full[g]`` (block ``j - 1``), ``O_g += P_g V_{j-1}`` (**A = P read from tensor memory**,
+  :meth:`~cutedsl.atom.tcgen05.Umma.mma_tmem_a`; commit ``o_full[g]``), then ``S_g(j) = Q_g
+  K_j^T`` (commit ``s_full[g]``); K's slot is released after both tiles' S, V's after both P V;
+  after the loop the last block's P V of each tile. While softmax ``g`` works on ``S_g(j)``,
+  the tensor core runs the other tile's ``P V`` and ``S``;
+* **the softmax warpgroups** (:meth:`TmemAttentionMainloop.softmax_block`; warpgroup ``g`` owns
+  tile ``g``, thread ``t`` = row ``t`` = TMEM lane ``t``): wait ``s_full[g]``, ``tcgen05.ld``
+  the row of S (+ ``wait::ld``), mask, online softmax
+  (:class:`~cutedsl.collective.attention_tmem_softmax.TmemRowSoftmax`); wait ``o_full[g]`` of the
+  previous block (its ``P V`` read the P columns and wrote O), rescale O in tensor memory where
+  the reference maximum moved (the *correction*: ``tcgen05.ld``, multiply, ``tcgen05.st``;
+  skipped by a warp none of whose rows moved), store P as 16-bit pairs over the first half of
+  S's columns (FlashAttention-4's P aliasing S; ``tcgen05.st`` + ``wait::st``), then
+  ``tcgen05.fence::before_thread_sync`` and an arrive on ``p_full[g]``.
+
+P over S is safe: the softmax stores P only after its own ``wait::ld`` of S, and the MMA that
+next writes S (``S_g(j)``) is issued by the same thread after the ``P V`` that reads P, and
+``tcgen05.mma`` operations of one thread execute in issue order (PTX ISA 9.7.16.6.4.3,
+"pipelined tcgen05 instructions"; the emulator models each issuing thread as one in-order
+agent).
 
 Every hand-off is an mbarrier (``tcgen05.commit`` -> wait, or arrive -> wait) with the tcgen05
 fences around it (PTX ISA 9.7.16.6.4 "memory consistency of tcgen05": ``fence::after_thread_sync``
@@ -24,8 +34,9 @@ every ``tcgen05.ld`` / ``tcgen05.st`` is waited for before its columns are hande
 (9.7.16.8.5). Each barrier completes one phase per block and no role runs more than one phase
 ahead of the one waiting, so the parity of block ``n`` is ``n & 1``.
 
-Tensor memory (:class:`TmemPlan`): S at column 0 (``block_n`` f32 columns), P after it
-(``block_n / 2`` columns of 16-bit pairs), O after P (``head_dim`` f32 columns).
+Tensor memory (:class:`TmemPlan`): ``S_g`` at column ``g * block_n`` (``block_n`` f32 columns,
+P_g in its first ``block_n / 2``), ``O_g`` after the S columns (``head_dim`` f32 columns each):
+512 columns for two tiles at head dim 128.
 """
 from __future__ import annotations
 
@@ -47,17 +58,18 @@ LD_COLUMNS = 32             #: columns per tcgen05.ld / st of O in the correctio
 
 @attrs.frozen
 class TmemPlan:
-    """Column offsets of S, P and O in one allocation of ``columns`` (a power of two)."""
-    s: int
-    p: int
-    o: int
+    """Column offsets of each Q tile's S, P (aliasing S) and O in one allocation of ``columns``
+    (a power of two): ``s[g]``, ``p[g]``, ``o[g]``."""
+    s: tuple
+    p: tuple
+    o: tuple
     columns: int
 
     @classmethod
-    def of(cls, block_n: int, head_dim: int) -> "TmemPlan":
-        p = block_n
-        o = p + block_n // 2
-        return cls(0, p, o, TensorMemory.columns_for(o + head_dim))
+    def of(cls, block_n: int, head_dim: int, q_tiles: int = 2) -> "TmemPlan":
+        s = tuple(g * block_n for g in range(q_tiles))
+        o = tuple(q_tiles * block_n + g * head_dim for g in range(q_tiles))
+        return cls(s, s, o, TensorMemory.columns_for(q_tiles * (block_n + head_dim)))
 
     @property
     def fits(self) -> bool:
@@ -80,96 +92,144 @@ def warp_any(pred):
 
 class TmemAttentionMainloop:
     """``operands`` (an :class:`~cutedsl.collective.attention_operands.AttentionOperands` with
-    128 query rows), ``mask``, ``softmax`` (a
+    ``q_tiles`` x 128 query rows), ``mask``, ``softmax`` (a
     :class:`~cutedsl.collective.attention_tmem_softmax.TmemRowSoftmax`), ``softmax_threads``
-    (128: one per row). ``ValueError`` when S, P and O do not fit the 512 TMEM columns."""
+    (128 per tile: one per row). ``ValueError`` when the tiles' S and O do not fit the 512 TMEM
+    columns."""
 
-    def __init__(self, operands, mask, softmax, softmax_threads: int = 128):
+    def __init__(self, operands, mask, softmax, softmax_threads: int = 128, q_tiles: int = 2):
         o = operands
         self.ops_desc, self.mask, self.softmax, self.threads = operands, mask, softmax, softmax_threads
-        self.qk = Umma(o.block_m, o.block_n, o.dtype, b_major="K")
-        self.pv = Umma(o.block_m, o.head_dim, o.dtype, b_major="MN")
-        self.tmem = TmemPlan.of(o.block_n, o.head_dim)
+        self.q_tiles = q_tiles
+        self.tile_m = o.block_m // q_tiles
+        self.qk = Umma(self.tile_m, o.block_n, o.dtype, b_major="K")
+        self.pv = Umma(self.tile_m, o.head_dim, o.dtype, b_major="MN")
+        self.tmem = TmemPlan.of(o.block_n, o.head_dim, q_tiles)
         if not self.tmem.fits:
-            raise ValueError(f"S ({o.block_n}), P ({o.block_n // 2}) and O ({o.head_dim}) columns exceed the "
-                             f"{TMEM_COLUMNS} of tensor memory")
+            raise ValueError(f"{q_tiles} x (S {o.block_n} + O {o.head_dim}) columns exceed the {TMEM_COLUMNS} "
+                             f"of tensor memory")
 
     # -- static description ----------------------------------------------------------
-    @staticmethod
-    def plan(plan) -> None:
+    def plan(self, plan) -> None:
         for name in ("s_full", "p_full", "o_full"):
-            plan.barriers(name, 1)
+            plan.barriers(name, self.q_tiles)
 
     def bind(self, smem, leader) -> HandOffs:
-        """Bind and initialise the hand-off barriers (``leader``: the initialising thread; the
-        caller fences and synchronises the CTA)."""
+        """Bind and initialise the hand-off barriers, one per Q tile (``leader``: the
+        initialising thread; the caller fences and synchronises the CTA)."""
         from ..atom.mbarrier import MBarriers
-        bars = HandOffs(*(MBarriers(smem.barriers(n), 1) for n in ("s_full", "p_full", "o_full")))
-        bars.s_full.init(0, 1, predicate=leader)          # one tcgen05.commit each
-        bars.o_full.init(0, 1, predicate=leader)
-        bars.p_full.init(0, self.threads, predicate=leader)   # every softmax thread
+        bars = HandOffs(*(MBarriers(smem.barriers(n), self.q_tiles) for n in ("s_full", "p_full", "o_full")))
+        for g in range(self.q_tiles):
+            bars.s_full.init(g, 1, predicate=leader)          # one tcgen05.commit each
+            bars.o_full.init(g, 1, predicate=leader)
+            bars.p_full.init(g, self.threads, predicate=leader)   # every thread of the tile's softmax
         return bars
 
     # -- the MMA warp ------------------------------------------------------------------
-    def _desc(self, ops, name, mma, role, tile):
-        buf = ops.smem[name]
-        return mma.descriptor(buf.tile(0), role).stage(tile, buf.buf.stage_bytes)
+    def mma_loop(self, ops, bars: HandOffs, taddr, count, live=None) -> None:
+        """The MMA warp: every MMA of ``count`` (IR i32) KV blocks of both Q tiles into tensor
+        memory at ``taddr``, in the order of the module docstring. The whole warp waits and walks
+        the loop; an ``elect.sync``-ed lane issues each tcgen05 instruction (CUTLASS's pattern: a
+        one-thread branch makes ptxas wrap every UTC* instruction in a loop over the lanes'
+        possibly divergent operands). Q's, K's and V's descriptors are made once, before the
+        loop, and moved per stage by 32-bit adds (:meth:`~cutedsl.atom.wgmma.Descriptor.stage`,
+        as the GEMM's tcgen05 mainloop): ptxas keeps them in uniform registers. ``live`` (IR i1
+        or None): whether the producer loads Q at all (a query block past its sequence gets
+        ``count`` 0 and no wait for Q). The caller must not call this inside a branch ptxas
+        cannot prove warp-uniform (see the kernel)."""
+        o, stages = self.ops_desc, self.ops_desc.stages
+        if live is None:
+            ops.q_bar.wait(0, 0)
+        else:
+            with cir.If(live):
+                ops.q_bar.wait(0, 0)
+        tile_bytes = o.traits.tile_bytes(self.tile_m)
+        q = [[self.qk.descriptor(ops.smem["q"].tile(kt).sub(g * tile_bytes, shape=(self.tile_m, o.traits.k_box)),
+                                 "A") for kt in range(o.d_tiles)] for g in range(self.q_tiles)]
+        k0 = self.qk.descriptor(ops.smem["k"].tile(0), "B")
+        v0 = self.pv.descriptor(ops.smem["v"].tile(0), "B")
+        kb, vb = ops.smem["k"].buf.stage_bytes, ops.smem["v"].buf.stage_bytes
+        t = self.tmem
 
-    def mma_loop(self, ops, bars: HandOffs, taddr, count) -> None:
-        """The MMA warp: every MMA of ``count`` (IR i32) KV blocks into tensor memory at
-        ``taddr``. The whole warp waits and walks the loop; an ``elect.sync``-ed lane issues each
-        tcgen05 instruction (CUTLASS's pattern: a one-thread branch makes ptxas wrap every UTC*
-        instruction in a loop over the lanes' possibly divergent operands)."""
-        o, t = self.ops_desc, self.tmem
-        ops.q_bar.wait(0, 0)
-        q = [self.qk.descriptor(ops.smem["q"].tile(kt), "A") for kt in range(o.d_tiles)]
-        loop = cir.Loop(0, count, carry=PipelineState(o.stages).carry(), counter="i32")   # no 64-bit compare
-        for it, carried in loop:
-            st = PipelineState.from_carry(o.stages, carried)
-            n = V.i32(it)
-            ops.k_pipe.consumer_wait(st)
-            TensorMemory.fence_after()              # S's columns: the softmax read them (p_full)
+        def s_mma(g, st):                           # S_g = Q_g K^T of K's slot st
             for kt in range(o.d_tiles):
-                kd = self._desc(ops, "k", self.qk, "B", st.index * o.d_tiles + kt)
-                self.qk.mma(taddr + t.s, q[kt], kd, accumulate=kt > 0, elect=True)
-            self.qk.commit(ops.k_pipe.empty.address(st.index), elect=True)
-            self.qk.commit(bars.s_full.address(0), elect=True)
-            bars.p_full.wait(0, n & 1)
-            TensorMemory.fence_after()
-            ops.v_pipe.consumer_wait(st)
+                self.qk.mma(taddr + t.s[g], q[g][kt], k0.stage(st.index * o.d_tiles + kt, kb), accumulate=kt > 0,
+                            elect=True)
+            self.qk.commit(bars.s_full.address(g), elect=True)
+
+        def pv_mma(g, st, n):                       # O_g += P_g V of V's slot st, block n (IR i32)
+            bars.p_full.wait(g, n & 1)
+            TensorMemory.fence_after()              # P's stores; S's loads before S is rewritten
             for kt in range(o.pv_tiles):
-                vd = self._desc(ops, "v", self.pv, "B", st.index * o.pv_tiles + kt)
-                a = taddr + (t.p + kt * (o.traits.k_tile // 2))
-                self.pv.mma_tmem_a(taddr + t.o, a, vd, accumulate=n.ne(0) if kt == 0 else True, elect=True)
-            self.pv.commit(ops.v_pipe.empty.address(st.index), elect=True)
-            self.pv.commit(bars.o_full.address(0), elect=True)
-            loop.next(*st.advance().carry())
+                a = taddr + (t.p[g] + kt * (o.traits.k_tile // 2))
+                self.pv.mma_tmem_a(taddr + t.o[g], a, v0.stage(st.index * o.pv_tiles + kt, vb),
+                                   accumulate=n.ne(0) if kt == 0 else True, elect=True)
+            self.pv.commit(bars.o_full.address(g), elect=True)
+
+        with cir.If(count > 0):
+            first = PipelineState(stages, V.i32(0), V.i32(0))
+            ops.k_pipe.consumer_wait(first)
+            for g in range(self.q_tiles):
+                s_mma(g, first)
+            self.qk.commit(ops.k_pipe.empty.address(first.index), elect=True)
+            loop = cir.Loop(1, count, carry=first.carry(), counter="i32")   # no 64-bit compare
+            for it, carried in loop:
+                prev = PipelineState.from_carry(stages, carried)           # block it - 1: its V
+                cur = prev.advance()                                        # block it: its K
+                ops.k_pipe.consumer_wait(cur)
+                ops.v_pipe.consumer_wait(prev)
+                for g in range(self.q_tiles):
+                    pv_mma(g, prev, V.i32(it) - 1)
+                    s_mma(g, cur)
+                self.pv.commit(ops.v_pipe.empty.address(prev.index), elect=True)
+                self.qk.commit(ops.k_pipe.empty.address(cur.index), elect=True)
+                loop.next(*cur.carry())
+            last = PipelineState.from_carry(stages, loop.results)
+            ops.v_pipe.consumer_wait(last)
+            for g in range(self.q_tiles):
+                pv_mma(g, last, count - 1)
+            self.pv.commit(ops.v_pipe.empty.address(last.index), elect=True)
 
     # -- the softmax warpgroup ---------------------------------------------------------------
-    def softmax_block(self, bars: HandOffs, taddr, ctx, state: RowState, n, j, masked: bool) -> RowState:
-        """Block ``j`` (the ``n``-th visited, IR i32) for this thread's row ``ctx.row0 + tid``;
-        returns the new state. ``ctx``: a :class:`~cutedsl.collective.attention_mainloop.UnitContext`."""
+    def softmax_block(self, bars: HandOffs, taddr, ctx, state: RowState, n, j, masked: bool, g=0) -> RowState:
+        """Block ``j`` (the ``n``-th visited, IR i32) for this thread's row ``ctx.row0 + tid`` of
+        Q tile ``g`` (IR i32 or int); returns the new state. ``ctx``: a
+        :class:`~cutedsl.collective.attention_mainloop.UnitContext`."""
         o, t = self.ops_desc, self.tmem
-        bars.s_full.wait(0, n & 1)
+        s_addr = self.tile_address(taddr, t.s, g)
+        bars.s_full.wait(g, n & 1)
         TensorMemory.fence_after()
-        s = RowScores(TmemFragment.load(taddr + t.s, 0, o.block_n).values)
+        s = RowScores(TmemFragment.load(s_addr, 0, o.block_n).values)
         n0 = j * o.block_n
         row = ctx.row0 + cir.i32(cir.thread_idx() % self.threads)
-        s = self.softmax.scores(s, ctx.params)
-        if masked:
+        hk = ctx.hooks                              # FlexAttention hooks at (batch, head, row, key)
+        score = (lambda x, b, i: hk.score(x, ctx.batch, ctx.head, row, n0 + i)) if hk is not None else None
+        s = self.softmax.scores(s, ctx.params, score)
+        if masked:                                  # the band / sequence end, and the mask_mod
             limits = [[self.mask.row_limits(row, ctx.seqlen_q, ctx.seqlen_k, n0, ctx.left, ctx.right)]]
-            s = self.mask.apply(s, lambda b, i: 0, lambda b, i: V.i32(i), limits)
+            keep = (lambda b, i: hk.keep(ctx.batch, ctx.head, row, n0 + i)) \
+                if hk is not None and hk.hooks.has_mask else None
+            s = self.mask.apply(s, lambda b, i: 0, lambda b, i: V.i32(i), limits, keep)
         p, state, corr, grew = self.softmax.update_row(s, state, ctx.params.exp_scale)
+        # P packed to 16-bit pairs before the correction: 64 live registers, not 128, beside O's chunks
+        words = [pack_b16x2(p[2 * c], p[2 * c + 1], o.dtype) for c in range(o.block_n // 2)]
         with cir.If(n.ne(0)):                       # the previous P V is done: O and P's columns are free
-            bars.o_full.wait(0, (n - 1) & 1)
+            bars.o_full.wait(g, (n - 1) & 1)
             TensorMemory.fence_after()
             with cir.If(warp_any(grew)):            # the correction, by warps with a moved row
-                self.rescale(taddr + t.o, corr)
-        words = [pack_b16x2(p[2 * c], p[2 * c + 1], o.dtype) for c in range(o.block_n // 2)]
-        store_columns(taddr + t.p, 0, words)
+                self.rescale(self.tile_address(taddr, t.o, g), corr)
+        store_columns(self.tile_address(taddr, t.p, g), 0, words)
         TensorMemory.fence_before()
-        bars.p_full.arrive(0)
+        bars.p_full.arrive(g)
         return state
+
+    def tile_address(self, taddr, cols: tuple, g):
+        """TMEM address of tile ``g``'s region whose column offsets per tile are ``cols`` (the
+        tiles' regions are equally spaced)."""
+        if isinstance(g, int):
+            return taddr + cols[g]
+        step = cols[1] - cols[0] if len(cols) > 1 else 0
+        return taddr + cols[0] + cir.u32(g) * step
 
     def rescale(self, o_addr, corr) -> None:
         """O's row (this thread's lane) times ``corr``, in :data:`LD_COLUMNS`-column chunks (the
@@ -178,11 +238,11 @@ class TmemAttentionMainloop:
             frag = TmemFragment.load(o_addr, c0, LD_COLUMNS)
             store_columns(o_addr, c0, [x * corr for x in frag.values], wait=False)
 
-    def finish(self, bars: HandOffs, count) -> None:
-        """The softmax warpgroup after its last block: wait for the last ``P V`` (none when
-        ``count`` is 0) so O can be read."""
+    def finish(self, bars: HandOffs, count, g=0) -> None:
+        """Tile ``g``'s softmax warpgroup after its last block: wait for the last ``P V`` (none
+        when ``count`` is 0) so O can be read."""
         with cir.If(count > 0):
-            bars.o_full.wait(0, (count - 1) & 1)
+            bars.o_full.wait(g, (count - 1) & 1)
             TensorMemory.fence_after()
 
 

@@ -100,11 +100,12 @@ class RowState:
 
 class TmemRowSoftmax(OnlineSoftmax):
     """The online softmax of one row per thread (see the module docstring); ``softcap`` as
-    :class:`OnlineSoftmax` (its :meth:`~OnlineSoftmax.scores`; no score_mod here yet).
+    :class:`OnlineSoftmax` (its :meth:`~OnlineSoftmax.scores`), ``score_mod``: the kernel's hooks
+    rewrite the scores.
     ``threshold``: :data:`RESCALE_THRESHOLD`, or 0 to rescale whenever the maximum grows."""
 
-    def __init__(self, softcap: bool = False, threshold: float = RESCALE_THRESHOLD):
-        super().__init__(softcap)
+    def __init__(self, softcap: bool = False, threshold: float = RESCALE_THRESHOLD, score_mod: bool = False):
+        super().__init__(softcap, score_mod)
         self.threshold = float(threshold)
 
     @staticmethod

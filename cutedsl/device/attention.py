@@ -273,7 +273,8 @@ class Attention:
                     arr = arrays.DeviceArray(x.ptr, x.shape, x.strides, x.dtype, be, x.owner)
                 bind.tensor_map(x.name, arr, kern.tensor_map_extent(arr.shape, arr.strides))
                 devs.append(arr)
-            do, dl = arrays.empty(be, o_shape, dt), arrays.empty(be, lse_shape, "f32")
+            do = arrays.empty(be, o_shape, dt, label="Attention output o")
+            dl = arrays.empty(be, lse_shape, "f32", label="Attention output lse")
             if on_host:
                 bind.own(do)
                 bind.own(dl)

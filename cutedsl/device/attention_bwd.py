@@ -16,6 +16,7 @@ Every mistake is refused before anything is compiled or launched, naming the arg
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 
@@ -58,9 +59,12 @@ class AttentionBackward:
     """The attention backward on ``backend`` (``"auto"``: a Hopper GPU, else the emulator).
     ``config``: an :class:`AttentionConfig` (its head dimension and dtype; the forward's
     schedule knobs do not apply), or None / ``"auto"``. ``deterministic``: dQ is summed in a
-    fixed order (bit-identical results from run to run; FlashAttention's ``deterministic``)."""
+    fixed order (bit-identical results from run to run; FlashAttention's ``deterministic``).
+    ``dump_dir``: write each compile's IR, PTX and SASS there (as ``Attention(dump_dir=)``;
+    such compiles bypass the kernel cache)."""
 
-    def __init__(self, config: AttentionConfig | str | None = None, backend="auto", *, deterministic: bool = False):
+    def __init__(self, config: AttentionConfig | str | None = None, backend="auto", *, deterministic: bool = False,
+                 dump_dir=None):
         from ..runtime.selection import check_backend_arg
         if config not in (None, "auto") and not isinstance(config, AttentionConfig):
             raise ArgumentTypeError(f"config must be an AttentionConfig or 'auto', got {type(config).__name__}")
@@ -70,7 +74,7 @@ class AttentionBackward:
         self.config = None if config in (None, "auto") else config
         self.deterministic = bool(deterministic)
         self._backend_arg, self._backend = backend, None
-        self._kernels, self._lock = {}, threading.Lock()
+        self._kernels, self._lock, self._dump = {}, threading.Lock(), dump_dir
 
     @property
     def backend(self):
@@ -87,14 +91,32 @@ class AttentionBackward:
                 k = self._kernels[key] = make()
             return k
 
-    def __call__(self, dout, q, k, v, out, softmax_lse, *, softmax_scale=None, causal=False, window=None,
-                 softcap=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
+    def __call__(self, dout, q, k, v, out, softmax_lse, **options):
         """``(dq, dk, dv)`` shaped and typed like ``q``, ``k``, ``v`` (numpy in -> numpy out,
         device arrays in -> device arrays out). ``dout``, ``out``: like ``q``; ``softmax_lse``:
         the forward's LSE (f32, (batch, heads, seqlen_q) or varlen (heads, total_q)); options as
         :meth:`Attention.__call__ <cutedsl.device.attention.Attention.__call__>` (``softcap``
         is refused: not implemented). Raises ``ArgumentTypeError`` / ``ArgumentError`` before
         any launch."""
+        launch, result = self.prepare(dout, q, k, v, out, softmax_lse, **options)
+        try:
+            launch()
+            return result()
+        finally:
+            launch.release()
+
+    def prepare(self, dout, q, k, v, out, softmax_lse, *, softmax_scale=None, causal=False, window=None,
+                softcap=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
+        """Validate, compile the three kernels, copy host inputs, allocate the outputs and the
+        f32 dQ workspace and bind every launch of one call (arguments as :meth:`__call__`);
+        returns ``(launch, result)``: ``launch()`` runs the preprocessing, dK/dV and dQ
+        kernels (again on each call, the dQ workspace cleared first: what a benchmark times),
+        ``result()`` waits and returns ``(dq, dk, dv)``. ``launch.compiled`` is the dK/dV
+        kernel's ``CompiledKernel`` (None when nothing needs a launch: no query or no key),
+        ``launch.compile_seconds`` the time the three compiles (or cache loads) took,
+        ``launch.cache_hit`` whether all three came from the kernel cache; ``launch.release()``
+        frees what the call allocated (device results handed out by ``result()`` stay the
+        caller's). Raises as :meth:`__call__`, before anything is launched."""
         names = NAMES + ("dout", "out", "softmax_lse")
         views = [TensorView.of(x, n) for x, n in zip((q, k, v, dout, out, softmax_lse), names)]
         problem, cq, ck = check_call(views[:3], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
@@ -116,94 +138,130 @@ class AttentionBackward:
         for x, n in zip((q, k, v, dout, out, softmax_lse), names):
             arrays.check_backend_of(x, self.backend, n)
         if 0 in views[0].shape or 0 in views[1].shape:      # no query or no key: zero gradients, no launch
-            outs = [np.zeros(x.shape, x.dtype.numpy) for x in views[:3]]
-            if views[0].on_host:
-                return tuple(outs)
-            return tuple(wrap_like(arrays.to_device(self.backend, o), views[0].framework) for o in outs)
-        variant = dict(local=(left, right) != (-1, -1), varlen=cq is not None, deterministic=self.deterministic)
-        kern = self._kernel(("bwd", cfg.head_dim, dt, tuple(sorted(variant.items()))),
-                            lambda: _bwd_kernel_cls()(cfg.head_dim, dt, arch=cfg.arch, **variant))
-        return self._run(kern, views, problem, cq, ck, scale, (left, right))
+            return _empty_call(self.backend, views[:3])
+        kernels = self.kernels(cfg, local=(left, right) != (-1, -1), varlen=cq is not None)
+        t0 = time.perf_counter()
+        compiled = [x.compile(dump_dir=self._dump) for x in kernels]
+        spent = time.perf_counter() - t0
+        launch, result = self._prepare(kernels, compiled, views, problem, cq, ck, scale, (left, right))
+        launch.compiled, launch.compile_seconds = compiled[1], spent
+        launch.cache_hit = all(getattr(x, "last_cache_hit", False) for x in kernels)
+        return launch, result
 
-    def _run(self, kern, views, problem, cq, ck, scale, window):
+    def kernels(self, config: AttentionConfig, *, local: bool = False, varlen: bool = False) -> tuple:
+        """The three kernels of a call's variant (built once per backward object, not compiled):
+        ``(preprocess D = rowsum(dO * O), dK/dV kernel, dQ conversion)``. ``config``: head
+        dimension, dtype and arch; ``local``: a causal or window band; ``varlen``: packed
+        sequences. ``ConfigError`` for what the dK/dV kernel cannot build (e.g. an arch without
+        WGMMA)."""
         from ..kernel.attention_bwd_prepost import AttentionBwdPostprocessKernel, AttentionBwdPreprocessKernel
-        be = self.backend
+        d, dt = config.head_dim, config.dtype
+        variant = dict(local=bool(local), varlen=bool(varlen), deterministic=self.deterministic)
+        kern = self._kernel(("bwd", d, dt, config.arch, tuple(sorted(variant.items()))),
+                            lambda: _bwd_kernel_cls()(d, dt, arch=config.arch, **variant))
+        return (self._kernel(("pre", d, dt), lambda: AttentionBwdPreprocessKernel(d, dt)), kern,
+                self._kernel(("post", dt), lambda: AttentionBwdPostprocessKernel(dt)))
+
+    def _prepare(self, kernels, compiled, views, problem, cq, ck, scale, window):
+        """``(launch, result)`` over three bindings; the main binding owns every array the call
+        allocates except device results (handed to the caller by ``result()``)."""
+        (pre, kern, post), be = kernels, self.backend
         q, k, v, do, o, lse = views
-        dt, d = q.dtype.name, problem.head_dim
-        pre = self._kernel(("pre", d, dt), lambda: AttentionBwdPreprocessKernel(d, dt))
-        post = self._kernel(("post", dt), lambda: AttentionBwdPostprocessKernel(dt))
-        owned = []
+        dt = q.dtype.name
+        binds = [Binding(be, c) for c in compiled]
+        main = binds[1]
 
-        def dev(x):
+        def release():
+            for b in binds:
+                b.release()
+
+        def dev(x, pitch_align=1):
             if x.on_host:
-                arr = arrays.to_device(be, np.ascontiguousarray(x.host))
-                owned.append(arr)
-                return arr
-            arr = arrays.DeviceArray(x.ptr, x.shape, x.strides, x.dtype, be, x.owner)
-            if not arr.is_c_contiguous():
-                raise ArgumentError(f"{x.name} must be C-contiguous (a pointer operand of the backward)")
-            return arr
+                return main.own(arrays.to_device(be, np.ascontiguousarray(x.host), pitch_align=pitch_align))
+            return arrays.DeviceArray(x.ptr, x.shape, x.strides, x.dtype, be, x.owner)
 
-        def new(shape, dtype):
-            arr = arrays.empty(be, shape, dtype)
-            owned.append(arr)
-            return arr
+        def new(shape, dtype, label, owned=True):
+            arr = arrays.empty(be, shape, dtype, label=f"AttentionBackward {label}")
+            return main.own(arr) if owned else arr
         tokens = q.shape[0] if cq is not None else q.shape[0] * q.shape[1]
+        results = []                # dq, dk, dv
         try:
             d_o, d_do, d_lse = dev(o), dev(do), dev(lse)
-            dpsum = new(lse.shape, "f32")
-            self._launch(pre, pre.grid(tokens * problem.heads), o=d_o, do=d_do, dpsum=dpsum,
-                         rows=tokens * problem.heads, heads=problem.heads,
-                         seqlen=tokens if cq is not None else problem.seqlen_q)
-            dq_acc, dk, dv = new(q.shape, "f32"), new(k.shape, dt), new(v.shape, dt)
-            bind = Binding(be, kern.compile())
-            try:
-                for x, name in ((q, "q"), (k, "k"), (v, "v"), (do, "do")):
-                    arr = arrays.to_device(be, np.ascontiguousarray(x.host), pitch_align=16) if x.on_host else \
-                        arrays.DeviceArray(x.ptr, x.shape, x.strides, x.dtype, be, x.owner)
-                    if x.on_host:
-                        owned.append(arr)
-                    bind.tensor_map(name, arr, kern.tensor_map_extent(arr.shape, arr.strides))
-                for name, arr in (("dk", dk), ("dv", dv), ("dq_accum", dq_acc), ("lse", d_lse), ("dpsum", dpsum)):
-                    bind.pointer(name, arr)
-                bind.values.update(kern.scalar_values(problem, scale, window))
-                zero = [dq_acc]
-                if cq is not None:
-                    bind.pointer("cu_seqlens_q", dev(TensorView.of(cq, "cu_seqlens_q")))
-                    bind.pointer("cu_seqlens_k", dev(TensorView.of(ck, "cu_seqlens_k")))
-                    bind.values["total_q"] = q.shape[0]
-                if kern.deterministic:
-                    sems = new((problem.batch * problem.heads * kern.query_blocks(problem),), "u32")
-                    bind.pointer("semaphores", sems)
-                    zero.append(sems)
-                bind.launcher(kern.grid(problem), zero_fill=zero)()
-                bind.finish()
-            finally:
-                bind.release()
-            dq = arrays.empty(be, q.shape, dt)
+            for arr, x in ((d_o, o), (d_do, do), (d_lse, lse)):
+                if not arr.is_c_contiguous():
+                    raise ArgumentError(f"{x.name} must be C-contiguous (a pointer operand of the backward)")
+            dpsum = new(lse.shape, "f32", "dpsum")
+            launches = [self._bind(binds[0], pre.grid(tokens * problem.heads), o=d_o, do=d_do, dpsum=dpsum,
+                                   rows=tokens * problem.heads, heads=problem.heads,
+                                   seqlen=tokens if cq is not None else problem.seqlen_q)]
+            results += [new(x.shape, dt, n, owned=q.on_host) for x, n in ((q, "dq"), (k, "dk"), (v, "dv"))]
+            dq_acc, dk, dv = new(q.shape, "f32", "dq_accum"), results[1], results[2]
+            devs = []
+            for x, name in ((q, "q"), (k, "k"), (v, "v"), (do, "do")):
+                arr = dev(x, pitch_align=16)
+                main.tensor_map(name, arr, kern.tensor_map_extent(arr.shape, arr.strides))
+                devs.append(arr)
+            for name, arr in (("dk", dk), ("dv", dv), ("dq_accum", dq_acc), ("lse", d_lse), ("dpsum", dpsum)):
+                main.pointer(name, arr)
+            main.values.update(kern.scalar_values(problem, scale, window))
+            zero = [dq_acc]
+            if cq is not None:
+                main.pointer("cu_seqlens_q", dev(TensorView.of(cq, "cu_seqlens_q")))
+                main.pointer("cu_seqlens_k", dev(TensorView.of(ck, "cu_seqlens_k")))
+                main.values["total_q"] = q.shape[0]
+            if kern.deterministic:
+                sems = new((problem.batch * problem.heads * kern.query_blocks(problem),), "u32", "semaphores")
+                main.pointer("semaphores", sems)
+                zero.append(sems)
+            launches.append(main.launcher(kern.grid(problem), zero_fill=zero))
             pairs = dq_acc.nbytes // 8
-            self._launch(post, post.grid(pairs), dq_accum=dq_acc, dq=dq, pairs=pairs, scale=scale)
-            if q.on_host:
-                owned += [dq, dk, dv]
-                return tuple(arrays.to_host(x) for x in (dq, dk, dv))
-            owned[:] = [x for x in owned if x is not dk and x is not dv]
-            return tuple(wrap_like(x, q.framework) for x in (dq, dk, dv))
-        finally:
-            for arr in owned:
-                arr.free()
+            launches.append(self._bind(binds[2], post.grid(pairs), dq_accum=dq_acc, dq=results[0], pairs=pairs,
+                                       scale=scale))
+            main.keep += devs + [d_o, d_do, d_lse] + results
+        except BaseException:
+            if not q.on_host:          # device results not handed out yet
+                for arr in results:
+                    arr.free()
+            release()               # nothing leaks from a call that fails before launch
+            raise
 
-    def _launch(self, kern, grid, **values) -> None:
-        bind = Binding(self.backend, kern.compile())
-        try:
-            for name, val in values.items():
-                if isinstance(val, arrays.DeviceArray):
-                    bind.pointer(name, val)
-                else:
-                    bind.values[name] = val
-            bind.launcher(grid)()
-            bind.finish()
-        finally:
-            bind.release()
+        def launch():
+            for fn in launches:
+                fn()
+
+        def result():
+            main.finish()
+            if q.on_host:
+                return tuple(arrays.to_host(x) for x in results)
+            return tuple(wrap_like(x, q.framework) for x in results)
+        launch.release, launch.keep = release, main.keep
+        result.release, result.keep = release, main.keep
+        return launch, result
+
+    @staticmethod
+    def _bind(bind, grid, **values):
+        """``bind``'s launcher of ``grid`` with pointer (device array) and scalar ``values``."""
+        for name, val in values.items():
+            if isinstance(val, arrays.DeviceArray):
+                bind.pointer(name, val)
+            else:
+                bind.values[name] = val
+        return bind.launcher(grid)
+
+
+def _empty_call(be, views):
+    """``(launch, result)`` of a call with no query or no key: nothing to launch, zero gradients."""
+    outs = [np.zeros(x.shape, x.dtype.numpy) for x in views]
+
+    def launch():
+        pass
+
+    def result():
+        if views[0].on_host:
+            return tuple(o.copy() for o in outs)
+        return tuple(wrap_like(arrays.to_device(be, o), views[0].framework) for o in outs)
+    launch.release, launch.compiled, launch.compile_seconds, launch.cache_hit = (lambda: None), None, 0.0, False
+    return launch, result
 
 
 def attention_backward(dout, q, k, v, out, softmax_lse, config: AttentionConfig | None = None, backend="auto",

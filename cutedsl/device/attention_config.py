@@ -81,9 +81,6 @@ class AttentionConfig(KernelConfig):
         why = hooks_reason(self.hooks(), CALL_OPTIONS)
         if why:
             raise ConfigError(f"AttentionConfig: {why}")
-        if self.arch == "sm_100a" and (self.score_mod is not None or self.mask_mod is not None):
-            raise ConfigError("AttentionConfig: score_mod / mask_mod hooks are built for arch='sm_90a' so far; the "
-                              "sm_100a kernel takes none: pass arch='sm_90a' or drop the hooks")
 
     def hooks(self) -> AttentionHooks:
         """The config's ``score_mod`` / ``mask_mod`` as an ``AttentionHooks`` (checked: ``HookError``
@@ -148,7 +145,8 @@ class AttentionConfig(KernelConfig):
         sm_90a kernel masks with the right edge only) / softcap / packed sequences."""
         cls = kernel_cls or _kernel_cls(self.arch)
         if self.arch == "sm_100a":
-            return cls(self.head_dim, self.dtype, local=local, softcap=softcap, varlen=varlen, arch=self.arch)
+            return cls(self.head_dim, self.dtype, local=local, softcap=softcap, varlen=varlen, arch=self.arch,
+                       hooks=self.hooks())
         return cls(self.head_dim, self.dtype, local=local, causal=causal, softcap=softcap, varlen=varlen,
                    overlap=self.overlap, pingpong=self.pingpong, arch=self.arch, hooks=self.hooks())
 

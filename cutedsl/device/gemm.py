@@ -281,7 +281,7 @@ class Gemm:
         d_is_map = bind.compiled.param("d").kind == "tensormap"     # else a C-contiguous pointer
         host_out = a_host or b_host
         if out is None:
-            dd = arrays.empty(be, out_shape, out_dt, pitch_align=16 if d_is_map else 1)
+            dd = arrays.empty(be, out_shape, out_dt, pitch_align=16 if d_is_map else 1, label="Gemm output d")
             if host_out:               # copied back to a numpy result: the call's own buffer
                 bind.own(dd)
         else:

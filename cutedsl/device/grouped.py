@@ -163,7 +163,8 @@ class GroupedGemm:
                     bind.own(arr)
             check_tma_layout(va.name, da)
             check_tma_layout(vb.name, db)
-            dd = arrays.empty(be, (m, n), out_dt, pitch_align=16 if tma_d else 1)
+            dd = arrays.empty(be, (m, n), out_dt, pitch_align=16 if tma_d else 1,
+                              label=f"GroupedGemm output d of group {g}")
             devs.append((dd, va.on_host or vb.on_host, va.framework))
             bind.keep += [da, db, dd, va.owner, vb.owner]
             for slot, (name, arr) in enumerate((("a", da), ("b", db), ("d", dd))):

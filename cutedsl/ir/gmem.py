@@ -78,7 +78,10 @@ class GlobalPtr:
         """Atomically add ``value`` to element ``idx`` (PTX ``red.global.add``, relaxed, GPU
         scope; no result is returned, so it is a reduction, not an ``atom``).
 
-        * f32 pointer: ``value`` is an f32 scalar -> ``red.global.add.f32``.
+        * f32 pointer: ``value`` is an f32 scalar -> ``red.global.add.f32``; or a tuple of 2 or 4
+          f32 scalars added to elements ``idx ..`` -> ``red.global.add.v2.f32`` / ``.v4.f32``
+          (PTX ISA 9.7.13.6, sm_90 and PTX ISA 8.1; ``idx`` aligned to the vector: a
+          misaligned vector faults).
         * f16 / bf16 pointer: ``value`` is a pair — a ``vector<2xf16|bf16>`` or a tuple of two
           scalars of the element type — added to elements ``idx`` and ``idx + 1``
           (``red.global.add.noftz.f16x2`` / ``.bf16x2``, sm_90 for bf16). ``idx`` must be even
@@ -92,6 +95,17 @@ class GlobalPtr:
         if name not in self._RED:
             raise TypeError(f"atomic_add supports f32, f16 and bf16 pointers, not {name}")
         op, con, lanes = self._RED[name]
+        if name == "f32" and isinstance(value, (tuple, list)):
+            n = len(value)
+            if n not in (2, 4) or any(x.type != self.elem for x in value):
+                raise TypeError(f"atomic_add on an f32 pointer takes one f32 or a tuple of 2 or 4, got "
+                                f"{[str(x.type) for x in value]}")
+            if isinstance(idx, int) and idx % n:
+                raise ValueError(f"atomic_add of {n} f32 needs an index aligned to {n}, got {idx}")
+            regs = ", ".join(f"${j + 1}" for j in range(n))
+            llvm.inline_asm(None, [self.address(idx), *value], f"red.global.add.v{n}.f32 [$0], {{{regs}}};",
+                            "l," + ",".join("f" * n), has_side_effects=True)
+            return
         if lanes == 2:
             if isinstance(idx, int) and idx % 2:        # a known odd index: a misaligned 4-byte access
                 raise ValueError(f"atomic_add on a {name} pointer adds a pair at an even index, got {idx}")

@@ -178,10 +178,18 @@ class SmemPlan:
     def total_bytes(self) -> int:
         return self.dynamic_bytes + self.static_bytes
 
-    def bind(self) -> "BoundSmem":
-        """Emit the dynamic shared memory base (aligned at run time) and the barrier groups.
+    def bind(self, groups=None) -> "BoundSmem":
+        """Emit the dynamic shared memory base (aligned at run time) and the barrier groups
+        (``groups``: those :meth:`barrier_groups` emitted before, shared).
 
         Must be called inside a kernel body (``KernelBuilder.build``).
         """
         from .smem_tile import bind
-        return bind(self)
+        return bind(self, groups)
+
+    def barrier_groups(self) -> dict:
+        """Emit only the barrier groups (static shared symbols), for :meth:`bind` calls in
+        several branches -- e.g. one per warpgroup after its ``setmaxnreg``, so that no dynamic
+        base address stays live (or spilled) across the ``setmaxnreg``."""
+        from .smem_tile import barrier_groups
+        return barrier_groups(self)

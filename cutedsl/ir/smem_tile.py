@@ -150,7 +150,7 @@ class BoundBuffer:
 
 
 class BoundSmem:
-    def __init__(self, plan):
+    def __init__(self, plan, groups=None):
         self.plan = plan
         self.raw = gpu.dynamic_shared_memory(ir.Type.parse(f"memref<?xi8, {_WG}>"))
         addr = Scalar(memref.extract_aligned_pointer_as_index(self.raw))
@@ -158,10 +158,7 @@ class BoundSmem:
         a = plan._max_align
         # byte shift that rounds the dynamic base up to the largest declared alignment
         self.base = (index(0) - addr) & (a - 1) if a > 16 else index(0)
-        self._groups = {}
-        for name, g in plan._barriers.items():
-            t = ir.Type.parse(f"!nvgpu.mbarrier.group<memorySpace = {_WG}, num_barriers = {g.count}>")
-            self._groups[name] = nvgpu.mbarrier_create(t)
+        self._groups = barrier_groups(plan) if groups is None else groups
 
     def __getitem__(self, name) -> BoundBuffer:
         return BoundBuffer(self, self.plan._buffers[name])
@@ -171,8 +168,17 @@ class BoundSmem:
         return self._groups[name]
 
 
-def bind(plan) -> BoundSmem:
-    return BoundSmem(plan)
+def barrier_groups(plan) -> dict:
+    """Emit the plan's barrier groups (static shared symbols): ``{name: !nvgpu.mbarrier.group}``."""
+    out = {}
+    for name, g in plan._barriers.items():
+        t = ir.Type.parse(f"!nvgpu.mbarrier.group<memorySpace = {_WG}, num_barriers = {g.count}>")
+        out[name] = nvgpu.mbarrier_create(t)
+    return out
+
+
+def bind(plan, groups=None) -> BoundSmem:
+    return BoundSmem(plan, groups)
 
 
 def static_word(name: str) -> Scalar:

@@ -1,29 +1,47 @@
 """FlashAttention-4-style attention forward on Blackwell (sm_100a): S, P and O in tensor memory,
-one warp issuing every ``tcgen05.mma``, softmax at one thread per row -- composed from the
-library's atoms and collectives, sharing the Hopper kernel's operands, masks, score transform and
-host contract (no subclass of it, nor of a GEMM).
+two Q tiles per CTA, one warp issuing every ``tcgen05.mma``, softmax at one thread per row --
+composed from the library's atoms and collectives, sharing the Hopper kernel's operands, masks,
+score transform and host parameters (no subclass of it, nor of a GEMM).
 
-One CTA per work unit ``(query block of 128 rows, head, batch)`` (grid ``(ceil(seqlen_q / 128),
-heads, batch)``), six warps (192 threads):
+One CTA per work unit ``(query block of 256 rows, head, batch)`` (grid ``(ceil(seqlen_q / 256),
+heads, batch)``), twelve warps (384 threads, three warpgroups):
 
-* warps 0-3, the softmax warpgroup: thread ``t`` owns query row ``t`` (TMEM lane ``t``); per KV
-  block it reads S, masks, runs the online softmax, corrects O where the row maximum moved past
-  FlashAttention-4's threshold and writes P back to tensor memory
-  (:meth:`~cutedsl.collective.attention_tmem_mainloop.TmemAttentionMainloop.softmax_block`); then
-  the epilogue (:class:`~cutedsl.collective.attention_tmem_epilogue.TmemAttentionEpilogue`);
-* warp 4, the MMA warp: allocates the tensor memory (S 128 + P 64 + O ``head_dim`` columns); one
-  elected lane issues ``S = Q K^T`` and ``O += P V`` (A = P from tensor memory) for every block
-  (:meth:`~cutedsl.collective.attention_tmem_mainloop.TmemAttentionMainloop.mma_loop`);
-* warp 5, the producer: one thread loads Q once, then K and V of every KV block the mask leaves,
-  each through its own ring (:class:`~cutedsl.collective.attention_operands.AttentionOperands`).
+* warpgroups 0 and 1, the softmax warpgroups (``setmaxnreg.inc`` to the architecture's consumer
+  budget, :attr:`~cutedsl.arch.Arch.attention_regs`): warpgroup ``g`` owns Q tile ``g`` (rows ``128 g ..``), thread ``t`` its row ``t``
+  (TMEM lane ``t``); per KV block it reads S, masks, runs the online softmax, corrects O where
+  the row maximum moved past FlashAttention-4's threshold and writes P back over S
+  (:meth:`~cutedsl.collective.attention_tmem_mainloop.TmemAttentionMainloop.softmax_block`);
+  then the epilogue (:class:`~cutedsl.collective.attention_tmem_epilogue.TmemAttentionEpilogue`).
+  There is no separate correction warpgroup: the correction runs in these warps, only in a warp
+  with a moved row;
+* warpgroup 2 (``setmaxnreg.dec`` to the "other" budget): warp 8, the MMA warp, allocates the
+  tensor memory (two S/P and two O regions: 512 columns at head dim 128) and issues both tiles'
+  ``S = Q K^T`` and ``O += P V`` (A = P from tensor memory), interleaved so that the tensor core
+  runs one tile's MMAs while the other's softmax works
+  (:meth:`~cutedsl.collective.attention_tmem_mainloop.TmemAttentionMainloop.mma_loop`); warp 9,
+  the producer: one thread loads Q (256 rows) once, then K and V of every KV block the mask
+  leaves, each through its own ring (:class:`~cutedsl.collective.attention_operands.AttentionOperands`);
+  warps 10 and 11 only complete the warpgroup ``setmaxnreg`` needs.
+
+Both tiles visit the same KV blocks (the mask's block range of the 256 rows); a row of tile 0
+with no key in a block the range keeps for tile 1 sees an all-masked block, which the online
+softmax takes as P = 0.
 
 Compile-time variants as the Hopper kernel's: ``head_dim`` (64, 128), ``dtype`` (f16, bf16),
-``local`` (causal / sliding window, with whole-block skipping), ``softcap``, ``varlen``. The
-parameters are the Hopper kernel's (:meth:`params`).
+``local`` (causal / sliding window, with whole-block skipping), ``softcap``, ``varlen``, and
+``hooks`` (an :class:`~cutedsl.collective.attention_hooks.AttentionHooks`, FlexAttention's
+score_mod / mask_mod, as on sm_90a: score_mod on every visited block at each thread's (batch,
+head, row, key), mask_mod in the PARTIAL blocks; with a mask_mod the host's block mask of this
+kernel's 256 x 128 blocks (:meth:`block_mask`) lists the blocks to visit and SKIP blocks are never
+loaded; varlen with hooks is refused). The parameters are the Hopper kernel's (:meth:`params`);
+the grid counts 256-row units.
 """
 from __future__ import annotations
 
+import attrs
+
 from ..arch import get_arch
+from ..collective.attention_block_mask import BlockMaskView, SparseBlocks, build_block_mask
 from ..collective.attention_epilogue import EpilogueRows
 from ..collective.attention_hooks import AttentionHooks
 from ..collective.attention_mainloop import UnitContext
@@ -43,14 +61,16 @@ cir = lazy("cutedsl.ir")
 
 HEAD_DIMS = (64, 128)
 DTYPES = ("bf16", "f16")
-BLOCK_M = 128                     #: query rows per work unit: the tcgen05 MMA's M, one per TMEM lane
+TILE_M = 128                      #: query rows per Q tile: the tcgen05 MMA's M, one per TMEM lane
+Q_TILES = 2                       #: Q tiles per CTA (FlashAttention-4's two softmax warpgroups)
+BLOCK_M = Q_TILES * TILE_M        #: query rows per work unit
 BLOCK_N = 128                     #: keys per KV block
 STAGES = 2                        #: K and V ring depth
-SOFTMAX_WARPS, MMA_WARP, PRODUCER_WARP = 4, 4, 5
-WARPS = 6
-NOT_YET = {256: "Q, two K and two V stages of 128 x 256 16-bit elements are 320 KiB of shared memory (sm_100a "
-                "has 227 KiB per CTA): a 256-wide head needs one-stage rings or a split V; not built"}
-assert BLOCK_M == hopper.BLOCK_M   # the shared host contract (grid) counts 128-row units
+SOFTMAX_WARPS, MMA_WARP, PRODUCER_WARP = 8, 8, 9
+WARPS = 12                        #: three whole warpgroups (setmaxnreg is per warpgroup)
+NOT_YET = {256: "two Q tiles (256 x 256), two K and two V stages of 128 x 256 16-bit elements are 384 KiB of shared "
+                "memory (sm_100a has 227 KiB per CTA), and two S and two O regions 768 of the 512 tensor-memory "
+                "columns: a 256-wide head needs one Q tile, one-stage rings or a split V; not built"}
 
 
 def reason(head_dim, dtype) -> str | None:
@@ -62,6 +82,21 @@ def reason(head_dim, dtype) -> str | None:
     if dtype not in DTYPES:
         return f"dtype must be {one_of(DTYPES)} (P is a 16-bit tensor-memory A operand), got {dtype!r}"
     return None
+
+
+@attrs.frozen
+class Unit:
+    """One CTA's work unit (IR values): sequence starts and lengths, first query row, band
+    extents, ``live`` (i1: it has rows) and the mask's ``rng``."""
+    q_start: object
+    k_start: object
+    seqlen_q: object
+    seqlen_k: object
+    m0: object
+    left: object
+    right: object
+    live: object
+    rng: object
 
 
 class AttentionFwdSm100Kernel(Kernel):
@@ -76,9 +111,8 @@ class AttentionFwdSm100Kernel(Kernel):
     HEAD_DIMS, DTYPES, BLOCK_M, BLOCK_N = HEAD_DIMS, DTYPES, BLOCK_M, BLOCK_N
     THRESHOLD = RESCALE_THRESHOLD     #: FlashAttention-4's correction threshold (a subclass may change it)
 
-    # the host contract is the Hopper kernel's: the same parameters, grid, maps and scalars
+    # the host contract is the Hopper kernel's: the same parameters, maps and scalars
     params = hopper.AttentionFwdKernel.params
-    grid = hopper.AttentionFwdKernel.grid
     tensor_map_extent = hopper.AttentionFwdKernel.tensor_map_extent
     scalar_values = hopper.AttentionFwdKernel.scalar_values
 
@@ -87,86 +121,156 @@ class AttentionFwdSm100Kernel(Kernel):
         return reason(head_dim, dtype)
 
     def __init__(self, head_dim: int = 128, dtype: str = "bf16", *, local: bool = False, softcap: bool = False,
-                 varlen: bool = False, arch="sm_100a", threshold: float | None = None):
+                 varlen: bool = False, arch="sm_100a", threshold: float | None = None, hooks=None):
         why = reason(head_dim, dtype)
         if why:
             raise ConfigError(f"{type(self).__name__}: {why}")
+        self.hooks = hooks if isinstance(hooks, AttentionHooks) else AttentionHooks() if hooks is None else None
+        if self.hooks is None:
+            raise ConfigError(f"{type(self).__name__}: hooks must be an AttentionHooks, got {type(hooks).__name__}")
+        why = hopper.hooks_reason(self.hooks)
+        if why:
+            raise ConfigError(f"{type(self).__name__}: {why}")
+        if varlen and self.hooks.hooks():
+            raise ConfigError(f"{type(self).__name__}: score_mod / mask_mod with packed sequences (varlen) are not "
+                              f"built (as on sm_90a): pad the sequences to a dense batch")
         self.arch = get_arch(arch)
         self.arch.require(self.mma_atom, type(self).__name__)
         self.head_dim, self.dtype = head_dim, dtype
         self.local, self.softcap, self.varlen = bool(local), bool(softcap), bool(varlen)
         self.threshold = float(self.THRESHOLD if threshold is None else threshold)
-        self.hooks = AttentionHooks()                 # no score_mod / mask_mod on sm_100a yet
-        self.block_sparse = False
+        self.block_sparse = self.hooks.has_mask     # a mask_mod: the host's block mask lists the KV blocks
         wt = self.arch.warp_threads
         self.threads = WARPS * wt
         self.softmax_threads = SOFTMAX_WARPS * wt
         # K and V slots are released by one tcgen05.commit each
+        self.tile_threads = self.arch.warpgroup_threads        # one softmax thread per row of a tile
         self.operands = AttentionOperands(head_dim, BLOCK_M, BLOCK_N, STAGES, dtype, self.varlen, consumer_warps=1)
         self.mask = self.mask_cls(BLOCK_M, BLOCK_N, self.local)
-        self.softmax = self.softmax_cls(self.softcap, self.threshold)
-        self.mainloop = TmemAttentionMainloop(self.operands, self.mask, self.softmax, self.softmax_threads)
-        self.epilogue = TmemAttentionEpilogue(head_dim, dtype, self.softmax_threads)
+        self.softmax = self.softmax_cls(self.softcap, self.threshold, score_mod=self.hooks.score_mod is not None)
+        self.mainloop = TmemAttentionMainloop(self.operands, self.mask, self.softmax, self.tile_threads, Q_TILES)
+        self.epilogue = TmemAttentionEpilogue(head_dim, dtype, self.tile_threads)
+        #: setmaxnreg budgets from the architecture (Arch.attention_regs): the softmax warpgroups
+        #: get the softmax budget, the MMA / producer warpgroup the "other" one (no correction
+        #: warpgroup: the correction runs in the softmax warps); .maxnreg at launch is what the
+        #: CTA's threads may hold together. (The GEMM's 232 / 40 make ptxas 13.5 fail register
+        #: allocation here: C7600.)
+        self.softmax_regs, _correction, self.other_regs = self.arch.attention_regs
+        self.launch_regs = self.arch.launch_regs(self.threads)
+        assert (Q_TILES * self.softmax_regs + self.other_regs) * self.arch.warpgroup_threads <= self.arch.regs_per_sm
+
+    def block_mask(self, problem, window=(-1, -1), args=None):
+        """Host, block-sparse kernels: the hooks' ``BlockMask`` over this kernel's 256 x 128
+        blocks, intersected with the band's (as
+        :meth:`~cutedsl.kernel.attention.AttentionFwdKernel.block_mask`)."""
+        sizes = {"batch": problem.batch, "heads": problem.heads, "seqlen_q": problem.seqlen_q,
+                 "seqlen_k": problem.seqlen_k}
+        bm = build_block_mask(self.hooks, sizes, BLOCK_M, BLOCK_N, args)
+        vals = self.scalar_values(problem, 1.0, window=window)
+        return bm.restrict(self.mask.block_kinds(problem.seqlen_q, problem.seqlen_k, vals.get("left", 0),
+                                                 vals.get("right", 0)))
+
+    def grid(self, problem) -> tuple:
+        """CTAs for an ``AttentionProblem`` (varlen: ``seqlen_q`` is the longest sequence): one
+        per 256 query rows."""
+        return (max(1, -(-problem.seqlen_q // BLOCK_M)), problem.heads, problem.batch)
 
     def config(self) -> dict:
         return {"arch": self.arch.name, "head_dim": self.head_dim, "dtype": self.dtype, "local": self.local,
                 "softcap": self.softcap, "varlen": self.varlen, "threshold": self.threshold,
-                "block": [BLOCK_M, BLOCK_N], "stages": STAGES, "class": qualname(type(self)),
-                "mask": qualname(self.mask_cls), "softmax": qualname(self.softmax_cls)}
+                "block": [BLOCK_M, BLOCK_N], "q_tiles": Q_TILES, "stages": STAGES,
+                "setmaxnreg": [self.softmax_regs, self.other_regs], "class": qualname(type(self)),
+                "mask": qualname(self.mask_cls), "softmax": qualname(self.softmax_cls), "hooks": self.hooks.identity()}
 
     # -- IR ------------------------------------------------------------------------------------
     def define(self):
-        from mlir.dialects import gpu
-        from ..atom.tcgen05 import TensorMemory
-        from ..ir import If, KernelBuilder, SmemPlan, block_idx, thread_idx
-        from ..ir.smem_tile import static_word
+        from ..atom.sync import warpgroup_reg_alloc, warpgroup_reg_dealloc
+        from ..ir import If, KernelBuilder, SmemPlan, thread_idx
         from ..ir.values import warp_uniform
         plan = SmemPlan(limit=self.arch.smem_per_cta)
         self.operands.plan(plan)
         self.mainloop.plan(plan)
-        kb = KernelBuilder(self.name, self.params(), block=(self.threads, 1, 1), arch=self.arch)
+        kb = KernelBuilder(self.name, self.params(), block=(self.threads, 1, 1), arch=self.arch,
+                           max_registers=self.launch_regs)
         wt = self.arch.warp_threads
         with kb.build() as args:
-            smem = plan.bind()
-            tid = thread_idx()
-            leader = tid.eq(0)
-            warp = warp_uniform(tid // wt)
-            qb, head, batch = (cir.i32(block_idx(d)) for d in ("x", "y", "z"))
-            ops = self.operands.bind(smem, args, leader)
-            bars = self.mainloop.bind(smem, leader)
+            groups = plan.barrier_groups()       # the barriers' static symbols, shared by both sides
+            warp = warp_uniform(thread_idx() // wt)
+            # setmaxnreg first, then everything else inside each warpgroup's branch: a value
+            # computed before setmaxnreg.dec and used after it (barrier addresses, the TMEM
+            # address) is spilled -- ptxas 13.5 put 9 local loads into the MMA loop
+            with If(warp >= SOFTMAX_WARPS):
+                warpgroup_reg_dealloc(self.other_regs)
+                self.role(plan.bind(groups), args, softmax=False)
+            with If(warp < SOFTMAX_WARPS):
+                warpgroup_reg_alloc(self.softmax_regs)
+                self.role(plan.bind(groups), args, softmax=True)
+        return kb, plan.dynamic_bytes, self.operands.tensor_maps()
+
+    def role(self, smem, args, softmax: bool) -> None:
+        """One side of the CTA after its ``setmaxnreg``: the softmax warpgroups (``softmax``; thread
+        0 initialises the barriers and prefetches the tensor maps) or the MMA / producer
+        warpgroup (the MMA warp allocates and frees the tensor memory). Both sides meet at the
+        CTA barrier after the set-up and at the one before the deallocation."""
+        from mlir.dialects import gpu
+        from ..atom.tcgen05 import TensorMemory
+        from ..ir import If, block_idx, thread_idx
+        from ..ir.smem_tile import static_word
+        from ..ir.values import warp_uniform
+        wt = self.arch.warp_threads
+        tid = thread_idx()
+        leader = tid.eq(0)                       # a softmax thread: predicated off on the other side
+        warp = warp_uniform(tid // wt)
+        qb, head, batch = (cir.i32(block_idx(d)) for d in ("x", "y", "z"))
+        ops = self.operands.bind(smem, args, leader)
+        bars = self.mainloop.bind(smem, leader)
+        tmem = TensorMemory(static_word("tmem_address"), self.mainloop.tmem.columns)
+        if softmax:
             self.operands.prefetch(ops, predicate=leader)
-            tmem = TensorMemory(static_word("tmem_address"), self.mainloop.tmem.columns)
+        else:
             with If(warp.eq(MMA_WARP)):
                 tmem.alloc()
                 tmem.relinquish()
-            TensorMemory.fence_before()
-            gpu.barrier()                        # barrier inits and the TMEM address are visible
-            TensorMemory.fence_after()
-            taddr = tmem.address()
-            if self.varlen:
-                cq, ck = cir.GlobalPtr(args.cu_seqlens_q, "i32"), cir.GlobalPtr(args.cu_seqlens_k, "i32")
-                q_start, k_start = cq.load(batch), ck.load(batch)
-                seqlen_q, seqlen_k = cq.load(batch + 1) - q_start, ck.load(batch + 1) - k_start
-            else:
-                q_start = k_start = 0
-                seqlen_q, seqlen_k = args.seqlen_q, args.seqlen_k
-            m0 = qb * BLOCK_M
-            left, right = (args.left, args.right) if self.local else (0, 0)
-            with If(m0 < seqlen_q):            # a query block past its (shorter) sequence: nothing to do
-                rng = self.mask.block_range(m0, seqlen_q, seqlen_k, left, right)
-                with If(warp.eq(PRODUCER_WARP) & (tid % wt).eq(0)):
-                    self.producer(ops, args, batch, head, m0 + q_start, k_start, rng)
-                with If(warp.eq(MMA_WARP)):
-                    self.mainloop.mma_loop(ops, bars, taddr, rng.count)
-                with If(warp < SOFTMAX_WARPS):
-                    self.softmax_warps(bars, taddr, args, batch, head, m0, q_start, seqlen_q, seqlen_k,
-                                       left, right, rng)
-            TensorMemory.fence_before()
-            gpu.barrier()                        # every tensor-memory access is done
+        TensorMemory.fence_before()
+        gpu.barrier()                            # barrier inits and the TMEM address are visible
+        TensorMemory.fence_after()
+        u = self.unit(args, qb, head, batch)
+        if softmax:
+            with If(u.live):
+                self.softmax_warps(bars, tmem.address(), args, batch, head, u, warp // self.arch.warps_per_warpgroup)
+        else:
+            # the MMA warp not inside a branch on ``live``: there ptxas treats its loop as
+            # possibly divergent and moves every descriptor to uniform registers per MMA
+            with If(warp.eq(MMA_WARP)):
+                self.mainloop.mma_loop(ops, bars, tmem.address(), cir.select(u.live, u.rng.count, cir.i32(0)), u.live)
+            with If(u.live & warp.eq(PRODUCER_WARP) & (tid % wt).eq(0)):
+                self.producer(ops, args, batch, head, u.m0 + u.q_start, u.k_start, u.rng)
+        TensorMemory.fence_before()
+        gpu.barrier()                            # every tensor-memory access is done
+        if not softmax:
             with If(warp.eq(MMA_WARP)):
                 TensorMemory.fence_after()
-                tmem.dealloc(taddr)
-        return kb, plan.dynamic_bytes, self.operands.tensor_maps()
+                tmem.dealloc(tmem.address())
+
+    def unit(self, args, qb, head, batch) -> Unit:
+        """The work unit of CTA ``(qb, head, batch)``: its sequence (varlen: from the
+        ``cu_seqlens`` arrays), first row ``m0``, band extents, whether it has rows (``live``)
+        and the mask's block range of its 256 rows."""
+        if self.varlen:
+            cq, ck = cir.GlobalPtr(args.cu_seqlens_q, "i32"), cir.GlobalPtr(args.cu_seqlens_k, "i32")
+            q_start, k_start = cq.load(batch), ck.load(batch)
+            seqlen_q, seqlen_k = cq.load(batch + 1) - q_start, ck.load(batch + 1) - k_start
+        else:
+            q_start = k_start = 0
+            seqlen_q, seqlen_k = args.seqlen_q, args.seqlen_k
+        m0 = qb * BLOCK_M
+        left, right = (args.left, args.right) if self.local else (0, 0)
+        if self.block_sparse:                   # the host's block mask lists the KV blocks to visit
+            view = BlockMaskView(args)
+            rng = SparseBlocks(view, view.row(batch, head, qb))
+        else:
+            rng = self.mask.block_range(m0, seqlen_q, seqlen_k, left, right)
+        return Unit(q_start, k_start, seqlen_q, seqlen_k, m0, left, right, m0 < seqlen_q, rng)
 
     def _lead(self, batch, head) -> tuple:
         return (head,) if self.varlen else (batch, head)
@@ -179,34 +283,43 @@ class AttentionFwdSm100Kernel(Kernel):
         loop = cir.Loop(0, rng.count, carry=PipelineState(STAGES).carry())
         for it, carried in loop:
             st = PipelineState.from_carry(STAGES, carried)
-            self.operands.load_kv(ops, st, kv_lead, k_start + (rng.n_max - 1 - cir.i32(it)) * BLOCK_N)
+            j = rng.block(rng.n_max - 1 - cir.i32(it)) if self.block_sparse else rng.n_max - 1 - cir.i32(it)
+            self.operands.load_kv(ops, st, kv_lead, k_start + j * BLOCK_N)
             loop.next(*st.advance().carry())
 
-    def softmax_warps(self, bars, taddr, args, batch, head, m0, q_start, seqlen_q, seqlen_k, left, right,
-                      rng) -> None:
-        """Warps 0-3: every KV block in the mask's three ranges (masked, unmasked, masked), then
-        the epilogue."""
+    def softmax_warps(self, bars, taddr, args, batch, head, u: Unit, g) -> None:
+        """Softmax warpgroup ``g`` (IR i32; Q tile ``g``, rows ``m0 + 128 g ..``): every KV block in
+        the mask's three ranges (masked, unmasked, masked), then the epilogue."""
         ml = self.mainloop
         params = SoftmaxParams(args.exp_scale, getattr(args, "softmax_scale", None), getattr(args, "softcap", None),
                                getattr(args, "softcap_scale", None))
-        ctx = UnitContext(batch, head, m0, seqlen_q, seqlen_k, left, right, params, 0)
+        seqlen_q, q_start, rng = u.seqlen_q, u.q_start, u.rng
+        row0 = u.m0 + g * TILE_M
+        bound = None
+        if self.hooks.hooks():
+            from ..ir import grid_dim
+            sizes = {"batch": cir.i32(grid_dim("z")), "heads": args.heads, "seqlen_q": seqlen_q, "seqlen_k": u.seqlen_k}
+            bound = self.hooks.bind(args, sizes)
+        ctx = UnitContext(batch, head, row0, seqlen_q, u.seqlen_k, u.left, u.right, params, g, bound)
         state, n = self.softmax.initial_row(), cir.i32(0)
         for lo, hi, masked in ((rng.u_hi, rng.n_max, True), (rng.u_lo, rng.u_hi, False), (rng.n_min, rng.u_lo, True)):
             loop = cir.Loop(0, hi - lo, carry=state.carry() + [n])
             for it, carried in loop:
                 st, n = RowState.from_carry(carried), carried[2]
-                st = ml.softmax_block(bars, taddr, ctx, st, n, hi - 1 - cir.i32(it), masked)
+                v = hi - 1 - cir.i32(it)
+                j = rng.block(v, masked) if self.block_sparse else v
+                st = ml.softmax_block(bars, taddr, ctx, st, n, j, masked, g)
                 loop.next(*(st.carry() + [n + 1]))
             res = list(loop.results)
             state, n = RowState.from_carry(res), res[2]
-        ml.finish(bars, rng.count)
+        ml.finish(bars, rng.count, g)
         inv, lse = self.softmax.finalize_row(state, args.exp_scale)
         if self.varlen:
             o_row0, lse_base = q_start, head * args.total_q + q_start
         else:
             o_row0, lse_base = batch * seqlen_q, (batch * args.heads + head) * seqlen_q
-        rows = EpilogueRows(o_row0, lse_base, head, args.heads, m0, seqlen_q)
-        self.epilogue.store(taddr + ml.tmem.o, rng.count, inv, lse, rows, args.o, args.lse)
+        rows = EpilogueRows(o_row0, lse_base, head, args.heads, row0, seqlen_q)
+        self.epilogue.store(ml.tile_address(taddr, ml.tmem.o, g), rng.count, inv, lse, rows, args.o, args.lse)
 
 
-__all__ = ["AttentionFwdSm100Kernel", "HEAD_DIMS", "DTYPES", "BLOCK_M", "BLOCK_N", "reason"]
+__all__ = ["AttentionFwdSm100Kernel", "HEAD_DIMS", "DTYPES", "BLOCK_M", "BLOCK_N", "TILE_M", "Q_TILES", "reason"]

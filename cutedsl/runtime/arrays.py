@@ -294,9 +294,11 @@ def to_device(backend, host, pitch_align: int = 1) -> DeviceArray:
     return DeviceArray(own.buf.ptr, host.shape, strides, dt, backend, own)
 
 
-def empty(backend, shape, dt, pitch_align: int = 1) -> DeviceArray:
+def empty(backend, shape, dt, pitch_align: int = 1, label: str | None = None) -> DeviceArray:
     """Allocate an uninitialised 1-D, 2-D or 3-D device array (rows padded to ``pitch_align``
-    bytes), owning its memory. ``ArgumentTypeError`` when ``backend`` is not a Backend."""
+    bytes), owning its memory; ``label`` names what it holds in the backend's diagnostics (the
+    emulator reports a kernel's read of bytes of it nothing wrote, ``Backend.label``).
+    ``ArgumentTypeError`` when ``backend`` is not a Backend."""
     _check_backend("empty(backend, shape, dtype)", backend, shape)
     dt = _dtype(dt)
     shape = tuple(shape)
@@ -310,6 +312,8 @@ def empty(backend, shape, dt, pitch_align: int = 1) -> DeviceArray:
         strides = (dt.nbytes,)
         nbytes = shape[0] * dt.nbytes
     own = OwnedBuffer(backend, nbytes)
+    if label is not None and hasattr(backend, "label"):     # test doubles may lack it
+        backend.label(own.buf, label)
     return DeviceArray(own.buf.ptr, shape, strides, dt, backend, own)
 
 

@@ -218,6 +218,11 @@ class Backend(abc.ABC):
     def live_allocations(self) -> int:
         """Number of allocations made by :meth:`alloc` and not yet freed (leak checks)."""
 
+    def label(self, buf: DeviceBuffer, text: str) -> None:
+        """Name what an allocation holds (``"Gemm output d"``) for the backend's diagnostics: the
+        emulator's initcheck names it in a report of a read of bytes nothing wrote. A no-op
+        here."""
+
     def release_tensor_map(self, blob: bytes) -> None:
         """Forget a tensor map from :meth:`encode_tensor_map` once no launch will use it.
         A no-op where the 128 bytes are self-contained (a GPU); the emulator drops its entry."""

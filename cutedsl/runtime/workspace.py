@@ -40,7 +40,7 @@ class WorkspacePool:
             for i, ws in enumerate(self._free):
                 if ws.backend is backend and ws.shape[0] >= nbytes:
                     return self._free.pop(i)
-        ws = arrays.empty(backend, (max(nbytes, 1),), "u8")
+        ws = arrays.empty(backend, (max(nbytes, 1),), "u8", label="workspace")
         arrays.zero_fill(ws)
         return ws
 

@@ -11,7 +11,9 @@ Launches run synchronously; ``synchronize`` is a no-op.
 from __future__ import annotations
 
 import functools
+import os
 import struct
+import sys
 import threading
 import time
 
@@ -67,7 +69,8 @@ class SimBackend(Backend):
     ``CUTEDSL_SIM_TIME_LIMIT`` if set, else 60; raises :class:`TimeLimitExceeded`, and
     :class:`GridTooLarge` before starting a grid that cannot finish within it);
     ``initcheck`` - reads of memory nothing wrote raise :class:`UninitializedReadError`
-    (shared memory and the tensor core's tensor-memory reads, with ``race_check``;
+    (shared memory and the tensor core's tensor-memory reads, with ``race_check``; device reads
+    of global memory no host copy or device write defined since :meth:`alloc`;
     default: ``CUTEDSL_SIM_INITCHECK`` if set, else on; docs/emulator.md, Initcheck);
     ``progress_limit`` - warp-instructions a launch may execute with no synchronisation, warp
     exit or cluster start before it is a livelock (default: ``CUTEDSL_SIM_PROGRESS_LIMIT`` if
@@ -138,9 +141,19 @@ class SimBackend(Backend):
     # -- memory ------------------------------------------------------------------------
     @_locked
     def alloc(self, nbytes: int) -> DeviceBuffer:
+        """``nbytes`` of device memory, undefined until written (as ``cuMemAlloc`` leaves it): a
+        device read of a byte no host copy or device write defined is an initcheck report naming
+        the Python line that allocated it (docs/emulator.md, Initcheck)."""
         check_nbytes(nbytes)
-        a = self.gmem.alloc(int(nbytes))
+        a = self.gmem.alloc(int(nbytes), defined=False, origin=allocation_site())
         return DeviceBuffer(a.base, int(nbytes), self)
+
+    @_locked
+    def label(self, buf: DeviceBuffer, text: str) -> None:
+        """Name what ``buf`` holds (e.g. ``"Gemm output d"``) in the emulator's reports."""
+        al = self.gmem.allocs.get(int(buf.ptr))
+        if al is not None:
+            al.origin = f"{text}, {al.origin}" if al.origin else text
 
     @_locked
     def free(self, buf: DeviceBuffer) -> None:
@@ -163,6 +176,7 @@ class SimBackend(Backend):
         raw = a.reshape(-1).view(np.uint8)
         al = self._span(dst, offset, raw.size)
         al.data[offset:offset + raw.size] = raw
+        al.define_span(offset, offset + raw.size)
 
     @_locked
     def copy_to_host(self, dst, src: DeviceBuffer, offset: int = 0) -> None:
@@ -227,6 +241,42 @@ class SimBackend(Backend):
 
     def synchronize(self) -> None:
         return None
+
+
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))       # the cutedsl package
+_QUIET = (os.path.join(_PKG, "sim", ""), os.path.join(_PKG, "runtime", "arrays.py"))
+
+
+def allocation_site() -> str:
+    """Who is allocating, for initcheck reports: the innermost Python line outside the emulator
+    and ``runtime/arrays.py`` (the library call, e.g. a front end's output) and, when that is
+    inside cutedsl, the first caller outside it (the user's line)."""
+    f = sys._getframe(1)
+    lib = user = None
+    while f is not None:
+        fn = os.path.abspath(f.f_code.co_filename)
+        if lib is None and not fn.startswith(_QUIET):
+            lib = f
+        if lib is not None and not fn.startswith(_PKG + os.sep):
+            user = f
+            break
+        f = f.f_back
+    if lib is None:
+        return ""
+    text = f"allocated at {_line(lib)} ({lib.f_code.co_name})"
+    if user is not None and user is not lib:
+        text += f", called from {_line(user)}"
+    return text
+
+
+def _line(f) -> str:
+    fn = f.f_code.co_filename
+    try:
+        rel = os.path.relpath(fn)
+        fn = rel if not rel.startswith("..") else fn
+    except ValueError:
+        pass
+    return f"{fn}:{f.f_lineno}"
 
 
 def pack_arg(param, value) -> bytes:

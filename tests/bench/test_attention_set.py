@@ -124,3 +124,64 @@ def test_timed_path_counts_tflops_as_flashattention(monkeypatch, sim):
     text = report.text({"header": {"date_utc": "-", "backend": "cuda", "reference": "-"}, "sets": [s]})
     assert "SDPA cuDNN: RuntimeError" in text and "ratio to SDPA flash 1.000" in text
     assert np.isfinite(s["summary"]["configs"][r["config"]]["geomean_tflops"])
+
+
+# -- the attention-bwd set and --arch sm_100a (issue 42) -------------------------------------------
+def test_emulator_backward_run_checks_every_gradient(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    status = cli.main(["bench", "--set", "attention-bwd", "--backend", "sim", "--dtype", "bf16", "--json", str(out),
+                       "--no-progress"])
+    text = capsys.readouterr().out
+    assert status == 0, text
+    (s,) = json.loads(out.read_text())["sets"]
+    assert s["kind"] == "attention" and len(s["rows"]) == 2 * len(TINY_ATTENTION)
+    assert s["references"] == {"ref": "SDPA flash bwd", "cudnn": "SDPA cuDNN bwd"}
+    for r in s["rows"]:
+        b, sq, heads, d, causal = r["problem"]
+        assert r["config"] == f"attention-bwd d{d} bf16 {'causal' if causal else 'full'}"
+        diffs = [r[f"{g}_max_rel_diff"] for g in ("dq", "dk", "dv")]
+        assert all(0 < x < 1.6e-2 for x in diffs) and r["max_rel_diff"] == max(diffs), r    # rounded, within bf16's
+        assert r["check"] == "pass" and r["tolerance"] == 1.6e-2
+        assert r["flops"] == fa_flops(b, sq, heads, d, causal) * 5 // 2        # FlashAttention: 2.5x the forward
+        assert r["ms"] is None and r["tflops"] is None and r["wall_ms"] > 0
+    assert "SDPA flash bwd ms" in text and "attention-bwd d128 bf16 causal" in text
+
+
+def test_timed_backward_against_sdpa_backward(monkeypatch, sim):
+    pytest.importorskip("torch")
+    from cutedsl.device.attention_bwd import AttentionBackward
+    probs = [(1, 70, 128, True), (2, 33, 128, False)]
+    monkeypatch.setattr(bench_attention, "shapes_for", lambda name, backend: probs)
+    timer = FixedTimer(0.25)
+    sweep = Sweep(types.SimpleNamespace(name="cuda"), TorchCpuLib(), timer, None, iters=3, warmup=1,
+                  l2_bytes=1 << 20, make_attention=lambda c: Attention(c, sim),
+                  make_attention_bwd=lambda c: AttentionBackward(c, sim))
+    from cutedsl.bench import attention_bwd
+    cfg = attention_bwd.configs("f16")[0][0]                         # head_dim 64: 2 heads
+    s = sweep.run_set("attention-bwd", [cfg])
+    for r, (b, sq, hidden, causal) in zip(s["rows"], probs):
+        flops = fa_flops(b, sq, hidden // 64, 64, causal) * 5 // 2
+        assert r["flops"] == flops and r["tflops"] == pytest.approx(flops / 0.25e-3 / 1e12)
+        assert r["ref_ms"] == 0.25 and r["ratio"] == pytest.approx(1)
+        assert r["cudnn_ms"] is None and "RuntimeError" in r["cudnn_error"]
+        # dQ, dK, dV against SDPA flash's autograd gradients of the same inputs and dO
+        assert r["check"] == "pass" and 0 < r["max_rel_diff"] < 4e-3, r
+        per_set = 10 * b * sq * hidden * 2                 # q, k, v, dO, O, dQ, dK, dV, f32 dQ workspace
+        assert r["n_sets"] == min(8, -(-3 * (1 << 20) // per_set))
+    assert timer.batches == [3] * 4          # per problem: SDPA flash's backward and cutedsl's, --iters each
+
+
+def test_sm100a_attention_set_on_the_emulator(monkeypatch, tmp_path, capsys):
+    cfgs, _ = bench_attention.configs("bf16", "sm_100a")
+    assert [(c.head_dim, c.arch) for c in cfgs] == [(64, "sm_100a"), (128, "sm_100a")]
+    monkeypatch.setattr(bench_attention, "shapes_for", lambda name, backend: [(1, 70, 128, True)])
+    out = tmp_path / "r.json"
+    assert cli.main(["bench", "--set", "attention", "--arch", "sm_100a", "--backend", "sim", "--dtype", "bf16",
+                     "--json", str(out), "--no-progress"]) == 0
+    rows = json.loads(out.read_text())["sets"][0]["rows"]
+    assert [r["config"] for r in rows] == ["attention d64 bf16 causal sm_100a", "attention d128 bf16 causal sm_100a"]
+    assert all(r["check"] == "pass" and r["max_rel_diff"] < 1.6e-2 for r in rows)
+    capsys.readouterr()
+    assert cli.main(["bench", "--set", "attention-bwd", "--arch", "sm_100a", "--backend", "sim"]) == 2
+    assert ("argument --arch: the attention-bwd set: the attention backward needs wgmma, which sm_100a does not "
+            "have") in capsys.readouterr().err

@@ -48,7 +48,7 @@ def test_parse_config_and_labels():
 
 
 @pytest.mark.parametrize("argv,msg", [
-    (["--set", "cubes"], "argument --set: cubes unknown; choose from square, skinny, paper, stages, wave, moe, attention or all"),
+    (["--set", "cubes"], "argument --set: cubes unknown; choose from square, skinny, paper, stages, wave, moe, attention, attention-bwd or all"),
     (["--schedule", "bogus"], "argument --schedule: bogus not accepted; choose from multistage"),
     (["--config", "tile=128x96x64"], "argument --config: tile BLOCK_N must be 64, 128 or 256, got 96"),
     (["--tile", "128x128"], "argument --tile: expected BLOCK_MxBLOCK_NxBLOCK_K"),

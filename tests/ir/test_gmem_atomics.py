@@ -50,3 +50,28 @@ def test_type_errors():
             GlobalPtr(args.x, "i32").atomic_add(0, thread_idx())
         with pytest.raises(ValueError, match="adds a pair at an even index, got 3"):
             GlobalPtr(args.x, "bf16").atomic_add(3, (f32(1.0).to("bf16"), f32(2.0).to("bf16")))
+        with pytest.raises(TypeError, match="tuple of 2 or 4"):
+            GlobalPtr(args.x, "f32").atomic_add(0, (f32(1.0), f32(2.0), f32(3.0)))
+        with pytest.raises(ValueError, match="index aligned to 4, got 2"):
+            GlobalPtr(args.x, "f32").atomic_add(2, (f32(1.0),) * 4)
+
+
+def test_vector_f32_reductions(sim):
+    """A tuple of 2 or 4 f32 is one ``red.global.add.v2/.v4.f32`` (REDG.E.ADD.F32x2 / x4 in the
+    SASS); three CTAs add into the same elements."""
+    kb = KernelBuilder("vred", [Param("x", "ptr")], block=(32,))
+    with kb.build() as args:
+        t = thread_idx()
+        v = f32(0.5) + t.to("f32")
+        GlobalPtr(args.x, "f32").atomic_add(t * 4, (v, v * 2.0, v * 3.0, v * 4.0))
+        GlobalPtr(args.x, "f32").atomic_add(t * 2 + 128, (v, -v))
+    ck = compile_kernel(kb)
+    assert ck.ptx.count("red.global.add.v4.f32 [") == 1 and ck.ptx.count("red.global.add.v2.f32 [") == 1
+    assert ck.resources.sass["REDG"] == 2
+    from cutedsl.runtime import arrays
+    x = arrays.to_device(sim, np.zeros(192, np.float32))
+    sim.launch(sim.load(ck), (3, 1, 1), ck.pack_params({"x": x.ptr}), block=ck.block)
+    sim.synchronize()
+    got, v = arrays.to_host(x), np.arange(32) + 0.5
+    assert np.array_equal(got[:128].reshape(32, 4), 3 * v[:, None] * np.arange(1, 5))
+    assert np.array_equal(got[128:].reshape(32, 2), 3 * np.stack([v, -v], axis=1))

@@ -1,4 +1,5 @@
-"""The FlashAttention-4-style forward on sm_100a (cutedsl/kernel/attention_sm100.py): the real
+"""The FlashAttention-4-style forward on sm_100a (cutedsl/kernel/attention_sm100.py, two Q tiles of
+128 rows per CTA): the real
 compiled sm_100a PTX on the emulator (race checks on, no opt-out; eager and adversarial through the
 ``sim`` fixture) against the float64 reference -- ragged lengths (1, 77, 200, 300; seqlen_q !=
 seqlen_k), causal / window / softcap, GQA, both head dimensions, f16 and bf16, varlen; the stale
@@ -11,7 +12,9 @@ import pytest
 from cutedsl import Attention, AttentionConfig
 from cutedsl.device.attention_reference import attention_reference
 from cutedsl.errors import ArgumentError, ConfigError
-from cutedsl.kernel.attention_sm100 import BLOCK_N, AttentionFwdSm100Kernel
+from cutedsl.collective.attention_block_mask import FULL, PARTIAL, SKIP
+from cutedsl.collective.attention_hook_builtins import Alibi, Causal, DocumentMask
+from cutedsl.kernel.attention_sm100 import BLOCK_M, BLOCK_N, AttentionFwdSm100Kernel
 
 NP = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
 O_TOL = {"bf16": 2e-2, "f16": 4e-3}       # P and O rounded to 16 bits, as the Hopper kernel's tests
@@ -83,27 +86,79 @@ def test_correction_with_growing_maxima(threshold, rng, sim):
     check(o, lse, q, k, v, "bf16")
 
 
+def _check_hooks(attn, q, k, v, **opts):
+    o, lse = attn(q, k, v, **opts)
+    ro, rl = attn.reference(q, k, v, **opts)                 # float64, the hooks on numpy
+    empty = np.isinf(rl)
+    assert np.array_equal(np.isinf(lse), empty)
+    assert np.abs(o.astype(np.float64) - ro).max() < O_TOL["bf16"]
+    assert np.allclose(lse[~empty], rl[~empty], rtol=0, atol=1e-4)
+    return o
+
+
+def test_hooks_score_mod_and_mask_mod(rng, sim):
+    """FlexAttention hooks on sm_100a: ALiBi (a per-head slope tensor) as score_mod and a causal
+    mask_mod, GQA; 300 queries = a full and a ragged 256-row unit, each tile of the first unit
+    seeing a different diagonal."""
+    q, k, v = _qkv(rng, "bf16", (1, 300, 4, 64), (1, 280, 2, 64))
+    slopes = (rng.random((4,)) * 0.1).astype(np.float32)
+    attn = Attention(AttentionConfig(head_dim=64, arch="sm_100a", score_mod=Alibi(), mask_mod=Causal()), sim)
+    _check_hooks(attn, q, k, v, alibi_slopes=slopes)
+
+
+def test_block_mask_skips_blocks(rng, sim):
+    """A document mask whose keys past 256 belong to no query's document: those KV blocks are
+    SKIP in the 256 x 128 block mask and hold NaN in V; O stays finite and right."""
+    b, sq, sk = 1, 200, 2 * BLOCK_N + 40
+    q, k, v = _qkv(rng, "bf16", (b, sq, 2, 64), (b, sk, 2, 64))
+    docs = np.full((b, sk), 7, np.int32)
+    docs[:, :sq] = np.sort(rng.integers(0, 2, (b, sq)), axis=1)
+    v_clean = v.copy()
+    v_clean[:, 2 * BLOCK_N:] = 0
+    v[:, 2 * BLOCK_N:] = np.nan
+    attn = Attention(AttentionConfig(head_dim=64, arch="sm_100a", mask_mod=DocumentMask()), sim)
+    o, lse = attn(q, k, v, doc_ids=docs)
+    assert np.isfinite(o.astype(np.float32)).all()
+    ro, rl = attn.reference(q, k, v_clean, doc_ids=docs)
+    assert np.abs(o.astype(np.float64) - ro).max() < O_TOL["bf16"]
+    kern = attn._kernel(attn.config, local=False, softcap=False, varlen=False)
+    from cutedsl.problem import AttentionProblem
+    kinds = kern.block_mask(AttentionProblem(b, sq, sk, 2, 2, 64), args={"doc_ids": docs}).kind
+    assert BLOCK_M == 256 and kinds.shape == (b, 1, 1, 3)
+    assert kinds[0, 0, 0, 2] == SKIP and set(kinds[0, 0, 0, :2]) <= {PARTIAL, FULL}
+
+
 def test_ptx_shape():
-    """S from shared Q and K; P V with A = P in tensor memory; every tcgen05.ld / st waited for."""
+    """Two Q tiles: S from shared Q and K; P V with A = P in tensor memory (P over S's columns);
+    every tcgen05.ld / st waited for; setmaxnreg budgets from the architecture."""
+    from cutedsl.arch import SM100A
     ptx = AttentionFwdSm100Kernel(128, "bf16", local=True).compile().ptx
     mmas = [line for line in ptx.splitlines() if "tcgen05.mma" in line]
     tmem_a = [line for line in mmas if "], [" in line]
-    assert len(mmas) == 8 + 8 and len(tmem_a) == 8       # QK: 2 k-tiles x 4 k16 steps; PV: 8 k16 steps from TMEM
+    # per tile: S 2 k-tiles x 4 k16 steps, P V 8 k16 steps from TMEM; S in the prologue and the
+    # loop, P V in the loop and after it
+    assert len(mmas) == 2 * 2 * (8 + 8) and len(tmem_a) == 2 * 2 * 8
     assert ptx.count("tcgen05.wait::ld") >= ptx.count("tcgen05.ld.") // 2       # loads in sets, each waited for
     assert "tcgen05.wait::st" in ptx and "tcgen05.fence::before_thread_sync" in ptx
     assert "vote.sync.any.pred" in ptx                                           # the warp's correction test
     assert "max.f32" in ptx and any(line.count(",") == 3 and "max.f32" in line for line in ptx.splitlines())
+    softmax, _correction, other = SM100A.attention_regs
+    lines = [line.split() for line in ptx.splitlines() if "maxnreg" in line]
+    assert [".maxnreg", str(SM100A.launch_regs(12 * 32))] in lines
+    assert ["setmaxnreg.inc.sync.aligned.u32", f"{softmax};"] in lines
+    assert ["setmaxnreg.dec.sync.aligned.u32", f"{other};"] in lines
+    assert (2 * softmax + other) * 128 <= SM100A.regs_per_sm
 
 
 def test_refusals():
-    with pytest.raises(ConfigError, match=r"head_dim must be 64 or 128 on sm_100a, got 256: .*320 KiB of shared"):
+    with pytest.raises(ConfigError, match=r"head_dim must be 64 or 128 on sm_100a, got 256: .*384 KiB of shared"):
         AttentionConfig(head_dim=256, arch="sm_100a")
     with pytest.raises(ConfigError, match="dtype must be 'bf16' or 'f16' .*tensor-memory A operand.*got 'e4m3'"):
         AttentionConfig(dtype="e4m3", arch="sm_100a")
     with pytest.raises(ConfigError, match="arch must be one of .*'sm_100a'.* got 'sm_80'"):
         AttentionConfig(arch="sm_80")
-    with pytest.raises(ConfigError, match="score_mod / mask_mod hooks are built for arch='sm_90a' so far"):
-        AttentionConfig(arch="sm_100a", score_mod=lambda score, b, h, q, kv: score)
+    with pytest.raises(ConfigError, match=r"score_mod / mask_mod with packed sequences \(varlen\) are not built"):
+        AttentionFwdSm100Kernel(64, varlen=True, hooks=AttentionConfig(arch="sm_100a", mask_mod=Causal()).hooks())
     cfg = AttentionConfig(head_dim=64, arch="sm_100a")
     from cutedsl.problem import AttentionProblem
     assert "head_dim must be 64 or 128 on sm_100a, got 96" in cfg.can_implement(AttentionProblem(1, 8, 8, 1, 1, 96))
@@ -112,19 +167,38 @@ def test_refusals():
         Attention(cfg, "sim")(q, np.zeros((1, 8, 2, 64), q.dtype), np.zeros((1, 8, 2, 64), q.dtype))
 
 
+def _softmax_loop(kernel) -> dict:
+    """The smallest SASS loop holding a KV block's exponentials (>= BLOCK_N MUFU): the softmax
+    loop of an unmasked block (smaller loops with a few MUFU are out-of-line wait retries)."""
+    import collections
+    from cutedsl.compiler.sass_loops import loops
+    from cutedsl.compiler.toolchain import sass
+    ops = next(o for _s, _e, o in loops(sass(kernel.cubin)) if o.count("MUFU") >= BLOCK_N)
+    return {"instructions": len(ops), "histogram": collections.Counter(ops)}
+
+
 def test_sass_counts():
-    """ptxas 13.5's SASS of the head-dim-128 bf16 kernel (docs/measurements.md): no spills; the
-    MMA warp's loop issues 16 UTCHMMA per KV block (8 for S, 8 for P V); the softmax loop of an
-    unmasked block has one MUFU.EX2 per score (+1 for the correction factor), the exponents'
-    FMAs and the row sum as packed f32x2 (FFMA2 / FADD2), the row maximum as three-input FMNMX3,
-    64 F2FP packing P and the O correction as FMUL2."""
+    """ptxas 13.5's SASS of the head-dim-128 bf16 kernel (docs/measurements.md). The MMA warp's
+    loop issues both Q tiles' MMAs of a KV block -- 32 UTCHMMA (2 x 8 for S, 2 x 8 for P V) and 6
+    commits -- within FlashAttention-4's 199 instructions per 32 UTCHMMA, descriptors made once
+    before the loop; the only spills are the barrier addresses ptxas hoists to the kernel entry
+    and keeps across setmaxnreg.dec (a few words; none in the head-dim-64 kernel), never in the
+    softmax loop. The softmax loop of an unmasked block has one MUFU.EX2 per score (+1 for the
+    correction factor), the exponents' FMAs and the row sum as packed f32x2 (FFMA2 / FADD2), the
+    row maximum as three-input FMNMX3, 64 F2FP packing P and the O correction as FMUL2."""
     from cutedsl.compiler.sass_loops import kernel_hot_loop
     k = AttentionFwdSm100Kernel(128, "bf16").compile()
-    assert k.resources.spill_stores == 0 and k.resources.spill_loads == 0
-    mma = kernel_hot_loop(k, "UTCHMMA")["histogram"]
-    assert mma["UTCHMMA"] == 16 and mma["UTCBAR"] == 4                 # 4 commits: K, S, V, O
-    sm = kernel_hot_loop(k, "MUFU")["histogram"]
-    assert sm["MUFU"] == BLOCK_N + 1
-    assert sm["FFMA2"] == BLOCK_N // 2 and sm.get("FFMA", 0) <= 2
-    assert sm["FADD2"] == BLOCK_N // 2 - 1 and sm["FMNMX3"] == BLOCK_N // 2
-    assert sm["F2FP"] == BLOCK_N // 2 and sm["FMUL2"] == 128 // 2
+    assert k.resources.spill_stores <= 16 and k.resources.spill_loads <= 96, k.resources
+    k64 = AttentionFwdSm100Kernel(64, "bf16").compile()
+    assert k64.resources.spill_stores == 0 and k64.resources.spill_loads == 0
+    loop = kernel_hot_loop(k, "UTCHMMA")
+    mma = loop["histogram"]
+    assert mma["UTCHMMA"] == 32 and mma["UTCBAR"] == 6       # 6 commits: 2 S, 2 O, K, V
+    assert loop["instructions"] <= 199, loop["instructions"]  # FA4: 199 per 32 UTCHMMA
+    sm = _softmax_loop(k)
+    hist = sm["histogram"]
+    assert "LDL" not in hist and "STL" not in hist
+    assert hist["MUFU"] == BLOCK_N + 1
+    assert hist["FFMA2"] == BLOCK_N // 2 and hist.get("FFMA", 0) <= 2
+    assert hist["FADD2"] == BLOCK_N // 2 - 1 and hist["FMNMX3"] == BLOCK_N // 2
+    assert hist["F2FP"] == BLOCK_N // 2 and hist["FMUL2"] == 128 // 2

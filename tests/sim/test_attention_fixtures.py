@@ -4,21 +4,20 @@ emulator (issue 39). Fixtures: ``tests/sim/triton_ptx/triton_{softmax,attn_fwd}*
 ``generate_fixtures.py``); launchers and float64 references: ``attnkit.py``; where each stops and
 why: ``docs/attention-ptx-survey.md`` (from ``attn_survey.py``).
 
-Fixtures that run today are checked against numpy float64. Each that does not is an expected
-failure naming the missing form and the exact error it raises today (``strict``: the test flips
-when the emulator learns the form). ``test_launch_recipe_with_forms_lowered`` runs those fixtures
-with the missing forms rewritten into equivalent PTX the emulator knows, which checks that the
-JSON launch recipes and references are right before the emulator is.
+Every fixture runs against numpy float64 (since issue #39's emulator work no fixture stops at a
+missing form). ``test_launch_recipe_with_forms_lowered`` runs FA4's sm_100a forward with a
+``tcgen05.wait::ld`` inserted after each ``tcgen05.ld`` (the survey's rewrites), which checks its
+JSON launch recipe and reference apart from the tensor-memory rule it breaks.
 """
 import re
 
 import numpy as np
 import pytest
 
-from attn_survey import rewrite_all, wait_after_tmem_loads
+from attn_survey import REWRITES, rewrite_all, wait_after_tmem_loads
 from attnkit import (fast_divmod, fast_divmod_quotient, fixture, run_fa4_forward, run_triton_attention,
                      run_triton_mm_ws, run_triton_softmax)
-from cutedsl.sim import Emulator, PTXParseError, RaceError, UnsupportedInstruction
+from cutedsl.sim import Emulator, RaceError
 
 TRITON = ["triton_softmax_sm90", "triton_softmax_sm100", "triton_attn_fwd_sm90", "triton_attn_fwd_sm90_causal",
           "triton_attn_fwd_sm100", "triton_attn_fwd_sm100_causal", "triton_attn_fwd_ws_sm100", "triton_mm_ws_sm100"]
@@ -81,7 +80,8 @@ def test_fast_divmod_encoding_divides(d):
 
 
 @pytest.mark.sim_kernel
-@pytest.mark.parametrize("name", ["triton_softmax_sm90", "triton_attn_fwd_sm90", "triton_attn_fwd_sm90_causal",
+@pytest.mark.parametrize("name", ["triton_softmax_sm90", "triton_softmax_sm100", "triton_attn_fwd_sm90",
+                                  "triton_attn_fwd_sm90_causal",
                                   "triton_attn_fwd_sm100", "triton_attn_fwd_sm100_causal", "triton_attn_fwd_ws_sm100",
                                   "triton_mm_ws_sm100", "fa4_fwd_sm90_hdim128"])
 def test_runs_today(name, rng):
@@ -89,36 +89,31 @@ def test_runs_today(name, rng):
     (2 heads of 128 rows, wgmma, TMA, causal and not) against float64; since issue #39's emulator
     work (three-input max.f32, brx.idx + .branchtargets, a warp's bar.arrive then bar.sync in one
     generation), Triton's sm_100a attention (plain, causal, warp-specialized), its warp-specialized
-    sm_100a matmul and FA4's sm_90a forward too."""
+    sm_100a matmul and FA4's sm_90a forward too; since redux.sync.{min,max}.f32 (PTX ISA 9.7.13.12),
+    Triton's sm_100a softmax, whose cross-warp row max is a redux.sync.max.f32."""
     got, ref = run(name, rng)
     check(name, got, ref, rng.seed_value)
 
 
-#: fixture -> (exception today, what is missing)
-MISSING = {
-    "triton_softmax_sm100": (UnsupportedInstruction, "redux.sync.max.f32 (PTX ISA 9.7.13.12, sm_100a)"),
-}
-#: the fixtures that do not run as compiled (test_launch_recipe_with_forms_lowered): a form still missing
-#: (rewritten by attn_survey.rewrite_all), or FA4's TMEM loads without tcgen05.wait::ld (inserted)
-REWRITTEN = ["triton_softmax_sm100", "fa4_fwd_sm100_hdim128"]
+#: the fixtures that do not run as compiled (test_launch_recipe_with_forms_lowered): FA4's TMEM loads
+#: without tcgen05.wait::ld (inserted). No fixture stops at a missing form any more (issue #39).
+REWRITTEN = ["fa4_fwd_sm100_hdim128"]
 
 
 @pytest.mark.sim_kernel
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, raises=e, reason=f"missing: {w}"))
-                                  for n, (e, w) in MISSING.items()])
-def test_runs_on_emulator(name, rng):
-    got, ref = run(name, rng)
-    check(name, got, ref, rng.seed_value)
-
-
-@pytest.mark.parametrize("name,message", [
-    ("triton_softmax_sm100", r"redux\.sync\.max\.f32"),
-])
-def test_where_loading_stops_today(name, message):
-    # the survey's first stop, exactly (update docs/attention-ptx-survey.md when this changes)
-    ptx, meta = fixture(name)
-    with pytest.raises(PTXParseError, match=message):
-        Emulator().load(ptx, meta["entry"])
+def test_sm100_softmax_redux_f32_equals_its_shuffle_butterfly(rng):
+    """The sm_100a softmax's two ``redux.sync.max.f32`` (its cross-warp row max, PTX ISA 9.7.13.12),
+    emulated as compiled, give bit for bit what the survey's lowering into five ``shfl.sync.bfly`` +
+    ``max.f32`` steps gives (no NaN in the inputs, where the two differ only in NaN payloads)."""
+    ptx = fixture("triton_softmax_sm100")[0]
+    _, _, pat, fn = next(r for r in REWRITES if r[0].startswith("redux"))
+    assert len(re.findall(pat, ptx)) == 2
+    lowered = re.sub(pat, fn, ptx)
+    assert "redux" not in lowered
+    got, ref = run("triton_softmax_sm100", np.random.default_rng(rng.seed_value))
+    via_shfl, _ = run("triton_softmax_sm100", np.random.default_rng(rng.seed_value), ptx=lowered)
+    assert np.array_equal(got, via_shfl), f"seed {rng.seed_value}"
+    check("triton_softmax_sm100", got, ref, rng.seed_value)
 
 
 @pytest.mark.sim_kernel

@@ -130,6 +130,32 @@ def test_atomics_global_and_shared():
     assert r[:3].tolist() == [sum(range(64)), 63, 64]
 
 
+def test_vector_red_f32_adds_each_element():
+    """red.global.add.v2/.v4.f32 (PTX ISA 9.7.13.6, sm_90): every lane adds its vector into
+    the same 16 bytes; each element sums in f32; a vector address not aligned to its size and a
+    vector of another operation are refused."""
+    body = """
+\tld.param.u64 %rd1, [p_out];
+\tmov.u32 %r1, %tid.x;
+\tcvt.rn.f32.u32 %f1, %r1;
+\tadd.f32 %f2, %f1, 0f3F000000;
+\tred.global.add.v4.f32 [%rd1], {%f1, %f2, %f1, %f2};
+\tred.global.add.v2.f32 [%rd1+16], {%f2, %f1};
+"""
+    emu = Emulator()
+    prog = load_ptx(kernel(body))
+    out = emu.to_device(np.zeros(6, np.float32))
+    emu.launch(prog, 1, 64, [out])
+    r = emu.to_host(out, (6,), np.float32)
+    s, h = float(sum(range(64))), float(sum(range(64))) + 32.0
+    assert r.tolist() == [s, h, s, h, h, s]
+    prog = load_ptx(kernel("\tld.param.u64 %rd1, [p_out];\n\tred.global.add.v4.f32 [%rd1+8], {%f1, %f1, %f1, %f1};\n"))
+    with pytest.raises(MemoryAccessError, match="misaligned"):
+        emu.launch(prog, 1, 32, [emu.alloc(64)])
+    with pytest.raises(Exception, match="vector red"):
+        load_ptx(kernel("\tld.param.u64 %rd1, [p_out];\n\tred.global.max.v2.f32 [%rd1], {%f1, %f1};\n"))
+
+
 def test_param_scalars_and_module_globals():
     ptx = """.version 8.3
 .target sm_90a

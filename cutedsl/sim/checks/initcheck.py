@@ -16,14 +16,21 @@ declaration or allocation).
   (:class:`cutedsl.sim.machine.tensor_memory.TmemShadow`), for the tensor core's reads only: an
   accumulating ``tcgen05.mma``'s D, its A operand and scale factors (``tcgen05.ld`` reads whole
   lane quarters into registers the kernel may discard, so it is not judged).
-* **Not checked**: global memory and registers. Global memory needs every writer of a device
-  allocation (generic stores, TMA stores, bulk copies, atomics, ``tensormap.cp_fenceproxy``) to
-  mark what it defines, which this module does not do yet; registers are read undefined by
-  correct code -- LLVM's ``undef`` values (a phi with an undefined input) become reads of
-  registers nothing wrote, in this project's PTX and Triton's, and a result that is then
-  discarded or only used under a false predicate is no error -- so only a definedness tracking
-  of every value to its use (what compute-sanitizer does not do for registers either) could
-  judge them.
+* **Global memory**: a device read (``ld``, an atomic's old value, ``cp.async`` / bulk-copy
+  sources, the in-bounds elements of a TMA load, a tensor map or ``printf`` string) of a byte of a
+  ``SimBackend.alloc`` allocation that no host copy and no device write defined since it was
+  allocated (CUDA driver API ``cuMemAlloc``: the memory is not cleared) -- decided by the
+  allocation's defined-byte bitmap (:class:`cutedsl.sim.machine.memory.Allocation`), which every
+  writer marks at issue; reported by :func:`report_global` with the Python line that allocated
+  it. Module variables are defined (PTX ISA 5.1, State Spaces, Table 7: ``.global`` variables
+  are zero-initialised by default). Granularity is the byte; no race detector needed.
+* **Not checked**: registers. Correct PTX reads registers nothing wrote -- a ``wgmma`` whose
+  scale-d is 0 names accumulator registers it does not read (Triton's attention), LLVM's
+  ``undef`` (a phi with an undefined input, a vector with undefined lanes) lowers to registers
+  with no write on some path whose value is then discarded, masked, or used under a false
+  predicate -- so only a definedness tracking of every value to the use that matters (what
+  compute-sanitizer does not do for registers either) could judge them (docs/emulator.md,
+  Initcheck).
 
 Off with ``SimBackend(initcheck=False)`` or ``CUTEDSL_SIM_INITCHECK=0``.
 """
@@ -44,6 +51,23 @@ def shared_declaration(cta, off: int) -> str:
         return (f"dynamic shared memory ({cta.launch.dyn_smem} B given by the launch; "
                 f"offset {off - cta.dyn_base} of it)")
     return "shared memory outside every declaration (alignment padding)"
+
+
+def report_global(al, byte: int, ins, reader: str, what: str, seed=None):
+    """Raise the report of a device read (``what``: the instruction kind) by ``reader`` (CTA, warp,
+    lane) of byte ``byte`` of global allocation ``al`` that nothing defined since it was
+    allocated (:attr:`cutedsl.sim.machine.memory.Allocation.defined`)."""
+    who = al.origin or al.tag or "an allocation"
+    seed_note = (f"\n    (adversarial mode, seed {seed}; replay with CUTEDSL_SIM_CHAOS={seed})"
+                 if seed is not None else "")
+    raise UninitializedReadError(
+        f"uninitialized read of global memory 0x{al.base + byte:x} (byte offset {byte} of the "
+        f"{al.nbytes}-byte allocation at 0x{al.base:x}):\n"
+        f"    read by {reader} ({what}) at {ins.where()}\n"
+        f"    no write defined it since it was allocated: {who} (device memory is not "
+        f"initialized by its allocation, CUDA driver API cuMemAlloc; a host copy, a store, an atomic, a "
+        f"TMA store or a bulk copy defines it)\n"
+        f"    (initcheck: SimBackend(initcheck=False) / CUTEDSL_SIM_INITCHECK=0 turns it off)" + seed_note)
 
 
 def report_shared(shadow, word: int, agent: int, pc: int, what: str):

@@ -89,7 +89,8 @@ class GridTooLarge(TimeLimitExceeded, SimLaunchError):
 
 class UninitializedReadError(SimRuntimeError):
     """Initcheck: a read of memory nothing wrote (shared memory or tensor memory since the CTA
-    started); the message names the read and the declaration or allocation."""
+    started, global memory since it was allocated); the message names the read and the
+    declaration or allocation."""
 
 
 class LivelockError(DeadlockError):

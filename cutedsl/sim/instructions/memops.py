@@ -9,6 +9,7 @@ from ..engines.alu import PACKED, pack2, unpack2
 from ..checks.global_hb import classify
 from ..machine.memory import GLOBAL_BASE, LOCAL_WIN, PARAM_WIN, SHARED_WIN
 from ..frontend.ptxtypes import CALLPARAM_BASE, NP
+from ..frontend.errors import MemoryAccessError
 from ..frontend.registry import SUBHANDLERS, YIELD, handler
 from ..frontend.parser import TYPE_SIZES
 
@@ -226,9 +227,11 @@ _ATOM_OPS = {"add", "min", "max", "inc", "dec", "and", "or", "xor", "exch", "cas
 @handler("atom", "red")
 def dec_atom(ctx, ins, mods, ops):
     is_red = ins.opcode.startswith("red")
-    space, op, t = "generic", None, None
+    space, op, t, vec = "generic", None, None, 1
     for m in mods:
-        if m in SPACES:
+        if m in ("v2", "v4") and is_red:
+            vec = int(m[1])
+        elif m in SPACES:
             space = {"shared": "shared::cta"}.get(m, m)
         elif m in _ATOM_OPS:
             op = m
@@ -242,6 +245,15 @@ def dec_atom(ctx, ins, mods, ops):
         ctx.bad("atom/red needs an operation and a type")
     if t in ("f16", "bf16", "f16x2", "bf16x2") and op not in ("add", "min", "max", "exch"):
         ctx.unsupported(f"atom .{op} on .{t}")
+    if vec > 1:
+        # PTX ISA 9.7.13.6 (red): a vector reduction is .add of .f32 (.v2/.v4, sm_90, PTX ISA 8.1)
+        # on .global (or a generic address into it) -- one access of vec consecutive elements,
+        # each element's addition atomic on its own
+        if op != "add" or t != "f32":
+            ctx.unsupported(f"red.v{vec} with .{op}.{t} (vector red of 32-bit elements is .add.f32)")
+        if space not in ("global", "generic"):
+            ctx.bad(f"red.v{vec} takes a .global address, not .{space}")
+        return _red_vec(ctx, ins, mods, ops, vec, space)
     k = 0 if is_red else 1
     wd = None if is_red else ctx.wr(ops[0], t)[1]
     addr = ctx.addr(ops[k])
@@ -297,11 +309,46 @@ def dec_atom(ctx, ins, mods, ops):
                 lm = np.zeros(32, bool)
                 lm[ln] = True
                 # atomics never race with each other (the detector does not track them)
-                old = w.load(space, a[ln], lm, esize, 1, dt, ins, race=False)[0, 0]
+                # initcheck: the combined value needs the old one, but atom.exch's new value
+                # does not, and the old it returns may be discarded (an uninitialised register)
+                old = w.load(space, a[ln], lm, esize, 1, dt, ins, race=False, init=op != "exch")[0, 0]
                 new = combine(old, b[ln], None if c is None else c[ln])
                 w.store(space, a[ln], lm, esize, 1, np.asarray(new, dt).view(ut).reshape(1, 1), ins,
                          race=False)
                 olds[ln] = old
         if wd is not None:
             wd(w, m, olds[lanes] if m is not None else olds)
+    return fn
+
+
+def _red_vec(ctx, ins, mods, ops, vec, space):
+    """``red{.global}.add{.sem}{.scope}.v2/.v4.f32 [a], {b0, ..}``: ``vec`` f32 additions at ``a``,
+    ``a + 4``, ..; ``a`` aligned to the vector's size (PTX ISA 9.7.13.6)."""
+    items = _data_operands(ctx, ops, 1, vec, f"red.v{vec}", "an address and a source", "source operands")
+    addr = ctx.addr(ops[0])
+    srcs = [ctx.rd(x, "f32") for x in items]
+    _strong, rel, acq, wide = classify(mods)
+    sync = wide
+
+    def fn(w, g, m):
+        lanes = w._lanes(m)
+        a = np.broadcast_to(np.asarray(addr(w), np.uint64), (32,))
+        bad = [ln for ln in lanes if int(a[ln]) % (4 * vec)]
+        if bad:
+            raise MemoryAccessError(f"red.v{vec}.f32 address {int(a[bad[0]]):#x} is misaligned (needs "
+                                    f"{4 * vec} bytes)\n    at {ins.where()}")
+        vals = [np.broadcast_to(np.asarray(r(w), np.float32), (32,)) for r in srcs]
+        for j in range(vec):
+            aj = a + np.uint64(4 * j)
+            if sync and w.launch.ghb is not None:     # atomics are strong: synchronising, never racing
+                _sync_read(w, aj, m, acq)
+                _sync_write(w, aj, m, rel, rmw=True)
+            with np.errstate(all="ignore"):
+                for ln in lanes:
+                    lm = np.zeros(32, bool)
+                    lm[ln] = True
+                    old = w.load(space, aj[ln], lm, 4, 1, np.float32, ins, race=False)[0, 0]
+                    new = np.add(old, vals[j][ln], dtype=np.float32)
+                    w.store(space, aj[ln], lm, 4, 1, np.asarray(new, np.float32).view(np.uint32).reshape(1, 1),
+                            ins, race=False)
     return fn

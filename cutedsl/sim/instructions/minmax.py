@@ -14,65 +14,17 @@ Floating-point rules, as the ISA's semantics pseudo-code states them:
   and ``.abs`` alone only exists in the three-input form;
 * ``.ftz`` flushes subnormal inputs and results to sign-preserving zero.
 
-Decoders receive ``(ctx, ins, mods, ops)``; see :mod:`cutedsl.sim.engines.alu`.
+The rules themselves live in :mod:`cutedsl.sim.engines.fminmax` (``redux.sync``'s f32 form shares
+them). Decoders receive ``(ctx, ins, mods, ops)``; see :mod:`cutedsl.sim.engines.alu`.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..engines import numerics as nm
-from ..engines.alu import INT_TYPES, PACKED, binary, float_post, pack2, split_mods, unpack2
+from ..engines.alu import INT_TYPES, PACKED, binary, pack2, split_mods, unpack2
+from ..engines.fminmax import float_minmax
 from ..frontend.registry import handler
 from ..frontend.ptxtypes import NP
-
-#: canonical NaN bit patterns (PTX ISA 9.7.3.11: ".NaN ... the result is canonical NaN")
-_CANON = {"f32": np.uint32(0x7FFFFFFF), "f16": np.uint16(0x7FFF), "bf16": np.uint16(0x7FFF)}
-
-
-def _two(x, y, is_min: bool, nan: bool):
-    """The ISA's ``min_num``/``max_num`` (``min_nan``/``max_nan`` with ``nan``) on float64 arrays."""
-    sx, sy = np.signbit(x), np.signbit(y)
-    with np.errstate(invalid="ignore"):
-        if is_min:
-            pick_x = (x < y) | ((x == y) & sx & ~sy)        # -0.0 < +0.0
-        else:
-            pick_x = (x > y) | ((x == y) & ~sx & sy)
-    xn, yn = np.isnan(x), np.isnan(y)
-    r = np.where(pick_x, x, y)
-    r = np.where(xn, y, np.where(yn, x, r))
-    if nan:
-        r = np.where(xn | yn, np.nan, r)
-    return r
-
-
-def float_minmax(t: str, is_min: bool, flags: set, n_inputs: int):
-    """``f(*inputs)`` for scalar float type ``t`` (f32/f64/f16/bf16): typed arrays in, typed out."""
-    dt = NP[t]
-    fz = "ftz" in flags
-    nan, ab, xs = "NaN" in flags, "abs" in flags, "xorsign" in flags
-    post = flags - {"NaN", "abs", "xorsign"}
-    canon = _CANON.get(t)
-
-    def f(*vals):
-        vals = [np.asarray(v, dt) for v in vals]
-        if fz:
-            vals = [nm.ftz(v) for v in vals]
-        x = [v.astype(np.float64) for v in vals]
-        if xs:
-            sign = np.signbit(x[0]) ^ np.signbit(x[1])
-        if ab:
-            x = [np.abs(v) for v in x]
-        r = _two(x[0], x[1], is_min, nan)
-        for v in x[2:]:
-            r = _two(r, v, is_min, nan)
-        if xs:
-            r = np.where(np.isnan(r), r, np.where(sign, -np.abs(r), np.abs(r)))
-        out = r.astype(dt)          # exact: r is one of the inputs (or its magnitude)
-        isn = np.isnan(r)
-        if canon is not None and np.any(isn):
-            out = np.where(isn, canon, out.view(canon.dtype)).astype(canon.dtype).view(dt)
-        return float_post(out, post, dt)
-    return f
 
 
 @handler("min", "max")

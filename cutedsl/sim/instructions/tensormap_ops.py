@@ -30,11 +30,14 @@ def _lane_mask(lane):
     return m
 
 
-def read_object(w, space, addr, lane, ins) -> bytes:
+def read_object(w, space, addr, lane, ins, init=True) -> bytes:
+    """The 128-byte object at ``addr``; ``init=False``: not judged by initcheck (``tensormap.replace``
+    writes one field; the emulator reads the rest only to rewrite it)."""
     if addr % 64:
         raise SimRuntimeError(f"tensor-map object at 0x{addr:x} is not 64-byte aligned\n    at {ins.where()}")
     m, a = _lane_mask(lane), np.full(32, addr, np.uint64)
-    return b"".join(w.load(space, a + np.uint64(16 * i), m, 1, 16, np.uint8, ins)[0].tobytes() for i in range(8))
+    return b"".join(w.load(space, a + np.uint64(16 * i), m, 1, 16, np.uint8, ins, init=init)[0].tobytes()
+                    for i in range(8))
 
 
 def write_object(w, space, addr, lane, blob: bytes, ins):
@@ -89,7 +92,7 @@ def _dec_replace(ctx, ins, mods, ops):
     def fn(w, g, m):
         lanes = _lanes(w, m)
         for lane, a, v in zip(lanes, _per_lane(addr(w), lanes), _per_lane(val(w), lanes)):
-            f = fields_of(read_object(w, space, int(a), int(lane), ins))
+            f = fields_of(read_object(w, space, int(a), int(lane), ins, init=False))
             if has_ord:
                 getattr(f, field)[ordinal] = int(v)
             elif field == "global_address" or int(v) <= 0xFF:

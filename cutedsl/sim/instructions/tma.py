@@ -50,6 +50,12 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
     ghb = w.launch.ghb
     if ghb is not None and ghb.written(al):     # generic writes of these bytes: ordered and proxy-fenced?
         ghb.async_read(w, al, *whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize), ins)
+    if al.dv is not None and w.launch.initcheck:
+        # initcheck: only in-bounds elements read memory; the zero / NaN fill of the others
+        # reads nothing (PTX ISA cp.async.bulk.tensor; CUDA driver API, tensor map OOB fill)
+        g = gidx if inb is None else gidx[inb]
+        if len(g):
+            w.check_defined(al, g * tm.esize, tm.esize, None, ins, "TMA load, async proxy")
     v = al.v[tm.esize]
     if inb is None:
         vals = v[gidx]
@@ -153,6 +159,11 @@ def tma_store(w, ins, tm_addr, coords, src):
     v = al.v[tm.esize]
     if w.launch.ghb is not None:        # the global side: a write in flight until wait_group
         w.launch.ghb.async_write(w, al, *whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize), ins)
+    if al.dv is not None:               # initcheck: the in-bounds elements are defined (at issue:
+        if inb is None:                 # reading them early is the race detector's business)
+            al.define_box(int(gidx[0]), tm.esize, tm.box, tm.strides)
+        else:
+            al.define_elements(gidx[inb], tm.esize)
     group = w.bulk_commits
     key = (w.cta.rank, w.wid)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..engines.fminmax import minmax_reducer
 from ..machine.convergence import LANES as LANE, Converge, mask_lanes, members as _members
 from ..frontend.errors import SimRuntimeError
 from ..machine.memory import OFF_MASK, RANK_SHIFT, SHARED_WIN
@@ -119,25 +120,67 @@ def dec_elect(ctx, ins, mods, ops):
     return fn
 
 
+#: the forms of redux.sync (PTX ISA 9.7.13.12): operation -> the types it takes; only .f32 takes
+#: .abs / .NaN
+_REDUX_FORMS = {"add": ("u32", "s32"), "min": ("u32", "s32", "f32"), "max": ("u32", "s32", "f32"),
+                "and": ("b32",), "or": ("b32",), "xor": ("b32",)}
+_REDUX_SYNTAX = ("redux.sync.{add,min,max}.{u32,s32}, redux.sync.{and,or,xor}.b32 or "
+                 "redux.sync.{min,max}{.abs}{.NaN}.f32 (PTX ISA 9.7.13.12)")
+_REDUX_INT = {"add": lambda v: np.sum(v.astype(np.int64)).astype(v.dtype),   # truncated to 32 bits
+              "min": np.min, "max": np.max, "and": np.bitwise_and.reduce,
+              "or": np.bitwise_or.reduce, "xor": np.bitwise_xor.reduce}
+
+
+def _redux_form(ctx, mods, ops):
+    """``(op, type, f32 flags)`` of a ``redux`` statement; the ISA's own forms only, else
+    ``PTXParseError`` naming them."""
+    ops_, types, flags, other = [], [], [], []
+    for x in mods:
+        (ops_ if x in _REDUX_FORMS else types if x in ("u32", "s32", "b32", "f32")
+         else flags if x in ("abs", "NaN") else other).append(x)
+    if mods.count("sync") != 1 or set(other) - {"sync"} or len(ops_) != 1 or len(types) != 1:
+        ctx.bad(f"redux.{'.'.join(mods)} is not a redux.sync form; the ISA has {_REDUX_SYNTAX}")
+    (op,), (t,) = ops_, types
+    if t not in _REDUX_FORMS[op]:
+        ctx.bad(f"redux.sync.{op} takes .{'/.'.join(_REDUX_FORMS[op])}, not .{t} (PTX ISA 9.7.13.12)")
+    if flags and t != "f32":
+        ctx.bad(f"redux.sync .{flags[0]} exists only for .f32 (min/max), not .{t} (PTX ISA 9.7.13.12)")
+    if len(set(flags)) != len(flags):
+        ctx.bad(f"redux.sync repeats .{next(x for x in flags if flags.count(x) > 1)} (PTX ISA 9.7.13.12)")
+    if len(ops) != 3:
+        ctx.bad(f"redux.sync takes d, a, membermask; got {len(ops)} operands (PTX ISA 9.7.13.12)")
+    return op, t, set(flags)
+
+
 @handler("redux")
 def dec_redux(ctx, ins, mods, ops):
-    op = next((x for x in mods if x in ("add", "min", "max", "and", "or", "xor")), None)
-    t = next((x for x in mods if x in ("u32", "s32", "b32")), None)
-    if op is None or t is None or "sync" not in mods:
-        ctx.unsupported("only redux.sync.{add,min,max,and,or,xor}.{u32,s32,b32}")
+    """``redux.sync.op.type d, a, membermask`` (PTX ISA 9.7.13.12): every member lane gets the
+    reduction of ``a`` over the live lanes ``membermask`` names. The lanes wait for each other
+    (``Converge``); a lane that executes it outside ``membermask``, or lanes giving different
+    ``membermask`` values, is undefined behaviour the ISA names and is reported. ``.f32`` min/max
+    follow :func:`~cutedsl.sim.engines.fminmax.minmax_reducer` (NaN rules, ``.abs``, -0.0 < +0.0)."""
+    op, t, flags = _redux_form(ctx, mods, ops)
     wd = ctx.wr(ops[0], t)[0]
     ra = ctx.rd(ops[1], t)
     rm = ctx.rd(ops[2], "u32")
-    f = {"add": np.sum, "min": np.min, "max": np.max, "and": np.bitwise_and.reduce,
-         "or": np.bitwise_or.reduce, "xor": np.bitwise_xor.reduce}[op]
+    f = minmax_reducer(op == "min", flags) if t == "f32" else _REDUX_INT[op]
 
     def fn(w, g, m):
-        act = _members(w, g, m, rm, ins)
-        if act is None:
+        act = w.valid if m is None else m
+        mv = np.broadcast_to(np.asarray(rm(w), np.uint32), (32,))[act]
+        if np.any(mv != mv[0]):
+            raise SimRuntimeError(f"redux.sync lanes give different membermask values "
+                                  f"{sorted({hex(int(x)) for x in mv})}; the ISA requires one "
+                                  f"(PTX ISA 9.7.13.12)\n    at {ins.where()}")
+        lanes = ((int(mv[0]) >> LANE) & 1).astype(bool)
+        if np.any(act & ~lanes):
+            raise SimRuntimeError(f"redux.sync executed by lanes {np.flatnonzero(act & ~lanes).tolist()} that its "
+                                  f"membermask {int(mv[0]):#010x} does not name; the ISA leaves that undefined "
+                                  f"(PTX ISA 9.7.13.12)\n    at {ins.where()}")
+        if _members(w, g, m, lambda w: mv[0], ins) is None:   # the executing lanes' mask, not lane 0's
             return BLOCKED
         v = np.broadcast_to(np.asarray(ra(w)), (32,))[act]
-        r = f(v.astype(np.int64)) if op == "add" else f(v)
-        wd(w, m, np.asarray(r).astype(v.dtype))
+        wd(w, m, np.asarray(f(v)).astype(v.dtype))
     return fn
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from ..frontend.errors import MemoryAccessError
 from ..checks.shadow_words import same_elements, same_words, words_of
 from ..checks.hb_warp import lane_conflict
+from ..checks.initcheck import report_global
 from ..frontend.ptxtypes import CALLPARAM_BASE
 from .addressing import targets
 from .memory import (CTA_SHARED, OFF_MASK_U64, RANK_SHIFT, RANK_SHIFT_U64, as_unsigned, element_index, views,
@@ -153,9 +154,10 @@ class Warp:
             self._fail(what, int(base_addr[i]) if np.ndim(base_addr) else int(base_addr), nb, space, ins,
                        int(lanes[i]), f"misaligned (needs {nb}-byte alignment)")
 
-    def load(self, space, addr, m, esize, n, dtype, ins, race=True):
+    def load(self, space, addr, m, esize, n, dtype, ins, race=True, init=True):
         """Load ``n`` elements of ``esize`` bytes per active lane -> array (k, n) of dtype.
-        ``race=False``: the caller records the access in the race detector itself."""
+        ``race=False``: the caller records the access in the race detector itself; ``init=False``:
+        initcheck does not judge it (a read whose value the instruction does not use)."""
         lanes = self._lanes(m)
         a = np.asarray(addr, np.uint64)
         if a.ndim:
@@ -177,9 +179,12 @@ class Warp:
             else:
                 if race and cta is not None and cta.shadow is not None:
                     cta.race_access(off, nb, self, ins, False)
-                elif race and space == "global" and self.launch.ghb is not None:
+                elif space == "global":
                     al = self.launch.gmem.find(int((a if sel is None else a[sel])[0]))
-                    self.launch.ghb.access(self, al, off, nb, False, ins)
+                    if race and self.launch.ghb is not None:
+                        self.launch.ghb.access(self, al, off, nb, False, ins)
+                    if init and al.dv is not None and self.launch.initcheck:
+                        self.check_defined(al, off, nb, ll, ins)
                 r = v[esize][element_index(off, esize, n)].reshape(len(off), n)
             if sel is None:
                 out = r
@@ -217,10 +222,25 @@ class Warp:
                 if race and cta.shadow is not None:
                     lane_conflict(cta, off, vv, nb, ll, self, ins)
                     cta.race_access(off, nb, self, ins, True, same=same_words(v[1], off, nb, full))
-            elif race and space == "global" and launch.ghb is not None:
-                launch.ghb.access(self, launch.gmem.find(int((a if sel is None else a[sel])[0])), off, nb, True,
-                                  ins, same_elements(v[1], off, nb, full))
+            elif space == "global":
+                al = launch.gmem.find(int((a if sel is None else a[sel])[0]))
+                if race and launch.ghb is not None:
+                    launch.ghb.access(self, al, off, nb, True, ins, same_elements(v[1], off, nb, full))
+                if al.dv is not None:       # initcheck: these bytes are defined from now on
+                    al.define(off, nb)
             write_noting_change(launch, v[esize], ix, vv)
+
+    def check_defined(self, al, off, nb: int, lanes, ins, what: str = "generic proxy") -> None:
+        """Initcheck of a read of ``nb`` bytes at byte offsets ``off`` (one per lane of ``lanes``)
+        of global allocation ``al`` (``lanes`` None: a read by an asynchronous unit the warp
+        issued): ``UninitializedReadError`` at the first byte nothing wrote."""
+        b = al.undefined(off, nb)
+        if b is not None:
+            if lanes is None:       # an asynchronous unit's read (a TMA load the warp issued)
+                who = f"CTA {self.cta.ctaid} warp {self.wid}"
+            else:
+                who = self.describe_lane(int(lanes[int(np.flatnonzero((off <= b) & (b < off + nb))[0])]))
+            report_global(al, b, ins, who, what, self.launch.seed)
 
     def note_access(self, ins, a) -> None:
         """The livelock detector's notion of progress through memory (scheduler module docstring):
@@ -263,10 +283,14 @@ class Warp:
         """Read ``n`` bytes at one generic address as seen by ``lane`` (tensor maps, printf)."""
         a = np.array([addr], np.uint64)
         lanes = np.array([lane])
-        for sel, v, off, limit, cta, _sp in targets(self, "generic", a, n, ins, lanes, "read"):
+        for sel, v, off, limit, cta, sp in targets(self, "generic", a, n, ins, lanes, "read"):
             o = int(off[0])
             if o < 0 or o + n > limit:
                 self._fail("read", addr, n, "generic", ins, 0, f"outside the {limit}-byte region")
+            if sp == "global" and self.launch.initcheck:
+                al = self.launch.gmem.find(addr)
+                if al.dv is not None:
+                    self.check_defined(al, off[:1], n, lanes, ins)
             return v[1][o:o + n].tobytes()
 
 

@@ -69,17 +69,99 @@ def views(data: np.ndarray) -> dict:
     return {1: data, 2: data.view(np.uint16), 4: data.view(np.uint32), 8: data.view(np.uint64)}
 
 
-class Allocation:
-    """One global allocation: ``base`` address, ``nbytes`` size, ``data`` (uint8, padded)."""
-    __slots__ = ("base", "nbytes", "data", "v", "end", "tag")
+#: a fully defined element of each size in :attr:`Allocation.defined` (one 0x01 per byte)
+DEFINED = {1: np.uint8(1), 2: np.uint16(0x0101), 4: np.uint32(0x0101_0101), 8: np.uint64(0x0101_0101_0101_0101)}
 
-    def __init__(self, base: int, nbytes: int, tag: str = ""):
+
+def unit_of(off, nb: int) -> int:
+    """The widest element size (1, 2, 4 or 8 bytes) that tiles an access of ``nb`` bytes at every
+    byte offset of ``off`` (a scalar or an int64 array): the typed view that marks or checks it
+    with one index per element."""
+    u = min(nb & -nb, 8)
+    if u > 1:
+        low = int(np.bitwise_or.reduce(off)) if np.ndim(off) else int(off)
+        while u > 1 and low & (u - 1):
+            u >>= 1
+    return u
+
+
+class Allocation:
+    """One global allocation: ``base`` address, ``nbytes`` size, ``data`` (uint8, padded).
+
+    ``defined`` is initcheck's bitmap (:mod:`cutedsl.sim.checks.initcheck`): None when every byte
+    is defined (host-filled, a module variable), else a uint8 array with 1 for each byte a write
+    (a host copy, a store, an atomic, a TMA store, a bulk copy) defined -- device memory the host
+    allocated starts undefined, as ``cuMemAlloc`` leaves it; ``origin`` says who allocated it."""
+    __slots__ = ("base", "nbytes", "data", "v", "end", "tag", "defined", "dv", "origin", "dirty")
+
+    def __init__(self, base: int, nbytes: int, tag: str = "", defined: bool = True, origin: str = ""):
         self.base = base
         self.nbytes = nbytes
         self.end = base + nbytes
         self.data = np.zeros((nbytes + 15) // 16 * 16 or 16, np.uint8)
         self.v = views(self.data)
         self.tag = tag
+        self.origin = origin
+        self.defined = self.dv = None
+        self.dirty = False          # defined bytes since the last settle()
+        if not defined:
+            self.defined = np.zeros(len(self.data), np.uint8)
+            self.dv = views(self.defined)
+
+    def define(self, off, nb: int) -> None:
+        """Bytes ``off + [0, nb)`` (``off``: byte offsets, scalar or int64 array) are written."""
+        if self.dv is not None:
+            off = np.atleast_1d(np.asarray(off, np.int64))
+            u = unit_of(off, nb)
+            self.dv[u][element_index(off, u, nb // u)] = DEFINED[u]
+            self.dirty = True
+
+    def define_elements(self, idx, esize: int) -> None:
+        """The ``esize``-byte elements at element indices ``idx`` are written (a TMA box)."""
+        if self.dv is not None:
+            self.dv[esize][idx] = DEFINED[esize]
+            self.dirty = True
+
+    def define_box(self, first: int, esize: int, box, strides) -> None:
+        """A whole in-bounds TMA box is written: ``box`` elements of ``esize`` bytes (innermost
+        first) from element ``first`` with byte ``strides`` -- one strided slice of the bitmap,
+        which mirrors the data byte for byte."""
+        if self.dv is not None:
+            last = first * esize + sum((b - 1) * s for b, s in zip(box, strides)) + esize
+            if first < 0 or last > len(self.defined):      # the caller checked; a strided view must not overrun
+                raise MemoryAccessError(f"TMA box of {box} elements from byte {first * esize} overruns the "
+                                        f"{self.nbytes}-byte allocation at 0x{self.base:x}")
+            v = self.dv[esize][first:]
+            np.lib.stride_tricks.as_strided(v, shape=tuple(box[::-1]), strides=tuple(strides[::-1]))[...] = \
+                DEFINED[esize]
+            self.dirty = True
+
+    def define_span(self, lo: int, hi: int) -> None:
+        """Bytes ``lo .. hi - 1`` are written (a host copy); all of them: the bitmap goes."""
+        if self.defined is not None:
+            self.defined[lo:hi] = 1
+            if lo <= 0 and hi >= self.nbytes:
+                self.settle(force=True)
+
+    def undefined(self, off, nb: int):
+        """The first byte offset of ``off + [0, nb)`` no write defined, or None."""
+        if self.dv is None:
+            return None
+        off = np.atleast_1d(np.asarray(off, np.int64))
+        u = unit_of(off, nb)
+        n = nb // u
+        bad = self.dv[u][element_index(off, u, n)] != DEFINED[u]
+        if not bad.any():
+            return None
+        first = int(np.flatnonzero(bad.reshape(-1))[0])
+        lo = int(off[first // n]) + (first % n) * u
+        return lo + int(np.flatnonzero(self.defined[lo:lo + u] == 0)[0])
+
+    def settle(self, force: bool = False) -> None:
+        """Drop the bitmap once every byte is defined (later reads cost nothing)."""
+        if self.defined is not None and (force or self.defined[:self.nbytes].all()):
+            self.defined = self.dv = None
+        self.dirty = False
 
 
 class GlobalMemory:
@@ -90,16 +172,24 @@ class GlobalMemory:
         self._bases = []
         self._next = GLOBAL_BASE
 
-    def alloc(self, nbytes: int, tag: str = "") -> Allocation:
+    def alloc(self, nbytes: int, tag: str = "", defined: bool = True, origin: str = "") -> Allocation:
+        """A new allocation of ``nbytes`` bytes; ``defined=False``: its bytes are undefined until
+        written (:class:`Allocation`), ``origin`` naming who allocated it in initcheck reports."""
         nbytes = int(nbytes)
         if nbytes < 0:
             raise ValueError("negative allocation size")
         base = self._next
         self._next = (base + max(nbytes, 1) + GUARD + ALIGN - 1) // ALIGN * ALIGN
-        a = Allocation(base, nbytes, tag)
+        a = Allocation(base, nbytes, tag, defined, origin)
         self.allocs[base] = a
         bisect.insort(self._bases, base)
         return a
+
+    def settle(self) -> None:
+        """After a launch: drop the initcheck bitmaps its writes completed (:meth:`Allocation.settle`)."""
+        for a in self.allocs.values():
+            if a.dirty:
+                a.settle()
 
     def free(self, base: int):
         a = self.allocs.pop(int(base), None)

@@ -296,6 +296,7 @@ class Launch:
                 for cl in self.live:
                     _dispose(cl)
                 self.live = []
+                self.gmem.settle()      # initcheck bitmaps this launch's writes completed go
 
     def _admit(self, pending) -> None:
         while len(self.live) < self.resident:
