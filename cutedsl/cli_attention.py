@@ -70,7 +70,7 @@ def add_attention_parser(sub):
     a.add_argument("--seqlen-q", type=size, default=None, metavar="SQ", help="queries per sequence (required "
                                                                            "without --varlen)")
     a.add_argument("--seqlen-k", type=size, default=None, metavar="SK", help="keys per sequence (default --seqlen-q)")
-    a.add_argument("--head-dim", type=size, required=True, metavar="D", help="Q/K/V row width (64 or 128)")
+    a.add_argument("--head-dim", type=size, required=True, metavar="D", help="Q/K/V row width (64, 96, 128 or 256; sm_100a: 64 or 128)")
     a.add_argument("--dtype", default="bf16", metavar="DTYPE", help=f"{' or '.join(DTYPES)} (e4m3: no fp8 kernel yet)")
     a.add_argument("--causal", action="store_true", help="causal mask, aligned bottom-right")
     a.add_argument("--window", type=window_arg, default=None, metavar="L,R",

@@ -28,7 +28,7 @@ shape the call would have, and the library's error is raised, as is, by the firs
 softcap=None, backend=None) -> (out, lse)`` is the custom op ``torch.ops.cutedsl.attention``:
 the FlashAttention-3-style forward (:class:`~cutedsl.Attention`, ``flash_attn_func``'s layout)
 on ``q`` (batch, seqlen_q, heads, head_dim), ``k``/``v`` (batch, seqlen_k, kv_heads, head_dim),
-float16 or bfloat16 (head_dim 64 or 128), giving ``out`` like ``q`` (contiguous) and ``lse``
+float16 or bfloat16 (head_dim 64, 96, 128 or 256; 64 or 128 on sm_100a), giving ``out`` like ``q`` (contiguous) and ``lse``
 float32 (batch, heads, seqlen_q), natural log. ``backend``: ``"cuda"`` / ``"auto"`` run CUDA
 tensors and refuse CPU ones, as ``gemm`` does; ``"sim"`` runs CPU tensors on the PTX emulator
 (so ``torch.library.opcheck`` and ``torch.compile`` run without a GPU); None takes env

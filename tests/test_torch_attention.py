@@ -107,7 +107,7 @@ MISTAKES = [   # (q, k, v, options, error, message)
     (CPU, meta(1, 8, 2, 64), meta(1, 8, 2, 64), {}, ArgumentError, r"q, k, v must be on one device"),
     (meta(1, 8, 3, 64), meta(1, 8, 2, 64), meta(1, 8, 2, 64), {}, ArgumentError,
      r"heads 3 \(q\) must be a multiple of kv_heads 2"),
-    (meta(1, 8, 2, 96), meta(1, 8, 2, 96), meta(1, 8, 2, 96), {}, ConfigError, r"head_dim must be 64 or 128"),
+    (meta(1, 8, 2, 80), meta(1, 8, 2, 80), meta(1, 8, 2, 80), {}, ConfigError, r"head_dim must be 64, 96, 128 or 256"),
     (meta(1, 8, 2, 64), meta(1, 8, 2, 64), meta(1, 8, 2, 64, dtype=torch.float16), {}, ArgumentTypeError,
      r"q, k, v must share one dtype"),
     (CPU, CPU, CPU, {"backend": "sim", "window": (3, 2), "causal": True}, ArgumentError,
@@ -141,8 +141,8 @@ def test_errors_under_torch_compile_are_the_librarys():
     f = torch.compile(lambda q, k, v: ct.attention(q, k, v, causal=True)[0] + 1, fullgraph=True, backend="eager")
     with pytest.raises(ArgumentError, match=r"q is a CPU tensor; the kernel runs on CUDA tensors"):
         f(CPU, CPU, CPU)
-    with pytest.raises(ConfigError, match=r"head_dim must be 64 or 128"):
-        f(meta(1, 8, 2, 96), meta(1, 8, 2, 96), meta(1, 8, 2, 96))
+    with pytest.raises(ConfigError, match=r"head_dim must be 64, 96, 128 or 256"):
+        f(meta(1, 8, 2, 80), meta(1, 8, 2, 80), meta(1, 8, 2, 80))
     torch._dynamo.reset()
 
 

@@ -15,7 +15,7 @@ the same in all four lanes of the quad.
 from __future__ import annotations
 
 from ..ir._lazy import lazy
-from .wgmma import FRAG_PAIR, FRAG_QUAD, Accumulator
+from .wgmma import FRAG_COLS, FRAG_PAIR, FRAG_QUAD, Accumulator
 
 V = lazy("cutedsl.ir.values")
 F = lazy("cutedsl.ir.fmath")
@@ -27,6 +27,27 @@ ROW_HALVES = 2      #: rows per thread per 64-row block (row0 and row0 + 8)
 def row_half(i: int) -> int:
     """Which of the thread's two rows register ``i`` of a block belongs to (0 or 1)."""
     return (i // FRAG_PAIR) % ROW_HALVES
+
+
+def row_position(i: int) -> int:
+    """Position of register ``i`` among the thread's registers of its row, in column order
+    (0 .. regs/2 - 1): position ``p`` holds column ``FRAG_COLS * (p // 2) + p % 2`` past the
+    thread's base column (the pairs ``2*(t%4) + {0, 1}`` of every 8-column group)."""
+    return FRAG_PAIR * (i // (ROW_HALVES * FRAG_PAIR)) + i % FRAG_PAIR
+
+
+def row_columns_below(limit):
+    """IR i32: how many of the thread's columns of one row lie below ``limit`` (an IR i32
+    column relative to the thread's base column; any sign) -- positions ``0 .. n-1`` of
+    :func:`row_position` are exactly those, since the columns increase with the position:
+    ``FRAG_PAIR * floor(limit / FRAG_COLS) + min(limit mod FRAG_COLS, FRAG_PAIR)``, negative
+    (to be clamped by the caller) for a limit below the first column. Four integer
+    instructions, once per row, instead of a compare per element (FlashAttention's
+    ``mask_r2p`` idea)."""
+    lim = V.i32(limit)
+    group = lim >> (FRAG_COLS.bit_length() - 1)            # arithmetic shift: floor division
+    rest = lim & (FRAG_COLS - 1)
+    return group * FRAG_PAIR + V.select(rest < FRAG_PAIR, rest, V.i32(FRAG_PAIR))
 
 
 def _tree(vals, combine):
@@ -82,4 +103,4 @@ def map_rows(acc: Accumulator, fn, rows) -> Accumulator:
     return Accumulator(out, acc.n)
 
 
-__all__ = ["ROW_HALVES", "row_half", "quad_allreduce", "reduce_rows", "row_max", "row_sum", "map_rows"]
+__all__ = ["ROW_HALVES", "row_half", "row_position", "row_columns_below", "quad_allreduce", "reduce_rows", "row_max", "row_sum", "map_rows"]

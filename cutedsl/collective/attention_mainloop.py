@@ -32,7 +32,7 @@ import attrs
 
 from ..atom.mma_traits import ATOM_M
 from ..atom.sync import NamedBarrier
-from ..atom.wgmma import Accumulator, WarpgroupMMA, WgmmaFragment
+from ..atom.wgmma import FRAG_PAIR, Accumulator, WarpgroupMMA, WgmmaFragment
 from ..atom.wgmma_rs import AFragment, WarpgroupMMARegA
 from ..atom.fragment_rows import ROW_HALVES
 from ..ir._lazy import lazy
@@ -136,11 +136,12 @@ class AttentionMainloop:
             return hk.keep(ctx.batch, ctx.head, row(b, i), n0 + col(b, i))
         s = self.softmax.scores(s, ctx.params, score if hk is not None else None)
         if masked:
-            limits = [[self.mask.row_limits(ctx.row0 + r0 + ATOM_M * b + WgmmaFragment.offset(0, 2 * h)[0],
-                                            ctx.seqlen_q, ctx.seqlen_k, n0, ctx.left, ctx.right)
-                       for h in range(ROW_HALVES)] for b in range(s.m_blocks)]
-            s = self.mask.apply(s, lambda b, i: (i // 2) % ROW_HALVES, col, limits,
-                                keep if hk is not None and hk.hooks.has_mask else None)
+            # one keep mask per row (a few integer instructions), then a bit test per element
+            bits = [[self.mask.row_keep_bits(ctx.row0 + r0 + WgmmaFragment.offset(b, FRAG_PAIR * h)[0],
+                                             ctx.seqlen_q, ctx.seqlen_k, n0, ctx.left, ctx.right, c0,
+                                             s.regs // ROW_HALVES)
+                     for h in range(ROW_HALVES)] for b in range(s.m_blocks)]
+            s = self.mask.apply_bits(s, bits, keep if hk is not None and hk.hooks.has_mask else None)
         p, sm, corr = self.softmax.update(s, sm, ctx.params.exp_scale)
         return AFragment.from_accumulator(p, self.ops_desc.dtype), sm, corr
 
@@ -168,6 +169,8 @@ class AttentionMainloop:
         sm = self.softmax.initial(o.m_blocks)
         st = PipelineState(self.ops_desc.stages)
         ranges = ((rng.u_hi, rng.n_max, True), (rng.u_lo, rng.u_hi, False), (rng.n_min, rng.u_lo, True))
+        if not self.mask.left_edge:   # no left edge: [n_min, u_lo) is empty (u_lo = n_min), no loop for it
+            ranges = ranges[:2]
         if not self.overlap:
             for lo, hi, masked in ranges:
                 o, sm, st = self._simple_loop(ops, desc, ctx, rng, lo, hi, masked, o, sm, st)
@@ -184,11 +187,14 @@ class AttentionMainloop:
         s = s.pinned()
         ops.k_pipe.consumer_release_warp(st)
         p, sm, _ = self.softmax_block(ctx, s, sm, rng.block(j0), True)
-        prev, st = st, st.advance()
+        # the loops carry one block count; a slot's (index, phase) is derived from it (cheaper
+        # than carrying two ring states: with 2 stages an AND and a shift)
+        count = V.i32(1)
         # the prologue took block j0: the three ranges below it
         u_hi, u_lo = _min(rng.u_hi, j0), _min(rng.u_lo, j0)
-        for lo, hi, masked in ((u_hi, j0, True), (u_lo, u_hi, False), (rng.n_min, u_lo, True)):
-            o, p, sm, prev, st = self._overlap_loop(ops, desc, ctx, rng, lo, hi, masked, o, p, sm, prev, st)
+        for lo, hi, masked in ((u_hi, j0, True), (u_lo, u_hi, False), (rng.n_min, u_lo, True))[:len(ranges)]:
+            o, p, sm, count = self._overlap_loop(ops, desc, ctx, rng, lo, hi, masked, o, p, sm, count)
+        prev = self._state(count - 1)
         self._turn_begin(ctx.wg)
         o = self.issue_pv(ops, desc, o, p, prev)
         self._turn_end(ctx.wg, last=True)
@@ -197,9 +203,19 @@ class AttentionMainloop:
         ops.v_pipe.consumer_release_warp(prev)
         return o, sm
 
+    def _state(self, count) -> PipelineState:
+        """The ring slot of the ``count``-th KV block (IR i32 >= 0). With a power-of-two ring
+        the phase is left unmasked (``count >> log2 stages``): its only reader, the barrier
+        wait, takes the low bit (``MBarriers.wait`` truncates to i1)."""
+        st = self.ops_desc.stages
+        if st & (st - 1):
+            return PipelineState.at(st, count)
+        c = V.i32(count).unsigned()
+        return PipelineState(st, c & (st - 1), c >> (st.bit_length() - 1))
+
     def _simple_loop(self, ops, desc, ctx, rng, lo, hi, masked, o, sm, st):
         n_sm = len(sm.carry())
-        loop = cir.Loop(0, hi - lo, carry=o.structs + sm.carry() + st.carry())
+        loop = cir.Loop(0, hi - lo, carry=o.structs + sm.carry() + st.carry(), counter="i32")
         for it, carried in loop:
             c = list(carried)
             o = Accumulator(c[:o.m_blocks], o.n)
@@ -222,10 +238,10 @@ class AttentionMainloop:
         return (Accumulator(c[:n_o], o.n), SoftmaxState.from_carry(c[n_o:n_o + n_sm], n_o),
                 PipelineState.from_carry(st.stages, c[n_o + n_sm:]))
 
-    def _overlap_loop(self, ops, desc, ctx, rng, lo, hi, masked, o, p, sm, prev, st):
+    def _overlap_loop(self, ops, desc, ctx, rng, lo, hi, masked, o, p, sm, count):
         n_o, n_sm, n_p = o.m_blocks, len(sm.carry()), sum(len(x) for blk in p.regs for x in blk)
         flat_p = [r for blk in p.regs for step in blk for r in step]
-        loop = cir.Loop(0, hi - lo, carry=o.structs + flat_p + sm.carry() + prev.carry() + st.carry())
+        loop = cir.Loop(0, hi - lo, carry=o.structs + flat_p + sm.carry() + [count], counter="i32")
 
         def unpack(c):
             o2 = Accumulator(c[:n_o], o.n)
@@ -235,11 +251,10 @@ class AttentionMainloop:
             p2 = AFragment([[regs[(b * steps + k) * per:(b * steps + k + 1) * per] for k in range(steps)]
                             for b in range(len(p.regs))], p.dtype)
             rest = c[n_o + n_p:]
-            return (o2, p2, SoftmaxState.from_carry(rest[:n_sm], n_o),
-                    PipelineState.from_carry(st.stages, rest[n_sm:n_sm + 2]),
-                    PipelineState.from_carry(st.stages, rest[n_sm + 2:]))
+            return o2, p2, SoftmaxState.from_carry(rest[:n_sm], n_o), V.i32(rest[n_sm])
         for it, carried in loop:
-            o, p, sm, prev, st = unpack(list(carried))
+            o, p, sm, count = unpack(list(carried))
+            prev, st = self._state(count - 1), self._state(count)
             j = rng.block(hi - 1 - V.i32(it), masked)
             self._turn_begin(ctx.wg)
             s = self.issue_s(ops, desc, st)
@@ -254,7 +269,7 @@ class AttentionMainloop:
             ops.v_pipe.consumer_release_warp(prev)
             o = self.softmax.rescale(o, corr)
             loop.next(*(o.structs + [r for blk in p.regs for step in blk for r in step] + sm.carry()
-                        + st.carry() + st.advance().carry()))
+                        + [count + 1]))
         return unpack(list(loop.results))
 
 

@@ -16,6 +16,12 @@ query of ``[m0, m0 + block_m)`` may attend (blocks outside are never loaded nor 
 runs without the per-element mask. A kernel visits blocks from ``n_max - 1`` down, as
 FlashAttention-3 does, so the masked blocks at the diagonal come first.
 
+Elements (:meth:`AttentionMask.row_keep_bits`, :meth:`AttentionMask.apply_bits`): per query row of
+the thread, one i32 keep mask over its elements in the WGMMA accumulator fragment -- the right edge
+and ``seqlen_k`` one limit, the left edge (two-sided windows only, :attr:`AttentionMask.left_edge`)
+a second mask anded in -- then one bit test and select per element (SASS: R2P + FSEL), instead of a
+compare per element and edge. ``causal`` kernels (no left edge) skip the left edge altogether.
+
 A FlexAttention ``mask_mod`` (:mod:`cutedsl.collective.attention_hooks`) joins at both grains:
 :meth:`AttentionMask.apply` ands its per-element predicate (``keep``) into the band, and
 :meth:`AttentionMask.block_kinds` gives the band's blocks as SKIP / PARTIAL / FULL for the host
@@ -31,6 +37,7 @@ from ..ir._lazy import lazy
 
 V = lazy("cutedsl.ir.values")
 F = lazy("cutedsl.ir.fmath")
+llvm = lazy("mlir.dialects.llvm")
 
 NEG_INF = float("-inf")
 
@@ -82,13 +89,43 @@ class BlockRange:
         return v
 
 
+ROW_BITS = 32      #: bits of one per-row keep mask (an i32): a thread holds at most 32 columns of a row
+
+
+def _shl_ones(n):
+    """IR i32 ``0xffffffff << n`` with PTX's shift semantics (PTX ISA 9.7.8.7 ``shl``: the
+    amount is unsigned and amounts past 32 give 0 -- LLVM's ``shl`` would make them poison)."""
+    from mlir import ir
+    return V.Scalar(llvm.inline_asm(ir.IntegerType.get_signless(32), [V.i32(n)], "shl.b32 $0, -1, $1;", "=r,r"))
+
+
+def bits_from(n):
+    """IR i32 with bits ``n .. 31`` set (``n`` an IR i32 of any value: all for ``n <= 0``, none
+    for ``n >= 32``). Two instructions."""
+    return _shl_ones(_max(V.i32(n), V.i32(0)))
+
+
+def bits_below(n):
+    """IR i32 with bits ``0 .. n-1`` set (``n`` any i32: none for ``n <= 0``, all for ``n >= 32``)."""
+    return ~bits_from(n)
+
+
 class AttentionMask:
     """The band mask of a kernel with ``block_m`` query rows and ``block_n`` keys per block;
     ``local``: the band has a left/right edge (causal or a sliding window), else only keys
-    past ``seqlen_k`` are masked."""
+    past ``seqlen_k`` are masked; ``causal`` (with ``local``): the left edge is unbounded
+    (causal, or a window ``(-1, right)``; the host passes :func:`unbounded` as ``left``), so the
+    element mask compares with the right edge only and no block is masked for the left edge."""
 
-    def __init__(self, block_m: int, block_n: int, local: bool = False):
-        self.block_m, self.block_n, self.local = block_m, block_n, bool(local)
+    def __init__(self, block_m: int, block_n: int, local: bool = False, causal: bool = False):
+        if causal and not local:
+            raise ValueError("AttentionMask: causal=True is a local band (pass local=True)")
+        self.block_m, self.block_n, self.local, self.causal = block_m, block_n, bool(local), bool(causal)
+
+    @property
+    def left_edge(self) -> bool:
+        """Whether the element mask compares with a left edge (a two-sided window)."""
+        return self.local and not self.causal
 
     def block_range(self, m0, seqlen_q, seqlen_k, left=0, right=0) -> BlockRange:
         """The :class:`BlockRange` of the query block starting at row ``m0`` (ints or IR i32;
@@ -98,10 +135,12 @@ class AttentionMask:
         if self.local:
             shift = seqlen_k - seqlen_q
             n_max = _max(_cdiv(_min(seqlen_k, m_last + shift + right + 1), bn), 0)
-            n_min = _max((m0 + shift - left) // bn, 0)
-            n_min = _min(n_min, n_max)
             right_end = _min(seqlen_k // bn, (m0 + shift + right + 1) // bn)    # blocks below: no right edge
-            left_start = _cdiv(m_last + shift - left, bn)                       # blocks from here: no left edge
+            if self.causal:                                                     # (left is unbounded)
+                n_min = left_start = 0
+            else:
+                n_min = _min(_max((m0 + shift - left) // bn, 0), n_max)
+                left_start = _cdiv(m_last + shift - left, bn)                   # blocks from here: no left edge
         else:
             n_max, n_min = _cdiv(seqlen_k, bn), 0
             right_end, left_start = seqlen_k // bn, 0
@@ -133,6 +172,45 @@ class AttentionMask:
             lo = row + shift - left
         return lo - n0, hi - n0
 
+    def row_keep_bits(self, row, seqlen_q, seqlen_k, n0, left, right, c0, per_row: int):
+        """IR i32: bit ``p`` set when the thread's element at row position ``p``
+        (:func:`~cutedsl.atom.fragment_rows.row_position`) of query ``row`` is kept, in the block
+        starting at key ``n0``; ``c0``: the thread's base column in the WGMMA accumulator
+        fragment; ``per_row`` (<= 32): the thread's elements per row. A handful of integer
+        instructions per row -- the right edge and ``seqlen_k`` are one limit
+        (:meth:`row_limits`), the left edge (a two-sided window only) a second mask anded in."""
+        if per_row > ROW_BITS:
+            raise ValueError(f"row_keep_bits: {per_row} elements per row exceed the {ROW_BITS}-bit row mask "
+                             f"(block_n <= 128)")
+        from ..atom.fragment_rows import row_columns_below
+        lo, hi = self.row_limits(row, seqlen_q, seqlen_k, n0, left, right)
+        bits = bits_below(row_columns_below(hi - c0))
+        if self.left_edge:
+            bits = bits & bits_from(row_columns_below(lo - c0))
+        return bits
+
+    def apply_bits(self, s, bits, keep=None):
+        """``s`` (an ``Accumulator`` in the WGMMA fragment layout) with masked elements set to
+        ``-inf``: ``bits[b][h]`` from :meth:`row_keep_bits` for row half ``h`` of block ``b``;
+        ``keep(b, i)``: a mask_mod's IR i1 (or Python bool) for register ``i``, anded in. One
+        bit test and one select per element (ptxas turns the bit tests of one mask word into
+        ``R2P``: seven predicates per instruction)."""
+        from ..atom.fragment_rows import row_half, row_position
+
+        def one(x, b, i):
+            ok = ((bits[b][row_half(i)] >> row_position(i)) & 1).ne(0)
+            if keep is not None:
+                extra = keep(b, i)
+                if extra is False:
+                    return F._f32(NEG_INF)
+                if extra is not True:
+                    ok = ok & extra
+            return V.select(ok, x, F._f32(NEG_INF))
+        # row by row in bit order: the tests of one mask word sit together for R2P
+        out = {(b, i): one(s.get(b, i), b, i) for b in range(s.m_blocks)
+               for i in sorted(range(s.regs), key=lambda i: (row_half(i), row_position(i)))}
+        return s.map_regs(lambda x, b, i: out[b, i])
+
     def apply(self, s, rows, cols, limits, keep=None):
         """``s`` (an ``Accumulator`` of scores) with masked elements set to ``-inf``.
         ``rows(b, i)``/``cols(b, i)``: which of the thread's row limits and which block column
@@ -155,4 +233,4 @@ class AttentionMask:
         return s.map_regs(one)
 
 
-__all__ = ["AttentionMask", "BlockRange", "unbounded"]
+__all__ = ["AttentionMask", "BlockRange", "bits_below", "bits_from", "unbounded", "ROW_BITS"]

@@ -232,7 +232,9 @@ class Attention:
         lse_shape = (q.shape[1], q.shape[0]) if cq is not None else (q.shape[0], q.shape[2], q.shape[1])
         if 0 in q.shape or 0 in views[1].shape:          # no query, or no key: O = 0, LSE = +inf, no launch
             return _empty_call(self.backend, q, o_shape, lse_shape)
-        kern = self._kernel(cfg, local=(left, right) != (-1, -1), softcap=cap is not None, varlen=cq is not None)
+        local = (left, right) != (-1, -1)
+        kern = self._kernel(cfg, local=local, causal=local and left == -1, softcap=cap is not None,
+                            varlen=cq is not None)
         t0 = time.perf_counter()
         compiled = kern.compile(dump_dir=self._dump)
         spent = time.perf_counter() - t0
@@ -276,7 +278,10 @@ class Attention:
             if on_host:
                 bind.own(do)
                 bind.own(dl)
-            bind.pointer("o", do)
+            if any(p.name == "o" and p.kind == "tensormap" for p in kern.params()):   # O stored by TMA
+                bind.tensor_map("o", do, kern.tensor_map_extent(do.shape, do.strides))
+            else:
+                bind.pointer("o", do)
             bind.pointer("lse", dl)
             bind.values.update(kern.scalar_values(problem, scale, cap, window))
             if cq is not None:

@@ -47,7 +47,7 @@ def _kernel_cls(arch: str = "sm_90a"):
 @register_family
 @attrs.frozen
 class AttentionConfig(KernelConfig):
-    """``head_dim`` (64 or 128; Q/K and V alike), ``dtype`` (``"bf16"``/``"f16"``: Q, K, V and
+    """``head_dim`` (64, 96, 128 or 256 on sm_90a; Q/K and V alike), ``dtype`` (``"bf16"``/``"f16"``: Q, K, V and
     O), ``overlap`` (FlashAttention-3's intra-warpgroup overlap of softmax and ``P V``),
     ``pingpong`` (the two MMA warpgroups take turns issuing GEMMs; needs ``overlap``), ``arch``
     (``"sm_90a"``), ``score_mod`` / ``mask_mod`` (FlexAttention hooks: callables or
@@ -140,14 +140,15 @@ class AttentionConfig(KernelConfig):
                     f"band arithmetic)")
         return None
 
-    def kernel(self, *, local=False, softcap=False, varlen=False, kernel_cls=None):
-        """The kernel variant for a call's band / softcap / packed sequences."""
+    def kernel(self, *, local=False, causal=False, softcap=False, varlen=False, kernel_cls=None):
+        """The kernel variant for a call's band (``causal``: a band with no left edge, which the
+        sm_90a kernel masks with the right edge only) / softcap / packed sequences."""
         cls = kernel_cls or _kernel_cls(self.arch)
         if self.arch == "sm_100a":
             return cls(self.head_dim, self.dtype, local=local, softcap=softcap, varlen=varlen, arch=self.arch,
                        hooks=self.hooks())
-        return cls(self.head_dim, self.dtype, local=local, softcap=softcap, varlen=varlen, overlap=self.overlap,
-                   pingpong=self.pingpong, arch=self.arch, hooks=self.hooks())
+        return cls(self.head_dim, self.dtype, local=local, causal=causal, softcap=softcap, varlen=varlen,
+                   overlap=self.overlap, pingpong=self.pingpong, arch=self.arch, hooks=self.hooks())
 
 
 __all__ = ["AttentionConfig"]

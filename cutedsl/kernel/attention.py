@@ -12,8 +12,10 @@ batch)``), three warpgroups (384 threads):
   optionally overlapped inside a warpgroup and ping-ponged between the two), then the epilogue
   (:class:`~cutedsl.collective.attention_epilogue.AttentionEpilogue`).
 
-Compile-time variants: ``head_dim`` (64, 128), ``dtype`` (f16, bf16), ``local`` (a causal or
-sliding-window band), ``softcap``, ``varlen`` (packed sequences with ``cu_seqlens``),
+Compile-time variants: ``head_dim`` (64, 96 -- run as 128 with TMA's zero fill --, 128, 256 -- with
+64-key KV blocks, :data:`BLOCK_N_FOR`), ``dtype`` (f16, bf16), ``local`` (a causal or
+sliding-window band; with ``causal`` its left edge is unbounded -- causal or window ``(-1, right)``
+-- and the element mask compares with the right edge only), ``softcap``, ``varlen`` (packed sequences with ``cu_seqlens``),
 ``overlap``/``pingpong``. Everything else (lengths, heads, scale, window extents) is a kernel
 argument. Hooks: ``hooks`` (an :class:`~cutedsl.collective.attention_hooks.AttentionHooks`:
 FlexAttention's ``score_mod`` / ``mask_mod``) are called per accumulator element between ``S``
@@ -24,7 +26,8 @@ band's own blocks, :meth:`AttentionFwdKernel.block_mask`) lists per (batch, head
 the PARTIAL KV blocks (run with the band and the mask_mod per element) and the FULL ones (run
 unmasked); SKIP blocks are never loaded. Varlen with hooks is refused (``ConfigError``).
 
-Parameters: ``q``, ``k``, ``v`` (tensor maps), ``o`` (ptr, ``dtype``), ``lse`` (ptr, f32),
+Parameters: ``q``, ``k``, ``v`` (tensor maps), ``o`` (dense: a tensor map, O is stored by TMA through
+Q's shared tiles; varlen: ptr, ``dtype``, guarded stores), ``lse`` (ptr, f32),
 ``seqlen_q``, ``seqlen_k`` (dense: the lengths; varlen: unused maxima), ``heads``, ``group``
 (``heads / kv_heads``), ``exp_scale`` (f32), then per variant ``softmax_scale``, ``softcap``,
 ``softcap_scale``, ``left``, ``right``, ``cu_seqlens_q``, ``cu_seqlens_k``, ``total_q``, the
@@ -52,17 +55,26 @@ from .base import Kernel
 
 cir = lazy("cutedsl.ir")
 
-HEAD_DIMS = (64, 128)             #: head dimensions implemented (Q/K and V alike)
+HEAD_DIMS = (64, 96, 128, 256)    #: head dimensions implemented (Q/K and V alike)
 DTYPES = ("bf16", "f16")
 MMA_WARPGROUPS = 2                #: MMA warpgroups per CTA, ``ATOM_M`` query rows each
 BLOCK_M = MMA_WARPGROUPS * ATOM_M  #: query rows per work unit
 BLOCK_N = 128                     #: keys per KV block (FlashAttention-3's for head dim 128)
+#: smaller KV blocks by head dimension: beside a 64 x 256 f32 O (128 registers per thread) S and P
+#: of 128 keys would not fit the 240-register budget, nor two K/V stages of 128 x 256 the shared
+#: memory; FlashAttention-3 takes 80 keys, here the V tiles hold whole 64-key k-tiles
+BLOCK_N_FOR = {256: 64}
 STAGES = 2                        #: K and V ring depth
 PRODUCER_REGS, MMA_REGS = 24, 240  #: setmaxnreg budgets (FlashAttention-3's)
 #: why a head dimension is refused (named, not a generic message)
-NOT_YET = {96: "a 96-wide head is one 64-element k-tile plus half of one (a 64-byte swizzle tile); not built",
-           256: "an O accumulator of 64 x 256 f32 is 128 registers per thread beside S: FlashAttention-3 shrinks "
-                "the KV block to 80 keys for it; not built"}
+NOT_YET: dict = {}
+
+
+def padded_head_dim(head_dim: int, k_tile: int = 64) -> int:
+    """The head dimension the kernel's tiles cover: a whole number of 64-element k-tiles (96 runs
+    as 128: TMA fills Q/K/V columns 96..127 with zeros, which add nothing to ``Q K^T`` and give O
+    columns the tensor map / the store guard never write)."""
+    return -(-head_dim // k_tile) * k_tile
 
 
 #: every parameter name the kernel declares in some variant: a hook's parameters must differ
@@ -86,7 +98,7 @@ def head_dim_reason(head_dim) -> str | None:
     if head_dim in HEAD_DIMS:
         return None
     why = NOT_YET.get(head_dim, "")
-    return (f"head_dim must be {one_of(HEAD_DIMS, quote=False)} (the attention kernel's k-tiles of 64 elements), "
+    return (f"head_dim must be {one_of(HEAD_DIMS, quote=False)} (the attention kernel's tiles), "
             f"got {head_dim!r}" + (f": {why}" if why else ""))
 
 
@@ -112,8 +124,8 @@ class AttentionFwdKernel(Kernel):
             return "pingpong=True needs overlap=True (the warpgroups take turns at the overlapped GEMM issue points)"
         return None
 
-    def __init__(self, head_dim: int = 128, dtype: str = "bf16", *, local: bool = False, softcap: bool = False,
-                 varlen: bool = False, overlap: bool = True, pingpong: bool = True, arch=None, hooks=None):
+    def __init__(self, head_dim: int = 128, dtype: str = "bf16", *, local: bool = False, causal: bool = False,
+                 softcap: bool = False, varlen: bool = False, overlap: bool = True, pingpong: bool = True, arch=None, hooks=None):
         why = self.reason(head_dim, dtype, overlap, pingpong)
         if why:
             raise ConfigError(f"{type(self).__name__}: {why}")
@@ -130,32 +142,40 @@ class AttentionFwdKernel(Kernel):
         self.arch = get_arch(arch or DEFAULT)
         self.arch.require(self.mma_atom, type(self).__name__)
         self.head_dim, self.dtype = head_dim, dtype
-        self.local, self.softcap, self.varlen = bool(local), bool(softcap), bool(varlen)
+        if causal and not local:
+            raise ConfigError(f"{type(self).__name__}: causal=True is a local band whose left edge is unbounded: "
+                              f"pass local=True with it")
+        self.local, self.causal = bool(local), bool(causal)
+        self.softcap, self.varlen = bool(softcap), bool(varlen)
         self.overlap, self.pingpong = bool(overlap), bool(pingpong)
         self.traits = mma_traits(dtype)
         wg = self.arch.warpgroup_threads
         # plan, then build each collective once
         self.threads = wg * (MMA_WARPGROUPS + 1)
-        self.operands = AttentionOperands(head_dim, BLOCK_M, BLOCK_N, STAGES, dtype, self.varlen,
+        self.block_n = BLOCK_N_FOR.get(head_dim, BLOCK_N)
+        self.operands = AttentionOperands(padded_head_dim(head_dim), BLOCK_M, self.block_n, STAGES, dtype, self.varlen,
                                           consumer_warps=MMA_WARPGROUPS * self.arch.warps_per_warpgroup)
-        self.mask = self.mask_cls(BLOCK_M, BLOCK_N, self.local)
+        self.mask = self.mask_cls(BLOCK_M, self.block_n, self.local, self.causal)
         self.softmax = self.softmax_cls(self.softcap, score_mod=self.hooks.score_mod is not None)
         self.block_sparse = self.hooks.has_mask
         self.mainloop = AttentionMainloop(self.operands, self.mask, self.softmax, self.overlap, self.pingpong,
                                           MMA_WARPGROUPS, wg)
-        self.epilogue = AttentionEpilogue(head_dim, dtype, wg)
+        self.epilogue = AttentionEpilogue(head_dim, dtype, wg, tma=not self.varlen,
+                                          padded=padded_head_dim(head_dim))
 
     def config(self) -> dict:
         return {"arch": self.arch.name, "head_dim": self.head_dim, "dtype": self.dtype, "local": self.local,
-                "softcap": self.softcap, "varlen": self.varlen, "overlap": self.overlap, "pingpong": self.pingpong,
-                "block": [BLOCK_M, BLOCK_N], "stages": STAGES, "class": qualname(type(self)),
+                "causal": self.causal, "softcap": self.softcap, "varlen": self.varlen, "overlap": self.overlap, "pingpong": self.pingpong,
+                "block": [BLOCK_M, self.block_n], "stages": STAGES, "class": qualname(type(self)),
                 "mask": qualname(self.mask_cls), "softmax": qualname(self.softmax_cls),
                 "hooks": self.hooks.identity()}
 
     # -- host contract ---------------------------------------------------------------------
     def params(self) -> list:
         ps = [Param("q", "tensormap"), Param("k", "tensormap"), Param("v", "tensormap"),
-              Param("o", "ptr", dtype=self.dtype, output=True), Param("lse", "ptr", dtype="f32", output=True),
+              Param("o", "tensormap") if getattr(self.epilogue, "tma", False) else
+              Param("o", "ptr", dtype=self.dtype, output=True),
+              Param("lse", "ptr", dtype="f32", output=True),
               Param("seqlen_q", "i32"), Param("seqlen_k", "i32"), Param("heads", "i32"), Param("group", "i32"),
               Param("exp_scale", "f32")]
         if self.softmax.has_score_mod:
@@ -204,7 +224,7 @@ class AttentionFwdKernel(Kernel):
         :meth:`scalar_values`): its :meth:`~BlockMask.values` are the block mask parameters."""
         sizes = {"batch": problem.batch, "heads": problem.heads, "seqlen_q": problem.seqlen_q,
                  "seqlen_k": problem.seqlen_k}
-        bm = build_block_mask(self.hooks, sizes, BLOCK_M, BLOCK_N, args)
+        bm = build_block_mask(self.hooks, sizes, BLOCK_M, self.block_n, args)
         far = unbounded(problem.seqlen_q, problem.seqlen_k)
         left, right = (far if w < 0 else w for w in window) if self.local else (0, 0)
         return bm.restrict(self.mask.block_kinds(problem.seqlen_q, problem.seqlen_k, left, right))
@@ -251,7 +271,7 @@ class AttentionFwdKernel(Kernel):
                     warpgroup_reg_alloc(MMA_REGS)
                     self.consumer(ops, args, batch, head, cir.i32(wg), m0, q_start, seqlen_q, seqlen_k,
                                   left, right, rng)
-        return kb, plan.dynamic_bytes, self.operands.tensor_maps()
+        return kb, plan.dynamic_bytes, self.operands.tensor_maps() + self.epilogue.tensor_maps()
 
     def _lead(self, batch, head) -> tuple:
         return (head,) if self.varlen else (batch, head)
@@ -261,11 +281,11 @@ class AttentionFwdKernel(Kernel):
         from ..collective.pipeline import PipelineState
         self.operands.load_q(ops, self._lead(batch, head), q_row)
         kv_lead = self._lead(batch, head // args.group)
-        loop = cir.Loop(0, rng.count, carry=PipelineState(STAGES).carry())
+        loop = cir.Loop(0, rng.count, carry=PipelineState(STAGES).carry(), counter="i32")
         for it, carried in loop:
             st = PipelineState.from_carry(STAGES, carried)
             j = rng.block(rng.n_max - 1 - cir.i32(it))
-            self.operands.load_kv(ops, st, kv_lead, k_start + j * BLOCK_N)
+            self.operands.load_kv(ops, st, kv_lead, k_start + j * self.block_n)
             loop.next(*st.advance().carry())
 
     def consumer(self, ops, args, batch, head, wg, m0, q_start, seqlen_q, seqlen_k, left, right, rng) -> None:
@@ -300,9 +320,9 @@ class AttentionFwdKernel(Kernel):
             o_row0, lse_base = q_start, head * args.total_q + q_start
         else:
             o_row0, lse_base = batch * seqlen_q, (batch * args.heads + head) * seqlen_q
-        rows = EpilogueRows(o_row0, lse_base, head, args.heads, row0, seqlen_q)
-        self.epilogue.store(o, inv, lse, rows, args.o, args.lse)
+        rows = EpilogueRows(o_row0, lse_base, head, args.heads, row0, seqlen_q, batch, wg)
+        self.epilogue.store(o, inv, lse, rows, args.o, args.lse, ops.smem)
 
 
-__all__ = ["AttentionFwdKernel", "HEAD_DIMS", "DTYPES", "BLOCK_M", "BLOCK_N", "OWN_PARAMS", "head_dim_reason",
+__all__ = ["AttentionFwdKernel", "HEAD_DIMS", "DTYPES", "BLOCK_M", "BLOCK_N", "BLOCK_N_FOR", "OWN_PARAMS", "padded_head_dim", "head_dim_reason",
            "hooks_reason"]

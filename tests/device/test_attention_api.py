@@ -72,10 +72,9 @@ def test_no_keys_no_launch(rng, sim, monkeypatch):
 
 
 def test_config_validation_and_reasons():
-    with pytest.raises(ConfigError, match="head_dim must be 64 or 128.*96"):
-        AttentionConfig(head_dim=96)
-    with pytest.raises(ConfigError, match="256.*80 keys"):
-        AttentionConfig(head_dim=256)
+    with pytest.raises(ConfigError, match=r"head_dim must be 64, 96, 128 or 256 \(the attention kernel's tiles\), got 80"):
+        AttentionConfig(head_dim=80)
+    assert AttentionConfig(head_dim=96).kernel().block_n == 128 and AttentionConfig(head_dim=256).kernel().block_n == 64
     with pytest.raises(ConfigError, match="dtype must be"):
         AttentionConfig(dtype="e4m3")
     with pytest.raises(ConfigError, match="pingpong=True needs overlap=True"):
@@ -90,7 +89,7 @@ def test_config_validation_and_reasons():
     assert "multiple of kv_heads 3" in cfg.can_implement(AttentionProblem(1, 10, 10, 8, 3, 64))
     assert "head_dim 128 differs" in cfg.can_implement(AttentionProblem(1, 10, 10, 8, 8, 128))
     assert "head_dim_v 128" in cfg.can_implement(AttentionProblem(1, 10, 10, 8, 8, 64, 128))
-    with pytest.raises(ConfigError, match="head_dim must be 64 or 128"):
+    with pytest.raises(ConfigError, match="head_dim must be 64, 96, 128 or 256"):
         AttentionConfig.for_problem(AttentionProblem(1, 10, 10, 1, 1, 80))
 
 
@@ -102,7 +101,7 @@ def _bad_cases(rng):
     yield "rank", (q[0], k, v), {}, ArgumentError, r"q must be \(batch, seqlen, heads, head_dim\)"
     yield "heads", (q[:, :, :3], k, v), {}, ArgumentError, "heads 3 .* multiple of kv_heads 2"
     yield "head_dim", (q[..., :32].copy(), k, v), {}, ArgumentError, "head_dim differ"
-    yield "head_dim 32", tuple(x[..., :32].copy() for x in (q, k, v)), {}, ArgumentError, "head_dim must be 64 or 128"
+    yield "head_dim 32", tuple(x[..., :32].copy() for x in (q, k, v)), {}, ArgumentError, "head_dim must be 64, 96, 128 or 256"
     yield "contiguous", (q[..., ::2], k, v), {}, ArgumentError, "last dimension .* must be contiguous"
     yield "k/v", (q, k, v[:, :4]), {}, ArgumentError, "k and v must agree"
     yield "causal window", (q, k, v), {"causal": True, "window": (4, 2)}, ArgumentError, r"window=\(4, 0\)"
