@@ -234,3 +234,17 @@ class AttentionMask:
 
 
 __all__ = ["AttentionMask", "BlockRange", "bits_below", "bits_from", "unbounded", "ROW_BITS"]
+
+
+def sequence_bounds(args, batch, varlen: bool) -> tuple:
+    """IR: ``(q_start, k_start, seqlen_q, seqlen_k)`` of sequence ``batch``: its first query and
+    key rows and lengths from the kernel's ``cu_seqlens_q`` / ``cu_seqlens_k`` (varlen: packed
+    sequences, FlashAttention's cumulative offsets), else ``(0, 0)`` and the ``seqlen_q`` /
+    ``seqlen_k`` parameters every sequence shares. Every attention kernel's work unit starts here."""
+    if not varlen:
+        return 0, 0, args.seqlen_q, args.seqlen_k
+    from ..ir.gmem import GlobalPtr
+    cq, ck = GlobalPtr(args.cu_seqlens_q, "i32"), GlobalPtr(args.cu_seqlens_k, "i32")
+    q_start, k_start = cq.load(batch), ck.load(batch)
+    return q_start, k_start, cq.load(batch + 1) - q_start, ck.load(batch + 1) - k_start
+

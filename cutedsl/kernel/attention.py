@@ -44,7 +44,7 @@ from ..collective.attention_block_mask import BlockMaskView, SparseBlocks, block
 from ..collective.attention_epilogue import AttentionEpilogue, EpilogueRows
 from ..collective.attention_hooks import AttentionHooks
 from ..collective.attention_mainloop import AttentionMainloop, UnitContext
-from ..collective.attention_mask import AttentionMask, unbounded
+from ..collective.attention_mask import AttentionMask, sequence_bounds, unbounded
 from ..collective.attention_operands import AttentionOperands
 from ..collective.attention_softmax import OnlineSoftmax, SoftmaxParams
 from ..compiler.artifact import ParamSpec as Param
@@ -247,13 +247,7 @@ class AttentionFwdKernel(Kernel):
             ops = self.operands.bind(smem, args, leader)
             self.operands.prefetch(ops, predicate=leader)
             gpu.barrier()
-            if self.varlen:
-                cq, ck = cir.GlobalPtr(args.cu_seqlens_q, "i32"), cir.GlobalPtr(args.cu_seqlens_k, "i32")
-                q_start, k_start = cq.load(batch), ck.load(batch)
-                seqlen_q, seqlen_k = cq.load(batch + 1) - q_start, ck.load(batch + 1) - k_start
-            else:
-                q_start = k_start = 0
-                seqlen_q, seqlen_k = args.seqlen_q, args.seqlen_k
+            q_start, k_start, seqlen_q, seqlen_k = sequence_bounds(args, batch, self.varlen)
             m0 = qb * BLOCK_M
             left, right = (args.left, args.right) if self.local else (0, 0)
             with If(m0 < seqlen_q):            # a query block past its (shorter) sequence: nothing to do

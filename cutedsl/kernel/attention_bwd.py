@@ -34,7 +34,7 @@ from ..arch import DEFAULT, get_arch
 from ..collective.attention_bwd_mainloop import AttentionBwdMainloop, BwdUnit
 from ..collective.attention_bwd_operands import AttentionBwdOperands
 from ..collective.attention_epilogue import AttentionEpilogue, EpilogueRows
-from ..collective.attention_mask import unbounded
+from ..collective.attention_mask import sequence_bounds, unbounded
 from ..compiler.artifact import ParamSpec as Param
 from ..compiler.identity import qualname
 from ..errors import ConfigError, one_of
@@ -166,13 +166,7 @@ class AttentionBwdKernel(Kernel):
             ops = self.operands.bind(smem, args, leader)
             self.operands.prefetch(ops, predicate=leader)
             gpu.barrier()
-            if self.varlen:
-                cq, ck = cir.GlobalPtr(args.cu_seqlens_q, "i32"), cir.GlobalPtr(args.cu_seqlens_k, "i32")
-                q_start, k_start = cq.load(batch), ck.load(batch)
-                seqlen_q, seqlen_k = cq.load(batch + 1) - q_start, ck.load(batch + 1) - k_start
-            else:
-                q_start, k_start = 0, 0
-                seqlen_q, seqlen_k = args.seqlen_q, args.seqlen_k
+            q_start, k_start, seqlen_q, seqlen_k = sequence_bounds(args, batch, self.varlen)
             n0 = nb * BLOCK_N
             left, right = (args.left, args.right) if self.local else (0, 0)
             with If(n0 < seqlen_k):            # a KV block past its (shorter) sequence: nothing to do

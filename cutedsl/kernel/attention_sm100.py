@@ -45,7 +45,7 @@ from ..collective.attention_block_mask import BlockMaskView, SparseBlocks, build
 from ..collective.attention_epilogue import EpilogueRows
 from ..collective.attention_hooks import AttentionHooks
 from ..collective.attention_mainloop import UnitContext
-from ..collective.attention_mask import AttentionMask
+from ..collective.attention_mask import AttentionMask, sequence_bounds
 from ..collective.attention_operands import AttentionOperands
 from ..collective.attention_softmax import SoftmaxParams
 from ..collective.attention_tmem_epilogue import TmemAttentionEpilogue
@@ -256,13 +256,7 @@ class AttentionFwdSm100Kernel(Kernel):
         """The work unit of CTA ``(qb, head, batch)``: its sequence (varlen: from the
         ``cu_seqlens`` arrays), first row ``m0``, band extents, whether it has rows (``live``)
         and the mask's block range of its 256 rows."""
-        if self.varlen:
-            cq, ck = cir.GlobalPtr(args.cu_seqlens_q, "i32"), cir.GlobalPtr(args.cu_seqlens_k, "i32")
-            q_start, k_start = cq.load(batch), ck.load(batch)
-            seqlen_q, seqlen_k = cq.load(batch + 1) - q_start, ck.load(batch + 1) - k_start
-        else:
-            q_start = k_start = 0
-            seqlen_q, seqlen_k = args.seqlen_q, args.seqlen_k
+        q_start, k_start, seqlen_q, seqlen_k = sequence_bounds(args, batch, self.varlen)
         m0 = qb * BLOCK_M
         left, right = (args.left, args.right) if self.local else (0, 0)
         if self.block_sparse:                   # the host's block mask lists the KV blocks to visit
