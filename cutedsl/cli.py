@@ -9,7 +9,7 @@ import time
 
 # the argument helpers live below the CLI and the bench harness (both use them)
 from .cliargs import (MAX_I32, TOLERANCE, ArgParser, UsageError, add_gemm_parser, cluster_arg,  # noqa: F401
-                      config_options, gemm_config, int_in, stages_arg, tile_arg)
+                      config_options, gemm_config, int_in, launch_ms, sass_summary, stages_arg, tile_arg)
 
 
 def warn_ignored_options(cfg) -> None:
@@ -226,17 +226,7 @@ def run_gemm(args) -> tuple:
         rep["executed"] = launched              # failed before the launch: nothing executed
         return rep, 2
     flops = 2.0 * args.m * args.n * args.k * (args.batch or 1)
-    if backend.name == "cuda":
-        for _ in range(3):
-            launch()
-        backend.synchronize()
-        times = sorted(backend.time_launches(launch, max(args.iters, 1)))
-        ms = times[len(times) // 2]
-    else:
-        ms = first * 1e3
-        seed = (getattr(backend, "last_launch", None) or {}).get("chaos")
-        if seed is not None:
-            rep["chaos"] = seed     # the emulator's adversarial-mode seed (replay with it)
+    ms = launch_ms(backend, launch, first, args.iters, rep)
     rep["time_ms"] = round(ms, 4)
     rep["tflops"] = round(flops / (ms * 1e-3) / 1e12, 6)
     if args.check:
@@ -306,20 +296,7 @@ def _print_text(rep):
         p(f"  kernel: loaded from the export {rep['loaded']} ({rep['compile_s']:.3f} s; no compiler)")
     else:
         p(f"  compile: {rep['compile_s']:.3f} s ({'cache hit; cold compile took ' + format(rep['cold_compile_s'], '.3f') + ' s' if rep['cached'] else 'cold'})")
-    # the tensor-core opcode names the operand width: HGMMA (16-bit, tf32), QGMMA (fp8); on
-    # sm_100a the tcgen05 family (UTCHMMA, UTCQMMA ...), its commit (UTCBAR) and TMEM loads (LDTM)
-    sass = rep["sass"] or {}
-    tc = sorted(k for k in sass if k.startswith("UTC") and k.endswith("MMA"))
-    if tc:
-        keys = (*tc, "UTCBAR", "UTCCP", "LDTM", "UTMALDG", "UTMASTG", "SYNCS", "BAR", "STG", "STS")
-    else:
-        mma = "QGMMA" if sass.get("QGMMA") else "HGMMA"
-        keys = (mma, "UTMALDG", "UTMASTG", "SYNCS", "BAR", "STG", "STS", "WARPGROUP", "USETMAXREG")
-    if rep["sass"] is None:            # a machine without nvdisasm (running cached kernels)
-        p("  SASS: not available here (no nvdisasm)")
-    else:
-        p("  SASS: " + ", ".join(f"{k} {rep['sass'].get(k, 0)}" for k in keys)
-          + f"  ({sum(rep['sass'].values())} instructions)")
+    p("  SASS: " + sass_summary(rep["sass"]))
     for m in rep["ptxas_messages"]:
         p(f"  ptxas: {m}")
     if "note" in rep:               # when nothing ran, the note says why (one line)

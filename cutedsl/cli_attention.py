@@ -9,7 +9,7 @@ import math
 import time
 
 from .cli_attention_bwd import add_backward_options, check_backward_options, print_backward, run_backward
-from .cliargs import MAX_I32, TOLERANCE, UsageError, int_in
+from .cliargs import MAX_I32, TOLERANCE, UsageError, int_in, launch_ms, sass_summary
 
 #: --check: max |LSE - ref| (natural log); the kernel's LSE is f32 from f32 scores
 LSE_TOLERANCE = 1e-3
@@ -224,17 +224,7 @@ def run_attention(args) -> tuple:
         launch()
         o, lse = result()
         first = time.perf_counter() - t
-        if backend.name == "cuda":
-            for _ in range(3):
-                launch()
-            backend.synchronize()
-            times = sorted(backend.time_launches(launch, args.iters))
-            ms = times[len(times) // 2]
-        else:
-            ms = first * 1e3
-            seed = (getattr(backend, "last_launch", None) or {}).get("chaos")
-            if seed is not None:
-                rep["chaos"] = seed          # the emulator's adversarial-mode seed (replay with it)
+        ms = launch_ms(backend, launch, first, args.iters, rep)
     except CuteDSLError as e:
         rep.update(error=f"{type(e).__name__}: {e}", executed=launched)
         return rep, 2
@@ -279,12 +269,7 @@ def _print_forward(rep) -> None:
           f"{rep['spills']} spill bytes, {rep['smem_bytes']} B shared memory")
         how = f"cache hit; cold compile took {rep['cold_compile_s']:.3f} s" if rep["cached"] else "cold"
         p(f"  compile: {rep['compile_s']:.3f} s ({how})")
-        sass = rep["sass"]
-        if sass is None:
-            p("  SASS: not available here (no nvdisasm)")
-        else:
-            keys = ("HGMMA", "MUFU", "UTMALDG", "SYNCS", "BAR", "SHFL", "WARPGROUP", "USETMAXREG")
-            p("  SASS: " + ", ".join(f"{k} {sass.get(k, 0)}" for k in keys) + f"  ({sum(sass.values())} instructions)")
+        p("  SASS: " + sass_summary(rep["sass"], extra=("MUFU", "SHFL")))
         for m in rep["ptxas_messages"]:
             p(f"  ptxas: {m}")
     if "note" in rep:

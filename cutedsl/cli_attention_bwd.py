@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from .cliargs import TOLERANCE, UsageError
+from .cliargs import TOLERANCE, UsageError, launch_ms
 
 #: FlashAttention counts the backward as 2.5 forwards (five matrix products of the forward's
 #: size for two: S, dP, dV, dK, dQ against S and O), FLOPs x 5 / 2
@@ -90,14 +90,7 @@ def run_backward(args, cfg, backend, problem, varlen, local, inputs, opts, extra
         launch()
         grads = result()
         first = time.perf_counter() - t
-        if backend.name == "cuda":
-            for _ in range(3):
-                launch()
-            backend.synchronize()
-            times = sorted(backend.time_launches(launch, args.iters))
-            ms = times[len(times) // 2]
-        else:
-            ms = first * 1e3
+        ms = launch_ms(backend, launch, first, args.iters, {})
     except CuteDSLError as e:
         rep.update(error=f"{type(e).__name__}: {e}")
         return rep, 2

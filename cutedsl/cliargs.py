@@ -289,3 +289,37 @@ def add_gemm_parser(sub):
                         "options are ignored; no MLIR needed)")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     return g
+
+
+def sass_summary(sass, extra=()) -> str:
+    """The report's one-line SASS summary of a kernel's opcode histogram (``None``: no nvdisasm
+    here): the tensor-core opcode, which names the operand width -- HGMMA (16-bit, tf32), QGMMA
+    (fp8) on sm_90a; the tcgen05 family (UTCHMMA, UTCQMMA ...), its commit (UTCBAR) and TMEM
+    loads (LDTM) on sm_100a -- then TMA, barriers, stores, the opcodes in ``extra`` (e.g. MUFU and
+    SHFL for attention's softmax), and the total."""
+    if sass is None:
+        return "not available here (no nvdisasm)"
+    tc = sorted(k for k in sass if k.startswith("UTC") and k.endswith("MMA"))
+    if tc:
+        keys = (*tc, "UTCBAR", "UTCCP", "LDTM", "UTMALDG", "UTMASTG", "SYNCS", "BAR", "STG", "STS", *extra)
+    else:
+        mma = "QGMMA" if sass.get("QGMMA") else "HGMMA"
+        keys = (mma, "UTMALDG", "UTMASTG", "SYNCS", "BAR", "STG", "STS", "WARPGROUP", "USETMAXREG", *extra)
+    return ", ".join(f"{k} {sass.get(k, 0)}" for k in keys) + f"  ({sum(sass.values())} instructions)"
+
+
+def launch_ms(backend, launch, first_s: float, iters: int, rep: dict) -> float:
+    """Milliseconds of one launch of ``launch`` (already run once, taking ``first_s`` seconds of
+    host wall time): on a GPU the median of ``iters`` launches by CUDA events after 3 warm-up
+    launches; on the emulator the first run's wall time, and its adversarial seed (if any) in
+    ``rep["chaos"]`` so the run can be replayed."""
+    if backend.name == "cuda":
+        for _ in range(3):
+            launch()
+        backend.synchronize()
+        times = sorted(backend.time_launches(launch, max(iters, 1)))
+        return times[len(times) // 2]
+    seed = (getattr(backend, "last_launch", None) or {}).get("chaos")
+    if seed is not None:
+        rep["chaos"] = seed         # the emulator's adversarial-mode seed (replay with it)
+    return first_s * 1e3
