@@ -179,7 +179,9 @@ def test_warp_specialized_short_global_scratch_is_reported():
     _, meta = fixture("triton_mm_ws")
     emu = Emulator()
     m, n, k = 128, 64, 64
-    vals = {"a_ptr": emu.alloc(m * k * 2), "b_ptr": emu.alloc(n * k * 2), "c_ptr": emu.alloc(m * n * 4), "M": m,
+    # A and B defined (zeros): the emulator's initcheck would stop at their first TMA load otherwise
+    vals = {"a_ptr": emu.to_device(np.zeros(m * k, np.float16)), "b_ptr": emu.to_device(np.zeros(n * k, np.float16)),
+            "c_ptr": emu.alloc(m * n * 4), "M": m,
             "N": n, "K": k, "num_programs": 2, "global_scratch": emu.alloc(meta["global_scratch_size"]),
             "profile_scratch": 0}
     with pytest.raises(MemoryAccessError, match=r"past the end(.|\n)*tensormap.cp_fenceproxy(.|\n)*CTA \(1, 0, 0\)"):
