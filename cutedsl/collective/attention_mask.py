@@ -198,14 +198,7 @@ class AttentionMask:
         from ..atom.fragment_rows import row_half, row_position
 
         def one(x, b, i):
-            ok = ((bits[b][row_half(i)] >> row_position(i)) & 1).ne(0)
-            if keep is not None:
-                extra = keep(b, i)
-                if extra is False:
-                    return F._f32(NEG_INF)
-                if extra is not True:
-                    ok = ok & extra
-            return V.select(ok, x, F._f32(NEG_INF))
+            return _kept(((bits[b][row_half(i)] >> row_position(i)) & 1).ne(0), x, keep, b, i)
         # row by row in bit order: the tests of one mask word sit together for R2P
         out = {(b, i): one(s.get(b, i), b, i) for b in range(s.m_blocks)
                for i in sorted(range(s.regs), key=lambda i: (row_half(i), row_position(i)))}
@@ -223,18 +216,24 @@ class AttentionMask:
             ok = c < hi
             if self.local:
                 ok = ok & (c >= lo)
-            if keep is not None:
-                extra = keep(b, i)
-                if extra is False:
-                    return F._f32(NEG_INF)
-                if extra is not True:
-                    ok = ok & extra
-            return V.select(ok, x, F._f32(NEG_INF))
+            return _kept(ok, x, keep, b, i)
         return s.map_regs(one)
 
 
 __all__ = ["AttentionMask", "BlockRange", "bits_below", "bits_from", "unbounded", "ROW_BITS"]
 
+
+
+def _kept(ok, x, keep, b, i):
+    """IR: score ``x`` where the band test ``ok`` (i1) and a mask_mod's ``keep(b, i)`` (IR i1 or
+    a Python bool; None: no mask_mod) hold, else ``-inf``."""
+    if keep is not None:
+        extra = keep(b, i)
+        if extra is False:
+            return F._f32(NEG_INF)
+        if extra is not True:
+            ok = ok & extra
+    return V.select(ok, x, F._f32(NEG_INF))
 
 def sequence_bounds(args, batch, varlen: bool) -> tuple:
     """IR: ``(q_start, k_start, seqlen_q, seqlen_k)`` of sequence ``batch``: its first query and
