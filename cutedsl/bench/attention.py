@@ -84,18 +84,25 @@ def _sdpa(sweep, sets, causal):
     return out
 
 
-def _reference(sweep, sets, causal):
-    """``(refs per SDPA prefix, output to check against or None)``: SDPA on a GPU with torch;
-    the float64 reference on the host (numpy); nothing with another library (cupy)."""
+def reference_for(sweep, sets, causal, sdpa, host):
+    """``(refs per SDPA prefix, output to check against or None)`` of a forward or backward set:
+    ``sdpa(sweep, sets, causal)`` with torch (its ``"ref"`` entry's output is checked against);
+    ``host(sets, causal)``, the float64 reference, on the host (numpy); nothing with another
+    library (cupy)."""
     lib = sweep.lib
     if lib.name == "torch":
-        refs = _sdpa(sweep, sets, causal)
+        refs = sdpa(sweep, sets, causal)
         first = refs.get("ref")
         return refs, first[1] if isinstance(first, tuple) else None
     if lib.device_resident:
         return {p: "torch is needed for SDPA" for p, _, _ in SDPA}, None
+    return {}, host(sets, causal)
+
+
+def _reference(sweep, sets, causal):
+    """The forward's :func:`reference_for`: SDPA's O, or the float64 reference's."""
     from ..device.attention_reference import attention_reference
-    return {}, attention_reference(*sets[0], causal=causal)[0]
+    return reference_for(sweep, sets, causal, _sdpa, lambda s, c: attention_reference(*s[0], causal=c)[0])
 
 
 def run_attention_set(sweep, set_name: str, cfgs: list) -> dict:

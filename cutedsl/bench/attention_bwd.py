@@ -16,7 +16,7 @@ the emulator against :func:`~cutedsl.device.attention_reference.attention_backwa
 """
 from __future__ import annotations
 
-from .attention import SDPA, configs as forward_configs, record_times
+from .attention import SDPA, configs as forward_configs, record_times, reference_for
 from .timing import median
 
 #: random operands per input set (q, k, v, dout) and the tensors of that size a set holds for
@@ -80,18 +80,14 @@ def _sdpa(sweep, sets, causal):
 
 
 def reference(sweep, sets, causal):
-    """``(refs per SDPA prefix, (dq, dk, dv) to check against or None)``: SDPA's backward on a
-    GPU with torch; the float64 reference on the host (numpy); nothing with another library."""
-    lib = sweep.lib
-    if lib.name == "torch":
-        refs = _sdpa(sweep, sets, causal)
-        first = refs.get("ref")
-        return refs, first[1] if isinstance(first, tuple) else None
-    if lib.device_resident:
-        return {p: "torch is needed for SDPA" for p, _, _ in SDPA}, None
+    """The backward's :func:`~.attention.reference_for`: SDPA's ``(dq, dk, dv)``, or the float64
+    reference's."""
     from ..device.attention_reference import attention_backward_reference
-    q, k, v, do = sets[0]
-    return {}, attention_backward_reference(do, q, k, v, causal=causal)
+
+    def host(s, c):
+        q, k, v, do = s[0]
+        return attention_backward_reference(do, q, k, v, causal=c)
+    return reference_for(sweep, sets, causal, _sdpa, host)
 
 
 def one(sweep, cfg, sets, causal, ref0, row):
