@@ -128,8 +128,8 @@ class Lease:
         return 0 if all(r["status"] in ("ok", "skipped") for r in self.records) else 1
 
     def _step(self, step: Step, later) -> dict:
-        left = self.deadline - time.time()
-        rec = {"step": step.name, "left_s": round(left, 1), "min_s": step.min_s}
+        left = round(self.deadline - time.time(), 1)      # the record and the message say the same
+        rec = {"step": step.name, "left_s": left, "min_s": step.min_s}
         cmd, extra = self.command(step.name, 0)
         if cmd is None:
             return rec | {"status": "skipped", "why": extra}
