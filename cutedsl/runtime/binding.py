@@ -149,7 +149,9 @@ def launch(kernel, grid, *, backend="auto", **args):
     16-byte pitch, and -- when writable -- copied back into it after the launch, since the
     kernel may store through any map; a ``DeviceArray`` or
     a torch/cupy/DLPack CUDA array: used in place, obeying TMA's rules); a ``ptr`` parameter a
-    device array (or numpy, copied in, and back when declared ``output``); a scalar a number.
+    device array (or numpy, copied in only: a compiled kernel's parameters do not say which
+    pointers are outputs, so pass a device array for a pointer the kernel writes); a scalar a
+    number.
     ``backend``: a name (``"auto"``, ``"cuda"``, ``"sim"``) or a backend object.
 
     Raises ``ArgumentError`` for a missing or unknown parameter name, a grid that is not three
