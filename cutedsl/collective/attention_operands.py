@@ -100,18 +100,20 @@ class AttentionOperands:
         return self.pv_tiles * self.d_boxes * self.traits.mn_box_bytes
 
     # -- IR ------------------------------------------------------------------------
-    def bind(self, smem, args, leader) -> BoundAttentionOperands:
+    def bind(self, smem, args, leader, init: bool = True) -> BoundAttentionOperands:
         """Tensor-map atoms and barriers; initialises the barriers where ``leader`` holds (the
-        caller follows with a CTA barrier)."""
+        caller follows with a CTA barrier) unless ``init`` is False (a role binding again what
+        the set-up initialised)."""
         specs = {s.param: s for s in self.tensor_maps()}
         tma = {n: TmaCopy(specs[n], getattr(args, n)) for n in OPERANDS}
         q_bar = MBarriers(smem.barriers("q_full"), 1)
         pipes = [TmaPipeline(MBarriers(smem.barriers(f"{n}_full"), self.stages), nbytes,
                              MBarriers(smem.barriers(f"{n}_empty"), self.stages), consumers=self.consumer_warps)
                  for n, nbytes in (("k", self.k_bytes), ("v", self.v_bytes))]
-        q_bar.init(0, 1, predicate=leader)
-        for p in pipes:
-            p.init(leader)
+        if init:
+            q_bar.init(0, 1, predicate=leader)
+            for p in pipes:
+                p.init(leader)
         return BoundAttentionOperands(smem, tma, q_bar, *pipes)
 
     @staticmethod

@@ -48,6 +48,7 @@ from ..collective.attention_mainloop import UnitContext
 from ..collective.attention_mask import AttentionMask, sequence_bounds
 from ..collective.attention_operands import AttentionOperands
 from ..collective.attention_softmax import SoftmaxParams
+from ..collective.attention_tmem_correction import RowStats, TmemCorrection
 from ..collective.attention_tmem_epilogue import TmemAttentionEpilogue
 from ..collective.attention_tmem_mainloop import TmemAttentionMainloop
 from ..collective.attention_tmem_softmax import RESCALE_THRESHOLD, RowState, TmemRowSoftmax
@@ -55,7 +56,7 @@ from ..compiler.identity import qualname
 from ..errors import ConfigError, one_of
 from ..ir._lazy import lazy
 from . import attention as hopper
-from .base import Kernel
+from .skeleton import Role, SkeletonKernel
 
 cir = lazy("cutedsl.ir")
 
@@ -66,8 +67,8 @@ Q_TILES = 2                       #: Q tiles per CTA (FlashAttention-4's two sof
 BLOCK_M = Q_TILES * TILE_M        #: query rows per work unit
 BLOCK_N = 128                     #: keys per KV block
 STAGES = 2                        #: K and V ring depth
-SOFTMAX_WARPS, MMA_WARP, PRODUCER_WARP = 8, 8, 9
-WARPS = 12                        #: three whole warpgroups (setmaxnreg is per warpgroup)
+MMA_WARP, PRODUCER_WARP = 12, 13  #: the warps of the last warpgroup that issue the MMAs and load
+WARPS = 16                        #: four whole warpgroups (setmaxnreg is per warpgroup)
 NOT_YET = {256: "two Q tiles (256 x 256), two K and two V stages of 128 x 256 16-bit elements are 384 KiB of shared "
                 "memory (sm_100a has 227 KiB per CTA), and two S and two O regions 768 of the 512 tensor-memory "
                 "columns: a 256-wide head needs one Q tile, one-stage rings or a split V; not built"}
@@ -99,7 +100,7 @@ class Unit:
     rng: object
 
 
-class AttentionFwdSm100Kernel(Kernel):
+class AttentionFwdSm100Kernel(SkeletonKernel):
     """See the module docstring. ``threshold``: the correction threshold (log2 units; 0 rescales
     O whenever a row maximum grows; None: the class's :attr:`THRESHOLD`). Raises ``ConfigError`` for a head dimension or dtype it
     cannot build (:func:`reason`)."""
@@ -140,9 +141,6 @@ class AttentionFwdSm100Kernel(Kernel):
         self.local, self.softcap, self.varlen = bool(local), bool(softcap), bool(varlen)
         self.threshold = float(self.THRESHOLD if threshold is None else threshold)
         self.block_sparse = self.hooks.has_mask     # a mask_mod: the host's block mask lists the KV blocks
-        wt = self.arch.warp_threads
-        self.threads = WARPS * wt
-        self.softmax_threads = SOFTMAX_WARPS * wt
         # K and V slots are released by one tcgen05.commit each
         self.tile_threads = self.arch.warpgroup_threads        # one softmax thread per row of a tile
         self.operands = AttentionOperands(head_dim, BLOCK_M, BLOCK_N, STAGES, dtype, self.varlen, consumer_warps=1)
@@ -150,14 +148,13 @@ class AttentionFwdSm100Kernel(Kernel):
         self.softmax = self.softmax_cls(self.softcap, self.threshold, score_mod=self.hooks.score_mod is not None)
         self.mainloop = TmemAttentionMainloop(self.operands, self.mask, self.softmax, self.tile_threads, Q_TILES)
         self.epilogue = TmemAttentionEpilogue(head_dim, dtype, self.tile_threads)
-        #: setmaxnreg budgets from the architecture (Arch.attention_regs): the softmax warpgroups
-        #: get the softmax budget, the MMA / producer warpgroup the "other" one (no correction
-        #: warpgroup: the correction runs in the softmax warps); .maxnreg at launch is what the
-        #: CTA's threads may hold together. (The GEMM's 232 / 40 make ptxas 13.5 fail register
-        #: allocation here: C7600.)
-        self.softmax_regs, _correction, self.other_regs = self.arch.attention_regs
-        self.launch_regs = self.arch.launch_regs(self.threads)
-        assert (Q_TILES * self.softmax_regs + self.other_regs) * self.arch.warpgroup_threads <= self.arch.regs_per_sm
+        self.stats = RowStats(Q_TILES, self.tile_threads)
+        self.correction = TmemCorrection(head_dim, self.mainloop.tmem.o)
+        #: setmaxnreg budgets from the architecture (Arch.attention_regs, FlashAttention-4's):
+        #: softmax, correction, MMA / producer warpgroup; .maxnreg at launch is what the CTA's 512
+        #: threads may hold together (the layout checks the budgets fit the SM's registers).
+        self.launch_regs = self.arch.launch_regs(WARPS * self.arch.warp_threads)
+        self.layout()
 
     def block_mask(self, problem, window=(-1, -1), args=None):
         """Host, block-sparse kernels: the hooks' ``BlockMask`` over this kernel's 256 x 128
@@ -179,78 +176,80 @@ class AttentionFwdSm100Kernel(Kernel):
         return {"arch": self.arch.name, "head_dim": self.head_dim, "dtype": self.dtype, "local": self.local,
                 "softcap": self.softcap, "varlen": self.varlen, "threshold": self.threshold,
                 "block": [BLOCK_M, BLOCK_N], "q_tiles": Q_TILES, "stages": STAGES,
-                "setmaxnreg": [self.softmax_regs, self.other_regs], "class": qualname(type(self)),
+                "setmaxnreg": list(self.arch.attention_regs), "class": qualname(type(self)),
                 "mask": qualname(self.mask_cls), "softmax": qualname(self.softmax_cls), "hooks": self.hooks.identity()}
 
-    # -- IR ------------------------------------------------------------------------------------
-    def define(self):
-        from ..atom.sync import warpgroup_reg_alloc, warpgroup_reg_dealloc
-        from ..ir import If, KernelBuilder, SmemPlan, thread_idx
-        from ..ir.values import warp_uniform
-        plan = SmemPlan(limit=self.arch.smem_per_cta)
+    # -- plan (skeleton) --------------------------------------------------------------------
+    def roles(self) -> tuple:
+        """Two softmax warpgroups, the correction warpgroup, the MMA / producer warpgroup, with
+        FlashAttention-4's ``setmaxnreg`` budgets (:attr:`~cutedsl.arch.Arch.attention_regs`)."""
+        soft, corr, other = self.arch.attention_regs
+        return (Role.warpgroups("softmax", Q_TILES, regs=soft), Role.warpgroups("correction", 1, regs=corr),
+                Role.warpgroups("mma", 1, regs=other))
+
+    #: the budget-lowering warpgroups' branches first (their ``setmaxnreg.dec`` frees what the
+    #: softmax warpgroups' ``.inc`` waits for)
+    dispatch_order = ("mma", "correction", "softmax")
+
+    @property
+    def launch_registers(self) -> int:
+        return self.launch_regs
+
+    def declare_smem(self, plan, stages=None) -> None:
         self.operands.plan(plan)
         self.mainloop.plan(plan)
-        kb = KernelBuilder(self.name, self.params(), block=(self.threads, 1, 1), arch=self.arch,
-                           max_registers=self.launch_regs)
-        wt = self.arch.warp_threads
-        with kb.build() as args:
-            groups = plan.barrier_groups()       # the barriers' static symbols, shared by both sides
-            warp = warp_uniform(thread_idx() // wt)
-            # setmaxnreg first, then everything else inside each warpgroup's branch: a value
-            # computed before setmaxnreg.dec and used after it (barrier addresses, the TMEM
-            # address) is spilled -- ptxas 13.5 put 9 local loads into the MMA loop
-            with If(warp >= SOFTMAX_WARPS):
-                warpgroup_reg_dealloc(self.other_regs)
-                self.role(plan.bind(groups), args, softmax=False)
-            with If(warp < SOFTMAX_WARPS):
-                warpgroup_reg_alloc(self.softmax_regs)
-                self.role(plan.bind(groups), args, softmax=True)
-        return kb, plan.dynamic_bytes, self.operands.tensor_maps()
 
-    def role(self, smem, args, softmax: bool) -> None:
-        """One side of the CTA after its ``setmaxnreg``: the softmax warpgroups (``softmax``; thread
-        0 initialises the barriers and prefetches the tensor maps) or the MMA / producer
-        warpgroup (the MMA warp allocates and frees the tensor memory). Both sides meet at the
-        CTA barrier after the set-up and at the one before the deallocation."""
-        from mlir.dialects import gpu
-        from ..atom.tcgen05 import TensorMemory
-        from ..ir import If, block_idx, thread_idx
-        from ..ir.smem_tile import static_word
-        from ..ir.values import warp_uniform
-        wt = self.arch.warp_threads
-        tid = thread_idx()
-        leader = tid.eq(0)                       # a softmax thread: predicated off on the other side
-        warp = warp_uniform(tid // wt)
+    def tensor_maps(self) -> list:
+        return self.operands.tensor_maps()
+
+    # -- IR hooks ---------------------------------------------------------------------------
+    def setup(self, b) -> None:
+        """Thread 0 initialises every barrier and prefetches the tensor maps; the MMA warp
+        allocates the tensor memory."""
+        ops = self.operands.bind(b.smem, b.args, b.leader)
+        self.mainloop.init(self.mainloop.bind(b.smem), b.leader)
+        self.operands.prefetch(ops, predicate=b.leader)
+        self.alloc_tensor_memory(b, self.mainloop.tmem.columns, warp=MMA_WARP)
+
+    def _role_context(self, b):
+        """What a role needs, made after its ``setmaxnreg`` (a value made before it and used after
+        it is kept -- or spilled -- across: ptxas 13.5 put local loads into the MMA loop): the
+        shared memory bound again, the hand-off barriers, the TMEM address, the work unit."""
+        from ..ir import block_idx
+        smem = b.smem.rebind()
         qb, head, batch = (cir.i32(block_idx(d)) for d in ("x", "y", "z"))
-        ops = self.operands.bind(smem, args, leader)
-        bars = self.mainloop.bind(smem, leader)
-        tmem = TensorMemory(static_word("tmem_address"), self.mainloop.tmem.columns)
-        if softmax:
-            self.operands.prefetch(ops, predicate=leader)
-        else:
-            with If(warp.eq(MMA_WARP)):
-                tmem.alloc()
-                tmem.relinquish()
-        TensorMemory.fence_before()
-        gpu.barrier()                            # barrier inits and the TMEM address are visible
-        TensorMemory.fence_after()
-        u = self.unit(args, qb, head, batch)
-        if softmax:
-            with If(u.live):
-                self.softmax_warps(bars, tmem.address(), args, batch, head, u, warp // self.arch.warps_per_warpgroup)
-        else:
-            # the MMA warp not inside a branch on ``live``: there ptxas treats its loop as
-            # possibly divergent and moves every descriptor to uniform registers per MMA
-            with If(warp.eq(MMA_WARP)):
-                self.mainloop.mma_loop(ops, bars, tmem.address(), cir.select(u.live, u.rng.count, cir.i32(0)), u.live)
-            with If(u.live & warp.eq(PRODUCER_WARP) & (tid % wt).eq(0)):
-                self.producer(ops, args, batch, head, u.m0 + u.q_start, u.k_start, u.rng)
-        TensorMemory.fence_before()
-        gpu.barrier()                            # every tensor-memory access is done
-        if not softmax:
-            with If(warp.eq(MMA_WARP)):
-                TensorMemory.fence_after()
-                tmem.dealloc(tmem.address())
+        return smem, self.mainloop.bind(smem), b.tmem.address(), (qb, head, batch)
+
+    def role_softmax(self, b, g) -> None:
+        """Softmax warpgroup ``g`` (IR i32): Q tile ``g``'s rows."""
+        smem, bars, taddr, (qb, head, batch) = self._role_context(b)
+        u = self.unit(b.args, qb, head, batch)
+        with cir.If(u.live):
+            self.softmax_warps(bars, taddr, b.args, batch, head, u, g)
+
+    def role_correction(self, b, index) -> None:
+        """The correction warpgroup: O's rescaling per block, then both tiles' epilogues."""
+        smem, bars, taddr, (qb, head, batch) = self._role_context(b)
+        u = self.unit(b.args, qb, head, batch)
+        with cir.If(u.live):
+            self.correction_warps(bars, taddr, b.args, batch, head, u)
+
+    def role_mma(self, b, index) -> None:
+        """Warp 12 issues the MMAs, lane 0 of warp 13 loads; warps 14 and 15 idle (setmaxnreg
+        is per warpgroup)."""
+        from ..ir import thread_idx
+        from ..ir.values import warp_uniform
+        smem, bars, taddr, (qb, head, batch) = self._role_context(b)
+        ops = self.operands.bind(smem, b.args, None, init=False)
+        u = self.unit(b.args, qb, head, batch)
+        tid = thread_idx()
+        warp = warp_uniform(tid // self.arch.warp_threads)
+        # the MMA warp not inside a branch on ``live``: there ptxas treats its loop as
+        # possibly divergent and moves every descriptor to uniform registers per MMA
+        with cir.If(warp.eq(MMA_WARP)):
+            self.mainloop.mma_loop(ops, bars, taddr, cir.select(u.live, u.rng.count, cir.i32(0)), u.live)
+        with cir.If(u.live & warp.eq(PRODUCER_WARP) & (tid % self.arch.warp_threads).eq(0)):
+            self.producer(ops, b.args, batch, head, u.m0 + u.q_start, u.k_start, u.rng)
 
     def unit(self, args, qb, head, batch) -> Unit:
         """The work unit of CTA ``(qb, head, batch)``: its sequence (varlen: from the
@@ -302,18 +301,30 @@ class AttentionFwdSm100Kernel(Kernel):
                 st, n = RowState.from_carry(carried), carried[2]
                 v = hi - 1 - cir.i32(it)
                 j = rng.block(v, masked) if self.block_sparse else v
-                st = ml.softmax_block(bars, taddr, ctx, st, n, j, masked, g)
+                st = ml.softmax_block(bars, self.stats, taddr, ctx, st, n, j, masked, g)
                 loop.next(*(st.carry() + [n + 1]))
             res = list(loop.results)
             state, n = RowState.from_carry(res), res[2]
-        ml.finish(bars, rng.count, g)
         inv, lse = self.softmax.finalize_row(state, args.exp_scale)
+        self.stats.put(g, RowStats.INV, inv)         # the correction warpgroup stores O and the LSE
+        self.stats.put(g, RowStats.LSE, lse)
+        bars.stats_full.arrive(g)
+
+    def correction_warps(self, bars, taddr, args, batch, head, u: Unit) -> None:
+        """The correction warpgroup (thread ``t``: row ``t`` of each tile): every block's
+        rescaling of O (:class:`~cutedsl.collective.attention_tmem_correction.TmemCorrection`),
+        then per tile O times ``1 / l`` and the LSE to global memory."""
+        count = u.rng.count
+        self.correction.loop(bars, self.stats, taddr, count)
         if self.varlen:
-            o_row0, lse_base = q_start, head * args.total_q + q_start
+            o_row0, lse_base = u.q_start, head * args.total_q + u.q_start
         else:
-            o_row0, lse_base = batch * seqlen_q, (batch * args.heads + head) * seqlen_q
-        rows = EpilogueRows(o_row0, lse_base, head, args.heads, row0, seqlen_q)
-        self.epilogue.store(ml.tile_address(taddr, ml.tmem.o, g), rng.count, inv, lse, rows, args.o, args.lse)
+            o_row0, lse_base = batch * u.seqlen_q, (batch * args.heads + head) * u.seqlen_q
+        for g in range(Q_TILES):
+            inv, lse = self.correction.final(bars, self.stats, count, g)
+            rows = EpilogueRows(o_row0, lse_base, head, args.heads, u.m0 + g * TILE_M, u.seqlen_q)
+            self.epilogue.store(self.mainloop.tile_address(taddr, self.mainloop.tmem.o, g), count, inv, lse, rows,
+                                args.o, args.lse)
 
 
 __all__ = ["AttentionFwdSm100Kernel", "HEAD_DIMS", "DTYPES", "BLOCK_M", "BLOCK_N", "TILE_M", "Q_TILES", "reason"]
