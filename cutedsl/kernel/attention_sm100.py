@@ -206,9 +206,14 @@ class AttentionFwdSm100Kernel(SkeletonKernel):
     def setup(self, b) -> None:
         """Thread 0 initialises every barrier and prefetches the tensor maps; the MMA warp
         allocates the tensor memory."""
-        ops = self.operands.bind(b.smem, b.args, b.leader)
-        self.mainloop.init(self.mainloop.bind(b.smem), b.leader)
-        self.operands.prefetch(ops, predicate=b.leader)
+        # inside a branch, not predicated at the kernel entry: the barrier addresses made here
+        # then do not dominate the roles' own, and no role keeps (or spills) them across its
+        # setmaxnreg -- each rematerialises its static addresses after it
+        with cir.If(b.leader):
+            ops = self.operands.bind(b.smem, b.args, None)      # its init ends with fence.mbarrier_init
+            self.mainloop.init(self.mainloop.bind(b.smem), None)
+            self.operands.prefetch(ops)
+        b.init_fenced = True
         self.alloc_tensor_memory(b, self.mainloop.tmem.columns, warp=MMA_WARP)
 
     def _role_context(self, b):
@@ -236,20 +241,25 @@ class AttentionFwdSm100Kernel(SkeletonKernel):
 
     def role_mma(self, b, index) -> None:
         """Warp 12 issues the MMAs, lane 0 of warp 13 loads; warps 14 and 15 idle (setmaxnreg
-        is per warpgroup)."""
+        is per warpgroup). Each warp makes its own context inside its branch: values shared by
+        the two branches were kept in uniform registers through the MMA loop and spilled."""
         from ..ir import thread_idx
         from ..ir.values import warp_uniform
-        smem, bars, taddr, (qb, head, batch) = self._role_context(b)
-        ops = self.operands.bind(smem, b.args, None, init=False)
-        u = self.unit(b.args, qb, head, batch)
         tid = thread_idx()
         warp = warp_uniform(tid // self.arch.warp_threads)
         # the MMA warp not inside a branch on ``live``: there ptxas treats its loop as
         # possibly divergent and moves every descriptor to uniform registers per MMA
         with cir.If(warp.eq(MMA_WARP)):
+            smem, bars, taddr, (qb, head, batch) = self._role_context(b)
+            ops = self.operands.bind(smem, b.args, None, init=False)
+            u = self.unit(b.args, qb, head, batch)
             self.mainloop.mma_loop(ops, bars, taddr, cir.select(u.live, u.rng.count, cir.i32(0)), u.live)
-        with cir.If(u.live & warp.eq(PRODUCER_WARP) & (tid % self.arch.warp_threads).eq(0)):
-            self.producer(ops, b.args, batch, head, u.m0 + u.q_start, u.k_start, u.rng)
+        with cir.If(warp.eq(PRODUCER_WARP) & (tid % self.arch.warp_threads).eq(0)):
+            smem, bars, taddr, (qb, head, batch) = self._role_context(b)
+            ops = self.operands.bind(smem, b.args, None, init=False)
+            u = self.unit(b.args, qb, head, batch)
+            with cir.If(u.live):
+                self.producer(ops, b.args, batch, head, u.m0 + u.q_start, u.k_start, u.rng)
 
     def unit(self, args, qb, head, batch) -> Unit:
         """The work unit of CTA ``(qb, head, batch)``: its sequence (varlen: from the
