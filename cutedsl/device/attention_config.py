@@ -51,7 +51,11 @@ class AttentionConfig(KernelConfig):
     O), ``overlap`` (FlashAttention-3's intra-warpgroup overlap of softmax and ``P V``),
     ``pingpong`` (the two MMA warpgroups take turns issuing GEMMs; needs ``overlap``), ``arch``
     (``"sm_90a"``), ``score_mod`` / ``mask_mod`` (FlexAttention hooks: callables or
-    ``ScoreMod`` / ``MaskMod`` instances, see the module docstring). Raises ``ConfigTypeError``
+    ``ScoreMod`` / ``MaskMod`` instances, see the module docstring), ``exp2_poly`` (sm_100a: how
+    many of each row's 128 exponentials per KV block run as a polynomial on the FMA pipes instead
+    of MUFU.EX2 -- FlashAttention-4's software exp2, :mod:`cutedsl.ir.fexp2`, relative error
+    1.0e-4; an even int 0..128, 0 = all on MUFU; None: the kernel's default, 24 on sm_100a, 0 on
+    sm_90a, which has no such path). Raises ``ConfigTypeError``
     for a non-int head dimension or non-bool flag, ``ConfigError`` naming the field for values
     the kernel cannot build, ``HookError`` for a hook of the wrong kind or signature and
     ``ConfigError`` for a hook parameter named like a kernel parameter or a call option."""
@@ -62,6 +66,7 @@ class AttentionConfig(KernelConfig):
     arch: str = "sm_90a"
     score_mod: object = None
     mask_mod: object = None
+    exp2_poly: int | None = None
     FAMILY = "attention"
     FRONT_END = "cutedsl.device.attention:Attention"
 
@@ -71,12 +76,21 @@ class AttentionConfig(KernelConfig):
         for name in ("overlap", "pingpong"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigTypeError(f"AttentionConfig {name} must be a bool, got {getattr(self, name)!r}")
+        e = self.exp2_poly
+        if e is not None and (isinstance(e, bool) or not isinstance(e, int)):
+            raise ConfigTypeError(f"AttentionConfig exp2_poly must be an int or None, got {type(e).__name__}")
         if self.arch not in ARCHS:
             raise ConfigError(f"AttentionConfig arch must be one of {ARCHS} (the attention kernels are built for "
                               f"Hopper's WGMMA and Blackwell's tcgen05), got {self.arch!r}")
         why = _kernel_cls(self.arch).reason(self.head_dim, self.dtype, self.overlap, self.pingpong)
         if why:
             raise ConfigError(f"AttentionConfig: {why}")
+        if e:
+            why = (f"exp2_poly={e}: the polynomial exp2 is built for sm_100a (the FlashAttention-4-style kernel), "
+                   f"not {self.arch}: leave exp2_poly at None or 0") if self.arch != "sm_100a" else \
+                _kernel_cls(self.arch).exp2_poly_reason(e)
+            if why:
+                raise ConfigError(f"AttentionConfig: {why}")
         from ..kernel.attention import hooks_reason
         why = hooks_reason(self.hooks(), CALL_OPTIONS)
         if why:
@@ -91,7 +105,7 @@ class AttentionConfig(KernelConfig):
         """The fields as JSON; a hook is its code identity (``AttentionHooks.identity``), which
         :meth:`from_dict` cannot turn back into code."""
         out = KernelConfig.to_dict(attrs.evolve(self, score_mod=None, mask_mod=None))
-        out = {k: v for k, v in out.items() if k not in HOOK_FIELDS}
+        out = {k: v for k, v in out.items() if k not in HOOK_FIELDS and not (k == "exp2_poly" and v is None)}
         out.update(self.hooks().identity())          # keys "score_mod" / "mask_mod", where set
         return out
 
@@ -146,7 +160,7 @@ class AttentionConfig(KernelConfig):
         cls = kernel_cls or _kernel_cls(self.arch)
         if self.arch == "sm_100a":
             return cls(self.head_dim, self.dtype, local=local, softcap=softcap, varlen=varlen, arch=self.arch,
-                       hooks=self.hooks())
+                       hooks=self.hooks(), exp2_poly=self.exp2_poly)
         return cls(self.head_dim, self.dtype, local=local, causal=causal, softcap=softcap, varlen=varlen,
                    overlap=self.overlap, pingpong=self.pingpong, arch=self.arch, hooks=self.hooks())
 

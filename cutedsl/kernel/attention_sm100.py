@@ -111,6 +111,8 @@ class AttentionFwdSm100Kernel(SkeletonKernel):
     softmax_cls = TmemRowSoftmax
     HEAD_DIMS, DTYPES, BLOCK_M, BLOCK_N = HEAD_DIMS, DTYPES, BLOCK_M, BLOCK_N
     THRESHOLD = RESCALE_THRESHOLD     #: FlashAttention-4's correction threshold (a subclass may change it)
+    #: exponentials per row and KV block on the FMA pipes by default (FlashAttention-4: 23 of 128)
+    EXP2_POLY = 24
 
     # the host contract is the Hopper kernel's: the same parameters, maps and scalars
     params = hopper.AttentionFwdKernel.params
@@ -121,11 +123,22 @@ class AttentionFwdSm100Kernel(SkeletonKernel):
     def reason(cls, head_dim, dtype, overlap=True, pingpong=True) -> str | None:
         return reason(head_dim, dtype)
 
+    @classmethod
+    def exp2_poly_reason(cls, exp2_poly) -> str | None:
+        """Why ``exp2_poly`` (exponentials per row and KV block on the FMA pipes) cannot be built."""
+        if isinstance(exp2_poly, bool) or not isinstance(exp2_poly, int) or exp2_poly % 2 \
+                or not 0 <= exp2_poly <= BLOCK_N:
+            return (f"exp2_poly must be an even int in 0..{BLOCK_N} (exponentials of a row's {BLOCK_N}-key block "
+                    f"evaluated in pairs by the polynomial; 0: all on MUFU), got {exp2_poly!r}")
+        return None
+
     def __init__(self, head_dim: int = 128, dtype: str = "bf16", *, local: bool = False, softcap: bool = False,
-                 varlen: bool = False, arch="sm_100a", threshold: float | None = None, hooks=None):
-        why = reason(head_dim, dtype)
+                 varlen: bool = False, arch="sm_100a", threshold: float | None = None, hooks=None,
+                 exp2_poly: int | None = None):
+        why = reason(head_dim, dtype) or self.exp2_poly_reason(self.EXP2_POLY if exp2_poly is None else exp2_poly)
         if why:
             raise ConfigError(f"{type(self).__name__}: {why}")
+        self.exp2_poly = self.EXP2_POLY if exp2_poly is None else exp2_poly
         self.hooks = hooks if isinstance(hooks, AttentionHooks) else AttentionHooks() if hooks is None else None
         if self.hooks is None:
             raise ConfigError(f"{type(self).__name__}: hooks must be an AttentionHooks, got {type(hooks).__name__}")
@@ -145,7 +158,8 @@ class AttentionFwdSm100Kernel(SkeletonKernel):
         self.tile_threads = self.arch.warpgroup_threads        # one softmax thread per row of a tile
         self.operands = AttentionOperands(head_dim, BLOCK_M, BLOCK_N, STAGES, dtype, self.varlen, consumer_warps=1)
         self.mask = self.mask_cls(BLOCK_M, BLOCK_N, self.local)
-        self.softmax = self.softmax_cls(self.softcap, self.threshold, score_mod=self.hooks.score_mod is not None)
+        self.softmax = self.softmax_cls(self.softcap, self.threshold, score_mod=self.hooks.score_mod is not None,
+                                        exp2_poly=self.exp2_poly)
         self.mainloop = TmemAttentionMainloop(self.operands, self.mask, self.softmax, self.tile_threads, Q_TILES)
         self.epilogue = TmemAttentionEpilogue(head_dim, dtype, self.tile_threads)
         self.stats = RowStats(Q_TILES, self.tile_threads)
@@ -174,7 +188,7 @@ class AttentionFwdSm100Kernel(SkeletonKernel):
 
     def config(self) -> dict:
         return {"arch": self.arch.name, "head_dim": self.head_dim, "dtype": self.dtype, "local": self.local,
-                "softcap": self.softcap, "varlen": self.varlen, "threshold": self.threshold,
+                "softcap": self.softcap, "varlen": self.varlen, "threshold": self.threshold, "exp2_poly": self.exp2_poly,
                 "block": [BLOCK_M, BLOCK_N], "q_tiles": Q_TILES, "stages": STAGES,
                 "setmaxnreg": list(self.arch.attention_regs), "class": qualname(type(self)),
                 "mask": qualname(self.mask_cls), "softmax": qualname(self.softmax_cls), "hooks": self.hooks.identity()}
