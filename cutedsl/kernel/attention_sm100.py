@@ -69,6 +69,10 @@ BLOCK_N = 128                     #: keys per KV block
 STAGES = 2                        #: K and V ring depth
 MMA_WARP, PRODUCER_WARP = 12, 13  #: the warps of the last warpgroup that issue the MMAs and load
 WARPS = 16                        #: four whole warpgroups (setmaxnreg is per warpgroup)
+#: role branch order per head dimension (spills measured with ptxas 13.5, bytes stored / loaded):
+#: 128 -- 4 / 12 (loaded outside the loops; mma, correction, softmax: 8 / 28; softmax first: 8 / 8);
+#: 64 -- 0 / 0 (mma, softmax, correction: 16 / 40)
+DISPATCH_ORDER = {128: ("mma", "softmax", "correction"), 64: ("mma", "correction", "softmax")}
 NOT_YET = {256: "two Q tiles (256 x 256), two K and two V stages of 128 x 256 16-bit elements are 384 KiB of shared "
                 "memory (sm_100a has 227 KiB per CTA), and two S and two O regions 768 of the 512 tensor-memory "
                 "columns: a 256-wide head needs one Q tile, one-stage rings or a split V; not built"}
@@ -201,12 +205,14 @@ class AttentionFwdSm100Kernel(SkeletonKernel):
         return (Role.warpgroups("softmax", Q_TILES, regs=soft), Role.warpgroups("correction", 1, regs=corr),
                 Role.warpgroups("mma", 1, regs=other))
 
-    #: the order of the role branches in the code (not in time: each warpgroup runs one). ptxas
-    #: 13.5 hoists values several roles compute alike (barrier addresses, ``-seqlen_k``) above
-    #: the dispatch and keeps them live through the branches before their last user, each under
-    #: its own setmaxnreg budget; this order measured the fewest spills at head dim 128 (4 B stored,
-    #: 12 B loaded, none in a loop; 8 / 28 with the correction before the softmax, 12 / 60 with it first)
-    dispatch_order = ("mma", "softmax", "correction")
+    @property
+    def dispatch_order(self) -> tuple:
+        """The order of the role branches in the code (not in time: each warpgroup runs one).
+        ptxas 13.5 hoists values several roles compute alike (barrier addresses, ``-seqlen_k``)
+        above the dispatch and keeps them live through the branches before their last user, each
+        under its own setmaxnreg budget; :data:`DISPATCH_ORDER` holds the order that measured the
+        fewest spills per head dimension."""
+        return DISPATCH_ORDER[self.head_dim]
 
     @property
     def launch_registers(self) -> int:
