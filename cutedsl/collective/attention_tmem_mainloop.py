@@ -1,31 +1,34 @@
 """The main loop of a FlashAttention-4-style forward on sm_100a: S, P and O in tensor memory,
 two Q tiles per CTA (FlashAttention-4's "2 Q tiles": ``q_tiles`` x 128 query rows).
 
-Three roles walk the KV blocks of one work unit (``count`` blocks, visited downwards as on Hopper):
+Four roles walk the KV blocks of one work unit (``count`` blocks, visited downwards as on Hopper):
 
 * **the MMA warp** (:meth:`TmemAttentionMainloop.mma_loop`; an elected lane issues every
   ``tcgen05.mma``) interleaves the tiles so that the tensor core works on one tile while the
   other tile's softmax runs: ``S_0(0) S_1(0)``, then per block ``j >= 1``: for each tile ``g``,
-  wait ``p_full[g]`` (block ``j - 1``), ``O_g += P_g V_{j-1}`` (**A = P read from tensor memory**,
+  wait ``p_full[g]`` and ``o_ready[g]`` (block ``j - 1``), ``O_g += P_g V_{j-1}`` (**A = P read from tensor memory**,
   :meth:`~cutedsl.atom.tcgen05.Umma.mma_tmem_a`; commit ``o_full[g]``), then ``S_g(j) = Q_g
   K_j^T`` (commit ``s_full[g]``); K's slot is released after both tiles' S, V's after both P V;
   after the loop the last block's P V of each tile. While softmax ``g`` works on ``S_g(j)``,
   the tensor core runs the other tile's ``P V`` and ``S``;
 * **the softmax warpgroups** (:meth:`TmemAttentionMainloop.softmax_block`; warpgroup ``g`` owns
   tile ``g``, thread ``t`` = row ``t`` = TMEM lane ``t``): wait ``s_full[g]``, ``tcgen05.ld``
-  the row of S (+ ``wait::ld``), mask, online softmax
-  (:class:`~cutedsl.collective.attention_tmem_softmax.TmemRowSoftmax`); wait ``o_full[g]`` of the
-  previous block (its ``P V`` read the P columns and wrote O), rescale O in tensor memory where
-  the reference maximum moved (the *correction*: ``tcgen05.ld``, multiply, ``tcgen05.st``;
-  skipped by a warp none of whose rows moved), store P as 16-bit pairs over the first half of
-  S's columns (FlashAttention-4's P aliasing S; ``tcgen05.st`` + ``wait::st``), then
-  ``tcgen05.fence::before_thread_sync`` and an arrive on ``p_full[g]``.
+  the row of S (32-column loads, one ``wait::ld``), mask, online softmax
+  (:class:`~cutedsl.collective.attention_tmem_softmax.TmemRowSoftmax`); from the second block on,
+  the row's correction factor to shared memory and an arrive on ``corr_full[g]`` for the
+  correction warpgroup (:mod:`~cutedsl.collective.attention_tmem_correction`); P stored as
+  16-bit pairs over the first half of S's columns (FlashAttention-4's P aliasing S;
+  ``tcgen05.st`` + ``wait::st``), then ``tcgen05.fence::before_thread_sync`` and an arrive on
+  ``p_full[g]``;
+* **the correction warpgroup** rescales ``O_g`` after the previous ``P V`` (``o_full[g]``) and
+  arrives on ``o_ready[g]``, which the MMA warp waits for (with ``p_full[g]``) before ``O_g += P_g V``.
 
-P over S is safe: the softmax stores P only after its own ``wait::ld`` of S, and the MMA that
-next writes S (``S_g(j)``) is issued by the same thread after the ``P V`` that reads P, and
-``tcgen05.mma`` operations of one thread execute in issue order (PTX ISA 9.7.16.6.4.3,
-"pipelined tcgen05 instructions"; the emulator models each issuing thread as one in-order
-agent).
+P over S is safe: S of block ``j`` (whose completion ``s_full`` reports) was issued after the ``P
+V`` of block ``j - 1`` that read the P columns, and a ``tcgen05.commit`` tracks the completion of
+every earlier ``tcgen05.mma`` of its thread (PTX ISA 9.7.16.6.4.2 / 9.7.16.6.4.4); the MMA that
+next writes S is issued by the same thread after the ``P V`` that reads P, and ``tcgen05.mma``
+operations of one thread execute in issue order (PTX ISA 9.7.16.6.4.3, "pipelined tcgen05
+instructions"; the emulator models each issuing thread as one in-order agent).
 
 Every hand-off is an mbarrier (``tcgen05.commit`` -> wait, or arrive -> wait) with the tcgen05
 fences around it (PTX ISA 9.7.16.6.4 "memory consistency of tcgen05": ``fence::after_thread_sync``

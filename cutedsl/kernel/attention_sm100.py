@@ -1,27 +1,38 @@
 """FlashAttention-4-style attention forward on Blackwell (sm_100a): S, P and O in tensor memory,
-two Q tiles per CTA, one warp issuing every ``tcgen05.mma``, softmax at one thread per row --
-composed from the library's atoms and collectives, sharing the Hopper kernel's operands, masks,
-score transform and host parameters (no subclass of it, nor of a GEMM).
+two Q tiles per CTA, one warp issuing every ``tcgen05.mma``, softmax at one thread per row, a
+separate correction warpgroup -- on the warp-specialized skeleton
+(:class:`~cutedsl.kernel.skeleton.SkeletonKernel`), composed from the library's atoms and
+collectives, sharing the Hopper kernel's operands, masks, score transform and host parameters (no
+subclass of it, nor of a GEMM).
 
 One CTA per work unit ``(query block of 256 rows, head, batch)`` (grid ``(ceil(seqlen_q / 256),
-heads, batch)``), twelve warps (384 threads, three warpgroups):
+heads, batch)``), sixteen warps (512 threads, four warpgroups; FlashAttention-4's ``setmaxnreg``
+budgets, :attr:`~cutedsl.arch.Arch.attention_regs`: 184 / 80 / 64, .maxnreg 128 at launch):
 
-* warpgroups 0 and 1, the softmax warpgroups (``setmaxnreg.inc`` to the architecture's consumer
-  budget, :attr:`~cutedsl.arch.Arch.attention_regs`): warpgroup ``g`` owns Q tile ``g`` (rows ``128 g ..``), thread ``t`` its row ``t``
-  (TMEM lane ``t``); per KV block it reads S, masks, runs the online softmax, corrects O where
-  the row maximum moved past FlashAttention-4's threshold and writes P back over S
+* warpgroups 0 and 1, the softmax warpgroups (role ``softmax``, 184 registers): warpgroup ``g``
+  owns Q tile ``g`` (rows ``128 g ..``), thread ``t`` its row ``t`` (TMEM lane ``t``); per KV block
+  it reads S, masks, runs the online softmax (a share of the exponentials by the FMA-pipe
+  polynomial, ``exp2_poly``: :mod:`cutedsl.ir.fexp2`), hands the row's correction factor to the
+  correction warpgroup and writes P back over S
   (:meth:`~cutedsl.collective.attention_tmem_mainloop.TmemAttentionMainloop.softmax_block`);
-  then the epilogue (:class:`~cutedsl.collective.attention_tmem_epilogue.TmemAttentionEpilogue`).
-  There is no separate correction warpgroup: the correction runs in these warps, only in a warp
-  with a moved row;
-* warpgroup 2 (``setmaxnreg.dec`` to the "other" budget): warp 8, the MMA warp, allocates the
-  tensor memory (two S/P and two O regions: 512 columns at head dim 128) and issues both tiles'
-  ``S = Q K^T`` and ``O += P V`` (A = P from tensor memory), interleaved so that the tensor core
-  runs one tile's MMAs while the other's softmax works
-  (:meth:`~cutedsl.collective.attention_tmem_mainloop.TmemAttentionMainloop.mma_loop`); warp 9,
+  at the end ``1 / l`` and the LSE;
+* warpgroup 2, the correction warpgroup (role ``correction``, 80 registers): per block and tile
+  it rescales O in tensor memory where a row's maximum moved past FlashAttention-4's threshold
+  (only in a warp with such a row), before the next ``P V``, then stores O times ``1 / l`` and the
+  LSE (:class:`~cutedsl.collective.attention_tmem_correction.TmemCorrection`,
+  :class:`~cutedsl.collective.attention_tmem_epilogue.TmemAttentionEpilogue`);
+* warpgroup 3 (role ``mma``, 64 registers): warp 12, the MMA warp, allocates the tensor memory
+  (two S/P and two O regions: 512 columns at head dim 128) and issues both tiles' ``S = Q K^T``
+  and ``O += P V`` (A = P from tensor memory), interleaved so that the tensor core runs one
+  tile's MMAs while the other's softmax works
+  (:meth:`~cutedsl.collective.attention_tmem_mainloop.TmemAttentionMainloop.mma_loop`); warp 13,
   the producer: one thread loads Q (256 rows) once, then K and V of every KV block the mask
   leaves, each through its own ring (:class:`~cutedsl.collective.attention_operands.AttentionOperands`);
-  warps 10 and 11 only complete the warpgroup ``setmaxnreg`` needs.
+  warps 14 and 15 only complete the warpgroup ``setmaxnreg`` needs.
+
+Thread 0 initialises every barrier inside its own branch and each role binds its shared memory,
+barriers and work unit after its ``setmaxnreg`` (a value made before it and used after it is kept
+across -- or spilled: see :data:`DISPATCH_ORDER`).
 
 Both tiles visit the same KV blocks (the mask's block range of the 256 rows); a row of tile 0
 with no key in a block the range keeps for tile 1 sees an all-masked block, which the online
