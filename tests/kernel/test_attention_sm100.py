@@ -1,10 +1,12 @@
-"""The FlashAttention-4-style forward on sm_100a (cutedsl/kernel/attention_sm100.py, two Q tiles of
-128 rows per CTA): the real
-compiled sm_100a PTX on the emulator (race checks on, no opt-out; eager and adversarial through the
-``sim`` fixture) against the float64 reference -- ragged lengths (1, 77, 200, 300; seqlen_q !=
-seqlen_k), causal / window / softcap, GQA, both head dimensions, f16 and bf16, varlen; the stale
-maximum of the correction step (scores that grow block after block, both thresholds); what the
-PTX holds (A = P from tensor memory, tcgen05.ld/st each waited for); and the refusals."""
+"""The FlashAttention-4-style forward on sm_100a (cutedsl/kernel/attention_sm100.py: two Q tiles of
+128 rows per CTA, 512 threads with a separate correction warpgroup, a share of the exponentials by
+the FMA-pipe polynomial): the real compiled sm_100a PTX on the emulator (race checks on, no opt-out;
+eager and adversarial through the ``sim`` fixture) against the float64 reference -- ragged lengths
+(1, 77, 200, 300; seqlen_q != seqlen_k), causal / window / softcap, GQA, both head dimensions, f16
+and bf16, varlen; the stale maximum of the correction step (scores that grow block after block,
+both thresholds); the polynomial's effect on O; what the PTX and SASS hold (A = P from tensor
+memory, tcgen05.ld/st each waited for, the roles' register budgets, instruction counts per KV
+block); and the refusals."""
 import ml_dtypes
 import numpy as np
 import pytest
