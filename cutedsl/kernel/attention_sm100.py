@@ -117,8 +117,10 @@ class Unit:
 
 class AttentionFwdSm100Kernel(SkeletonKernel):
     """See the module docstring. ``threshold``: the correction threshold (log2 units; 0 rescales
-    O whenever a row maximum grows; None: the class's :attr:`THRESHOLD`). Raises ``ConfigError`` for a head dimension or dtype it
-    cannot build (:func:`reason`)."""
+    O whenever a row maximum grows; None: the class's :attr:`THRESHOLD`). ``exp2_poly``: how many
+    of a row's 128 exponentials per KV block the polynomial evaluates on the FMA pipes (an even int
+    0..128; None: :attr:`EXP2_POLY`). Raises ``ConfigError`` for a head dimension or dtype it
+    cannot build (:func:`reason`) or a bad ``exp2_poly`` (:meth:`exp2_poly_reason`)."""
 
     name = "attention_fwd_sm100"
     mma_atom = "tcgen05"
