@@ -165,30 +165,26 @@ class AttentionOperandsFp8(AttentionOperands):
         d4s = self.head_dim // UNIT
         groups = STEP // UNIT                                   # 4-column groups of one 32-key step
         units = (self.block_n // STEP) * groups * d4s
-        for i in range(-(-units // self.transposers)):
-            u = V.i32(thread).unsigned() + i * self.transposers
-
-            def one(u=u):
-                d4, rest = u % d4s, u // d4s
-                g, step = rest % groups, rest // groups
-                # V^T columns 16h + 4q .. +3 hold keys 16h + 2q + {0, 1, 8, 9} (K_PERMUTATION)
-                half, quad = g // UNIT, g % UNIT
-                key0 = step * STEP + 16 * half + 2 * quad
-                box, col = d4 // (RAW_BOX // UNIT), (d4 % (RAW_BOX // UNIT)) * UNIT
-                base = raw0 + V.i64(box * raw_stage + col)
-                rows = [_lds(base + V.i64((key0 + k) * RAW_BOX)) for k in UNIT_KEYS]
-                cols = transpose4x4(rows)
-                key = step * STEP + UNIT * g                       # V^T column of the first key
-                kt, kc = key // t.k_tile, key % t.k_tile
-                for j in range(UNIT):
-                    d = d4 * UNIT + j
-                    off = S.swizzle_offset(d * t.k_box + kc, t.swizzle)
-                    _sts(vt0 + V.i64(kt * vt_stage + off), cols[j])
-            if (i + 1) * self.transposers <= units:
-                one()
-            else:
-                with cir.If(u < units):
-                    one()
+        # a runtime loop (not unrolled): each unit's addresses are a few shifts and masks of the
+        # counter, where an unrolled body would keep every unit's addresses live (spills at 40 registers)
+        loop = cir.Loop(V.i32(thread), units, step=self.transposers, counter="i32")
+        for u in loop:
+            u = V.i32(u).unsigned()
+            d4, rest = u % d4s, u // d4s
+            g, step = rest % groups, rest // groups
+            # V^T columns 16h + 4q .. +3 hold keys 16h + 2q + {0, 1, 8, 9} (K_PERMUTATION)
+            half, quad = g // UNIT, g % UNIT
+            key0 = step * STEP + 16 * half + 2 * quad
+            box, col = d4 // (RAW_BOX // UNIT), (d4 % (RAW_BOX // UNIT)) * UNIT
+            base = raw0 + V.i64(box * raw_stage + col)
+            rows = [_lds(base + V.i64((key0 + k) * RAW_BOX)) for k in UNIT_KEYS]
+            cols = transpose4x4(rows)
+            key = step * STEP + UNIT * g                       # V^T column of the first key
+            kt, kc = key // t.k_tile, key % t.k_tile
+            for j in range(UNIT):
+                off = S.swizzle_offset((d4 * UNIT + j) * t.k_box + kc, t.swizzle)
+                _sts(vt0 + V.i64(kt * vt_stage + off), cols[j])
+            loop.next()
         fence_proxy_async()
         ops.vraw_pipe.consumer_release(state)
         ops.v_pipe.producer_commit(state)
