@@ -118,3 +118,25 @@ def test_fp8_config_and_call_errors(sim):
         Attention(AttentionConfig(head_dim=64), sim)(b, b, b, q_descale=2.0)
     with pytest.raises(ArgumentTypeError, match="built for e4m3: use AttentionConfig\\(dtype='bf16'\\)"):
         attn(b, b, b)
+
+
+def test_fp8_sass_head_dim_128():
+    """ptxas' code (docs/measurements.md): 0 spills, setmaxnreg 24 / 240, per 128-key block of the
+    unmasked loop of one MMA warpgroup 8 QGMMA.64x128x32 (4 for S, 4 for P V), FlashAttention-3's
+    softmax mix (66 MUFU, 68 FMNMX, 4 SHFL: P takes no quad exchange in the permuted order), 32 F2FP
+    (two e4m3 per cvt); the transposers' loop: 4 LDS, 8 PRMT, 4 STS per 16 bytes of V."""
+    import collections
+    from cutedsl.compiler.sass_loops import loops
+    from cutedsl.compiler.toolchain import sass
+    from cutedsl.kernel.attention_fp8 import AttentionFwdFp8Kernel
+    ck = AttentionFwdFp8Kernel(128, "e4m3").compile()
+    assert ck.resources.spill_stores == 0 and ck.resources.spill_loads == 0
+    text = sass(ck.cubin)
+    assert sorted(int(ln.split()[-2].rstrip(";"), 16) for ln in text.splitlines() if "USETMAXREG" in ln) == [24, 240]
+    assert {ln.split()[1] for ln in text.splitlines() if "QGMMA" in ln} == {"QGMMA.64x128x32.F32.E4M3.E4M3"}
+    counts = [collections.Counter(ops) | {"total": len(ops)} for _, _, ops in loops(text)]
+    h = next(c for c in counts if c["QGMMA"] == 8)
+    assert (h["MUFU"], h["FMNMX"], h["SHFL"], h["F2FP"], h["PRMT"]) == (66, 68, 4, 32, 0), h
+    assert h["total"] <= 470, h["total"]           # 465 with ptxas 13.5 (bf16: 457)
+    t = next(c for c in counts if c["STS"])
+    assert (t["LDS"], t["PRMT"], t["STS"], t["QGMMA"]) == (4, 8, 4, 0), t
