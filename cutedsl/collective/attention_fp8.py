@@ -102,7 +102,8 @@ class AttentionOperandsFp8(AttentionOperands):
 
     def tensor_maps(self) -> list:
         q, k, _v = super().tensor_maps()
-        return [q, k, TensorMapSpec("v", self.traits.tma_dtype, self.lead + (self.block_n, RAW_BOX), swizzle=0)]
+        # V's boxes unswizzled: the transposers address its rows directly
+        return [q, k, TensorMapSpec("v", self.traits.tma_dtype, self.lead + (self.block_n, RAW_BOX))]
 
     def plan(self, plan) -> None:
         t, sw = self.traits, self.traits.swizzle
