@@ -111,6 +111,8 @@ class AttentionFwdKernel(Kernel):
     mask_cls = AttentionMask
     softmax_cls = OnlineSoftmax
     HEAD_DIMS, DTYPES, BLOCK_M, BLOCK_N = HEAD_DIMS, DTYPES, BLOCK_M, BLOCK_N
+    BLOCK_N_FOR, PRODUCER_REGS, MMA_REGS = BLOCK_N_FOR, PRODUCER_REGS, MMA_REGS
+    O_DTYPE, O_TMA = None, True         #: O's type (None: the inputs') and whether dense O is a TMA store
 
     @classmethod
     def reason(cls, head_dim, dtype, overlap=True, pingpong=True) -> str | None:
@@ -118,8 +120,8 @@ class AttentionFwdKernel(Kernel):
         why = head_dim_reason(head_dim)
         if why:
             return why
-        if dtype not in DTYPES:
-            return f"dtype must be {one_of(DTYPES)} (P is an f16/bf16 register A operand), got {dtype!r}"
+        if dtype not in cls.DTYPES:
+            return f"dtype must be {one_of(cls.DTYPES)} (P is an f16/bf16 register A operand), got {dtype!r}"
         if pingpong and not overlap:
             return "pingpong=True needs overlap=True (the warpgroups take turns at the overlapped GEMM issue points)"
         return None
@@ -152,16 +154,22 @@ class AttentionFwdKernel(Kernel):
         wg = self.arch.warpgroup_threads
         # plan, then build each collective once
         self.threads = wg * (MMA_WARPGROUPS + 1)
-        self.block_n = BLOCK_N_FOR.get(head_dim, BLOCK_N)
-        self.operands = AttentionOperands(padded_head_dim(head_dim), BLOCK_M, self.block_n, STAGES, dtype, self.varlen,
-                                          consumer_warps=MMA_WARPGROUPS * self.arch.warps_per_warpgroup)
+        self.block_n = self.BLOCK_N_FOR.get(head_dim, BLOCK_N)
+        self.o_dtype = self.O_DTYPE or dtype
+        padded = padded_head_dim(head_dim, self.traits.k_tile)
+        self.operands = self.make_operands(padded)
         self.mask = self.mask_cls(BLOCK_M, self.block_n, self.local, self.causal)
         self.softmax = self.softmax_cls(self.softcap, score_mod=self.hooks.score_mod is not None)
         self.block_sparse = self.hooks.has_mask
         self.mainloop = AttentionMainloop(self.operands, self.mask, self.softmax, self.overlap, self.pingpong,
                                           MMA_WARPGROUPS, wg)
-        self.epilogue = AttentionEpilogue(head_dim, dtype, wg, tma=not self.varlen,
-                                          padded=padded_head_dim(head_dim))
+        self.epilogue = AttentionEpilogue(head_dim, self.o_dtype, wg, tma=self.O_TMA and not self.varlen,
+                                          padded=padded)
+
+    def make_operands(self, head_dim: int):
+        """The operands collective for the padded ``head_dim``."""
+        return AttentionOperands(head_dim, BLOCK_M, self.block_n, STAGES, self.dtype, self.varlen,
+                                 consumer_warps=MMA_WARPGROUPS * self.arch.warps_per_warpgroup)
 
     def config(self) -> dict:
         return {"arch": self.arch.name, "head_dim": self.head_dim, "dtype": self.dtype, "local": self.local,
@@ -174,7 +182,7 @@ class AttentionFwdKernel(Kernel):
     def params(self) -> list:
         ps = [Param("q", "tensormap"), Param("k", "tensormap"), Param("v", "tensormap"),
               Param("o", "tensormap") if getattr(self.epilogue, "tma", False) else
-              Param("o", "ptr", dtype=self.dtype, output=True),
+              Param("o", "ptr", dtype=self.o_dtype, output=True),
               Param("lse", "ptr", dtype="f32", output=True),
               Param("seqlen_q", "i32"), Param("seqlen_k", "i32"), Param("heads", "i32"), Param("group", "i32"),
               Param("exp_scale", "f32")]
@@ -258,17 +266,22 @@ class AttentionFwdKernel(Kernel):
                     rng = self.mask.block_range(m0, seqlen_q, seqlen_k, left, right)
                 wg = tid // wg_threads
                 with If(wg.eq(MMA_WARPGROUPS)):
-                    warpgroup_reg_dealloc(PRODUCER_REGS)
-                    with If((tid % wg_threads).eq(0)):
-                        self.producer(ops, args, batch, head, m0 + q_start, k_start, rng)
+                    warpgroup_reg_dealloc(self.PRODUCER_REGS)
+                    self.producer_role(ops, args, batch, head, m0 + q_start, k_start, rng, tid % wg_threads)
                 with If(wg < MMA_WARPGROUPS):
-                    warpgroup_reg_alloc(MMA_REGS)
+                    warpgroup_reg_alloc(self.MMA_REGS)
                     self.consumer(ops, args, batch, head, cir.i32(wg), m0, q_start, seqlen_q, seqlen_k,
                                   left, right, rng)
         return kb, plan.dynamic_bytes, self.operands.tensor_maps() + self.epilogue.tensor_maps()
 
     def _lead(self, batch, head) -> tuple:
         return (head,) if self.varlen else (batch, head)
+
+    def producer_role(self, ops, args, batch, head, q_row, k_start, rng, thread) -> None:
+        """The producer warpgroup (``thread``: its thread index): thread 0 loads."""
+        from ..ir import If
+        with If(thread.eq(0)):
+            self.producer(ops, args, batch, head, q_row, k_start, rng)
 
     def producer(self, ops, args, batch, head, q_row, k_start, rng) -> None:
         """One thread: Q once, then K and V of blocks ``n_max - 1`` down to ``n_min``."""
@@ -310,12 +323,17 @@ class AttentionFwdKernel(Kernel):
         o = Accumulator(res[:zero.m_blocks], zero.n)
         sm = SoftmaxState.from_carry(res[zero.m_blocks:], zero.m_blocks)
         inv, lse = self.softmax.finalize(sm, args.exp_scale)
+        inv = self.output_scale(inv, args)
         if self.varlen:
             o_row0, lse_base = q_start, head * args.total_q + q_start
         else:
             o_row0, lse_base = batch * seqlen_q, (batch * args.heads + head) * seqlen_q
         rows = EpilogueRows(o_row0, lse_base, head, args.heads, row0, seqlen_q, batch, wg)
         self.epilogue.store(o, inv, lse, rows, args.o, args.lse, ops.smem)
+
+    def output_scale(self, inv, args):
+        """The per-row factors O is multiplied by (``inv[b][h]``: 1 / row sum)."""
+        return inv
 
 
 __all__ = ["AttentionFwdKernel", "HEAD_DIMS", "DTYPES", "BLOCK_M", "BLOCK_N", "BLOCK_N_FOR", "OWN_PARAMS", "padded_head_dim", "head_dim_reason",
