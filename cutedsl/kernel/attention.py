@@ -159,6 +159,9 @@ class AttentionFwdKernel(SkeletonKernel):
                               f"one problem; pad the sequences to a dense batch (with a mask_mod for the padding)")
         self.arch = get_arch(arch or DEFAULT)
         self.arch.require(self.mma_atom, type(self).__name__)
+        if self.arch.attention_wgmma_regs is None:
+            raise ConfigError(f"{type(self).__name__}: {self.arch.name} gives no attention_wgmma_regs (the MMA and "
+                              f"producer warpgroups' setmaxnreg budgets); set them on its Arch")
         self.head_dim, self.dtype = head_dim, dtype
         if causal and not local:
             raise ConfigError(f"{type(self).__name__}: causal=True is a local band whose left edge is unbounded: "
@@ -180,6 +183,7 @@ class AttentionFwdKernel(SkeletonKernel):
                                           MMA_WARPGROUPS, wg)
         self.epilogue = AttentionEpilogue(head_dim, dtype, wg, tma=not self.varlen,
                                           padded=padded_head_dim(head_dim))
+        self.layout()                           # the roles' budget checks, before any IR
 
     def config(self) -> dict:
         return {"arch": self.arch.name, "head_dim": self.head_dim, "dtype": self.dtype, "local": self.local,
@@ -305,10 +309,12 @@ class AttentionFwdKernel(SkeletonKernel):
         return self.mask.block_range(b.m0, b.seqlen_q, b.seqlen_k, b.left, b.right)
 
     def role_producer(self, b, index) -> None:
+        """The producer warpgroup: its first thread issues every load (:meth:`producer`)."""
         with cir.If((b.tid % self.arch.warpgroup_threads).eq(0)):
             self.producer(b.ops, b.args, b.unit.batch, b.unit.head, b.m0 + b.q_start, b.k_start, b.blocks)
 
     def role_mma(self, b, wg) -> None:
+        """MMA warpgroup ``wg`` (0 or 1, i32): query rows ``m0 + 64 wg ..`` (:meth:`consumer`)."""
         self.consumer(b.ops, b.args, b.unit.batch, b.unit.head, cir.i32(wg), b.m0, b.q_start, b.seqlen_q,
                       b.seqlen_k, b.left, b.right, b.blocks)
 

@@ -247,3 +247,9 @@ def test_on_the_skeleton_with_the_operand_loader():
     other = attrs.evolve(SM90A, attention_wgmma_regs=(232, 40))
     ptx = " ".join(AttentionFwdKernel(64, "bf16", arch=other).compile(use_cache=False).ptx.split())
     assert re.findall(r"setmaxnreg\.(\w+)\.sync\.aligned\.u32 (\d+);", ptx) == [("dec", "40"), ("inc", "232")]
+    # budgets the SM cannot hold, or none, are refused when the kernel is made
+    from cutedsl.errors import ConfigError
+    with pytest.raises(ConfigError, match="role register budgets need 68608 registers, past the 65536"):
+        AttentionFwdKernel(64, arch=attrs.evolve(SM90A, attention_wgmma_regs=(256, 24)))
+    with pytest.raises(ConfigError, match="sm_90a gives no attention_wgmma_regs"):
+        AttentionFwdKernel(64, arch=attrs.evolve(SM90A, attention_wgmma_regs=None))
