@@ -113,17 +113,19 @@ class AttentionOperands:
         return self.loader.rings["v"].tx_bytes
 
     # -- IR ------------------------------------------------------------------------
-    def bind(self, smem, args, leader) -> BoundAttentionOperands:
-        """Tensor-map atoms and pipelines; initialises the barriers where ``leader`` holds (the K
-        and V pipelines each emit ``fence.mbarrier_init``, which covers Q's barrier initialised
-        before them; the caller follows with a CTA barrier)."""
+    def bind(self, smem, args, leader, init: bool = True) -> BoundAttentionOperands:
+        """Tensor-map atoms and pipelines; with ``init``, initialises the barriers where ``leader``
+        holds (the K and V pipelines each emit ``fence.mbarrier_init``, which covers Q's barrier
+        initialised before them; the caller follows with a CTA barrier). ``init=False`` only
+        binds: a role that binds again, after the barrier, what set-up initialised."""
         ld = self.loader
         bound = ld.bind(smem, args)
         q = ld.pipeline(smem, "q")
         k, v = (ld.pipeline(smem, n, consumers=self.consumer_warps) for n in ("k", "v"))
-        q.full.init_all(1, predicate=leader)
-        k.init(leader)
-        v.init(leader)
+        if init:
+            q.full.init_all(1, predicate=leader)
+            k.init(leader)
+            v.init(leader)
         return BoundAttentionOperands(smem, bound, q, k, v)
 
     @staticmethod
