@@ -26,9 +26,9 @@ import attrs
 from ..atom.fp8_fragment import K_PERMUTATION, STEP, prmt
 from ..atom.mbarrier import MBarriers
 from ..atom.sync import fence_proxy_async
-from ..compiler.artifact import TensorMapSpec
 from ..ir._lazy import lazy
 from .attention_operands import AttentionOperands, BoundAttentionOperands
+from .loader import OperandLoader, TmaOperand, TmaRing
 from .pipeline import TmaPipeline
 
 ir, llvm = lazy("mlir.ir"), lazy("mlir.dialects.llvm")
@@ -88,7 +88,9 @@ def transpose4x4(words):
 class AttentionOperandsFp8(AttentionOperands):
     """e4m3 Q, K, V of the forward (see the module): ``head_dim`` a multiple of 128 (the 8-bit
     K tile; smaller head dims are padded by TMA's zero fill), ``block_n`` a multiple of 128,
-    ``transposers`` producer threads transposing V."""
+    ``transposers`` producer threads transposing V. The loader's rings are ``q``, ``k`` and
+    ``vraw`` (operand ``v_raw`` over the ``v`` tensor map: one unswizzled ``[block_n x 128]``
+    tile per box); V^T's buffer ``v`` and its barriers are this collective's own."""
 
     def __init__(self, head_dim: int, block_m: int, block_n: int, stages: int, dtype: str, varlen: bool,
                  consumer_warps: int, transposers: int):
@@ -99,58 +101,45 @@ class AttentionOperandsFp8(AttentionOperands):
                              f"of the {t.k_tile}-element K tile")
         self.transposers = transposers
         self.raw_boxes = head_dim // RAW_BOX
-
-    def tensor_maps(self) -> list:
-        q, k, _v = super().tensor_maps()
+        q, k = (self.loader.rings[n] for n in ("q", "k"))
         # V's boxes unswizzled: the transposers address its rows directly
-        return [q, k, TensorMapSpec("v", self.traits.tma_dtype, self.lead + (self.block_n, RAW_BOX))]
-
-    def plan(self, plan) -> None:
-        t, sw = self.traits, self.traits.swizzle
-        plan.buffer("q", (self.block_m, t.k_box), t.storage, self.d_tiles, swizzle=sw, major="K")
-        plan.buffer("k", (self.block_n, t.k_box), t.storage, self.stages * self.d_tiles, swizzle=sw, major="K")
-        plan.buffer("v_raw", (self.block_n, RAW_BOX), t.storage, self.stages * self.raw_boxes)
-        plan.buffer("v", (self.head_dim, t.k_box), t.storage, self.stages * self.pv_tiles, swizzle=sw, major="K")
-        plan.barriers("q_full", 1)
-        for n in ("k", "v", "vraw"):
-            plan.barriers(f"{n}_full", self.stages)
-            plan.barriers(f"{n}_empty", self.stages)
+        raw = TmaOperand("v_raw", t.storage, block_n, head_dim, box_cols=RAW_BOX, lead=len(self.lead),
+                         param="v", tma_dtype=t.tma_dtype, tiles=self.raw_boxes)
+        self.loader = OperandLoader(q, k, TmaRing("vraw", (raw,), stages))
 
     @property
     def v_bytes(self) -> int:
-        return self.block_n * self.head_dim
+        return self.loader.rings["vraw"].tx_bytes
 
-    def bind(self, smem, args, leader) -> BoundFp8Operands:
-        from ..atom.tma import TmaCopy
-        specs = {s.param: s for s in self.tensor_maps()}
-        tma = {n: TmaCopy(specs[n], getattr(args, n)) for n in ("q", "k", "v")}
-        q_bar = MBarriers(smem.barriers("q_full"), 1)
+    def plan(self, plan) -> None:
+        """The loader's rings, then V^T: ``stages x pv_tiles`` K-major tiles ``[head_dim x k_box]``
+        and its ``v_full`` / ``v_empty`` barriers."""
+        t = self.traits
+        self.loader.plan(plan)
+        plan.buffer("v", (self.head_dim, t.k_box), t.storage, self.stages * self.pv_tiles, swizzle=t.swizzle,
+                    major="K")
+        plan.barriers("v_full", self.stages)
+        plan.barriers("v_empty", self.stages)
 
-        def bars(n):
-            return MBarriers(smem.barriers(f"{n}_full"), self.stages), MBarriers(smem.barriers(f"{n}_empty"), self.stages)
-        kf, ke = bars("k")
-        rf, re_ = bars("vraw")
-        vf, ve = bars("v")
-        k_pipe = TmaPipeline(kf, self.k_bytes, ke, consumers=self.consumer_warps)
-        vraw = TmaPipeline(rf, self.v_bytes, re_, consumers=self.transposers)
-        v_pipe = TransposedPipeline(vf, self.transposers, ve, self.consumer_warps)
-        q_bar.init(0, 1, predicate=leader)
-        for p in (k_pipe, vraw, v_pipe):
-            p.init(leader)
-        return BoundFp8Operands(smem, tma, q_bar, k_pipe, v_pipe, vraw)
+    def bind(self, smem, args, leader, init: bool = True) -> BoundFp8Operands:
+        """As :meth:`AttentionOperands.bind`, with the raw V ring (released by the transposers) and
+        V^T's :class:`TransposedPipeline` (filled by them)."""
+        ld = self.loader
+        q = ld.pipeline(smem, "q")
+        k = ld.pipeline(smem, "k", consumers=self.consumer_warps)
+        vraw = ld.pipeline(smem, "vraw", consumers=self.transposers)
+        v = TransposedPipeline(MBarriers(smem.barriers("v_full"), self.stages), self.transposers,
+                               MBarriers(smem.barriers("v_empty"), self.stages), self.consumer_warps)
+        if init:
+            q.full.init_all(1, predicate=leader)
+            for p in (k, vraw, v):
+                p.init(leader)
+        return BoundFp8Operands(smem, ld.bind(smem, args), q, k, v, vraw)
 
     def load_kv(self, ops: BoundFp8Operands, state, lead: tuple, row0) -> None:
         """Producer thread: K into its ring, V's ``[block_n x 128]`` boxes into the raw ring."""
-        t, s = self.traits, state.index
-        k_pipe, raw = ops.k_pipe, ops.vraw_pipe
-        k_pipe.producer_acquire(state)
-        k_pipe.producer_expect(state)
-        for kt in range(self.d_tiles):
-            ops.tma["k"].load(ops.smem["k"].tile(s * self.d_tiles + kt), k_pipe.full, s, lead + (row0, kt * t.k_box))
-        raw.producer_acquire(state)
-        raw.producer_expect(state)
-        for db in range(self.raw_boxes):
-            ops.tma["v"].load(ops.smem["v_raw"].tile(s * self.raw_boxes + db), raw.full, s, lead + (row0, db * RAW_BOX))
+        self.loader.fill(ops.bound, ops.k_pipe, state, "k", {"k": (row0, 0)}, {"k": lead})
+        self.loader.fill(ops.bound, ops.vraw_pipe, state, "vraw", {"v_raw": (row0, 0)}, {"v_raw": lead})
 
     def transpose(self, ops: BoundFp8Operands, state, thread) -> None:
         """Transposer thread ``thread`` (IR i32 in ``0..transposers-1``): V of slot ``state`` into

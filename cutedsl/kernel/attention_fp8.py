@@ -41,7 +41,6 @@ class AttentionFwdFp8Kernel(AttentionFwdKernel):
     DTYPES = FP8_DTYPES
     HEAD_DIMS = FP8_HEAD_DIMS
     BLOCK_N_FOR = {}                      #: 128 keys for every head dim: one 8-bit K tile of P V
-    PRODUCER_REGS, MMA_REGS = 24, 240
     O_DTYPE, O_TMA = "bf16", False
 
     @classmethod
