@@ -168,6 +168,7 @@ class AttentionFwdSm100Kernel(SkeletonKernel):
         self.arch = get_arch(arch)
         self.arch.require(self.mma_atom, type(self).__name__)
         self.head_dim, self.dtype = head_dim, dtype
+        self.o_dtype = dtype                    # O in the inputs' type (the shared host parameters read it)
         self.local, self.softcap, self.varlen = bool(local), bool(softcap), bool(varlen)
         self.threshold = float(self.THRESHOLD if threshold is None else threshold)
         self.block_sparse = self.hooks.has_mask     # a mask_mod: the host's block mask lists the KV blocks
