@@ -12,9 +12,9 @@ units, masks, online softmax, overlap and ping-pong, GQA, varlen -- is the same 
 * descales (FlashAttention-3's ``q_descale`` / ``k_descale`` / ``v_descale``, per tensor): the
   host folds ``q_descale * k_descale`` into the softmax scale (:meth:`scalar_values`), the
   kernel multiplies O's final ``1 / row sum`` by the ``v_descale`` parameter (f32);
-* register budgets are FlashAttention-3's (producer 24, MMA warpgroups 240): the transposers run a
-  loop of 4 x 4-byte units whose addresses are a few shifts of the counter, and fit (0 spills for
-  head dims 64, 128, 256; an unrolled transpose spilled at 40).
+* register budgets are FlashAttention-3's (producer 24, MMA warpgroups 240): the transposer warps
+  run a loop of ``ldmatrix.trans`` / 4 ``prmt`` / ``stmatrix`` units (16 keys x 32 head-dim bytes
+  per warp) and fit (0 spills for head dims 64, 128, 256).
 
 Parameters: the base kernel's, then ``v_descale`` (f32).
 """
