@@ -180,3 +180,45 @@ def test_fp8_sass(d):
     t = next(c for c in counts if c["LDSM"])           # the smallest such loop: one transposer unit
     assert (t["LDSM"], t["PRMT"], t["STSM"], t["LDS"], t["STS"], t["QGMMA"]) == (1, 4, 1, 0, 0, 0), t
     assert t["total"] <= (22 if d == 128 else 28), t["total"]      # 21 / 27 with ptxas 13.5 (was 50 per 16 B)
+
+
+@pytest.mark.parametrize("case", ["alibi_causal", "document_skip"])
+def test_fp8_flex_hooks(case, rng, sim):
+    """FlexAttention hooks with fp8 inputs and (batch, kv_head) descales, against the float64
+    reference running the hooks on numpy: ALiBi (a score_mod: the scale, times q * k descale, is
+    applied before it) with a causal mask_mod; a document mask whose SKIP blocks (128-key fp8 KV
+    blocks 2, 3) hold NaN in V -- never read, so O stays finite. Tolerance: P's e4m3 rounding
+    (2^-4 relative) on |V| plus O's bf16, as the module's bound without its per-row sums."""
+    from cutedsl.collective.attention_hook_builtins import Alibi, Causal, DocumentMask
+    b, sq, sk = 2, 200, 3 * 128 + 17
+    q, k, v = _qkv(rng, (b, sq, 4, 64), (b, sk, 2, 64))
+    descales = {n: rng.uniform(0.5, 2.0, (b, 2)).astype(np.float32) for n in ("q_descale", "k_descale", "v_descale")}
+    if case == "alibi_causal":
+        cfg, args = dict(score_mod=Alibi(), mask_mod=Causal()), {"alibi_slopes": rng.uniform(0, 0.1, 4).astype(np.float32)}
+        v_clean = v
+    else:
+        docs = np.full((b, sk), 7, np.int32)
+        docs[:, :sq] = np.sort(rng.integers(0, 2, (b, sq)), axis=1)
+        cfg, args = dict(mask_mod=DocumentMask()), {"doc_ids": docs}
+        v_clean = v.copy()
+        v_clean[:, 256:] = 0
+        v[:, 256:] = np.nan
+    attn = Attention(AttentionConfig(head_dim=64, dtype="e4m3", **cfg), sim)
+    o, lse = attn(q, k, v, **args, **descales)
+    assert np.isfinite(o.astype(np.float32)).all()
+    ro, rl = attn.reference(q, k, v_clean, **args, **descales)
+    vmax = np.abs(v_clean.astype(np.float64) * _factor(descales["v_descale"], 2)).max()
+    err = np.abs(o.astype(np.float64) - ro)
+    assert err.max() <= 2 ** -4 * vmax + 2 ** -8 * np.abs(ro).max(), (err.max(), vmax)
+    empty = np.isinf(rl)
+    assert np.array_equal(np.isinf(lse), empty)
+    assert np.allclose(lse[~empty], rl[~empty], rtol=0, atol=1e-4), np.abs(lse[~empty] - rl[~empty]).max()
+    # the hooks and the per-head descales matter: without them the reference is far off
+    plain, _ = attention_reference(q, k, v_clean)
+    assert np.abs(o.astype(np.float64) - plain).max() > 10 * err.max()
+    if case == "document_skip":
+        kern = attn._kernel(attn.config, local=False, softcap=False, varlen=False)
+        from cutedsl.collective.attention_block_mask import SKIP
+        from cutedsl.problem import AttentionProblem
+        kinds = kern.block_mask(AttentionProblem(b, sq, sk, 4, 2, 64), args={"doc_ids": docs}).kind
+        assert kinds.shape[-1] == 4 and np.all(kinds[..., 2:] == SKIP)      # 128-key blocks
