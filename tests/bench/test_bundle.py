@@ -201,6 +201,10 @@ def test_capture_plugin_compiles_gpu_tests_and_keeps_real_failures(tmp_path):
         "    a = np.ones((70, 64), np.float16); b = np.ones((64, 40), np.float16)\n"
         "    Gemm(GemmConfig(stages=2, out_dtype='f16'), CudaBackend())(a, b)\n"
         "    raise AssertionError('not reached: the launch stops the test')\n"
+        "def test_fill():\n"
+        "    from cutedsl.runtime.cuda import CudaBackend\n"
+        "    be = CudaBackend(); be.memset(be.alloc(8), 1, 8)\n"
+        "    raise AssertionError('not reached: a device fill stops the test, as a launch does')\n"
         "def test_broken():\n"
         "    assert 1 == 2\n")
     cache = tmp_path / "cache"
@@ -208,7 +212,7 @@ def test_capture_plugin_compiles_gpu_tests_and_keeps_real_failures(tmp_path):
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "cutedsl.bench.capture", "-p",
                         "no:cacheprovider", "-m", "gpu", str(t)], cwd=tmp_path, env=env, capture_output=True,
                        text=True, timeout=600)
-    assert "1 failed, 1 skipped" in r.stdout, r.stdout + r.stderr
+    assert "1 failed, 2 skipped" in r.stdout, r.stdout + r.stderr
     assert len([p for p in cache.iterdir() if p.is_dir()]) == 1     # the kernel is in the cache
 
 
