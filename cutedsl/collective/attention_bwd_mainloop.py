@@ -7,8 +7,10 @@ Per query block (64 queries; the accumulators are transposed, rows = keys, as Fl
 compute them, so that P^T and dS^T are register A operands):
 
 1. ``S^T = K Q^T`` and ``dP^T = V dO^T`` (SS WGMMA, two commit groups);
-2. while they run, each thread loads the log-sum-exp (times log2 e) and ``D = rowsum(dO * O)``
-   of its 16 query columns (``ld.global``; 0 past the sequence);
+2. while they run, each thread reads the log-sum-exp (times log2 e) and ``D = rowsum(dO * O)``
+   of its 16 query columns from the slot's ``stats`` buffer (8 ``ld.shared.v2.f32`` each; the
+   producer copied them from the preprocess's padded workspace, 0 past the sequence:
+   :meth:`~cutedsl.collective.attention_bwd_operands.AttentionBwdOperands.stat_pair`);
 3. ``P^T = exp2(S^T * scale * log2 e - LSE * log2 e)`` (masked entries ``-inf`` first: the band
    transposed -- key ``j`` keeps queries ``j - shift - right .. j - shift + left`` -- and keys
    past ``seqlen_k``);
@@ -65,10 +67,10 @@ class BwdUnit:
     """One (KV block, query head) of the loop, IR values: ``batch``, ``head`` (the query head),
     ``n_block`` and ``n0`` (its first key within the sequence), ``seqlen_q``, ``seqlen_k``,
     ``left`` / ``right`` (band extents), ``dq_block0`` (the workspace slab of the unit's query
-    block 0: :class:`~cutedsl.collective.attention_bwd_dq.DqStaging` layout), ``lse_base`` (element of LSE / D of
-    the head's query 0), ``heads``, ``exp_scale`` (``softmax_scale * log2 e``), ``sem_base``
-    (deterministic: element of the head's first query-block semaphore), and the kernel's pointer
-    parameters ``lse``, ``dpsum`` (D), ``dq_accum`` (f32 workspace), ``semaphores``."""
+    block 0: :class:`~cutedsl.collective.attention_bwd_dq.DqStaging` layout, also the LSE / D
+    slabs'), ``heads``, ``exp_scale`` (``softmax_scale * log2 e``), ``sem_base`` (deterministic:
+    element of the head's first query-block semaphore), and the kernel's pointer parameters
+    ``dq_accum`` (f32 workspace), ``semaphores``."""
     batch: object
     head: object
     n_block: object
@@ -78,11 +80,8 @@ class BwdUnit:
     left: object
     right: object
     dq_block0: object
-    lse_base: object
     heads: object
     exp_scale: object
-    lse: object
-    dpsum: object
     dq_accum: object
     sem_base: object = None
     semaphores: object = None
@@ -156,18 +155,15 @@ class AttentionBwdMainloop:
         return desc.stage(stage, ops.smem[name].buf.stage_bytes).offset(kt * t.tile_bytes(t.k_tile))
 
     # -- one query block ---------------------------------------------------------------
-    def _columns(self, unit: BwdUnit, ptr, m0, c0, scale=None) -> dict:
-        """``{column offset: value}`` of ``ptr`` (f32, LSE or D) at this thread's query columns
-        (times ``scale``; 0 past the sequence, where the mask zeroes P)."""
-        src = cir.GlobalPtr(ptr, "f32")
+    def _stats(self, ops, stage, which: int, c0) -> dict:
+        """``{column offset: value}`` of slot ``stage``'s LSE * log2 e (``which`` 0) or D (1) at
+        this thread's query columns (``c0 + offset``): the fragment's columns come in adjacent
+        pairs, one ``ld.shared.v2.f32`` each."""
         out = {}
         for i in range(self.s_mma.n // 2):
             off = WgmmaFragment.offset(0, i)[1]
-            if off not in out:
-                q = m0 + c0 + off
-                ok = q < unit.seqlen_q
-                x = src.load(V.select(ok, unit.lse_base + q, V.i32(unit.lse_base)))
-                out[off] = V.select(ok, x * scale if scale is not None else x, F._f32(0.0))
+            if off not in out and off % 2 == 0:
+                out[off], out[off + 1] = self.ops_desc.stat_pair(ops, stage, which, c0 + off)
         return out
 
     def _mask(self, unit: BwdUnit, s: Accumulator, m0, r0, c0) -> Accumulator:
@@ -199,13 +195,13 @@ class AttentionBwdMainloop:
         s = self._issue_t(ops, desc, "k", "q", st)            # S^T = K Q^T
         dp = self._issue_t(ops, desc, "v", "do", st)          # dP^T = V dO^T
         # LSE while the GEMMs run, D only once P is formed: fewer registers live beside dK and dV
-        lse2 = self._columns(unit, unit.lse, m0, c0, LOG2E)
+        lse2 = self._stats(ops, st.index, 0, c0)
         self.s_mma.wait(1)
         s = s.pinned()
         if masked:
             s = self._mask(unit, s, m0, r0, c0)
         p = s.map_regs(lambda x, b, i: F.exp2(F.fma(x, unit.exp_scale, -lse2[WgmmaFragment.offset(b, i)[1]])))
-        dsum = self._columns(unit, unit.dpsum, m0, c0)
+        dsum = self._stats(ops, st.index, 1, c0)
         self.s_mma.wait(0)
         dp = dp.pinned()
         ds = dp.map_regs(lambda x, b, i: p.get(b, i) * (x - dsum[WgmmaFragment.offset(b, i)[1]]))

@@ -7,7 +7,8 @@ batch)``), two warpgroups (256 threads):
 
 * the producer (the last warpgroup; ``setmaxnreg.dec`` to 24): one thread loads K and V of the
   KV block once, then Q and dO of every query block the mask leaves, for each query head of
-  the K/V head's group (GQA), through a ring of stages
+  the K/V head's group (GQA), through a ring of stages, with the block's LSE and D (one 512-byte
+  ``cp.async.bulk`` from the preprocess's padded ``stats`` workspace on the same barrier)
   (:class:`~cutedsl.collective.attention_bwd_operands.AttentionBwdOperands`);
 * the MMA warpgroup (``setmaxnreg.inc`` to 240): per query block ``S^T``, ``dP^T``, ``P^T``,
   ``dS^T``, ``dV += P^T dO``, ``dK += dS^T Q``, ``dQ = dS K`` staged in shared memory and added
@@ -24,7 +25,8 @@ sliding-window band), ``varlen`` (packed sequences), ``deterministic`` (dQ added
 order through per-query-block semaphores). Parameters: ``q``, ``k``, ``v``, ``do`` (tensor
 maps), ``dk``, ``dv`` (``dtype`` outputs), ``dq_accum`` (f32, zeroed, ``(heads, dq_blocks, 64 *
 head_dim)`` slabs in fragment order: :meth:`AttentionBwdKernel.dq_accum_blocks`),
-``lse``, ``dpsum`` (f32, the forward's LSE and ``D``), ``seqlen_q``, ``seqlen_k`` (varlen: the
+``stats`` (f32, ``(heads, dq_blocks, 2, 64)``: per query block the forward's LSE times log2 e,
+then ``D``, 0 past the sequence, written by the preprocess), ``seqlen_q``, ``seqlen_k`` (varlen: the
 maxima), ``heads``, ``group``, ``dq_blocks``, ``exp_scale`` (``softmax_scale * log2 e``), ``softmax_scale``,
 then per variant ``left``, ``right``, ``cu_seqlens_q``, ``cu_seqlens_k``, ``total_q``,
 ``semaphores`` (u32, zeroed, ``batch * heads * ceil(seqlen_q / 64)``).
@@ -112,8 +114,8 @@ class AttentionBwdKernel(Kernel):
     def params(self) -> list:
         ps = [Param(n, "tensormap") for n in ("q", "k", "v", "do")]
         ps += [Param("dk", "ptr", dtype=self.dtype, output=True), Param("dv", "ptr", dtype=self.dtype, output=True),
-               Param("dq_accum", "ptr", dtype="f32", output=True), Param("lse", "ptr", dtype="f32"),
-               Param("dpsum", "ptr", dtype="f32"), Param("seqlen_q", "i32"), Param("seqlen_k", "i32"),
+               Param("dq_accum", "ptr", dtype="f32", output=True), Param("stats", "ptr", dtype="f32"),
+               Param("seqlen_q", "i32"), Param("seqlen_k", "i32"),
                Param("heads", "i32"), Param("group", "i32"), Param("dq_blocks", "i32"), Param("exp_scale", "f32"),
                Param("softmax_scale", "f32")]
         if self.local:
@@ -145,6 +147,11 @@ class AttentionBwdKernel(Kernel):
     def dq_accum_shape(self, problem, total_q: int | None = None) -> tuple:
         """Host: the f32 workspace's shape ``(heads, dq_blocks, 64 * head_dim)``."""
         return (problem.heads, self.dq_accum_blocks(problem, total_q), BLOCK_M * self.head_dim)
+
+    def stats_shape(self, problem, total_q: int | None = None) -> tuple:
+        """Host: the f32 ``stats`` workspace's shape ``(heads, dq_blocks, 2 * 64)`` (the
+        preprocess writes every slab the kernel reads: no zeroing)."""
+        return (problem.heads, self.dq_accum_blocks(problem, total_q), self.operands.stat_elems)
 
     def zero_filled_outputs(self) -> tuple:
         return ("dq_accum",) + (("semaphores",) if self.deterministic else ())
@@ -202,19 +209,27 @@ class AttentionBwdKernel(Kernel):
     def _lead(self, batch, head) -> tuple:
         return (head,) if self.varlen else (batch, head)
 
+    def _slab0(self, args, batch, head, q_start):
+        """The workspace slab (dQ and stats) of query block 0 of (``batch``, ``head``):
+        :meth:`dq_accum_blocks`' layout."""
+        from .attention_bwd_prepost import first_slab
+        return head * args.dq_blocks + first_slab(batch, q_start, args.seqlen_q, self.varlen)
+
     def producer(self, ops, args, batch, kv_head, q_start, k_start, n0, rng) -> None:
-        """One thread: K and V once, then Q and dO of query blocks ``n_min .. n_max - 1`` of
-        ``rng`` for each query head of the group."""
+        """One thread: K and V once, then Q, dO, LSE and D of query blocks ``n_min .. n_max - 1``
+        of ``rng`` for each query head of the group."""
         from ..collective.pipeline import PipelineState
         self.operands.load_kv(ops, self._lead(batch, kv_head), k_start + n0)
         outer = cir.Loop(0, args.group, carry=PipelineState(STAGES).carry())
         for g, c in outer:
             head = kv_head * args.group + cir.i32(g)
+            slab0 = self._slab0(args, batch, head, q_start)
             loop = cir.Loop(0, rng.count, carry=list(c))
             for it, carried in loop:
                 st = PipelineState.from_carry(STAGES, carried)
                 m = rng.n_min + cir.i32(it)
-                self.operands.load_qdo(ops, st, self._lead(batch, head), q_start + m * BLOCK_M)
+                self.operands.load_qdo(ops, st, self._lead(batch, head), q_start + m * BLOCK_M, args.stats,
+                                       slab0 + m)
                 loop.next(*st.advance().carry())
             outer.next(*loop.results)
 
@@ -227,14 +242,9 @@ class AttentionBwdKernel(Kernel):
 
         def unit_of(g):
             head = kv_head * group + g
-            if self.varlen:
-                seq_block0, lse_base = q_start // BLOCK_M + batch, head * args.total_q + q_start
-            else:
-                seq_block0, lse_base = batch * m_blocks, (batch * heads + head) * seqlen_q
             sem = (batch * heads + head) * m_blocks if self.deterministic else None
-            return BwdUnit(batch, head, nb, n0, seqlen_q, seqlen_k, left, right, head * args.dq_blocks + seq_block0,
-                           lse_base, heads,
-                           args.exp_scale, args.lse, args.dpsum, args.dq_accum, sem,
+            return BwdUnit(batch, head, nb, n0, seqlen_q, seqlen_k, left, right,
+                           self._slab0(args, batch, head, q_start), heads, args.exp_scale, args.dq_accum, sem,
                            getattr(args, "semaphores", None))
         self.operands.wait_kv(ops)
         dk, dv = self.mainloop.run(ops, unit_of, group, rng)
