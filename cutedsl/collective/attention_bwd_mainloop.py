@@ -1,7 +1,11 @@
-"""The MMA warpgroup's main loop of a FlashAttention-3-style attention backward (dK/dV kernel): the
-CTA owns one KV block of 64 keys and visits every query block that attends it, for each query
-head sharing its K/V head (GQA), accumulating dK and dV in registers and adding dQ into an f32
-workspace.
+"""The MMA warpgroups' main loop of a FlashAttention-3-style attention backward (dK/dV kernel): the
+CTA owns one KV block of 64 keys per MMA warpgroup (one or two: 64 or 128 keys, as FA3/FA4, each
+warpgroup owning 64 keys x the whole head dimension) and visits every query block that attends it,
+for each query head sharing its K/V head (GQA), accumulating dK and dV in registers and adding dQ
+into an f32 workspace. Two warpgroups share each query block's Q, dO, LSE and D (loaded once) and
+its dQ: both store their dS into one ``[64 x 128]`` tile, and warpgroup ``w`` computes the dQ
+chunks ``w, w + 2, ..`` over all 128 keys (``dQ = dS K``, two 64-key k-tiles), so the block's dQ
+is staged once and reduced once (one bulk reduction per 64 x 128 block, not one per warpgroup).
 
 Per query block (64 queries; the accumulators are transposed, rows = keys, as FlashAttention-2/3
 compute them, so that P^T and dS^T are register A operands):
@@ -16,7 +20,8 @@ compute them, so that P^T and dS^T are register A operands):
    past ``seqlen_k``);
 4. ``dS^T = P^T * (dP^T - D)``;
 5. ``dS`` to shared memory (``stmatrix``), then ``dV += P^T dO`` and ``dK += dS^T Q`` (WGMMA
-   with A from registers) and ``dQ = dS K`` (SS) in 64-column chunks;
+   with A from registers) and ``dQ = dS K`` (SS) in 64-column chunks (with two warpgroups a
+   named barrier over both first: each chunk reads both warpgroups' dS);
 6. each chunk of ``dQ`` (unscaled) into shared memory in fragment order, then one thread adds the
    whole block into its slab of the f32 workspace with one ``cp.reduce.async.bulk .add.f32``
    (:class:`~cutedsl.collective.attention_bwd_dq.DqStaging`; rows past the sequence land in the
@@ -100,7 +105,8 @@ class AttentionBwdMainloop:
         self.s_mma = WarpgroupMMA(ATOM_M, o.block_m, o.dtype, b_major="K")
         self.kv_mma = WarpgroupMMARegA(ATOM_M, o.head_dim, o.dtype, b_major="MN")
         self.dq_mma = WarpgroupMMA(ATOM_M, o.traits.mn_box, o.dtype, b_major="MN")     # one 64-column chunk
-        self.bar = NamedBarrier(BWD_BARRIER, warpgroup_threads)
+        self.wgs = o.key_tiles                                          # MMA warpgroups
+        self.bar = NamedBarrier(BWD_BARRIER, warpgroup_threads * self.wgs)
         self.dq = DqStaging.for_kernel(o.head_dim, o.block_m, o.dtype)
 
     # -- ranges ------------------------------------------------------------------------
@@ -124,19 +130,24 @@ class AttentionBwdMainloop:
         return n_block - r.n_min
 
     # -- descriptors -----------------------------------------------------------------
-    def descriptors(self, ops) -> dict:
-        """Slot-0 descriptors: K and V per k-tile (A), Q and dO (K-major B and the MN-major
-        reading), K's boxes as MN-major B chunks of ``dQ = dS K``, and dS (A)."""
-        o, sm = self.ops_desc, ops.smem
-        kt = range(o.d_tiles)
-        return {"k": [self.s_mma.descriptor(o.k_tile(sm["k"], 0, j), "A") for j in kt],
-                "v": [self.s_mma.descriptor(o.k_tile(sm["v"], 0, j), "A") for j in kt],
+    def descriptors(self, ops, w=0) -> dict:
+        """Slot-0 descriptors of MMA warpgroup ``w`` (int or IR i32): its 64 rows of K and V per
+        k-tile (A), Q and dO (K-major B and the MN-major reading), K's boxes as MN-major B of
+        its ``dQ = dS K`` chunks (``k_mn[j * wgs + h]``: chunk ``w + wgs j``, keys ``64 h ..``),
+        and dS (A, per 64 keys)."""
+        o, sm, t = self.ops_desc, ops.smem, self.ops_desc.traits
+        kt, parts = range(o.d_tiles), range(self.wgs)
+        rows = w * t.tile_bytes(t.k_tile)                   # the warpgroup's keys within a K/V box
+        box = w * t.tile_bytes(o.block_n)                   # its first dQ chunk's K box
+        return {"k": [self.s_mma.descriptor(o.k_tile(sm["k"], 0, j), "A").offset(rows) for j in kt],
+                "v": [self.s_mma.descriptor(o.k_tile(sm["v"], 0, j), "A").offset(rows) for j in kt],
                 "q": self.s_mma.descriptor(o.k_tile(sm["q"]), "B"),
                 "do": self.s_mma.descriptor(o.k_tile(sm["do"]), "B"),
                 "q_mn": self.kv_mma.descriptor(o.mn_view(o.k_tile(sm["q"])), "B"),
                 "do_mn": self.kv_mma.descriptor(o.mn_view(o.k_tile(sm["do"])), "B"),
-                "k_mn": [self.dq_mma.descriptor(o.mn_view(o.k_tile(sm["k"], 0, j), 1), "B") for j in kt],
-                "ds": self.dq_mma.descriptor(sm["ds"].tile(0), "A")}
+                "k_mn": [self.dq_mma.descriptor(o.mn_view(o.k_tile(sm["k"], 0, self.wgs * j, h), 1), "B").offset(box)
+                         for j in range(o.d_tiles // self.wgs) for h in parts],
+                "ds": [self.dq_mma.descriptor(o.ds_tile(sm["ds"], h), "A") for h in parts]}
 
     def _in_loop(self, desc: dict) -> dict:
         """The descriptors to use inside one iteration: at head dim 128 (dK and dV hold 128 of
@@ -166,10 +177,12 @@ class AttentionBwdMainloop:
                 out[off], out[off + 1] = self.ops_desc.stat_pair(ops, stage, which, c0 + off)
         return out
 
-    def _mask(self, unit: BwdUnit, s: Accumulator, m0, r0, c0) -> Accumulator:
+    def _mask(self, unit: BwdUnit, s: Accumulator, m0, rk, c0) -> Accumulator:
+        """``s`` with masked entries ``-inf``; ``rk``: this thread's first key row within the
+        CTA's KV block (its warpgroup's 64 w included)."""
         limits = []
         for h in range(ROW_HALVES):
-            key = unit.n0 + r0 + WgmmaFragment.offset(0, 2 * h)[0]
+            key = unit.n0 + rk + WgmmaFragment.offset(0, 2 * h)[0]
             lo, hi = self.mask.row_limits(key, unit.seqlen_k, unit.seqlen_q, m0, unit.right, unit.left)
             limits.append((lo, V.select(key < unit.seqlen_k, hi, lo)))     # keys past the sequence: none
         return self.mask.apply(s, lambda b, i: row_half(i), lambda b, i: c0 + WgmmaFragment.offset(b, i)[1],
@@ -184,13 +197,13 @@ class AttentionBwdMainloop:
                                  fence=kt == 0, commit=kt == n - 1)
         return acc
 
-    def step(self, ops, desc, unit: BwdUnit, m_block, st: PipelineState, dk, dv, masked: bool) -> tuple:
-        """One query block: returns the new ``(dk, dv)``."""
+    def step(self, ops, desc, unit: BwdUnit, m_block, st: PipelineState, dk, dv, masked: bool, w=0) -> tuple:
+        """One query block for MMA warpgroup ``w`` (int or IR i32): returns the new ``(dk, dv)``."""
         o = self.ops_desc
         desc = self._in_loop(desc)
         m0 = m_block * o.block_m
         wt = cir.thread_idx() % self.wg_threads
-        r0, c0 = (V.i32(x) for x in WgmmaFragment.thread_base(wt))
+        c0 = V.i32(WgmmaFragment.thread_base(wt)[1])
         ops.qdo_pipe.consumer_wait(st)
         s = self._issue_t(ops, desc, "k", "q", st)            # S^T = K Q^T
         dp = self._issue_t(ops, desc, "v", "do", st)          # dP^T = V dO^T
@@ -199,35 +212,47 @@ class AttentionBwdMainloop:
         self.s_mma.wait(1)
         s = s.pinned()
         if masked:
-            s = self._mask(unit, s, m0, r0, c0)
+            # the fragment row of thread t of the MMA warpgroups together is 64 w + its row in
+            # warpgroup w: the key row without w as one more live value
+            rk = V.i32(WgmmaFragment.thread_base(cir.thread_idx() % (self.wg_threads * self.wgs))[0])
+            s = self._mask(unit, s, m0, rk, c0)
         p = s.map_regs(lambda x, b, i: F.exp2(F.fma(x, unit.exp_scale, -lse2[WgmmaFragment.offset(b, i)[1]])))
         dsum = self._stats(ops, st.index, 1, c0)
         self.s_mma.wait(0)
         dp = dp.pinned()
         ds = dp.map_regs(lambda x, b, i: p.get(b, i) * (x - dsum[WgmmaFragment.offset(b, i)[1]]))
         pf, dsf = AFragment.from_accumulator(p, o.dtype), AFragment.from_accumulator(ds, o.dtype)
-        with cir.If(wt.eq(0)):        # the previous block's bulk reduction has read the dQ staging buffer
+        issuer = self._issuer()
+        with cir.If(issuer):          # the previous block's bulk reduction has read the dQ staging buffer
             bulk_wait_group(0, read=True)
         self.bar.sync()               # every warp waited for the previous dQ GEMM: dS may be overwritten
-        store_operand(ds, ops.smem["ds"].tile(0), "B", warpgroup_thread=wt)
+        store_operand(ds, o.ds_tile(ops.smem["ds"], w), "B", warpgroup_thread=wt)
         fence_proxy_async()           # generic-proxy stmatrix before the async-proxy WGMMA read
         self.bar.sync()
         dv = self.kv_mma.mma(dv, pf, self._at(ops, desc["do_mn"], "do", st.index), fence=True, commit=False)
         dk = self.kv_mma.mma(dk, dsf, self._at(ops, desc["q_mn"], "q", st.index), fence=False, commit=True)
-        # dQ = dS K in 64-column chunks, each staged before the next is issued: 32 registers
-        # live beside dK and dV instead of head_dim / 2
-        for c in range(o.d_tiles):
-            dq = self.dq_mma.mma(self.dq_mma.undef(), desc["ds"], desc["k_mn"][c], accumulate=False, fence=c > 0)
+        # dQ = dS K in 64-column chunks (this warpgroup's: every wgs-th), each staged before the
+        # next is issued: 32 registers live beside dK and dV instead of head_dim / 2
+        for j in range(o.d_tiles // self.wgs):
+            dq = self.dq_mma.undef()
+            for h in range(self.wgs):        # K = the CTA's keys, 64 per k-tile
+                dq = self.dq_mma.mma(dq, desc["ds"][h], desc["k_mn"][j * self.wgs + h], accumulate=h > 0,
+                                     fence=j > 0 and h == 0, commit=h == self.wgs - 1)
             self.s_mma.wait(0)
-            if c == 0:
+            if j == 0:
                 dk, dv = dk.pinned(), dv.pinned()
                 ops.qdo_pipe.consumer_release_warp(st)
-            self.dq.store(ops.smem, dq.pinned(), c, wt)
+            self.dq.store(ops.smem, dq.pinned(), w + self.wgs * j, wt)
         fence_proxy_async()           # generic-proxy stores before the async-proxy bulk reduction reads them
         self.bar.sync()
-        with cir.If(wt.eq(0)):
+        with cir.If(issuer):
             self._send_dq(ops, unit, m_block)
         return dk, dv
+
+    @staticmethod
+    def _issuer():
+        """The one thread of the bulk reductions: thread 0 of MMA warpgroup 0 (the CTA's)."""
+        return cir.i32(cir.thread_idx()).eq(0)
 
     def _send_dq(self, ops, unit: BwdUnit, m_block) -> None:
         """One thread: the staged dQ block into its workspace slab; deterministic mode waits
@@ -245,10 +270,11 @@ class AttentionBwdMainloop:
         sems.store_release(idx, V.u32(rank + 1))
 
     # -- the loops ---------------------------------------------------------------------
-    def run(self, ops, unit_of, group, rng: BlockRange) -> tuple:
-        """All query blocks of ``rng`` (from :meth:`query_blocks`) for each of the ``group``
-        query heads (``unit_of(g)`` -> :class:`BwdUnit`); returns ``(dK, dV)`` unscaled."""
-        desc = self.descriptors(ops)
+    def run(self, ops, unit_of, group, rng: BlockRange, w=0) -> tuple:
+        """MMA warpgroup ``w`` (int or IR i32): all query blocks of ``rng`` (from :meth:`query_blocks`) for each
+        of the ``group`` query heads (``unit_of(g)`` -> :class:`BwdUnit`); returns its ``(dK,
+        dV)`` (keys ``64 w ..`` of the KV block) unscaled."""
+        desc = self.descriptors(ops, w)
         dk, dv = self.kv_mma.zero(), self.kv_mma.zero()
         st = PipelineState(self.ops_desc.stages)
         nb = dk.m_blocks
@@ -260,21 +286,21 @@ class AttentionBwdMainloop:
             unit = unit_of(V.i32(g))
             for lo, hi, masked in ((rng.n_min, rng.u_lo, True), (rng.u_lo, rng.u_hi, False),
                                    (rng.u_hi, rng.n_max, True)):
-                dk, dv, st = self._loop(ops, desc, unit, lo, hi, masked, dk, dv, st)
+                dk, dv, st = self._loop(ops, desc, unit, lo, hi, masked, dk, dv, st, w)
             outer.next(*(dk.structs + dv.structs + st.carry()))
-        with cir.If((cir.thread_idx() % self.wg_threads).eq(0)):
+        with cir.If(self._issuer()):
             bulk_wait_group(0, read=True)   # the last staged block read before the CTA exits
         c = list(outer.results)
         return Accumulator(c[:nb], dk.n), Accumulator(c[nb:2 * nb], dv.n)
 
-    def _loop(self, ops, desc, unit, lo, hi, masked, dk, dv, st):
+    def _loop(self, ops, desc, unit, lo, hi, masked, dk, dv, st, w):
         nb = dk.m_blocks
         loop = cir.Loop(0, hi - lo, carry=dk.structs + dv.structs + st.carry())
         for it, c in loop:
             c = list(c)
             dk, dv = Accumulator(c[:nb], dk.n), Accumulator(c[nb:2 * nb], dv.n)
             st = PipelineState.from_carry(st.stages, c[2 * nb:])
-            dk, dv = self.step(ops, desc, unit, lo + V.i32(it), st, dk, dv, masked)
+            dk, dv = self.step(ops, desc, unit, lo + V.i32(it), st, dk, dv, masked, w)
             loop.next(*(dk.structs + dv.structs + st.advance().carry()))
         c = list(loop.results)
         return (Accumulator(c[:nb], dk.n), Accumulator(c[nb:2 * nb], dv.n),

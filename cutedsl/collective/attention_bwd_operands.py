@@ -55,21 +55,24 @@ class BoundAttentionBwdOperands:
 
 
 class AttentionBwdOperands:
-    """``head_dim`` (a multiple of 64), ``block_m`` query rows and ``block_n`` keys (both one
-    k-tile, 64), ``stages`` of the Q/dO ring, ``dtype`` f16/bf16, ``varlen`` (rank-3 maps over
-    packed sequences), ``consumer_warps`` (warps releasing each Q/dO stage). Raises
-    ``ValueError`` for tiles the double reading (module docstring) does not cover."""
+    """``head_dim`` (a multiple of 64), ``block_m`` query rows (one k-tile, 64) and ``block_n``
+    keys (64, or 128 for two MMA warpgroups of 64 keys each: K and V are then ``[128 x 64]``
+    boxes, warpgroup ``w``'s rows ``64 w ..`` one 8 KiB swizzled tile into each), ``stages`` of
+    the Q/dO ring, ``dtype`` f16/bf16, ``varlen`` (rank-3 maps over packed sequences),
+    ``consumer_warps`` (warps releasing each Q/dO stage). Raises ``ValueError`` for tiles the
+    double reading (module docstring) does not cover."""
 
     def __init__(self, head_dim: int, block_m: int, block_n: int, stages: int, dtype: str, varlen: bool,
                  consumer_warps: int):
         self.traits = t = mma_traits(dtype)
-        if block_m != t.k_tile or block_n != t.k_tile or head_dim % t.mn_box:
-            raise ValueError(f"attention backward tiles are {t.k_tile} x {t.k_tile} (block_m = block_n = one "
-                             f"k-tile) over a head_dim multiple of {t.mn_box}; got block_m {block_m}, block_n "
-                             f"{block_n}, head_dim {head_dim}")
+        if block_m != t.k_tile or block_n not in (t.k_tile, 2 * t.k_tile) or head_dim % t.mn_box:
+            raise ValueError(f"attention backward tiles are {t.k_tile} queries (one k-tile) x {t.k_tile} or "
+                             f"{2 * t.k_tile} keys over a head_dim multiple of {t.mn_box}; got block_m {block_m}, "
+                             f"block_n {block_n}, head_dim {head_dim}")
         self.head_dim, self.block_m, self.block_n, self.stages = head_dim, block_m, block_n, stages
         self.dtype, self.varlen, self.consumer_warps = dtype, bool(varlen), consumer_warps
         self.d_tiles = head_dim // t.k_tile
+        self.key_tiles = block_n // t.k_tile          #: 64-key tiles of the KV block (MMA warpgroups)
         self.stat_elems = STAT_ROWS * block_m         #: f32 per query block in the stats workspace
         self.stat_bytes = self.stat_elems * F32_BYTES
 
@@ -88,14 +91,22 @@ class AttentionBwdOperands:
     def plan(self, plan) -> None:
         t = self.traits
         self.loader.plan(plan)
-        plan.buffer("ds", (self.block_m, t.k_box), t.storage, 1, swizzle=t.swizzle, major="K")
+        plan.buffer("ds", (self.key_tiles * self.block_m, t.k_box), t.storage, 1, swizzle=t.swizzle, major="K")
         plan.buffer(STATS, (self.stat_elems,), "f32", self.stages, align=BULK_ALIGN)
 
-    def k_tile(self, buf, stage=0, kt: int = 0):
-        """The K-major ``[64 x 64]`` box ``kt`` (head-dimension columns ``64 kt ..``) of slot
-        ``stage`` of operand buffer ``buf`` (a bound buffer: ``smem["q"]``)."""
+    def k_tile(self, buf, stage=0, kt: int = 0, part: int = 0):
+        """The K-major ``[64 x 64]`` tile of head-dimension columns ``64 kt ..`` and sequence rows
+        ``64 part ..`` of slot ``stage`` of operand buffer ``buf`` (a bound buffer: ``smem["q"]``;
+        K and V of a 128-key block have two parts per box, Q and dO one)."""
         t = self.traits
-        return buf.tile(stage).sub(kt * t.tile_bytes(t.k_tile), (t.k_tile, t.k_box))
+        rows = buf.buf.shape[0] // self.d_tiles          # rows of one box: the buffer stacks d / 64 of them
+        return buf.tile(stage).sub(kt * t.tile_bytes(rows) + part * t.tile_bytes(t.k_tile), (t.k_tile, t.k_box))
+
+    def ds_tile(self, ds, part: int = 0):
+        """The K-major ``[64 x 64]`` tile of dS holding keys ``64 part ..`` (``ds``: the bound
+        buffer ``smem["ds"]``)."""
+        t = self.traits
+        return ds.tile(0).sub(part * t.tile_bytes(t.k_tile), (t.k_tile, t.k_box))
 
     def mn_view(self, tile, tiles: int | None = None):
         """``tiles`` (default ``d / 64``) K-major boxes from ``tile`` (a ``[64 x 64]`` K-major

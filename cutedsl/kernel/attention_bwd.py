@@ -2,17 +2,20 @@
 the library's atoms and collectives (the preprocessing of ``D`` and the dQ conversion are
 :mod:`cutedsl.kernel.attention_bwd_prepost`).
 
-One CTA per work unit ``(KV block, K/V head, batch)`` (grid ``(ceil(seqlen_k / 64), kv_heads,
-batch)``), two warpgroups (256 threads):
+One CTA per work unit ``(KV block, K/V head, batch)`` (grid ``(ceil(seqlen_k / block_n), kv_heads,
+batch)``), a producer and ``mma_warpgroups`` MMA warpgroups of 64 keys each (``block_n`` = 64 or
+128 keys; 256 or 384 threads; default two at head dim 128 as FA3/FA4, one at 64):
 
 * the producer (the last warpgroup; ``setmaxnreg.dec`` to 24): one thread loads K and V of the
   KV block once, then Q and dO of every query block the mask leaves, for each query head of
   the K/V head's group (GQA), through a ring of stages, with the block's LSE and D (one 512-byte
   ``cp.async.bulk`` from the preprocess's padded ``stats`` workspace on the same barrier)
   (:class:`~cutedsl.collective.attention_bwd_operands.AttentionBwdOperands`);
-* the MMA warpgroup (``setmaxnreg.inc`` to 240): per query block ``S^T``, ``dP^T``, ``P^T``,
-  ``dS^T``, ``dV += P^T dO``, ``dK += dS^T Q``, ``dQ = dS K`` staged in shared memory and added
-  into an f32 workspace by one bulk reduction per query block
+* each MMA warpgroup (``setmaxnreg.inc`` to 240): per query block ``S^T``, ``dP^T``, ``P^T``,
+  ``dS^T``, ``dV += P^T dO``, ``dK += dS^T Q`` for its 64 keys, and ``dQ = dS K`` staged in
+  shared memory and added into an f32 workspace by one bulk reduction per query block (with two
+  warpgroups neither reduces a partial dQ: both put their dS in one ``[64 x 128]`` tile and each
+  computes half of dQ's 64-column chunks over all 128 keys)
   (:class:`~cutedsl.collective.attention_bwd_mainloop.AttentionBwdMainloop`,
   :class:`~cutedsl.collective.attention_bwd_dq.DqStaging`); then ``dK *
   softmax_scale`` and ``dV`` rounded and stored (the forward's
@@ -20,7 +23,8 @@ batch)``), two warpgroups (256 threads):
   never written). dK and dV of a K/V head sum over its query heads in registers, so GQA needs
   no dK/dV workspace.
 
-Compile-time variants: ``head_dim`` (64, 128), ``dtype`` (f16, bf16), ``local`` (a causal or
+Compile-time variants: ``head_dim`` (64, 128), ``dtype`` (f16, bf16), ``mma_warpgroups`` (1, or 2
+at head dim 128), ``local`` (a causal or
 sliding-window band), ``varlen`` (packed sequences), ``deterministic`` (dQ added in a fixed
 order through per-query-block semaphores). Parameters: ``q``, ``k``, ``v``, ``do`` (tensor
 maps), ``dk``, ``dv`` (``dtype`` outputs), ``dq_accum`` (f32, zeroed, ``(heads, dq_blocks, 64 *
@@ -47,11 +51,13 @@ from ..ir._lazy import lazy
 from .base import Kernel
 
 cir = lazy("cutedsl.ir")
+V = lazy("cutedsl.ir.values")
 
 HEAD_DIMS = (64, 128)
 DTYPES = ("bf16", "f16")
 BLOCK_M = 64                       #: queries per query block
-BLOCK_N = 64                       #: keys per KV block (one CTA)
+BLOCK_N = 64                       #: keys per MMA warpgroup (a CTA's KV block: 64 per MMA warpgroup)
+MMA_WARPGROUPS = {64: 1, 128: 2}   #: default MMA warpgroups per head dim
 STAGES = 2                         #: Q/dO ring depth
 PRODUCER_REGS, MMA_REGS = 24, 240  #: setmaxnreg budgets
 #: .maxnreg at launch: 65536 / 256 threads would be 256, past ptxas' 255 (it would ignore it); the
@@ -72,8 +78,8 @@ def head_dim_reason(head_dim) -> str | None:
 
 
 class AttentionBwdKernel(Kernel):
-    """See the module docstring. Raises ``ConfigError`` for a head dimension or dtype it cannot
-    build (:meth:`reason`)."""
+    """See the module docstring. Raises ``ConfigError`` for a head dimension, dtype or MMA warpgroup
+    count it cannot build (:meth:`reason`; default counts :data:`MMA_WARPGROUPS`)."""
 
     name = "attention_bwd"
     mma_atom = "wgmma"
@@ -90,24 +96,30 @@ class AttentionBwdKernel(Kernel):
         return None
 
     def __init__(self, head_dim: int = 128, dtype: str = "bf16", *, local: bool = False, varlen: bool = False,
-                 deterministic: bool = False, arch=None):
+                 deterministic: bool = False, mma_warpgroups: int | None = None, arch=None):
         why = self.reason(head_dim, dtype)
         if why:
             raise ConfigError(f"{type(self).__name__}: {why}")
+        wgs = MMA_WARPGROUPS[head_dim] if mma_warpgroups is None else mma_warpgroups
+        if wgs not in (1, 2) or (head_dim // BLOCK_N) % wgs:
+            raise ConfigError(f"{type(self).__name__}: mma_warpgroups must be 1 or 2 (64 keys each; 2 splits "
+                              f"dQ's 64-column chunks, so head_dim 128), got {mma_warpgroups!r} at head_dim "
+                              f"{head_dim}")
         self.arch = get_arch(arch or DEFAULT)
         self.arch.require(self.mma_atom, type(self).__name__)
         self.head_dim, self.dtype = head_dim, dtype
         self.local, self.varlen, self.deterministic = bool(local), bool(varlen), bool(deterministic)
         wg = self.arch.warpgroup_threads
-        self.threads = 2 * wg
-        self.operands = AttentionBwdOperands(head_dim, BLOCK_M, BLOCK_N, STAGES, dtype, self.varlen,
-                                             consumer_warps=self.arch.warps_per_warpgroup)
+        self.mma_wgs, self.block_n = wgs, wgs * BLOCK_N
+        self.threads = (wgs + 1) * wg
+        self.operands = AttentionBwdOperands(head_dim, BLOCK_M, self.block_n, STAGES, dtype, self.varlen,
+                                             consumer_warps=wgs * self.arch.warps_per_warpgroup)
         self.mainloop = AttentionBwdMainloop(self.operands, self.local, self.deterministic, wg)
         self.epilogue = AttentionEpilogue(head_dim, dtype, wg)
 
     def config(self) -> dict:
         return {"arch": self.arch.name, "head_dim": self.head_dim, "dtype": self.dtype, "local": self.local,
-                "varlen": self.varlen, "deterministic": self.deterministic, "block": [BLOCK_M, BLOCK_N],
+                "varlen": self.varlen, "deterministic": self.deterministic, "block": [BLOCK_M, self.block_n],
                 "stages": STAGES, "class": qualname(type(self))}
 
     # -- host contract ---------------------------------------------------------------------
@@ -129,7 +141,7 @@ class AttentionBwdKernel(Kernel):
 
     def grid(self, problem) -> tuple:
         """CTAs for an ``AttentionProblem`` (varlen: ``seqlen_k`` is the longest sequence)."""
-        return (max(1, -(-problem.seqlen_k // BLOCK_N)), problem.kv_heads, problem.batch)
+        return (max(1, -(-problem.seqlen_k // self.block_n)), problem.kv_heads, problem.batch)
 
     def query_blocks(self, problem) -> int:
         """Query blocks per (batch, head): the semaphores' stride."""
@@ -191,19 +203,24 @@ class AttentionBwdKernel(Kernel):
             self.operands.prefetch(ops, predicate=leader)
             gpu.barrier()
             q_start, k_start, seqlen_q, seqlen_k = sequence_bounds(args, batch, self.varlen)
-            n0 = nb * BLOCK_N
+            n0 = nb * self.block_n
             left, right = (args.left, args.right) if self.local else (0, 0)
             with If(n0 < seqlen_k):            # a KV block past its (shorter) sequence: nothing to do
                 rng = self.mainloop.query_blocks(n0, seqlen_q, seqlen_k, left, right)
                 wg = tid // wg_threads
-                with If(wg.eq(1)):
+                with If(wg.eq(self.mma_wgs)):
                     warpgroup_reg_dealloc(PRODUCER_REGS)
                     with If((tid % wg_threads).eq(0)):
                         self.producer(ops, args, batch, kv_head, q_start, k_start, n0, rng)
-                with If(wg.eq(0)):
+                # one body for every MMA warpgroup (two copies in one function make ptxas
+                # serialize the WGMMAs, C7511): the warpgroup's key offset is a runtime value,
+                # made warp-uniform (shfl from lane 0, as CUTLASS's canonical_warp_group_idx) so
+                # the descriptors and offsets derived from it live in uniform registers
+                with If(wg < self.mma_wgs):
                     warpgroup_reg_alloc(MMA_REGS)
+                    w = V.warp_uniform(wg) if self.mma_wgs > 1 else 0
                     self.consumer(ops, args, batch, kv_head, nb, n0, q_start, k_start, seqlen_q, seqlen_k,
-                                  left, right, rng)
+                                  left, right, rng, w)
         return kb, plan.dynamic_bytes, self.operands.tensor_maps()
 
     def _lead(self, batch, head) -> tuple:
@@ -234,9 +251,9 @@ class AttentionBwdKernel(Kernel):
             outer.next(*loop.results)
 
     def consumer(self, ops, args, batch, kv_head, nb, n0, q_start, k_start, seqlen_q, seqlen_k, left, right,
-                 rng) -> None:
-        """The MMA warpgroup: wait for K and V, run the main loop over the group's query heads,
-        store ``dK * softmax_scale`` and ``dV``."""
+                 rng, w=0) -> None:
+        """MMA warpgroup ``w``: wait for K and V, run the main loop over the group's query heads,
+        store ``dK * softmax_scale`` and ``dV`` of its 64 keys."""
         heads, group = args.heads, args.group
         m_blocks = (args.seqlen_q + (BLOCK_M - 1)) // BLOCK_M
 
@@ -247,9 +264,9 @@ class AttentionBwdKernel(Kernel):
                            self._slab0(args, batch, head, q_start), heads, args.exp_scale, args.dq_accum, sem,
                            getattr(args, "semaphores", None))
         self.operands.wait_kv(ops)
-        dk, dv = self.mainloop.run(ops, unit_of, group, rng)
+        dk, dv = self.mainloop.run(ops, unit_of, group, rng, w)
         k_row0 = k_start if self.varlen else batch * seqlen_k
-        rows = EpilogueRows(k_row0, 0, kv_head, heads // group, n0, seqlen_k)
+        rows = EpilogueRows(k_row0, 0, kv_head, heads // group, n0 + w * BLOCK_N, seqlen_k)
         none = [[] for _ in range(dk.m_blocks)]          # no LSE to store
         self.epilogue.store(dk, [[args.softmax_scale] * 2] * dk.m_blocks, none, rows, args.dk, None)
         self.epilogue.store(dv, [[1.0] * 2] * dv.m_blocks, none, rows, args.dv, None)
