@@ -4,7 +4,9 @@ the library's atoms and collectives (the preprocessing of ``D`` and the dQ conve
 
 One CTA per work unit ``(KV block, K/V head, batch)`` (grid ``(ceil(seqlen_k / block_n), kv_heads,
 batch)``), a producer and ``mma_warpgroups`` MMA warpgroups of 64 keys each (``block_n`` = 64 or
-128 keys; 256 or 384 threads; default two at head dim 128 as FA3/FA4, one at 64):
+128 keys; 256 or 384 threads; default two at head dim 128 as FA3/FA4, one at 64), as roles of the
+warp-specialized skeleton (:class:`~cutedsl.kernel.skeleton.SkeletonKernel`: ``mma`` and
+``producer``, their ``setmaxnreg`` budgets, a KV block past its sequence skipping both):
 
 * the producer (the last warpgroup; ``setmaxnreg.dec`` to 24): one thread loads K and V of the
   KV block once, then Q and dO of every query block the mask leaves, for each query head of
@@ -48,7 +50,7 @@ from ..compiler.artifact import ParamSpec as Param
 from ..compiler.identity import qualname
 from ..errors import ConfigError, one_of
 from ..ir._lazy import lazy
-from .base import Kernel
+from .skeleton import Role, SkeletonKernel
 
 cir = lazy("cutedsl.ir")
 V = lazy("cutedsl.ir.values")
@@ -77,13 +79,14 @@ def head_dim_reason(head_dim) -> str | None:
             + (f": {why}" if why else ""))
 
 
-class AttentionBwdKernel(Kernel):
+class AttentionBwdKernel(SkeletonKernel):
     """See the module docstring. Raises ``ConfigError`` for a head dimension, dtype or MMA warpgroup
     count it cannot build (:meth:`reason`; default counts :data:`MMA_WARPGROUPS`)."""
 
     name = "attention_bwd"
     mma_atom = "wgmma"
     HEAD_DIMS, DTYPES, BLOCK_M, BLOCK_N = HEAD_DIMS, DTYPES, BLOCK_M, BLOCK_N
+    dispatch_order = ("producer", "mma")
 
     @classmethod
     def reason(cls, head_dim, dtype) -> str | None:
@@ -111,7 +114,6 @@ class AttentionBwdKernel(Kernel):
         self.local, self.varlen, self.deterministic = bool(local), bool(varlen), bool(deterministic)
         wg = self.arch.warpgroup_threads
         self.mma_wgs, self.block_n = wgs, wgs * BLOCK_N
-        self.threads = (wgs + 1) * wg
         self.operands = AttentionBwdOperands(head_dim, BLOCK_M, self.block_n, STAGES, dtype, self.varlen,
                                              consumer_warps=wgs * self.arch.warps_per_warpgroup)
         self.mainloop = AttentionBwdMainloop(self.operands, self.local, self.deterministic, wg)
@@ -183,45 +185,56 @@ class AttentionBwdKernel(Kernel):
             vals["left"], vals["right"] = (far if w < 0 else w for w in window)
         return vals
 
-    # -- IR ------------------------------------------------------------------------------------
-    def define(self):
-        from mlir.dialects import gpu
-        from ..atom import warpgroup_reg_alloc, warpgroup_reg_dealloc
-        from ..ir import If, KernelBuilder, SmemPlan, block_idx, thread_idx
-        plan = SmemPlan(limit=self.arch.smem_per_cta)
+    # -- plan (the warp-specialized skeleton) ---------------------------------------------------
+    def roles(self) -> tuple:
+        """The MMA warpgroups (``setmaxnreg.inc`` to 240), then the producer (``.dec`` to 24)."""
+        return (Role.warpgroups("mma", self.mma_wgs, regs=MMA_REGS), Role.warpgroups("producer", regs=PRODUCER_REGS))
+
+    @property
+    def launch_registers(self) -> int:
+        return min(LAUNCH_REGS, self.arch.launch_regs((self.mma_wgs + 1) * self.arch.warpgroup_threads))
+
+    def declare_smem(self, plan, stages=None) -> None:
         self.operands.plan(plan)
         self.mainloop.dq.plan(plan)
-        kb = KernelBuilder(self.name, self.params(), block=(self.threads, 1, 1), arch=self.arch,
-                           max_registers=min(LAUNCH_REGS, self.arch.launch_regs(self.threads)))
-        wg_threads = self.arch.warpgroup_threads
-        with kb.build() as args:
-            smem = plan.bind()
-            tid = thread_idx()
-            leader = tid.eq(0)
-            nb, kv_head, batch = (cir.i32(block_idx(d)) for d in ("x", "y", "z"))
-            ops = self.operands.bind(smem, args, leader)
-            self.operands.prefetch(ops, predicate=leader)
-            gpu.barrier()
-            q_start, k_start, seqlen_q, seqlen_k = sequence_bounds(args, batch, self.varlen)
-            n0 = nb * self.block_n
-            left, right = (args.left, args.right) if self.local else (0, 0)
-            with If(n0 < seqlen_k):            # a KV block past its (shorter) sequence: nothing to do
-                rng = self.mainloop.query_blocks(n0, seqlen_q, seqlen_k, left, right)
-                wg = tid // wg_threads
-                with If(wg.eq(self.mma_wgs)):
-                    warpgroup_reg_dealloc(PRODUCER_REGS)
-                    with If((tid % wg_threads).eq(0)):
-                        self.producer(ops, args, batch, kv_head, q_start, k_start, n0, rng)
-                # one body for every MMA warpgroup (two copies in one function make ptxas
-                # serialize the WGMMAs, C7511): the warpgroup's key offset is a runtime value,
-                # made warp-uniform (shfl from lane 0, as CUTLASS's canonical_warp_group_idx) so
-                # the descriptors and offsets derived from it live in uniform registers
-                with If(wg < self.mma_wgs):
-                    warpgroup_reg_alloc(MMA_REGS)
-                    w = V.warp_uniform(wg) if self.mma_wgs > 1 else 0
-                    self.consumer(ops, args, batch, kv_head, nb, n0, q_start, k_start, seqlen_q, seqlen_k,
-                                  left, right, rng, w)
-        return kb, plan.dynamic_bytes, self.operands.tensor_maps()
+
+    def tensor_maps(self) -> list:
+        return self.operands.tensor_maps()
+
+    # -- IR hooks ------------------------------------------------------------------------------
+    def setup(self, b) -> None:
+        """The TMA atoms and the K/V and Q/dO pipelines (barriers initialised by thread 0)."""
+        b.ops = self.operands.bind(b.smem, b.args, b.leader)
+        self.operands.prefetch(b.ops, predicate=b.leader)
+        b.init_fenced = True                  # TmaPipeline.init ends with fence.mbarrier_init
+
+    def bind(self, b) -> None:
+        """The work unit: KV block ``nb`` (its first key ``n0``) of K/V head ``kv_head`` of
+        ``batch``, the sequence's bounds and band, and its query-block ranges."""
+        from ..ir import block_idx
+        args = b.args
+        b.nb, b.kv_head, b.batch = (cir.i32(block_idx(d)) for d in ("x", "y", "z"))
+        b.q_start, b.k_start, b.seqlen_q, b.seqlen_k = sequence_bounds(args, b.batch, self.varlen)
+        b.n0 = b.nb * self.block_n
+        b.left, b.right = (args.left, args.right) if self.local else (0, 0)
+        b.rng = self.mainloop.query_blocks(b.n0, b.seqlen_q, b.seqlen_k, b.left, b.right)
+
+    def role_predicate(self, b, role, predicate):
+        return predicate & (b.n0 < b.seqlen_k)      # a KV block past its (shorter) sequence: nothing to do
+
+    def role_producer(self, b, index) -> None:
+        from ..ir import If
+        with If((b.tid % self.arch.warpgroup_threads).eq(0)):
+            self.producer(b.ops, b.args, b.batch, b.kv_head, b.q_start, b.k_start, b.n0, b.rng)
+
+    def role_mma(self, b, index) -> None:
+        # one body for every MMA warpgroup (two copies in one function make ptxas serialize the
+        # WGMMAs, C7511): the warpgroup's key offset is a runtime value, made warp-uniform (shfl
+        # from lane 0, as CUTLASS's canonical_warp_group_idx) so what derives from it can live in
+        # uniform registers
+        w = V.warp_uniform(index) if self.mma_wgs > 1 else 0
+        self.consumer(b.ops, b.args, b.batch, b.kv_head, b.nb, b.n0, b.q_start, b.k_start, b.seqlen_q, b.seqlen_k,
+                      b.left, b.right, b.rng, w)
 
     def _lead(self, batch, head) -> tuple:
         return (head,) if self.varlen else (batch, head)
