@@ -6,7 +6,8 @@ One CTA per work unit ``(KV block, K/V head, batch)`` (grid ``(ceil(seqlen_k / b
 batch)``), a producer and ``mma_warpgroups`` MMA warpgroups of 64 keys each (``block_n`` = 64 or
 128 keys; 256 or 384 threads; default two at head dim 128 as FA3/FA4, one at 64), as roles of the
 warp-specialized skeleton (:class:`~cutedsl.kernel.skeleton.SkeletonKernel`: ``mma`` and
-``producer``, their ``setmaxnreg`` budgets, a KV block past its sequence skipping both):
+``producer``, their ``setmaxnreg`` budgets, a KV block past its sequence skipping both in
+``roles_scope``):
 
 * the producer (the last warpgroup; ``setmaxnreg.dec`` to 24): one thread loads K and V of the
   KV block once, then Q and dO of every query block the mask leaves, for each query head of
@@ -39,6 +40,7 @@ then per variant ``left``, ``right``, ``cu_seqlens_q``, ``cu_seqlens_k``, ``tota
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 from ..arch import DEFAULT, get_arch
@@ -61,9 +63,9 @@ BLOCK_M = 64                       #: queries per query block
 BLOCK_N = 64                       #: keys per MMA warpgroup (a CTA's KV block: 64 per MMA warpgroup)
 MMA_WARPGROUPS = {64: 1, 128: 2}   #: default MMA warpgroups per head dim
 STAGES = 2                         #: Q/dO ring depth
-PRODUCER_REGS, MMA_REGS = 24, 240  #: setmaxnreg budgets
-#: .maxnreg at launch: 65536 / 256 threads would be 256, past ptxas' 255 (it would ignore it); the
-#: forward's 168 leaves the producer's 144 x 128 freed registers for the MMA warpgroup's 72 x 128
+#: .maxnreg at launch, the forward's: with 384 threads 65536 / 384 rounded down to 8 (the producer's
+#: 144 x 128 freed registers fund the two MMA warpgroups' 72 x 256); with 256 threads 65536 / 256
+#: would be 256, past ptxas' 255 (it would ignore it)
 LAUNCH_REGS = 168
 #: why a head dimension is refused (named, not a generic message)
 NOT_YET = {256: "dK and dV accumulators of 64 x 256 f32 are 256 registers per thread of the one MMA "
@@ -110,6 +112,9 @@ class AttentionBwdKernel(SkeletonKernel):
                               f"{head_dim}")
         self.arch = get_arch(arch or DEFAULT)
         self.arch.require(self.mma_atom, type(self).__name__)
+        if self.arch.attention_wgmma_regs is None:
+            raise ConfigError(f"{type(self).__name__}: {self.arch.name} gives no attention_wgmma_regs (the MMA and "
+                              f"producer warpgroups' setmaxnreg budgets)")
         self.head_dim, self.dtype = head_dim, dtype
         self.local, self.varlen, self.deterministic = bool(local), bool(varlen), bool(deterministic)
         wg = self.arch.warpgroup_threads
@@ -187,8 +192,10 @@ class AttentionBwdKernel(SkeletonKernel):
 
     # -- plan (the warp-specialized skeleton) ---------------------------------------------------
     def roles(self) -> tuple:
-        """The MMA warpgroups (``setmaxnreg.inc`` to 240), then the producer (``.dec`` to 24)."""
-        return (Role.warpgroups("mma", self.mma_wgs, regs=MMA_REGS), Role.warpgroups("producer", regs=PRODUCER_REGS))
+        """The MMA warpgroups, then the producer, with ``arch.attention_wgmma_regs`` budgets
+        (``setmaxnreg.inc`` to 240, ``.dec`` to 24 on sm_90a)."""
+        mma, producer = self.arch.attention_wgmma_regs       # FlashAttention-3's 240 / 24 on sm_90a
+        return (Role.warpgroups("mma", self.mma_wgs, regs=mma), Role.warpgroups("producer", regs=producer))
 
     @property
     def launch_registers(self) -> int:
@@ -217,10 +224,14 @@ class AttentionBwdKernel(SkeletonKernel):
         b.q_start, b.k_start, b.seqlen_q, b.seqlen_k = sequence_bounds(args, b.batch, self.varlen)
         b.n0 = b.nb * self.block_n
         b.left, b.right = (args.left, args.right) if self.local else (0, 0)
-        b.rng = self.mainloop.query_blocks(b.n0, b.seqlen_q, b.seqlen_k, b.left, b.right)
 
-    def role_predicate(self, b, role, predicate):
-        return predicate & (b.n0 < b.seqlen_k)      # a KV block past its (shorter) sequence: nothing to do
+    @contextlib.contextmanager
+    def roles_scope(self, b):
+        """The roles run only for a KV block inside its sequence (a shorter varlen sequence's
+        blocks past its end do nothing); ``b.rng``: the query blocks both roles walk."""
+        with cir.If(b.n0 < b.seqlen_k):
+            b.rng = self.mainloop.query_blocks(b.n0, b.seqlen_q, b.seqlen_k, b.left, b.right)
+            yield
 
     def role_producer(self, b, index) -> None:
         from ..ir import If
