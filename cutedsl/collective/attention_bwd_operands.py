@@ -42,6 +42,7 @@ OPERANDS = ("q", "k", "v", "do")
 STATS = "stats"         #: the shared buffer of a query block's LSE * log2 e and D
 STAT_ROWS = 2           #: LSE * log2 e, then D
 F32_BYTES = 4
+MAX_KEY_TILES = 2       #: 64-key tiles per KV block: one per MMA warpgroup
 
 
 @attrs.frozen
@@ -65,10 +66,11 @@ class AttentionBwdOperands:
     def __init__(self, head_dim: int, block_m: int, block_n: int, stages: int, dtype: str, varlen: bool,
                  consumer_warps: int):
         self.traits = t = mma_traits(dtype)
-        if block_m != t.k_tile or block_n not in (t.k_tile, 2 * t.k_tile) or head_dim % t.mn_box:
-            raise ValueError(f"attention backward tiles are {t.k_tile} queries (one k-tile) x {t.k_tile} or "
-                             f"{2 * t.k_tile} keys over a head_dim multiple of {t.mn_box}; got block_m {block_m}, "
-                             f"block_n {block_n}, head_dim {head_dim}")
+        keys = [t.k_tile * n for n in range(1, MAX_KEY_TILES + 1)]
+        if block_m != t.k_tile or block_n not in keys or head_dim % t.mn_box:
+            raise ValueError(f"attention backward tiles are {t.k_tile} queries (one k-tile) x "
+                             f"{' or '.join(map(str, keys))} keys over a head_dim multiple of {t.mn_box}; got "
+                             f"block_m {block_m}, block_n {block_n}, head_dim {head_dim}")
         self.head_dim, self.block_m, self.block_n, self.stages = head_dim, block_m, block_n, stages
         self.dtype, self.varlen, self.consumer_warps = dtype, bool(varlen), consumer_warps
         self.d_tiles = head_dim // t.k_tile
