@@ -47,6 +47,7 @@ def check(grads, do, q, k, v, dt, **opts):
     (128, "bf16", 1, 1, 1, 1, {}),
     (64, "bf16", 130, 100, 4, 2, {"window": (30, 5), "softmax_scale": 0.2}),
     (128, "f16", 77, 130, 2, 1, {"causal": True}),                  # MQA, seqlen_k > seqlen_q
+    (128, "bf16", 70, 150, 2, 2, {"window": (20, 40)}),             # band across both MMA warpgroups' keys
 ])
 def test_dense(d, dt, sq, sk, heads, kv_heads, opts, rng, sim):
     do, q, k, v, o, lse = _inputs(rng, dt, (1, sq, heads, d), (1, sk, kv_heads, d), **opts)
