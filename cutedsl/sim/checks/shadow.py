@@ -54,6 +54,7 @@ class Shadow:
         self.blk_wasync = np.zeros((n >> _BLK) + 1, bool)
         self.cols = {}
         self.defer_mark = None      # words with a deferred batched store (warpbatch.flush)
+        self.pending = []           # queued operand reads (read_later), recorded by flush_reads
         self.initcheck = getattr(cta.launch, "initcheck", False)     # checks/initcheck.py
 
     def _col(self, agent):
@@ -79,6 +80,8 @@ class Shadow:
         ``lenient``: the ``(vc, pvc)`` of a collective operation's most knowing issuer (a wgmma's
         join of its warps, while ``vc``/``pvc`` are their meet): a write it knows is reported under
         the rule ``wgmma-warpgroup-barrier``."""
+        if self.pending:
+            self.flush_reads()
         hb = self.hb
         if blocks is not None and self._blocks_known(blocks, vc, pvc, async_read):
             c = self._col(agent)
@@ -112,12 +115,61 @@ class Shadow:
         self.r_pc[c][words] = pc
         self.blk_read[c][_blocks(words)] = clock
 
+    # -- queued reads (a lockstep run's wgmma operands) -----------------------------------------
+    def read_later(self, words, blocks, agent, clock, vc, pvc, pc, what, lenient=None):
+        """:meth:`read` (async proxy) of ``words`` in ``blocks``, queued: recorded, in issue order,
+        by :meth:`flush_reads` -- which every other access of this shadow runs first, and the
+        lockstep run that queued it runs when it ends (:mod:`cutedsl.sim.machine.lockstep`), so
+        no access is ever judged against a shadow that lacks an earlier read."""
+        self.pending.append((words, blocks, agent, clock, vc, pvc, pc, what, lenient))
+
+    def pending_knowledge(self, agent, clock):
+        """``(vc, pvc, lenient)`` of the last queued read when it is ``agent``'s at ``clock`` (a
+        wgmma of the same warpgroup and commit group earlier in the same lockstep run, whose
+        issuing warps' clocks no batch instruction changes), else None."""
+        if self.pending:
+            e = self.pending[-1]
+            if e[2] == agent and e[3] == clock:
+                return e[4], e[5], e[8]
+        return None
+
+    def flush_reads(self):
+        """Record the queued reads. Consecutive reads of one agent at one clock with the same
+        knowledge (a warpgroup's chain of wgmmas) are judged at once when every block they touch
+        was last written whole by a write that knowledge orders (``_blocks_known``; true of each
+        read alone exactly when of all together); otherwise each is read in turn, which gives
+        the per-instruction report."""
+        p, self.pending = self.pending, []
+        i = 0
+        while i < len(p):
+            e = p[i]
+            j = i + 1
+            while j < len(p) and p[j][4] is e[4] and p[j][2] == e[2] and p[j][3] == e[3]:
+                j += 1
+            run = p[i:j]
+            i = j
+            agent, clock, vc, pvc = e[2], e[3], e[4], e[5]
+            if len(run) > 1:
+                blocks = np.concatenate([x[1] for x in run])
+                if self._blocks_known(blocks, vc, pvc, True):
+                    c = self._col(agent)
+                    self.r_clock[c][np.concatenate([x[0] for x in run])] = clock
+                    rp = self.r_pc[c]
+                    for x in run:           # in issue order: a word's last reader's PC stays
+                        rp[x[0]] = x[6]
+                    self.blk_read[c][blocks] = clock
+                    continue
+            for words, blk, _a, _c, _v, _p, pc, what, lenient in run:
+                self.read(words, agent, clock, vc, pvc, pc, True, what, blk, lenient=lenient)
+
     def write(self, words, agent, clock, vc, pc, async_write, what, same=None):
         """Record a write; ``same(word ids)`` (generic stores) tells, per word, whether it stores
         the bytes already there: an unordered write-write pair that leaves a word unchanged is
         benign and not reported (compilers emit such redundant stores from every warp, e.g.
         Triton's warp-specialized kernels initialising shared flags) -- decided word by word, so
         the other words of the same store are still checked."""
+        if self.pending:
+            self.flush_reads()
         hb = self.hb
         wa = self.w_agent[words]
         if (wa >= 0).any():
@@ -170,6 +222,8 @@ class Shadow:
         True when every check passes; returns False, recording nothing, otherwise -- the caller
         then replays the warps one by one, which produces the exact report (or a benign
         verdict)."""
+        if self.pending:
+            self.flush_reads()
         hb = self.hb
         k = len(warps)
         if owner is None:
@@ -239,6 +293,8 @@ class Shadow:
     def exit_check(self):
         """The CTA exits: its shared memory may be reassigned, so every asynchronous read of it
         (TMA store sources) must be known complete to the warp that issued it."""
+        if self.pending:
+            self.flush_reads()
         hb = self.hb
         for a, c in self.cols.items():
             ag = hb.agents[a]

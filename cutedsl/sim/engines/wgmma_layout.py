@@ -79,10 +79,12 @@ def _finish(a, esize):
 
 
 @lru_cache(maxsize=1024)
-def operand_words(b_desc, n, k, eb, trans_b, a_desc, ea, trans_a):
-    """The shared-memory words both operands of one wgmma read (B's, then A's; one race check)
-    and the 1 KiB blocks they lie in."""
-    w = np.concatenate([operand_addrs(b_desc, n, k, eb, trans_b)[1], operand_addrs(a_desc, 64, k, ea, trans_a)[1]])
+def operand_words(b_desc, n, k, eb, trans_b, a_desc=None, ea=0, trans_a=False):
+    """The shared-memory words the operands of one wgmma read (B's, then A's unless ``a_desc`` is
+    None: A from registers; one race check) and the 1 KiB blocks they lie in."""
+    w = operand_addrs(b_desc, n, k, eb, trans_b)[1]
+    if a_desc is not None:
+        w = np.concatenate([w, operand_addrs(a_desc, 64, k, ea, trans_a)[1]])
     w.flags.writeable = False
     blocks = np.unique(w >> BLOCK_SHIFT)        # the race detector's blocks
     blocks.flags.writeable = False

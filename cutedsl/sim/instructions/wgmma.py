@@ -215,8 +215,10 @@ def dec_wgmma(ctx, ins, mods, ops):
     dkey = tuple(didx.tolist())
     hold = dtype_d == "f32"         # f32 accumulators are held as tiles between MMAs (wgmma_acc)
 
-    def execute(warps, cta):
-        # issue: registers read now (scale-d, descriptors, register A), operand addresses
+    def execute(warps, cta, queue=False):
+        # issue: registers read now (scale-d, descriptors, register A), operand addresses;
+        # ``queue`` (a lockstep batch): the operand race read waits for the run's other wgmmas
+        # (Shadow.read_later: a chain on one stage is judged at once)
         st = _wg(cta, warps[0].wid // 4)
         lo = warps[0].wid
         batch = cta.batch(lo, lo + 4) if warps[0].full and warps[3].full else None
@@ -234,7 +236,7 @@ def dec_wgmma(ctx, ins, mods, ops):
         if b_end > cta.smem_size:
             raise SimRuntimeError(f"wgmma B operand (descriptor 0x{b_desc:x}) reaches past shared memory "
                                   f"({cta.smem_size} B)\n    at {ins.where()}")
-        words = [(b_words, None)]
+        words = None
         A = a_ei = None
         if a_regs:
             ar = np.concatenate([w.u32[aidx] for w in warps], axis=1).T         # (128, 4)
@@ -248,19 +250,30 @@ def dec_wgmma(ctx, ins, mods, ops):
             if a_end > cta.smem_size:
                 raise SimRuntimeError(f"wgmma A operand (descriptor 0x{a_desc:x}) reaches past shared memory "
                                       f"({cta.smem_size} B)\n    at {ins.where()}")
-            words = [operand_words(b_desc, N, K, eb, bool(trans_b), a_desc, ea, bool(trans_a))]     # (words, blocks)
+            words = operand_words(b_desc, N, K, eb, bool(trans_b), a_desc, ea, bool(trans_a))     # (words, blocks)
+        if words is None:
+            words = operand_words(b_desc, N, K, eb, bool(trans_b))
         group = warps[0].wg_commits
         gi = warps[0].wid // 4
         sh = cta.shadow
         if sh is not None:
             hb = sh.hb
-            ag = hb.agent(("wgmma", cta.rank, gi), "wgmma", cta, gi, f"wgmma of warpgroup {gi}")
-            # every issuing warp's knowledge orders the operand reads (PTX ISA 9.7.15.5.2: .sync is
-            # per warp); what one of them knows only is reported as a missing warpgroup barrier
-            vc, pvc = hb.collective_op(warps, ag.idx, group + 1)
-            lenient = hb.async_op(warps, ag.idx, group + 1)
-            for wd, blk in words:
-                sh.read(wd, ag.idx, group + 1, vc, pvc, ins.pc, True, "wgmma operand", blk, lenient=lenient)
+            akey = ("wgmma", cta.rank, gi)
+            ag = hb.keys.get(akey) or hb.agent(akey, "wgmma", cta, gi, f"wgmma of warpgroup {gi}")
+            clock = group + 1
+            known = sh.pending_knowledge(ag.idx, clock) if queue else None
+            if known is not None:       # an earlier wgmma of this run: the same warps, the same clocks
+                vc, pvc, lenient = known
+            else:
+                # every issuing warp's knowledge orders the operand reads (PTX ISA 9.7.15.5.2: .sync
+                # is per warp); what one of them knows only is reported as a missing warpgroup barrier
+                vc, pvc = hb.collective_op(warps, ag.idx, clock)
+                lenient = hb.async_op(warps, ag.idx, clock)
+            wd, blk = words
+            if queue:
+                sh.read_later(wd, blk, ag.idx, clock, vc, pvc, ins.pc, "wgmma operand", lenient)
+            else:
+                sh.read(wd, ag.idx, clock, vc, pvc, ins.pc, True, "wgmma operand", blk, lenient=lenient)
             for w in warps:
                 w.acc_pending.append((rbits, ag.idx, group + 1, ins.pc))
                 w.acc_bits |= rbits
@@ -339,7 +352,7 @@ def dec_wgmma(ctx, ins, mods, ops):
             if st is not None and st.arrivals.get(ins.pc):
                 return NOT_BATCHED
         for gi in range(b.lo // 4, b.hi // 4):
-            execute(cta.warps[4 * gi:4 * gi + 4], cta)
+            execute(cta.warps[4 * gi:4 * gi + 4], cta, True)
         cta.launch.version += 1
         return None
 

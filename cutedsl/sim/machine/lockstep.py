@@ -28,6 +28,7 @@ warps together:
 from __future__ import annotations
 
 from ..checks.hb_warp import acc_prune
+from ..frontend.errors import SimError
 from ..frontend.registry import BATCH_WGMMA, JUMPED, NOT_BATCHED
 
 #: how far (in instructions) a warp may be behind to catch up with a lockstep batch
@@ -80,25 +81,33 @@ def lockstep(launch, w, g, ins, gang, budget):
     code = launch.code
     pc = g.pc
     done = 0
-    while True:
-        gi = ins.guard
-        if gi >= 0:             # every lane of the batch takes it, or none skips it
-            row = preds[gi, lanes]
-            some, every = bool(row.any()), bool(row.all())
-            take, skip = (not some, every) if ins.neg else (every, not some)
-            if not (take or skip):
-                break           # some lanes only: w alone, through the main loop
-            if take and _run(ins, b) == NOT_BATCHED:
+    sh = cta.shadow
+    try:
+        while True:
+            gi = ins.guard
+            if gi >= 0:             # every lane of the batch takes it, or none skips it
+                row = preds[gi, lanes]
+                some, every = bool(row.any()), bool(row.all())
+                take, skip = (not some, every) if ins.neg else (every, not some)
+                if not (take or skip):
+                    break           # some lanes only: w alone, through the main loop
+                if take and _run(ins, b) == NOT_BATCHED:
+                    break
+            elif _run(ins, b) == NOT_BATCHED:
                 break
-        elif _run(ins, b) == NOT_BATCHED:
-            break
-        pc += 1
-        done += 1
-        if done >= budget:
-            break
-        ins = code[pc]
-        if not ins.batch or (ins.rbits and _owned(part, ins.rbits)):
-            break
+            pc += 1
+            done += 1
+            if done >= budget:
+                break
+            ins = code[pc]
+            if not ins.batch or (ins.rbits and _owned(part, ins.rbits)):
+                break
+    except SimError:
+        if sh is not None and sh.pending:
+            sh.flush_reads()    # the run's earlier wgmma operand reads come first (program order)
+        raise
+    if sh is not None and sh.pending:
+        sh.flush_reads()        # the run's wgmma operand reads (Shadow.read_later), judged at once
     b.flush()                   # the run's shared stores, checked at once
     if done == 0:               # the first instruction declined the batch
         return ins.fn(w, g, None), None, 0
@@ -112,7 +121,7 @@ def lockstep(launch, w, g, ins, gang, budget):
 
 def _run(ins, b):
     """Run batch instruction ``ins`` for batch ``b``; a wgmma reads shared memory, so the
-    deferred stores of the run are recorded first."""
+    deferred stores of the run are recorded first (after the run's queued wgmma reads)."""
     if ins.batch == BATCH_WGMMA:
         b.flush()
     return ins.fn(b, None, None)
