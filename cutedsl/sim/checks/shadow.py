@@ -39,7 +39,9 @@ class Shadow:
         self.w_pc = np.zeros(n, np.int32)
         self.w_async = np.zeros(n, bool)       # written through the async proxy
         self.ncols = 0
-        ncap = len(cta.warps) + 4
+        # reader columns grow by doubling (_col): most CTAs have a few reading agents (a wgmma
+        # unit, a bulk-store unit), and two full-size rows per column are costly to zero per CTA
+        ncap = 2
         self.r_clock = np.zeros((ncap, n), np.int32)
         self.r_pc = np.zeros((ncap, n), np.int32)
         self.col_agent = np.zeros(ncap, np.int64)
