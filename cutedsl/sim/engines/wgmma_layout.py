@@ -112,7 +112,7 @@ def a_reg_map():
 
 
 @lru_cache(maxsize=16)
-def _to_f64(dt):
+def to_f64(dt):
     """Table: every bit pattern of 8-/16-bit float type ``dt`` -> its float64 value."""
     bits = np.dtype(dt).itemsize * 8
     t = np.arange(1 << bits, dtype=np.dtype(f"u{bits // 8}")).view(dt).astype(np.float64)
@@ -126,7 +126,7 @@ def load_operand(cta, eidx, esize, dt):
         return (v & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
     if np.dtype(dt).kind in "iu":
         return v.view(dt).astype(np.int64)
-    return _to_f64(dt)[v]       # a table look-up: cheaper than the f16/bf16/fp8 -> f64 cast
+    return to_f64(dt)[v]        # a table look-up: cheaper than the f16/bf16/fp8 -> f64 cast
 
 
 #: swizzle span (bytes) per sm_100 descriptor layout field (bits 61-63)

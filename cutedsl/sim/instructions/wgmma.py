@@ -42,7 +42,7 @@ from ..frontend.errors import SimRuntimeError
 from ..checks.hb_warp import acc_prune
 from ..engines.mbarrier_object import uniform_lanes
 from ..frontend.registry import BLOCKED, NOT_BATCHED, handler
-from ..engines.wgmma_acc import HeldTiles, frag_to_tile, tile_to_frag
+from ..engines.wgmma_acc import HeldTiles, MmaOp, frag_to_tile, rounded, tile_to_frag
 # decode_desc and operand_addrs are also this module's public names (tests, tcgen05)
 from ..engines.wgmma_layout import ETYPES, a_reg_map, d_map, decode_desc, load_operand, operand_addrs, operand_words  # noqa: F401
 
@@ -222,8 +222,9 @@ def dec_wgmma(ctx, ins, mods, ops):
         st = _wg(cta, warps[0].wid // 4)
         lo = warps[0].wid
         batch = cta.batch(lo, lo + 4) if warps[0].full and warps[3].full else None
+        chained = queue and hold and cta.launch.chaos is None     # wgmma_acc.HeldTiles.queue
         held = st.held
-        if held is not None and held.tiles:
+        if not chained and held is not None and held.tiles:
             other = 0
             for k, t in held.tiles.items():
                 if k != dkey:
@@ -278,6 +279,12 @@ def dec_wgmma(ctx, ins, mods, ops):
                 w.acc_pending.append((rbits, ag.idx, group + 1, ins.pc))
                 w.acc_bits |= rbits
 
+        if chained:                 # computed with the run's other MMAs, in issue order
+            if st.held is None:
+                st.held = HeldTiles(cta, warps)
+            st.held.queue(MmaOp(dkey, didx, dbits, rbits, N, scale_d, sign, A, a_ei, ea, dta, b_ei, eb, dtb))
+            return
+
         def perform():
             lanes = slice(32 * warps[0].wid, 32 * warps[-1].wid + 32)
             B = load_operand(cta, b_ei, eb, dtb).T                              # (K, N)
@@ -298,13 +305,7 @@ def dec_wgmma(ctx, ins, mods, ops):
 
     def product(c, A, B):
         """The (64, N) f32 tile D = A B (+ c, an f32 tile or None), one rounding (exact mode)."""
-        prod = A @ B
-        if sign != 1.0:
-            prod = -prod
-        if c is not None:
-            prod += c
-        with np.errstate(over="ignore"):
-            return prod.astype(np.float32)
+        return rounded(A @ B, sign, c)
 
     def compute(regs, A, B, scale_d):
         """The accumulator registers (128 threads, nd) after D = A B (+ D)."""

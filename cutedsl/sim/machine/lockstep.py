@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from ..checks.hb_warp import acc_prune
 from ..frontend.errors import SimError
-from ..frontend.registry import BATCH_WGMMA, JUMPED, NOT_BATCHED
+from ..frontend.registry import BATCH_STORE, BATCH_WGMMA, JUMPED, NOT_BATCHED
 
 #: how far (in instructions) a warp may be behind to catch up with a lockstep batch
 CATCH_UP = 8
@@ -108,6 +108,7 @@ def lockstep(launch, w, g, ins, gang, budget):
         raise
     if sh is not None and sh.pending:
         sh.flush_reads()        # the run's wgmma operand reads (Shadow.read_later), judged at once
+    _run_chains(cta)
     b.flush()                   # the run's shared stores, checked at once
     if done == 0:               # the first instruction declined the batch
         return ins.fn(w, g, None), None, 0
@@ -124,7 +125,15 @@ def _run(ins, b):
     deferred stores of the run are recorded first (after the run's queued wgmma reads)."""
     if ins.batch == BATCH_WGMMA:
         b.flush()
+    elif ins.batch == BATCH_STORE:
+        _run_chains(b.cta)      # the run's queued MMAs read their operands before a store lands
     return ins.fn(b, None, None)
+
+
+def _run_chains(cta):
+    """Compute the MMAs the run queued (:meth:`cutedsl.sim.engines.wgmma_acc.HeldTiles.queue`)."""
+    while cta.mma_chains:
+        cta.mma_chains[0].run_chain()
 
 
 def _owned(warps, rbits) -> bool:
