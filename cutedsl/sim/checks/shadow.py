@@ -173,8 +173,8 @@ class Shadow:
         if self.pending:
             self.flush_reads()
         hb = self.hb
-        wa = self.w_agent[words]
-        if (wa >= 0).any():
+        wa = None if self._whole_blocks_known(words, agent, vc) else self.w_agent[words]
+        if wa is not None and (wa >= 0).any():
             vc = hb.fit(vc)
             sel = (wa >= 0) & (wa != agent)
             if sel.any():
@@ -283,6 +283,18 @@ class Shadow:
             if gen.any() and (ck[gen] > hb.fit(pvc)[ag[gen]]).any():
                 return False
         return True
+
+    def _whole_blocks_known(self, words, agent, vc) -> bool:
+        """``words`` (a slice) are whole 1 KiB blocks each last written whole by one write (a TMA
+        box: ``blk_w``, so every word of the block carries that epoch) that is ``agent``'s own or
+        known to ``vc``: the write-write check of a write to them passes without reading a word."""
+        if not isinstance(words, slice) or (words.start | words.stop) & (_BW - 1):
+            return False
+        e = self.blk_w[words.start >> _BLK:words.stop >> _BLK]
+        if not len(e) or e.min() < 0:
+            return False
+        ag = e >> 32
+        return bool(((ag == agent) | ((e & 0xFFFFFFFF) <= self.hb.fit(vc)[ag])).all())
 
     def _block_reads(self, words, nc):
         """Per reader column, the latest read clock in the 1 KiB blocks ``words`` span."""
