@@ -91,10 +91,14 @@ def lockstep(launch, w, g, ins, gang, budget):
                 take, skip = (not some, every) if ins.neg else (every, not some)
                 if not (take or skip):
                     break           # some lanes only: w alone, through the main loop
-                if take and _run(ins, b) == NOT_BATCHED:
+            if gi < 0 or take:
+                kind = ins.batch
+                if kind == BATCH_WGMMA:
+                    b.flush()       # a wgmma reads shared memory: the run's deferred stores first
+                elif kind == BATCH_STORE and cta.mma_chains:
+                    _run_chains(cta)        # the run's queued MMAs read their operands before a store
+                if ins.fn(b, None, None) == NOT_BATCHED:
                     break
-            elif _run(ins, b) == NOT_BATCHED:
-                break
             pc += 1
             done += 1
             if done >= budget:
@@ -118,16 +122,6 @@ def lockstep(launch, w, g, ins, gang, budget):
             x.insts += done
     launch.insts += (hi - lo - 1) * done
     return JUMPED, (lo, hi), done - 1
-
-
-def _run(ins, b):
-    """Run batch instruction ``ins`` for batch ``b``; a wgmma reads shared memory, so the
-    deferred stores of the run are recorded first (after the run's queued wgmma reads)."""
-    if ins.batch == BATCH_WGMMA:
-        b.flush()
-    elif ins.batch == BATCH_STORE:
-        _run_chains(b.cta)      # the run's queued MMAs read their operands before a store lands
-    return ins.fn(b, None, None)
 
 
 def _run_chains(cta):

@@ -54,7 +54,7 @@ def run_warp(self, w, quantum):
                     if c == 0:
                         g.pc += 1
                         gang = None
-                        if others is None and g.m is None:
+                        if others is None and g.m is None and not self._stepping:
                             step_gang(self, w, g.pc - 1, ins)
                         if others is not None:
                             o = others.get(g.pc)
@@ -81,7 +81,7 @@ def run_warp(self, w, quantum):
                     whole = g.m is None and others is None
                     r = ins.fn(w, g, m)
                     # the neighbours follow through it (a guard or a branch may have split w)
-                    if whole and r != YIELD and (r != RESCHED or len(groups) > 1):
+                    if whole and r != YIELD and (r != RESCHED or len(groups) > 1) and not self._stepping:
                         step_gang(self, w, pc0, ins)
                 if r is None:
                     g.pc += 1
