@@ -267,3 +267,20 @@ def test_in_bounds_boxes_of_whole_chunks_copy_as_chunks(monkeypatch, swizzle, in
     got, n = run_load(t, (16, inner), coords, swizzle)
     assert np.array_equal(got[:n], reference_image(t, coords, (inner, 16), swizzle))
     assert len(calls) == (0 if chunked else 1)
+
+
+@pytest.mark.parametrize("coords,chunked", [((4, 1), True), ((1, 1), False), ((4, 0), True)])
+def test_in_bounds_stores_of_whole_chunks_copy_as_chunks(monkeypatch, coords, chunked):
+    """A store box inside the tensor at a 16-byte boundary moves as 16-byte chunks (one 4 B
+    off it: element by element); both write exactly the box and define it for initcheck (the
+    host reads the result back without an uninitialised-read error)."""
+    from cutedsl.sim.instructions import tma
+    calls = []
+    real = tma.elements
+    monkeypatch.setattr(tma, "elements", lambda *a: calls.append(1) or real(*a))
+    r = run_store(coords)
+    exp = np.full((6, 12), 7, np.uint32)
+    x0, y0 = coords
+    exp[y0:y0 + 4, x0:x0 + 8] = 1000 + np.arange(32).reshape(4, 8)
+    assert np.array_equal(r, exp)
+    assert len(calls) == (0 if chunked else 1)

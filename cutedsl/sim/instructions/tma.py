@@ -11,9 +11,9 @@ outside ``[0, dim_i)``) and lands at shared byte ``swz(dst + lin(x))`` with
 ``lin(x) = x_0*e + pitch*(x_1 + n_1*(x_2 + ...))``, ``pitch = S`` when swizzled else
 ``n_0*e``, ``swz(a) = a ^ (((a >> 7) & (S/16 - 1)) << 4)`` on the absolute address.
 The mbarrier gets ``complete_tx`` of the full box bytes (out-of-bounds elements included).
-A box inside its tensor that starts on a 16-byte boundary moves as 16-byte chunks: the box's
-rows and the global strides are multiples of 16 bytes (tensor-map rules) and the swizzle
-permutes whole chunks, so this gives the element rule's bytes with an eighth of the indices.
+A box (loaded or stored) inside its tensor that starts on a 16-byte boundary moves as 16-byte
+chunks: the box's rows and the global strides are multiples of 16 bytes (tensor-map rules) and
+the swizzle permutes whole chunks, so this gives the element rule's bytes with one index per 16.
 Stores clip out-of-bounds elements. Copies complete at issue ("eager"); under the adversarial
 mode (:mod:`cutedsl.sim.machine.chaos`) loads land later in random order and stores read their source
 up to ``wait_group.read`` and write global memory up to ``wait_group``.
@@ -127,6 +127,9 @@ def box_values(w, tm, coords, ins, ghb):
     return vals, sbox
 
 
+_WORD_BYTES = np.arange(0, 16, 4)       # the 4-byte words of a 16-byte chunk
+
+
 def bulk_read(w, cta, words, ins, what):
     """Record an async-proxy read of ``words`` of ``cta`` by warp ``w``'s ``bulk`` agent."""
     sh = cta.shadow
@@ -169,7 +172,11 @@ def tma_store(w, ins, tm_addr, coords, src):
         raise SimRuntimeError(f"TMA store through a padded {tm.bits}-bit tensor map (ALIGN16B) is not emulated\n"
                               f"    at {ins.where()}")
     coords = packed_coords(tm, coords, ins)
-    al, gidx, inb = elements(w, tm, coords, ins)
+    chunks = chunk_source(w, tm, coords, ins)       # (allocation, chunk indices): as for loads
+    if chunks is None:
+        al, gidx, inb = elements(w, tm, coords, ins)
+    else:
+        al, gidx, inb = chunks[0], chunks[1], None
     scta, soff = smem_dest(w, src, ins, "TMA store source")
     dmod = soff % 1024
     ch = box_layout(tm.box, tm.esize, tm.swizzle, dmod)[2]
@@ -178,20 +185,27 @@ def tma_store(w, ins, tm_addr, coords, src):
     if base + rmax + tm.esize > scta.smem_size:
         raise MemoryAccessError(f"TMA store box at smem offset {soff} overruns shared memory\n    at {ins.where()}")
     bulk_read(w, scta, word_set(ch, base >> 2), ins, "TMA store source")
-    sidx = erel + base // tm.esize
-    v = al.v[tm.esize]
+    if chunks is None:
+        unit, sidx = tm.esize, erel + base // tm.esize
+        gwords = whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize)
+        first = int(gidx[0])
+    else:                               # the chunks' words in box order: what whole_words gives
+        unit, sidx = 16, box_chunks(tm.box, tm.strides, tm.esize, tm.swizzle, dmod)[1] + base // 16
+        gwords = ((16 * gidx[:, None] + _WORD_BYTES).reshape(-1), 4)
+        first = int(gidx[0]) * 16 // tm.esize
+    v = al.v[unit]
     if w.launch.ghb is not None:        # the global side: a write in flight until wait_group
-        w.launch.ghb.async_write(w, al, *whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize), ins)
+        w.launch.ghb.async_write(w, al, *gwords, ins)
     if al.dv is not None:               # initcheck: the in-bounds elements are defined (at issue:
         if inb is None:                 # reading them early is the race detector's business)
-            al.define_box(int(gidx[0]), tm.esize, tm.box, tm.strides)
+            al.define_box(first, tm.esize, tm.box, tm.strides)
         else:
             al.define_elements(gidx[inb], tm.esize)
     group = w.bulk_commits
     key = (w.cta.rank, w.wid)
 
     def read():
-        vals = scta.sv[tm.esize][sidx]
+        vals = scta.sv[unit][sidx]
 
         def write():
             if inb is None:
