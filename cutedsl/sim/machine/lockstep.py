@@ -27,6 +27,8 @@ warps together:
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..checks.hb_warp import acc_prune
 from ..frontend.errors import SimError
 from ..frontend.registry import BATCH_STORE, BATCH_WGMMA, JUMPED, NOT_BATCHED
@@ -77,17 +79,19 @@ def lockstep(launch, w, g, ins, gang, budget):
     part = ws[lo:hi]
     preds = cta.files["p"]
     lanes = slice(32 * lo, 32 * hi)
+    nlanes = 32 * (hi - lo)
     b = cta.batch(lo, hi)
     code = launch.code
     pc = g.pc
     done = 0
     sh = cta.shadow
+    owned = _bits(part)         # a superset of the registers a wgmma owns or holds in the batch
     try:
         while True:
             gi = ins.guard
             if gi >= 0:             # every lane of the batch takes it, or none skips it
-                row = preds[gi, lanes]
-                some, every = bool(row.any()), bool(row.all())
+                c = int(np.count_nonzero(preds[gi, lanes]))
+                some, every = c > 0, c == nlanes
                 take, skip = (not some, every) if ins.neg else (every, not some)
                 if not (take or skip):
                     break           # some lanes only: w alone, through the main loop
@@ -99,12 +103,14 @@ def lockstep(launch, w, g, ins, gang, budget):
                     _run_chains(cta)        # the run's queued MMAs read their operands before a store
                 if ins.fn(b, None, None) == NOT_BATCHED:
                     break
+                if kind == BATCH_WGMMA:
+                    owned = _bits(part)
             pc += 1
             done += 1
             if done >= budget:
                 break
             ins = code[pc]
-            if not ins.batch or (ins.rbits and _owned(part, ins.rbits)):
+            if not ins.batch or (ins.rbits & owned and _owned(part, ins.rbits)):
                 break
     except SimError:
         if sh is not None and sh.pending:
@@ -128,6 +134,14 @@ def _run_chains(cta):
     """Compute the MMAs the run queued (:meth:`cutedsl.sim.engines.wgmma_acc.HeldTiles.queue`)."""
     while cta.mma_chains:
         cta.mma_chains[0].run_chain()
+
+
+def _bits(warps) -> int:
+    """The registers some wgmma may own or hold in one of ``warps`` (acc_bits | lazy_bits)."""
+    r = 0
+    for x in warps:
+        r |= x.acc_bits | x.lazy_bits
+    return r
 
 
 def _owned(warps, rbits) -> bool:
