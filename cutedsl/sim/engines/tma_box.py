@@ -111,7 +111,7 @@ def box_chunks(box, strides, esize, span, dst_mod):
     """A box whose rows are whole 16-byte chunks (row bytes and every global stride multiples of
     16) as chunks: (offsets of its chunks in global memory, in 16-byte units from the box's first
     byte; their places in shared memory, in 16-byte units from ``dst - dst_mod``), in box order;
-    None for other boxes. The swizzle moves 16-byte chunks whole (PTX ISA, tensor copy swizzle
+    None for other boxes. The swizzle moves 16-byte chunks whole (PTX ISA 5.5, tensors: swizzling
     modes), so a chunk's bytes stay together -- one index per 16 bytes instead of per element."""
     if (box[0] * esize) % 16 or any(s % 16 for s in strides[1:]):
         return None

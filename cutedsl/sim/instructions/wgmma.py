@@ -27,6 +27,10 @@ the MMA once over the 128 lanes and releases the others.
   makes every group older than its N most recent complete for that warp (the group is one
   warpgroup-wide operation), so a release by that warp (e.g. an mbarrier arrive freeing a
   pipeline stage) orders the group's operand reads before what the acquirer does next.
+  A lockstep run's wgmmas queue their operand reads (``Shadow.read_later``) and, with f32
+  accumulators in eager mode, their products (``wgmma_acc.HeldTiles.queue``): a warpgroup's
+  chain on one stage is judged and computed at once, with the verdicts, reports and bits of one
+  instruction at a time (docs/emulator.md, Lockstep execution: Chains).
 """
 
 from __future__ import annotations
