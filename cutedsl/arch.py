@@ -11,7 +11,7 @@ Sources: CUDA C++ Programming Guide, "Compute Capabilities" (sm_90: 227 KiB of s
 per CTA opt-in, 64 K 32-bit registers per SM, 255 per thread, 1024 threads per CTA, portable
 cluster size 8, 16 with the non-portable opt-in); PTX ISA "setmaxnreg" (24..256, multiples of
 8); CUTLASS 3.x sm90 warp-specialized kernels (producer 40 / consumer 232 registers);
-flash-attn-4's sm_100a forward (setmaxnreg 184 softmax / 80 correction / 64 other).
+FlashAttention-3's sm_90a forward (producer 24 / MMA warpgroups 240); flash-attn-4's sm_100a forward (setmaxnreg 184 softmax / 80 correction / 64 other).
 """
 from __future__ import annotations
 
@@ -40,6 +40,10 @@ class Arch:
     #: ``setmaxnreg`` targets of a tensor-memory attention forward's roles: (softmax, correction,
     #: other) warpgroups -- FlashAttention-4's sm_100a budgets; None where no such kernel exists
     attention_regs: tuple | None = None
+    #: ``setmaxnreg`` targets of a WGMMA attention's roles: (MMA warpgroups, producer warpgroup) --
+    #: FlashAttention-3's sm_90a budgets (two 64-row MMA warpgroups hold S, P and O in registers);
+    #: None where the target has no WGMMA
+    attention_wgmma_regs: tuple | None = None
 
     @property
     def warps_per_warpgroup(self) -> int:
@@ -61,7 +65,8 @@ SM90A = Arch(name="sm_90a", chip="sm_90a", ptx_features="+ptx83", smem_per_cta=2
              max_regs_per_thread=255, max_threads_per_cta=1024, warp_threads=32, warpgroup_threads=128,
              max_cluster_ctas=8, producer_regs=40, consumer_regs=232,
              atoms=frozenset({"tma", "tma_multicast", "mbarrier", "wgmma", "stmatrix", "setmaxnreg", "cluster",
-                              "named_barrier", "red_f16x2"}))
+                              "named_barrier", "red_f16x2"}),
+             attention_wgmma_regs=(240, 24))
 
 #: Blackwell (B200/GB200): no wgmma; tcgen05 MMAs with the accumulator in tensor memory (128 lanes x
 #: 512 columns of 32 bits per CTA); the same 227 KiB of shared memory and 64 K registers per SM.

@@ -13,6 +13,8 @@ from .cliargs import MAX_I32, TOLERANCE, UsageError, int_in, launch_ms, sass_sum
 
 #: --check: max |LSE - ref| (natural log); the kernel's LSE is f32 from f32 scores
 LSE_TOLERANCE = 1e-3
+#: the forward's input types (e4m3: the fp8 kernel, kernel/attention_fp8.py)
+FWD_DTYPES = ("bf16", "f16", "e4m3")
 
 
 def window_arg(text: str) -> tuple:
@@ -58,7 +60,6 @@ def varlen_arg(text: str) -> list:
 def add_attention_parser(sub):
     """The ``attention`` subcommand's options (choices from the layers that implement them)."""
     from .device.attention_config import ARCHS
-    from .kernel.attention import DTYPES
     a = sub.add_parser("attention", help="compile, run and report an attention forward (O, LSE)")
     grid = int_in(1, 65535)                  # batch and heads are grid dimensions y and z
     a.add_argument("--batch", type=grid, default=None, metavar="B", help="sequences, 1..65535 (required without "
@@ -71,7 +72,8 @@ def add_attention_parser(sub):
                                                                            "without --varlen)")
     a.add_argument("--seqlen-k", type=size, default=None, metavar="SK", help="keys per sequence (default --seqlen-q)")
     a.add_argument("--head-dim", type=size, required=True, metavar="D", help="Q/K/V row width (64, 96, 128 or 256; sm_100a: 64 or 128)")
-    a.add_argument("--dtype", default="bf16", metavar="DTYPE", help=f"{' or '.join(DTYPES)} (e4m3: no fp8 kernel yet)")
+    a.add_argument("--dtype", default="bf16", metavar="DTYPE", help=f"{', '.join(FWD_DTYPES)} (e4m3: fp8 Q, K, V, bf16 O, "
+                                                                 f"sm_90a, head dim 64, 128 or 256)")
     a.add_argument("--causal", action="store_true", help="causal mask, aligned bottom-right")
     a.add_argument("--window", type=window_arg, default=None, metavar="L,R",
                    help="sliding window: keys i-L..i+R (-1: unbounded, written --window=-1,R; with --causal R must be "
@@ -126,7 +128,8 @@ def _config(args, problem):
     try:
         cfg = AttentionConfig(head_dim=args.head_dim, dtype=args.dtype, arch=args.arch)
     except ConfigError as e:
-        raise UsageError("--dtype" if args.dtype not in DTYPES else "--head-dim", str(e)) from None
+        bad_dtype = args.dtype not in DTYPES + FWD_DTYPES or (args.dtype in FWD_DTYPES and "dtype" in str(e))
+        raise UsageError("--dtype" if bad_dtype else "--head-dim", str(e)) from None
     why = cfg.can_implement(problem)
     if why:
         raise UsageError("--seqlen-q/--seqlen-k", why)

@@ -219,8 +219,10 @@ def _check_attention(q, k, v, softmax_scale, causal, window, softcap, backend) -
         if not isinstance(x, torch.Tensor):
             raise ArgumentTypeError(f"{_WHO}: {name} must be a torch.Tensor, got {type(x).__name__}")
         if x.dtype not in (torch.float16, torch.bfloat16):
+            fp8 = (" (fp8 attention with descales is cutedsl.Attention(AttentionConfig(dtype='e4m3')) on numpy or "
+                   "device arrays; this op has no descale arguments)") if "float8" in str(x.dtype) else ""
             raise ArgumentTypeError(f"{_WHO}: {name} has dtype {x.dtype}; the kernel takes torch.float16 or "
-                                    f"torch.bfloat16")
+                                    f"torch.bfloat16{fp8}")
         if x.dim() != 4:
             raise ArgumentError(f"{_WHO}: {name} must be 4-D (batch, seqlen, heads, head_dim), got shape "
                                 f"{tuple(x.shape)}")

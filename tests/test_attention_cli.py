@@ -60,6 +60,15 @@ def test_varlen_window_softcap_f16(capsys):
     assert rep["flops"] == fa_flops([(50, 70), (0, 10), (130, 130), (17, 0)], 2, 128, window=(30, -1))
 
 
+def test_fp8_check(capsys):
+    """--dtype e4m3 runs the fp8 kernel (bf16 O) and --check compares with e4m3's tolerance."""
+    status, out, _ = run(capsys, "--batch", "1", "--heads", "2", "--seqlen-q", "77", "--seqlen-k", "140",
+                         "--head-dim", "64", "--dtype", "e4m3", "--causal", *COMMON)
+    rep = json.loads(out)
+    assert status == 0 and rep["passed"] is True and rep["dtype"] == "e4m3" and rep["tolerance"] == 6.3e-2, rep
+    assert 0 < rep["max_rel_err"] < 6.3e-2 and rep["sass"]["QGMMA"] > 0 and rep["spills"] == 0
+
+
 def test_text_report(capsys):
     status, out, _ = run(capsys, "--batch", "1", "--heads", "1", "--seqlen-q", "33", "--head-dim", "64",
                          "--backend", "sim", "--check")
@@ -85,7 +94,8 @@ def test_backend_none_compiles_and_reports(capsys, tmp_path):
 
 BASE = ["--batch", "1", "--heads", "2", "--seqlen-q", "16", "--head-dim", "64", "--backend", "sim"]
 MISTAKES = [   # (options changed from BASE: None removes one, True is a flag; option named; message)
-    ({'--dtype': 'e4m3'}, "--dtype", r"dtype must be 'bf16' or 'f16' .*got 'e4m3'"),
+    ({'--dtype': 'e5m2'}, "--dtype", r"dtype must be 'bf16' or 'f16' .*got 'e5m2'"),
+    ({'--dtype': 'e4m3', '--head-dim': '96'}, "--head-dim", r"head_dim must be 64, 128 or 256 for fp8 .*got 96"),
     ({'--head-dim': '80'}, "--head-dim", r"head_dim must be 64, 96, 128 or 256 .*got 80"),
     ({'--kv-heads': '3'}, "--kv-heads", r"--heads 2 must be a multiple of --kv-heads 3"),
     ({'--batch': '0'}, "--batch", r"expected an integer in 1\.\.65535, got '0'"),

@@ -102,6 +102,9 @@ MISTAKES = [   # (q, k, v, options, error, message)
     (CPU, CPU, CPU, {"backend": "gpu"}, ArgumentError, r"backend must be one of 'auto', 'cuda', 'sim'.*got 'gpu'"),
     (CPU, CPU, CPU, {"backend": 1}, ArgumentTypeError, r"backend must be 'auto', 'cuda', 'sim' or None, got int"),
     (meta(1, 8, 2, 64, dtype=torch.float32), CPU, CPU, {}, ArgumentTypeError, r"q has dtype torch.float32"),
+    (meta(1, 8, 2, 64, dtype=torch.float8_e4m3fn), CPU, CPU, {}, ArgumentTypeError,
+     r"q has dtype torch.float8_e4m3fn; .* \(fp8 attention with descales is cutedsl.Attention\(AttentionConfig\("
+     r"dtype='e4m3'\)\)"),
     (meta(8, 2, 64), CPU, CPU, {}, ArgumentError, r"q must be 4-D \(batch, seqlen, heads, head_dim\), got shape "
                                                   r"\(8, 2, 64\)"),
     (CPU, meta(1, 8, 2, 64), meta(1, 8, 2, 64), {}, ArgumentError, r"q, k, v must be on one device"),

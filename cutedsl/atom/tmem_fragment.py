@@ -128,12 +128,13 @@ class TmemFragment:
         return len(self.values)
 
     @classmethod
-    def load(cls, taddr, col0: int, cols: int, split=None, half: int = 0) -> "TmemFragment":
+    def load(cls, taddr, col0: int, cols: int, split=None, half: int = 0, wait: bool = True) -> "TmemFragment":
         """``tcgen05.ld.sync.aligned.32x32b.x{cols}`` of columns ``col0..`` of the accumulator at
         TMEM address ``taddr`` (i32), each warp from its lane quarter, then ``tcgen05.wait::ld``.
         ``cols``: a power of two, 1..128. ``split`` / ``half``: the fragment of a 64-row
         accumulator (:class:`TmemLayout`); ``"lane"`` loads ``tcgen05.ld.16x32bx2`` with
-        half-split ``half`` (lanes 0..15 of the quarter, both column halves)."""
+        half-split ``half`` (lanes 0..15 of the quarter, both column halves). ``wait`` False: no
+        ``wait::ld`` (the caller waits once after several loads, before any value is used)."""
         if cols < 1 or cols > MAX_LD_COLUMNS or cols & (cols - 1):
             raise ValueError(f"tcgen05.ld 32x32b loads a power of two 1..{MAX_LD_COLUMNS} columns, got {cols}")
         quarter = (V.thread_idx() // QUARTER_LANES) % QUARTERS
@@ -145,7 +146,8 @@ class TmemFragment:
                                 offset=V.const(half, "i64"))
         else:
             v = nvvm.tcgen05_ld(res, ir.Attribute.parse("#nvvm.tcgen05_ldst_shape<shape_32x32b>"), _ptr(addr, 6))
-        nvvm.tcgen05_wait(ir.Attribute.parse("#nvvm.tcgen05_wait<load>"))
+        if wait:
+            nvvm.tcgen05_wait(ir.Attribute.parse("#nvvm.tcgen05_wait<load>"))
         f32 = ir.F32Type.get()
         if cols == 1:
             vals = [V.Scalar(llvm.bitcast(f32, v))]

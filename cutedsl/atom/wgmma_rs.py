@@ -13,11 +13,11 @@ accumulator fragment's registers ``8j .. 8j+7`` of columns ``16j .. 16j+15`` (PT
 9.7.15.5.1, D matrix), so :meth:`AFragment.from_accumulator` only rounds pairs
 (``cvt.rn.{f16x2,bf16x2}.f32``): no data moves between threads.
 
-fp8 (e4m3/e5m2, m64nNk32) is not offered: its A fragment holds 4 consecutive K values per
-register (``k = 4*(t%4) + (v%4) + 16*(v//8)`` in each 32-column step), while the accumulator
-gives a thread columns ``2*(t%4) + {0, 1, 8, 9}``; re-packing needs a byte permutation plus an
-exchange between lane pairs (FlashAttention-3 instead permutes V's columns in shared memory), and
-the emulator has no register-A fp8 model to check it against.
+8-bit A (e4m3/e5m2, ``m64nNk32``; PTX ISA 9.7.15.5.1.1): four consecutive K values per register,
+so the conversion from the accumulator moves bytes -- :mod:`cutedsl.atom.fp8_fragment` gives the
+exact order (a quad exchange, two ``shfl`` and four ``prmt`` per row and 32 columns) or the
+shuffle-free "permuted" order for a B whose K rows are permuted alike (FlashAttention-3's V^T).
+8-bit B is K-major only (the ISA transposes 16-bit operands only).
 
 LLVM 22's ``nvvm.wgmma.mma_async`` takes A as a 64-bit descriptor only (its verifier rejects
 registers), so this atom emits the instruction as inline PTX; callers never see the choice.
@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from ..ir._lazy import lazy
+from .cvt import FP8
+from .fp8_fragment import ORDERS, accumulator_to_fp8
 from .mma_traits import mma_traits
 from .wgmma import ATOM_M, FRAG_PAIR, Accumulator, Descriptor, WarpgroupMMA
 
@@ -35,21 +37,25 @@ V = lazy("cutedsl.ir.values")
 stm = lazy("cutedsl.atom.stmatrix")
 
 A_REGS = 4          #: 32-bit registers of one k-step (64 x 16 16-bit elements over 128 threads)
-REG_TYPES = ("f16", "bf16")
+REG_TYPES = ("f16", "bf16", *FP8)
 
 
 class AFragment:
     """The A operand of a register-A WGMMA: ``regs[b][j]`` = the 4 packed i32 registers of
-    64-row block ``b`` and k-step ``j`` (16 columns of K) of this thread; ``dtype`` f16 or bf16.
-    Shape: ``64 * m_blocks`` x ``16 * k_steps`` per warpgroup."""
+    64-row block ``b`` and k-step ``j`` (16 columns of K for f16/bf16, 32 for e4m3/e5m2) of this
+    thread. Shape: ``64 * m_blocks`` x ``k_step * k_steps`` per warpgroup. ``k_order``: "exact", or
+    "permuted" when column l of each 32-step is the source's column ``K_PERMUTATION[l]``
+    (:mod:`~cutedsl.atom.fp8_fragment`; B's K rows must be permuted alike)."""
 
-    def __init__(self, regs, dtype: str):
+    def __init__(self, regs, dtype: str, k_order: str = "exact"):
         if dtype not in REG_TYPES:
             raise ConfigError(f"AFragment dtype must be one of {REG_TYPES}, got {dtype!r}")
         self.regs = [[list(step) for step in blk] for blk in regs]
         if any(len(step) != A_REGS for blk in self.regs for step in blk):
             raise ValueError(f"each k-step of an A fragment is {A_REGS} i32 registers")
-        self.dtype = dtype
+        if k_order not in ORDERS:
+            raise ConfigError(f"AFragment k_order must be one of {ORDERS}, got {k_order!r}")
+        self.dtype, self.k_order = dtype, k_order
 
     @property
     def m_blocks(self) -> int:
@@ -61,20 +67,28 @@ class AFragment:
 
     @property
     def k(self) -> int:
-        """K extent in elements (``k_step`` = 16 per step)."""
+        """K extent in elements (``k_step`` = 16 or 32 per step)."""
         return self.k_steps * mma_traits(self.dtype).k_step
 
     @classmethod
-    def from_accumulator(cls, acc: Accumulator, dtype: str) -> "AFragment":
-        """The A fragment of the ``64*m_blocks x n`` matrix an f32 accumulator holds (``n`` a
-        multiple of 16, K = n), each pair rounded to nearest even by ``cvt.rn.{dtype}x2.f32``.
-        Raises ``ConfigError`` for another dtype or an ``n`` that is not a multiple of 16."""
+    def from_accumulator(cls, acc: Accumulator, dtype: str, k_order: str = "exact") -> "AFragment":
+        """The A fragment of the ``64*m_blocks x n`` matrix an f32 accumulator holds (K = n),
+        rounded to nearest even: f16/bf16 pairs by ``cvt.rn.{dtype}x2.f32`` (``n`` a multiple of
+        16, registers taken value for value); e4m3/e5m2 by ``cvt.rn.satfinite.{dtype}x2.f32``
+        (``n`` a multiple of 32) and re-packed in ``k_order`` "exact" (quad exchange) or
+        "permuted" (none; see :mod:`~cutedsl.atom.fp8_fragment`). Raises ``ConfigError`` for
+        another dtype or order, or an ``n`` that does not fill whole k-steps."""
         if dtype not in REG_TYPES:
             raise ConfigError(f"AFragment.from_accumulator: dtype must be one of {REG_TYPES}, got {dtype!r}")
-        per_step = A_REGS * FRAG_PAIR           # accumulator registers of one 16-column k-step
-        if acc.regs % per_step:
+        if k_order not in ORDERS:
+            raise ConfigError(f"AFragment.from_accumulator: k_order must be one of {ORDERS}, got {k_order!r}")
+        k_step = mma_traits(dtype).k_step
+        if acc.n % k_step:
             raise ConfigError(f"AFragment.from_accumulator: the accumulator's N = {acc.n} must be a multiple "
-                              f"of {2 * per_step} (one k16 step of A)")
+                              f"of {k_step} (one k{k_step} step of {dtype} A)")
+        if dtype in FP8:
+            return cls(accumulator_to_fp8(acc, dtype, k_order), dtype, k_order)
+        per_step = A_REGS * FRAG_PAIR           # accumulator registers of one 16-column k-step
         regs = []
         for b in range(acc.m_blocks):
             steps = []
@@ -88,15 +102,15 @@ class AFragment:
 
 class WarpgroupMMARegA(WarpgroupMMA):
     """``wgmma.mma_async`` with A from registers (:class:`AFragment`) and B from shared memory:
-    ``m`` (64 or 128) x ``n`` (8..256, step 8) per k-tile (64 of K), ``dtype`` f16 or bf16 for
-    both operands, f32 accumulation, B ``b_major`` ``"K"``/``"MN"`` (None: whatever the B buffer
-    declares). Raises ``ConfigError`` for another type, ``ValueError`` for shapes the PTX ISA
-    has no instruction for (see :class:`WarpgroupMMA`)."""
+    ``m`` (64 or 128) x ``n`` (8..256, step 8) per k-tile (64 of K for f16/bf16, 128 for
+    e4m3/e5m2), ``dtype`` for both operands, f32 accumulation, B ``b_major`` ``"K"``/``"MN"``
+    (None: whatever the B buffer declares; 8-bit B is K-major only). Raises ``ConfigError`` for
+    another type, ``ValueError`` for shapes or majors the PTX ISA has no instruction for (see
+    :class:`WarpgroupMMA`)."""
 
     def __init__(self, m: int, n: int, dtype: str = "f16", b_major: str | None = None):
         if dtype not in REG_TYPES:
-            raise ConfigError(f"WarpgroupMMARegA dtype must be one of {REG_TYPES} (register A of 8-bit types "
-                              f"needs a byte permutation this atom does not do), got {dtype!r}")
+            raise ConfigError(f"WarpgroupMMARegA dtype must be one of {REG_TYPES}, got {dtype!r}")
         super().__init__(m, n, dtype, b_major=b_major)
 
     @property
@@ -110,18 +124,20 @@ class WarpgroupMMARegA(WarpgroupMMA):
         x = 2 * nd
         a = ", ".join(f"${x + r}" for r in range(A_REGS))
         t = self.dtype
+        # 8-bit types have no imm-trans-b (PTX ISA 9.7.15.5.2: transpose is for 16-bit types only)
+        trans = "" if t in FP8 else f", {1 if layout.major == 'MN' else 0}"
         # scale-d is a predicate operand: set it from an i32 (0: D = A B, ignoring the input)
         asm = ("{\n\t.reg .pred p;\n\t" f"setp.ne.b32 p, ${x + A_REGS + 1}, 0;\n\t"
                f"wgmma.mma_async.sync.aligned.m{ATOM_M}n{self.n}k{self.traits.k_step}.f32.{t}.{t} "
-               f"{{{d}}}, {{{a}}}, ${x + A_REGS}, p, 1, 1, {1 if layout.major == 'MN' else 0};\n\t}}")
+               f"{{{d}}}, {{{a}}}, ${x + A_REGS}, p, 1, 1{trans};\n\t}}")
         cons = ",".join(["=f"] * nd + [str(i) for i in range(nd)] + ["r"] * A_REGS + ["l", "r"])
         return asm, cons
 
     def mma(self, acc: Accumulator, a: AFragment, b, accumulate=True, k_tile: int = 0, *, fence: bool = True,
             commit: bool = True) -> Accumulator:
-        """Issue one k-tile: ``m_blocks x 4`` instructions m64n``n``k16 reading k-steps
-        ``4*k_tile .. 4*k_tile+3`` of ``a`` and the B tile ``b`` (``SmemTile`` of ``n x 64``
-        elements, checked by :meth:`operand_layout`, or a ``Descriptor``), preceded by
+        """Issue one k-tile: ``m_blocks x 4`` instructions m64n``n``k16 (k32 for 8-bit) reading
+        k-steps ``4*k_tile .. 4*k_tile+3`` of ``a`` and the B tile ``b`` (``SmemTile`` of ``n x``
+        k-tile elements, checked by :meth:`operand_layout`, or a ``Descriptor``), preceded by
         ``wgmma.fence`` (required after the A registers were written) and followed by
         ``commit``; the caller waits (:meth:`wait`) before reusing ``a``'s registers or reading
         the result. ``accumulate=False``: ``scale-d = 0`` for the first k-step. ``fence=False`` /

@@ -29,13 +29,19 @@ def configs(dtype: str, arch: str = "sm_90a") -> tuple:
     """``(AttentionConfigs, notes)``: one config per head dimension of the set the kernel of
     ``arch`` builds (its default schedule: FlashAttention-3's on sm_90a, -4's on sm_100a); a
     note names each head dimension skipped and why. ``UsageError`` (``--dtype``, ``--arch``)
-    for a dtype or an architecture the attention kernels do not take."""
+    for a dtype or an architecture the attention kernels do not take, and for fp8 (SDPA, the
+    set's baseline, has none)."""
     from ..cliargs import UsageError
     from ..device.attention_config import ARCHS, AttentionConfig
     from ..errors import ConfigError
     if arch not in ARCHS:
         raise UsageError("--arch", f"the attention set: the attention kernels are built for {', '.join(ARCHS)}, "
                                    f"got {arch}")
+    if dtype in ("e4m3", "e5m2"):
+        # the set's baseline is torch SDPA on the same tensors, which has no fp8 path: a ratio against
+        # it would compare an fp8 kernel with a 16-bit one
+        raise UsageError("--dtype", f"the attention set times bf16/f16 against torch SDPA, which has no {dtype} "
+                                    f"path; time the fp8 forward with `python -m cutedsl attention --dtype e4m3`")
     out, notes = [], []
     for d in ATTENTION_HEAD_DIMS:
         try:

@@ -15,14 +15,17 @@ compute them, so that P^T and dS^T are register A operands):
 4. ``dS^T = P^T * (dP^T - D)``;
 5. ``dS`` to shared memory (``stmatrix``), then ``dV += P^T dO`` and ``dK += dS^T Q`` (WGMMA
    with A from registers) and ``dQ = dS K`` (SS) in 64-column chunks;
-6. each chunk of ``dQ`` (unscaled) into the f32 workspace with ``red.global.add.v2.f32`` (PTX ISA 9.7.13.6),
-   rows past the sequence skipped. Deterministic mode orders those additions: before adding to
-   query block ``m`` of a (batch, head), KV block ``n`` waits until the block's semaphore equals
-   ``n - n_min(m)`` (its rank among the KV blocks that visit ``m``, ascending) and afterwards
-   releases ``rank + 1`` (``ld.acquire.gpu`` spin, named barrier, reductions, named barrier,
-   ``st.release.gpu``: PTX ISA 8.x memory consistency model, release/acquire patterns), so every
-   element's f32 sum is formed in one order -- bit-identical across runs (FlashAttention-3's
-   ``Deterministic`` dQ semaphore). It needs the KV blocks of a sequence resident in launch order.
+6. each chunk of ``dQ`` (unscaled) into shared memory in fragment order, then one thread adds the
+   whole block into its slab of the f32 workspace with one ``cp.reduce.async.bulk .add.f32``
+   (:class:`~cutedsl.collective.attention_bwd_dq.DqStaging`; rows past the sequence land in the
+   slab's padding, which the postprocess never reads). Deterministic mode orders those additions:
+   before adding to query block ``m`` of a (batch, head), KV block ``n``'s issuing thread waits
+   until the block's semaphore equals ``n - n_min(m)`` (its rank among the KV blocks that visit
+   ``m``, ascending), and after ``cp.async.bulk.wait_group 0`` (the additions done) releases
+   ``rank + 1`` (``ld.acquire.gpu`` spin, ``st.release.gpu``: PTX ISA memory consistency model,
+   release/acquire patterns), so every element's f32 sum is formed in one order -- bit-identical
+   across runs (FlashAttention-3's ``Deterministic`` dQ semaphore). It needs the KV blocks of a
+   sequence resident in launch order.
 
 Query blocks are visited ascending in the three ranges of a transposed
 :class:`~cutedsl.collective.attention_mask.BlockRange` (masked, unmasked, masked); the loops
@@ -38,9 +41,11 @@ from ..atom.fragment_rows import ROW_HALVES, row_half
 from ..atom.mma_traits import ATOM_M
 from ..atom.operand_store import store_operand
 from ..atom.sync import NamedBarrier, fence_proxy_async, wait_flag
+from ..atom.tma import bulk_wait_group
 from ..atom.wgmma import Accumulator, WarpgroupMMA, WgmmaFragment
 from ..atom.wgmma_rs import AFragment, WarpgroupMMARegA
 from ..ir._lazy import lazy
+from .attention_bwd_dq import DqStaging
 from .attention_mask import AttentionMask, BlockRange
 from .pipeline import PipelineState
 
@@ -59,8 +64,8 @@ BWD_BARRIER = 1
 class BwdUnit:
     """One (KV block, query head) of the loop, IR values: ``batch``, ``head`` (the query head),
     ``n_block`` and ``n0`` (its first key within the sequence), ``seqlen_q``, ``seqlen_k``,
-    ``left`` / ``right`` (band extents), ``q_row0`` (packed row of the sequence's query 0:
-    ``batch * seqlen_q`` dense, ``cu_seqlens_q[b]`` varlen), ``lse_base`` (element of LSE / D of
+    ``left`` / ``right`` (band extents), ``dq_block0`` (the workspace slab of the unit's query
+    block 0: :class:`~cutedsl.collective.attention_bwd_dq.DqStaging` layout), ``lse_base`` (element of LSE / D of
     the head's query 0), ``heads``, ``exp_scale`` (``softmax_scale * log2 e``), ``sem_base``
     (deterministic: element of the head's first query-block semaphore), and the kernel's pointer
     parameters ``lse``, ``dpsum`` (D), ``dq_accum`` (f32 workspace), ``semaphores``."""
@@ -72,7 +77,7 @@ class BwdUnit:
     seqlen_k: object
     left: object
     right: object
-    q_row0: object
+    dq_block0: object
     lse_base: object
     heads: object
     exp_scale: object
@@ -97,6 +102,7 @@ class AttentionBwdMainloop:
         self.kv_mma = WarpgroupMMARegA(ATOM_M, o.head_dim, o.dtype, b_major="MN")
         self.dq_mma = WarpgroupMMA(ATOM_M, o.traits.mn_box, o.dtype, b_major="MN")     # one 64-column chunk
         self.bar = NamedBarrier(BWD_BARRIER, warpgroup_threads)
+        self.dq = DqStaging.for_kernel(o.head_dim, o.block_m, o.dtype)
 
     # -- ranges ------------------------------------------------------------------------
     def query_blocks(self, n0, seqlen_q, seqlen_k, left, right) -> BlockRange:
@@ -204,13 +210,15 @@ class AttentionBwdMainloop:
         dp = dp.pinned()
         ds = dp.map_regs(lambda x, b, i: p.get(b, i) * (x - dsum[WgmmaFragment.offset(b, i)[1]]))
         pf, dsf = AFragment.from_accumulator(p, o.dtype), AFragment.from_accumulator(ds, o.dtype)
+        with cir.If(wt.eq(0)):        # the previous block's bulk reduction has read the dQ staging buffer
+            bulk_wait_group(0, read=True)
         self.bar.sync()               # every warp waited for the previous dQ GEMM: dS may be overwritten
         store_operand(ds, ops.smem["ds"].tile(0), "B", warpgroup_thread=wt)
         fence_proxy_async()           # generic-proxy stmatrix before the async-proxy WGMMA read
         self.bar.sync()
         dv = self.kv_mma.mma(dv, pf, self._at(ops, desc["do_mn"], "do", st.index), fence=True, commit=False)
         dk = self.kv_mma.mma(dk, dsf, self._at(ops, desc["q_mn"], "q", st.index), fence=False, commit=True)
-        # dQ = dS K in 64-column chunks, each added before the next is issued: 32 registers
+        # dQ = dS K in 64-column chunks, each staged before the next is issued: 32 registers
         # live beside dK and dV instead of head_dim / 2
         for c in range(o.d_tiles):
             dq = self.dq_mma.mma(self.dq_mma.undef(), desc["ds"], desc["k_mn"][c], accumulate=False, fence=c > 0)
@@ -218,47 +226,27 @@ class AttentionBwdMainloop:
             if c == 0:
                 dk, dv = dk.pinned(), dv.pinned()
                 ops.qdo_pipe.consumer_release_warp(st)
-                order = self._dq_acquire(unit, m_block, wt)
-            self._add_dq(unit, dq.pinned(), m0, r0, c0 + c * o.traits.mn_box)
-        self._dq_release(order, wt)
+            self.dq.store(ops.smem, dq.pinned(), c, wt)
+        fence_proxy_async()           # generic-proxy stores before the async-proxy bulk reduction reads them
+        self.bar.sync()
+        with cir.If(wt.eq(0)):
+            self._send_dq(ops, unit, m_block)
         return dk, dv
 
-    def _dq_acquire(self, unit: BwdUnit, m_block, wt):
-        """Deterministic mode: wait for this KV block's turn at query block ``m_block``
-        (module docstring); returns ``(semaphore pointer, index, rank)`` or None."""
+    def _send_dq(self, ops, unit: BwdUnit, m_block) -> None:
+        """One thread: the staged dQ block into its workspace slab; deterministic mode waits
+        for this KV block's turn at query block ``m_block`` first and, once the additions are
+        done, hands the turn on (module docstring)."""
         if not self.deterministic:
-            return None
+            self.dq.send(ops.smem, unit.dq_accum, unit.dq_block0 + m_block)
+            return
         sems = cir.GlobalPtr(unit.semaphores, "u32")
         idx = unit.sem_base + m_block
         rank = self.rank(unit.n_block, m_block, unit.seqlen_q, unit.seqlen_k, unit.left, unit.right)
-        with cir.If(wt.eq(0)):
-            wait_flag(sems, idx, V.u32(rank))
-        self.bar.sync()
-        return sems, idx, rank
-
-    def _dq_release(self, order, wt) -> None:
-        if order is None:
-            return
-        sems, idx, rank = order
-        self.bar.sync()               # every thread's additions before the release
-        with cir.If(wt.eq(0)):
-            sems.store_release(idx, V.u32(rank + 1))
-
-    def _add_dq(self, unit: BwdUnit, dq: Accumulator, m0, r0, c0) -> None:
-        """``red.global.add.v2.f32`` (PTX ISA 9.7.13.6, sm_90) of a ``64 x 64`` dQ chunk into the
-        workspace: each pair of fragment registers holds two adjacent columns of one row (8-byte
-        aligned: even columns of an even-width row), so one reduction per pair, half as many as
-        scalar ones; rows past the sequence skipped."""
-        d = self.ops_desc.head_dim
-        ws = cir.GlobalPtr(unit.dq_accum, "f32")
-        row_stride = cir.i64(unit.heads) * d
-        for h in range(ROW_HALVES):
-            q = m0 + r0 + WgmmaFragment.offset(0, 2 * h)[0]
-            with cir.If(q < unit.seqlen_q):
-                base = cir.i64(unit.q_row0 + q) * row_stride + cir.i64(unit.head) * d + cir.i64(c0)
-                for i in range(0, dq.regs, 2):          # registers i, i + 1: columns c, c + 1
-                    if row_half(i) == h:
-                        ws.atomic_add(base + WgmmaFragment.offset(0, i)[1], (dq.get(0, i), dq.get(0, i + 1)))
+        wait_flag(sems, idx, V.u32(rank))
+        self.dq.send(ops.smem, unit.dq_accum, unit.dq_block0 + m_block)
+        bulk_wait_group(0, read=False)      # the additions are performed before the release
+        sems.store_release(idx, V.u32(rank + 1))
 
     # -- the loops ---------------------------------------------------------------------
     def run(self, ops, unit_of, group, rng: BlockRange) -> tuple:
@@ -278,6 +266,8 @@ class AttentionBwdMainloop:
                                    (rng.u_hi, rng.n_max, True)):
                 dk, dv, st = self._loop(ops, desc, unit, lo, hi, masked, dk, dv, st)
             outer.next(*(dk.structs + dv.structs + st.carry()))
+        with cir.If((cir.thread_idx() % self.wg_threads).eq(0)):
+            bulk_wait_group(0, read=True)   # the last staged block read before the CTA exits
         c = list(outer.results)
         return Accumulator(c[:nb], dk.n), Accumulator(c[nb:2 * nb], dv.n)
 

@@ -34,6 +34,7 @@ from ..atom.mma_traits import ATOM_M
 from ..atom.sync import NamedBarrier
 from ..atom.wgmma import FRAG_PAIR, Accumulator, WarpgroupMMA, WgmmaFragment
 from ..atom.wgmma_rs import AFragment, WarpgroupMMARegA
+from ..atom.cvt import FP8
 from ..atom.fragment_rows import ROW_HALVES
 from ..ir._lazy import lazy
 from .attention_mask import _min
@@ -80,7 +81,11 @@ class AttentionMainloop:
         self.mma_warpgroups, self.wg_threads = mma_warpgroups, warpgroup_threads
         o = operands
         self.qk = WarpgroupMMA(ATOM_M, o.block_n, o.dtype, b_major="K")
-        self.pv = WarpgroupMMARegA(ATOM_M, o.head_dim, o.dtype, b_major="MN")
+        # 8-bit B is K-major only: the fp8 operands hold V^T with each 32 keys in the order of the
+        # shuffle-free ("permuted") P fragment (collective/attention_fp8.py)
+        fp8 = o.dtype in FP8
+        self.pv = WarpgroupMMARegA(ATOM_M, o.head_dim, o.dtype, b_major="K" if fp8 else "MN")
+        self.p_order = "permuted" if fp8 else "exact"
 
     # -- descriptors -----------------------------------------------------------------
     def descriptors(self, ops, wg) -> dict:
@@ -143,7 +148,7 @@ class AttentionMainloop:
                      for h in range(ROW_HALVES)] for b in range(s.m_blocks)]
             s = self.mask.apply_bits(s, bits, keep if hk is not None and hk.hooks.has_mask else None)
         p, sm, corr = self.softmax.update(s, sm, ctx.params.exp_scale)
-        return AFragment.from_accumulator(p, self.ops_desc.dtype), sm, corr
+        return AFragment.from_accumulator(p, self.ops_desc.dtype, self.p_order), sm, corr
 
     # -- ping-pong -----------------------------------------------------------------------
     def _turn_begin(self, wg) -> None:
@@ -249,7 +254,7 @@ class AttentionMainloop:
             steps = len(p.regs[0])
             per = len(p.regs[0][0])
             p2 = AFragment([[regs[(b * steps + k) * per:(b * steps + k + 1) * per] for k in range(steps)]
-                            for b in range(len(p.regs))], p.dtype)
+                            for b in range(len(p.regs))], p.dtype, p.k_order)
             rest = c[n_o + n_p:]
             return o2, p2, SoftmaxState.from_carry(rest[:n_sm], n_o), V.i32(rest[n_sm])
         for it, carried in loop:

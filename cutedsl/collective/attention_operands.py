@@ -1,5 +1,8 @@
 """The TMA operands of an attention forward (FlashAttention-3): Q loaded once per work unit, K
-and V each through their own ring of stages, with full/empty mbarriers per stage.
+and V each through their own ring of stages, with full/empty mbarriers per stage -- one
+configuration of the generic :class:`~cutedsl.collective.loader.OperandLoader` (rings ``q``
+(load once), ``k`` and ``v`` (``stages`` slots each)), whose buffers hold one tile per MMA k-tile
+so that the WGMMA descriptors step through a ring with one stride.
 
 Shared memory (every tile 128-byte swizzled, as the WGMMA descriptors read it):
 
@@ -20,30 +23,37 @@ from __future__ import annotations
 
 import attrs
 
-from ..atom.mbarrier import MBarriers
 from ..atom.mma_traits import mma_traits
-from ..atom.tma import TmaCopy
-from ..compiler.artifact import TensorMapSpec
-from .pipeline import TmaPipeline
+from .loader import OperandLoader, TmaOperand, TmaRing
+from .pipeline import PipelineState
 
 OPERANDS = ("q", "k", "v")
 
 
 @attrs.frozen
 class BoundAttentionOperands:
-    """The operands inside a kernel body: bound shared memory, the three ``TmaCopy`` atoms,
-    Q's barrier and the K and V pipelines."""
+    """The operands inside a kernel body: bound shared memory, the loader's bound ``TmaCopy``
+    atoms (``bound``: a :class:`~cutedsl.collective.loader.BoundOperands`), Q's pipeline
+    (``q_pipe``, load once: no empty barrier) and its full barrier ``q_bar`` (the consumers wait on
+    ``q_bar.wait(0, 0)``), and the K and V pipelines."""
     smem: object
-    tma: dict
-    q_bar: object
+    bound: object
+    q_pipe: object
     k_pipe: object
     v_pipe: object
+
+    @property
+    def q_bar(self):
+        return self.q_pipe.full
 
 
 class AttentionOperands:
     """``head_dim`` (a multiple of the k-tile, 64 for 16-bit types), ``block_m`` query rows,
     ``block_n`` keys per KV block, ``stages`` per ring, ``dtype`` f16/bf16, ``varlen``: rank-3
-    maps over packed sequences; ``consumer_warps``: warps releasing each K/V stage."""
+    maps over packed sequences; ``consumer_warps``: warps releasing each K/V stage. The loader is
+    :attr:`loader`: Q and K K-major, ``head_dim / k_box`` column boxes, one buffer tile each; V
+    MN-major, row blocks of one k-tile of keys (a buffer tile each) of ``head_dim / mn_box``
+    column boxes."""
 
     def __init__(self, head_dim: int, block_m: int, block_n: int, stages: int, dtype: str, varlen: bool,
                  consumer_warps: int):
@@ -53,6 +63,16 @@ class AttentionOperands:
         self.d_tiles = head_dim // t.k_tile          #: k-tiles of S = Q K^T
         self.pv_tiles = block_n // t.k_tile          #: k-tiles of O += P V
         self.d_boxes = head_dim // t.mn_box          #: V boxes per P V k-tile
+        lead = len(self.lead)
+
+        def k_major(name, rows):
+            return TmaOperand(name, t.storage, rows, head_dim, box_cols=t.k_box, swizzle=t.swizzle, major="K",
+                              lead=lead, tma_dtype=t.tma_dtype, tiles=self.d_tiles)
+        v = TmaOperand("v", t.storage, block_n, head_dim, box_cols=t.mn_box, box_rows=t.k_tile, swizzle=t.swizzle,
+                       major="MN", lead=lead, tma_dtype=t.tma_dtype, tiles=self.pv_tiles)
+        self.loader = OperandLoader(TmaRing("q", (k_major("q", block_m),)),
+                                    TmaRing("k", (k_major("k", block_n),), stages),
+                                    TmaRing("v", (v,), stages))
 
     @property
     def lead(self) -> tuple:
@@ -60,10 +80,9 @@ class AttentionOperands:
         return (1,) if self.varlen else (1, 1)
 
     def tensor_maps(self) -> list:
-        t, sw = self.traits, self.traits.swizzle
-        return [TensorMapSpec("q", t.tma_dtype, self.lead + (self.block_m, t.k_box), swizzle=sw),
-                TensorMapSpec("k", t.tma_dtype, self.lead + (self.block_n, t.k_box), swizzle=sw),
-                TensorMapSpec("v", t.tma_dtype, self.lead + (t.k_tile, t.mn_box), swizzle=sw)]
+        """The ``q``, ``k``, ``v`` tensor maps (boxes ``lead + (block_m | block_n, k_box)`` and
+        ``lead + (k_tile, mn_box)``)."""
+        return self.loader.tensor_maps()
 
     @staticmethod
     def map_extent(shape, strides, varlen: bool) -> tuple:
@@ -77,73 +96,52 @@ class AttentionOperands:
         return (b, h, n, d), (sb, sh, sn, sd)
 
     def plan(self, plan) -> None:
-        t, sw = self.traits, self.traits.swizzle
-        plan.buffer("q", (self.block_m, t.k_box), t.storage, self.d_tiles, swizzle=sw, major="K")
-        plan.buffer("k", (self.block_n, t.k_box), t.storage, self.stages * self.d_tiles, swizzle=sw, major="K")
-        plan.buffer("v", (self.d_boxes * t.k_tile, t.mn_box), t.storage, self.stages * self.pv_tiles, swizzle=sw,
-                    major="MN")
-        plan.barriers("q_full", 1)
-        for n in ("k", "v"):
-            plan.barriers(f"{n}_full", self.stages)
-            plan.barriers(f"{n}_empty", self.stages)
+        """Buffers ``q``, ``k``, ``v`` and barriers ``q_full``, ``k_full``/``k_empty``,
+        ``v_full``/``v_empty`` (the module docstring's layout)."""
+        self.loader.plan(plan)
 
     @property
     def q_bytes(self) -> int:
-        return self.d_tiles * self.traits.tile_bytes(self.block_m)
+        return self.loader.rings["q"].tx_bytes
 
     @property
     def k_bytes(self) -> int:
-        return self.d_tiles * self.traits.tile_bytes(self.block_n)
+        return self.loader.rings["k"].tx_bytes
 
     @property
     def v_bytes(self) -> int:
-        return self.pv_tiles * self.d_boxes * self.traits.mn_box_bytes
+        return self.loader.rings["v"].tx_bytes
 
     # -- IR ------------------------------------------------------------------------
-    def bind(self, smem, args, leader) -> BoundAttentionOperands:
-        """Tensor-map atoms and barriers; initialises the barriers where ``leader`` holds (the
-        caller follows with a CTA barrier)."""
-        specs = {s.param: s for s in self.tensor_maps()}
-        tma = {n: TmaCopy(specs[n], getattr(args, n)) for n in OPERANDS}
-        q_bar = MBarriers(smem.barriers("q_full"), 1)
-        pipes = [TmaPipeline(MBarriers(smem.barriers(f"{n}_full"), self.stages), nbytes,
-                             MBarriers(smem.barriers(f"{n}_empty"), self.stages), consumers=self.consumer_warps)
-                 for n, nbytes in (("k", self.k_bytes), ("v", self.v_bytes))]
-        q_bar.init(0, 1, predicate=leader)
-        for p in pipes:
-            p.init(leader)
-        return BoundAttentionOperands(smem, tma, q_bar, *pipes)
+    def bind(self, smem, args, leader, init: bool = True) -> BoundAttentionOperands:
+        """Tensor-map atoms and pipelines; with ``init``, initialises the barriers where ``leader``
+        holds (the K and V pipelines each emit ``fence.mbarrier_init``, which covers Q's barrier
+        initialised before them; the caller follows with a CTA barrier). ``init=False`` only
+        binds: a role that binds again, after the barrier, what set-up initialised."""
+        ld = self.loader
+        bound = ld.bind(smem, args)
+        q = ld.pipeline(smem, "q")
+        k, v = (ld.pipeline(smem, n, consumers=self.consumer_warps) for n in ("k", "v"))
+        if init:
+            q.full.init_all(1, predicate=leader)
+            k.init(leader)
+            v.init(leader)
+        return BoundAttentionOperands(smem, bound, q, k, v)
 
     @staticmethod
     def prefetch(ops: BoundAttentionOperands, predicate=None) -> None:
-        for n in OPERANDS:
-            ops.tma[n].prefetch(predicate=predicate)
+        for atom in ops.bound.atoms.values():
+            atom.prefetch(predicate=predicate)
 
     def load_q(self, ops: BoundAttentionOperands, lead: tuple, row0) -> None:
         """Producer thread: Q's ``block_m`` rows from ``row0`` of the map slice ``lead``."""
-        t = self.traits
-        ops.q_bar.arrive_expect_tx(0, self.q_bytes)
-        for kt in range(self.d_tiles):
-            ops.tma["q"].load(ops.smem["q"].tile(kt), ops.q_bar, 0, lead + (row0, kt * t.k_box))
+        self.loader.fill(ops.bound, ops.q_pipe, PipelineState(1), "q", {"q": (row0, 0)}, {"q": lead})
 
     def load_kv(self, ops: BoundAttentionOperands, state, lead: tuple, row0) -> None:
         """Producer thread: K and V of the KV block at key row ``row0`` into slot ``state`` of
         their rings (each waits for its slot's release first)."""
-        t, s = self.traits, state.index
-        k_pipe, v_pipe = ops.k_pipe, ops.v_pipe
-        k_pipe.producer_acquire(state)
-        k_pipe.producer_expect(state)
-        for kt in range(self.d_tiles):
-            ops.tma["k"].load(ops.smem["k"].tile(s * self.d_tiles + kt), k_pipe.full, s,
-                              lead + (row0, kt * t.k_box))
-        v_pipe.producer_acquire(state)
-        v_pipe.producer_expect(state)
-        box = (t.k_tile, t.mn_box)
-        for kt in range(self.pv_tiles):
-            tile = ops.smem["v"].tile(s * self.pv_tiles + kt)
-            for db in range(self.d_boxes):
-                dst = tile.sub(db * t.mn_box_bytes, box) if db else tile.sub(0, box)
-                ops.tma["v"].load(dst, v_pipe.full, s, lead + (row0 + kt * t.k_tile, db * t.mn_box))
+        self.loader.fill(ops.bound, ops.k_pipe, state, "k", {"k": (row0, 0)}, {"k": lead})
+        self.loader.fill(ops.bound, ops.v_pipe, state, "v", {"v": (row0, 0)}, {"v": lead})
 
 
 __all__ = ["AttentionOperands", "BoundAttentionOperands", "OPERANDS"]

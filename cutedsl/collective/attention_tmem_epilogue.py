@@ -1,6 +1,7 @@
 """The epilogue of a FlashAttention-4-style forward: O from tensor memory, one thread per row.
 
-Thread ``t`` of the softmax warpgroup owns query row ``row0 + t`` (TMEM lane ``t``): it loads its
+Thread ``t`` of the storing warpgroup (the correction warpgroup, as FlashAttention-4's) owns query row
+``row0 + t`` (TMEM lane ``t``): it loads its
 row of O in :data:`CHUNK`-column pieces (``tcgen05.ld.32x32b`` + ``wait::ld``), multiplies by
 ``1 / l``, rounds pairs to f16/bf16 (``cvt.rn.*x2.f32``) and writes them with 16-byte global
 stores (``st.global.v4.b32``: 8 elements; a row of O is ``head_dim`` contiguous elements in

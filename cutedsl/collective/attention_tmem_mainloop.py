@@ -1,31 +1,34 @@
 """The main loop of a FlashAttention-4-style forward on sm_100a: S, P and O in tensor memory,
 two Q tiles per CTA (FlashAttention-4's "2 Q tiles": ``q_tiles`` x 128 query rows).
 
-Three roles walk the KV blocks of one work unit (``count`` blocks, visited downwards as on Hopper):
+Four roles walk the KV blocks of one work unit (``count`` blocks, visited downwards as on Hopper):
 
 * **the MMA warp** (:meth:`TmemAttentionMainloop.mma_loop`; an elected lane issues every
   ``tcgen05.mma``) interleaves the tiles so that the tensor core works on one tile while the
   other tile's softmax runs: ``S_0(0) S_1(0)``, then per block ``j >= 1``: for each tile ``g``,
-  wait ``p_full[g]`` (block ``j - 1``), ``O_g += P_g V_{j-1}`` (**A = P read from tensor memory**,
+  wait ``p_full[g]`` and ``o_ready[g]`` (block ``j - 1``), ``O_g += P_g V_{j-1}`` (**A = P read from tensor memory**,
   :meth:`~cutedsl.atom.tcgen05.Umma.mma_tmem_a`; commit ``o_full[g]``), then ``S_g(j) = Q_g
   K_j^T`` (commit ``s_full[g]``); K's slot is released after both tiles' S, V's after both P V;
   after the loop the last block's P V of each tile. While softmax ``g`` works on ``S_g(j)``,
   the tensor core runs the other tile's ``P V`` and ``S``;
 * **the softmax warpgroups** (:meth:`TmemAttentionMainloop.softmax_block`; warpgroup ``g`` owns
   tile ``g``, thread ``t`` = row ``t`` = TMEM lane ``t``): wait ``s_full[g]``, ``tcgen05.ld``
-  the row of S (+ ``wait::ld``), mask, online softmax
-  (:class:`~cutedsl.collective.attention_tmem_softmax.TmemRowSoftmax`); wait ``o_full[g]`` of the
-  previous block (its ``P V`` read the P columns and wrote O), rescale O in tensor memory where
-  the reference maximum moved (the *correction*: ``tcgen05.ld``, multiply, ``tcgen05.st``;
-  skipped by a warp none of whose rows moved), store P as 16-bit pairs over the first half of
-  S's columns (FlashAttention-4's P aliasing S; ``tcgen05.st`` + ``wait::st``), then
-  ``tcgen05.fence::before_thread_sync`` and an arrive on ``p_full[g]``.
+  the row of S (32-column loads, one ``wait::ld``), mask, online softmax
+  (:class:`~cutedsl.collective.attention_tmem_softmax.TmemRowSoftmax`); from the second block on,
+  the row's correction factor to shared memory and an arrive on ``corr_full[g]`` for the
+  correction warpgroup (:mod:`~cutedsl.collective.attention_tmem_correction`); P stored as
+  16-bit pairs over the first half of S's columns (FlashAttention-4's P aliasing S;
+  ``tcgen05.st`` + ``wait::st``), then ``tcgen05.fence::before_thread_sync`` and an arrive on
+  ``p_full[g]``;
+* **the correction warpgroup** rescales ``O_g`` after the previous ``P V`` (``o_full[g]``) and
+  arrives on ``o_ready[g]``, which the MMA warp waits for (with ``p_full[g]``) before ``O_g += P_g V``.
 
-P over S is safe: the softmax stores P only after its own ``wait::ld`` of S, and the MMA that
-next writes S (``S_g(j)``) is issued by the same thread after the ``P V`` that reads P, and
-``tcgen05.mma`` operations of one thread execute in issue order (PTX ISA 9.7.16.6.4.3,
-"pipelined tcgen05 instructions"; the emulator models each issuing thread as one in-order
-agent).
+P over S is safe: S of block ``j`` (whose completion ``s_full`` reports) was issued after the ``P
+V`` of block ``j - 1`` that read the P columns, and a ``tcgen05.commit`` tracks the completion of
+every earlier ``tcgen05.mma`` of its thread (PTX ISA 9.7.16.6.4.2 / 9.7.16.6.4.4); the MMA that
+next writes S is issued by the same thread after the ``P V`` that reads P, and ``tcgen05.mma``
+operations of one thread execute in issue order (PTX ISA 9.7.16.6.4.3, "pipelined tcgen05
+instructions"; the emulator models each issuing thread as one in-order agent).
 
 Every hand-off is an mbarrier (``tcgen05.commit`` -> wait, or arrive -> wait) with the tcgen05
 fences around it (PTX ISA 9.7.16.6.4 "memory consistency of tcgen05": ``fence::after_thread_sync``
@@ -53,9 +56,6 @@ cir = lazy("cutedsl.ir")
 V = lazy("cutedsl.ir.values")
 nvvm, ir = lazy("mlir.dialects.nvvm"), lazy("mlir.ir")
 
-LD_COLUMNS = 32             #: columns per tcgen05.ld / st of O in the correction
-
-
 @attrs.frozen
 class TmemPlan:
     """Column offsets of each Q tile's S, P (aliasing S) and O in one allocation of ``columns``
@@ -78,10 +78,33 @@ class TmemPlan:
 
 @attrs.frozen
 class HandOffs:
-    """The mbarriers of the hand-offs between the MMA warp and the softmax warpgroup."""
+    """The mbarriers of the hand-offs, one per Q tile each: ``s_full`` (MMA -> softmax: S is
+    written), ``p_full`` (softmax -> MMA: P is stored), ``o_full`` (MMA -> correction: P V is
+    done), ``corr_full`` (softmax -> correction: the rows' factors are in shared memory),
+    ``o_ready`` (correction -> MMA: O is rescaled, the next P V may accumulate), ``stats_full``
+    (softmax -> correction, once: ``1 / l`` and the LSE are in shared memory)."""
     s_full: object
     p_full: object
     o_full: object
+    corr_full: object
+    o_ready: object
+    stats_full: object
+
+    NAMES = ("s_full", "p_full", "o_full", "corr_full", "o_ready", "stats_full")
+
+
+S_LD_COLUMNS = 32           #: columns per tcgen05.ld of S (an x128 load needs more than the 128 registers
+                            #: ptxas allows one instruction in a 512-thread kernel)
+
+
+def load_row(taddr, cols: int, chunk: int = S_LD_COLUMNS) -> list:
+    """This thread's ``cols`` f32 columns of the TMEM region at ``taddr``: ``tcgen05.ld`` of
+    ``chunk`` columns each, one ``tcgen05.wait::ld`` after the last (PTX ISA 9.7.16.8.3 /
+    9.7.16.8.5)."""
+    out = []
+    for c0 in range(0, cols, chunk):
+        out += TmemFragment.load(taddr, c0, min(chunk, cols - c0), wait=c0 + chunk >= cols).values
+    return out
 
 
 def warp_any(pred):
@@ -111,19 +134,25 @@ class TmemAttentionMainloop:
 
     # -- static description ----------------------------------------------------------
     def plan(self, plan) -> None:
-        for name in ("s_full", "p_full", "o_full"):
+        for name in HandOffs.NAMES:
             plan.barriers(name, self.q_tiles)
 
-    def bind(self, smem, leader) -> HandOffs:
-        """Bind and initialise the hand-off barriers, one per Q tile (``leader``: the
-        initialising thread; the caller fences and synchronises the CTA)."""
+    def bind(self, smem) -> HandOffs:
+        """The hand-off barriers, one per Q tile (no IR but their addresses: a role binds them
+        after its ``setmaxnreg``)."""
         from ..atom.mbarrier import MBarriers
-        bars = HandOffs(*(MBarriers(smem.barriers(n), self.q_tiles) for n in ("s_full", "p_full", "o_full")))
+        return HandOffs(*(MBarriers(smem.barriers(n), self.q_tiles) for n in HandOffs.NAMES))
+
+    def init(self, bars: HandOffs, leader) -> None:
+        """Initialise the barriers (``leader``: the initialising thread; the caller fences and
+        synchronises the CTA): one ``tcgen05.commit`` completes ``s_full`` / ``o_full``, every
+        thread of the tile's softmax warpgroup ``p_full`` / ``corr_full`` / ``stats_full``, every
+        thread of the correction warpgroup ``o_ready``."""
         for g in range(self.q_tiles):
-            bars.s_full.init(g, 1, predicate=leader)          # one tcgen05.commit each
+            bars.s_full.init(g, 1, predicate=leader)
             bars.o_full.init(g, 1, predicate=leader)
-            bars.p_full.init(g, self.threads, predicate=leader)   # every thread of the tile's softmax
-        return bars
+            for b in (bars.p_full, bars.corr_full, bars.o_ready, bars.stats_full):
+                b.init(g, self.threads, predicate=leader)
 
     # -- the MMA warp ------------------------------------------------------------------
     def mma_loop(self, ops, bars: HandOffs, taddr, count, live=None) -> None:
@@ -159,7 +188,8 @@ class TmemAttentionMainloop:
 
         def pv_mma(g, st, n):                       # O_g += P_g V of V's slot st, block n (IR i32)
             bars.p_full.wait(g, n & 1)
-            TensorMemory.fence_after()              # P's stores; S's loads before S is rewritten
+            bars.o_ready.wait(g, n & 1)             # O rescaled for block n (block 0: at once)
+            TensorMemory.fence_after()              # P's stores, O's correction; S's loads before S is rewritten
             for kt in range(o.pv_tiles):
                 a = taddr + (t.p[g] + kt * (o.traits.k_tile // 2))
                 self.pv.mma_tmem_a(taddr + t.o[g], a, v0.stage(st.index * o.pv_tiles + kt, vb),
@@ -191,15 +221,17 @@ class TmemAttentionMainloop:
             self.pv.commit(ops.v_pipe.empty.address(last.index), elect=True)
 
     # -- the softmax warpgroup ---------------------------------------------------------------
-    def softmax_block(self, bars: HandOffs, taddr, ctx, state: RowState, n, j, masked: bool, g=0) -> RowState:
+    def softmax_block(self, bars: HandOffs, stats, taddr, ctx, state: RowState, n, j, masked: bool,
+                      g=0) -> RowState:
         """Block ``j`` (the ``n``-th visited, IR i32) for this thread's row ``ctx.row0 + tid`` of
         Q tile ``g`` (IR i32 or int); returns the new state. ``ctx``: a
-        :class:`~cutedsl.collective.attention_mainloop.UnitContext`."""
+        :class:`~cutedsl.collective.attention_mainloop.UnitContext`; ``stats``: the
+        :class:`~cutedsl.collective.attention_tmem_correction.RowStats` the factor goes to."""
         o, t = self.ops_desc, self.tmem
         s_addr = self.tile_address(taddr, t.s, g)
         bars.s_full.wait(g, n & 1)
         TensorMemory.fence_after()
-        s = RowScores(TmemFragment.load(s_addr, 0, o.block_n).values)
+        s = RowScores(load_row(s_addr, o.block_n))
         n0 = j * o.block_n
         row = ctx.row0 + cir.i32(cir.thread_idx() % self.threads)
         hk = ctx.hooks                              # FlexAttention hooks at (batch, head, row, key)
@@ -210,15 +242,14 @@ class TmemAttentionMainloop:
             keep = (lambda b, i: hk.keep(ctx.batch, ctx.head, row, n0 + i)) \
                 if hk is not None and hk.hooks.has_mask else None
             s = self.mask.apply(s, lambda b, i: 0, lambda b, i: V.i32(i), limits, keep)
-        p, state, corr, grew = self.softmax.update_row(s, state, ctx.params.exp_scale)
-        # P packed to 16-bit pairs before the correction: 64 live registers, not 128, beside O's chunks
-        words = [pack_b16x2(p[2 * c], p[2 * c + 1], o.dtype) for c in range(o.block_n // 2)]
-        with cir.If(n.ne(0)):                       # the previous P V is done: O and P's columns are free
-            bars.o_full.wait(g, (n - 1) & 1)
-            TensorMemory.fence_after()
-            with cir.If(warp_any(grew)):            # the correction, by warps with a moved row
-                self.rescale(self.tile_address(taddr, t.o, g), corr)
-        store_columns(self.tile_address(taddr, t.p, g), 0, words)
+        p, state, corr, _grew = self.softmax.update_row(s, state, ctx.params.exp_scale)
+        with cir.If(n.ne(0)):                       # the correction warpgroup rescales O by corr
+            stats.put(g, stats.FACTOR, corr)
+            bars.corr_full.arrive(g)
+        # P over S's columns: free, since s_full's commit followed the previous block's P V (a
+        # commit tracks every earlier tcgen05.mma of its thread, PTX ISA 9.7.16.6.4.2 / 9.7.16.6.4.4)
+        store_columns(self.tile_address(taddr, t.p, g), 0,
+                      [pack_b16x2(p[2 * c], p[2 * c + 1], o.dtype) for c in range(o.block_n // 2)])
         TensorMemory.fence_before()
         bars.p_full.arrive(g)
         return state
@@ -231,19 +262,5 @@ class TmemAttentionMainloop:
         step = cols[1] - cols[0] if len(cols) > 1 else 0
         return taddr + cols[0] + cir.u32(g) * step
 
-    def rescale(self, o_addr, corr) -> None:
-        """O's row (this thread's lane) times ``corr``, in :data:`LD_COLUMNS`-column chunks (the
-        ``wait::st`` after P's store covers these stores too)."""
-        for c0 in range(0, self.ops_desc.head_dim, LD_COLUMNS):
-            frag = TmemFragment.load(o_addr, c0, LD_COLUMNS)
-            store_columns(o_addr, c0, [x * corr for x in frag.values], wait=False)
 
-    def finish(self, bars: HandOffs, count, g=0) -> None:
-        """Tile ``g``'s softmax warpgroup after its last block: wait for the last ``P V`` (none
-        when ``count`` is 0) so O can be read."""
-        with cir.If(count > 0):
-            bars.o_full.wait(g, (count - 1) & 1)
-            TensorMemory.fence_after()
-
-
-__all__ = ["TmemAttentionMainloop", "TmemPlan", "HandOffs", "warp_any", "LD_COLUMNS"]
+__all__ = ["TmemAttentionMainloop", "TmemPlan", "HandOffs", "warp_any"]

@@ -27,6 +27,7 @@ from .attention_softmax import LN2, OnlineSoftmax
 
 V = lazy("cutedsl.ir.values")
 F = lazy("cutedsl.ir.fmath")
+FX = lazy("cutedsl.ir.fexp2")
 
 #: FlashAttention-4's threshold: O is rescaled only when the row maximum grew by more than this
 #: (log2 units of the scaled scores, i.e. P up to 2^8 in between)
@@ -104,9 +105,18 @@ class TmemRowSoftmax(OnlineSoftmax):
     rewrite the scores.
     ``threshold``: :data:`RESCALE_THRESHOLD`, or 0 to rescale whenever the maximum grows."""
 
-    def __init__(self, softcap: bool = False, threshold: float = RESCALE_THRESHOLD, score_mod: bool = False):
+    def __init__(self, softcap: bool = False, threshold: float = RESCALE_THRESHOLD, score_mod: bool = False,
+                 exp2_poly: int = 0):
         super().__init__(softcap, score_mod)
         self.threshold = float(threshold)
+        self.exp2_poly = int(exp2_poly)
+
+    @staticmethod
+    def poly_pairs(pairs: int, poly: int) -> frozenset:
+        """Which of a row's ``pairs`` exponent pairs take the polynomial when ``poly`` exponentials
+        do: ``poly / 2`` pairs spread evenly (Bresenham), so MUFU and FMA work interleave."""
+        k = poly // 2
+        return frozenset(q for q in range(pairs) if (q + 1) * k // pairs != q * k // pairs)
 
     @staticmethod
     def initial_row() -> RowState:
@@ -125,8 +135,10 @@ class TmemRowSoftmax(OnlineSoftmax):
         corr = V.select(grew, F.exp2(F.fma(m_old, exp_scale, -ms)), F._f32(1.0))
         p = []
         k2, nms2 = (exp_scale, exp_scale), (-ms, -ms)
+        poly = self.poly_pairs(s.regs // 2, self.exp2_poly)
         for i in range(0, s.regs - 1, 2):           # the exponents two at a time (FFMA2)
-            p += [F.exp2(e) for e in F.fma_x2((s.values[i], s.values[i + 1]), k2, nms2)]
+            e = F.fma_x2((s.values[i], s.values[i + 1]), k2, nms2)
+            p += list(FX.exp2_poly_x2(e)) if i // 2 in poly else [F.exp2(x) for x in e]
         if s.regs % 2:
             p.append(F.exp2(F.fma(s.values[-1], exp_scale, -ms)))
         return p, RowState(m_ref, F.fma(state.row_sum, corr, row_sum(p))), corr, grew

@@ -7,10 +7,13 @@ Three pieces, all static descriptions until a kernel body binds them:
 * :class:`TmaOperand` -- one tensor map and the shared-memory tile it fills per stage: a
   ``rows x cols`` tile (global order: ``cols`` contiguous) loaded as ``cols / box_cols`` boxes
   stacked in shared memory (a row wider than the swizzle span is split into boxes one span wide:
-  an MN-major GEMM operand, a 128-column head dimension of 16-bit elements), and optionally
-  sliced by rows over ``slices`` CTAs of a cluster, each loading ``rows / slices`` rows and
-  multicasting them to the others (PTX ISA 9.7.9.25.5.1, ``cp.async.bulk.tensor`` with
-  ``.multicast::cluster``).
+  an MN-major GEMM operand, a 128-column head dimension of 16-bit elements), optionally in row
+  blocks of ``box_rows`` rows, each block's boxes stacked before the next block's (an MN-major
+  operand holding several MMA k-tiles per stage: attention's V, one k-tile of keys per block),
+  and optionally sliced by rows over ``slices`` CTAs of a cluster, each loading ``rows / slices``
+  rows and multicasting them to the others (PTX ISA 9.7.9.25.5.1, ``cp.async.bulk.tensor`` with
+  ``.multicast::cluster``). Its buffer holds ``tiles`` tiles per stage (one per MMA k-tile where
+  a stage holds several: the descriptors step through them with one stride).
 * :class:`TmaRing` -- operands that travel together: ``stages`` slots, each with one *full*
   mbarrier armed with the bytes of all its operands and one *empty* mbarrier the consumers
   release it on (:class:`~cutedsl.collective.pipeline.TmaPipeline`); ``stages=None`` loads once
@@ -54,13 +57,19 @@ class TmaOperand:
     ``name``); ``dtype``: the buffer's element type; ``tma_dtype``: the tensor map's (default
     ``dtype``; a 6-bit GEMM operand's maps are packed, its buffers padded). ``rows`` x ``cols``:
     the elements one stage holds, ``cols`` contiguous in global memory; ``box_cols``: the inner
-    extent of one box (default ``cols``; must divide it). ``swizzle``: bytes (0, 32, 64, 128),
+    extent of one box (default ``cols``; must divide it); ``box_rows``: the rows of one box
+    (default ``rows``; must divide it): row block ``r``'s ``cols / box_cols`` boxes lie after
+    those of blocks ``0 .. r - 1``; ``tiles``: the buffer's tiles per stage (default 1: a tile is
+    the stage, :attr:`stage_shape`), which must divide the boxes, each tile holding ``boxes / tiles``
+    of them (:attr:`tile_shape`) -- one per MMA k-tile: a K-major operand's column boxes, an
+    MN-major one's row blocks. ``swizzle``: bytes (0, 32, 64, 128),
     of the tensor map and of the buffer; ``major``: "K" / "MN" for an MMA operand's buffer (its
     descriptors check it), None otherwise. ``slices``: CTAs of a cluster sharing the tile, each
     loading ``rows / slices`` rows (slice ``r`` at rows ``r * rows / slices``) and multicasting
     them; ``lead``: leading tensor-map dimensions before ``(row, col)`` with box extent 1 (a batch,
     a head: their coordinates come with each load); ``align``: the buffer's alignment in bytes
-    (default: the plan's). Raises ``ConfigError`` for extents that do not divide."""
+    (default: the plan's). Raises ``ConfigError`` for extents that do not divide, and for row
+    blocks of a sliced operand (not built)."""
     name: str
     dtype: str
     rows: int = attrs.field(validator=_positive("rows"))
@@ -73,30 +82,52 @@ class TmaOperand:
     tma_dtype: str = attrs.field(default=None)
     param: str = attrs.field(default=None)
     align: int | None = None
+    box_rows: int = attrs.field(default=None)
+    tiles: int = attrs.field(default=1, validator=_positive("tiles"))
 
     def __attrs_post_init__(self):
-        for field, default in (("box_cols", self.cols), ("tma_dtype", self.dtype), ("param", self.name)):
+        for field, default in (("box_cols", self.cols), ("box_rows", self.rows), ("tma_dtype", self.dtype),
+                               ("param", self.name)):
             if getattr(self, field) is None:
                 object.__setattr__(self, field, default)
-        if not isinstance(self.box_cols, int) or self.box_cols < 1 or self.cols % self.box_cols:
-            raise ConfigError(f"TmaOperand {self.name!r}: box_cols {self.box_cols!r} must divide cols {self.cols}")
+        for field, whole in (("box_cols", "cols"), ("box_rows", "rows")):
+            v = getattr(self, field)
+            if not isinstance(v, int) or v < 1 or getattr(self, whole) % v:
+                raise ConfigError(f"TmaOperand {self.name!r}: {field} {v!r} must divide {whole} "
+                                  f"{getattr(self, whole)}")
         if self.rows % self.slices:
             raise ConfigError(f"TmaOperand {self.name!r}: {self.slices} slices must divide rows {self.rows}")
+        if self.slices > 1 and self.box_rows != self.rows:
+            raise ConfigError(f"TmaOperand {self.name!r}: row blocks (box_rows {self.box_rows} < rows {self.rows}) "
+                              f"of an operand sliced over {self.slices} CTAs are not built; use one of them")
+        if self.boxes % self.tiles:
+            raise ConfigError(f"TmaOperand {self.name!r}: tiles {self.tiles} must divide its {self.boxes} boxes")
 
     @property
-    def boxes(self) -> int:
-        """Boxes per stage (stacked in the buffer: box ``j`` holds columns ``j * box_cols ..``)."""
+    def col_boxes(self) -> int:
+        """Boxes across the columns of one row block."""
         return self.cols // self.box_cols
 
     @property
+    def boxes(self) -> int:
+        """Boxes per stage, stacked in the buffer: box ``j`` holds columns ``(j % col_boxes) *
+        box_cols ..`` of row block ``j // col_boxes``."""
+        return self.rows // self.box_rows * self.col_boxes
+
+    @property
     def box(self) -> tuple:
-        """One CTA's box ``(rows / slices, box_cols)`` (elements, outermost first)."""
-        return (self.rows // self.slices, self.box_cols)
+        """One CTA's box ``(box_rows / slices, box_cols)`` (elements, outermost first)."""
+        return (self.box_rows // self.slices, self.box_cols)
 
     @property
     def stage_shape(self) -> tuple:
-        """The buffer's tile per stage: the boxes stacked, ``(boxes * rows, box_cols)``."""
-        return (self.boxes * self.rows, self.box_cols)
+        """One stage's boxes stacked, ``(boxes * box_rows, box_cols)``."""
+        return (self.boxes * self.box_rows, self.box_cols)
+
+    @property
+    def tile_shape(self) -> tuple:
+        """The buffer's tile: ``boxes / tiles`` boxes stacked (the stage when ``tiles`` is 1)."""
+        return (self.boxes // self.tiles * self.box_rows, self.box_cols)
 
     @property
     def element_bytes(self) -> int:
@@ -113,9 +144,9 @@ class TmaOperand:
         return TensorMapSpec(self.param, self.tma_dtype, (1,) * self.lead + self.box, swizzle=self.swizzle)
 
     def offset(self, j: int, slice_=0):
-        """Byte offset of box ``j`` of slice ``slice_`` (int or IR i32) in the stage's tile: slice
-        ``r`` sits ``r`` slices into every box."""
-        box_off = j * self.rows * self.box_cols * self.element_bytes
+        """Byte offset of box ``j`` of slice ``slice_`` (int or IR i32) in the stage: slice ``r``
+        sits ``r`` slices into every box."""
+        box_off = j * self.box_rows * self.box_cols * self.element_bytes
         if self.slices == 1:
             return box_off
         off = slice_ * (self.rows // self.slices * self.box_cols * self.element_bytes)
@@ -124,7 +155,15 @@ class TmaOperand:
     def coords(self, j: int, row0, col0, slice_=0) -> tuple:
         """Global ``(row, col)`` of box ``j`` of slice ``slice_`` of the tile whose first element is
         at ``(row0, col0)`` (ints or IR i32)."""
-        return (row0 + slice_ * (self.rows // self.slices), col0 + self.box_cols * j if j else col0)
+        block, c = divmod(j, self.col_boxes)
+        if block:
+            row0 = row0 + block * self.box_rows
+        return (row0 + slice_ * (self.rows // self.slices), col0 + self.box_cols * c if c else col0)
+
+    def in_tile(self, j: int, slice_=0) -> tuple:
+        """``(tile within the stage, byte offset in that tile)`` of box ``j`` of slice ``slice_``."""
+        per = self.boxes // self.tiles
+        return j // per, self.offset(j % per, slice_)
 
     def placement(self, j: int, row0, col0, slice_=0) -> tuple:
         """``(byte offset in the stage's tile, (row, col))`` of box ``j`` of slice ``slice_``."""
@@ -189,7 +228,8 @@ class OperandLoader:
     # -- static description ----------------------------------------------------------
     def plan(self, plan, stages=None) -> None:
         """Declare every ring's buffers (one per operand, :attr:`TmaOperand.stage_shape` per slot),
-        then its full (and empty) barriers, ring by ring, in a ``SmemPlan``. ``stages``: an int
+        then its full (and empty) barriers, ring by ring, in a ``SmemPlan`` (an operand of ``tiles``
+        tiles per stage declares ``tiles`` buffer tiles per slot: slot ``s`` is tiles ``s * tiles ..``). ``stages``: an int
         overriding the slot count of every ring that is not load-once (how ``stages="auto"``
         sizes a GEMM ring), or a dict by ring name."""
         for r in self.rings.values():
@@ -197,7 +237,7 @@ class OperandLoader:
             n = n or r.slots
             for op in r.operands:
                 kw = {} if op.align is None else {"align": op.align}
-                plan.buffer(op.name, op.stage_shape, op.dtype, n, swizzle=op.swizzle, major=op.major, **kw)
+                plan.buffer(op.name, op.tile_shape, op.dtype, n * op.tiles, swizzle=op.swizzle, major=op.major, **kw)
             plan.barriers(r.barrier_names[0], n)
             if r.release:
                 plan.barriers(r.barrier_names[1], n)
@@ -238,7 +278,8 @@ class OperandLoader:
         if len(lead) != op.lead:
             raise ConfigError(f"operand {operand!r} has {op.lead} leading tensor-map coordinates, got {len(lead)}")
         for j in range(op.boxes):
-            dst = bound.smem[operand].tile(index).sub(op.offset(j, slice_), op.box)
+            t, off = op.in_tile(j, slice_)
+            dst = bound.smem[operand].tile(index * op.tiles + t if op.tiles > 1 else index).sub(off, op.box)
             coords = op.coords(j, origin[0], origin[1], slice_)
             bound.atoms[operand].load(dst, barriers, index, tuple(lead) + coords, multicast_mask=mask,
                                       predicate=predicate)

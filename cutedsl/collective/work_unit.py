@@ -78,7 +78,8 @@ class AttentionUnits(UnitSpace):
     consecutive units share a query block index (similar work) and spread over heads.
     ``longest_first`` (for a causal mask, FlashAttention's LPT order): query blocks from the
     last -- which sees the most keys -- to the first, so the longest units start first and the
-    short ones fill the tail of a persistent grid. Raises ``ValueError`` for a bad block or
+    short ones fill the tail of a persistent grid. The *grid form* (:meth:`grid`, :meth:`grid_unit`)
+    launches the unit space itself, one CTA per unit. Raises ``ValueError`` for a bad block or
     split count."""
 
     def __init__(self, block_m: int, longest_first: bool = False, splits: int = 1):
@@ -111,6 +112,27 @@ class AttentionUnits(UnitSpace):
         self.q_blocks = (cir.u32(problem.seqlen_q) + (self.block_m - 1)) // self.block_m
         self.per_block = self.heads * cir.u32(problem.batch)
         self.count = self.q_blocks * self.per_block * self.splits if self.splits > 1 else self.q_blocks * self.per_block
+
+    # -- the grid form: one CTA per unit, the launch grid is the unit space ---------------------
+    def _grid_form(self) -> None:
+        if self.longest_first or self.splits > 1:
+            raise ValueError(f"the grid form runs units in launch order with no split: longest_first="
+                             f"{self.longest_first}, splits={self.splits} need a scheduler's linear walk")
+
+    def grid(self, problem) -> tuple:
+        """Host: the launch grid whose CTA ``(x, y, z)`` runs unit ``(q_block, head, batch)``:
+        ``(max(1, q blocks), heads, batch)`` (:meth:`grid_unit`). One unit per CTA with no
+        linear index to decompose -- no division on the device; ``ValueError`` for
+        ``longest_first`` or splits (orders and slices that need :class:`UnitScheduler` /
+        :class:`PersistentScheduler`'s walk)."""
+        self._grid_form()
+        return (max(1, problem.q_blocks(self.block_m)), problem.heads, problem.batch)
+
+    def grid_unit(self) -> AttentionUnit:
+        """IR: this CTA's :class:`AttentionUnit` on the :meth:`grid` launch: ``blockIdx.x, .y, .z``
+        (i32) as query block, head and sequence."""
+        self._grid_form()
+        return AttentionUnit(*(cir.i32(cir.block_idx(d)) for d in ("x", "y", "z")))
 
     def unit(self, index, valid=True) -> AttentionUnit:
         """IR: the :class:`AttentionUnit` of linear unit ``index`` (IR i32)."""

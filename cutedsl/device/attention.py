@@ -30,8 +30,10 @@ from ..runtime.tensor_view import TensorView
 from .attention_config import CALL_OPTIONS, AttentionConfig
 from .attention_hook_args import BlockMaskCache, check_hook_args, host_hook_args
 
-DTYPES = ("bf16", "f16")
+DTYPES = ("bf16", "f16", "e4m3")
+FP8 = ("e4m3",)
 NAMES = ("q", "k", "v")
+DESCALES = ("q_descale", "k_descale", "v_descale")
 
 
 def _real(name, x, *, positive=False):
@@ -86,6 +88,38 @@ def _cu_seqlens(name, cu, rows, batch=None) -> np.ndarray:
     return h
 
 
+def check_descales(dtype: str, descales) -> tuple:
+    """``(q, k, v)`` descale factors of a call (FlashAttention-3's ``q_descale`` / ``k_descale`` /
+    ``v_descale``: what each fp8 tensor is multiplied by to give its true values; per tensor):
+    each None (1.0), a positive finite real or an array of one such value (numpy or device,
+    f32). Raises ``ArgumentError`` for descales with 16-bit inputs, a non-positive or non-finite
+    value or an array of more than one element (per-head descales are not implemented),
+    ``ArgumentTypeError`` for another type."""
+    if dtype not in FP8:
+        given = [n for n, d in zip(DESCALES, descales) if d is not None]
+        if given:
+            raise ArgumentError(f"{', '.join(given)}: descale factors are for fp8 (e4m3) inputs; q, k, v are "
+                                f"{dtype} -- drop them")
+        return 1.0, 1.0, 1.0
+    out = []
+    for name, d in zip(DESCALES, descales):
+        if d is None:
+            out.append(1.0)
+            continue
+        if not isinstance(d, (int, float, np.integer, np.floating)) or isinstance(d, bool):
+            dev = arrays.describe(d, name)
+            h = arrays.to_host(arrays.DeviceArray(dev[0], tuple(dev[1]), tuple(dev[2]), dev[3], None, d)) \
+                if dev is not None else np.asarray(d)
+            if h.dtype.kind != "f":
+                raise ArgumentTypeError(f"{name} must be a float (or a float32 array of one value), got {h.dtype}")
+            if h.size != 1:
+                raise ArgumentError(f"{name} must hold one value (a per-tensor descale), got shape {h.shape}: "
+                                    f"per-(batch, kv_head) descales are not implemented")
+            d = float(h.reshape(()))
+        out.append(_real(name, d, positive=True))
+    return tuple(out)
+
+
 def check_call(views, cu_q, cu_k, max_q, max_k) -> tuple:
     """Validate ``q, k, v`` (``TensorView``) and the varlen arguments; returns ``(problem,
     host cu_seqlens_q, cu_seqlens_k or None)``. ``ArgumentTypeError``/``ArgumentError`` name
@@ -93,7 +127,7 @@ def check_call(views, cu_q, cu_k, max_q, max_k) -> tuple:
     q, k, v = views
     for x in views:
         if x.dtype is None or x.dtype.name not in DTYPES:
-            raise ArgumentTypeError(f"{x.name} must be bf16 or f16, got {x.raw_dtype}")
+            raise ArgumentTypeError(f"{x.name} must be bf16, f16 or e4m3 (float8_e4m3fn), got {x.raw_dtype}")
     if not q.dtype.name == k.dtype.name == v.dtype.name:
         raise ArgumentTypeError(f"q, k, v must share one dtype, got {q.dtype.name}, {k.dtype.name}, {v.dtype.name}")
     varlen = cu_q is not None or cu_k is not None
@@ -181,10 +215,13 @@ class Attention:
             return kern
 
     def __call__(self, q, k, v, *, softmax_scale=None, causal=False, window=None, softcap=None, cu_seqlens_q=None,
-                 cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, **hook_args):
-        """``(o, lse)``: ``o`` like ``q`` (dense (batch, seqlen_q, heads, head_dim), varlen
-        (total_q, heads, head_dim)), ``lse`` f32 (batch, heads, seqlen_q) / (heads, total_q),
-        natural log; numpy in -> numpy out, device arrays in -> device arrays out.
+                 cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, q_descale=None, k_descale=None,
+                 v_descale=None, **hook_args):
+        """``(o, lse)``: ``o`` of ``q``'s shape (dense (batch, seqlen_q, heads, head_dim), varlen
+        (total_q, heads, head_dim)) and dtype (bf16 for e4m3 inputs, as FlashAttention-3), ``lse``
+        f32 (batch, heads, seqlen_q) / (heads, total_q), natural log; numpy in -> numpy out,
+        device arrays in -> device arrays out. ``q_descale`` / ``k_descale`` / ``v_descale``
+        (e4m3 only; :func:`check_descales`): the true Q is ``q * q_descale`` etc.
         ``softmax_scale`` (default ``head_dim ** -0.5``), ``causal`` (bottom-right aligned),
         ``window = (left, right)`` (-1: unbounded), ``softcap`` (None/0: off); ``hook_args``:
         the parameters the config's score_mod / mask_mod declare, by name (e.g.
@@ -195,7 +232,8 @@ class Attention:
         hooks with ``cu_seqlens`` are refused)."""
         launch, result = self.prepare(q, k, v, softmax_scale=softmax_scale, causal=causal, window=window,
                                       softcap=softcap, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                                      max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, **hook_args)
+                                      max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, q_descale=q_descale,
+                                      k_descale=k_descale, v_descale=v_descale, **hook_args)
         try:
             launch()
             return result()
@@ -203,7 +241,8 @@ class Attention:
             launch.release()
 
     def prepare(self, q, k, v, *, softmax_scale=None, causal=False, window=None, softcap=None, cu_seqlens_q=None,
-                cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, **hook_args):
+                cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, q_descale=None, k_descale=None,
+                v_descale=None, **hook_args):
         """Validate, compile, copy host inputs and encode the tensor maps of one call (options
         as :meth:`__call__`); returns ``(launch, result)``: ``launch()`` runs the kernel (again
         on each call: what a benchmark times), ``result()`` waits and returns ``(o, lse)``.
@@ -217,6 +256,7 @@ class Attention:
         scale = problem.head_dim ** -0.5 if softmax_scale is None else _real("softmax_scale", softmax_scale)
         cap = None if softcap is None or softcap == 0 else _real("softcap", softcap, positive=True)
         left, right = _window(window, causal)
+        descales = check_descales(views[0].dtype.name, (q_descale, k_descale, v_descale))
         cfg = self._config(problem, views[0].dtype.name)
         hooks = cfg.hooks()
         if hooks.hooks() and cq is not None:
@@ -230,8 +270,9 @@ class Attention:
         q = views[0]
         o_shape = q.shape
         lse_shape = (q.shape[1], q.shape[0]) if cq is not None else (q.shape[0], q.shape[2], q.shape[1])
+        o_dtype = "bf16" if q.dtype.name in FP8 else q.dtype.name
         if 0 in q.shape or 0 in views[1].shape:          # no query, or no key: O = 0, LSE = +inf, no launch
-            return _empty_call(self.backend, q, o_shape, lse_shape)
+            return _empty_call(self.backend, q, o_shape, lse_shape, o_dtype)
         local = (left, right) != (-1, -1)
         kern = self._kernel(cfg, local=local, causal=local and left == -1, softcap=cap is not None,
                             varlen=cq is not None)
@@ -239,7 +280,7 @@ class Attention:
         compiled = kern.compile(dump_dir=self._dump)
         spent = time.perf_counter() - t0
         launch, result = self._prepare(kern, compiled, views, problem, cq, ck, scale, cap, (left, right), o_shape,
-                                       lse_shape, hook_args)
+                                       lse_shape, hook_args, descales)
         launch.compiled, launch.compile_seconds = compiled, spent
         launch.cache_hit = bool(getattr(kern, "last_cache_hit", False))
         return launch, result
@@ -259,10 +300,11 @@ class Attention:
         return attention_reference(*(arrays.host_array(x) for x in (q, k, v)), score_mod=sm, mask_mod=mm,
                                    hook_args=host, **own)
 
-    def _prepare(self, kern, compiled, views, problem, cq, ck, scale, cap, window, o_shape, lse_shape, hook_args):
+    def _prepare(self, kern, compiled, views, problem, cq, ck, scale, cap, window, o_shape, lse_shape, hook_args,
+                 descales=(1.0, 1.0, 1.0)):
         be, (q, k, v) = self.backend, views
         on_host = q.on_host
-        dt = q.dtype
+        dt = getattr(kern, "o_dtype", None) or q.dtype
         bind = Binding(be, compiled)
         try:
             devs = []
@@ -283,7 +325,10 @@ class Attention:
             else:
                 bind.pointer("o", do)
             bind.pointer("lse", dl)
-            bind.values.update(kern.scalar_values(problem, scale, cap, window))
+            if q.dtype.name in FP8:
+                bind.values.update(kern.scalar_values(problem, scale, cap, window, descales=descales))
+            else:
+                bind.values.update(kern.scalar_values(problem, scale, cap, window))
             if cq is not None:
                 cqd, ckd = (bind.own(arrays.to_device(be, c)) for c in (cq, ck))
                 bind.pointer("cu_seqlens_q", cqd)
@@ -319,10 +364,11 @@ class Attention:
                     bind.values[name] = val
 
 
-def _empty_call(be, q, o_shape, lse_shape):
+def _empty_call(be, q, o_shape, lse_shape, o_dtype):
     """``(launch, result)`` of a call with no query or no key: nothing to launch; ``O = 0``,
     ``LSE = +inf`` (FlashAttention's value for a row with no key)."""
-    o = np.zeros(o_shape, q.dtype.numpy)
+    from ..dtypes import dtype as _dtype
+    o = np.zeros(o_shape, _dtype(o_dtype).numpy)
     lse = np.full(lse_shape, np.inf, np.float32)
 
     def launch():

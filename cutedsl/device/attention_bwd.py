@@ -160,7 +160,8 @@ class AttentionBackward:
         kern = self._kernel(("bwd", d, dt, config.arch, tuple(sorted(variant.items()))),
                             lambda: _bwd_kernel_cls()(d, dt, arch=config.arch, **variant))
         return (self._kernel(("pre", d, dt), lambda: AttentionBwdPreprocessKernel(d, dt)), kern,
-                self._kernel(("post", dt), lambda: AttentionBwdPostprocessKernel(dt)))
+                self._kernel(("post", d, dt, bool(varlen)),
+                             lambda: AttentionBwdPostprocessKernel(d, dt, varlen=bool(varlen))))
 
     def _prepare(self, kernels, compiled, views, problem, cq, ck, scale, window):
         """``(launch, result)`` over three bindings; the main binding owns every array the call
@@ -195,7 +196,9 @@ class AttentionBackward:
                                    rows=tokens * problem.heads, heads=problem.heads,
                                    seqlen=tokens if cq is not None else problem.seqlen_q)]
             results += [new(x.shape, dt, n, owned=q.on_host) for x, n in ((q, "dq"), (k, "dk"), (v, "dv"))]
-            dq_acc, dk, dv = new(q.shape, "f32", "dq_accum"), results[1], results[2]
+            total_q = q.shape[0] if cq is not None else None
+            dq_acc = new(kern.dq_accum_shape(problem, total_q), "f32", "dq_accum")
+            dk, dv = results[1], results[2]
             devs = []
             for x, name in ((q, "q"), (k, "k"), (v, "v"), (do, "do")):
                 arr = dev(x, pitch_align=16)
@@ -203,10 +206,11 @@ class AttentionBackward:
                 devs.append(arr)
             for name, arr in (("dk", dk), ("dv", dv), ("dq_accum", dq_acc), ("lse", d_lse), ("dpsum", dpsum)):
                 main.pointer(name, arr)
-            main.values.update(kern.scalar_values(problem, scale, window))
+            main.values.update(kern.scalar_values(problem, scale, window, total_q))
             zero = [dq_acc]
             if cq is not None:
-                main.pointer("cu_seqlens_q", dev(TensorView.of(cq, "cu_seqlens_q")))
+                d_cq = dev(TensorView.of(cq, "cu_seqlens_q"))
+                main.pointer("cu_seqlens_q", d_cq)
                 main.pointer("cu_seqlens_k", dev(TensorView.of(ck, "cu_seqlens_k")))
                 main.values["total_q"] = q.shape[0]
             if kern.deterministic:
@@ -214,9 +218,11 @@ class AttentionBackward:
                 main.pointer("semaphores", sems)
                 zero.append(sems)
             launches.append(main.launcher(kern.grid(problem), zero_fill=zero))
-            pairs = dq_acc.nbytes // 8
-            launches.append(self._bind(binds[2], post.grid(pairs), dq_accum=dq_acc, dq=results[0], pairs=pairs,
-                                       scale=scale))
+            post_args = dict(dq_accum=dq_acc, dq=results[0], seqlen_q=problem.seqlen_q, heads=problem.heads,
+                             dq_blocks=main.values["dq_blocks"], scale=scale)
+            if cq is not None:
+                post_args["cu_seqlens_q"] = d_cq
+            launches.append(self._bind(binds[2], post.grid(problem), **post_args))
             main.keep += devs + [d_o, d_do, d_lse] + results
         except BaseException:
             if not q.on_host:          # device results not handed out yet

@@ -35,11 +35,15 @@ CALL_OPTIONS = ("softmax_scale", "causal", "window", "softcap", "cu_seqlens_q", 
 HOOK_FIELDS = ("score_mod", "mask_mod")
 
 
-def _kernel_cls(arch: str = "sm_90a"):
-    """The kernel class of ``arch``: FlashAttention-3-style on sm_90a, -4-style on sm_100a."""
+def _kernel_cls(arch: str = "sm_90a", dtype: str = "bf16"):
+    """The kernel class of ``arch``: FlashAttention-3-style on sm_90a (its fp8 variant for
+    e4m3), -4-style on sm_100a."""
     if arch == "sm_100a":
         from ..kernel.attention_sm100 import AttentionFwdSm100Kernel
         return AttentionFwdSm100Kernel
+    if dtype == "e4m3":
+        from ..kernel.attention_fp8 import AttentionFwdFp8Kernel
+        return AttentionFwdFp8Kernel
     from ..kernel.attention import AttentionFwdKernel
     return AttentionFwdKernel
 
@@ -48,10 +52,14 @@ def _kernel_cls(arch: str = "sm_90a"):
 @attrs.frozen
 class AttentionConfig(KernelConfig):
     """``head_dim`` (64, 96, 128 or 256 on sm_90a; Q/K and V alike), ``dtype`` (``"bf16"``/``"f16"``: Q, K, V and
-    O), ``overlap`` (FlashAttention-3's intra-warpgroup overlap of softmax and ``P V``),
+    O; ``"e4m3"`` on sm_90a: fp8 Q, K, V with per-tensor descales, bf16 O, head dims 64/128/256), ``overlap`` (FlashAttention-3's intra-warpgroup overlap of softmax and ``P V``),
     ``pingpong`` (the two MMA warpgroups take turns issuing GEMMs; needs ``overlap``), ``arch``
     (``"sm_90a"``), ``score_mod`` / ``mask_mod`` (FlexAttention hooks: callables or
-    ``ScoreMod`` / ``MaskMod`` instances, see the module docstring). Raises ``ConfigTypeError``
+    ``ScoreMod`` / ``MaskMod`` instances, see the module docstring), ``exp2_poly`` (sm_100a: how
+    many of each row's 128 exponentials per KV block run as a polynomial on the FMA pipes instead
+    of MUFU.EX2 -- FlashAttention-4's software exp2, :mod:`cutedsl.ir.fexp2`, relative error
+    1.0e-4; an even int 0..128, 0 = all on MUFU; None: the kernel's default, 24 on sm_100a, 0 on
+    sm_90a, which has no such path). Raises ``ConfigTypeError``
     for a non-int head dimension or non-bool flag, ``ConfigError`` naming the field for values
     the kernel cannot build, ``HookError`` for a hook of the wrong kind or signature and
     ``ConfigError`` for a hook parameter named like a kernel parameter or a call option."""
@@ -62,6 +70,7 @@ class AttentionConfig(KernelConfig):
     arch: str = "sm_90a"
     score_mod: object = None
     mask_mod: object = None
+    exp2_poly: int | None = None
     FAMILY = "attention"
     FRONT_END = "cutedsl.device.attention:Attention"
 
@@ -71,12 +80,21 @@ class AttentionConfig(KernelConfig):
         for name in ("overlap", "pingpong"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigTypeError(f"AttentionConfig {name} must be a bool, got {getattr(self, name)!r}")
+        e = self.exp2_poly
+        if e is not None and (isinstance(e, bool) or not isinstance(e, int)):
+            raise ConfigTypeError(f"AttentionConfig exp2_poly must be an int or None, got {type(e).__name__}")
         if self.arch not in ARCHS:
             raise ConfigError(f"AttentionConfig arch must be one of {ARCHS} (the attention kernels are built for "
                               f"Hopper's WGMMA and Blackwell's tcgen05), got {self.arch!r}")
-        why = _kernel_cls(self.arch).reason(self.head_dim, self.dtype, self.overlap, self.pingpong)
+        why = _kernel_cls(self.arch, self.dtype).reason(self.head_dim, self.dtype, self.overlap, self.pingpong)
         if why:
             raise ConfigError(f"AttentionConfig: {why}")
+        if e:
+            why = (f"exp2_poly={e}: the polynomial exp2 is built for sm_100a (the FlashAttention-4-style kernel), "
+                   f"not {self.arch}: leave exp2_poly at None or 0") if self.arch != "sm_100a" else \
+                _kernel_cls(self.arch).exp2_poly_reason(e)
+            if why:
+                raise ConfigError(f"AttentionConfig: {why}")
         from ..kernel.attention import hooks_reason
         why = hooks_reason(self.hooks(), CALL_OPTIONS)
         if why:
@@ -91,7 +109,7 @@ class AttentionConfig(KernelConfig):
         """The fields as JSON; a hook is its code identity (``AttentionHooks.identity``), which
         :meth:`from_dict` cannot turn back into code."""
         out = KernelConfig.to_dict(attrs.evolve(self, score_mod=None, mask_mod=None))
-        out = {k: v for k, v in out.items() if k not in HOOK_FIELDS}
+        out = {k: v for k, v in out.items() if k not in HOOK_FIELDS and not (k == "exp2_poly" and v is None)}
         out.update(self.hooks().identity())          # keys "score_mod" / "mask_mod", where set
         return out
 
@@ -111,7 +129,8 @@ class AttentionConfig(KernelConfig):
         ``dtype``, the FlashAttention-3 schedule (overlap and ping-pong); ``fixed`` fields are
         kept. ``ConfigError`` with :meth:`can_implement`'s reason when none fits."""
         arch = fixed.get("arch", "sm_90a")
-        cfg = cls(**{"head_dim": problem.head_dim if problem.head_dim in _kernel_cls(arch).HEAD_DIMS else 128,
+        head_dims = _kernel_cls(arch, dtype).HEAD_DIMS
+        cfg = cls(**{"head_dim": problem.head_dim if problem.head_dim in head_dims else 128,
                      "dtype": dtype, **fixed})
         why = cfg.can_implement(problem)
         if why:
@@ -125,7 +144,7 @@ class AttentionConfig(KernelConfig):
         if p is None:
             return None
         if p.head_dim != self.head_dim:
-            why = _kernel_cls(self.arch).reason(p.head_dim, self.dtype)
+            why = _kernel_cls(self.arch, self.dtype).reason(p.head_dim, self.dtype)
             return why or (f"head_dim {p.head_dim} differs from the config's {self.head_dim}: use "
                            f"AttentionConfig(head_dim={p.head_dim})")
         if p.head_dim_v != p.head_dim:
@@ -143,10 +162,10 @@ class AttentionConfig(KernelConfig):
     def kernel(self, *, local=False, causal=False, softcap=False, varlen=False, kernel_cls=None):
         """The kernel variant for a call's band (``causal``: a band with no left edge, which the
         sm_90a kernel masks with the right edge only) / softcap / packed sequences."""
-        cls = kernel_cls or _kernel_cls(self.arch)
+        cls = kernel_cls or _kernel_cls(self.arch, self.dtype)
         if self.arch == "sm_100a":
             return cls(self.head_dim, self.dtype, local=local, softcap=softcap, varlen=varlen, arch=self.arch,
-                       hooks=self.hooks())
+                       hooks=self.hooks(), exp2_poly=self.exp2_poly)
         return cls(self.head_dim, self.dtype, local=local, causal=causal, softcap=softcap, varlen=varlen,
                    overlap=self.overlap, pingpong=self.pingpong, arch=self.arch, hooks=self.hooks())
 

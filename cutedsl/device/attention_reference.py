@@ -98,7 +98,8 @@ def _one(q, k, v, scale, causal, window, softcap, score_mod, mask_mod, b):
 
 
 def attention_reference(q, k, v, *, softmax_scale=None, causal=False, window=None, softcap=None,
-                        cu_seqlens_q=None, cu_seqlens_k=None, score_mod=None, mask_mod=None, hook_args=None):
+                        cu_seqlens_q=None, cu_seqlens_k=None, score_mod=None, mask_mod=None, hook_args=None,
+                        q_descale=None, k_descale=None, v_descale=None):
     """``(o, lse)`` in float64 for inputs laid out as ``flash_attn_func``'s.
 
     Dense: ``q`` (batch, seqlen_q, heads, head_dim), ``k`` (batch, seqlen_k, kv_heads, head_dim),
@@ -113,8 +114,16 @@ def attention_reference(q, k, v, *, softmax_scale=None, causal=False, window=Non
     (seqlen_q, seqlen_k)); ``hook_args``: their declared parameters by name (numpy arrays,
     numbers); a hook's ``ctx`` sizes are the batch, heads and this sequence's lengths. Raises
     ``ArgumentError`` for shapes that do not agree or a missing hook argument, ``HookError`` for
-    a hook of the wrong kind or signature."""
+    a hook of the wrong kind or signature. ``q_descale`` / ``k_descale`` / ``v_descale``
+    (FlashAttention-3's fp8 descales, per tensor; None: 1): the true operands are ``q *
+    q_descale`` etc., so ``S`` and ``O`` are computed from those (``ArgumentError`` for a
+    non-positive or non-finite descale)."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    for name, d in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
+        if d is not None and not (np.size(d) == 1 and np.isfinite(d).all() and float(np.ravel(d)[0]) > 0):
+            raise ArgumentError(f"{name} must be one positive finite value (a per-tensor descale), got {d!r}")
+    q, k, v = (x if d is None else x * float(np.ravel(d)[0]) for x, d in ((q, q_descale), (k, k_descale),
+                                                                      (v, v_descale)))
     scale = _check(q, k, v, softmax_scale, cu_seqlens_q, cu_seqlens_k)
     mods = (score_mod, mask_mod, hook_args)
     if cu_seqlens_q is None:

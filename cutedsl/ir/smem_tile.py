@@ -167,6 +167,12 @@ class BoundSmem:
         """The ``!nvgpu.mbarrier.group`` value of barrier group ``name``."""
         return self._groups[name]
 
+    def rebind(self) -> "BoundSmem":
+        """The same plan and barrier groups with the dynamic base emitted again at the insertion
+        point: e.g. in each warpgroup's branch after its ``setmaxnreg``, so that no base address
+        made before it stays live (or spilled) across it."""
+        return BoundSmem(self.plan, self._groups)
+
 
 def barrier_groups(plan) -> dict:
     """Emit the plan's barrier groups (static shared symbols): ``{name: !nvgpu.mbarrier.group}``."""
@@ -187,6 +193,14 @@ def static_word(name: str) -> Scalar:
     constant ptxas rematerialises wherever it is used (a slot in the dynamic buffer costs the
     run-time base alignment, which ptxas may keep live -- or spill -- through a whole kernel);
     e.g. the slot ``tcgen05.alloc`` writes the tensor-memory address to."""
+    return static_words(name, 1)
+
+
+def static_words(name: str, count: int) -> Scalar:
+    """The shared address (unsigned i32) of ``count`` 4-byte words in static shared memory
+    (``.shared .align 4 .b8 name[4 * count]``), declared once per module (a second call with the
+    same name and count reuses it; another count is a ``ValueError``). Why static: see
+    :func:`static_word`."""
     from mlir.dialects import llvm
     blk = ir.InsertionPoint.current.block
     op = blk.owner
@@ -196,8 +210,34 @@ def static_word(name: str) -> Scalar:
         raise RuntimeError("static_word must be called inside a kernel body (KernelBuilder.build)")
     body = op.regions[0].blocks[0]
     i32 = ir.IntegerType.get_signless(32)
-    if not any(getattr(o, "sym_name", None) is not None and o.sym_name.value == name for o in body.operations):
+    ty = i32 if count == 1 else ir.Type.parse(f"!llvm.array<{count} x i32>")
+    old = [o for o in body.operations if getattr(o, "sym_name", None) is not None and o.sym_name.value == name]
+    if old and str(ir.TypeAttr(old[0].attributes["global_type"]).value) != str(ty):
+        raise ValueError(f"static shared symbol {name!r} holds another type than {ty}")
+    if not old:
         with ir.InsertionPoint.at_block_begin(body):
-            llvm.GlobalOp(i32, name, ir.Attribute.parse("#llvm.linkage<internal>"), alignment=4, addr_space=3)
+            llvm.GlobalOp(ty, name, ir.Attribute.parse("#llvm.linkage<internal>"), alignment=4, addr_space=3)
     p = llvm.AddressOfOp(ir.Type.parse("!llvm.ptr<3>"), name).result
     return Scalar(llvm.ptrtoint(i32, p), signed=False)
+
+
+class StaticArray:
+    """``count`` f32 words in static shared memory (:func:`static_words`), read and written by
+    element index (IR i32): e.g. per-row values one warpgroup hands another through an
+    mbarrier. ``ld.shared.f32`` / ``st.shared.f32``."""
+
+    def __init__(self, name: str, count: int):
+        self.name, self.count = name, count
+
+    def _ptr(self, i):
+        from mlir.dialects import llvm
+        a = static_words(self.name, self.count) + to_type(i, "i32", signed=False) * 4
+        return llvm.inttoptr(ir.Type.parse("!llvm.ptr<3>"), a)
+
+    def load(self, i) -> Scalar:
+        from mlir.dialects import llvm
+        return Scalar(llvm.load(ir.F32Type.get(), self._ptr(i)))
+
+    def store(self, i, value) -> None:
+        from mlir.dialects import llvm
+        llvm.store(value, self._ptr(i))

@@ -1,16 +1,32 @@
 """FlashAttention-3-style attention forward on Hopper (sm_90a), composed from the library's atoms
-and collectives -- its own problem, work unit and main loop, no GEMM subclass.
+and collectives -- its own problem, work unit and main loop, no GEMM subclass -- on the
+warp-specialized kernel skeleton (:class:`~cutedsl.kernel.skeleton.SkeletonKernel`: roles with
+register budgets, a shared-memory plan, then the skeleton's one ``define()``).
 
-One CTA per work unit ``(query block, head, batch)`` (grid ``(ceil(seqlen_q / block_m), heads,
-batch)``), three warpgroups (384 threads):
+One CTA per work unit ``(query block, head, batch)``
+(:class:`~cutedsl.collective.work_unit.AttentionUnits` in its grid form: grid
+``(ceil(seqlen_q / block_m), heads, batch)``, the unit read from the CTA index), three
+warpgroups (384 threads), two roles with ``Arch.attention_wgmma_regs`` budgets:
 
-* the producer (the last warpgroup; ``setmaxnreg.dec`` to 24): one thread loads Q once, then K
+* ``producer`` (the last warpgroup; ``setmaxnreg.dec`` to 24): one thread loads Q once, then K
   and V of every KV block the mask leaves, each through its own ring
-  (:class:`~cutedsl.collective.attention_operands.AttentionOperands`);
-* two MMA warpgroups (``setmaxnreg.inc`` to 240), 64 query rows each: ``S = Q K^T``, online
-  softmax, ``O += P V`` (:class:`~cutedsl.collective.attention_mainloop.AttentionMainloop`,
-  optionally overlapped inside a warpgroup and ping-ponged between the two), then the epilogue
+  (:class:`~cutedsl.collective.attention_operands.AttentionOperands`, a configuration of the
+  generic :class:`~cutedsl.collective.loader.OperandLoader`);
+* ``mma``, two warpgroups sharing one body with their index (``setmaxnreg.inc`` to 240), 64
+  query rows each: ``S = Q K^T``, online softmax, ``O += P V``
+  (:class:`~cutedsl.collective.attention_mainloop.AttentionMainloop`, optionally overlapped
+  inside a warpgroup and ping-ponged between the two), then the epilogue
   (:class:`~cutedsl.collective.attention_epilogue.AttentionEpilogue`).
+
+Skeleton hooks: ``setup`` binds the unit, the operands (barriers initialised and fenced by the
+pipelines) and prefetches the tensor maps; ``bind`` the sequence bounds (varlen: from
+``cu_seqlens``) and the band; ``roles_scope`` skips a query block past its (shorter) sequence and
+computes the KV blocks both roles walk (:meth:`AttentionFwdKernel.kv_blocks`). The unit's key
+range -- the band's block range, or the host block mask's list when block-sparse -- is the
+mask's (``attention_mask``, ``attention_block_mask``), not the scheduler's: it depends on the
+mask, the hooks and (varlen) the sequence, like a GEMM work tile's k range on its problem. No
+persistent scheduler: carrying the K/V ring state and reloading Q across units, with the O
+store through Q's shared tiles finished first, is not built.
 
 Compile-time variants: ``head_dim`` (64, 96 -- run as 128 with TMA's zero fill --, 128, 256 -- with
 64-key KV blocks, :data:`BLOCK_N_FOR`), ``dtype`` (f16, bf16), ``local`` (a causal or
@@ -36,6 +52,7 @@ hooks' own parameters (``hooks.kernel_params()``) and with a mask_mod the block 
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 from ..arch import DEFAULT, get_arch
@@ -47,11 +64,12 @@ from ..collective.attention_mainloop import AttentionMainloop, UnitContext
 from ..collective.attention_mask import AttentionMask, sequence_bounds, unbounded
 from ..collective.attention_operands import AttentionOperands
 from ..collective.attention_softmax import OnlineSoftmax, SoftmaxParams
+from ..collective.work_unit import AttentionUnits
 from ..compiler.artifact import ParamSpec as Param
 from ..compiler.identity import qualname
 from ..errors import ConfigError, one_of
 from ..ir._lazy import lazy
-from .base import Kernel
+from .skeleton import Role, SkeletonKernel
 
 cir = lazy("cutedsl.ir")
 
@@ -65,7 +83,7 @@ BLOCK_N = 128                     #: keys per KV block (FlashAttention-3's for h
 #: memory; FlashAttention-3 takes 80 keys, here the V tiles hold whole 64-key k-tiles
 BLOCK_N_FOR = {256: 64}
 STAGES = 2                        #: K and V ring depth
-PRODUCER_REGS, MMA_REGS = 24, 240  #: setmaxnreg budgets (FlashAttention-3's)
+MMA_REGS, PRODUCER_REGS = DEFAULT.attention_wgmma_regs  #: setmaxnreg budgets on sm_90a (FlashAttention-3's)
 #: why a head dimension is refused (named, not a generic message)
 NOT_YET: dict = {}
 
@@ -102,7 +120,7 @@ def head_dim_reason(head_dim) -> str | None:
             f"got {head_dim!r}" + (f": {why}" if why else ""))
 
 
-class AttentionFwdKernel(Kernel):
+class AttentionFwdKernel(SkeletonKernel):
     """See the module docstring. Raises ``ConfigError`` for a head dimension, dtype or schedule
     it cannot build (:meth:`reason`)."""
 
@@ -111,6 +129,8 @@ class AttentionFwdKernel(Kernel):
     mask_cls = AttentionMask
     softmax_cls = OnlineSoftmax
     HEAD_DIMS, DTYPES, BLOCK_M, BLOCK_N = HEAD_DIMS, DTYPES, BLOCK_M, BLOCK_N
+    BLOCK_N_FOR = BLOCK_N_FOR
+    O_DTYPE, O_TMA = None, True         #: O's type (None: the inputs') and whether dense O is a TMA store
 
     @classmethod
     def reason(cls, head_dim, dtype, overlap=True, pingpong=True) -> str | None:
@@ -118,8 +138,8 @@ class AttentionFwdKernel(Kernel):
         why = head_dim_reason(head_dim)
         if why:
             return why
-        if dtype not in DTYPES:
-            return f"dtype must be {one_of(DTYPES)} (P is an f16/bf16 register A operand), got {dtype!r}"
+        if dtype not in cls.DTYPES:
+            return f"dtype must be {one_of(cls.DTYPES)} (P is an f16/bf16 register A operand), got {dtype!r}"
         if pingpong and not overlap:
             return "pingpong=True needs overlap=True (the warpgroups take turns at the overlapped GEMM issue points)"
         return None
@@ -141,6 +161,9 @@ class AttentionFwdKernel(Kernel):
                               f"one problem; pad the sequences to a dense batch (with a mask_mod for the padding)")
         self.arch = get_arch(arch or DEFAULT)
         self.arch.require(self.mma_atom, type(self).__name__)
+        if self.arch.attention_wgmma_regs is None:
+            raise ConfigError(f"{type(self).__name__}: {self.arch.name} gives no attention_wgmma_regs (the MMA and "
+                              f"producer warpgroups' setmaxnreg budgets); set them on its Arch")
         self.head_dim, self.dtype = head_dim, dtype
         if causal and not local:
             raise ConfigError(f"{type(self).__name__}: causal=True is a local band whose left edge is unbounded: "
@@ -151,17 +174,24 @@ class AttentionFwdKernel(Kernel):
         self.traits = mma_traits(dtype)
         wg = self.arch.warpgroup_threads
         # plan, then build each collective once
-        self.threads = wg * (MMA_WARPGROUPS + 1)
-        self.block_n = BLOCK_N_FOR.get(head_dim, BLOCK_N)
-        self.operands = AttentionOperands(padded_head_dim(head_dim), BLOCK_M, self.block_n, STAGES, dtype, self.varlen,
-                                          consumer_warps=MMA_WARPGROUPS * self.arch.warps_per_warpgroup)
+        self.units = AttentionUnits(BLOCK_M)
+        self.block_n = self.BLOCK_N_FOR.get(head_dim, BLOCK_N)
+        self.o_dtype = self.O_DTYPE or dtype
+        padded = padded_head_dim(head_dim, self.traits.k_tile)
+        self.operands = self.make_operands(padded)
         self.mask = self.mask_cls(BLOCK_M, self.block_n, self.local, self.causal)
         self.softmax = self.softmax_cls(self.softcap, score_mod=self.hooks.score_mod is not None)
         self.block_sparse = self.hooks.has_mask
         self.mainloop = AttentionMainloop(self.operands, self.mask, self.softmax, self.overlap, self.pingpong,
                                           MMA_WARPGROUPS, wg)
-        self.epilogue = AttentionEpilogue(head_dim, dtype, wg, tma=not self.varlen,
-                                          padded=padded_head_dim(head_dim))
+        self.epilogue = AttentionEpilogue(head_dim, self.o_dtype, wg, tma=self.O_TMA and not self.varlen,
+                                          padded=padded)
+        self.layout()                           # the roles' budget checks, before any IR
+
+    def make_operands(self, head_dim: int):
+        """The operands collective for the padded ``head_dim``."""
+        return AttentionOperands(head_dim, BLOCK_M, self.block_n, STAGES, self.dtype, self.varlen,
+                                 consumer_warps=MMA_WARPGROUPS * self.arch.warps_per_warpgroup)
 
     def config(self) -> dict:
         return {"arch": self.arch.name, "head_dim": self.head_dim, "dtype": self.dtype, "local": self.local,
@@ -174,7 +204,7 @@ class AttentionFwdKernel(Kernel):
     def params(self) -> list:
         ps = [Param("q", "tensormap"), Param("k", "tensormap"), Param("v", "tensormap"),
               Param("o", "tensormap") if getattr(self.epilogue, "tma", False) else
-              Param("o", "ptr", dtype=self.dtype, output=True),
+              Param("o", "ptr", dtype=self.o_dtype, output=True),
               Param("lse", "ptr", dtype="f32", output=True),
               Param("seqlen_q", "i32"), Param("seqlen_k", "i32"), Param("heads", "i32"), Param("group", "i32"),
               Param("exp_scale", "f32")]
@@ -193,8 +223,8 @@ class AttentionFwdKernel(Kernel):
         return ps
 
     def grid(self, problem) -> tuple:
-        """CTAs for an ``AttentionProblem`` (varlen: ``seqlen_q`` is the longest sequence)."""
-        return (max(1, -(-problem.seqlen_q // BLOCK_M)), problem.heads, problem.batch)
+        """CTAs for an ``AttentionProblem`` (varlen: ``seqlen_q`` is the longest sequence): one per unit."""
+        return self.units.grid(problem)
 
     def tensor_map_extent(self, shape, strides) -> tuple:
         """Host: ``(shape, strides)`` of the Q/K/V tensor maps over an operand of numpy
@@ -229,46 +259,80 @@ class AttentionFwdKernel(Kernel):
         left, right = (far if w < 0 else w for w in window) if self.local else (0, 0)
         return bm.restrict(self.mask.block_kinds(problem.seqlen_q, problem.seqlen_k, left, right))
 
-    # -- IR ------------------------------------------------------------------------------------
-    def define(self):
-        from mlir.dialects import gpu
-        from ..atom import warpgroup_reg_alloc, warpgroup_reg_dealloc
-        from ..ir import If, KernelBuilder, SmemPlan, block_idx, thread_idx
-        plan = SmemPlan(limit=self.arch.smem_per_cta)
+    # -- plan (the skeleton's) --------------------------------------------------------------
+    #: the producer's branch (setmaxnreg.dec) is emitted before the MMA warpgroups' (.inc)
+    dispatch_order = ("producer", "mma")
+
+    def roles(self) -> tuple:
+        """Two MMA warpgroups (one body, told their index), then the producer warpgroup; budgets
+        ``arch.attention_wgmma_regs`` (240 / 24)."""
+        mma, producer = self.arch.attention_wgmma_regs
+        return Role.warpgroups("mma", MMA_WARPGROUPS, regs=mma), Role.warpgroups("producer", regs=producer)
+
+    @property
+    def launch_registers(self) -> int:
+        """``.maxnreg`` at launch: what 384 threads can have (168); setmaxnreg moves the producer's to
+        the MMA warpgroups."""
+        return self.arch.launch_regs(self.arch.warpgroup_threads * (MMA_WARPGROUPS + 1))
+
+    def declare_smem(self, plan, stages=None) -> None:
+        """Q, the K and V rings and their barriers (``stages`` is fixed: :data:`STAGES`)."""
         self.operands.plan(plan)
-        kb = KernelBuilder(self.name, self.params(), block=(self.threads, 1, 1), arch=self.arch,
-                           max_registers=self.arch.launch_regs(self.threads))
-        wg_threads = self.arch.warpgroup_threads
-        with kb.build() as args:
-            smem = plan.bind()
-            tid = thread_idx()
-            leader = tid.eq(0)
-            qb, head, batch = (cir.i32(block_idx(d)) for d in ("x", "y", "z"))
-            ops = self.operands.bind(smem, args, leader)
-            self.operands.prefetch(ops, predicate=leader)
-            gpu.barrier()
-            q_start, k_start, seqlen_q, seqlen_k = sequence_bounds(args, batch, self.varlen)
-            m0 = qb * BLOCK_M
-            left, right = (args.left, args.right) if self.local else (0, 0)
-            with If(m0 < seqlen_q):            # a query block past its (shorter) sequence: nothing to do
-                if self.block_sparse:          # the host's block mask lists the KV blocks to visit
-                    view = BlockMaskView(args)
-                    rng = SparseBlocks(view, view.row(batch, head, qb))
-                else:
-                    rng = self.mask.block_range(m0, seqlen_q, seqlen_k, left, right)
-                wg = tid // wg_threads
-                with If(wg.eq(MMA_WARPGROUPS)):
-                    warpgroup_reg_dealloc(PRODUCER_REGS)
-                    with If((tid % wg_threads).eq(0)):
-                        self.producer(ops, args, batch, head, m0 + q_start, k_start, rng)
-                with If(wg < MMA_WARPGROUPS):
-                    warpgroup_reg_alloc(MMA_REGS)
-                    self.consumer(ops, args, batch, head, cir.i32(wg), m0, q_start, seqlen_q, seqlen_k,
-                                  left, right, rng)
-        return kb, plan.dynamic_bytes, self.operands.tensor_maps() + self.epilogue.tensor_maps()
+
+    def tensor_maps(self) -> list:
+        return self.operands.tensor_maps() + self.epilogue.tensor_maps()
+
+    # -- build (the skeleton's hooks) -----------------------------------------------------------
+    def setup(self, b) -> None:
+        """The unit (CTA index), the operands' atoms and barriers (initialised by thread 0; the K and
+        V pipelines fence the inits), the tensor maps prefetched."""
+        leader = b.leader
+        b.unit = self.units.grid_unit()
+        b.ops = self.operands.bind(b.smem, b.args, leader)
+        self.operands.prefetch(b.ops, predicate=leader)
+        b.init_fenced = True
+
+    def bind(self, b) -> None:
+        """The unit's sequence (varlen: its offsets and lengths), first query row and band."""
+        b.q_start, b.k_start, b.seqlen_q, b.seqlen_k = sequence_bounds(b.args, b.unit.batch, self.varlen)
+        b.m0 = b.unit.q_block * BLOCK_M
+        b.left, b.right = (b.args.left, b.args.right) if self.local else (0, 0)
+
+    @contextlib.contextmanager
+    def roles_scope(self, b):
+        """The roles run only for a query block inside its sequence (a shorter varlen sequence's
+        blocks past its end do nothing); ``b.blocks``: the KV blocks both roles walk."""
+        with cir.If(b.m0 < b.seqlen_q):
+            b.blocks = self.kv_blocks(b)
+            yield
+
+    def kv_blocks(self, b):
+        """The unit's KV blocks: the host's block mask row when block-sparse (a
+        :class:`~cutedsl.collective.attention_block_mask.SparseBlocks`), else the band's
+        :meth:`~cutedsl.collective.attention_mask.AttentionMask.block_range`."""
+        u = b.unit
+        if self.block_sparse:
+            view = BlockMaskView(b.args)
+            return SparseBlocks(view, view.row(u.batch, u.head, u.q_block))
+        return self.mask.block_range(b.m0, b.seqlen_q, b.seqlen_k, b.left, b.right)
+
+    def role_producer(self, b, index) -> None:
+        """The producer warpgroup (:meth:`producer_role`: by default its first thread issues every load)."""
+        self.producer_role(b.ops, b.args, b.unit.batch, b.unit.head, b.m0 + b.q_start, b.k_start, b.blocks,
+                           b.tid % self.arch.warpgroup_threads)
+
+    def role_mma(self, b, wg) -> None:
+        """MMA warpgroup ``wg`` (0 or 1, i32): query rows ``m0 + 64 wg ..`` (:meth:`consumer`)."""
+        self.consumer(b.ops, b.args, b.unit.batch, b.unit.head, cir.i32(wg), b.m0, b.q_start, b.seqlen_q,
+                      b.seqlen_k, b.left, b.right, b.blocks)
 
     def _lead(self, batch, head) -> tuple:
         return (head,) if self.varlen else (batch, head)
+
+    def producer_role(self, ops, args, batch, head, q_row, k_start, rng, thread) -> None:
+        """The producer warpgroup (``thread``: its thread index): thread 0 loads."""
+        with cir.If(thread.eq(0)):
+            self.producer(ops, args, batch, head, q_row, k_start, rng)
 
     def producer(self, ops, args, batch, head, q_row, k_start, rng) -> None:
         """One thread: Q once, then K and V of blocks ``n_max - 1`` down to ``n_min``."""
@@ -310,12 +374,17 @@ class AttentionFwdKernel(Kernel):
         o = Accumulator(res[:zero.m_blocks], zero.n)
         sm = SoftmaxState.from_carry(res[zero.m_blocks:], zero.m_blocks)
         inv, lse = self.softmax.finalize(sm, args.exp_scale)
+        inv = self.output_scale(inv, args)
         if self.varlen:
             o_row0, lse_base = q_start, head * args.total_q + q_start
         else:
             o_row0, lse_base = batch * seqlen_q, (batch * args.heads + head) * seqlen_q
         rows = EpilogueRows(o_row0, lse_base, head, args.heads, row0, seqlen_q, batch, wg)
         self.epilogue.store(o, inv, lse, rows, args.o, args.lse, ops.smem)
+
+    def output_scale(self, inv, args):
+        """The per-row factors O is multiplied by (``inv[b][h]``: 1 / row sum)."""
+        return inv
 
 
 __all__ = ["AttentionFwdKernel", "HEAD_DIMS", "DTYPES", "BLOCK_M", "BLOCK_N", "BLOCK_N_FOR", "OWN_PARAMS", "padded_head_dim", "head_dim_reason",

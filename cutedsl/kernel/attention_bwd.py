@@ -10,8 +10,10 @@ batch)``), two warpgroups (256 threads):
   the K/V head's group (GQA), through a ring of stages
   (:class:`~cutedsl.collective.attention_bwd_operands.AttentionBwdOperands`);
 * the MMA warpgroup (``setmaxnreg.inc`` to 240): per query block ``S^T``, ``dP^T``, ``P^T``,
-  ``dS^T``, ``dV += P^T dO``, ``dK += dS^T Q``, ``dQ = dS K`` added into an f32 workspace
-  (:class:`~cutedsl.collective.attention_bwd_mainloop.AttentionBwdMainloop`); then ``dK *
+  ``dS^T``, ``dV += P^T dO``, ``dK += dS^T Q``, ``dQ = dS K`` staged in shared memory and added
+  into an f32 workspace by one bulk reduction per query block
+  (:class:`~cutedsl.collective.attention_bwd_mainloop.AttentionBwdMainloop`,
+  :class:`~cutedsl.collective.attention_bwd_dq.DqStaging`); then ``dK *
   softmax_scale`` and ``dV`` rounded and stored (the forward's
   :class:`~cutedsl.collective.attention_epilogue.AttentionEpilogue`, rows past ``seqlen_k``
   never written). dK and dV of a K/V head sum over its query heads in registers, so GQA needs
@@ -20,9 +22,10 @@ batch)``), two warpgroups (256 threads):
 Compile-time variants: ``head_dim`` (64, 128), ``dtype`` (f16, bf16), ``local`` (a causal or
 sliding-window band), ``varlen`` (packed sequences), ``deterministic`` (dQ added in a fixed
 order through per-query-block semaphores). Parameters: ``q``, ``k``, ``v``, ``do`` (tensor
-maps), ``dk``, ``dv`` (``dtype`` outputs), ``dq_accum`` (f32, zeroed, same layout as q),
+maps), ``dk``, ``dv`` (``dtype`` outputs), ``dq_accum`` (f32, zeroed, ``(heads, dq_blocks, 64 *
+head_dim)`` slabs in fragment order: :meth:`AttentionBwdKernel.dq_accum_blocks`),
 ``lse``, ``dpsum`` (f32, the forward's LSE and ``D``), ``seqlen_q``, ``seqlen_k`` (varlen: the
-maxima), ``heads``, ``group``, ``exp_scale`` (``softmax_scale * log2 e``), ``softmax_scale``,
+maxima), ``heads``, ``group``, ``dq_blocks``, ``exp_scale`` (``softmax_scale * log2 e``), ``softmax_scale``,
 then per variant ``left``, ``right``, ``cu_seqlens_q``, ``cu_seqlens_k``, ``total_q``,
 ``semaphores`` (u32, zeroed, ``batch * heads * ceil(seqlen_q / 64)``).
 """
@@ -111,7 +114,7 @@ class AttentionBwdKernel(Kernel):
         ps += [Param("dk", "ptr", dtype=self.dtype, output=True), Param("dv", "ptr", dtype=self.dtype, output=True),
                Param("dq_accum", "ptr", dtype="f32", output=True), Param("lse", "ptr", dtype="f32"),
                Param("dpsum", "ptr", dtype="f32"), Param("seqlen_q", "i32"), Param("seqlen_k", "i32"),
-               Param("heads", "i32"), Param("group", "i32"), Param("exp_scale", "f32"),
+               Param("heads", "i32"), Param("group", "i32"), Param("dq_blocks", "i32"), Param("exp_scale", "f32"),
                Param("softmax_scale", "f32")]
         if self.local:
             ps += [Param("left", "i32"), Param("right", "i32")]
@@ -130,6 +133,19 @@ class AttentionBwdKernel(Kernel):
         """Query blocks per (batch, head): the semaphores' stride."""
         return max(1, -(-problem.seqlen_q // BLOCK_M))
 
+    @staticmethod
+    def dq_accum_blocks(problem, total_q: int | None = None) -> int:
+        """Host: workspace slabs per query head (``dq_blocks``): dense ``batch * ceil(seqlen_q /
+        64)``; varlen (``total_q`` tokens) ``total_q // 64 + batch`` -- sequence ``b`` starts at
+        slab ``cu_seqlens_q[b] // 64 + b``, past the previous sequence's last."""
+        if total_q is not None:
+            return total_q // BLOCK_M + problem.batch
+        return problem.batch * max(1, -(-problem.seqlen_q // BLOCK_M))
+
+    def dq_accum_shape(self, problem, total_q: int | None = None) -> tuple:
+        """Host: the f32 workspace's shape ``(heads, dq_blocks, 64 * head_dim)``."""
+        return (problem.heads, self.dq_accum_blocks(problem, total_q), BLOCK_M * self.head_dim)
+
     def zero_filled_outputs(self) -> tuple:
         return ("dq_accum",) + (("semaphores",) if self.deterministic else ())
 
@@ -138,11 +154,11 @@ class AttentionBwdKernel(Kernel):
         ``shape`` / byte ``strides`` in FlashAttention's layout."""
         return self.operands.map_extent(tuple(shape), tuple(strides), self.varlen)
 
-    def scalar_values(self, problem, softmax_scale: float, window=(-1, -1)) -> dict:
-        """Host: the scalar parameters for ``problem`` (an ``AttentionProblem``), the scale and
-        the band ``window = (left, right)`` (``-1``: unbounded)."""
+    def scalar_values(self, problem, softmax_scale: float, window=(-1, -1), total_q: int | None = None) -> dict:
+        """Host: the scalar parameters for ``problem`` (an ``AttentionProblem``), the scale, the
+        band ``window = (left, right)`` (``-1``: unbounded) and, varlen, the packed ``total_q``."""
         vals = {"seqlen_q": problem.seqlen_q, "seqlen_k": problem.seqlen_k, "heads": problem.heads,
-                "group": problem.group, "exp_scale": softmax_scale / math.log(2.0), "softmax_scale": softmax_scale}
+                "group": problem.group, "dq_blocks": self.dq_accum_blocks(problem, total_q), "exp_scale": softmax_scale / math.log(2.0), "softmax_scale": softmax_scale}
         if self.local:
             far = unbounded(problem.seqlen_q, problem.seqlen_k)
             vals["left"], vals["right"] = (far if w < 0 else w for w in window)
@@ -155,6 +171,7 @@ class AttentionBwdKernel(Kernel):
         from ..ir import If, KernelBuilder, SmemPlan, block_idx, thread_idx
         plan = SmemPlan(limit=self.arch.smem_per_cta)
         self.operands.plan(plan)
+        self.mainloop.dq.plan(plan)
         kb = KernelBuilder(self.name, self.params(), block=(self.threads, 1, 1), arch=self.arch,
                            max_registers=min(LAUNCH_REGS, self.arch.launch_regs(self.threads)))
         wg_threads = self.arch.warpgroup_threads
@@ -211,11 +228,12 @@ class AttentionBwdKernel(Kernel):
         def unit_of(g):
             head = kv_head * group + g
             if self.varlen:
-                q_row0, lse_base = q_start, head * args.total_q + q_start
+                seq_block0, lse_base = q_start // BLOCK_M + batch, head * args.total_q + q_start
             else:
-                q_row0, lse_base = batch * seqlen_q, (batch * heads + head) * seqlen_q
+                seq_block0, lse_base = batch * m_blocks, (batch * heads + head) * seqlen_q
             sem = (batch * heads + head) * m_blocks if self.deterministic else None
-            return BwdUnit(batch, head, nb, n0, seqlen_q, seqlen_k, left, right, q_row0, lse_base, heads,
+            return BwdUnit(batch, head, nb, n0, seqlen_q, seqlen_k, left, right, head * args.dq_blocks + seq_block0,
+                           lse_base, heads,
                            args.exp_scale, args.lse, args.dpsum, args.dq_accum, sem,
                            getattr(args, "semaphores", None))
         self.operands.wait_kv(ops)

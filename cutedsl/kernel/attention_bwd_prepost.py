@@ -5,7 +5,9 @@ pair:
 * :class:`AttentionBwdPreprocessKernel` -- ``D = rowsum(dO * O)`` (f32) per (token, head), the
   term of ``dS = P * (dP - D)`` that needs the whole row of O;
 * :class:`AttentionBwdPostprocessKernel` -- ``dQ = dQ_accum * softmax_scale`` rounded to f16/bf16
-  (the dK/dV kernel adds unscaled f32 partial sums into ``dQ_accum``).
+  (the dK/dV kernel adds unscaled f32 partial sums into ``dQ_accum``, one slab per query block
+  in WGMMA fragment order; this kernel undoes that permutation, as FlashAttention-3/4's
+  postprocess does).
 
 Layouts are FlashAttention's: O and dO (batch, seqlen_q, heads, d) or packed (total_q, heads, d),
 C-contiguous; D like the LSE, (batch, heads, seqlen_q) or (heads, total_q) -- a packed problem is
@@ -22,6 +24,7 @@ cir = lazy("cutedsl.ir")
 llvm = lazy("mlir.dialects.llvm")
 
 THREADS = 128           #: threads per CTA
+BLOCK_M = 64            #: queries per dQ workspace slab (the dK/dV kernel's query block)
 VEC_BYTES = 16          #: bytes of one vector load (ld.global.v4.b32 / v8 of 16-bit)
 DTYPES = ("bf16", "f16")
 
@@ -83,36 +86,65 @@ class AttentionBwdPreprocessKernel(Kernel):
 
 
 class AttentionBwdPostprocessKernel(Kernel):
-    """``dq[e] = dq_accum[e] * scale`` rounded to ``dtype`` (``cvt.rn``), two elements per
-    thread (one ``st.global.b32``). Parameters: ``dq_accum`` (f32), ``dq`` (``dtype``, output),
-    ``pairs`` (elements / 2), ``scale`` (f32)."""
+    """``dq[token, head, :] = dq_accum[...] * scale`` rounded to ``dtype`` (``cvt.rn``): reads the
+    dK/dV kernel's workspace of ``(heads, dq_blocks, 64 * head_dim)`` f32 slabs, each one query
+    block in fragment order (:class:`~cutedsl.collective.attention_bwd_dq.DqStaging`), and writes
+    dQ in FlashAttention's layout. One CTA per (query block, head, batch) (grid ``(ceil(seqlen_q
+    / 64), heads, batch)``; varlen: ``seqlen_q`` the longest sequence), two elements per thread
+    and step (an 8-byte load, one ``st.global.b32``); rows past the sequence are not written.
+
+    Parameters: ``dq_accum`` (f32), ``dq`` (``dtype``, output), ``seqlen_q``, ``heads``,
+    ``dq_blocks`` (slabs per head), ``scale`` (f32), varlen ``cu_seqlens_q`` (i32). Raises
+    ``ConfigError`` for a dtype or head dimension it cannot read."""
 
     name = "attention_bwd_postprocess"
 
-    def __init__(self, dtype: str = "bf16"):
-        _check(type(self), VEC_BYTES // 2, dtype)
-        self.dtype = dtype
+    def __init__(self, head_dim: int = 128, dtype: str = "bf16", *, varlen: bool = False):
+        _check(type(self), head_dim, dtype)
+        from ..collective.attention_bwd_dq import DqStaging
+        self.head_dim, self.dtype, self.varlen = head_dim, dtype, bool(varlen)
+        self.staging = DqStaging.for_kernel(head_dim, BLOCK_M, dtype)
 
     def config(self) -> dict:
-        return {"dtype": self.dtype}
+        return {"head_dim": self.head_dim, "dtype": self.dtype, "varlen": self.varlen}
 
     def params(self) -> list:
-        return [Param("dq_accum", "ptr", dtype="f32"), Param("dq", "ptr", dtype=self.dtype, output=True),
-                Param("pairs", "i32"), Param("scale", "f32")]
+        ps = [Param("dq_accum", "ptr", dtype="f32"), Param("dq", "ptr", dtype=self.dtype, output=True),
+              Param("seqlen_q", "i32"), Param("heads", "i32"), Param("dq_blocks", "i32"), Param("scale", "f32")]
+        if self.varlen:
+            ps.append(Param("cu_seqlens_q", "ptr", dtype="i32"))
+        return ps
 
-    def grid(self, pairs: int) -> tuple:
-        return (max(1, -(-pairs // THREADS)), 1, 1)
+    def grid(self, problem) -> tuple:
+        return (max(1, -(-problem.seqlen_q // BLOCK_M)), problem.heads, problem.batch)
 
     def define(self):
         from ..atom.stmatrix import pack_b16x2
         from ..ir import KernelBuilder
         kb = KernelBuilder(self.name, self.params(), block=(THREADS, 1, 1))
+        d, st = self.head_dim, self.staging
+        half = d // 2                           # column pairs per row
         with kb.build() as a:
-            t = cir.i32(cir.block_idx() * THREADS + cir.thread_idx())
-            with cir.If(t < a.pairs):
-                v = cir.GlobalPtr(a.dq_accum, "f32").load_vec(cir.i64(t) * 2, 2)
-                lo, hi = (cir.Scalar(llvm.extractelement(v, cir.i32(x))) * a.scale for x in range(2))
-                cir.GlobalPtr(a.dq, "u32").store(cir.i64(t), pack_b16x2(lo, hi, self.dtype))
+            t = cir.i32(cir.thread_idx())
+            m, h, b = (cir.i32(cir.block_idx(x)) for x in ("x", "y", "z"))
+            if self.varlen:
+                cu = cir.GlobalPtr(a.cu_seqlens_q, "i32")
+                q_start = cu.load(cir.i64(b))
+                seqlen, seq_block0 = cu.load(cir.i64(b + 1)) - q_start, q_start // BLOCK_M + b
+            else:
+                q_start, seqlen, seq_block0 = b * a.seqlen_q, a.seqlen_q, b * ((a.seqlen_q + BLOCK_M - 1) // BLOCK_M)
+            slab = cir.i64(h * a.dq_blocks + seq_block0 + m) * st.block_elems
+            acc, out = cir.GlobalPtr(a.dq_accum, "f32"), cir.GlobalPtr(a.dq, "u32")
+            with cir.If(m * BLOCK_M < seqlen):
+                for it in cir.Loop(0, BLOCK_M * half // THREADS):
+                    pair = cir.i32(it) * THREADS + t
+                    r, c = pair // half, (pair % half) * 2
+                    q = m * BLOCK_M + r
+                    with cir.If(q < seqlen):
+                        v = acc.load_vec(slab + cir.i64(st.slot_of(r, c)), 2)
+                        lo, hi = (cir.Scalar(llvm.extractelement(v, cir.i32(x))) * a.scale for x in range(2))
+                        dst = (cir.i64(q_start + q) * cir.i64(a.heads) + cir.i64(h)) * half + cir.i64(pair % half)
+                        out.store(dst, pack_b16x2(lo, hi, self.dtype))
         return kb, 0, []
 
 

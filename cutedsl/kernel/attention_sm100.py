@@ -1,27 +1,38 @@
 """FlashAttention-4-style attention forward on Blackwell (sm_100a): S, P and O in tensor memory,
-two Q tiles per CTA, one warp issuing every ``tcgen05.mma``, softmax at one thread per row --
-composed from the library's atoms and collectives, sharing the Hopper kernel's operands, masks,
-score transform and host parameters (no subclass of it, nor of a GEMM).
+two Q tiles per CTA, one warp issuing every ``tcgen05.mma``, softmax at one thread per row, a
+separate correction warpgroup -- on the warp-specialized skeleton
+(:class:`~cutedsl.kernel.skeleton.SkeletonKernel`), composed from the library's atoms and
+collectives, sharing the Hopper kernel's operands, masks, score transform and host parameters (no
+subclass of it, nor of a GEMM).
 
 One CTA per work unit ``(query block of 256 rows, head, batch)`` (grid ``(ceil(seqlen_q / 256),
-heads, batch)``), twelve warps (384 threads, three warpgroups):
+heads, batch)``), sixteen warps (512 threads, four warpgroups; FlashAttention-4's ``setmaxnreg``
+budgets, :attr:`~cutedsl.arch.Arch.attention_regs`: 184 / 80 / 64, .maxnreg 128 at launch):
 
-* warpgroups 0 and 1, the softmax warpgroups (``setmaxnreg.inc`` to the architecture's consumer
-  budget, :attr:`~cutedsl.arch.Arch.attention_regs`): warpgroup ``g`` owns Q tile ``g`` (rows ``128 g ..``), thread ``t`` its row ``t``
-  (TMEM lane ``t``); per KV block it reads S, masks, runs the online softmax, corrects O where
-  the row maximum moved past FlashAttention-4's threshold and writes P back over S
+* warpgroups 0 and 1, the softmax warpgroups (role ``softmax``, 184 registers): warpgroup ``g``
+  owns Q tile ``g`` (rows ``128 g ..``), thread ``t`` its row ``t`` (TMEM lane ``t``); per KV block
+  it reads S, masks, runs the online softmax (a share of the exponentials by the FMA-pipe
+  polynomial, ``exp2_poly``: :mod:`cutedsl.ir.fexp2`), hands the row's correction factor to the
+  correction warpgroup and writes P back over S
   (:meth:`~cutedsl.collective.attention_tmem_mainloop.TmemAttentionMainloop.softmax_block`);
-  then the epilogue (:class:`~cutedsl.collective.attention_tmem_epilogue.TmemAttentionEpilogue`).
-  There is no separate correction warpgroup: the correction runs in these warps, only in a warp
-  with a moved row;
-* warpgroup 2 (``setmaxnreg.dec`` to the "other" budget): warp 8, the MMA warp, allocates the
-  tensor memory (two S/P and two O regions: 512 columns at head dim 128) and issues both tiles'
-  ``S = Q K^T`` and ``O += P V`` (A = P from tensor memory), interleaved so that the tensor core
-  runs one tile's MMAs while the other's softmax works
-  (:meth:`~cutedsl.collective.attention_tmem_mainloop.TmemAttentionMainloop.mma_loop`); warp 9,
+  at the end ``1 / l`` and the LSE;
+* warpgroup 2, the correction warpgroup (role ``correction``, 80 registers): per block and tile
+  it rescales O in tensor memory where a row's maximum moved past FlashAttention-4's threshold
+  (only in a warp with such a row), before the next ``P V``, then stores O times ``1 / l`` and the
+  LSE (:class:`~cutedsl.collective.attention_tmem_correction.TmemCorrection`,
+  :class:`~cutedsl.collective.attention_tmem_epilogue.TmemAttentionEpilogue`);
+* warpgroup 3 (role ``mma``, 64 registers): warp 12, the MMA warp, allocates the tensor memory
+  (two S/P and two O regions: 512 columns at head dim 128) and issues both tiles' ``S = Q K^T``
+  and ``O += P V`` (A = P from tensor memory), interleaved so that the tensor core runs one
+  tile's MMAs while the other's softmax works
+  (:meth:`~cutedsl.collective.attention_tmem_mainloop.TmemAttentionMainloop.mma_loop`); warp 13,
   the producer: one thread loads Q (256 rows) once, then K and V of every KV block the mask
   leaves, each through its own ring (:class:`~cutedsl.collective.attention_operands.AttentionOperands`);
-  warps 10 and 11 only complete the warpgroup ``setmaxnreg`` needs.
+  warps 14 and 15 only complete the warpgroup ``setmaxnreg`` needs.
+
+Thread 0 initialises every barrier inside its own branch and each role binds its shared memory,
+barriers and work unit after its ``setmaxnreg`` (a value made before it and used after it is kept
+across -- or spilled: see :data:`DISPATCH_ORDER`).
 
 Both tiles visit the same KV blocks (the mask's block range of the 256 rows); a row of tile 0
 with no key in a block the range keeps for tile 1 sees an all-masked block, which the online
@@ -48,6 +59,7 @@ from ..collective.attention_mainloop import UnitContext
 from ..collective.attention_mask import AttentionMask, sequence_bounds
 from ..collective.attention_operands import AttentionOperands
 from ..collective.attention_softmax import SoftmaxParams
+from ..collective.attention_tmem_correction import RowStats, TmemCorrection
 from ..collective.attention_tmem_epilogue import TmemAttentionEpilogue
 from ..collective.attention_tmem_mainloop import TmemAttentionMainloop
 from ..collective.attention_tmem_softmax import RESCALE_THRESHOLD, RowState, TmemRowSoftmax
@@ -55,7 +67,7 @@ from ..compiler.identity import qualname
 from ..errors import ConfigError, one_of
 from ..ir._lazy import lazy
 from . import attention as hopper
-from .base import Kernel
+from .skeleton import Role, SkeletonKernel
 
 cir = lazy("cutedsl.ir")
 
@@ -66,8 +78,12 @@ Q_TILES = 2                       #: Q tiles per CTA (FlashAttention-4's two sof
 BLOCK_M = Q_TILES * TILE_M        #: query rows per work unit
 BLOCK_N = 128                     #: keys per KV block
 STAGES = 2                        #: K and V ring depth
-SOFTMAX_WARPS, MMA_WARP, PRODUCER_WARP = 8, 8, 9
-WARPS = 12                        #: three whole warpgroups (setmaxnreg is per warpgroup)
+MMA_WARP, PRODUCER_WARP = 12, 13  #: the warps of the last warpgroup that issue the MMAs and load
+WARPS = 16                        #: four whole warpgroups (setmaxnreg is per warpgroup)
+#: role branch order per head dimension (spills measured with ptxas 13.5, bytes stored / loaded):
+#: 128 -- 4 / 12 (loaded outside the loops; mma, correction, softmax: 8 / 28; softmax first: 8 / 8);
+#: 64 -- 0 / 0 (mma, softmax, correction: 16 / 40)
+DISPATCH_ORDER = {128: ("mma", "softmax", "correction"), 64: ("mma", "correction", "softmax")}
 NOT_YET = {256: "two Q tiles (256 x 256), two K and two V stages of 128 x 256 16-bit elements are 384 KiB of shared "
                 "memory (sm_100a has 227 KiB per CTA), and two S and two O regions 768 of the 512 tensor-memory "
                 "columns: a 256-wide head needs one Q tile, one-stage rings or a split V; not built"}
@@ -99,10 +115,12 @@ class Unit:
     rng: object
 
 
-class AttentionFwdSm100Kernel(Kernel):
+class AttentionFwdSm100Kernel(SkeletonKernel):
     """See the module docstring. ``threshold``: the correction threshold (log2 units; 0 rescales
-    O whenever a row maximum grows; None: the class's :attr:`THRESHOLD`). Raises ``ConfigError`` for a head dimension or dtype it
-    cannot build (:func:`reason`)."""
+    O whenever a row maximum grows; None: the class's :attr:`THRESHOLD`). ``exp2_poly``: how many
+    of a row's 128 exponentials per KV block the polynomial evaluates on the FMA pipes (an even int
+    0..128; None: :attr:`EXP2_POLY`). Raises ``ConfigError`` for a head dimension or dtype it
+    cannot build (:func:`reason`) or a bad ``exp2_poly`` (:meth:`exp2_poly_reason`)."""
 
     name = "attention_fwd_sm100"
     mma_atom = "tcgen05"
@@ -110,6 +128,8 @@ class AttentionFwdSm100Kernel(Kernel):
     softmax_cls = TmemRowSoftmax
     HEAD_DIMS, DTYPES, BLOCK_M, BLOCK_N = HEAD_DIMS, DTYPES, BLOCK_M, BLOCK_N
     THRESHOLD = RESCALE_THRESHOLD     #: FlashAttention-4's correction threshold (a subclass may change it)
+    #: exponentials per row and KV block on the FMA pipes by default (FlashAttention-4: 23 of 128)
+    EXP2_POLY = 24
 
     # the host contract is the Hopper kernel's: the same parameters, maps and scalars
     params = hopper.AttentionFwdKernel.params
@@ -120,11 +140,22 @@ class AttentionFwdSm100Kernel(Kernel):
     def reason(cls, head_dim, dtype, overlap=True, pingpong=True) -> str | None:
         return reason(head_dim, dtype)
 
+    @classmethod
+    def exp2_poly_reason(cls, exp2_poly) -> str | None:
+        """Why ``exp2_poly`` (exponentials per row and KV block on the FMA pipes) cannot be built."""
+        if isinstance(exp2_poly, bool) or not isinstance(exp2_poly, int) or exp2_poly % 2 \
+                or not 0 <= exp2_poly <= BLOCK_N:
+            return (f"exp2_poly must be an even int in 0..{BLOCK_N} (exponentials of a row's {BLOCK_N}-key block "
+                    f"evaluated in pairs by the polynomial; 0: all on MUFU), got {exp2_poly!r}")
+        return None
+
     def __init__(self, head_dim: int = 128, dtype: str = "bf16", *, local: bool = False, softcap: bool = False,
-                 varlen: bool = False, arch="sm_100a", threshold: float | None = None, hooks=None):
-        why = reason(head_dim, dtype)
+                 varlen: bool = False, arch="sm_100a", threshold: float | None = None, hooks=None,
+                 exp2_poly: int | None = None):
+        why = reason(head_dim, dtype) or self.exp2_poly_reason(self.EXP2_POLY if exp2_poly is None else exp2_poly)
         if why:
             raise ConfigError(f"{type(self).__name__}: {why}")
+        self.exp2_poly = self.EXP2_POLY if exp2_poly is None else exp2_poly
         self.hooks = hooks if isinstance(hooks, AttentionHooks) else AttentionHooks() if hooks is None else None
         if self.hooks is None:
             raise ConfigError(f"{type(self).__name__}: hooks must be an AttentionHooks, got {type(hooks).__name__}")
@@ -137,27 +168,25 @@ class AttentionFwdSm100Kernel(Kernel):
         self.arch = get_arch(arch)
         self.arch.require(self.mma_atom, type(self).__name__)
         self.head_dim, self.dtype = head_dim, dtype
+        self.o_dtype = dtype                    # O in the inputs' type (the shared host parameters read it)
         self.local, self.softcap, self.varlen = bool(local), bool(softcap), bool(varlen)
         self.threshold = float(self.THRESHOLD if threshold is None else threshold)
         self.block_sparse = self.hooks.has_mask     # a mask_mod: the host's block mask lists the KV blocks
-        wt = self.arch.warp_threads
-        self.threads = WARPS * wt
-        self.softmax_threads = SOFTMAX_WARPS * wt
         # K and V slots are released by one tcgen05.commit each
         self.tile_threads = self.arch.warpgroup_threads        # one softmax thread per row of a tile
         self.operands = AttentionOperands(head_dim, BLOCK_M, BLOCK_N, STAGES, dtype, self.varlen, consumer_warps=1)
         self.mask = self.mask_cls(BLOCK_M, BLOCK_N, self.local)
-        self.softmax = self.softmax_cls(self.softcap, self.threshold, score_mod=self.hooks.score_mod is not None)
+        self.softmax = self.softmax_cls(self.softcap, self.threshold, score_mod=self.hooks.score_mod is not None,
+                                        exp2_poly=self.exp2_poly)
         self.mainloop = TmemAttentionMainloop(self.operands, self.mask, self.softmax, self.tile_threads, Q_TILES)
         self.epilogue = TmemAttentionEpilogue(head_dim, dtype, self.tile_threads)
-        #: setmaxnreg budgets from the architecture (Arch.attention_regs): the softmax warpgroups
-        #: get the softmax budget, the MMA / producer warpgroup the "other" one (no correction
-        #: warpgroup: the correction runs in the softmax warps); .maxnreg at launch is what the
-        #: CTA's threads may hold together. (The GEMM's 232 / 40 make ptxas 13.5 fail register
-        #: allocation here: C7600.)
-        self.softmax_regs, _correction, self.other_regs = self.arch.attention_regs
-        self.launch_regs = self.arch.launch_regs(self.threads)
-        assert (Q_TILES * self.softmax_regs + self.other_regs) * self.arch.warpgroup_threads <= self.arch.regs_per_sm
+        self.stats = RowStats(Q_TILES, self.tile_threads)
+        self.correction = TmemCorrection(head_dim, self.mainloop.tmem.o)
+        #: setmaxnreg budgets from the architecture (Arch.attention_regs, FlashAttention-4's):
+        #: softmax, correction, MMA / producer warpgroup; .maxnreg at launch is what the CTA's 512
+        #: threads may hold together (the layout checks the budgets fit the SM's registers).
+        self.launch_regs = self.arch.launch_regs(WARPS * self.arch.warp_threads)
+        self.layout()
 
     def block_mask(self, problem, window=(-1, -1), args=None):
         """Host, block-sparse kernels: the hooks' ``BlockMask`` over this kernel's 256 x 128
@@ -177,80 +206,97 @@ class AttentionFwdSm100Kernel(Kernel):
 
     def config(self) -> dict:
         return {"arch": self.arch.name, "head_dim": self.head_dim, "dtype": self.dtype, "local": self.local,
-                "softcap": self.softcap, "varlen": self.varlen, "threshold": self.threshold,
+                "softcap": self.softcap, "varlen": self.varlen, "threshold": self.threshold, "exp2_poly": self.exp2_poly,
                 "block": [BLOCK_M, BLOCK_N], "q_tiles": Q_TILES, "stages": STAGES,
-                "setmaxnreg": [self.softmax_regs, self.other_regs], "class": qualname(type(self)),
+                "setmaxnreg": list(self.arch.attention_regs), "class": qualname(type(self)),
                 "mask": qualname(self.mask_cls), "softmax": qualname(self.softmax_cls), "hooks": self.hooks.identity()}
 
-    # -- IR ------------------------------------------------------------------------------------
-    def define(self):
-        from ..atom.sync import warpgroup_reg_alloc, warpgroup_reg_dealloc
-        from ..ir import If, KernelBuilder, SmemPlan, thread_idx
-        from ..ir.values import warp_uniform
-        plan = SmemPlan(limit=self.arch.smem_per_cta)
+    # -- plan (skeleton) --------------------------------------------------------------------
+    def roles(self) -> tuple:
+        """Two softmax warpgroups, the correction warpgroup, the MMA / producer warpgroup, with
+        FlashAttention-4's ``setmaxnreg`` budgets (:attr:`~cutedsl.arch.Arch.attention_regs`)."""
+        soft, corr, other = self.arch.attention_regs
+        return (Role.warpgroups("softmax", Q_TILES, regs=soft), Role.warpgroups("correction", 1, regs=corr),
+                Role.warpgroups("mma", 1, regs=other))
+
+    @property
+    def dispatch_order(self) -> tuple:
+        """The order of the role branches in the code (not in time: each warpgroup runs one).
+        ptxas 13.5 hoists values several roles compute alike (barrier addresses, ``-seqlen_k``)
+        above the dispatch and keeps them live through the branches before their last user, each
+        under its own setmaxnreg budget; :data:`DISPATCH_ORDER` holds the order that measured the
+        fewest spills per head dimension."""
+        return DISPATCH_ORDER[self.head_dim]
+
+    @property
+    def launch_registers(self) -> int:
+        return self.launch_regs
+
+    def declare_smem(self, plan, stages=None) -> None:
         self.operands.plan(plan)
         self.mainloop.plan(plan)
-        kb = KernelBuilder(self.name, self.params(), block=(self.threads, 1, 1), arch=self.arch,
-                           max_registers=self.launch_regs)
-        wt = self.arch.warp_threads
-        with kb.build() as args:
-            groups = plan.barrier_groups()       # the barriers' static symbols, shared by both sides
-            warp = warp_uniform(thread_idx() // wt)
-            # setmaxnreg first, then everything else inside each warpgroup's branch: a value
-            # computed before setmaxnreg.dec and used after it (barrier addresses, the TMEM
-            # address) is spilled -- ptxas 13.5 put 9 local loads into the MMA loop
-            with If(warp >= SOFTMAX_WARPS):
-                warpgroup_reg_dealloc(self.other_regs)
-                self.role(plan.bind(groups), args, softmax=False)
-            with If(warp < SOFTMAX_WARPS):
-                warpgroup_reg_alloc(self.softmax_regs)
-                self.role(plan.bind(groups), args, softmax=True)
-        return kb, plan.dynamic_bytes, self.operands.tensor_maps()
 
-    def role(self, smem, args, softmax: bool) -> None:
-        """One side of the CTA after its ``setmaxnreg``: the softmax warpgroups (``softmax``; thread
-        0 initialises the barriers and prefetches the tensor maps) or the MMA / producer
-        warpgroup (the MMA warp allocates and frees the tensor memory). Both sides meet at the
-        CTA barrier after the set-up and at the one before the deallocation."""
-        from mlir.dialects import gpu
-        from ..atom.tcgen05 import TensorMemory
-        from ..ir import If, block_idx, thread_idx
-        from ..ir.smem_tile import static_word
-        from ..ir.values import warp_uniform
-        wt = self.arch.warp_threads
-        tid = thread_idx()
-        leader = tid.eq(0)                       # a softmax thread: predicated off on the other side
-        warp = warp_uniform(tid // wt)
+    def tensor_maps(self) -> list:
+        return self.operands.tensor_maps()
+
+    # -- IR hooks ---------------------------------------------------------------------------
+    def setup(self, b) -> None:
+        """Thread 0 initialises every barrier and prefetches the tensor maps; the MMA warp
+        allocates the tensor memory."""
+        # inside a branch, not predicated at the kernel entry: the barrier addresses made here
+        # then do not dominate the roles' own, and no role keeps (or spills) them across its
+        # setmaxnreg -- each rematerialises its static addresses after it
+        with cir.If(b.leader):
+            ops = self.operands.bind(b.smem, b.args, None)      # its init ends with fence.mbarrier_init
+            self.mainloop.init(self.mainloop.bind(b.smem), None)
+            self.operands.prefetch(ops)
+        b.init_fenced = True
+        self.alloc_tensor_memory(b, self.mainloop.tmem.columns, warp=MMA_WARP)
+
+    def _role_context(self, b):
+        """What a role needs, made after its ``setmaxnreg`` (a value made before it and used after
+        it is kept -- or spilled -- across: ptxas 13.5 put local loads into the MMA loop): the
+        shared memory bound again, the hand-off barriers, the TMEM address, the work unit."""
+        from ..ir import block_idx
+        smem = b.smem.rebind()
         qb, head, batch = (cir.i32(block_idx(d)) for d in ("x", "y", "z"))
-        ops = self.operands.bind(smem, args, leader)
-        bars = self.mainloop.bind(smem, leader)
-        tmem = TensorMemory(static_word("tmem_address"), self.mainloop.tmem.columns)
-        if softmax:
-            self.operands.prefetch(ops, predicate=leader)
-        else:
-            with If(warp.eq(MMA_WARP)):
-                tmem.alloc()
-                tmem.relinquish()
-        TensorMemory.fence_before()
-        gpu.barrier()                            # barrier inits and the TMEM address are visible
-        TensorMemory.fence_after()
-        u = self.unit(args, qb, head, batch)
-        if softmax:
-            with If(u.live):
-                self.softmax_warps(bars, tmem.address(), args, batch, head, u, warp // self.arch.warps_per_warpgroup)
-        else:
-            # the MMA warp not inside a branch on ``live``: there ptxas treats its loop as
-            # possibly divergent and moves every descriptor to uniform registers per MMA
-            with If(warp.eq(MMA_WARP)):
-                self.mainloop.mma_loop(ops, bars, tmem.address(), cir.select(u.live, u.rng.count, cir.i32(0)), u.live)
-            with If(u.live & warp.eq(PRODUCER_WARP) & (tid % wt).eq(0)):
-                self.producer(ops, args, batch, head, u.m0 + u.q_start, u.k_start, u.rng)
-        TensorMemory.fence_before()
-        gpu.barrier()                            # every tensor-memory access is done
-        if not softmax:
-            with If(warp.eq(MMA_WARP)):
-                TensorMemory.fence_after()
-                tmem.dealloc(tmem.address())
+        return smem, self.mainloop.bind(smem), b.tmem.address(), (qb, head, batch)
+
+    def role_softmax(self, b, g) -> None:
+        """Softmax warpgroup ``g`` (IR i32): Q tile ``g``'s rows."""
+        smem, bars, taddr, (qb, head, batch) = self._role_context(b)
+        u = self.unit(b.args, qb, head, batch)
+        with cir.If(u.live):
+            self.softmax_warps(bars, taddr, b.args, batch, head, u, g)
+
+    def role_correction(self, b, index) -> None:
+        """The correction warpgroup: O's rescaling per block, then both tiles' epilogues."""
+        smem, bars, taddr, (qb, head, batch) = self._role_context(b)
+        u = self.unit(b.args, qb, head, batch)
+        with cir.If(u.live):
+            self.correction_warps(bars, taddr, b.args, batch, head, u)
+
+    def role_mma(self, b, index) -> None:
+        """Warp 12 issues the MMAs, lane 0 of warp 13 loads; warps 14 and 15 idle (setmaxnreg
+        is per warpgroup). Each warp makes its own context inside its branch: values shared by
+        the two branches were kept in uniform registers through the MMA loop and spilled."""
+        from ..ir import thread_idx
+        from ..ir.values import warp_uniform
+        tid = thread_idx()
+        warp = warp_uniform(tid // self.arch.warp_threads)
+        # the MMA warp not inside a branch on ``live``: there ptxas treats its loop as
+        # possibly divergent and moves every descriptor to uniform registers per MMA
+        with cir.If(warp.eq(MMA_WARP)):
+            smem, bars, taddr, (qb, head, batch) = self._role_context(b)
+            ops = self.operands.bind(smem, b.args, None, init=False)
+            u = self.unit(b.args, qb, head, batch)
+            self.mainloop.mma_loop(ops, bars, taddr, cir.select(u.live, u.rng.count, cir.i32(0)), u.live)
+        with cir.If(warp.eq(PRODUCER_WARP) & (tid % self.arch.warp_threads).eq(0)):
+            smem, bars, taddr, (qb, head, batch) = self._role_context(b)
+            ops = self.operands.bind(smem, b.args, None, init=False)
+            u = self.unit(b.args, qb, head, batch)
+            with cir.If(u.live):
+                self.producer(ops, b.args, batch, head, u.m0 + u.q_start, u.k_start, u.rng)
 
     def unit(self, args, qb, head, batch) -> Unit:
         """The work unit of CTA ``(qb, head, batch)``: its sequence (varlen: from the
@@ -302,18 +348,30 @@ class AttentionFwdSm100Kernel(Kernel):
                 st, n = RowState.from_carry(carried), carried[2]
                 v = hi - 1 - cir.i32(it)
                 j = rng.block(v, masked) if self.block_sparse else v
-                st = ml.softmax_block(bars, taddr, ctx, st, n, j, masked, g)
+                st = ml.softmax_block(bars, self.stats, taddr, ctx, st, n, j, masked, g)
                 loop.next(*(st.carry() + [n + 1]))
             res = list(loop.results)
             state, n = RowState.from_carry(res), res[2]
-        ml.finish(bars, rng.count, g)
         inv, lse = self.softmax.finalize_row(state, args.exp_scale)
+        self.stats.put(g, RowStats.INV, inv)         # the correction warpgroup stores O and the LSE
+        self.stats.put(g, RowStats.LSE, lse)
+        bars.stats_full.arrive(g)
+
+    def correction_warps(self, bars, taddr, args, batch, head, u: Unit) -> None:
+        """The correction warpgroup (thread ``t``: row ``t`` of each tile): every block's
+        rescaling of O (:class:`~cutedsl.collective.attention_tmem_correction.TmemCorrection`),
+        then per tile O times ``1 / l`` and the LSE to global memory."""
+        count = u.rng.count
+        self.correction.loop(bars, self.stats, taddr, count)
         if self.varlen:
-            o_row0, lse_base = q_start, head * args.total_q + q_start
+            o_row0, lse_base = u.q_start, head * args.total_q + u.q_start
         else:
-            o_row0, lse_base = batch * seqlen_q, (batch * args.heads + head) * seqlen_q
-        rows = EpilogueRows(o_row0, lse_base, head, args.heads, row0, seqlen_q)
-        self.epilogue.store(ml.tile_address(taddr, ml.tmem.o, g), rng.count, inv, lse, rows, args.o, args.lse)
+            o_row0, lse_base = batch * u.seqlen_q, (batch * args.heads + head) * u.seqlen_q
+        for g in range(Q_TILES):
+            inv, lse = self.correction.final(bars, self.stats, count, g)
+            rows = EpilogueRows(o_row0, lse_base, head, args.heads, u.m0 + g * TILE_M, u.seqlen_q)
+            self.epilogue.store(self.mainloop.tile_address(taddr, self.mainloop.tmem.o, g), count, inv, lse, rows,
+                                args.o, args.lse)
 
 
 __all__ = ["AttentionFwdSm100Kernel", "HEAD_DIMS", "DTYPES", "BLOCK_M", "BLOCK_N", "TILE_M", "Q_TILES", "reason"]

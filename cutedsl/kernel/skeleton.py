@@ -25,10 +25,15 @@ and builds through hooks that :meth:`~SkeletonKernel.define` (written once, here
    bracketed by ``tcgen05.fence::before/after_thread_sync`` when setup allocated tensor memory
    (the address travels through shared memory, PTX ISA "tcgen05 memory consistency");
 4. :meth:`~SkeletonKernel.bind` -- problem / scheduler binding (after the barrier);
-5. role dispatch: per role (in :attr:`~SkeletonKernel.dispatch_order`) a branch on the warp or
-   warpgroup index that first sets the role's register budget (``setmaxnreg.dec`` below the launch
-   budget, ``.inc`` above it; only where budgets differ) and then calls ``role_<name>(b, index)``;
-   a kernel with one role (the *single-role form*) runs its body unbranched on every thread;
+5. role dispatch, inside :meth:`~SkeletonKernel.roles_scope` (a context, none by default: a
+   kernel whose work unit may be empty -- an attention query block past its sequence -- branches
+   around every role there and computes what the roles share inside the branch): per role (in
+   :attr:`~SkeletonKernel.dispatch_order`) a branch on the warp or warpgroup index that first
+   sets the role's register budget (``setmaxnreg.dec`` below the launch budget, ``.inc`` above
+   it; only where budgets differ) and then calls ``role_<name>(b, index)``; a role of ``count``
+   warps or warpgroups runs one body, told its index among them (attention's two MMA
+   warpgroups); a kernel with one role (the *single-role form*) runs its body unbranched on
+   every thread;
 6. :meth:`~SkeletonKernel.teardown` -- after every role: frees tensor memory when setup allocated it;
 
 and returns ``(KernelBuilder, dynamic shared-memory bytes, tensor-map specs)``. Hooks share one
@@ -291,6 +296,14 @@ class SkeletonKernel(Kernel):
     def bind(self, b: Build) -> None:
         """IR after the init barrier, before the roles: problem and scheduler binding."""
 
+    def roles_scope(self, b: Build):
+        """Hook: the context manager the role dispatch runs in, after :meth:`bind` (default: none).
+        A kernel whose unit of work may hold nothing to do opens a branch on it here, so that no
+        role starts (FlashAttention-3's forward: a query block past its sequence), and computes
+        inside it, before yielding, the values every role reads (stored on ``b``)."""
+        import contextlib
+        return contextlib.nullcontext()
+
     def role_predicate(self, b: Build, role: Role, predicate):
         """Hook: the i1 guarding ``role``'s branch (default: its warps / warpgroups)."""
         return predicate
@@ -379,7 +392,8 @@ class SkeletonKernel(Kernel):
             self.setup(b)
             self.init_barrier(b)
             self.bind(b)
-            self.dispatch(b, layout)
+            with self.roles_scope(b):
+                self.dispatch(b, layout)
             self.teardown(b)
         return kb, plan.dynamic_bytes, self.tensor_maps()
 

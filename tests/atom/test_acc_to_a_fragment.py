@@ -80,5 +80,5 @@ def test_conversion_refusals():
         n, regs, m_blocks = 40, 20, 1
     with pytest.raises(ConfigError, match="N = 40 must be a multiple of 16"):
         AFragment.from_accumulator(Acc(), "bf16")
-    with pytest.raises(ConfigError, match="dtype must be one of .* got 'e4m3'"):
-        AFragment.from_accumulator(Acc(), "e4m3")
+    with pytest.raises(ConfigError, match="dtype must be one of .* got 'tf32'"):
+        AFragment.from_accumulator(Acc(), "tf32")

@@ -53,6 +53,9 @@ def test_emulator_run_checks_against_the_reference(tmp_path, capsys):
 
 def test_bench_mistakes_name_the_option(capsys):
     assert cli.main(["bench", "--set", "attention", "--backend", "sim", "--dtype", "e4m3"]) == 2
+    assert "argument --dtype: the attention set times bf16/f16 against torch SDPA, which has no e4m3 path" \
+        in capsys.readouterr().err
+    assert cli.main(["bench", "--set", "attention", "--backend", "sim", "--dtype", "tf32"]) == 2
     assert "argument --dtype: the attention set: AttentionConfig: dtype must be" in capsys.readouterr().err
     assert cli.main(["bench", "--set", "attention", "--backend", "sim", "--identity"]) == 2
     assert "argument --identity/--set" in capsys.readouterr().err

@@ -24,12 +24,16 @@ def _run(kern, args, grid=1, cluster=None, emu=None):
     return dev, emu
 
 
-def attention_loader():
+def attention_loader(k_tiles=False):
     """Q: 64 x 128 (D = 80 padded by zero fill), two 64-column boxes, 128-B swizzle; K: 32 x 128,
-    the same boxes; V: 32 x 64 in two 32-column boxes of a 64-B swizzle. A head coordinate leads."""
-    q = TmaOperand("q", "f16", BLOCK_M, 128, box_cols=64, swizzle=128, major="K", lead=1)
-    k = TmaOperand("k", "f16", BLOCK_N, 128, box_cols=64, swizzle=128, major="K", lead=1)
-    v = TmaOperand("v", "f16", BLOCK_N, 64, box_cols=32, swizzle=64, major="MN", lead=1)
+    the same boxes; V: 32 x 64 in two 32-column boxes of a 64-B swizzle. A head coordinate leads.
+    ``k_tiles``: the buffers hold one tile per MMA k-tile, as the attention forward's: Q and K one
+    per column box, V in row blocks of 16 keys (one tile each, two boxes side by side)."""
+    t = dict(tiles=2) if k_tiles else {}
+    q = TmaOperand("q", "f16", BLOCK_M, 128, box_cols=64, swizzle=128, major="K", lead=1, **t)
+    k = TmaOperand("k", "f16", BLOCK_N, 128, box_cols=64, swizzle=128, major="K", lead=1, **t)
+    v = TmaOperand("v", "f16", BLOCK_N, 64, box_cols=32, swizzle=64, major="MN", lead=1,
+                   **(dict(box_rows=16, tiles=2) if k_tiles else {}))
     return OperandLoader(TmaRing("q", (q,)), TmaRing("k", (k,), stages=STAGES), TmaRing("v", (v,), stages=STAGES))
 
 
@@ -53,10 +57,37 @@ def test_static_description():
     assert a.box == (32, 64) and a.placement(1, 1000, 7, 1) == (32 * 128 + 64 * 128, (1032, 71))
 
 
+def test_row_blocks_and_k_tiles():
+    """V in row blocks of 16 keys: box j = (block j // 2, column box j % 2), each block's boxes
+    stacked before the next block's; two buffer tiles per slot (one per block) -- the layout the
+    attention forward's MN-major V ring needs (one MMA k-tile of keys per tile)."""
+    ld = attention_loader(k_tiles=True)
+    q, k, v = (ld.operands[n] for n in "qkv")
+    assert (v.boxes, v.box, v.stage_shape, v.tile_shape, v.stage_bytes) == (4, (16, 32), (64, 32), (32, 32),
+                                                                          32 * 64 * 2)
+    box = 16 * 32 * 2
+    assert [v.placement(j, 100, 0) for j in range(4)] == [
+        (0, (100, 0)), (box, (100, 32)), (2 * box, (116, 0)), (3 * box, (116, 32))]
+    assert [v.in_tile(j) for j in range(4)] == [(0, 0), (0, box), (1, 0), (1, box)]
+    assert [k.in_tile(j) for j in range(2)] == [(0, 0), (1, 0)] and k.tile_shape == (32, 64)
+    assert [(s.param, s.box) for s in ld.tensor_maps()] == [("q", (1, 64, 64)), ("k", (1, 32, 64)),
+                                                           ("v", (1, 16, 32))]
+    assert [r.tx_bytes for r in ld.rings.values()] == [16384, 8192, 4096]       # the bytes do not change
+    from cutedsl.ir import SmemPlan
+    plan = SmemPlan()
+    ld.plan(plan)                    # slot s is tiles 2s, 2s + 1
+    assert [(n, b.stages, b.shape) for n, b in plan.buffers.items()] == [("q", 2, (64, 64)), ("k", 4, (32, 64)),
+                                                                        ("v", 4, (32, 32))]
+
+
 @pytest.mark.parametrize("kw,msg", [
     (dict(rows=64, cols=100, box_cols=64), "box_cols 64 must divide cols 100"),
     (dict(rows=64, cols=64, slices=3), "3 slices must divide rows 64"),
     (dict(rows=0, cols=64), "rows must be a positive int, got 0"),
+    (dict(rows=64, cols=64, box_rows=24), "box_rows 24 must divide rows 64"),
+    (dict(rows=64, cols=64, box_rows=32, slices=2), r"row blocks \(box_rows 32 < rows 64\) of an operand sliced"),
+    (dict(rows=64, cols=128, box_cols=64, tiles=3), "tiles 3 must divide its 2 boxes"),
+    (dict(rows=64, cols=64, tiles=0), "tiles must be a positive int, got 0"),
 ])
 def test_operand_errors(kw, msg):
     with pytest.raises(ConfigError, match=msg):
@@ -92,8 +123,9 @@ def _kernel(ld):
     ld.plan(plan)
 
     def copy(smem, name, stage, out, base):
-        words = ld.operands[name].stage_bytes // 4
-        view = smem[name].view(stage, shape=(words,), dtype="i32")
+        op = ld.operands[name]
+        words = op.stage_bytes // 4
+        view = smem[name].view(stage * op.tiles if op.tiles > 1 else stage, shape=(words,), dtype="i32")
         lane = cir.lane_id()
         loop = cir.Loop(0, words // 32)
         for w in loop:
@@ -151,21 +183,24 @@ def swizzled(tile: np.ndarray, swizzle: int) -> np.ndarray:
 
 
 def expected_slot(src: np.ndarray, row0: int, op) -> np.ndarray:
-    """The bytes of one slot of ``op``: its boxes, each ``rows x box_cols`` of ``src`` (one head,
-    zero past its edges), swizzled, stacked."""
+    """The bytes of one slot of ``op``: its boxes, each ``box_rows x box_cols`` of ``src`` (one head,
+    zero past its edges), swizzled, stacked row block by row block."""
     parts = []
     for j in range(op.boxes):
-        box = np.zeros((op.rows, op.box_cols), np.float16)
-        part = src[row0:row0 + op.rows, j * op.box_cols:(j + 1) * op.box_cols]
+        blk, c = divmod(j, op.cols // op.box_cols)
+        box = np.zeros((op.box_rows, op.box_cols), np.float16)
+        r = row0 + blk * op.box_rows
+        part = src[r:r + op.box_rows, c * op.box_cols:(c + 1) * op.box_cols]
         box[:part.shape[0], :part.shape[1]] = part
         parts.append(swizzled(box, op.swizzle))
     return np.concatenate(parts)
 
 
 @pytest.mark.sim_kernel
-def test_q_once_k_and_v_rings_fill_the_right_boxes(rng, sim_seed):
+@pytest.mark.parametrize("k_tiles", [False, True])
+def test_q_once_k_and_v_rings_fill_the_right_boxes(k_tiles, rng, sim_seed):
     from cutedsl.sim import Emulator
-    ld = attention_loader()
+    ld = attention_loader(k_tiles)
     kern = _kernel(ld)
     arrays = {n: rng.integers(1, 1000, (H, s, d)).astype(np.float16) for n, s, d in
               (("q", SQ, D), ("k", SK, D), ("v", SK, DV))}

@@ -100,3 +100,39 @@ def test_every_unit_once_on_the_emulator(make, rng, sim_seed):
     for rank in range(cs):
         seen = sorted(tuple(x) for c in range(rank, grid, cs) for x in got[c] if x[0] >= 0)
         assert seen == sorted(units.host_unit(u, p) for u in range(total)), (rank, p)
+
+
+def test_grid_form_launches_the_unit_space():
+    """The grid form (one CTA per unit, the sm_90a attention forward's launch): the host grid is
+    (q blocks, heads, batch) -- at least one query block --, and orders or splits that need a
+    scheduler's linear walk are refused by name."""
+    assert AttentionUnits(64).grid(problem(2, 200, 3)) == (4, 3, 2)
+    assert AttentionUnits(128).grid(problem(1, 0, 5)) == (1, 5, 1)
+    for kw in (dict(longest_first=True), dict(splits=2)):
+        with pytest.raises(ValueError, match="the grid form runs units in launch order with no split"):
+            AttentionUnits(64, **kw).grid(problem(1, 64, 1))
+
+
+@pytest.mark.sim_kernel
+def test_grid_unit_reads_the_cta_index(sim_seed):
+    """IR: every CTA of a (3, 2, 2) launch reads its unit (q_block, head, batch) from blockIdx."""
+    from cutedsl.testing import build_kernel as build
+    import cutedsl.ir as cir
+    units = AttentionUnits(64)
+    grid = units.grid(problem(2, 150, 2))
+
+    def body(a, _):
+        u = units.grid_unit()
+        out = cir.GlobalPtr(a.out, "i32")
+        at = ((u.batch * 2 + u.head) * 3 + u.q_block) * 3
+        with cir.If(cir.thread_idx().eq(0)):
+            for f, v in enumerate((u.q_block, u.head, u.batch)):
+                out.store(at + f, v)
+    kern = build(body, params=(("out", "ptr"),), block=(32, 1, 1))
+    dev, emu = _run(kern, [np.full(12 * 3, -1, np.int32)], grid=grid)
+    got = emu.to_host(dev[0], (2, 2, 3, 3), np.int32)
+    assert grid == (3, 2, 2)
+    for b in range(2):
+        for h in range(2):
+            for q in range(3):
+                assert tuple(got[b, h, q]) == (q, h, b)

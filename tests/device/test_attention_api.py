@@ -76,7 +76,7 @@ def test_config_validation_and_reasons():
         AttentionConfig(head_dim=80)
     assert AttentionConfig(head_dim=96).kernel().block_n == 128 and AttentionConfig(head_dim=256).kernel().block_n == 64
     with pytest.raises(ConfigError, match="dtype must be"):
-        AttentionConfig(dtype="e4m3")
+        AttentionConfig(dtype="e5m2")
     with pytest.raises(ConfigError, match="pingpong=True needs overlap=True"):
         AttentionConfig(overlap=False)
     with pytest.raises(ConfigTypeError, match="head_dim must be an int"):
@@ -97,7 +97,7 @@ def _bad_cases(rng):
     q, k, v = _qkv(rng, (1, 8, 4, 64), (1, 8, 2, 64))
     cq = np.array([0, 8], np.int32)
     yield "dtype mix", (q, k, v.astype(np.float16)), {}, ArgumentTypeError, "share one dtype"
-    yield "f32", (q.astype(np.float32), k, v), {}, ArgumentTypeError, "q must be bf16 or f16"
+    yield "f32", (q.astype(np.float32), k, v), {}, ArgumentTypeError, "q must be bf16, f16 or e4m3"
     yield "rank", (q[0], k, v), {}, ArgumentError, r"q must be \(batch, seqlen, heads, head_dim\)"
     yield "heads", (q[:, :, :3], k, v), {}, ArgumentError, "heads 3 .* multiple of kv_heads 2"
     yield "head_dim", (q[..., :32].copy(), k, v), {}, ArgumentError, "head_dim differ"

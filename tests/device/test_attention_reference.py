@@ -104,3 +104,18 @@ def test_flops_count_the_kept_pairs():
     assert attention_flops(4, 4, 1, 1, causal=True) == 2 * 10 * 2
     assert attention_flops(3, 5, 1, 1, causal=True) == 2 * int(mask(3, 5, True).sum()) * 2
     assert attention_flops(9, 9, 1, 1, window=(2, 1)) == 2 * int(mask(9, 9, window=(2, 1)).sum()) * 2
+
+
+def test_descales_scale_the_true_operands(rng):
+    """fp8 descales (FlashAttention-3): the reference of (q, k, v) with descales is the reference of
+    (q * q_descale, k * k_descale, v * v_descale); the LSE sees q_descale * k_descale, O also v_descale."""
+    q, k, v = (rng.standard_normal((1, 9, 2, 16)) for _ in range(3))
+    o, lse = attention_reference(q, k, v, causal=True, q_descale=0.5, k_descale=np.float32(3.0), v_descale=[0.25])
+    o2, lse2 = attention_reference(q * 0.5, k * 3.0, v * 0.25, causal=True)
+    np.testing.assert_allclose(o, o2, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(lse, lse2, rtol=1e-12)
+    o3, _ = attention_reference(q, k, v, causal=True, q_descale=0.5, k_descale=3.0)
+    np.testing.assert_allclose(o, o3 * 0.25, rtol=1e-12, atol=1e-14)
+    for bad in (0.0, -1.0, float("nan"), np.ones(2)):
+        with pytest.raises(ArgumentError, match="v_descale must be one positive finite value"):
+            attention_reference(q, k, v, v_descale=bad)

@@ -216,3 +216,40 @@ def test_score_and_mask_hooks(rng, sim):
     attn = Attention(AttentionConfig(head_dim=64, score_mod=alibi, mask_mod=sparse), sim)
     o, lse = attn(q, k, v, softmax_scale=0.2)
     check(o, lse, q, k, v, "bf16", softmax_scale=0.2, score_mod=alibi, mask_mod=sparse)
+
+
+def test_on_the_skeleton_with_the_operand_loader():
+    """The forward is a SkeletonKernel: two MMA warpgroups sharing one body and the producer
+    warpgroup, budgets from the Arch (a different Arch budget changes the PTX's setmaxnreg), the
+    producer's branch first; Q, K and V are OperandLoader rings with one buffer tile per MMA
+    k-tile (head dim 256: 64-key blocks, V in 4 boxes per k-tile)."""
+    import re
+    import attrs
+    from cutedsl.arch import SM90A
+    from cutedsl.kernel.attention import AttentionFwdKernel
+    from cutedsl.kernel.skeleton import SkeletonKernel
+    k = AttentionFwdKernel(128, "bf16")
+    lay = k.layout()
+    assert isinstance(k, SkeletonKernel) and lay.threads == k.threads == 384 and k.launch_registers == 168
+    assert [(r.name, r.count, r.regs) for r in lay.roles] == [("mma", 2, 240), ("producer", 1, 24)]
+    assert lay.span("mma") == (0, 2) and lay.span("producer") == (2, 1)
+    loader = k.operands.loader
+    assert [(r.name, r.stages, r.tx_bytes) for r in loader.rings.values()] == [
+        ("q", None, 128 * 128 * 2), ("k", 2, 128 * 128 * 2), ("v", 2, 128 * 128 * 2)]
+    for d, bn, v_tile, v_tiles in ((128, 128, (128, 64), 4), (256, 64, (256, 64), 2)):
+        kd = AttentionFwdKernel(d, "f16")
+        bufs = kd.smem_plan().buffers
+        assert [(n, b.stages, b.shape) for n, b in bufs.items()] == [
+            ("q", d // 64, (BLOCK_M, 64)), ("k", 2 * d // 64, (bn, 64)), ("v", v_tiles, v_tile)], d
+        assert [(s.param, s.box) for s in kd.tensor_maps()[:3]] == [
+            ("q", (1, 1, BLOCK_M, 64)), ("k", (1, 1, bn, 64)), ("v", (1, 1, 64, 64))]
+    assert list(k.smem_plan()._barriers) == ["q_full", "k_full", "k_empty", "v_full", "v_empty"]
+    other = attrs.evolve(SM90A, attention_wgmma_regs=(232, 40))
+    ptx = " ".join(AttentionFwdKernel(64, "bf16", arch=other).compile(use_cache=False).ptx.split())
+    assert re.findall(r"setmaxnreg\.(\w+)\.sync\.aligned\.u32 (\d+);", ptx) == [("dec", "40"), ("inc", "232")]
+    # budgets the SM cannot hold, or none, are refused when the kernel is made
+    from cutedsl.errors import ConfigError
+    with pytest.raises(ConfigError, match="role register budgets need 68608 registers, past the 65536"):
+        AttentionFwdKernel(64, arch=attrs.evolve(SM90A, attention_wgmma_regs=(256, 24)))
+    with pytest.raises(ConfigError, match="sm_90a gives no attention_wgmma_regs"):
+        AttentionFwdKernel(64, arch=attrs.evolve(SM90A, attention_wgmma_regs=None))

@@ -1,10 +1,12 @@
-"""The FlashAttention-4-style forward on sm_100a (cutedsl/kernel/attention_sm100.py, two Q tiles of
-128 rows per CTA): the real
-compiled sm_100a PTX on the emulator (race checks on, no opt-out; eager and adversarial through the
-``sim`` fixture) against the float64 reference -- ragged lengths (1, 77, 200, 300; seqlen_q !=
-seqlen_k), causal / window / softcap, GQA, both head dimensions, f16 and bf16, varlen; the stale
-maximum of the correction step (scores that grow block after block, both thresholds); what the
-PTX holds (A = P from tensor memory, tcgen05.ld/st each waited for); and the refusals."""
+"""The FlashAttention-4-style forward on sm_100a (cutedsl/kernel/attention_sm100.py: two Q tiles of
+128 rows per CTA, 512 threads with a separate correction warpgroup, a share of the exponentials by
+the FMA-pipe polynomial): the real compiled sm_100a PTX on the emulator (race checks on, no opt-out;
+eager and adversarial through the ``sim`` fixture) against the float64 reference -- ragged lengths
+(1, 77, 200, 300; seqlen_q != seqlen_k), causal / window / softcap, GQA, both head dimensions, f16
+and bf16, varlen; the stale maximum of the correction step (scores that grow block after block,
+both thresholds); the polynomial's effect on O; what the PTX and SASS hold (A = P from tensor
+memory, tcgen05.ld/st each waited for, the roles' register budgets, instruction counts per KV
+block); and the refusals."""
 import ml_dtypes
 import numpy as np
 import pytest
@@ -86,6 +88,41 @@ def test_correction_with_growing_maxima(threshold, rng, sim):
     check(o, lse, q, k, v, "bf16")
 
 
+def test_exp2_poly_effect_on_o(rng, sim):
+    """Every exponential by the FMA-pipe polynomial (exp2_poly=128) against none (0): both within
+    the bf16 tolerance of float64; they differ (the polynomial ran), by far less than the
+    tolerance (its 1e-4 relative error is below P's bf16 rounding)."""
+    q, k, v = _qkv(rng, "bf16", (1, 200, 2, 64), (1, 300, 2, 64))
+    out = {}
+    for e in (0, 128):
+        o, lse = Attention(AttentionConfig(head_dim=64, arch="sm_100a", exp2_poly=e), sim)(q, k, v, causal=True)
+        check(o, lse, q, k, v, "bf16", causal=True)
+        out[e] = o.astype(np.float64), lse
+    assert not np.array_equal(out[0][1], out[128][1])
+    assert np.abs(out[0][0] - out[128][0]).max() < O_TOL["bf16"] / 4
+    assert np.abs(out[0][1] - out[128][1]).max() < 1e-4
+
+
+def test_exp2_poly_config():
+    from cutedsl.collective.attention_tmem_softmax import TmemRowSoftmax
+    from cutedsl.errors import ConfigTypeError
+    assert AttentionConfig(arch="sm_100a").kernel().exp2_poly == AttentionFwdSm100Kernel.EXP2_POLY == 24
+    assert AttentionConfig(arch="sm_100a", exp2_poly=0).kernel().exp2_poly == 0
+    for bad in (3, 130, -2):
+        with pytest.raises(ConfigError, match=rf"exp2_poly must be an even int in 0\.\.128 .*got {bad}"):
+            AttentionConfig(arch="sm_100a", exp2_poly=bad)
+    with pytest.raises(ConfigError, match="exp2_poly=8: the polynomial exp2 is built for sm_100a .*not sm_90a"):
+        AttentionConfig(exp2_poly=8)
+    with pytest.raises(ConfigTypeError, match="exp2_poly must be an int or None, got float"):
+        AttentionConfig(arch="sm_100a", exp2_poly=2.0)
+    assert "exp2_poly" not in AttentionConfig(arch="sm_100a").to_dict()     # identities of older configs unchanged
+    d = AttentionConfig(arch="sm_100a", exp2_poly=16).to_dict()
+    assert d["exp2_poly"] == 16 and AttentionConfig.from_dict(d).exp2_poly == 16
+    pairs = sorted(TmemRowSoftmax.poly_pairs(64, 24))                        # 12 pairs, spread over the row
+    assert len(pairs) == 12 and max(b - a for a, b in zip(pairs, pairs[1:])) <= 6
+    assert TmemRowSoftmax.poly_pairs(64, 0) == frozenset() and len(TmemRowSoftmax.poly_pairs(64, 128)) == 64
+
+
 def _check_hooks(attn, q, k, v, **opts):
     o, lse = attn(q, k, v, **opts)
     ro, rl = attn.reference(q, k, v, **opts)                 # float64, the hooks on numpy
@@ -129,8 +166,10 @@ def test_block_mask_skips_blocks(rng, sim):
 
 
 def test_ptx_shape():
-    """Two Q tiles: S from shared Q and K; P V with A = P in tensor memory (P over S's columns);
-    every tcgen05.ld / st waited for; setmaxnreg budgets from the architecture."""
+    """512 threads in four warpgroups with FlashAttention-4's setmaxnreg budgets (softmax 184,
+    correction 80, other 64); S from shared Q and K; P V with A = P in tensor memory (P over S's
+    columns); S read in 32-column loads with one wait::ld per block, O's loads in the correction and
+    the epilogue each waited for; the correction's warp vote."""
     from cutedsl.arch import SM100A
     ptx = AttentionFwdSm100Kernel(128, "bf16", local=True).compile().ptx
     mmas = [line for line in ptx.splitlines() if "tcgen05.mma" in line]
@@ -138,16 +177,21 @@ def test_ptx_shape():
     # per tile: S 2 k-tiles x 4 k16 steps, P V 8 k16 steps from TMEM; S in the prologue and the
     # loop, P V in the loop and after it
     assert len(mmas) == 2 * 2 * (8 + 8) and len(tmem_a) == 2 * 2 * 8
-    assert ptx.count("tcgen05.wait::ld") >= ptx.count("tcgen05.ld.") // 2       # loads in sets, each waited for
+    # S: 3 softmax loops (masked, unmasked, masked) x 4 loads, 1 wait each; the correction and the
+    # epilogue: 2 tiles x 4 chunks of 32 O columns, each load waited for
+    s_loads, o_loads = 3 * BLOCK_N // 32, 2 * 2 * 128 // 32
+    assert ptx.count("tcgen05.ld.sync.aligned.32x32b.x32.") == s_loads + o_loads
+    assert ptx.count("tcgen05.wait::ld") == 3 + o_loads
     assert "tcgen05.wait::st" in ptx and "tcgen05.fence::before_thread_sync" in ptx
     assert "vote.sync.any.pred" in ptx                                           # the warp's correction test
     assert "max.f32" in ptx and any(line.count(",") == 3 and "max.f32" in line for line in ptx.splitlines())
-    softmax, _correction, other = SM100A.attention_regs
-    lines = [line.split() for line in ptx.splitlines() if "maxnreg" in line]
-    assert [".maxnreg", str(SM100A.launch_regs(12 * 32))] in lines
+    softmax, correction, other = SM100A.attention_regs
+    lines = [line.split() for line in ptx.splitlines() if "maxnreg" in line or "reqntid" in line]
+    assert [".reqntid", "512,", "1,", "1"] in lines and [".maxnreg", str(SM100A.launch_regs(512))] in lines
     assert ["setmaxnreg.inc.sync.aligned.u32", f"{softmax};"] in lines
+    assert ["setmaxnreg.dec.sync.aligned.u32", f"{correction};"] in lines
     assert ["setmaxnreg.dec.sync.aligned.u32", f"{other};"] in lines
-    assert (2 * softmax + other) * 128 <= SM100A.regs_per_sm
+    assert (2 * softmax + correction + other) * 128 == SM100A.regs_per_sm
 
 
 def test_refusals():
@@ -167,38 +211,53 @@ def test_refusals():
         Attention(cfg, "sim")(q, np.zeros((1, 8, 2, 64), q.dtype), np.zeros((1, 8, 2, 64), q.dtype))
 
 
-def _softmax_loop(kernel) -> dict:
-    """The smallest SASS loop holding a KV block's exponentials (>= BLOCK_N MUFU): the softmax
-    loop of an unmasked block (smaller loops with a few MUFU are out-of-line wait retries)."""
+def _loop(kernel, pred) -> dict:
+    """The smallest SASS loop whose histogram satisfies ``pred`` (smaller loops are out-of-line
+    wait retries; larger ones nest it)."""
     import collections
     from cutedsl.compiler.sass_loops import loops
     from cutedsl.compiler.toolchain import sass
-    ops = next(o for _s, _e, o in loops(sass(kernel.cubin)) if o.count("MUFU") >= BLOCK_N)
+    found = [o for _s, _e, o in loops(sass(kernel.cubin)) if pred(collections.Counter(o))]
+    ops = min(found, key=len)
     return {"instructions": len(ops), "histogram": collections.Counter(ops)}
+
+
+def _softmax_loop(kernel) -> dict:
+    """The softmax loop of an unmasked block: the smallest loop holding a KV block's exponentials."""
+    return _loop(kernel, lambda h: h["MUFU"] + h["FFMA2"] >= BLOCK_N)
 
 
 def test_sass_counts():
     """ptxas 13.5's SASS of the head-dim-128 bf16 kernel (docs/measurements.md). The MMA warp's
     loop issues both Q tiles' MMAs of a KV block -- 32 UTCHMMA (2 x 8 for S, 2 x 8 for P V) and 6
-    commits -- within FlashAttention-4's 199 instructions per 32 UTCHMMA, descriptors made once
-    before the loop; the only spills are the barrier addresses ptxas hoists to the kernel entry
-    and keeps across setmaxnreg.dec (a few words; none in the head-dim-64 kernel), never in the
-    softmax loop. The softmax loop of an unmasked block has one MUFU.EX2 per score (+1 for the
-    correction factor), the exponents' FMAs and the row sum as packed f32x2 (FFMA2 / FADD2), the
-    row maximum as three-input FMNMX3, 64 F2FP packing P and the O correction as FMUL2."""
-    from cutedsl.compiler.sass_loops import kernel_hot_loop
+    commits -- within FlashAttention-4's 199 instructions per 32 UTCHMMA. The softmax loop of an
+    unmasked block (within FA4's 543) has, of 128 exponentials, 104 MUFU.EX2 and 24 by the
+    polynomial (12 pairs: 4 FFMA2 and 2 FADD2 each, beside the 64 FFMA2 of the exponents and the
+    63 FADD2 of the row sum), +1 MUFU for the correction factor, the row maximum as 64 FMNMX3,
+    64 F2FP packing P and no correction (FMUL2) any more; with exp2_poly=0 every exponential is a
+    MUFU. The correction warpgroup's loop rescales both tiles' O rows: 2 x 64 FMUL2, 2 x 4 LDTM and
+    STTM (FA4: 185 instructions). Spills: a word ptxas hoists above the role dispatch, loaded
+    outside the MMA, softmax and correction loops (none at head dim 64)."""
     k = AttentionFwdSm100Kernel(128, "bf16").compile()
-    assert k.resources.spill_stores <= 16 and k.resources.spill_loads <= 96, k.resources
+    assert k.resources.spill_stores <= 4 and k.resources.spill_loads <= 12, k.resources
     k64 = AttentionFwdSm100Kernel(64, "bf16").compile()
     assert k64.resources.spill_stores == 0 and k64.resources.spill_loads == 0
-    loop = kernel_hot_loop(k, "UTCHMMA")
-    mma = loop["histogram"]
-    assert mma["UTCHMMA"] == 32 and mma["UTCBAR"] == 6       # 6 commits: 2 S, 2 O, K, V
-    assert loop["instructions"] <= 199, loop["instructions"]  # FA4: 199 per 32 UTCHMMA
+    mma = _loop(k, lambda h: h["UTCHMMA"] == 32)
+    assert mma["histogram"]["UTCBAR"] == 6                    # 6 commits: 2 S, 2 O, K, V
+    assert mma["instructions"] <= 199, mma["instructions"]    # FA4: 199 per 32 UTCHMMA
     sm = _softmax_loop(k)
     hist = sm["histogram"]
-    assert "LDL" not in hist and "STL" not in hist
-    assert hist["MUFU"] == BLOCK_N + 1
-    assert hist["FFMA2"] == BLOCK_N // 2 and hist.get("FFMA", 0) <= 2
-    assert hist["FADD2"] == BLOCK_N // 2 - 1 and hist["FMNMX3"] == BLOCK_N // 2
-    assert hist["F2FP"] == BLOCK_N // 2 and hist["FMUL2"] == 128 // 2
+    assert sm["instructions"] <= 543, sm["instructions"]      # FA4: 543
+    poly = AttentionFwdSm100Kernel.EXP2_POLY
+    assert hist["MUFU"] == BLOCK_N - poly + 1
+    assert hist["FFMA2"] == BLOCK_N // 2 + 4 * poly // 2 and hist.get("FFMA", 0) <= 2
+    assert hist["FADD2"] == BLOCK_N // 2 - 1 + 2 * poly // 2 and hist["FMNMX3"] == BLOCK_N // 2
+    assert hist["F2FP"] == BLOCK_N // 2 and "FMUL2" not in hist
+    corr = _loop(k, lambda h: h["FMUL2"] >= 128 and not h["MUFU"])
+    ch = corr["histogram"]
+    assert ch["FMUL2"] == 2 * 128 // 2 and ch["LDTM"] == ch["STTM"] == 2 * 128 // 32
+    assert corr["instructions"] <= 200, corr["instructions"]
+    for loop in (mma, sm, corr):                              # the spilled word is loaded outside them
+        assert not {"LDL", "STL"} & set(loop["histogram"])
+    mufu = _softmax_loop(AttentionFwdSm100Kernel(128, "bf16", exp2_poly=0).compile())["histogram"]
+    assert mufu["MUFU"] == BLOCK_N + 1 and mufu["FFMA2"] == BLOCK_N // 2 and mufu["FADD2"] == BLOCK_N // 2 - 1

@@ -121,3 +121,37 @@ def test_a_non_gemm_kernel_needs_no_gemm_fields():
     for gemm_field in ("tile_n", "b_major", "epilogue_cls", "mainloop", "scheduler"):
         assert not hasattr(k, gemm_field)
     assert [p.name for p in k.params()] == ["x", "y", "cols", "alpha"]
+
+
+class _EvenStripsOnly(ScaleCopyKernel):
+    """The scale-copy whose roles run only in even CTAs (strips): every role skips an odd strip
+    inside ``roles_scope``, so no producer waits for a release nor consumer for a fill."""
+    name = "scale_copy_even_strips"
+
+    def roles_scope(self, b):
+        import contextlib
+        from cutedsl.ir import If, block_idx
+
+        @contextlib.contextmanager
+        def even():
+            with If((block_idx() % 2).eq(0)):
+                b.even = True                    # what the roles share is set inside the scope
+                yield
+        return even()
+
+    def role_consumer(self, b, index):
+        assert b.even
+        super().role_consumer(b, index)
+
+
+def test_roles_scope_wraps_every_role(rng, sim, sim_seed):
+    """``roles_scope`` is one context around every role's branch: odd strips are never loaded or
+    stored (y keeps its NaNs there), even strips are scaled, and nothing waits forever."""
+    k = _EvenStripsOnly(box=(16, 32), stages=2, consumers=1, producer="warpgroup")
+    x = rng.standard_normal((70, 100)).astype(np.float32)
+    y = np.full(x.shape, np.nan, np.float32)
+    launch(k, k.grid(70), x=x, y=y, cols=100, alpha=3.0, backend=sim)
+    even = np.zeros(70, bool)
+    for s in range(0, k.grid(70)[0], 2):
+        even[16 * s:16 * (s + 1)] = True
+    assert np.array_equal(y[even], _reference(x[even], 3.0)) and np.isnan(y[~even]).all()

@@ -24,7 +24,8 @@ read is not seen), the last reader per word only. The async proxy: TMA stores an
 to global memory are writes in flight until their ``wait_group``; a TMA load of bytes a
 generic write of this launch stored needs that write ordered before it and a
 ``fence.proxy.async`` between them (:meth:`GlobalHB.async_read`); TMA loads are not recorded
-as reads.
+as reads. A ``cp.reduce.async.bulk`` is atomic per element (not recorded) but in flight until its
+``wait_group``: a weak access of its words before then races (:meth:`GlobalHB.async_reduce`).
 """
 from __future__ import annotations
 
@@ -71,6 +72,8 @@ class _Shadow:
         self.r_clock = np.zeros(n, np.int32)
         self.r_pc = np.zeros(n, np.int32)
         self.written = False                    # a generic write was recorded (async_read)
+        self.reducing = None                    # per word: async reductions in flight (async_reduce)
+        self.red_pc = None                      # per word: the last one's instruction
         self.touched = np.zeros((n >> _GBLK) + 1, bool)    # per 1 KiB block: any access recorded
 
 
@@ -85,7 +88,7 @@ class GlobalHB:
         self.fenced = {}        # cluster id -> knowledge of its last release fence
         self.pending = {}       # cluster id -> knowledge read by strong loads since its last fence
         self.shadows = {}       # allocation base -> _Shadow
-        self.inflight = {}      # (cluster, CTA rank, warp) -> [(bulk group, shadow, words)]
+        self.inflight = {}      # (cluster, CTA rank, warp) -> [(bulk group, shadow, words, is a reduction)]
 
     @property
     def launch(self):
@@ -212,19 +215,36 @@ class GlobalHB:
         self.access(w, alloc, off, nb, True, ins, words=(sh, words, mask))
         sh.w_clock[words], sh.pending[words] = PENDING, True
         key = (w.cta.cluster.cid, w.cta.rank, w.wid)
-        self.inflight.setdefault(key, []).append((w.bulk_commits, sh, words))
+        self.inflight.setdefault(key, []).append((w.bulk_commits, sh, words, False))
+
+    def async_reduce(self, w, alloc, off, nb: int, ins) -> None:
+        """Warp ``w`` issued a ``cp.reduce.async.bulk`` into ``nb``-byte words at byte offsets
+        ``off`` of ``alloc``: each element's reduction is a relaxed.gpu atomic (PTX ISA
+        9.7.9.25.4.2), so it races with no other atomic and is not recorded as a weak write; until
+        a ``wait_group`` (not ``.read``) covers its bulk group it is in flight, and a weak access
+        of those words by any thread races with it."""
+        sh, words, _mask = self._words(alloc, off, nb)
+        if sh.reducing is None:
+            sh.reducing, sh.red_pc = np.zeros(len(sh.pending), np.int32), np.zeros(len(sh.pending), np.int32)
+        sh.reducing[words] += 1
+        sh.red_pc[words] = ins.pc
+        sh.touched[words >> _GBLK] = True
+        key = (w.cta.cluster.cid, w.cta.rank, w.wid)
+        self.inflight.setdefault(key, []).append((w.bulk_commits, sh, words, True))
 
     def async_complete(self, w, done: int) -> None:
         """``cp.async.bulk.wait_group`` by ``w``: its bulk groups below ``done`` wrote."""
         key = (w.cta.cluster.cid, w.cta.rank, w.wid)
         left = []
-        for group, sh, words in self.inflight.get(key, ()):
-            if group < done:
+        for group, sh, words, red in self.inflight.get(key, ()):
+            if group < done and red:
+                sh.reducing[words] -= 1
+            elif group < done:
                 mine = sh.pending[words] & (sh.w_agent[words] == key[0])
                 sh.w_clock[words[mine]] = self.clock[self._me(w)]
                 sh.pending[words[mine]] = False
             else:
-                left.append((group, sh, words))
+                left.append((group, sh, words, red))
         self.inflight[key] = left
 
     # -- weak accesses -------------------------------------------------------------------------
@@ -250,6 +270,8 @@ class GlobalHB:
             if sh.pending[words].any() and (sh.w_mask[words][sh.pending[words]] & mask[sh.pending[words]]).any():
                 # an async-proxy store of these bytes is still in flight
                 self._inflight_race(sh, words, c, alloc, ins, "write" if write else "read")
+            if sh.reducing is not None and sh.reducing[words].any():
+                self._reduce_race(sh, words, c, alloc, ins, "write" if write else "read")
             self._check(sh, words, mask, c, know, "w", alloc, ins, "write" if write else "read", same if write else None)
             if write:
                 self._check(sh, words, mask, c, know, "r", alloc, ins, "write", same)
@@ -276,6 +298,17 @@ class GlobalHB:
             f"    while the write may still be in flight; missing: cp.async.bulk.wait_group (not .read) covering "
             f"its bulk group by the issuing thread, then a barrier or a release to the accessing thread "
             f"(PTX ISA: cp.async.bulk.wait_group; Memory Consistency Model, async proxy)" + self._seed())
+
+    def _reduce_race(self, sh, words, c, alloc, ins, mode):
+        word = int(words[int(np.flatnonzero(sh.reducing[words])[0])])
+        raise_unless_allowed(self.allow, "bulk-wait",
+            f"data race on global memory {alloc.base + 4 * word:#x} (allocation {alloc.tag or hex(alloc.base)}, "
+            f"byte offset {4 * word}):\n"
+            f"    async-proxy reduction (cp.reduce.async.bulk) at {self._where(int(sh.red_pc[word]))}\n"
+            f"    weak {mode} by cluster {c} at {self._where(ins.pc)}\n"
+            f"    while the reduction may still be in flight; missing: cp.async.bulk.wait_group (not .read) "
+            f"covering its bulk group by the issuing thread, then a barrier or a release to the accessing "
+            f"thread (PTX ISA 9.7.9.25.4.2 cp.reduce.async.bulk; cp.async.bulk.wait_group)" + self._seed())
 
     def _ctas_of(self, cid) -> str:
         """The CTA ids of cluster ``cid`` (for the report)."""

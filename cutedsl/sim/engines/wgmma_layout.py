@@ -102,9 +102,19 @@ def d_map(n: int):
 
 
 @lru_cache(maxsize=8)
-def a_reg_map():
-    """(row, k) of each (thread, value v in 0..7) of a 16-bit register A fragment (64x16)."""
+def a_reg_map(esize: int = 2):
+    """(row, k) of each (thread, value v) of a register A fragment: 16-bit types (``esize`` 2,
+    m64nNk16, values v 0..7, two per register) or 8-bit types (``esize`` 1, m64nNk32, values v
+    0..15, four per register, v % 4 the byte). PTX ISA 9.7.15.5.1.1 "Register Fragments", matrix
+    fragments of A for wgmma .m64nNk16 / .m64nNk32 (CUTLASS ``ALayout_64x16`` / ``ALayout_64x32``):
+    rows ``16*warp + lane//4 (+ 8)``; 16-bit columns ``8*(v//4) + 2*(lane%4) + v%2``, 8-bit
+    columns ``16*(v//8) + 4*(lane%4) + v%4`` (four consecutive K values per register)."""
     t = np.arange(128)[:, None]
+    if esize == 1:
+        v = np.arange(16)[None, :]
+        m = 16 * (t // 32) + (t % 32) // 4 + 8 * ((v >> 2) & 1)
+        k = 16 * (v >> 3) + 4 * (t % 4) + (v & 3)
+        return m, k
     v = np.arange(8)[None, :]
     m = 16 * (t // 32) + (t % 32) // 4 + 8 * ((v >> 1) & 1)
     k = 8 * (v >> 2) + 2 * (t % 4) + (v & 1)

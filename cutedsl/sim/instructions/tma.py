@@ -272,6 +272,8 @@ def dec_cp(ctx, ins, mods, ops):
         return _dec_bulk(ctx, ins, rest, ops)
     if mods and mods[0] == "async":
         return SUBHANDLERS[("cp", "async")](ctx, ins, mods[1:], ops)
+    if mods and mods[0] == "reduce":         # cp.reduce.async.bulk: instructions/bulk_reduce.py
+        return SUBHANDLERS[("cp", "reduce")](ctx, ins, mods, ops)
     ctx.unsupported("unsupported cp.* instruction")
 
 

@@ -13,7 +13,9 @@ the MMA once over the 128 lanes and releases the others.
   ``row = 16*(t//32) + (t%32)//4 + 8*((i//2)%2)``, ``col = 8*(i//4) + 2*(t%4) + (i%2)``;
   an f16 accumulator packs elements 2q (low half) and 2q+1 (high half) into register q.
 * A from registers (16-bit): value v of thread t at ``m = 16*(t//32) + (t%32)//4 + 8*((v>>1)&1)``,
-  ``k = 8*(v>>2) + 2*(t%4) + (v&1)``, register v//2, half v%2.
+  ``k = 8*(v>>2) + 2*(t%4) + (v&1)``, register v//2, half v%2. 8-bit types (m64nNk32, PTX ISA
+  9.7.15.5.1.1, fragments for .m64nNk32): value v (0..15) at ``m = 16*(t//32) + (t%32)//4 + 8*((v>>2)&1)``,
+  ``k = 16*(v>>3) + 4*(t%4) + (v&3)``, register v//4, byte v%4 (lowest byte first).
 * Numerics ("exact" mode): products exact in float64, ``C + sum`` accumulated in float64 per
   instruction and rounded once to f32 (nearest-even); integer MMAs are exact (wrapping s32).
   tf32 operands drop the 13 low mantissa bits. Computation happens at issue (eager); under
@@ -169,8 +171,8 @@ def dec_wgmma(ctx, ins, mods, ops):
     a = ctx.operand(ops[1])
     a_regs = a.kind == "vec"
     if a_regs:
-        if ea != 2:
-            ctx.unsupported("register A is supported for 16-bit types only")
+        if ea == 4:
+            ctx.unsupported("register A is supported for 16- and 8-bit types only")
         if len(a.items) != 4 or any(x.kind != "reg" or x.cls != "r" for x in a.items):
             ctx.bad("register A needs 4 32-bit registers")
         aidx = np.array([x.idx for x in a.items])
@@ -244,11 +246,12 @@ def dec_wgmma(ctx, ins, mods, ops):
         words = None
         A = a_ei = None
         if a_regs:
-            ar = np.concatenate([w.u32[aidx] for w in warps], axis=1).T         # (128, 4)
-            halves = np.stack([(ar & 0xFFFF), (ar >> 16)], axis=2).reshape(128, 8).astype(np.uint16)
-            mm, kk = a_reg_map()
+            ar = np.ascontiguousarray(np.concatenate([w.u32[aidx] for w in warps], axis=1).T, "<u4")     # (128, 4)
+            # little-endian: a register's low half / lowest byte is its first value
+            vals = ar.view(np.uint16 if ea == 2 else np.uint8).reshape(128, 8 if ea == 2 else 16)
+            mm, kk = a_reg_map(ea)
             A = np.zeros((64, K), np.float64)
-            A[mm, kk] = halves.view(dta).astype(np.float64)
+            A[mm, kk] = vals.view(dta).astype(np.float64)
         else:
             a_desc = _uniform(warps, ra, ins, "A descriptor", batch)
             _a, a_words, a_ei, a_end = operand_addrs(a_desc, 64, K, ea, bool(trans_a))
