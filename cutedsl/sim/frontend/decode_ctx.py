@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import PTXParseError, UnsupportedInstruction
-from .parser import split_top
+from .ptxmodule import split_top
 from .ptxtypes import CLASS_BITS, NP, SPECIAL, VIEW, Op, _F32_RE, _F64_RE, _FLT_RE, _INT_RE, bits_of, imm_array, kind_of
 
 if TYPE_CHECKING:
@@ -51,31 +51,27 @@ class DecodeCtx:
         raise PTXParseError(msg, self.ins.line, self.ins.text)
 
     # lookups
-    def lookup_reg(self, name: str):
+    def _lookup(self, table: str, name: str):
+        """``name`` in the named table of the innermost scope that declares it, or None."""
         s = self.scope
         while s is not None:
-            r = s.regs.get(name)
-            if r is not None:
-                return r
-            s = s.parent
-        return None
-
-    def lookup_vector(self, name: str):
-        s = self.scope
-        while s is not None:
-            v = s.vectors.get(name)
+            v = getattr(s, table).get(name)
             if v is not None:
                 return v
             s = s.parent
         return None
 
+    def lookup_reg(self, name: str):
+        return self._lookup("regs", name)
+
+    def lookup_vector(self, name: str):
+        return self._lookup("vectors", name)
+
     def lookup_label(self, name: str) -> int:
-        s = self.scope
-        while s is not None:
-            if name in s.labels:
-                return s.labels[name]
-            s = s.parent
-        self.bad(f"unknown label {name!r}")
+        pc = self._lookup("labels", name)
+        if pc is None:
+            self.bad(f"unknown label {name!r}")
+        return pc
 
     # operand parsing
     def operand(self, s: str) -> Op:

@@ -28,7 +28,7 @@ from ...runtime.backend import SMEM_LIMIT
 from .decode_ctx import DecodeCtx, Scope
 from .errors import PTXParseError, UnsupportedInstruction
 from .limits import DEFAULT_LIMITS
-from .parser import Var, parse_var, split_top
+from .ptxmodule import Var, parse_var, split_top
 from .ptxtypes import CALLPARAM_BASE, REG_CLASS, Instr
 from .registry import BLOCKED, HANDLERS, JUMPED, RESCHED, YIELD  # noqa: F401  (re-exported)
 from .registry import BATCH_REGS, BATCH_STORE, BATCH_WGMMA, NO_BATCH

@@ -9,7 +9,7 @@ import struct
 import ml_dtypes
 import numpy as np
 
-from .parser import TYPE_SIZES
+from .ptxmodule import TYPE_SIZES
 
 #: param-space offset of call-sequence parameters (per thread, for vprintf)
 CALLPARAM_BASE = 1 << 20
