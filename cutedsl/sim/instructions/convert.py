@@ -14,6 +14,10 @@ from ..frontend.registry import handler
 from ..frontend.ptxtypes import NP
 
 
+def _same(a):
+    return a
+
+
 # -- mov ----------------------------------------------------------------------------------
 
 @handler("mov")
@@ -62,6 +66,7 @@ def dec_mov(ctx, ins, mods, ops):
 
     def fn(w, g, m):
         w_full(w, m, rs(w))
+    ctx.vector(_same, w_full, (rs,))
     return fn
 
 
@@ -118,8 +123,12 @@ def dec_cvt(ctx, ins, mods, ops):
                     x = np.where(np.isnan(x), x, np.maximum(x, 0.0))
                 return nm.f64_to(x, NP[ht], rnd or "rn", satfinite=satf)     # f32 in: exact in f64
 
+            def pack(a, b):             # a is the upper half (PTX ISA 9.7.9.21, cvt)
+                return pack2(conv(b), conv(a), ht)
+
             def fn(w, g, m):
-                w_full(w, m, pack2(conv(rb(w)), conv(ra(w)), ht))
+                w_full(w, m, pack(ra(w), rb(w)))
+            ctx.vector(pack, w_full, (ra, rb))
             return fn
         fdt = FP8[dt_[:4]]
 
@@ -250,4 +259,5 @@ def dec_cvt(ctx, ins, mods, ops):
 
     def fn(w, g, m):                # (launches run under np.errstate(all="ignore"): Launch.run)
         w_full(w, m, conv(ra(w)))
+    ctx.vector(conv, w_full, (ra,))
     return fn

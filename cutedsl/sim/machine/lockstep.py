@@ -71,7 +71,12 @@ def lockstep(launch, w, g, ins, gang, budget):
         while hi < len(ws) and meets(launch, ws[hi], pc, ins):
             hi += 1
         if hi - lo == 1:
-            return ins.fn(w, g, None), None, 0
+            fb = ins.fused
+            if fb is None or fb.n > budget or (fb.rbits and _owned((w,), fb.rbits)):
+                return ins.fn(w, g, None), None, 0
+            fb.run(w)               # a fused block (frontend/fusion.py) for w alone
+            g.pc += fb.n
+            return JUMPED, None, fb.n - 1
     cta = w.cta
     part = ws[lo:hi]
     preds = cta.files["p"]
@@ -81,19 +86,25 @@ def lockstep(launch, w, g, ins, gang, budget):
     pc = g.pc
     done = 0
     while True:
-        gi = ins.guard
-        if gi >= 0:             # every lane of the batch takes it, or none skips it
-            row = preds[gi, lanes]
-            some, every = bool(row.any()), bool(row.all())
-            take, skip = (not some, every) if ins.neg else (every, not some)
-            if not (take or skip):
-                break           # some lanes only: w alone, through the main loop
-            if take and _run(ins, b) == NOT_BATCHED:
+        fb = ins.fused
+        if fb is not None and done + fb.n <= budget and not (fb.rbits and _owned(part, fb.rbits)):
+            fb.run(b)           # a fused block of register instructions (frontend/fusion.py)
+            pc += fb.n
+            done += fb.n
+        else:
+            gi = ins.guard
+            if gi >= 0:         # every lane of the batch takes it, or none skips it
+                row = preds[gi, lanes]
+                some, every = bool(row.any()), bool(row.all())
+                take, skip = (not some, every) if ins.neg else (every, not some)
+                if not (take or skip):
+                    break       # some lanes only: w alone, through the main loop
+                if take and _run(ins, b) == NOT_BATCHED:
+                    break
+            elif _run(ins, b) == NOT_BATCHED:
                 break
-        elif _run(ins, b) == NOT_BATCHED:
-            break
-        pc += 1
-        done += 1
+            pc += 1
+            done += 1
         if done >= budget:
             break
         ins = code[pc]
