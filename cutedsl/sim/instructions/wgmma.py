@@ -70,6 +70,20 @@ class Rendezvous:
                 f"waiting for warps {[x for x in range(4 * self.gi, 4 * self.gi + 4) if x not in arrived]}")
 
 
+_A_GATHER = []
+
+
+def _a_reg_gather():
+    """For each element of the (64, 16) register-A tile in row-major order, its index in the
+    warpgroup's (128 threads x 8 halves) fragment (the inverse of ``a_reg_map``)."""
+    if not _A_GATHER:
+        mm, kk = a_reg_map()
+        inv = np.empty(64 * 16, np.intp)
+        inv[(mm * 16 + kk).reshape(-1)] = np.arange(128 * 8)
+        _A_GATHER.append(inv)
+    return _A_GATHER[0]
+
+
 def _wg(cta, gi):
     s = cta.warpgroups.get(gi)
     if s is None:
@@ -237,11 +251,10 @@ def dec_wgmma(ctx, ins, mods, ops):
         words = [(b_words, None)]
         A = a_ei = None
         if a_regs:
-            ar = np.concatenate([w.u32[aidx] for w in warps], axis=1).T         # (128, 4)
-            halves = np.stack([(ar & 0xFFFF), (ar >> 16)], axis=2).reshape(128, 8).astype(np.uint16)
-            mm, kk = a_reg_map()
-            A = np.zeros((64, K), np.float64)
-            A[mm, kk] = halves.view(dta).astype(np.float64)
+            # the 4 registers of the warpgroup's 128 threads, as 8 halves each (low half first)
+            lo32 = 32 * warps[0].wid
+            halves = np.ascontiguousarray(cta.files["r"][aidx, lo32:lo32 + 128].T).view(np.uint16)
+            A = halves.reshape(-1)[_a_reg_gather()].view(dta).astype(np.float64).reshape(64, K)
         else:
             a_desc = _uniform(warps, ra, ins, "A descriptor", batch)
             _a, a_words, a_ei, a_end = operand_addrs(a_desc, 64, K, ea, bool(trans_a))
