@@ -92,9 +92,8 @@ def f64_to(x, dt, mode="rn", err=None, satfinite=False):
         # f32 in: the f64 value is exact, round-to-odd leaves it alone, and numpy / ml_dtypes
         # round f32 -> f16 / bf16 to nearest even -- the same single cast, without the round
         # trip (a NaN, whose quiet bit the round trip sets, takes the general path)
-        r = x.astype(dt)
-        if not np.isnan(r).any():
-            return r
+        if not np.isnan(x).any():      # (an f32 NaN is the only way to a NaN result)
+            return x.astype(dt)
     x = np.asarray(x, F64)
     if err is not None:
         if mode == "rn":
@@ -125,6 +124,7 @@ def f64_to(x, dt, mode="rn", err=None, satfinite=False):
 
 #: f64 bit pattern of 2^-126, the smallest normal f32
 _F32_NORMAL_BITS = np.int64(np.float64(2.0 ** -126).view(np.int64))
+_F32_NORMAL_M1 = np.uint64(_F32_NORMAL_BITS - 1)
 
 
 def fma_f32(a, b, c, mode="rn"):
@@ -137,8 +137,9 @@ def fma_f32(a, b, c, mode="rn"):
         # (rounded at a higher bit); only those need the error term and round-to-odd
         s = p + cc
         bits = s.view(np.int64)
-        mag = bits & np.int64(0x7FFFFFFFFFFFFFFF)
-        if not ((bits & 0x1FFFFFFF) == 0x10000000).any() and not ((mag < _F32_NORMAL_BITS) & (mag != 0)).any():
+        # 0 < |s| < 2^-126 as one unsigned compare: |s|'s bits minus one wrap around for 0
+        mag1 = (bits & np.int64(0x7FFFFFFFFFFFFFFF)).view(np.uint64) - np.uint64(1)
+        if not ((bits & 0x1FFFFFFF) == 0x10000000).any() and not (mag1 < _F32_NORMAL_M1).any():
             return s.astype(F32)
     s, e = two_sum(p, cc)
     if mode == "rn":

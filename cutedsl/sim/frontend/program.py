@@ -313,8 +313,9 @@ def _batchable(ctx, opcode, mods, ops) -> int:
     store = opcode == "st" and ("shared" in mods or "shared::cta" in mods)
     if opcode == "shfl":
         # warp-synchronous, but a batch's warps have every lane at the PC: the closure shuffles
-        # within each warp of the batch (warpops.py)
+        # within each warp of the batch (warpops.py); ``d|p`` names two registers
         opcode = "mov"
+        ops = [x for o in ops for x in o.split("|")]
     if opcode == "wgmma" and mods[:1] == ["mma_async"]:
         return BATCH_WGMMA      # whole warpgroups of a batch issue at once (wgmma.py)
     if opcode not in _BATCH_OPS and not store:
