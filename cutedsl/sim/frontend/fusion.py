@@ -96,7 +96,7 @@ def _group_step(vs):
     v0 = vs[0]
     op = v0.op
     cls, dview, _i, pre = v0.dst
-    didx = np.array([v.dst[2] for v in vs], np.intp)
+    didx = _rows([v.dst[2] for v in vs])
     getters = []
     for j, s in enumerate(v0.srcs):
         if s[0] == "c":
@@ -107,7 +107,7 @@ def _group_step(vs):
         if all(i == idxs[0] for i in idxs):     # one register for all: a row, broadcast
             getters.append((1, s[2], idxs[0], post))
         else:
-            getters.append((2, s[2], np.array(idxs, np.intp), post))
+            getters.append((2, s[2], _rows(idxs), post))
 
     def step(b):
         args = []
@@ -122,6 +122,16 @@ def _group_step(vs):
             r = pre.fn(r)
         getattr(b, dview)[didx] = r
     return step
+
+
+def _rows(idxs):
+    """Register rows as a slice when they are evenly spaced (a view: no gather, no scatter
+    copy), else an index array."""
+    d = idxs[1] - idxs[0]
+    if d and all(b - a == d for a, b in zip(idxs, idxs[1:])):
+        stop = idxs[-1] + d
+        return slice(idxs[0], stop if stop >= 0 else None, d)
+    return np.array(idxs, np.intp)
 
 
 def _single_step(ins):

@@ -32,7 +32,7 @@ from .limits import DEFAULT_LIMITS
 from .ptxmodule import Var, parse_var, split_top
 from .ptxtypes import CALLPARAM_BASE, REG_CLASS, Instr
 from .registry import BLOCKED, HANDLERS, JUMPED, RESCHED, YIELD  # noqa: F401  (re-exported)
-from .registry import BATCH_REGS, BATCH_STORE, BATCH_WGMMA, NO_BATCH
+from .registry import BATCH_BRANCH, BATCH_REGS, BATCH_STORE, BATCH_WGMMA, NO_BATCH
 
 
 class Program:
@@ -318,6 +318,8 @@ def _batchable(ctx, opcode, mods, ops) -> int:
         ops = [x for o in ops for x in o.split("|")]
     if opcode == "wgmma" and mods[:1] == ["mma_async"]:
         return BATCH_WGMMA      # whole warpgroups of a batch issue at once (wgmma.py)
+    if opcode == "bra":
+        return BATCH_BRANCH     # a uniform branch: the batch's PC moves (lockstep.py)
     if opcode not in _BATCH_OPS and not store:
         return NO_BATCH
     for s in ops:

@@ -224,17 +224,31 @@ def dec_redux(ctx, ins, mods, ops):
 
 
 def _matrix_addrs(p, nmat, trans):
-    """Byte addresses (32 threads, nmat matrices, 2 halves) for stmatrix/ldmatrix m8n8.b16."""
-    t = np.arange(32)
-    out = np.zeros((32, nmat, 2), np.int64)
-    for j in range(nmat):
-        rows = p[8 * j:8 * j + 8].astype(np.int64)
-        for h in range(2):
-            if trans:
-                out[:, j, h] = rows[2 * (t % 4) + h] + 2 * (t // 4)
-            else:
-                out[:, j, h] = rows[t // 4] + 4 * (t % 4) + 2 * h
-    return out
+    """Byte addresses (32 threads, nmat matrices, 2 halves) for stmatrix/ldmatrix m8n8.b16 (PTX
+    ISA 9.7.14.5.15 ldmatrix / 9.7.14.5.16 stmatrix: thread ``8 j + r`` gives row ``r`` of matrix ``j``; without .trans
+    thread ``t`` holds row ``t // 4``, columns ``2 (t % 4)`` and ``+1``; with .trans column
+    ``t // 4`` of rows ``2 (t % 4)`` and ``+1``)."""
+    row, off = _matrix_tables(nmat, trans)
+    return p.astype(np.int64)[row] + off
+
+
+_MATRIX_TABLES = {}
+
+
+def _matrix_tables(nmat, trans):
+    """(index of the row-address lane, byte offset) per (thread, matrix, half) of _matrix_addrs."""
+    key = (nmat, trans)
+    tab = _MATRIX_TABLES.get(key)
+    if tab is None:
+        t = np.arange(32)[:, None, None]
+        j = np.arange(nmat)[None, :, None]
+        h = np.arange(2)[None, None, :]
+        if trans:
+            row, off = 8 * j + 2 * (t % 4) + h, 2 * (t // 4) + 0 * h
+        else:
+            row, off = 8 * j + t // 4 + 0 * h, 4 * (t % 4) + 2 * h
+        tab = _MATRIX_TABLES[key] = (np.broadcast_to(row, (32, nmat, 2)), np.broadcast_to(off, (32, nmat, 2)))
+    return tab
 
 
 def _dec_matrix(ctx, ins, mods, ops, store):
@@ -277,10 +291,12 @@ def _dec_matrix(ctx, ins, mods, ops, store):
                                   f"    at {ins.where()}")
         v16 = cta.sv[2]
         if store:
+            # one scatter, in the order matrix, half, thread (a repeated address keeps the last)
+            val = np.empty((nmat, 32), np.uint32)
             for j, r in enumerate(readers):
-                val = np.broadcast_to(np.asarray(r(w), np.uint32), (32,))
-                v16[ad[:, j, 0] // 2] = (val & 0xFFFF).astype(np.uint16)
-                v16[ad[:, j, 1] // 2] = (val >> 16).astype(np.uint16)
+                val[j] = r(w)
+            halves = np.stack([val & 0xFFFF, val >> 16], axis=1).astype(np.uint16)        # (nmat, 2, 32)
+            v16[ad.transpose(1, 2, 0).reshape(-1) // 2] = halves.reshape(-1)
             if cta.shadow is not None:
                 cta.race_access(ad.reshape(-1), 2, w, ins, True, "stmatrix")
         else:

@@ -28,7 +28,7 @@ warps together:
 from __future__ import annotations
 
 from ..checks.hb_warp import acc_prune
-from ..frontend.registry import BATCH_WGMMA, JUMPED, NOT_BATCHED
+from ..frontend.registry import BATCH_BRANCH, BATCH_WGMMA, JUMPED, NOT_BATCHED
 
 #: how far (in instructions) a warp may be behind to catch up with a lockstep batch
 CATCH_UP = 8
@@ -93,17 +93,19 @@ def lockstep(launch, w, g, ins, gang, budget):
             done += fb.n
         else:
             gi = ins.guard
+            take = True
             if gi >= 0:         # every lane of the batch takes it, or none skips it
                 row = preds[gi, lanes]
                 some, every = bool(row.any()), bool(row.all())
                 take, skip = (not some, every) if ins.neg else (every, not some)
                 if not (take or skip):
                     break       # some lanes only: w alone, through the main loop
+            if ins.batch == BATCH_BRANCH:
+                pc = ins.info if take else pc + 1       # what bra does for each warp (control.py)
+            else:
                 if take and _run(ins, b) == NOT_BATCHED:
                     break
-            elif _run(ins, b) == NOT_BATCHED:
-                break
-            pc += 1
+                pc += 1
             done += 1
         if done >= budget:
             break
