@@ -93,7 +93,7 @@ def f64_to(x, dt, mode="rn", err=None, satfinite=False):
         # round f32 -> f16 / bf16 to nearest even -- the same single cast, without the round
         # trip (a NaN, whose quiet bit the round trip sets, takes the general path)
         if not np.isnan(x).any():      # (an f32 NaN is the only way to a NaN result)
-            return x.astype(dt)
+            return f32_to_f16_bits(x).astype(np.uint16).view(F16) if dt == F16 else x.astype(dt)
     x = np.asarray(x, F64)
     if err is not None:
         if mode == "rn":
@@ -120,6 +120,27 @@ def f64_to(x, dt, mode="rn", err=None, satfinite=False):
                 elif dt == E4M3:   # no infinity: overflow gives NaN
                     r = np.where(big & ~np.isnan(x), np.array(np.nan, F64), r.astype(F64)).astype(dt)
     return r
+
+
+def f32_to_f16_bits(x):
+    """The f16 bit patterns (uint32 array) of float32 array ``x`` rounded to nearest even -- what
+    ``x.astype(float16)`` gives, with integer operations (numpy's cast is slow on values that
+    become f16 subnormals, as softmax probabilities do). ``x`` must hold no NaN. Normal results:
+    the 13 dropped mantissa bits rounded half to even, the exponent rebiased (a carry may give
+    the next binade or infinity); below 2^-14: adding 0.5 in f32 rounds to the f16 subnormal
+    spacing 2^-24, whose count is then the low bits; from 2^16 up: infinity."""
+    u = x.view(np.uint32)
+    sign = (u >> 16) & 0x8000
+    a = u & 0x7FFFFFFF
+    r = ((a + (0x0FFF + ((a >> 13) & 1))) >> 13) - (112 << 10)
+    sub = a < (113 << 23)
+    if sub.any():
+        f = (a.view(np.float32) + np.float32(0.5)).view(np.uint32) - np.uint32(0x3F000000)
+        r = np.where(sub, f, r)
+    big = a >= (143 << 23)
+    if big.any():
+        r = np.where(big, np.uint32(0x7C00), r)
+    return r | sign
 
 
 #: f64 bit pattern of 2^-126, the smallest normal f32
