@@ -95,33 +95,44 @@ def _group_step(vs):
     """One numpy operation for instructions ``vs`` (same key, mutually independent)."""
     v0 = vs[0]
     op = v0.op
-    cls, dview, _i, pre = v0.dst
+    _cls, dview, _i, pre = v0.dst
     didx = _rows([v.dst[2] for v in vs])
-    getters = []
+    gets = []
     for j, s in enumerate(v0.srcs):
         if s[0] == "c":
-            getters.append((0, s[1], None, None))
+            gets.append(_const(s[1]))
             continue
         idxs = [v.srcs[j][3] for v in vs]
-        post = s[4].fn if s[4] is not None else None
-        if all(i == idxs[0] for i in idxs):     # one register for all: a row, broadcast
-            getters.append((1, s[2], idxs[0], post))
-        else:
-            getters.append((2, s[2], _rows(idxs), post))
+        one = all(i == idxs[0] for i in idxs)      # one register for all: a row, broadcast
+        gets.append(_fetch(s[2], idxs[0] if one else _rows(idxs), s[4]))
+    conv = pre.fn if pre is not None else None
 
-    def step(b):
-        args = []
-        for kind, a, i, post in getters:
-            if kind == 0:
-                args.append(a)
-                continue
-            x = getattr(b, a)[i]
-            args.append(post(x) if post is not None else x)
-        r = op(*args)
-        if pre is not None:
-            r = pre.fn(r)
+    def write(b, r):
+        if conv is not None:
+            r = conv(r)
         getattr(b, dview)[didx] = r
-    return step
+    if len(gets) == 1:
+        g0, = gets
+        return lambda b: write(b, op(g0(b)))
+    if len(gets) == 2:
+        g0, g1 = gets
+        return lambda b: write(b, op(g0(b), g1(b)))
+    if len(gets) == 3:
+        g0, g1, g2 = gets
+        return lambda b: write(b, op(g0(b), g1(b), g2(b)))
+    return lambda b: write(b, op(*[g(b) for g in gets]))
+
+
+def _const(v):
+    return lambda b: v
+
+
+def _fetch(view, rows, post):
+    """Reader of register ``rows`` (an index, a slice or an index array) of ``view``."""
+    if post is None:
+        return lambda b: getattr(b, view)[rows]
+    f = post.fn
+    return lambda b: f(getattr(b, view)[rows])
 
 
 def _rows(idxs):
