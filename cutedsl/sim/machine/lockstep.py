@@ -6,8 +6,11 @@ stream (the 4 warps of a warpgroup always do, up to divergent branches and waits
 register files are one array per register class for the whole CTA (``machine.CTA.files``), each
 warp owning 32 columns. So an instruction that the decoder marked ``batch``
 (``program._batchable``: arithmetic, logic, comparisons, conversions and moves on registers;
-stores to the CTA's shared memory; ``wgmma.mma_async``) runs **once** for a contiguous run of
-warps at that PC, through a :class:`machine.WarpBatch` whose register views span their lanes.
+``shfl.sync``; stores to the CTA's shared memory; ``wgmma.mma_async``; a ``bra`` every lane
+takes or every lane skips) runs **once** for a contiguous run of warps at that PC, through a
+:class:`machine.WarpBatch` whose register views span their lanes. A fused block of register
+instructions (:mod:`cutedsl.sim.frontend.fusion`) that starts at the PC runs as a whole, for the
+batch or for a lone warp.
 
 Correctness: running an instruction of several warps back to back is one of the interleavings
 the scheduler may choose anyway (warps are independent between synchronisation points), and a
