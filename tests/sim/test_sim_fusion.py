@@ -13,6 +13,7 @@ from cutedsl.sim.frontend.limits import DEFAULT_LIMITS
 from cutedsl.sim.frontend.parser import parse_module
 from cutedsl.sim.frontend.program import decode_entry
 from simkit import kernel
+from test_sim_lockstep import batches  # noqa: F401  (the fixture recording lockstep batches)
 
 
 @pytest.fixture(autouse=True)
@@ -232,18 +233,10 @@ def shfl_ref(threads):
 
 
 @pytest.mark.parametrize("threads", [128, 32])
-def test_shfl_runs_once_for_a_lockstep_batch(monkeypatch, threads):
-    from cutedsl.sim.machine import machine
-    seen = []
-    orig = machine.CTA.batch
-
-    def batch(self, lo, hi):
-        seen.append((lo, hi))
-        return orig(self, lo, hi)
-    monkeypatch.setattr(machine.CTA, "batch", batch)
+def test_shfl_runs_once_for_a_lockstep_batch(batches, threads):
     emu = Emulator()
     out = emu.to_device(np.zeros((threads, 7), np.uint32))
     emu.launch(fresh(kernel(SHFL)), 1, threads, [out])
     assert np.array_equal(emu.to_host(out, (threads, 7), np.uint32), shfl_ref(threads))
     if threads == 128:
-        assert (0, 4) in seen
+        assert (0, 4) in batches

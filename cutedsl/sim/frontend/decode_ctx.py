@@ -329,25 +329,29 @@ def _writers(cls, name, idx, pre):
     carries ``vec_dst`` for :mod:`cutedsl.sim.frontend.fusion`."""
     conv = pre.fn if pre is not None else None
 
-    def full(w, m, v):
-        if conv is not None:
-            v = conv(v)
-        row = getattr(w, name)[idx]
-        if m is None:
-            row[...] = v
-        else:
-            np.copyto(row, v, where=m, casting="unsafe")
-
-    def comp(w, m, v):
-        if conv is not None:
-            v = conv(v)
-        row = getattr(w, name)[idx]
-        if m is None:
-            row[...] = v
-        else:
-            row[m] = v
+    def writer(masked):
+        def put(w, m, v):
+            if conv is not None:
+                v = conv(v)
+            row = getattr(w, name)[idx]
+            if m is None:
+                row[...] = v
+            else:
+                masked(row, m, v)
+        return put
+    full = writer(_copy_where)
     full.vec_dst = (cls, name, idx, pre)
-    return full, comp
+    return full, writer(_set_active)
+
+
+def _copy_where(row, m, v):
+    """``v`` (32 lanes or a scalar) into the lanes of ``m``."""
+    np.copyto(row, v, where=m, casting="unsafe")
+
+
+def _set_active(row, m, v):
+    """``v`` (one value per lane of ``m``) into the lanes of ``m``."""
+    row[m] = v
 
 
 def _src(f, tag):

@@ -21,6 +21,7 @@ import re
 from .errors import PTXParseError
 from .ptxmodule import (IDENT, Entry, Item, Module, Param, parse_file, parse_loc, parse_var, split_top,
                         strip_comments)
+from .ptxmodule import TYPE_SIZES  # noqa: F401  (re-exported: instruction modules import it from here)
 
 _LABEL = re.compile(r"([$A-Za-z_][\w$]*)\s*:(?!:)")
 

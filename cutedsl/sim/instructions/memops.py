@@ -11,7 +11,7 @@ from ..machine.memory import GLOBAL_BASE, LOCAL_WIN, PARAM_WIN, SHARED_WIN
 from ..frontend.ptxtypes import CALLPARAM_BASE, NP
 from ..frontend.errors import MemoryAccessError
 from ..frontend.registry import SUBHANDLERS, YIELD, handler
-from ..frontend.ptxmodule import TYPE_SIZES
+from ..frontend.parser import TYPE_SIZES
 
 SPACES = {"global", "shared", "param", "local", "const", "shared::cta", "shared::cluster",
           "param::entry", "param::func"}

@@ -17,7 +17,7 @@ import numpy as np
 from ..engines.async_engine import async_write, defer, lane_scalars
 from ..frontend.errors import SimRuntimeError
 from ..engines.mbarrier_object import get_mbar
-from ..frontend.ptxmodule import TYPE_SIZES
+from ..frontend.parser import TYPE_SIZES
 from ..frontend.registry import subhandler
 from ..checks.shadow_words import word_set, words_of
 from ..engines.tma_box import smem_dest
