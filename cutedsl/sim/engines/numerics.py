@@ -92,8 +92,12 @@ def f64_to(x, dt, mode="rn", err=None, satfinite=False):
         # f32 in: the f64 value is exact, round-to-odd leaves it alone, and numpy / ml_dtypes
         # round f32 -> f16 / bf16 to nearest even -- the same single cast, without the round
         # trip (a NaN, whose quiet bit the round trip sets, takes the general path)
-        if not np.isnan(x).any():      # (an f32 NaN is the only way to a NaN result)
-            return f32_to_f16_bits(x).astype(np.uint16).view(F16) if dt == F16 else x.astype(dt)
+        if dt == F16:
+            h = f32_to_f16_bits(x)
+            if h is not None:
+                return h.astype(np.uint16).view(F16)
+        elif not np.isnan(x).any():    # (an f32 NaN is the only way to a NaN result)
+            return x.astype(dt)
     x = np.asarray(x, F64)
     if err is not None:
         if mode == "rn":
@@ -125,7 +129,7 @@ def f64_to(x, dt, mode="rn", err=None, satfinite=False):
 def f32_to_f16_bits(x):
     """The f16 bit patterns (uint32 array) of float32 array ``x`` rounded to nearest even -- what
     ``x.astype(float16)`` gives, with integer operations (numpy's cast is slow on values that
-    become f16 subnormals, as softmax probabilities do). ``x`` must hold no NaN. Normal results:
+    become f16 subnormals, as softmax probabilities do); None when ``x`` holds a NaN. Normal results:
     the 13 dropped mantissa bits rounded half to even, the exponent rebiased (a carry may give
     the next binade or infinity); below 2^-14: adding 0.5 in f32 rounds to the f16 subnormal
     spacing 2^-24, whose count is then the low bits; from 2^16 up: infinity."""
@@ -139,6 +143,8 @@ def f32_to_f16_bits(x):
         r = np.where(sub, f, r)
     big = a >= (143 << 23)
     if big.any():
+        if (a > 0x7F800000).any():
+            return None
         r = np.where(big, np.uint32(0x7C00), r)
     return r | sign
 

@@ -130,15 +130,18 @@ def dec_cvt(ctx, ins, mods, ops):
 
             def pack(a, b):             # a is the upper half (PTX ISA 9.7.9.21, cvt)
                 a, b = np.asarray(a), np.asarray(b)
-                if plain and a.dtype == np.float32 and b.dtype == np.float32 and a.shape == b.shape \
-                        and not (np.isnan(a).any() or np.isnan(b).any()):
-                    # f32 -> f16/bf16 by rn is one cast (nm.f64_to)
+                if plain and a.dtype == np.float32 and b.dtype == np.float32 and a.shape == b.shape:
+                    # f32 -> f16/bf16 by rn is one cast (nm.f64_to); a NaN takes the general path
                     if ht == "f16":
-                        return nm.f32_to_f16_bits(b) | (nm.f32_to_f16_bits(a) << 16)
-                    out = np.empty(a.shape + (2,), hdt)
-                    out[..., 0] = b
-                    out[..., 1] = a
-                    return out.view(np.uint32)[..., 0]
+                        lo = nm.f32_to_f16_bits(b)
+                        hi = nm.f32_to_f16_bits(a) if lo is not None else None
+                        if hi is not None:
+                            return lo | (hi << 16)
+                    elif not (np.isnan(a).any() or np.isnan(b).any()):
+                        out = np.empty(a.shape + (2,), hdt)         # (little-endian: low half first)
+                        out[..., 0] = b
+                        out[..., 1] = a
+                        return out.view(np.uint32)[..., 0]
                 return pack2(conv(b), conv(a), ht)
 
             def fn(w, g, m):
