@@ -128,7 +128,7 @@ class AttentionOperandsFp8(AttentionOperands):
         self.raw_boxes = head_dim // RAW_BOX
         q, k = (self.loader.rings[n] for n in ("q", "k"))
         # V's boxes 128-byte swizzled: ldmatrix's eight rows (keys) of one chunk hit eight bank groups
-        raw = TmaOperand("v_raw", t.storage, block_n, head_dim, box_cols=RAW_BOX, swizzle=128,
+        raw = TmaOperand("v_raw", t.storage, block_n, head_dim, box_cols=RAW_BOX, swizzle=t.swizzle,
                          lead=len(self.lead), param="v", tma_dtype=t.tma_dtype, tiles=self.raw_boxes)
         self.loader = OperandLoader(q, k, TmaRing("vraw", (raw,), stages))
 

@@ -38,8 +38,9 @@ def test_emulator_against_triton_interpreter(tmp_path):
     assert res["seqlen"] == 256 and res["attention_warp_instructions"] > 10_000
     assert res["attention_cutedsl_err"] < 4e-3 and res["attention_triton_err"] < 4e-3
     assert "attention cutedsl / Triton" in stdout
-    # measured 2.2 (seqlen 1024, idle machine) and 3.0 (seqlen 256, clean-clone CI run): a regression guard
-    assert res["attention_ratio_cutedsl_over_triton"] < 5.0, res
+    # measured 2.2 (seqlen 1024, idle machine) and 3.0 (seqlen 256, clean-clone CI run) before the fused
+    # register blocks, which made the launch 1.6x faster at seqlen 256 (docs/emulator.md): a regression guard
+    assert res["attention_ratio_cutedsl_over_triton"] < 4.0, res
 
 
 def test_script_rejects_a_bad_size(tmp_path):

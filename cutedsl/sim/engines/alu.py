@@ -171,6 +171,7 @@ def binary(ctx, ops, t, op, ta=None, tb=None, td=None):
 
     def fn(w, g, m):
         w_full(w, m, op(ra(w), rb(w)))
+    ctx.vector(op, w_full, (ra, rb))
     return fn
 
 
@@ -181,5 +182,6 @@ def unary(ctx, ops, t, op, ta=None):
 
     def fn(w, g, m):
         w_full(w, m, op(ra(w)))
+    ctx.vector(op, w_full, (ra,))
     return fn
 

@@ -50,3 +50,15 @@ def lane_scalars(w, m, *vals):
     several lanes issues once per lane."""
     lanes = np.flatnonzero(w.valid if m is None else m)
     return [[int(v[ln]) if np.ndim(v) else int(v) for v in vals] for ln in lanes]
+
+
+def bulk_read(w, cta, words, ins, what):
+    """Record an async-proxy read of ``words`` of ``cta`` by warp ``w``'s ``bulk`` agent."""
+    sh = cta.shadow
+    if sh is None:
+        return
+    hb = sh.hb
+    a = hb.agent(("bulk", w.cta.rank, w.wid), "bulk", w.cta, w.wid, f"bulk copies of warp {w.wid}")
+    clock = w.bulk_commits + 1
+    vc, pvc = hb.async_op([w], a.idx, clock)
+    sh.read(words, a.idx, clock, vc, pvc, ins.pc, True, what)

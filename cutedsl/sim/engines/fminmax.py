@@ -72,7 +72,17 @@ def float_minmax(t: str, is_min: bool, flags: set, n_inputs: int):
         if canon is not None and np.any(isn):
             out = np.where(isn, canon, out.view(canon.dtype)).astype(canon.dtype).view(dt)
         return float_post(out, post, dt)
-    return f
+    if not (simple and n_inputs == 2):
+        return f
+
+    def two(a, b):
+        """The two-input form without modifiers: numpy's, unless a NaN or a zero is involved
+        (``abs(r) > 0`` is false for both), or an input is not already of type ``t``."""
+        r = pick(a, b)
+        if getattr(r, "dtype", None) == dt and (np.abs(r) > 0).all():
+            return r
+        return f(a, b)
+    return two
 
 
 

@@ -92,9 +92,12 @@ def f64_to(x, dt, mode="rn", err=None, satfinite=False):
         # f32 in: the f64 value is exact, round-to-odd leaves it alone, and numpy / ml_dtypes
         # round f32 -> f16 / bf16 to nearest even -- the same single cast, without the round
         # trip (a NaN, whose quiet bit the round trip sets, takes the general path)
-        r = x.astype(dt)
-        if not np.isnan(r).any():
-            return r
+        if dt == F16:
+            h = f32_to_f16_bits(x)
+            if h is not None:
+                return h.astype(np.uint16).view(F16)
+        elif not np.isnan(x).any():    # (an f32 NaN is the only way to a NaN result)
+            return x.astype(dt)
     x = np.asarray(x, F64)
     if err is not None:
         if mode == "rn":
@@ -123,8 +126,32 @@ def f64_to(x, dt, mode="rn", err=None, satfinite=False):
     return r
 
 
+def f32_to_f16_bits(x):
+    """The f16 bit patterns (uint32 array) of float32 array ``x`` rounded to nearest even -- what
+    ``x.astype(float16)`` gives, with integer operations (numpy's cast is slow on values that
+    become f16 subnormals, as softmax probabilities do); None when ``x`` holds a NaN. Normal results:
+    the 13 dropped mantissa bits rounded half to even, the exponent rebiased (a carry may give
+    the next binade or infinity); below 2^-14: adding 0.5 in f32 rounds to the f16 subnormal
+    spacing 2^-24, whose count is then the low bits; from 2^16 up: infinity."""
+    u = x.view(np.uint32)
+    sign = (u >> 16) & 0x8000
+    a = u & 0x7FFFFFFF
+    r = ((a + (0x0FFF + ((a >> 13) & 1))) >> 13) - (112 << 10)
+    sub = a < (113 << 23)
+    if sub.any():
+        f = (a.view(np.float32) + np.float32(0.5)).view(np.uint32) - np.uint32(0x3F000000)
+        r = np.where(sub, f, r)
+    big = a >= (143 << 23)
+    if big.any():
+        if (a > 0x7F800000).any():
+            return None
+        r = np.where(big, np.uint32(0x7C00), r)
+    return r | sign
+
+
 #: f64 bit pattern of 2^-126, the smallest normal f32
 _F32_NORMAL_BITS = np.int64(np.float64(2.0 ** -126).view(np.int64))
+_F32_NORMAL_M1 = np.uint64(_F32_NORMAL_BITS - 1)
 
 
 def fma_f32(a, b, c, mode="rn"):
@@ -137,8 +164,9 @@ def fma_f32(a, b, c, mode="rn"):
         # (rounded at a higher bit); only those need the error term and round-to-odd
         s = p + cc
         bits = s.view(np.int64)
-        mag = bits & np.int64(0x7FFFFFFFFFFFFFFF)
-        if not ((bits & 0x1FFFFFFF) == 0x10000000).any() and not ((mag < _F32_NORMAL_BITS) & (mag != 0)).any():
+        # 0 < |s| < 2^-126 as one unsigned compare: |s|'s bits minus one wrap around for 0
+        mag1 = (bits & np.int64(0x7FFFFFFFFFFFFFFF)).view(np.uint64) - np.uint64(1)
+        if not ((bits & 0x1FFFFFFF) == 0x10000000).any() and not (mag1 < _F32_NORMAL_M1).any():
             return s.astype(F32)
     s, e = two_sum(p, cc)
     if mode == "rn":

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import PTXParseError, UnsupportedInstruction
-from .parser import split_top
+from .fusion import Post, vector_form
+from .ptxmodule import split_top
 from .ptxtypes import CLASS_BITS, NP, SPECIAL, VIEW, Op, _F32_RE, _F64_RE, _FLT_RE, _INT_RE, bits_of, imm_array, kind_of
 
 if TYPE_CHECKING:
@@ -50,32 +51,33 @@ class DecodeCtx:
     def bad(self, msg: str):
         raise PTXParseError(msg, self.ins.line, self.ins.text)
 
-    # lookups
-    def lookup_reg(self, name: str):
-        s = self.scope
-        while s is not None:
-            r = s.regs.get(name)
-            if r is not None:
-                return r
-            s = s.parent
-        return None
+    def vector(self, op, writer, readers):
+        """The instruction being decoded computes ``writer(op(*readers))`` elementwise: record
+        its :class:`~cutedsl.sim.frontend.fusion.VecForm` so that fused blocks may run it."""
+        vector_form(self.ins, op, writer, readers)
 
-    def lookup_vector(self, name: str):
+    # lookups
+    def _lookup(self, table: str, name: str):
+        """``name`` in the named table of the innermost scope that declares it, or None."""
         s = self.scope
         while s is not None:
-            v = s.vectors.get(name)
+            v = getattr(s, table).get(name)
             if v is not None:
                 return v
             s = s.parent
         return None
 
+    def lookup_reg(self, name: str):
+        return self._lookup("regs", name)
+
+    def lookup_vector(self, name: str):
+        return self._lookup("vectors", name)
+
     def lookup_label(self, name: str) -> int:
-        s = self.scope
-        while s is not None:
-            if name in s.labels:
-                return s.labels[name]
-            s = s.parent
-        self.bad(f"unknown label {name!r}")
+        pc = self._lookup("labels", name)
+        if pc is None:
+            self.bad(f"unknown label {name!r}")
+        return pc
 
     # operand parsing
     def operand(self, s: str) -> Op:
@@ -154,14 +156,18 @@ class DecodeCtx:
 
     # readers / writers
     def rd(self, op, t: str):
-        """Closure ``w -> array[32] | scalar`` of numpy type ``NP[t]`` for a source operand."""
+        """Closure ``w -> array[32] | scalar`` of numpy type ``NP[t]`` for a source operand.
+        Register and constant readers carry ``vec_src`` (:mod:`cutedsl.sim.frontend.fusion`)."""
+        return self._rd(op, t)
+
+    def _rd(self, op, t: str):
         if isinstance(op, str):
             op = self.operand(op)
         k = op.kind
         dt = NP[t]
         if k == "imm" or k == "fimm":
             v = imm_array(op.value, t)
-            return lambda w: v
+            return _src(lambda w: v, ("c", v))
         if k == "sreg":
             name = op.name
             if dt.itemsize == 4 and dt.kind == "u":
@@ -179,8 +185,8 @@ class DecodeCtx:
             if not (t == "pred" and cls == "p"):
                 self.bad(f"predicate/{t} mismatch for {op.name}")
             if op.neg:
-                return lambda w: ~w.p[idx]
-            return lambda w: w.p[idx]
+                return _src(lambda w: ~w.p[idx], ("r", "p", "p", idx, _NOT))
+            return _src(lambda w: w.p[idx], ("r", "p", "p", idx, None))
         if op.neg:
             self.bad("'!' only applies to predicates")
         rbits = CLASS_BITS[cls]
@@ -191,28 +197,30 @@ class DecodeCtx:
                 name = VIEW[(cls, kd)]
             else:
                 name = VIEW[(cls, "u")]
-                return lambda w: getattr(w, name)[idx].view(dt)
+                return _src(lambda w: getattr(w, name)[idx].view(dt), ("r", cls, name, idx, _view(dt)))
+            tag = ("r", cls, name, idx, None)
             if name == "u32":
-                return lambda w: w.u32[idx]
+                return _src(lambda w: w.u32[idx], tag)
             if name == "u64":
-                return lambda w: w.u64[idx]
+                return _src(lambda w: w.u64[idx], tag)
             if name == "f32":
-                return lambda w: w.f32[idx]
+                return _src(lambda w: w.f32[idx], tag)
             if name == "s32":
-                return lambda w: w.s32[idx]
-            return lambda w: getattr(w, name)[idx]
+                return _src(lambda w: w.s32[idx], tag)
+            return _src(lambda w: getattr(w, name)[idx], tag)
         uname = VIEW[(cls, "u")]
         if tb < rbits:                                 # truncate
             ut = np.dtype(f"u{tb // 8}")
             if dt == ut:
-                return lambda w: getattr(w, uname)[idx].astype(ut)
-            return lambda w: getattr(w, uname)[idx].astype(ut).view(dt)
+                return _src(lambda w: getattr(w, uname)[idx].astype(ut), ("r", cls, uname, idx, _astype(ut)))
+            return _src(lambda w: getattr(w, uname)[idx].astype(ut).view(dt),
+                        ("r", cls, uname, idx, _astype_view(ut, dt)))
         # wider type than the register: extend
         if kd == "s":
             sname = VIEW[(cls, "s")]
-            return lambda w: getattr(w, sname)[idx].astype(dt)
+            return _src(lambda w: getattr(w, sname)[idx].astype(dt), ("r", cls, sname, idx, _astype(dt)))
         if kd == "u":
-            return lambda w: getattr(w, uname)[idx].astype(dt)
+            return _src(lambda w: getattr(w, uname)[idx].astype(dt), ("r", cls, uname, idx, _astype(dt)))
         self.bad(f"register {op.name} ({rbits} bits) is too narrow for .{t}")
 
     def wr(self, op, t: str):
@@ -230,6 +238,7 @@ class DecodeCtx:
             self.bad(f"destination must be a register, got {op.name or op.kind}")
         cls, idx = op.cls, op.idx
         kd = kind_of(t)
+        pre = None
         if cls == "p" or t == "pred":
             if not (cls == "p" and t == "pred"):
                 self.bad(f"predicate/{t} mismatch for {op.name}")
@@ -240,44 +249,12 @@ class DecodeCtx:
                 name = VIEW[(cls, kd)]
             elif kd in ("s", "u"):
                 name = VIEW[(cls, kd)]
-            elif tb == rb:
+            elif tb == rb:              # a float type the class has no view of: its bits
                 name = VIEW[(cls, "u")]
-                dt = NP[t]
-                ut = np.dtype(f"u{rb // 8}")
-
-                def full(w, m, v, name=name):
-                    v = np.asarray(v, dtype=dt).view(ut)
-                    row = getattr(w, name)[idx]
-                    if m is None:
-                        row[...] = v
-                    else:
-                        np.copyto(row, v, where=m, casting="unsafe")
-
-                def comp(w, m, v, name=name):
-                    v = np.asarray(v, dtype=dt).view(ut)
-                    row = getattr(w, name)[idx]
-                    if m is None:
-                        row[...] = v
-                    else:
-                        row[m] = v
-                return full, comp
+                pre = _asarray_view(NP[t], np.dtype(f"u{rb // 8}"))
             else:
                 self.bad(f"cannot write .{t} into register {op.name}")
-
-        def full(w, m, v):
-            row = getattr(w, name)[idx]
-            if m is None:
-                row[...] = v
-            else:
-                np.copyto(row, v, where=m, casting="unsafe")
-
-        def comp(w, m, v):
-            row = getattr(w, name)[idx]
-            if m is None:
-                row[...] = v
-            else:
-                row[m] = v
-        return full, comp
+        return _writers(cls, name, idx, pre)
 
     def sym_addr(self, name: str):
         """Closure ``w -> address`` (uint64 scalar) of a symbol in its own state space."""
@@ -342,3 +319,60 @@ class DecodeCtx:
 
 
 # -- program -----------------------------------------------------------------------------
+
+
+# -- writers and the fusion tags ------------------------------------------------------------
+
+def _writers(cls, name, idx, pre):
+    """``(full, comp)`` writers of register ``idx`` of view ``name``; ``pre`` (a
+    :class:`~cutedsl.sim.frontend.fusion.Post` or None) converts the value first. ``full``
+    carries ``vec_dst`` for :mod:`cutedsl.sim.frontend.fusion`."""
+    conv = pre.fn if pre is not None else None
+
+    def writer(masked):
+        def put(w, m, v):
+            if conv is not None:
+                v = conv(v)
+            row = getattr(w, name)[idx]
+            if m is None:
+                row[...] = v
+            else:
+                masked(row, m, v)
+        return put
+    full = writer(_copy_where)
+    full.vec_dst = (cls, name, idx, pre)
+    return full, writer(_set_active)
+
+
+def _copy_where(row, m, v):
+    """``v`` (32 lanes or a scalar) into the lanes of ``m``."""
+    np.copyto(row, v, where=m, casting="unsafe")
+
+
+def _set_active(row, m, v):
+    """``v`` (one value per lane of ``m``) into the lanes of ``m``."""
+    row[m] = v
+
+
+def _src(f, tag):
+    f.vec_src = tag
+    return f
+
+
+_NOT = Post(np.invert, ("not",))
+
+
+def _view(dt):
+    return Post(lambda a: a.view(dt), ("view", dt.str))
+
+
+def _astype(dt):
+    return Post(lambda a: a.astype(dt), ("astype", dt.str))
+
+
+def _astype_view(ut, dt):
+    return Post(lambda a: a.astype(ut).view(dt), ("astype_view", ut.str, dt.str))
+
+
+def _asarray_view(dt, ut):
+    return Post(lambda v: np.asarray(v, dtype=dt).view(ut), ("asarray_view", dt.str, ut.str))

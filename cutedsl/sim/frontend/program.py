@@ -27,11 +27,12 @@ import re
 from ...runtime.backend import SMEM_LIMIT
 from .decode_ctx import DecodeCtx, Scope
 from .errors import PTXParseError, UnsupportedInstruction
+from .fusion import fuse
 from .limits import DEFAULT_LIMITS
-from .parser import Var, parse_var, split_top
+from .ptxmodule import Var, parse_var, split_top
 from .ptxtypes import CALLPARAM_BASE, REG_CLASS, Instr
 from .registry import BLOCKED, HANDLERS, JUMPED, RESCHED, YIELD  # noqa: F401  (re-exported)
-from .registry import BATCH_REGS, BATCH_STORE, BATCH_WGMMA, NO_BATCH
+from .registry import BATCH_BRANCH, BATCH_REGS, BATCH_STORE, BATCH_WGMMA, NO_BATCH
 
 
 class Program:
@@ -250,6 +251,10 @@ def decode_entry(module, entry, key="", limits=DEFAULT_LIMITS) -> Program:
         except PTXParseError as e:
             e.add_source(src if e.line == it.line else "")
             raise
+    labels = set()
+    for sc in scopes:
+        labels.update(sc.labels.values())
+    fuse(code, labels, BATCH_REGS)
     # sentinel: falling off the end behaves like ret
     end = Instr(len(code), stmts[-1][0].line if stmts else entry.line, "<end of entry>", "ret", 0)
     ctx.ins = end
@@ -306,8 +311,15 @@ def _batchable(ctx, opcode, mods, ops) -> int:
     (``warpbatch.WarpBatch.store``) or a wgmma issue -- running it for several warps at once is
     then indistinguishable from running it for each in turn -- or none of these."""
     store = opcode == "st" and ("shared" in mods or "shared::cta" in mods)
+    if opcode == "shfl":
+        # warp-synchronous, but a batch's warps have every lane at the PC: the closure shuffles
+        # within each warp of the batch (warpops.py); ``d|p`` names two registers
+        opcode = "mov"
+        ops = [x for o in ops for x in o.split("|")]
     if opcode == "wgmma" and mods[:1] == ["mma_async"]:
         return BATCH_WGMMA      # whole warpgroups of a batch issue at once (wgmma.py)
+    if opcode == "bra":
+        return BATCH_BRANCH     # a uniform branch: the batch's PC moves (lockstep.py)
     if opcode not in _BATCH_OPS and not store:
         return NO_BATCH
     for s in ops:

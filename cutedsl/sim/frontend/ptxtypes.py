@@ -9,7 +9,7 @@ import struct
 import ml_dtypes
 import numpy as np
 
-from .parser import TYPE_SIZES
+from .ptxmodule import TYPE_SIZES
 
 #: param-space offset of call-sequence parameters (per thread, for vprintf)
 CALLPARAM_BASE = 1 << 20
@@ -59,7 +59,8 @@ class Instr:
     """One decoded instruction. ``src``: the source line the PTX's line table names for it
     (``path:line``, from the ``.loc`` in force; "" without one) -- for this project's kernels
     the Python line that built the instruction."""
-    __slots__ = ("pc", "line", "text", "opcode", "guard", "neg", "fn", "scope", "info", "rbits", "batch", "src")
+    __slots__ = ("pc", "line", "text", "opcode", "guard", "neg", "fn", "scope", "info", "rbits", "batch", "src",
+                 "vec", "fused")
 
     def __init__(self, pc, line, text, opcode, scope, src=""):
         self.pc, self.line, self.text, self.opcode, self.scope = pc, line, text, opcode, scope
@@ -69,6 +70,9 @@ class Instr:
         self.rbits = 0
         #: registry.NO_BATCH / BATCH_*: whether warps at this PC may run it together (lockstep.py)
         self.batch = 0
+        #: fusion.VecForm (the instruction as an elementwise operation) and fusion.FusedBlock
+        #: (the fused run that starts here), or None
+        self.vec = self.fused = None
 
     def at(self) -> str:
         """``PTX line N`` and, where the line table names one, ``(path:line)``."""

@@ -23,8 +23,9 @@ from __future__ import annotations
 JUMPED, BLOCKED, RESCHED, YIELD, NOT_BATCHED = 1, 2, 3, 4, 5
 
 #: ``Instr.batch``: how warps at the same PC may run an instruction together
-#: (:mod:`cutedsl.sim.machine.lockstep`): not at all, register-only, a shared-memory store, a wgmma issue
-NO_BATCH, BATCH_REGS, BATCH_STORE, BATCH_WGMMA = 0, 1, 2, 3
+#: (:mod:`cutedsl.sim.machine.lockstep`): not at all, register-only, a shared-memory store, a wgmma
+#: issue, a ``bra`` (the batch jumps together when all its lanes take it or none does)
+NO_BATCH, BATCH_REGS, BATCH_STORE, BATCH_WGMMA, BATCH_BRANCH = 0, 1, 2, 3, 4
 
 #: opcode base (text before the first dot) -> decode function ``f(ctx, ins, mods, ops)``
 HANDLERS: dict = {}

@@ -154,6 +154,7 @@ def dec_mad(ctx, ins, mods, ops):
 
         def fn(w, g, m):
             w_full(w, m, fma32(ra(w), rb(w), rc(w)))
+        ctx.vector(fma32, w_full, (ra, rb, rc))
         return fn
     if t == "f64":
         def fn(w, g, m):

@@ -73,10 +73,10 @@ def dec_bfe(ctx, ins, mods, ops):
     w_full, _ = ctx.wr(ops[0], t)
     ra, rb, rc = ctx.rd(ops[1], t), ctx.rd(ops[2], "u32"), ctx.rd(ops[3], "u32")
 
-    def fn(w, g, m):
-        a = np.asarray(ra(w)).astype(np.int64 if signed else np.uint64)
-        pos = np.asarray(rb(w)).astype(np.int64) & 0xFF
-        ln = np.asarray(rc(w)).astype(np.int64) & 0xFF
+    def extract(a, pos, ln):
+        a = np.asarray(a).astype(np.int64 if signed else np.uint64)
+        pos = np.asarray(pos).astype(np.int64) & 0xFF
+        ln = np.asarray(ln).astype(np.int64) & 0xFF
         if signed:
             sbit = np.minimum(pos + ln - 1, nb - 1)
             sh = np.minimum(pos, nb - 1)
@@ -89,7 +89,7 @@ def dec_bfe(ctx, ins, mods, ops):
             neg = ((a >> sbit) & 1).astype(bool)
             x = np.where(neg & (l2 < 64), x | ~msk, x)
             r = np.where(ln == 0, 0, x)
-            w_full(w, m, np.asarray(r).astype(dt))
+            return np.asarray(r).astype(dt)
         else:
             sh = np.minimum(pos, 63).astype(np.uint64)
             x = np.where(pos >= nb, np.uint64(0), a >> sh)
@@ -97,7 +97,11 @@ def dec_bfe(ctx, ins, mods, ops):
             msk = np.where(l2 >= 64, np.uint64(2 ** 64 - 1),
                            (np.left_shift(np.uint64(1), np.minimum(l2, 63).astype(np.uint64)) - np.uint64(1)))
             r = np.where(ln == 0, np.uint64(0), x & msk)
-            w_full(w, m, np.asarray(r).astype(dt))
+            return np.asarray(r).astype(dt)
+
+    def fn(w, g, m):
+        w_full(w, m, extract(ra(w), rb(w), rc(w)))
+    ctx.vector(extract, w_full, (ra, rb, rc))
     return fn
 
 

@@ -36,14 +36,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..engines import numerics as nm
-from ..engines.async_engine import defer, lane_scalars
+from ..engines.async_engine import bulk_read, defer, lane_scalars
 from ..engines.tma_box import smem_dest
 from ..checks.shadow_words import word_set, words_of
 from ..frontend.errors import MemoryAccessError, SimRuntimeError
 from ..frontend.parser import TYPE_SIZES
 from ..frontend.ptxtypes import NP
 from ..frontend.registry import subhandler
-from .tma import bulk_read
 
 #: PTX ISA 9.7.9.25.4.2, valid (.redOp, .type) pairs with a .global destination
 VALID = {"add": {"u32", "s32", "u64", "f32", "f64", "f16", "bf16"},

@@ -100,6 +100,7 @@ def dec_setp(ctx, ins, mods, ops):
     if rc is None and wq is None:
         def fn(w, g, m):
             wp(w, m, f(ra(w), rb(w)))
+        ctx.vector(f, wp, (ra, rb))
         return fn
 
     def fn(w, g, m):
@@ -123,8 +124,12 @@ def dec_selp(ctx, ins, mods, ops):
     ra, rb, rc = ctx.rd(ops[1], t), ctx.rd(ops[2], t), ctx.rd(ops[3], "pred")
     dt = NP[t]
 
+    def select(a, b, c):
+        return np.where(c, a, b).astype(dt)
+
     def fn(w, g, m):
-        w_full(w, m, np.where(rc(w), ra(w), rb(w)).astype(dt))
+        w_full(w, m, select(ra(w), rb(w), rc(w)))
+    ctx.vector(select, w_full, (ra, rb, rc))
     return fn
 
 
@@ -136,6 +141,10 @@ def dec_slct(ctx, ins, mods, ops):
     w_full, _ = ctx.wr(ops[0], t)
     ra, rb, rc = ctx.rd(ops[1], t), ctx.rd(ops[2], t), ctx.rd(ops[3], ct)
 
+    def select(a, b, c):
+        return np.where(np.asarray(c) >= 0, a, b).astype(NP[t])
+
     def fn(w, g, m):
-        w_full(w, m, np.where(np.asarray(rc(w)) >= 0, ra(w), rb(w)).astype(NP[t]))
+        w_full(w, m, select(ra(w), rb(w), rc(w)))
+    ctx.vector(select, w_full, (ra, rb, rc))
     return fn

@@ -5,6 +5,8 @@ mask)``; see :mod:`cutedsl.sim.engines.alu` for the shared conventions.
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from ..engines import numerics as nm
@@ -12,6 +14,10 @@ from ..engines.alu import (ALL_TYPES, FLOAT_TYPES, INT_TYPES, IRND, PACKED, RND,
                   split_mods, utype)
 from ..frontend.registry import handler
 from ..frontend.ptxtypes import NP
+
+
+def _same(a):
+    return a
 
 
 # -- mov ----------------------------------------------------------------------------------
@@ -62,6 +68,7 @@ def dec_mov(ctx, ins, mods, ops):
 
     def fn(w, g, m):
         w_full(w, m, rs(w))
+    ctx.vector(_same, w_full, (rs,))
     return fn
 
 
@@ -118,8 +125,28 @@ def dec_cvt(ctx, ins, mods, ops):
                     x = np.where(np.isnan(x), x, np.maximum(x, 0.0))
                 return nm.f64_to(x, NP[ht], rnd or "rn", satfinite=satf)     # f32 in: exact in f64
 
+            plain = not relu and not satf and (rnd or "rn") == "rn" and sys.byteorder == "little"
+            hdt = NP[ht]
+
+            def pack(a, b):             # a is the upper half (PTX ISA 9.7.9.21, cvt)
+                a, b = np.asarray(a), np.asarray(b)
+                if plain and a.dtype == np.float32 and b.dtype == np.float32 and a.shape == b.shape:
+                    # f32 -> f16/bf16 by rn is one cast (nm.f64_to); a NaN takes the general path
+                    if ht == "f16":
+                        lo = nm.f32_to_f16_bits(b)
+                        hi = nm.f32_to_f16_bits(a) if lo is not None else None
+                        if hi is not None:
+                            return lo | (hi << 16)
+                    elif not (np.isnan(a).any() or np.isnan(b).any()):
+                        out = np.empty(a.shape + (2,), hdt)         # (little-endian: low half first)
+                        out[..., 0] = b
+                        out[..., 1] = a
+                        return out.view(np.uint32)[..., 0]
+                return pack2(conv(b), conv(a), ht)
+
             def fn(w, g, m):
-                w_full(w, m, pack2(conv(rb(w)), conv(ra(w)), ht))
+                w_full(w, m, pack(ra(w), rb(w)))
+            ctx.vector(pack, w_full, (ra, rb))
             return fn
         fdt = FP8[dt_[:4]]
 
@@ -250,4 +277,5 @@ def dec_cvt(ctx, ins, mods, ops):
 
     def fn(w, g, m):                # (launches run under np.errstate(all="ignore"): Launch.run)
         w_full(w, m, conv(ra(w)))
+    ctx.vector(conv, w_full, (ra,))
     return fn

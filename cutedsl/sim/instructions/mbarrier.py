@@ -151,6 +151,17 @@ def dec_mbarrier(ctx, ins, mods, ops):
         addr = ctx.addr(ops[1])
         rs = ctx.rd(ops[2], "u32" if parity else "u64")
 
+        def not_ready(w, g, m, res, b, s):
+            """No lane's wait succeeded on barrier ``b`` (state ``s``): try_wait suspends the
+            group until the barrier changes; test_wait writes ``res`` and yields."""
+            if blocking:
+                g.blocked = WaitMbarrier(b, (s & 1) if parity else None, None if parity else s, ins)
+                return BLOCKED
+            w.poll = True
+            wp(w, m, res)
+            g.pc += 1
+            return YIELD
+
         def fast(w, g, a, sv):
             """All 32 lanes wait on one barrier for one phase (the usual case)."""
             ((cta, off, _n),) = mbar_targets(w, np.array([a], np.uint64), space, ins, _LANE0)
@@ -164,13 +175,7 @@ def dec_mbarrier(ctx, ins, mods, ops):
             if ok:
                 wp(w, None, True)
                 return None
-            if blocking:
-                g.blocked = WaitMbarrier(b, (sv & 1) if parity else None, None if parity else sv, ins)
-                return BLOCKED
-            w.poll = True
-            wp(w, None, False)
-            g.pc += 1
-            return YIELD
+            return not_ready(w, g, None, False, b, sv)
 
         def fn(w, g, m):
             if m is None and w.full:
@@ -201,14 +206,7 @@ def dec_mbarrier(ctx, ins, mods, ops):
                     if np.any(ok) and "relaxed" not in sub:
                         hb.acquire(w, b.done)
             if not res[lanes].any() and first is not None:
-                b, s = first
-                if blocking:
-                    g.blocked = WaitMbarrier(b, (s & 1) if parity else None, None if parity else s, ins)
-                    return BLOCKED
-                w.poll = True
-                wp(w, m, res)
-                g.pc += 1
-                return YIELD
+                return not_ready(w, g, m, res, *first)
             wp(w, m, res)
         return fn
     if op == "pending_count":

@@ -70,4 +70,5 @@ def dec_minmax(ctx, ins, mods, ops):
 
     def fn(w, g, m):
         w_full(w, m, f(ra(w), rb(w), rc(w)))
+    ctx.vector(f, w_full, (ra, rb, rc))
     return fn

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engines.async_engine import async_write, defer, lane_scalars
+from ..engines.async_engine import async_write, bulk_read, defer, lane_scalars
 from ..frontend.errors import MemoryAccessError, SimRuntimeError
 from ..machine.memory import PARAM_WIN
 from ..frontend.registry import SUBHANDLERS, handler
@@ -128,18 +128,6 @@ def box_values(w, tm, coords, ins, ghb):
 
 
 _WORD_BYTES = np.arange(0, 16, 4)       # the 4-byte words of a 16-byte chunk
-
-
-def bulk_read(w, cta, words, ins, what):
-    """Record an async-proxy read of ``words`` of ``cta`` by warp ``w``'s ``bulk`` agent."""
-    sh = cta.shadow
-    if sh is None:
-        return
-    hb = sh.hb
-    a = hb.agent(("bulk", w.cta.rank, w.wid), "bulk", w.cta, w.wid, f"bulk copies of warp {w.wid}")
-    clock = w.bulk_commits + 1
-    vc, pvc = hb.async_op([w], a.idx, clock)
-    sh.read(words, a.idx, clock, vc, pvc, ins.pc, True, what)
 
 
 def packed_coords(tm, coords, ins):

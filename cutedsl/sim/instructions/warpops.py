@@ -32,17 +32,19 @@ def dec_shfl(ctx, ins, mods, ops):
     wd = ctx.wr(d, "b32")[0]
     ra, rb, rc, rm = (ctx.rd(ops[i], "u32") for i in range(1, 5))
 
-    def fn(w, g, m):
-        if _members(w, g, m, rm, ins) is None:
-            return BLOCKED
-        a = np.broadcast_to(np.asarray(ra(w), np.uint32), (32,))
-        b = np.broadcast_to(np.asarray(rb(w), np.uint32), (32,)) & 31
-        c = np.broadcast_to(np.asarray(rc(w), np.uint32), (32,))
+    def sources(k, b, c):
+        """Source lane (index into the ``32 k`` lanes) and in-range predicate per lane (PTX ISA
+        9.7.9.6 shfl.sync: ``j`` per mode, clamped by ``c``'s segment mask and max lane; a lane
+        whose ``j`` is out of range reads its own ``a``)."""
+        n = 32 * k
+        lane, base = _lane_tables(k)
+        b = np.broadcast_to(np.asarray(b, np.uint32), (n,)) & 31
+        c = np.broadcast_to(np.asarray(c, np.uint32), (n,))
         cval = c & 31
         seg = (c >> 8) & 31
-        lane = LANE.astype(np.int64)
-        maxl = ((LANE & seg) | (cval & ~seg & 31)).astype(np.int64)
-        minl = (LANE & seg).astype(np.int64)
+        maxl = ((lane & seg) | (cval & ~seg & 31)).astype(np.int64)
+        minl = (lane & seg).astype(np.int64)
+        lane = lane.astype(np.int64)
         if mode == "up":
             j = lane - b
             ok = j >= maxl
@@ -56,10 +58,47 @@ def dec_shfl(ctx, ins, mods, ops):
             j = minl | (b & ~seg & 31).astype(np.int64)
             ok = j <= maxl
         j = np.where(ok, j, lane)
-        wd(w, m, a[np.clip(j, 0, 31)])
+        return np.clip(j, 0, 31) + base, ok
+
+    perms = {}      # (k, b, c) -> sources(): warp-uniform b and c (immediates) give one permutation
+
+    def shuffle(w, k):
+        """(values, in-range predicate) for the ``k`` warps whose lanes ``w`` (a warp or a
+        lockstep batch) holds, every lane active."""
+        b, c = rb(w), rc(w)
+        if np.ndim(b) == 0 and np.ndim(c) == 0:
+            key = (k, int(b), int(c))
+            src = perms.get(key)
+            if src is None:
+                src = perms[key] = sources(k, b, c)
+        else:
+            src = sources(k, b, c)
+        a = np.broadcast_to(np.asarray(ra(w), np.uint32), (32 * k,))
+        return a[src[0]], src[1]
+
+    def fn(w, g, m):
+        if w.is_batch:          # a lockstep batch: every lane of its warps is here and active
+            k = w.hi - w.lo
+        elif _members(w, g, m, rm, ins) is None:
+            return BLOCKED
+        else:
+            k = 1
+        v, ok = shuffle(w, k)
+        wd(w, m, v)
         if wp is not None:
             wp(w, m, ok)
     return fn
+
+
+_LANE_TABLES = {}
+
+
+def _lane_tables(k):
+    """(lane id within its warp, first lane of its warp) for ``32 k`` lanes."""
+    t = _LANE_TABLES.get(k)
+    if t is None:
+        t = _LANE_TABLES[k] = (np.tile(LANE, k), np.repeat(np.arange(k, dtype=np.int64) * 32, 32))
+    return t
 
 
 @handler("vote")
@@ -185,17 +224,31 @@ def dec_redux(ctx, ins, mods, ops):
 
 
 def _matrix_addrs(p, nmat, trans):
-    """Byte addresses (32 threads, nmat matrices, 2 halves) for stmatrix/ldmatrix m8n8.b16."""
-    t = np.arange(32)
-    out = np.zeros((32, nmat, 2), np.int64)
-    for j in range(nmat):
-        rows = p[8 * j:8 * j + 8].astype(np.int64)
-        for h in range(2):
-            if trans:
-                out[:, j, h] = rows[2 * (t % 4) + h] + 2 * (t // 4)
-            else:
-                out[:, j, h] = rows[t // 4] + 4 * (t % 4) + 2 * h
-    return out
+    """Byte addresses (32 threads, nmat matrices, 2 halves) for stmatrix/ldmatrix m8n8.b16 (PTX
+    ISA 9.7.14.5.15 ldmatrix / 9.7.14.5.16 stmatrix: thread ``8 j + r`` gives row ``r`` of matrix ``j``; without .trans
+    thread ``t`` holds row ``t // 4``, columns ``2 (t % 4)`` and ``+1``; with .trans column
+    ``t // 4`` of rows ``2 (t % 4)`` and ``+1``)."""
+    row, off = _matrix_tables(nmat, trans)
+    return p.astype(np.int64)[row] + off
+
+
+_MATRIX_TABLES = {}
+
+
+def _matrix_tables(nmat, trans):
+    """(index of the row-address lane, byte offset) per (thread, matrix, half) of _matrix_addrs."""
+    key = (nmat, trans)
+    tab = _MATRIX_TABLES.get(key)
+    if tab is None:
+        t = np.arange(32)[:, None, None]
+        j = np.arange(nmat)[None, :, None]
+        h = np.arange(2)[None, None, :]
+        if trans:
+            row, off = 8 * j + 2 * (t % 4) + h, 2 * (t // 4) + 0 * h
+        else:
+            row, off = 8 * j + t // 4 + 0 * h, 4 * (t % 4) + 2 * h
+        tab = _MATRIX_TABLES[key] = (np.broadcast_to(row, (32, nmat, 2)), np.broadcast_to(off, (32, nmat, 2)))
+    return tab
 
 
 def _dec_matrix(ctx, ins, mods, ops, store):
@@ -238,10 +291,12 @@ def _dec_matrix(ctx, ins, mods, ops, store):
                                   f"    at {ins.where()}")
         v16 = cta.sv[2]
         if store:
+            # one scatter, in the order matrix, half, thread (a repeated address keeps the last)
+            val = np.empty((nmat, 32), np.uint32)
             for j, r in enumerate(readers):
-                val = np.broadcast_to(np.asarray(r(w), np.uint32), (32,))
-                v16[ad[:, j, 0] // 2] = (val & 0xFFFF).astype(np.uint16)
-                v16[ad[:, j, 1] // 2] = (val >> 16).astype(np.uint16)
+                val[j] = r(w)
+            halves = np.stack([val & 0xFFFF, val >> 16], axis=1).astype(np.uint16)        # (nmat, 2, 32)
+            v16[ad.transpose(1, 2, 0).reshape(-1) // 2] = halves.reshape(-1)
             if cta.shadow is not None:
                 cta.race_access(ad.reshape(-1), 2, w, ins, True, "stmatrix")
         else:

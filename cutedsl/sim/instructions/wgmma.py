@@ -76,6 +76,23 @@ class Rendezvous:
                 f"waiting for warps {[x for x in range(4 * self.gi, 4 * self.gi + 4) if x not in arrived]}")
 
 
+_A_GATHER: dict = {}
+
+
+def _a_reg_gather(esize: int = 2):
+    """For each element of the register-A tile (64 x 16 for 16-bit ``esize`` 2, 64 x 32 for 8-bit)
+    in row-major order, its index in the warpgroup's (128 threads x values) fragment (the inverse of
+    ``a_reg_map``)."""
+    inv = _A_GATHER.get(esize)
+    if inv is None:
+        mm, kk = a_reg_map(esize)
+        k = 32 // esize
+        inv = np.empty(64 * k, np.intp)
+        inv[(mm * k + kk).reshape(-1)] = np.arange(mm.size)
+        _A_GATHER[esize] = inv
+    return inv
+
+
 def _wg(cta, gi):
     s = cta.warpgroups.get(gi)
     if s is None:
@@ -246,12 +263,12 @@ def dec_wgmma(ctx, ins, mods, ops):
         words = None
         A = a_ei = None
         if a_regs:
-            ar = np.ascontiguousarray(np.concatenate([w.u32[aidx] for w in warps], axis=1).T, "<u4")     # (128, 4)
-            # little-endian: a register's low half / lowest byte is its first value
-            vals = ar.view(np.uint16 if ea == 2 else np.uint8).reshape(128, 8 if ea == 2 else 16)
-            mm, kk = a_reg_map(ea)
-            A = np.zeros((64, K), np.float64)
-            A[mm, kk] = vals.view(dta).astype(np.float64)
+            # the 4 registers of the warpgroup's 128 threads (little-endian: a register's low half /
+            # lowest byte is its first value), gathered into the (64, K) tile
+            lo32 = 32 * warps[0].wid
+            regs = np.ascontiguousarray(cta.files["r"][aidx, lo32:lo32 + 128].T)
+            vals = regs.view(np.uint16 if ea == 2 else np.uint8)
+            A = vals.reshape(-1)[_a_reg_gather(ea)].view(dta).astype(np.float64).reshape(64, K)
         else:
             a_desc = _uniform(warps, ra, ins, "A descriptor", batch)
             _a, a_words, a_ei, a_end = operand_addrs(a_desc, 64, K, ea, bool(trans_a))

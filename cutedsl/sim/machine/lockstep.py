@@ -6,8 +6,11 @@ stream (the 4 warps of a warpgroup always do, up to divergent branches and waits
 register files are one array per register class for the whole CTA (``machine.CTA.files``), each
 warp owning 32 columns. So an instruction that the decoder marked ``batch``
 (``program._batchable``: arithmetic, logic, comparisons, conversions and moves on registers;
-stores to the CTA's shared memory; ``wgmma.mma_async``) runs **once** for a contiguous run of
-warps at that PC, through a :class:`machine.WarpBatch` whose register views span their lanes.
+``shfl.sync``; stores to the CTA's shared memory; ``wgmma.mma_async``; a ``bra`` every lane
+takes or every lane skips) runs **once** for a contiguous run of warps at that PC, through a
+:class:`machine.WarpBatch` whose register views span their lanes. A fused block of register
+instructions (:mod:`cutedsl.sim.frontend.fusion`) that starts at the PC runs as a whole, for the
+batch or for a lone warp.
 
 Correctness: running an instruction of several warps back to back is one of the interleavings
 the scheduler may choose anyway (warps are independent between synchronisation points), and a
@@ -31,7 +34,7 @@ import numpy as np
 
 from ..checks.hb_warp import acc_prune
 from ..frontend.errors import SimError
-from ..frontend.registry import BATCH_STORE, BATCH_WGMMA, JUMPED, NOT_BATCHED
+from ..frontend.registry import BATCH_BRANCH, BATCH_STORE, BATCH_WGMMA, JUMPED, NOT_BATCHED
 
 #: how far (in instructions) a warp may be behind to catch up with a lockstep batch
 CATCH_UP = 8
@@ -74,7 +77,12 @@ def lockstep(launch, w, g, ins, gang, budget):
         while hi < len(ws) and meets(launch, ws[hi], pc, ins):
             hi += 1
         if hi - lo == 1:
-            return ins.fn(w, g, None), None, 0
+            fb = ins.fused
+            if fb is None or fb.n > budget or (fb.rbits and _owned((w,), fb.rbits)):
+                return ins.fn(w, g, None), None, 0
+            fb.run(w)               # a fused block (frontend/fusion.py) for w alone
+            g.pc += fb.n
+            return JUMPED, None, fb.n - 1
     cta = w.cta
     part = ws[lo:hi]
     preds = cta.files["p"]
@@ -88,25 +96,35 @@ def lockstep(launch, w, g, ins, gang, budget):
     owned = _bits(part)         # a superset of the registers a wgmma owns or holds in the batch
     try:
         while True:
-            gi = ins.guard
-            if gi >= 0:             # every lane of the batch takes it, or none skips it
-                c = int(np.count_nonzero(preds[gi, lanes]))
-                some, every = c > 0, c == nlanes
-                take, skip = (not some, every) if ins.neg else (every, not some)
-                if not (take or skip):
-                    break           # some lanes only: w alone, through the main loop
-            if gi < 0 or take:
+            fb = ins.fused
+            if fb is not None and done + fb.n <= budget and not (fb.rbits & owned and _owned(part, fb.rbits)):
+                fb.run(b)           # a fused block of register instructions (frontend/fusion.py)
+                pc += fb.n
+                done += fb.n
+            else:
+                gi = ins.guard
+                take = True
+                if gi >= 0:         # every lane of the batch takes it, or none skips it
+                    c = int(np.count_nonzero(preds[gi, lanes]))
+                    some, every = c > 0, c == nlanes
+                    take, skip = (not some, every) if ins.neg else (every, not some)
+                    if not (take or skip):
+                        break       # some lanes only: w alone, through the main loop
                 kind = ins.batch
-                if kind == BATCH_WGMMA:
-                    b.flush()       # a wgmma reads shared memory: the run's deferred stores first
-                elif kind == BATCH_STORE and cta.mma_chains:
-                    _run_chains(cta)        # the run's queued MMAs read their operands before a store
-                if ins.fn(b, None, None) == NOT_BATCHED:
-                    break
-                if kind == BATCH_WGMMA:
-                    owned = _bits(part)
-            pc += 1
-            done += 1
+                if kind == BATCH_BRANCH:
+                    pc = ins.info if take else pc + 1       # what bra does for each warp (control.py)
+                else:
+                    if take:
+                        if kind == BATCH_WGMMA:
+                            b.flush()       # a wgmma reads shared memory: the run's deferred stores first
+                        elif kind == BATCH_STORE and cta.mma_chains:
+                            _run_chains(cta)    # the run's queued MMAs read their operands before a store
+                        if ins.fn(b, None, None) == NOT_BATCHED:
+                            break
+                        if kind == BATCH_WGMMA:
+                            owned = _bits(part)
+                    pc += 1
+                done += 1
             if done >= budget:
                 break
             ins = code[pc]

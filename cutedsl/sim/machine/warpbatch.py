@@ -55,13 +55,16 @@ class WarpBatch:
         self.full = True
         self.deferred = []          # shared stores whose race check waits for flush()
         set_register_views(self, cta.files, slice(32 * lo, 32 * hi))
-        ws = cta.warps[lo:hi]
-        self.sregs = {k: (np.concatenate([w.sregs[k] for w in ws]) if np.ndim(v) else v)
-                      for k, v in ws[0].sregs.items() if k != "%warpid"}
-        self.sregs["%warpid"] = np.repeat(np.arange(lo, hi, dtype=np.uint32), 32)
+        self.sregs = {}             # filled on first use (most batches read none)
 
     def sreg(self, name):
-        return self.sregs[name]
+        s = self.sregs
+        if not s:
+            ws = self.cta.warps[self.lo:self.hi]
+            s.update({k: (np.concatenate([w.sregs[k] for w in ws]) if np.ndim(v) else v)
+                      for k, v in ws[0].sregs.items() if k != "%warpid"})
+            s["%warpid"] = np.repeat(np.arange(self.lo, self.hi, dtype=np.uint32), 32)
+        return s[name]
 
     def flush(self):
         """Record the deferred shared stores of this batch in the race detector at once
