@@ -37,6 +37,18 @@ every ``tcgen05.ld`` / ``tcgen05.st`` is waited for before its columns are hande
 (9.7.16.8.5). Each barrier completes one phase per block and no role runs more than one phase
 ahead of the one waiting, so the parity of block ``n`` is ``n & 1``.
 
+A CTA pair (``operands.pair``; FlashAttention-4's 2-CTA MMA): the same loop with every MMA a
+``tcgen05.mma.cta_group::2`` of M = 256 (tile ``g`` of the even and the odd CTA; A = Q from each
+CTA's shared memory, or P from each CTA's tensor memory, PTX ISA 9.7.16.10.9; B's halves from
+each CTA's shared memory), issued by the even CTA only; every commit is multicast to both CTAs'
+barriers (``.multicast::cluster``, :meth:`TmemAttentionMainloop.commit_mask`), so each CTA's softmax
+and correction see their own ``s_full`` / ``o_full`` and each CTA's producer its own empty slots;
+the threads of both CTAs arrive on the even CTA's ``p_full`` / ``o_ready``
+(:class:`~cutedsl.atom.mbarrier.PairLeaderArrivals`: ``mbarrier.arrive.release.cluster`` on the
+peer's barrier, twice the arrivals). The phase argument above holds across the pair: the even
+CTA's ``p_full`` phase of block ``n`` completes only with both CTAs' arrivals, and neither CTA's
+softmax sees ``S`` of block ``n + 1`` before the MMA warp waited for it.
+
 Tensor memory (:class:`TmemPlan`): ``S_g`` at column ``g * block_n`` (``block_n`` f32 columns,
 P_g in its first ``block_n / 2``), ``O_g`` after the S columns (``head_dim`` f32 columns each):
 512 columns for two tiles at head dim 128.

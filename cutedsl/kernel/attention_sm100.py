@@ -46,6 +46,18 @@ head, row, key), mask_mod in the PARTIAL blocks; with a mask_mod the host's bloc
 kernel's 256 x 128 blocks (:meth:`block_mask`) lists the blocks to visit and SKIP blocks are never
 loaded; varlen with hooks is refused). The parameters are the Hopper kernel's (:meth:`params`);
 the grid counts 256-row units.
+
+``cta_pair`` (FlashAttention-4's 2-CTA forward; head dim 128, dense, non-causal, no hooks --
+:meth:`AttentionFwdSm100Kernel.cta_pair_reason`): clusters of two CTAs along x, CTAs ``2 i`` and
+``2 i + 1`` of query blocks ``2 i`` and ``2 i + 1``, whose tile ``g`` together form the 256 rows of
+one ``cta_group::2`` MMA issued by the even CTA's MMA warp (the odd CTA's MMA warp idles). Each CTA
+keeps its rows of S, P and O in its own tensor memory (allocated with ``cta_group::2``), loads its
+Q, half of each K block's keys and half of V's columns
+(:class:`~cutedsl.collective.attention_operands.AttentionOperands` with ``pair``; the loads complete
+on the even CTA's barriers); the MMA warp's commits are multicast to both CTAs, and the softmax and
+correction threads of both arrive on the even CTA's ``p_full`` / ``o_ready``. Both CTAs visit every
+KV block (the band of a non-causal call does not depend on the query rows) and work while the even
+CTA has rows: the odd CTA past the sequence computes on TMA's zero-filled Q and stores nothing.
 """
 from __future__ import annotations
 
@@ -122,7 +134,9 @@ class AttentionFwdSm100Kernel(SkeletonKernel):
     O whenever a row maximum grows; None: the class's :attr:`THRESHOLD`). ``exp2_poly``: how many
     of a row's 128 exponentials per KV block the polynomial evaluates on the FMA pipes (an even int
     0..128; None: :attr:`EXP2_POLY`). Raises ``ConfigError`` for a head dimension or dtype it
-    cannot build (:func:`reason`) or a bad ``exp2_poly`` (:meth:`exp2_poly_reason`)."""
+    cannot build (:func:`reason`) or a bad ``exp2_poly`` (:meth:`exp2_poly_reason`). ``cta_pair``:
+    the CTA-pair variant (module docstring); ``ConfigError`` where :meth:`cta_pair_reason` says why
+    not."""
 
     name = "attention_fwd_sm100"
     mma_atom = "tcgen05"

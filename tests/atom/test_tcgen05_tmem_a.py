@@ -92,6 +92,8 @@ def test_tmem_a_mma_on_emulator(n, dtype, b_major, rng):
 def test_tmem_a_refusals():
     with pytest.raises(ValueError, match=r"A in tensor memory is built for 128 rows per CTA \(M = 128 with cta_group 1, M = 256 with cta_group 2\)"):
         Umma(64, 64, "bf16").mma_tmem_a(None, None, None)
+    with pytest.raises(ValueError, match=r"128 rows per CTA .*got tcgen05.mma.cta_group::2 m128n64k16 bf16"):
+        Umma(128, 64, "bf16", cta_group=2).mma_tmem_a(None, None, None)      # a pair's M = 128: 64 rows each
     from cutedsl.atom.tmem_fragment import store_columns
     with pytest.raises(ValueError, match="tcgen05.st 32x32b stores a power of two 1..128 columns, got 3"):
         store_columns(None, 0, [None] * 3)
