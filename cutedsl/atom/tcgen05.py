@@ -322,8 +322,8 @@ class Umma(SmemOperands):
         columns per step), B a ``SmemTile`` or descriptor. With ``cta_group`` 2 (M = 256, a CTA
         pair; PTX ISA 9.7.16.10.9 allows ``[a-tmem]`` with either ``.cta_group``) each CTA holds its
         128 rows of A at the same TMEM address in its own tensor memory, as it holds its rows of D
-        (PTX ISA tcgen05 "Data path layout organization", the M = 256 layout: rows ``128 r ..`` at
-        lanes 0..127 of CTA ``r`` of the pair), and B's N rows are split between the two CTAs' shared memory.
+        (PTX ISA 9.7.16.10.5 "Data path layout organization", layout A -- M = 256 with cta_group::2:
+        rows ``128 r ..`` at lanes 0..127 of CTA ``r`` of the pair), and B's N rows are split between the two CTAs' shared memory.
         ``ValueError`` unless 128 rows per CTA (M = 128 with ``cta_group`` 1, 256 with 2) and a
         16-bit kind (what this form is built and tested for here)."""
         if self.a_rows != TMEM_LANES or KIND.get(self.dtype) != "f16":
