@@ -50,9 +50,12 @@ class Arch:
         return self.warpgroup_threads // self.warp_threads
 
     def launch_regs(self, threads: int) -> int:
-        """Registers per thread (``.maxnreg``, a multiple of 8) that lets one CTA of
-        ``threads`` threads be resident: ``regs_per_sm // threads`` rounded down to 8."""
-        return self.regs_per_sm // threads // 8 * 8
+        """Registers per thread (``.maxnreg``) that lets one CTA of ``threads`` threads be
+        resident: ``regs_per_sm // threads``, at most :attr:`max_regs_per_thread`, rounded down
+        to the allocation unit of 8. The clamp matters at 256 threads and fewer: 65536 / 256 is
+        256, past ptxas' per-thread ceiling of 255, and ptxas ignores such a ``.maxnreg``
+        altogether ("Too many maxnreg specified ... will be ignored"); 255 rounds down to 248."""
+        return min(self.regs_per_sm // threads, self.max_regs_per_thread) // 8 * 8
 
     def require(self, atom: str, who: str = "this kernel") -> None:
         """``ConfigError`` unless the target has atom family ``atom``."""

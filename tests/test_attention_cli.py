@@ -202,7 +202,9 @@ def test_backward_backend_none_compiles_and_reports(capsys, tmp_path):
                          "--backward", "--backend", "none", "--dump", str(tmp_path), "--json")
     rep = json.loads(out)
     b = rep["backward"]
-    assert status == 0 and b["executed"] is False and b["registers"] > 0 and b["grid"] == [2, 2, 1]
+    # head dim 128: one CTA per 128 keys (two MMA warpgroups), 384 threads
+    assert status == 0 and b["executed"] is False and b["registers"] > 0 and b["grid"] == [1, 2, 1]
+    assert b["threads"] == 384
     assert "time_ms" not in b and "passed" not in b and "passed" not in rep
     assert {p.name for p in tmp_path.rglob("*.ptx")} == {"attention_fwd.ptx", "attention_bwd_preprocess.ptx",
                                                          "attention_bwd.ptx", "attention_bwd_postprocess.ptx"}

@@ -1,5 +1,7 @@
-"""stmatrix atom: warp-collective store of 8x8 matrices of 16-bit elements to shared memory
-(PTX ``stmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16``, sm_90).
+"""stmatrix / ldmatrix atoms: warp-collective store and load of 8x8 matrices of 16-bit elements
+to / from shared memory (PTX ``stmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16``, sm_90, and
+``ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16``, sm_75+; PTX ISA "Warp-level matrix store instruction:
+stmatrix" / "Warp-level matrix load instruction: ldmatrix").
 
 Fragment (PTX ISA "Warp-level matrix store instruction: stmatrix"): for matrix ``k`` of the
 ``x{n}`` instruction, lane ``l`` holds register ``k`` = two packed 16-bit elements, row
@@ -54,6 +56,29 @@ def stmatrix(address, regs, trans: bool = False) -> None:
     nvvm.stmatrix(address, regs, layout, shape, elt)
 
 
+def ldmatrix(address, count: int = 4, trans: bool = False) -> list:
+    """``ldmatrix.sync.aligned.m8n8.x{count}[.trans].shared.b16``: ``count`` (1, 2, 4) i32 values.
+
+    The mirror of :func:`stmatrix`: lane ``l`` supplies ``address`` (i32/i64 shared-window byte
+    address, 16-byte aligned) of row ``l % 8`` of matrix ``l // 8``, and receives register ``k``
+    = matrix ``k``'s row ``l // 4``, 16-bit columns ``2 (l % 4)``, ``+1``; with ``trans`` it
+    receives column ``l // 4``, rows ``2 (l % 4)`` (bits 0-15) and ``+1`` (bits 16-31) instead.
+    The elements are only bits: 8-bit data moves as byte pairs. All 32 lanes execute it.
+    Raises ``ValueError`` for another count."""
+    if count not in (1, 2, 4):
+        raise ValueError(f"ldmatrix loads 1, 2 or 4 matrices, got {count!r}")
+    if not str(address.type).startswith("!llvm.ptr"):
+        address = llvm.inttoptr(ir.Type.parse("!llvm.ptr<3>"), V.i32(address))
+    i32 = ir.IntegerType.get_signless(32)
+    layout = ir.Attribute.parse("#nvvm.mma_layout<%s>" % ("col" if trans else "row"))
+    shape = ir.Attribute.parse("#nvvm.ld_st_matrix_shape<m = 8, n = 8>")
+    elt = ir.Attribute.parse("#nvvm.ld_st_matrix_elt_type<b16>")
+    if count == 1:
+        return [V.Scalar(nvvm.ldmatrix(i32, address, 1, layout, shape, elt), signed=False)]
+    res = nvvm.ldmatrix(llvm.StructType.get_literal([i32] * count), address, count, layout, shape, elt)
+    return [V.Scalar(llvm.extractvalue(i32, res, [k]), signed=False) for k in range(count)]
+
+
 def accumulator_x4_rows(lane, trans: bool = False) -> tuple:
     """For an ``x4`` store of a 16 x 16 accumulator block: ``(row, col)`` offsets (IR i32,
     within the destination block) of the row this ``lane`` (IR i32, 0..31) addresses. Matrix
@@ -66,4 +91,4 @@ def accumulator_x4_rows(lane, trans: bool = False) -> tuple:
     return r * 8 + lane % 8, c * 8
 
 
-__all__ = ["pack_b16x2", "stmatrix", "accumulator_x4_rows", "PACKED"]
+__all__ = ["pack_b16x2", "stmatrix", "ldmatrix", "accumulator_x4_rows", "PACKED"]

@@ -175,3 +175,22 @@ def bulk_wait_group(n: int = 0, read: bool = True) -> None:
     """``cp.async.bulk.wait_group[.read] n``: wait until at most ``n`` groups are pending
     (``read``: only until their shared-memory sources may be reused)."""
     nvvm.cp_async_bulk_wait_group(n, read=ir.UnitAttr.get() if read else None)
+
+
+BULK_ALIGN = 16     #: bytes: addresses and size of a non-tensor bulk copy (PTX ISA cp.async.bulk)
+
+
+def bulk_load(dst, src, size: int, barriers, i) -> None:
+    """``cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes``: copy ``size``
+    contiguous bytes from global ``src`` (an ``!llvm.ptr<1>``, e.g. ``GlobalPtr.address(i)``)
+    to shared ``dst`` (shared-window byte address, IR integer), completing ``size``
+    transaction bytes on mbarrier ``i`` of ``barriers`` (an ``MBarriers``; the caller armed
+    it with them). No tensor map: both addresses and ``size`` must be multiples of 16 (PTX
+    ISA 9.7.9.25.4.1, cp.async.bulk); ``ValueError`` for a size that is not. The copy is in
+    the async proxy, like a TMA load: a waiter on the barrier's phase sees the bytes."""
+    from mlir.dialects import llvm
+    if size <= 0 or size % BULK_ALIGN:
+        raise ValueError(f"bulk_load: size must be a positive multiple of {BULK_ALIGN} bytes, got {size}")
+    dptr = llvm.inttoptr(ir.Type.parse("!llvm.ptr<7>"), V.to_type(dst, "i32", signed=False))
+    bptr = llvm.inttoptr(ir.Type.parse("!llvm.ptr<3>"), barriers.address(i))
+    nvvm.cp_async_bulk_shared_cluster_global(dptr, src, bptr, V.i32(size))

@@ -111,9 +111,10 @@ def _reference(sweep, sets, causal):
     return reference_for(sweep, sets, causal, _sdpa, lambda s, c: attention_reference(*s[0], causal=c)[0])
 
 
-def run_attention_set(sweep, set_name: str, cfgs: list) -> dict:
+def run_attention_set(sweep, set_name: str, cfgs: list, shapes=None) -> dict:
     """The rows of an attention set; ``sweep`` is the :class:`~.runner.Sweep` (library, timer,
-    backend, ``make_attention``; ``make_attention_bwd`` for ``attention-bwd``)."""
+    backend, ``make_attention``; ``make_attention_bwd`` for ``attention-bwd``). ``shapes``: the
+    ``(batch, seqlen, hidden, causal)`` problems to run instead of the set's (a subset of it)."""
     from ..problem import attention_flops
     from .runner import summarize, tolerance
     from .shapes import BACKWARD_SETS
@@ -122,7 +123,7 @@ def run_attention_set(sweep, set_name: str, cfgs: list) -> dict:
     else:
         phase = FORWARD
     rows = []
-    for batch, seqlen, hidden, causal in shapes_for(set_name, sweep.backend.name):
+    for batch, seqlen, hidden, causal in shapes if shapes is not None else shapes_for(set_name, sweep.backend.name):
         for cfg in cfgs:
             heads, d = hidden // cfg.head_dim, cfg.head_dim
             if heads == 0:                       # a head wider than the hidden size (the emulator's tiny shapes)

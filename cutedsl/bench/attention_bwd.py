@@ -5,8 +5,8 @@ backward benchmark, on the ``attention`` set's problems (:data:`.shapes.ATTENTIO
 
 The backward alone is timed: cutedsl's O and LSE come from an untimed forward and each launch
 runs the prepared call's three kernels (``D = rowsum(dO * O)``, dK/dV, the dQ conversion) after
-clearing the f32 dQ workspace -- today a host-to-device copy of zeros (``runtime.arrays.zero_fill``;
-the backends have no memset yet), which the time includes; SDPA's is ``torch.autograd.grad`` of its
+clearing the f32 dQ workspace -- a device fill (``runtime.arrays.zero_fill``: ``Backend.zero``,
+``cuMemsetD32Async`` on a GPU, in launch order), which the time includes; SDPA's is ``torch.autograd.grad`` of its
 output with ``retain_graph`` (FlashAttention's ``benchmark_backward``). TFLOP/s are counted as FlashAttention
 counts the backward: 2.5x the forward's FLOPs (:data:`FLOPS`). The check: dQ, dK and dV of the
 first input set against SDPA flash's (the row's ``max_rel_diff`` is the largest of the three); on

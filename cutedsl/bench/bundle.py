@@ -10,6 +10,8 @@ cache entry. What the run needs is derived from the same records the run reads:
 * the problems' configs, each as called on the real and on the dry-run shape
   (:func:`.plans.kernel_configs`: layout variants such as ``raster="N"`` included);
 * the main job: :func:`cutedsl.cliargs.gemm_config`;
+* the attention kernels of the plan (:data:`.plans.LEASE_ATTENTION`: forward and backward, each as
+  the call builds it, :func:`.plans.attention_kernels`), for the ``gpu`` tests and the attention step;
 * the ``gpu``-marked tests: run under :mod:`.capture` (compile, stop at the first launch).
 """
 from __future__ import annotations
@@ -37,7 +39,7 @@ def plan_for(plan_name: str, arch: str | None = None) -> dict:
     architecture's bundle times the same problems with that architecture's model pick
     (:func:`.plans.problem_configs`), runs the main job with ``--arch`` added (the smoke plan's
     ``--schedule multistage`` dropped: it is sm_90a's), and no ``gpu`` tests (they drive the
-    sm_90a CUDA backend). ``ConfigError`` for an unknown architecture."""
+    sm_90a CUDA backend), no attention kernels (likewise). ``ConfigError`` for an unknown architecture."""
     from ..arch import ARCHS, DEFAULT
     from ..errors import one_of
     plan = dict(PLANS[plan_name], arch=None)
@@ -53,7 +55,7 @@ def plan_for(plan_name: str, arch: str | None = None) -> dict:
             skip = True             # the architecture's default schedule instead
         else:
             args.append(a)
-    return dict(plan, main_args=args + ["--arch", arch], tests=[], arch=arch)
+    return dict(plan, main_args=args + ["--arch", arch], tests=[], arch=arch, attention=())
 
 
 def _parse(argv):
@@ -88,6 +90,25 @@ def _entries(cache_dir: Path) -> set:
 
 def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def compile_attention(specs, log=print) -> list:
+    """Compile the attention kernels of ``specs`` (:data:`.plans.LEASE_ATTENTION` rows) into the
+    default cache; returns ``[{"spec", "keys"}]``. ``CacheError`` naming the first that fails."""
+    from .plans import attention_kernels, attention_label
+    out = []
+    for spec in specs:
+        keys = []
+        for kern in attention_kernels(spec):
+            try:
+                ck = kern.compile()
+            except Exception as e:       # noqa: BLE001 - reported with the kernel's name
+                raise CacheError(f"{attention_label(spec)} ({type(kern).__name__}) failed to compile: "
+                                 f"{type(e).__name__}: {e}") from None
+            keys.append(ck.key)
+        out.append({"spec": list(spec), "keys": keys})
+        log(f"  {attention_label(spec)}: {len(keys)} kernel(s)")
+    return out
 
 
 def build(out: Path, plan_name: str = "gpu", log=print, arch: str | None = None) -> dict:
@@ -127,6 +148,7 @@ def build(out: Path, plan_name: str = "gpu", log=print, arch: str | None = None)
     if bad:
         raise CacheError(f"{len(bad)} kernels failed to compile; the first, {label(bad[0].config)}: {bad[0].error}")
     kernels = [{"config": label(r.config), "key": r.key} for r in results]
+    attention = compile_attention(plan.get("attention", ()), log)      # before the tests: they reuse them
     tests = []
     for t in plan["tests"]:
         before = _entries(cache_dir)
@@ -148,7 +170,7 @@ def build(out: Path, plan_name: str = "gpu", log=print, arch: str | None = None)
     Gemm(gemm_config(_parse(plan["main_args"])), "none").save(out / EXPORT)
     size = _size(cache_dir) + _size(out / EXPORT)
     manifest = {"plan": plan_name, **plan, "arch": arch or cfgs[0].arch, "problems": problems,
-                "attention": [],            # no attention front end yet: the run's attention step skips
+                "attention": [list(x) for x in plan.get("attention", ())], "attention_kernels": attention,
                 "export": EXPORT, "created_utc": datetime.datetime.now(datetime.timezone.utc)
                 .isoformat(timespec="seconds"), "source_hash": source_hash(), "toolchain": versions(),
                 "kernels": kernels, "tests_compiled": tests, "entries": sorted(_entries(cache_dir)),
@@ -168,6 +190,8 @@ def _plan_drift(manifest: dict) -> list:
     want = plan_for(manifest["plan"], manifest.get("arch"))
     got_problems = [[p["set"], *p["shape"], p["dtype"], p["out_dtype"], p["study"]] for p in manifest["problems"]]
     bad = [key for key in ("tests", "dry_tests", "main_args", "candidates") if manifest.get(key) != want.get(key)]
+    if manifest.get("attention", []) != [list(x) for x in want.get("attention", ())]:
+        bad.append("attention")
     if got_problems != [list(x) for x in want["problems"]]:
         bad.append("problems")
     return [f"the bundle's plan {manifest['plan']!r} differs from this checkout's in {', '.join(bad)}: rebuild it "
@@ -198,6 +222,14 @@ def verify(out: Path, log=print) -> list:
             problems.append(f"missing from the cache: {label(cfg)}")
         else:
             found += 1
+    from .plans import attention_kernels, attention_label
+    for spec in manifest.get("attention", []):
+        kerns = attention_kernels(spec)
+        missing = [type(k).__name__ for k in kerns if KernelCache(out / "cache").get(k.cache_key()[0]) is None]
+        if missing:
+            problems.append(f"missing from the cache: {attention_label(spec)} ({', '.join(missing)})")
+        else:
+            found += len(kerns)
     for name in manifest["entries"]:
         d = out / "cache" / name
         subs = [p for p in d.iterdir() if (p / "kernel.json").is_file()] if d.is_dir() else []
@@ -213,7 +245,7 @@ def verify(out: Path, log=print) -> list:
             load(out / manifest["export"], backend="none")
         except CacheError as e:
             problems.append(f"the exported main job does not load: {e}")
-    log(f"bundle {out}: plan {manifest['plan']}, {found} plan configs found, {len(manifest['entries'])} entries "
+    log(f"bundle {out}: plan {manifest['plan']}, {found} plan kernels found, {len(manifest['entries'])} entries "
         f"checked, {manifest['size_bytes'] / 2**20:.2f} MiB, {len(problems)} problems")
     for p in problems:
         log(f"  PROBLEM: {p}")

@@ -60,6 +60,10 @@ class CompileOnlyBackend(Backend):
     def launch(self, handle, grid, params, *, block, cluster=(1, 1, 1), smem=0, stream=None) -> None:
         raise CompileOnly(f"compiled {handle}; compile-only backend launches nothing")
 
+    def memset(self, dst, value, nbytes, offset=0, *, width=1) -> None:
+        """Device work, like a launch: a test (or a launch's zero fill) stops here."""
+        raise CompileOnly("compile-only backend runs no device fill")
+
     def synchronize(self) -> None:
         pass
 

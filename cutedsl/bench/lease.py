@@ -10,8 +10,9 @@ device's own Python on the bundle (``CUTEDSL_CACHE_DIR`` = the bundle's cache, n
 2. ``tests``: ``pytest -m gpu`` on the plan's test files (every kernel family bit-identical
    with the emulator; torch / cupy / DLPack operands; the torch op);
 3. ``bench``: the plan's problems against cuBLAS (:mod:`.lease_bench`);
-4. ``attention``: the attention forward against SDPA -- skipped with "no attention kernels in
-   this bundle" while the library has none;
+4. ``attention``: the attention forward against SDPA's flash and cuDNN backends at seqlen 4k and
+   16k, head dim 128, causal and not (:mod:`.attention_bench`) -- skipped with "no attention
+   kernels in this bundle" for a bundle whose plan has none;
 5. ``startup``: launch overhead per call, cold-start and load times (:mod:`.startup`).
 
 Before a step the driver reads the clock: a step whose minimum time no longer fits is skipped
@@ -20,7 +21,7 @@ the steps after it. A step past its limit gets SIGINT (pytest then writes its re
 SIGKILL 10 s later. Everything lands flat in ``--out`` (the device tool brings back 8 files):
 ``gpu_run.log`` (every step's output), ``summary.json`` (device, clocks as read before and
 after, each step's status, seconds, limit and seconds left), ``gpu_tests.xml``, ``bench.json``,
-``bench.csv``, ``startup.json`` (and ``attention.json`` once it exists). The end of the output
+``bench.csv``, ``startup.json``, ``attention.json``. The end of the output
 is a short table of all of it.
 
 ``--dry-run``: the emulator instead of the GPU (the ``gpu`` tests with the emulator as their
@@ -108,8 +109,8 @@ class Lease:
         if name == "attention":
             if not self.manifest.get("attention"):
                 return None, "no attention kernels in this bundle"
-            return [py, "-m", "cutedsl.bench.attention_bench", "--bundle", b, "--backend", backend, "--json",
-                    str(o / "attention.json")], {}
+            return [py, "-m", "cutedsl.bench.attention_bench", "--bundle", b, "--backend", backend, "--deadline",
+                    f"{time.time() + limit - GRACE_S:.1f}", "--json", str(o / "attention.json")], {}
         if name == "startup":
             return [py, "-m", "cutedsl.bench.startup", "--bundle", b, "--backend", backend, "--json",
                     str(o / "startup.json")], {}

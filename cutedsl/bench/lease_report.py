@@ -1,6 +1,6 @@
 """The end-of-run table of a GPU lease, from the files it left in its output folder
-(``summary.json``, ``gpu_tests.xml``, ``bench.json``, ``startup.json``): what the device tool's
-reply shows, and what ``python -m cutedsl.bench.lease_report OUT`` prints again from the files
+(``summary.json``, ``gpu_tests.xml``, ``bench.json``, ``attention.json``, ``startup.json``): what
+the device tool's reply shows, and what ``python -m cutedsl.bench.lease_report OUT`` prints again from the files
 brought back (docs/gpu-lease.md: writing docs/performance.md from them)."""
 from __future__ import annotations
 
@@ -65,6 +65,15 @@ def _note(step: str, out: Path) -> str:
         return (f"{len(ps)} problems, {sum(p['timed'] for p in ps)} timed, {sum(p['skipped'] for p in ps)} skipped, "
                 f"{sum(p['failed'] for p in ps)} failed; geomean/ref model {f(g.get('model_ratio'))} "
                 f"best {f(g.get('best_ratio'))}")
+    if step == "attention":
+        a = _load(out / "attention.json")
+        if not a:
+            return "no attention.json"
+        s = a.get("summary", {})
+        f = lambda v: "-" if v is None else f"{v:.3f}"     # noqa: E731
+        return (f"{s.get('problems', 0)} problems, {s.get('timed', 0)} timed, {s.get('skipped', 0)} skipped, "
+                f"{s.get('failed', 0)} failed; geomean/SDPA flash {f(s.get('geomean_ratio_flash'))} "
+                f"cuDNN {f(s.get('geomean_ratio_cudnn'))}")
     if step == "startup":
         s = _load(out / "startup.json")
         if not s:
@@ -96,6 +105,11 @@ def report(out) -> str:
     if b and b.get("problems"):
         from .lease_bench import table
         lines += ["--- cuBLAS side by side (TFLOP/s; ratio = cutedsl / reference)", table(b)]
+    a = _load(out / "attention.json")
+    if a and a.get("rows"):
+        from .attention_bench import table as attention_table
+        lines += ["--- attention forward vs SDPA (TFLOP/s as FlashAttention counts; ratio = cutedsl / SDPA)",
+                  attention_table(a)]
     st = _load(out / "startup.json")
     if st:
         from .startup import table

@@ -30,6 +30,14 @@ SMOKE_PROBLEMS = (
     ("square", 130, 70, 96, "f16", "f16", None),
     ("fp8", 64, 200, 128, "e4m3", "bf16", None),
 )
+#: the attention kernels of a lease (issue 43: the ``gpu`` tests' attention forward and the step against
+#: SDPA), sm_90a bf16: ``(pass, head_dim, causal, varlen)`` -- the forward at head dims 128 and 64, causal
+#: and not, dense, and one varlen; the backward at head dim 128, causal and not
+LEASE_ATTENTION = (("forward", 128, False, False), ("forward", 128, True, False), ("forward", 64, False, False),
+                   ("forward", 64, True, False), ("forward", 128, False, True), ("backward", 128, False, False),
+                   ("backward", 128, True, False))
+#: a smoke plan's: the forward kernels the attention step times (head dim 128, causal and not)
+SMOKE_ATTENTION = LEASE_ATTENTION[:2]
 #: the tile of the paper's stage study (NVDSL's multistage GEMM) and its stage counts
 STAGE_STUDY_TILE = (128, 128, 64)
 STAGE_STUDY = tuple(range(1, 8))
@@ -41,10 +49,12 @@ PLANS = {
     "gpu": {
         "problems": LEASE_PROBLEMS,
         "candidates": 8,              # the tuner's candidates per problem, after the model's pick
-        "tests": ["tests/device/test_gpu.py", "tests/device/test_gpu_families.py"],
+        "tests": ["tests/device/test_gpu.py", "tests/device/test_gpu_families.py",
+                  "tests/device/test_gpu_attention.py"],
         # what a dry run runs on the emulator (test_gpu.py's 1000^3 problems would take it hours)
-        "dry_tests": ["tests/device/test_gpu_families.py"],
+        "dry_tests": ["tests/device/test_gpu_families.py", "tests/device/test_gpu_attention.py"],
         "main_args": ["gemm", "--m", "1000", "--n", "1000", "--k", "1000", "--check"],
+        "attention": LEASE_ATTENTION,
     },
     # a few kernels: what the dry-run test of the bundle and the runner builds
     "smoke": {
@@ -53,6 +63,7 @@ PLANS = {
         "tests": ["tests/device/test_gpu_families.py::test_family_bit_identical[multistage]"],
         "main_args": ["gemm", "--m", "300", "--n", "200", "--k", "160", "--schedule", "multistage", "--stages", "2",
                       "--out-dtype", "f16", "--check"],
+        "attention": SMOKE_ATTENTION,
     },
 }
 
@@ -128,3 +139,23 @@ def manifest_problems(plan: dict, arch: str | None = None) -> list:
                      "out_dtype": out_dt, "study": study,
                      "configs": [json.loads(json.dumps(c.fields(), default=list)) for c in cfgs]})
     return rows
+
+
+def attention_kernels(spec) -> list:
+    """The kernel objects (not compiled) an attention call of ``spec`` runs -- a
+    :data:`LEASE_ATTENTION` row ``(pass, head_dim, causal, varlen)``, bf16 on sm_90a: the forward's
+    one kernel (a causal call is a band with no left edge: ``local`` and ``causal``, as
+    ``Attention`` builds it), or the backward's three (``AttentionBackward.kernels``)."""
+    from ..device.attention_bwd import AttentionBackward
+    from ..device.attention_config import AttentionConfig
+    pas, head_dim, causal, varlen = spec
+    cfg = AttentionConfig(head_dim=int(head_dim), dtype="bf16")
+    if pas == "forward":
+        return [cfg.kernel(local=bool(causal), causal=bool(causal), varlen=bool(varlen))]
+    return list(AttentionBackward(cfg).kernels(cfg, local=bool(causal), varlen=bool(varlen)))
+
+
+def attention_label(spec) -> str:
+    """``attention forward d128 causal varlen``: what a missing kernel is called."""
+    pas, d, causal, varlen = spec
+    return f"attention {pas} d{d} {'causal' if causal else 'full'}{' varlen' if varlen else ''}"

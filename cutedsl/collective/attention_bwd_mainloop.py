@@ -1,20 +1,27 @@
-"""The MMA warpgroup's main loop of a FlashAttention-3-style attention backward (dK/dV kernel): the
-CTA owns one KV block of 64 keys and visits every query block that attends it, for each query
-head sharing its K/V head (GQA), accumulating dK and dV in registers and adding dQ into an f32
-workspace.
+"""The MMA warpgroups' main loop of a FlashAttention-3-style attention backward (dK/dV kernel): the
+CTA owns one KV block of 64 keys per MMA warpgroup (one or two: 64 or 128 keys, as FA3/FA4, each
+warpgroup owning 64 keys x the whole head dimension) and visits every query block that attends it,
+for each query head sharing its K/V head (GQA), accumulating dK and dV in registers and adding dQ
+into an f32 workspace. Two warpgroups share each query block's Q, dO, LSE and D (loaded once) and
+its dQ: both store their dS into one ``[64 x 128]`` tile, and warpgroup ``w`` computes the dQ
+chunks ``w, w + 2, ..`` over all 128 keys (``dQ = dS K``, two 64-key k-tiles), so the block's dQ
+is staged once and reduced once (one bulk reduction per 64 x 128 block, not one per warpgroup).
 
 Per query block (64 queries; the accumulators are transposed, rows = keys, as FlashAttention-2/3
 compute them, so that P^T and dS^T are register A operands):
 
 1. ``S^T = K Q^T`` and ``dP^T = V dO^T`` (SS WGMMA, two commit groups);
-2. while they run, each thread loads the log-sum-exp (times log2 e) and ``D = rowsum(dO * O)``
-   of its 16 query columns (``ld.global``; 0 past the sequence);
+2. while they run, each thread reads the log-sum-exp (times log2 e) and ``D = rowsum(dO * O)``
+   of its 16 query columns from the slot's ``stats`` buffer (8 ``ld.shared.v2.f32`` each; the
+   producer copied them from the preprocess's padded workspace, 0 past the sequence:
+   :meth:`~cutedsl.collective.attention_bwd_operands.AttentionBwdOperands.stat_pair`);
 3. ``P^T = exp2(S^T * scale * log2 e - LSE * log2 e)`` (masked entries ``-inf`` first: the band
    transposed -- key ``j`` keeps queries ``j - shift - right .. j - shift + left`` -- and keys
    past ``seqlen_k``);
 4. ``dS^T = P^T * (dP^T - D)``;
 5. ``dS`` to shared memory (``stmatrix``), then ``dV += P^T dO`` and ``dK += dS^T Q`` (WGMMA
-   with A from registers) and ``dQ = dS K`` (SS) in 64-column chunks;
+   with A from registers) and ``dQ = dS K`` (SS) in 64-column chunks (with two warpgroups a
+   named barrier over both first: each chunk reads both warpgroups' dS);
 6. each chunk of ``dQ`` (unscaled) into shared memory in fragment order, then one thread adds the
    whole block into its slab of the f32 workspace with one ``cp.reduce.async.bulk .add.f32``
    (:class:`~cutedsl.collective.attention_bwd_dq.DqStaging`; rows past the sequence land in the
@@ -65,10 +72,10 @@ class BwdUnit:
     """One (KV block, query head) of the loop, IR values: ``batch``, ``head`` (the query head),
     ``n_block`` and ``n0`` (its first key within the sequence), ``seqlen_q``, ``seqlen_k``,
     ``left`` / ``right`` (band extents), ``dq_block0`` (the workspace slab of the unit's query
-    block 0: :class:`~cutedsl.collective.attention_bwd_dq.DqStaging` layout), ``lse_base`` (element of LSE / D of
-    the head's query 0), ``heads``, ``exp_scale`` (``softmax_scale * log2 e``), ``sem_base``
-    (deterministic: element of the head's first query-block semaphore), and the kernel's pointer
-    parameters ``lse``, ``dpsum`` (D), ``dq_accum`` (f32 workspace), ``semaphores``."""
+    block 0: :class:`~cutedsl.collective.attention_bwd_dq.DqStaging` layout, also the LSE / D
+    slabs'), ``heads``, ``exp_scale`` (``softmax_scale * log2 e``), ``sem_base`` (deterministic:
+    element of the head's first query-block semaphore), and the kernel's pointer parameters
+    ``dq_accum`` (f32 workspace), ``semaphores``."""
     batch: object
     head: object
     n_block: object
@@ -78,11 +85,8 @@ class BwdUnit:
     left: object
     right: object
     dq_block0: object
-    lse_base: object
     heads: object
     exp_scale: object
-    lse: object
-    dpsum: object
     dq_accum: object
     sem_base: object = None
     semaphores: object = None
@@ -101,7 +105,8 @@ class AttentionBwdMainloop:
         self.s_mma = WarpgroupMMA(ATOM_M, o.block_m, o.dtype, b_major="K")
         self.kv_mma = WarpgroupMMARegA(ATOM_M, o.head_dim, o.dtype, b_major="MN")
         self.dq_mma = WarpgroupMMA(ATOM_M, o.traits.mn_box, o.dtype, b_major="MN")     # one 64-column chunk
-        self.bar = NamedBarrier(BWD_BARRIER, warpgroup_threads)
+        self.wgs = o.key_tiles                                          # MMA warpgroups
+        self.bar = NamedBarrier(BWD_BARRIER, warpgroup_threads * self.wgs)
         self.dq = DqStaging.for_kernel(o.head_dim, o.block_m, o.dtype)
 
     # -- ranges ------------------------------------------------------------------------
@@ -125,19 +130,24 @@ class AttentionBwdMainloop:
         return n_block - r.n_min
 
     # -- descriptors -----------------------------------------------------------------
-    def descriptors(self, ops) -> dict:
-        """Slot-0 descriptors: K and V per k-tile (A), Q and dO (K-major B and the MN-major
-        reading), K's boxes as MN-major B chunks of ``dQ = dS K``, and dS (A)."""
-        o, sm = self.ops_desc, ops.smem
-        kt = range(o.d_tiles)
-        return {"k": [self.s_mma.descriptor(o.k_tile(sm["k"], 0, j), "A") for j in kt],
-                "v": [self.s_mma.descriptor(o.k_tile(sm["v"], 0, j), "A") for j in kt],
+    def descriptors(self, ops, w=0) -> dict:
+        """Slot-0 descriptors of MMA warpgroup ``w`` (int or IR i32): its 64 rows of K and V per
+        k-tile (A), Q and dO (K-major B and the MN-major reading), K's boxes as MN-major B of
+        its ``dQ = dS K`` chunks (``k_mn[j * wgs + h]``: chunk ``w + wgs j``, keys ``64 h ..``),
+        and dS (A, per 64 keys)."""
+        o, sm, t = self.ops_desc, ops.smem, self.ops_desc.traits
+        kt, parts = range(o.d_tiles), range(self.wgs)
+        rows = w * t.tile_bytes(t.k_tile)                   # the warpgroup's keys within a K/V box
+        box = w * t.tile_bytes(o.block_n)                   # its first dQ chunk's K box
+        return {"k": [self.s_mma.descriptor(o.k_tile(sm["k"], 0, j), "A").offset(rows) for j in kt],
+                "v": [self.s_mma.descriptor(o.k_tile(sm["v"], 0, j), "A").offset(rows) for j in kt],
                 "q": self.s_mma.descriptor(o.k_tile(sm["q"]), "B"),
                 "do": self.s_mma.descriptor(o.k_tile(sm["do"]), "B"),
                 "q_mn": self.kv_mma.descriptor(o.mn_view(o.k_tile(sm["q"])), "B"),
                 "do_mn": self.kv_mma.descriptor(o.mn_view(o.k_tile(sm["do"])), "B"),
-                "k_mn": [self.dq_mma.descriptor(o.mn_view(o.k_tile(sm["k"], 0, j), 1), "B") for j in kt],
-                "ds": self.dq_mma.descriptor(sm["ds"].tile(0), "A")}
+                "k_mn": [self.dq_mma.descriptor(o.mn_view(o.k_tile(sm["k"], 0, self.wgs * j, h), 1), "B").offset(box)
+                         for j in range(o.d_tiles // self.wgs) for h in parts],
+                "ds": [self.dq_mma.descriptor(o.ds_tile(sm["ds"], h), "A") for h in parts]}
 
     def _in_loop(self, desc: dict) -> dict:
         """The descriptors to use inside one iteration: at head dim 128 (dK and dV hold 128 of
@@ -156,24 +166,23 @@ class AttentionBwdMainloop:
         return desc.stage(stage, ops.smem[name].buf.stage_bytes).offset(kt * t.tile_bytes(t.k_tile))
 
     # -- one query block ---------------------------------------------------------------
-    def _columns(self, unit: BwdUnit, ptr, m0, c0, scale=None) -> dict:
-        """``{column offset: value}`` of ``ptr`` (f32, LSE or D) at this thread's query columns
-        (times ``scale``; 0 past the sequence, where the mask zeroes P)."""
-        src = cir.GlobalPtr(ptr, "f32")
+    def _stats(self, ops, stage, which: int, c0) -> dict:
+        """``{column offset: value}`` of slot ``stage``'s LSE * log2 e (``which`` 0) or D (1) at
+        this thread's query columns (``c0 + offset``): the fragment's columns come in adjacent
+        pairs, one ``ld.shared.v2.f32`` each."""
         out = {}
         for i in range(self.s_mma.n // 2):
             off = WgmmaFragment.offset(0, i)[1]
-            if off not in out:
-                q = m0 + c0 + off
-                ok = q < unit.seqlen_q
-                x = src.load(V.select(ok, unit.lse_base + q, V.i32(unit.lse_base)))
-                out[off] = V.select(ok, x * scale if scale is not None else x, F._f32(0.0))
+            if off not in out and off % 2 == 0:
+                out[off], out[off + 1] = self.ops_desc.stat_pair(ops, stage, which, c0 + off)
         return out
 
-    def _mask(self, unit: BwdUnit, s: Accumulator, m0, r0, c0) -> Accumulator:
+    def _mask(self, unit: BwdUnit, s: Accumulator, m0, rk, c0) -> Accumulator:
+        """``s`` with masked entries ``-inf``; ``rk``: this thread's first key row within the
+        CTA's KV block (its warpgroup's 64 w included)."""
         limits = []
         for h in range(ROW_HALVES):
-            key = unit.n0 + r0 + WgmmaFragment.offset(0, 2 * h)[0]
+            key = unit.n0 + rk + WgmmaFragment.offset(0, 2 * h)[0]
             lo, hi = self.mask.row_limits(key, unit.seqlen_k, unit.seqlen_q, m0, unit.right, unit.left)
             limits.append((lo, V.select(key < unit.seqlen_k, hi, lo)))     # keys past the sequence: none
         return self.mask.apply(s, lambda b, i: row_half(i), lambda b, i: c0 + WgmmaFragment.offset(b, i)[1],
@@ -188,50 +197,62 @@ class AttentionBwdMainloop:
                                  fence=kt == 0, commit=kt == n - 1)
         return acc
 
-    def step(self, ops, desc, unit: BwdUnit, m_block, st: PipelineState, dk, dv, masked: bool) -> tuple:
-        """One query block: returns the new ``(dk, dv)``."""
+    def step(self, ops, desc, unit: BwdUnit, m_block, st: PipelineState, dk, dv, masked: bool, w=0) -> tuple:
+        """One query block for MMA warpgroup ``w`` (int or IR i32): returns the new ``(dk, dv)``."""
         o = self.ops_desc
         desc = self._in_loop(desc)
         m0 = m_block * o.block_m
         wt = cir.thread_idx() % self.wg_threads
-        r0, c0 = (V.i32(x) for x in WgmmaFragment.thread_base(wt))
+        c0 = V.i32(WgmmaFragment.thread_base(wt)[1])
         ops.qdo_pipe.consumer_wait(st)
         s = self._issue_t(ops, desc, "k", "q", st)            # S^T = K Q^T
         dp = self._issue_t(ops, desc, "v", "do", st)          # dP^T = V dO^T
         # LSE while the GEMMs run, D only once P is formed: fewer registers live beside dK and dV
-        lse2 = self._columns(unit, unit.lse, m0, c0, LOG2E)
+        lse2 = self._stats(ops, st.index, 0, c0)
         self.s_mma.wait(1)
         s = s.pinned()
         if masked:
-            s = self._mask(unit, s, m0, r0, c0)
+            # the fragment row of thread t of the MMA warpgroups together is 64 w + its row in
+            # warpgroup w: the key row without w as one more live value
+            rk = V.i32(WgmmaFragment.thread_base(cir.thread_idx() % (self.wg_threads * self.wgs))[0])
+            s = self._mask(unit, s, m0, rk, c0)
         p = s.map_regs(lambda x, b, i: F.exp2(F.fma(x, unit.exp_scale, -lse2[WgmmaFragment.offset(b, i)[1]])))
-        dsum = self._columns(unit, unit.dpsum, m0, c0)
+        dsum = self._stats(ops, st.index, 1, c0)
         self.s_mma.wait(0)
         dp = dp.pinned()
         ds = dp.map_regs(lambda x, b, i: p.get(b, i) * (x - dsum[WgmmaFragment.offset(b, i)[1]]))
         pf, dsf = AFragment.from_accumulator(p, o.dtype), AFragment.from_accumulator(ds, o.dtype)
-        with cir.If(wt.eq(0)):        # the previous block's bulk reduction has read the dQ staging buffer
+        issuer = self._issuer()
+        with cir.If(issuer):          # the previous block's bulk reduction has read the dQ staging buffer
             bulk_wait_group(0, read=True)
         self.bar.sync()               # every warp waited for the previous dQ GEMM: dS may be overwritten
-        store_operand(ds, ops.smem["ds"].tile(0), "B", warpgroup_thread=wt)
+        store_operand(ds, o.ds_tile(ops.smem["ds"], w), "B", warpgroup_thread=wt)
         fence_proxy_async()           # generic-proxy stmatrix before the async-proxy WGMMA read
         self.bar.sync()
         dv = self.kv_mma.mma(dv, pf, self._at(ops, desc["do_mn"], "do", st.index), fence=True, commit=False)
         dk = self.kv_mma.mma(dk, dsf, self._at(ops, desc["q_mn"], "q", st.index), fence=False, commit=True)
-        # dQ = dS K in 64-column chunks, each staged before the next is issued: 32 registers
-        # live beside dK and dV instead of head_dim / 2
-        for c in range(o.d_tiles):
-            dq = self.dq_mma.mma(self.dq_mma.undef(), desc["ds"], desc["k_mn"][c], accumulate=False, fence=c > 0)
+        # dQ = dS K in 64-column chunks (this warpgroup's: every wgs-th), each staged before the
+        # next is issued: 32 registers live beside dK and dV instead of head_dim / 2
+        for j in range(o.d_tiles // self.wgs):
+            dq = self.dq_mma.undef()
+            for h in range(self.wgs):        # K = the CTA's keys, 64 per k-tile
+                dq = self.dq_mma.mma(dq, desc["ds"][h], desc["k_mn"][j * self.wgs + h], accumulate=h > 0,
+                                     fence=j > 0 and h == 0, commit=h == self.wgs - 1)
             self.s_mma.wait(0)
-            if c == 0:
+            if j == 0:
                 dk, dv = dk.pinned(), dv.pinned()
                 ops.qdo_pipe.consumer_release_warp(st)
-            self.dq.store(ops.smem, dq.pinned(), c, wt)
+            self.dq.store(ops.smem, dq.pinned(), w + self.wgs * j, wt)
         fence_proxy_async()           # generic-proxy stores before the async-proxy bulk reduction reads them
         self.bar.sync()
-        with cir.If(wt.eq(0)):
+        with cir.If(issuer):
             self._send_dq(ops, unit, m_block)
         return dk, dv
+
+    @staticmethod
+    def _issuer():
+        """The one thread of the bulk reductions: thread 0 of MMA warpgroup 0 (the CTA's)."""
+        return cir.i32(cir.thread_idx()).eq(0)
 
     def _send_dq(self, ops, unit: BwdUnit, m_block) -> None:
         """One thread: the staged dQ block into its workspace slab; deterministic mode waits
@@ -249,10 +270,11 @@ class AttentionBwdMainloop:
         sems.store_release(idx, V.u32(rank + 1))
 
     # -- the loops ---------------------------------------------------------------------
-    def run(self, ops, unit_of, group, rng: BlockRange) -> tuple:
-        """All query blocks of ``rng`` (from :meth:`query_blocks`) for each of the ``group``
-        query heads (``unit_of(g)`` -> :class:`BwdUnit`); returns ``(dK, dV)`` unscaled."""
-        desc = self.descriptors(ops)
+    def run(self, ops, unit_of, group, rng: BlockRange, w=0) -> tuple:
+        """MMA warpgroup ``w`` (int or IR i32): all query blocks of ``rng`` (from :meth:`query_blocks`) for each
+        of the ``group`` query heads (``unit_of(g)`` -> :class:`BwdUnit`); returns its ``(dK,
+        dV)`` (keys ``64 w ..`` of the KV block) unscaled."""
+        desc = self.descriptors(ops, w)
         dk, dv = self.kv_mma.zero(), self.kv_mma.zero()
         st = PipelineState(self.ops_desc.stages)
         nb = dk.m_blocks
@@ -264,21 +286,21 @@ class AttentionBwdMainloop:
             unit = unit_of(V.i32(g))
             for lo, hi, masked in ((rng.n_min, rng.u_lo, True), (rng.u_lo, rng.u_hi, False),
                                    (rng.u_hi, rng.n_max, True)):
-                dk, dv, st = self._loop(ops, desc, unit, lo, hi, masked, dk, dv, st)
+                dk, dv, st = self._loop(ops, desc, unit, lo, hi, masked, dk, dv, st, w)
             outer.next(*(dk.structs + dv.structs + st.carry()))
-        with cir.If((cir.thread_idx() % self.wg_threads).eq(0)):
+        with cir.If(self._issuer()):
             bulk_wait_group(0, read=True)   # the last staged block read before the CTA exits
         c = list(outer.results)
         return Accumulator(c[:nb], dk.n), Accumulator(c[nb:2 * nb], dv.n)
 
-    def _loop(self, ops, desc, unit, lo, hi, masked, dk, dv, st):
+    def _loop(self, ops, desc, unit, lo, hi, masked, dk, dv, st, w):
         nb = dk.m_blocks
         loop = cir.Loop(0, hi - lo, carry=dk.structs + dv.structs + st.carry())
         for it, c in loop:
             c = list(c)
             dk, dv = Accumulator(c[:nb], dk.n), Accumulator(c[nb:2 * nb], dv.n)
             st = PipelineState.from_carry(st.stages, c[2 * nb:])
-            dk, dv = self.step(ops, desc, unit, lo + V.i32(it), st, dk, dv, masked)
+            dk, dv = self.step(ops, desc, unit, lo + V.i32(it), st, dk, dv, masked, w)
             loop.next(*(dk.structs + dv.structs + st.advance().carry()))
         c = list(loop.results)
         return (Accumulator(c[:nb], dk.n), Accumulator(c[nb:2 * nb], dv.n),

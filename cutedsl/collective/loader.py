@@ -258,14 +258,18 @@ class OperandLoader:
         return BoundOperands(smem, {name: TmaCopy(self.operands[name].spec(), src, direct=direct)
                                     for name, src in maps.items()})
 
-    def pipeline(self, smem, ring: str, consumers: int = 0, cluster=(1, 1), stages: int | None = None) -> TmaPipeline:
+    def pipeline(self, smem, ring: str, consumers: int = 0, cluster=(1, 1), stages: int | None = None,
+                 extra_tx: int = 0) -> TmaPipeline:
         """IR: ring ``ring``'s :class:`TmaPipeline` over its bound barriers (``consumers``: arrivals
-        releasing a slot per CTA; ``cluster``: as ``TmaPipeline``). Initialise it with ``init``."""
+        releasing a slot per CTA; ``cluster``: as ``TmaPipeline``; ``extra_tx``: bytes the
+        kernel's own copies add to each slot beside the ring's boxes, e.g. a non-tensor bulk
+        load on the same barrier). Initialise it with ``init``."""
         from ..atom.mbarrier import MBarriers
         r = self.rings[ring]
         n = stages or r.slots
         empty = MBarriers(smem.barriers(r.barrier_names[1]), n) if r.release else None
-        return TmaPipeline(MBarriers(smem.barriers(r.barrier_names[0]), n), r.tx_bytes, empty, consumers, cluster)
+        return TmaPipeline(MBarriers(smem.barriers(r.barrier_names[0]), n), r.tx_bytes + extra_tx, empty, consumers,
+                           cluster)
 
     def load(self, bound: BoundOperands, barriers, index, operand: str, origin, lead=(), slice_=0, mask=None,
              predicate=None) -> None:

@@ -88,13 +88,14 @@ def _cu_seqlens(name, cu, rows, batch=None) -> np.ndarray:
     return h
 
 
-def check_descales(dtype: str, descales) -> tuple:
+def check_descales(dtype: str, descales, batch: int = 1, kv_heads: int = 1) -> tuple:
     """``(q, k, v)`` descale factors of a call (FlashAttention-3's ``q_descale`` / ``k_descale`` /
-    ``v_descale``: what each fp8 tensor is multiplied by to give its true values; per tensor):
-    each None (1.0), a positive finite real or an array of one such value (numpy or device,
-    f32). Raises ``ArgumentError`` for descales with 16-bit inputs, a non-positive or non-finite
-    value or an array of more than one element (per-head descales are not implemented),
-    ``ArgumentTypeError`` for another type."""
+    ``v_descale``: what each fp8 tensor is multiplied by to give its true values): each None
+    (1.0), a positive finite real, an array of one such value (per tensor) or an array of shape
+    ``(batch, kv_heads)`` (per sequence and K/V head, as FlashAttention-3's; query head ``h`` takes
+    K/V head ``h // (heads / kv_heads)``'s), numpy or device, float. Returns floats and float64
+    ``(batch, kv_heads)`` arrays. Raises ``ArgumentError`` for descales with 16-bit inputs, a
+    non-positive or non-finite value or another shape, ``ArgumentTypeError`` for another type."""
     if dtype not in FP8:
         given = [n for n, d in zip(DESCALES, descales) if d is not None]
         if given:
@@ -111,10 +112,19 @@ def check_descales(dtype: str, descales) -> tuple:
             h = arrays.to_host(arrays.DeviceArray(dev[0], tuple(dev[1]), tuple(dev[2]), dev[3], None, d)) \
                 if dev is not None else np.asarray(d)
             if h.dtype.kind != "f":
-                raise ArgumentTypeError(f"{name} must be a float (or a float32 array of one value), got {h.dtype}")
+                raise ArgumentTypeError(f"{name} must be a float (or a float32 array of one value or of shape "
+                                        f"(batch, kv_heads)), got {h.dtype}")
             if h.size != 1:
-                raise ArgumentError(f"{name} must hold one value (a per-tensor descale), got shape {h.shape}: "
-                                    f"per-(batch, kv_head) descales are not implemented")
+                if h.shape != (batch, kv_heads):
+                    raise ArgumentError(f"{name} must hold one value (per tensor) or have shape (batch, kv_heads) "
+                                        f"= {(batch, kv_heads)} (per sequence and K/V head), got shape {h.shape}")
+                h = h.astype(np.float64)
+                bad = ~(np.isfinite(h) & (h > 0))
+                if bad.any():
+                    at = tuple(int(i) for i in np.argwhere(bad)[0])
+                    raise ArgumentError(f"{name} must hold finite positive numbers, got {float(h[at])!r} at {at}")
+                out.append(h)
+                continue
             d = float(h.reshape(()))
         out.append(_real(name, d, positive=True))
     return tuple(out)
@@ -221,7 +231,8 @@ class Attention:
         (total_q, heads, head_dim)) and dtype (bf16 for e4m3 inputs, as FlashAttention-3), ``lse``
         f32 (batch, heads, seqlen_q) / (heads, total_q), natural log; numpy in -> numpy out,
         device arrays in -> device arrays out. ``q_descale`` / ``k_descale`` / ``v_descale``
-        (e4m3 only; :func:`check_descales`): the true Q is ``q * q_descale`` etc.
+        (e4m3 only; :func:`check_descales`: per tensor or ``(batch, kv_heads)``): the true Q is
+        ``q * q_descale`` etc.
         ``softmax_scale`` (default ``head_dim ** -0.5``), ``causal`` (bottom-right aligned),
         ``window = (left, right)`` (-1: unbounded), ``softcap`` (None/0: off); ``hook_args``:
         the parameters the config's score_mod / mask_mod declare, by name (e.g.
@@ -256,7 +267,8 @@ class Attention:
         scale = problem.head_dim ** -0.5 if softmax_scale is None else _real("softmax_scale", softmax_scale)
         cap = None if softcap is None or softcap == 0 else _real("softcap", softcap, positive=True)
         left, right = _window(window, causal)
-        descales = check_descales(views[0].dtype.name, (q_descale, k_descale, v_descale))
+        descales = check_descales(views[0].dtype.name, (q_descale, k_descale, v_descale), problem.batch,
+                                  problem.kv_heads)
         local = (left, right) != (-1, -1)
         cfg = self._config(problem, views[0].dtype.name, local=local, varlen=cq is not None)
         hooks = cfg.hooks()
@@ -325,10 +337,9 @@ class Attention:
             else:
                 bind.pointer("o", do)
             bind.pointer("lse", dl)
+            bind.values.update(kern.scalar_values(problem, scale, cap, window))
             if q.dtype.name in FP8:
-                bind.values.update(kern.scalar_values(problem, scale, cap, window, descales=descales))
-            else:
-                bind.values.update(kern.scalar_values(problem, scale, cap, window))
+                bind.pointer("descale", bind.own(arrays.to_device(be, kern.descale_table(problem, descales))))
             if cq is not None:
                 cqd, ckd = (bind.own(arrays.to_device(be, c)) for c in (cq, ck))
                 bind.pointer("cu_seqlens_q", cqd)

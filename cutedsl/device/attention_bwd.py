@@ -159,7 +159,9 @@ class AttentionBackward:
         variant = dict(local=bool(local), varlen=bool(varlen), deterministic=self.deterministic)
         kern = self._kernel(("bwd", d, dt, config.arch, tuple(sorted(variant.items()))),
                             lambda: _bwd_kernel_cls()(d, dt, arch=config.arch, **variant))
-        return (self._kernel(("pre", d, dt), lambda: AttentionBwdPreprocessKernel(d, dt)), kern,
+        return (self._kernel(("pre", d, dt, bool(varlen)),
+                             lambda: AttentionBwdPreprocessKernel(d, dt, varlen=bool(varlen))),
+                kern,
                 self._kernel(("post", d, dt, bool(varlen)),
                              lambda: AttentionBwdPostprocessKernel(d, dt, varlen=bool(varlen))))
 
@@ -184,19 +186,21 @@ class AttentionBackward:
         def new(shape, dtype, label, owned=True):
             arr = arrays.empty(be, shape, dtype, label=f"AttentionBackward {label}")
             return main.own(arr) if owned else arr
-        tokens = q.shape[0] if cq is not None else q.shape[0] * q.shape[1]
         results = []                # dq, dk, dv
         try:
             d_o, d_do, d_lse = dev(o), dev(do), dev(lse)
             for arr, x in ((d_o, o), (d_do, do), (d_lse, lse)):
                 if not arr.is_c_contiguous():
                     raise ArgumentError(f"{x.name} must be C-contiguous (a pointer operand of the backward)")
-            dpsum = new(lse.shape, "f32", "dpsum")
-            launches = [self._bind(binds[0], pre.grid(tokens * problem.heads), o=d_o, do=d_do, dpsum=dpsum,
-                                   rows=tokens * problem.heads, heads=problem.heads,
-                                   seqlen=tokens if cq is not None else problem.seqlen_q)]
-            results += [new(x.shape, dt, n, owned=q.on_host) for x, n in ((q, "dq"), (k, "dk"), (v, "dv"))]
             total_q = q.shape[0] if cq is not None else None
+            stats = new(kern.stats_shape(problem, total_q), "f32", "stats")
+            pre_args = dict(o=d_o, do=d_do, lse=d_lse, stats=stats, seqlen_q=problem.seqlen_q, heads=problem.heads,
+                            dq_blocks=kern.dq_accum_blocks(problem, total_q))
+            if cq is not None:
+                d_cq = dev(TensorView.of(cq, "cu_seqlens_q"))
+                pre_args.update(cu_seqlens_q=d_cq, total_q=total_q)
+            launches = [self._bind(binds[0], pre.grid(problem), **pre_args)]
+            results += [new(x.shape, dt, n, owned=q.on_host) for x, n in ((q, "dq"), (k, "dk"), (v, "dv"))]
             dq_acc = new(kern.dq_accum_shape(problem, total_q), "f32", "dq_accum")
             dk, dv = results[1], results[2]
             devs = []
@@ -204,12 +208,11 @@ class AttentionBackward:
                 arr = dev(x, pitch_align=16)
                 main.tensor_map(name, arr, kern.tensor_map_extent(arr.shape, arr.strides))
                 devs.append(arr)
-            for name, arr in (("dk", dk), ("dv", dv), ("dq_accum", dq_acc), ("lse", d_lse), ("dpsum", dpsum)):
+            for name, arr in (("dk", dk), ("dv", dv), ("dq_accum", dq_acc), ("stats", stats)):
                 main.pointer(name, arr)
             main.values.update(kern.scalar_values(problem, scale, window, total_q))
             zero = [dq_acc]
             if cq is not None:
-                d_cq = dev(TensorView.of(cq, "cu_seqlens_q"))
                 main.pointer("cu_seqlens_q", d_cq)
                 main.pointer("cu_seqlens_k", dev(TensorView.of(ck, "cu_seqlens_k")))
                 main.values["total_q"] = q.shape[0]

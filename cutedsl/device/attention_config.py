@@ -52,7 +52,7 @@ def _kernel_cls(arch: str = "sm_90a", dtype: str = "bf16"):
 @attrs.frozen
 class AttentionConfig(KernelConfig):
     """``head_dim`` (64, 96, 128 or 256 on sm_90a; Q/K and V alike), ``dtype`` (``"bf16"``/``"f16"``: Q, K, V and
-    O; ``"e4m3"`` on sm_90a: fp8 Q, K, V with per-tensor descales, bf16 O, head dims 64/128/256), ``overlap`` (FlashAttention-3's intra-warpgroup overlap of softmax and ``P V``),
+    O; ``"e4m3"`` on sm_90a: fp8 Q, K, V with descales per tensor or per (batch, kv_head), bf16 O, head dims 64/128/256), ``overlap`` (FlashAttention-3's intra-warpgroup overlap of softmax and ``P V``),
     ``pingpong`` (the two MMA warpgroups take turns issuing GEMMs; needs ``overlap``), ``arch``
     (``"sm_90a"``), ``score_mod`` / ``mask_mod`` (FlexAttention hooks: callables or
     ``ScoreMod`` / ``MaskMod`` instances, see the module docstring), ``exp2_poly`` (sm_100a: how

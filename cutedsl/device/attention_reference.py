@@ -97,6 +97,27 @@ def _one(q, k, v, scale, causal, window, softcap, score_mod, mask_mod, b):
     return o, lse
 
 
+def _descaled(x, d, name, kv_heads, cu=None):
+    """``x`` (dense (batch, seqlen, heads, d) or varlen (total, heads, d) with ``cu`` offsets)
+    times its descale ``d``: None, one value or (batch, kv_heads) (see :func:`attention_reference`)."""
+    if d is None:
+        return x
+    d = np.asarray(d, np.float64)
+    if not (np.isfinite(d).all() and (d > 0).all()) or (d.size != 1 and d.ndim != 2):
+        raise ArgumentError(f"{name} must be one positive finite value or a (batch, kv_heads) array of them, "
+                            f"got {d!r}")
+    if d.size == 1:
+        return x * float(d.ravel()[0])
+    batch = len(cu) - 1 if cu is not None else x.shape[0]
+    if d.shape != (batch, kv_heads):
+        raise ArgumentError(f"{name} must have shape (batch, kv_heads) = {(batch, kv_heads)}, got {d.shape}")
+    per_head = np.repeat(d, x.shape[-2] // kv_heads, axis=1)              # (batch, heads of x)
+    if cu is None:
+        return x * per_head[:, None, :, None]
+    seq = np.searchsorted(np.asarray(cu)[1:], np.arange(x.shape[0]), side="right")   # token -> sequence
+    return x * np.concatenate([per_head, np.ones((1, per_head.shape[1]))])[seq][:, :, None]
+
+
 def attention_reference(q, k, v, *, softmax_scale=None, causal=False, window=None, softcap=None,
                         cu_seqlens_q=None, cu_seqlens_k=None, score_mod=None, mask_mod=None, hook_args=None,
                         q_descale=None, k_descale=None, v_descale=None):
@@ -115,15 +136,14 @@ def attention_reference(q, k, v, *, softmax_scale=None, causal=False, window=Non
     numbers); a hook's ``ctx`` sizes are the batch, heads and this sequence's lengths. Raises
     ``ArgumentError`` for shapes that do not agree or a missing hook argument, ``HookError`` for
     a hook of the wrong kind or signature. ``q_descale`` / ``k_descale`` / ``v_descale``
-    (FlashAttention-3's fp8 descales, per tensor; None: 1): the true operands are ``q *
-    q_descale`` etc., so ``S`` and ``O`` are computed from those (``ArgumentError`` for a
-    non-positive or non-finite descale)."""
+    (FlashAttention-3's fp8 descales; None: 1): one value (per tensor) or an array of shape
+    (batch, kv_heads) (query head ``h`` takes K/V head ``h // (heads / kv_heads)``'s); the true
+    operands are ``q * q_descale`` etc., so ``S`` and ``O`` are computed from those
+    (``ArgumentError`` for a non-positive or non-finite descale or another shape)."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-    for name, d in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
-        if d is not None and not (np.size(d) == 1 and np.isfinite(d).all() and float(np.ravel(d)[0]) > 0):
-            raise ArgumentError(f"{name} must be one positive finite value (a per-tensor descale), got {d!r}")
-    q, k, v = (x if d is None else x * float(np.ravel(d)[0]) for x, d in ((q, q_descale), (k, k_descale),
-                                                                      (v, v_descale)))
+    kv_heads = k.shape[-2]
+    q, k, v = (_descaled(x, d, n, kv_heads, cu_seqlens_q if n == "q_descale" else cu_seqlens_k)
+               for x, d, n in ((q, q_descale, "q_descale"), (k, k_descale, "k_descale"), (v, v_descale, "v_descale")))
     scale = _check(q, k, v, softmax_scale, cu_seqlens_q, cu_seqlens_k)
     mods = (score_mod, mask_mod, hook_args)
     if cu_seqlens_q is None:

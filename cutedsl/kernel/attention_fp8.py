@@ -9,16 +9,21 @@ units, masks, online softmax, overlap and ping-pong, GQA, varlen -- is the same 
   K tile is 128 elements, so head dims 64 (padded by TMA's zero fill), 128 and 256 and 128-key
   KV blocks; P is the shuffle-free "permuted" e4m3 fragment, matched by V^T's column order;
 * O is bf16 (FlashAttention-3's fp8 output), stored by guarded global stores;
-* descales (FlashAttention-3's ``q_descale`` / ``k_descale`` / ``v_descale``, per tensor): the
-  host folds ``q_descale * k_descale`` into the softmax scale (:meth:`scalar_values`), the
-  kernel multiplies O's final ``1 / row sum`` by the ``v_descale`` parameter (f32);
-* register budgets are FlashAttention-3's (producer 24, MMA warpgroups 240): the transposers run a
-  loop of 4 x 4-byte units whose addresses are a few shifts of the counter, and fit (0 spills for
-  head dims 64, 128, 256; an unrolled transpose spilled at 40).
+* descales (FlashAttention-3's ``q_descale`` / ``k_descale`` / ``v_descale``, per tensor or per
+  (batch, kv_head)): the host writes a table ``(batch, kv_heads, 2)`` f32 of ``(q_descale *
+  k_descale, v_descale)`` (:meth:`descale_table`; per-tensor values broadcast); each MMA thread
+  reads its unit's pair once and folds the first into the softmax's scale (``exp_scale``, or
+  ``softmax_scale`` / ``softcap_scale`` where a softcap or score_mod applies the scale before the
+  exponent) and the second into O's final ``1 / row sum``;
+* register budgets are FlashAttention-3's (producer 24, MMA warpgroups 240): the transposer warps
+  run a loop of ``ldmatrix.trans`` / 4 ``prmt`` / ``stmatrix`` units (16 keys x 32 head-dim bytes
+  per warp) and fit (0 spills for head dims 64, 128, 256).
 
-Parameters: the base kernel's, then ``v_descale`` (f32).
+Parameters: the base kernel's, then ``descale`` (pointer to the f32 table).
 """
 from __future__ import annotations
+
+import numpy as np
 
 from ..collective.attention_fp8 import AttentionOperandsFp8
 from ..collective.pipeline import PipelineState
@@ -63,15 +68,24 @@ class AttentionFwdFp8Kernel(AttentionFwdKernel):
                                     transposers=self.transposers)
 
     def params(self) -> list:
-        return super().params() + [Param("v_descale", "f32")]
+        return super().params() + [Param("descale", "ptr", dtype="f32")]
 
-    def scalar_values(self, problem, softmax_scale: float, softcap=None, window=(-1, -1), descales=(1.0, 1.0, 1.0)):
-        """Host: as the base kernel's, with ``descales = (q, k, v)`` (positive floats): S's true
-        scale is ``softmax_scale * q * k`` and O's ``1 / l`` is multiplied by ``v``."""
-        qd, kd, vd = (float(x) for x in descales)
-        vals = super().scalar_values(problem, softmax_scale * qd * kd, softcap, window)
-        vals["v_descale"] = vd
-        return vals
+    @staticmethod
+    def descale_table(problem, descales=(1.0, 1.0, 1.0)) -> np.ndarray:
+        """Host: the ``descale`` table, f32 ``(batch, kv_heads, 2)``: ``(q * k, v)`` per sequence and
+        K/V head, from ``descales = (q, k, v)``, each a positive float (per tensor) or a float array
+        of shape ``(batch, kv_heads)`` (FlashAttention-3's), the product taken in float64."""
+        shape = (problem.batch, problem.kv_heads)
+        qd, kd, vd = (np.broadcast_to(np.asarray(x, np.float64), shape) for x in descales)
+        return np.ascontiguousarray(np.stack([qd * kd, vd], axis=-1), np.float32)
+
+    def consumer(self, ops, args, batch, head, *rest) -> None:
+        """The base consumer with this unit's descales folded into the scales it reads."""
+        kv_heads = args.heads // args.group
+        entry = cir.GlobalPtr(args.descale, "f32")
+        at = (batch * kv_heads + head // args.group) * 2
+        qk, vd = entry.load(cir.i64(at)), entry.load(cir.i64(at + 1))
+        super().consumer(ops, _DescaledArgs(args, qk, vd, self.softmax.scale_in_exponent), batch, head, *rest)
 
     def producer_role(self, ops, args, batch, head, q_row, k_start, rng, thread) -> None:
         """Thread 0 of warp :data:`TMA_WARP` loads; warps 1.. transpose every visited V block."""
@@ -89,6 +103,21 @@ class AttentionFwdFp8Kernel(AttentionFwdKernel):
 
     def output_scale(self, inv, args):
         return [[x * args.v_descale for x in blk] for blk in inv]
+
+
+class _DescaledArgs:
+    """The kernel's arguments seen by one unit's consumer: the scales times ``q * k`` descale
+    (``exp_scale`` when the softmax scale rides in the exponent, else ``softmax_scale`` and
+    ``softcap_scale``: the score is scaled before softcap / score_mod) and ``v_descale``."""
+
+    def __init__(self, args, qk, v_descale, in_exponent: bool):
+        self._args, self.v_descale = args, v_descale
+        names = ("exp_scale",) if in_exponent else ("softmax_scale", "softcap_scale")
+        self._scaled = {n: getattr(args, n) * qk for n in names if hasattr(args, n)}
+
+    def __getattr__(self, name):
+        scaled = self.__dict__.get("_scaled", {})
+        return scaled[name] if name in scaled else getattr(self._args, name)
 
 
 __all__ = ["AttentionFwdFp8Kernel", "FP8_DTYPES", "FP8_HEAD_DIMS"]

@@ -16,6 +16,7 @@ import abc
 import operator
 
 import attrs
+import numpy as np
 
 from ..compiler.artifact import CompiledKernel, TensorMapSpec
 from ..dtypes import dtype as _dtype
@@ -172,6 +173,30 @@ def check_nbytes(nbytes) -> None:
         raise ArgumentError(f"alloc(nbytes): nbytes must be >= 0, got {int(nbytes)}")
 
 
+#: the fill widths :meth:`Backend.memset` takes (bytes): the driver's ``cuMemsetD8`` / ``cuMemsetD32``
+MEMSET_WIDTHS = (1, 4)
+
+
+def check_memset(dst, value, nbytes, offset, width) -> None:
+    """:meth:`Backend.memset`'s arguments: ``ArgumentTypeError`` for a non-int, ``ArgumentError``
+    naming the argument for a width other than 1 / 4, a value that does not fit ``width`` bytes, a
+    negative size or offset, or (width 4) a size or an address ``dst.ptr + offset`` that is not a
+    multiple of 4 (``cuMemsetD32`` needs a 4-byte aligned address)."""
+    for name, v in (("value", value), ("nbytes", nbytes), ("offset", offset), ("width", width)):
+        if isinstance(v, bool) or not hasattr(v, "__index__"):
+            raise ArgumentTypeError(f"memset: {name} must be an int, got {type(v).__name__}")
+    if width not in MEMSET_WIDTHS:
+        raise ArgumentError(f"memset: width must be 1 (bytes) or 4 (32-bit words), got {width}")
+    if not 0 <= value < 1 << (8 * width):
+        raise ArgumentError(f"memset: value {value} does not fit {width} byte(s) (0..{(1 << (8 * width)) - 1}); "
+                            f"pass the bit pattern, e.g. 0x3F800000 for 1.0f with width=4")
+    if nbytes < 0 or offset < 0:
+        raise ArgumentError(f"memset: nbytes and offset must be >= 0, got {nbytes} and {offset}")
+    if width == 4 and (nbytes % 4 or (int(dst.ptr) + offset) % 4):
+        raise ArgumentError(f"memset: width=4 fills whole aligned 32-bit words: nbytes {nbytes} and address "
+                            f"0x{int(dst.ptr) + offset:x} must be multiples of 4; use width=1 for a byte fill")
+
+
 def check_launch(grid, block, cluster=(1, 1, 1), smem: int = 0) -> None:
     """Refuse a launch the hardware would refuse (``cuLaunchKernel`` returns
     ``CUDA_ERROR_INVALID_VALUE``): gridDim.x 1..2^31-1, gridDim.y/z 1..65535, blockDim
@@ -234,6 +259,23 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def copy_to_host(self, dst, src: DeviceBuffer, offset: int = 0) -> None:
         """Copy from ``src`` at byte ``offset`` into a C-contiguous numpy array."""
+
+    def memset(self, dst: DeviceBuffer, value: int, nbytes: int, offset: int = 0, *, width: int = 1) -> None:
+        """Fill ``nbytes`` bytes of ``dst`` from byte ``offset`` with ``value``, a ``width``-byte
+        (1 or 4) little-endian pattern -- the driver's ``cuMemsetD8`` / ``cuMemsetD32``: on a GPU
+        it runs on the device in launch order, with no host copy. Raises as :func:`check_memset`.
+        Here: a host copy of the pattern (what a backend without a device fill does)."""
+        check_memset(dst, value, nbytes, offset, width)
+        if nbytes:
+            self.copy_to_device(dst, np.full(nbytes // width, value, np.dtype(f"<u{width}")), offset)
+
+    def zero(self, dst: DeviceBuffer, nbytes: int | None = None, offset: int = 0) -> None:
+        """Zero ``nbytes`` bytes of ``dst`` from ``offset`` (default: the rest of the buffer):
+        :meth:`memset` with 32-bit words where the address and size allow, else bytes."""
+        nbytes = int(dst.nbytes) - offset if nbytes is None else nbytes
+        wide = not isinstance(nbytes, bool) and hasattr(nbytes, "__index__") and hasattr(offset, "__index__") \
+            and nbytes % 4 == 0 and (int(dst.ptr) + offset) % 4 == 0
+        self.memset(dst, 0, nbytes, offset, width=4 if wide else 1)
 
     @abc.abstractmethod
     def encode_tensor_map(self, spec: TensorMapSpec, address: int, shape, strides) -> bytes:

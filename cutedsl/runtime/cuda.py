@@ -17,7 +17,7 @@ import threading
 from ..compiler.artifact import CompiledKernel, TensorMapSpec
 from ..dtypes import PACKED_TMA, dtype as _dtype
 from ..errors import ArgumentError, LaunchError, NoDeviceError
-from .backend import Backend, DeviceBuffer, check_launch, check_nbytes, check_tensor_map
+from .backend import Backend, DeviceBuffer, check_launch, check_memset, check_nbytes, check_tensor_map
 
 _SWZ = {0: 0, 32: 1, 64: 2, 128: 3}
 _L2 = {0: 0, 64: 1, 128: 2, 256: 3}
@@ -147,6 +147,20 @@ class CudaBackend(Backend):
     def copy_to_host(self, dst, src, offset: int = 0) -> None:
         self._current()
         _check(self.drv.cuMemcpyDtoH(dst.ctypes.data, src.ptr + offset, dst.nbytes), "cuMemcpyDtoH")
+
+    def memset(self, dst, value: int, nbytes: int, offset: int = 0, *, width: int = 1) -> None:
+        """:meth:`Backend.memset` on the device: ``cuMemsetD8Async`` / ``cuMemsetD32Async`` on the
+        legacy default stream, where launches go, so it is ordered before the next launch without
+        a host synchronisation (nor a host copy of ``nbytes`` bytes)."""
+        check_memset(dst, value, nbytes, offset, width)
+        if not nbytes:
+            return
+        self._current()
+        drv, ptr = self.drv, int(dst.ptr) + offset
+        if width == 4:
+            _check(drv.cuMemsetD32Async(ptr, value, nbytes // 4, drv.CUstream(0)), "cuMemsetD32Async")
+        else:
+            _check(drv.cuMemsetD8Async(ptr, value, nbytes, drv.CUstream(0)), "cuMemsetD8Async")
 
     # -- tensor maps -------------------------------------------------------------------
     def encode_tensor_map(self, spec: TensorMapSpec, address: int, shape, strides) -> bytes:

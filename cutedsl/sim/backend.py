@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from cutedsl.runtime.backend import Backend, DeviceBuffer, check_launch, check_nbytes, check_tensor_map
+from cutedsl.runtime.backend import Backend, DeviceBuffer, check_launch, check_memset, check_nbytes, check_tensor_map
 from ..errors import ArgumentError, ArgumentTypeError, checked_arguments
 from .frontend.errors import MemoryAccessError, SimLaunchError
 from .frontend.limits import DEFAULT_LIMITS, SimLimits
@@ -177,6 +177,18 @@ class SimBackend(Backend):
         al = self._span(dst, offset, raw.size)
         al.data[offset:offset + raw.size] = raw
         al.define_span(offset, offset + raw.size)
+
+    @_locked
+    def memset(self, dst: DeviceBuffer, value: int, nbytes: int, offset: int = 0, *, width: int = 1) -> None:
+        """:meth:`Backend.memset`: a numpy fill of the allocation's bytes (defined for initcheck,
+        as ``cuMemsetD8`` / ``cuMemsetD32`` define them on a GPU)."""
+        check_memset(dst, value, nbytes, offset, width)
+        al = self._span(dst, offset, nbytes)
+        if width == 1:
+            al.data[offset:offset + nbytes] = value
+        else:
+            al.data[offset:offset + nbytes].view("<u4")[...] = value
+        al.define_span(offset, offset + nbytes)
 
     @_locked
     def copy_to_host(self, dst, src: DeviceBuffer, offset: int = 0) -> None:

@@ -1,10 +1,11 @@
-"""stmatrix atom: PTX/SASS of every form, and on the emulator: a warp stores a 16 x 16 block in
-the WGMMA accumulator fragment layout (plain and transposed), values rounded to f16/bf16."""
+"""stmatrix and ldmatrix atoms: PTX/SASS of every form, and on the emulator: a warp stores a 16 x 16 block in
+the WGMMA accumulator fragment layout (plain and transposed), values rounded to f16/bf16, and
+loads one back (plain and transposed) against the ISA's fragment."""
 import ml_dtypes
 import numpy as np
 import pytest
 
-from cutedsl.atom.stmatrix import accumulator_x4_rows, pack_b16x2, stmatrix
+from cutedsl.atom.stmatrix import accumulator_x4_rows, ldmatrix, pack_b16x2, stmatrix
 from cutedsl.atom.wgmma import fragment_coords
 from cutedsl.testing import build_kernel, normalize_ptx, run_kernel
 
@@ -92,3 +93,61 @@ def test_stmatrix_forms_and_errors():
         stmatrix(None, [1, 2, 3])
     with pytest.raises(ValueError, match="dtype must be f16 or bf16, got 'f32'"):
         pack_b16x2(None, None, "f32")
+
+
+def _ldmatrix_kernel(trans):
+    """A 16 x 16 block of u16 (row pitch 32 B) to shared memory by plain stores, then one x4
+    ldmatrix: lane l addresses row l % 8 of matrix l // 8 (rows 8 (k % 2) .., columns 8 (k // 2)
+    ..); every lane writes its 4 registers to out[l, k]."""
+    def body(args, smem):
+        from mlir.dialects import gpu, memref
+        import cutedsl.ir as cir
+        lane = cir.thread_idx()
+        src, out = cir.GlobalPtr(args.src, "i32"), cir.GlobalPtr(args.out, "i32")
+        words = smem["blk"].view(shape=(128,), dtype="i32")
+        for j in range(4):
+            e = lane * 4 + j
+            memref.store(src.load(cir.i64(e)), words, [cir.index(e)])
+        gpu.barrier()
+        k, r = lane // 8, lane % 8
+        addr = smem["blk"].address() + cir.i64((8 * (k % 2) + r) * 32 + 16 * (k // 2))
+        for j, v in enumerate(ldmatrix(addr, 4, trans=trans)):
+            out.store(cir.i64(lane * 4 + j), cir.i32(v))
+    return body
+
+
+@pytest.mark.sim_kernel
+@pytest.mark.parametrize("trans", [False, True])
+def test_ldmatrix_block_on_emulator(trans, rng):
+    from cutedsl.ir import SmemPlan
+    plan = SmemPlan()
+    plan.buffer("blk", (16, 16), "f16")
+    k = build_kernel(_ldmatrix_kernel(trans), params=(("src", "ptr"), ("out", "ptr")), block=(32, 1, 1), plan=plan)
+    assert ("ldmatrix.sync.aligned.m8n8.x4" + (".trans" if trans else "") + ".shared.b16") in normalize_ptx(k.ptx)
+    assert k.resources.sass.get("LDSM") == 1
+    blk = rng.integers(0, 2 ** 16, (16, 16), dtype=np.uint16)
+    out = np.zeros(128, np.int32)
+    run_kernel(k, [blk.view(np.int32).reshape(-1), out])
+    got = out.view(np.uint32).reshape(32, 4)
+    for lane in range(32):
+        for m in range(4):
+            mat = blk[8 * (m % 2):8 * (m % 2) + 8, 8 * (m // 2):8 * (m // 2) + 8]
+            c, q = lane // 4, lane % 4
+            lo, hi = (mat[2 * q, c], mat[2 * q + 1, c]) if trans else (mat[c, 2 * q], mat[c, 2 * q + 1])
+            assert got[lane, m] == int(lo) | int(hi) << 16, (lane, m)
+
+
+def test_ldmatrix_forms_and_errors():
+    def body(args, smem):
+        import cutedsl.ir as cir
+        a = smem["blk"].address()
+        ldmatrix(a, 1)
+        ldmatrix(a, 2, trans=True)
+    from cutedsl.ir import SmemPlan
+    plan = SmemPlan()
+    plan.buffer("blk", (16, 16), "f16")
+    ptx = normalize_ptx(build_kernel(body, block=(32, 1, 1), plan=plan).ptx)
+    assert "ldmatrix.sync.aligned.m8n8.x1.shared.b16" in ptx
+    assert "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16" in ptx
+    with pytest.raises(ValueError, match="1, 2 or 4 matrices, got 3"):
+        ldmatrix(None, 3)

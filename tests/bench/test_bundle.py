@@ -12,7 +12,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-STATUS = {"env": "ok", "tests": "ok", "bench": "ok", "attention": "skipped", "startup": "ok"}
+STATUS = {"env": "ok", "tests": "ok", "bench": "ok", "attention": "ok", "startup": "ok"}
 
 
 def _env(**kw):
@@ -59,17 +59,22 @@ def _lease(bundle, out, block, *args):
 def test_bundle_manifest(bundle):
     from cutedsl import GemmConfig
     from cutedsl.bench.bundle import MAX_BYTES
-    from cutedsl.bench.plans import PLANS, problem_configs
+    from cutedsl.bench.plans import PLANS, SMOKE_ATTENTION, attention_kernels, problem_configs
     from cutedsl.compiler.cache import source_hash
     m = json.loads((bundle / "manifest.json").read_text())
-    assert m["plan"] == "smoke" and m["source_hash"] == source_hash() and m["attention"] == []
+    assert m["plan"] == "smoke" and m["source_hash"] == source_hash()
+    # the attention forward the attention step times (head dim 128, full and causal), compiled by key
+    assert m["attention"] == [list(x) for x in SMOKE_ATTENTION] == [["forward", 128, False, False],
+                                                                    ["forward", 128, True, False]]
+    assert [a["keys"] for a in m["attention_kernels"]] == [[k.cache_key()[0] for k in attention_kernels(x)]
+                                                           for x in SMOKE_ATTENTION]
     assert [(p["set"], p["shape"], p["dry_shape"]) for p in m["problems"]] == [
         ("square", [130, 70, 96], [130, 70, 96]), ("fp8", [64, 200, 128], [64, 200, 128])]
     for p, row in zip(m["problems"], PLANS["smoke"]["problems"]):
         assert [GemmConfig(**{**f, "tile": tuple(f["tile"]), "cluster": tuple(f["cluster"])}) for f in p["configs"]] \
             == problem_configs(row, 0)
-    # the problems' configs, the main job's, and the one the captured gpu test compiled
-    assert len(m["kernels"]) == 3 and len(m["entries"]) == 4 and 0 < m["size_bytes"] < MAX_BYTES
+    # the problems' configs, the main job's, the two attention forwards, the one the captured gpu test compiled
+    assert len(m["kernels"]) == 3 and len(m["entries"]) == 6 and 0 < m["size_bytes"] < MAX_BYTES
     assert m["tests_compiled"][0]["new_entries"] and m["tests"] == PLANS["smoke"]["tests"]
     assert m["export"] == "export/main" and (bundle / "export/main/cutedsl.json").is_file()
 
@@ -82,24 +87,45 @@ def test_dry_run_runs_every_step_without_mlir(bundle, no_mlir, tmp_path):
     s = json.loads((out / "summary.json").read_text())
     assert s["dry_run"] and s["budget_s"] == 360 and s["mlir_importable"] is False
     assert {x["step"]: x["status"] for x in s["steps"]} == STATUS
-    assert next(x for x in s["steps"] if x["step"] == "attention")["why"] == "no attention kernels in this bundle"
     log = (out / "gpu_run.log").read_text()
-    assert "3 plan configs found, 4 entries checked" in log and "0 problems" in log
+    assert "5 plan kernels found, 6 entries checked" in log and "0 problems" in log
     assert "test_family_bit_identical[multistage] PASSED" in log      # the emulator stood in for the GPU
     bench = json.loads((out / "bench.json").read_text())
     assert [(p["set"], p["timed"], p["failed"]) for p in bench["problems"]] == [("square", 1, 0), ("fp8", 1, 0)]
     rows = [r for st in bench["sets"] for r in st["rows"]]
     assert [(r["m"], r["n"], r["k"], r["check"]) for r in rows] == [(130, 70, 96, "pass"), (64, 200, 128, "pass")]
     assert "none claimed" in bench["header"]["timings"]
+    att = json.loads((out / "attention.json").read_text())      # tiny shapes against the float64 reference
+    assert [(r["batch"], r["seqlen"], r["heads"], r["causal"], r["check"]) for r in att["rows"]] == [
+        (1, 130, 1, False, "pass"), (2, 70, 1, True, "pass")]
+    assert all(r["ms"] is None and r["wall_ms"] > 0 and r["max_rel_diff"] <= r["tolerance"] for r in att["rows"])
+    assert att["summary"] == {"geomean_ratio_flash": None, "geomean_ratio_cudnn": None, "timed": 2, "skipped": 0,
+                              "failed": 0, "problems": 2} and "none claimed" in att["header"]["timings"]
     start = json.loads((out / "startup.json").read_text())
     assert "error" not in start["cold_start"][0] and start["cold_start"][0]["load_export_s"] > 0
     assert start["launch"]["gemm_call_us"] > 0 and "no measurement" in start["note"]
     files = sorted(p.name for p in out.iterdir())
-    assert files == ["bench.csv", "bench.json", "gpu_run.log", "gpu_tests.xml", "startup.json", "summary.json"]
+    assert files == ["attention.json", "bench.csv", "bench.json", "gpu_run.log", "gpu_tests.xml", "startup.json",
+                     "summary.json"]
     # the table at the end of the output (what the device tool's reply shows)
     tail = r.stdout[r.stdout.index("--- gpu run "):]
     assert "tests      ok " in tail and "1 passed, 0 failed, 0 errors, 0 skipped" in tail
-    assert "attention  skipped " in tail and "square 130x70x96" in tail and "cold start 1: process" in tail
+    assert "attention  ok " in tail and "square 130x70x96" in tail and "cold start 1: process" in tail
+    assert "--- attention forward vs SDPA" in tail and "b2  s70     causal" in tail
+
+
+def test_attention_step_skips_a_bundle_without_attention_kernels(bundle, no_mlir, tmp_path):
+    plain = tmp_path / "plain"
+    shutil.copytree(bundle, plain)
+    m = json.loads((plain / "manifest.json").read_text())
+    m["attention"] = []
+    (plain / "manifest.json").write_text(json.dumps(m))
+    out = tmp_path / "out"
+    r = _lease(plain, out, no_mlir, "--steps", "attention")
+    assert r.returncode == 0, r.stdout + r.stderr
+    step, = json.loads((out / "summary.json").read_text())["steps"]
+    assert (step["status"], step["why"]) == ("skipped", "no attention kernels in this bundle")
+    assert not (out / "attention.json").exists()
 
 
 def test_budget_skips_steps_that_no_longer_fit(bundle, no_mlir, tmp_path):
@@ -135,16 +161,18 @@ def test_runner_reports_a_kernel_missing_from_the_bundle(bundle, no_mlir, tmp_pa
             shutil.rmtree(d)
     shutil.rmtree(broken / "export")
     out = tmp_path / "out"
-    r = _lease(broken, out, no_mlir, "--steps", "env,bench,startup")
+    r = _lease(broken, out, no_mlir, "--steps", "env,bench,attention,startup")
     assert r.returncode == 1
     log = (out / "gpu_run.log").read_text()
     assert "missing from the cache: warp_specialized 64x64x64 s7 raster=M" in log
+    assert "missing from the cache: attention forward d128 causal (AttentionFwdKernel)" in log
     assert "the exported main job does not load" in log
     steps = json.loads((out / "summary.json").read_text())["steps"]
     assert [(x["step"], x["status"], x["rc"]) for x in steps] == [("env", "failed", 1), ("bench", "failed", 1),
-                                                                 ("startup", "failed", 1)]
+                                                                 ("attention", "failed", 1), ("startup", "failed", 1)]
     rows = [r for s in json.loads((out / "bench.json").read_text())["sets"] for r in s["rows"]]
-    assert rows and all(r["check"] == "error" and "MLIR" in r["error"] for r in rows), rows   # nothing compiled
+    rows += json.loads((out / "attention.json").read_text())["rows"]
+    assert len(rows) == 4 and all(r["check"] == "error" and "MLIR" in r["error"] for r in rows), rows  # nothing compiled
 
 
 def test_verify_refuses_a_bundle_of_another_plan_version(bundle, tmp_path):
@@ -173,6 +201,10 @@ def test_capture_plugin_compiles_gpu_tests_and_keeps_real_failures(tmp_path):
         "    a = np.ones((70, 64), np.float16); b = np.ones((64, 40), np.float16)\n"
         "    Gemm(GemmConfig(stages=2, out_dtype='f16'), CudaBackend())(a, b)\n"
         "    raise AssertionError('not reached: the launch stops the test')\n"
+        "def test_fill():\n"
+        "    from cutedsl.runtime.cuda import CudaBackend\n"
+        "    be = CudaBackend(); be.memset(be.alloc(8), 1, 8)\n"
+        "    raise AssertionError('not reached: a device fill stops the test, as a launch does')\n"
         "def test_broken():\n"
         "    assert 1 == 2\n")
     cache = tmp_path / "cache"
@@ -180,7 +212,7 @@ def test_capture_plugin_compiles_gpu_tests_and_keeps_real_failures(tmp_path):
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "cutedsl.bench.capture", "-p",
                         "no:cacheprovider", "-m", "gpu", str(t)], cwd=tmp_path, env=env, capture_output=True,
                        text=True, timeout=600)
-    assert "1 failed, 1 skipped" in r.stdout, r.stdout + r.stderr
+    assert "1 failed, 2 skipped" in r.stdout, r.stdout + r.stderr
     assert len([p for p in cache.iterdir() if p.is_dir()]) == 1     # the kernel is in the cache
 
 

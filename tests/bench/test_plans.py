@@ -55,3 +55,24 @@ def test_kernel_configs_cover_real_and_dry_shapes():
                                        ((7296, 256, 16384), (130, 70, 96))])
 def test_dry_shapes_keep_the_longer_side(shape, dry):
     assert plans.dry_shape(*shape) == dry
+
+
+def test_lease_attention_kernels():
+    """Issue 43's attention kernels: the forward (bf16, sm_90a) at head dims 128 and 64, causal and
+    not, dense and one varlen; the backward at 128; the smoke plan's are the ones the attention step
+    times. Another architecture's bundle has none (the CUDA backend drives sm_90a)."""
+    from cutedsl.bench.bundle import plan_for
+    from cutedsl.bench.plans import LEASE_ATTENTION, PLANS, attention_kernels, attention_label
+    fwd = {(d, c, v) for p, d, c, v in LEASE_ATTENTION if p == "forward"}
+    assert fwd == {(128, False, False), (128, True, False), (64, False, False), (64, True, False),
+                   (128, False, True)}
+    assert {(d, c) for p, d, c, v in LEASE_ATTENTION if p == "backward"} == {(128, False), (128, True)}
+    assert PLANS["gpu"]["attention"] == LEASE_ATTENTION and PLANS["smoke"]["attention"] == (
+        ("forward", 128, False, False), ("forward", 128, True, False))
+    assert plan_for("gpu", "sm_100a")["attention"] == () and "tests/device/test_gpu_attention.py" in \
+        PLANS["gpu"]["tests"] and "tests/device/test_gpu_attention.py" in PLANS["gpu"]["dry_tests"]
+    k, = attention_kernels(("forward", 64, True, True))
+    assert (k.head_dim, k.local, k.causal, k.varlen, k.dtype) == (64, True, True, True, "bf16")
+    assert [type(x).__name__ for x in attention_kernels(("backward", 128, True, False))] == [
+        "AttentionBwdPreprocessKernel", "AttentionBwdKernel", "AttentionBwdPostprocessKernel"]
+    assert attention_label(("forward", 128, False, True)) == "attention forward d128 full varlen"

@@ -119,3 +119,27 @@ def test_descales_scale_the_true_operands(rng):
     for bad in (0.0, -1.0, float("nan"), np.ones(2)):
         with pytest.raises(ArgumentError, match="v_descale must be one positive finite value"):
             attention_reference(q, k, v, v_descale=bad)
+
+
+def test_descales_per_batch_and_kv_head(rng):
+    """FlashAttention-3's (batch, kv_heads) descales: query head h of batch b is scaled by entry
+    (b, h // group), K/V head j by (b, j); varlen: entry b is sequence b's."""
+    q, k, v = rng.standard_normal((2, 9, 4, 16)), rng.standard_normal((2, 11, 2, 16)), rng.standard_normal((2, 11, 2, 16))
+    qd, kd, vd = (rng.uniform(0.5, 2.0, (2, 2)) for _ in range(3))
+    o, lse = attention_reference(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd)
+    qs = q * np.array([[qd[b, h // 2] for h in range(4)] for b in range(2)])[:, None, :, None]
+    o2, lse2 = attention_reference(qs, k * kd[:, None, :, None], v * vd[:, None, :, None])
+    np.testing.assert_allclose(o, o2, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(lse, lse2, rtol=1e-12)
+    cq, ck = np.array([0, 4, 9]), np.array([0, 7, 11])
+    ov, lv = attention_reference(q[0], k[0], v[0], cu_seqlens_q=cq, cu_seqlens_k=ck, q_descale=qd, k_descale=kd,
+                                 v_descale=vd, causal=True)
+    for b in range(2):
+        qb, kb = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        per = [attention_reference(q[None, 0, qb, 2 * j:2 * j + 2], k[None, 0, kb, j:j + 1], v[None, 0, kb, j:j + 1],
+                                   causal=True, q_descale=qd[b, j], k_descale=kd[b, j], v_descale=vd[b, j])
+               for j in range(2)]
+        np.testing.assert_allclose(ov[qb], np.concatenate([p[0][0] for p in per], axis=1), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(lv[:, qb], np.concatenate([p[1][0] for p in per], axis=0), rtol=1e-12)
+    with pytest.raises(ArgumentError, match=r"k_descale must have shape \(batch, kv_heads\) = \(2, 2\), got \(2, 4\)"):
+        attention_reference(q, k, v, k_descale=np.ones((2, 4)))

@@ -79,3 +79,21 @@ def test_grouped_on_gpu(schedule, rng, cuda):
     d = GroupedGemm(GemmConfig(schedule=schedule, tile=(128, 128, 64)), cuda)(a, b)
     for x, y, z in zip(a, b, d):
         assert np.array_equal(z, x.astype(np.float64) @ y)
+
+
+def test_memset_on_gpu(cuda):
+    """``cuMemsetD8Async`` / ``cuMemsetD32Async`` through the backend, read back by a host copy."""
+    buf = cuda.alloc(64)
+    try:
+        cuda.copy_to_device(buf, np.full(64, 0xAA, np.uint8))
+        cuda.memset(buf, 0x5C, 3, offset=1)
+        cuda.memset(buf, 0x3F800000, 8, offset=8, width=4)
+        cuda.zero(buf, 16, offset=32)
+        cuda.synchronize()
+        out = np.empty(64, np.uint8)
+        cuda.copy_to_host(out, buf)
+        assert out[:5].tolist() == [0xAA, 0x5C, 0x5C, 0x5C, 0xAA]
+        assert out[8:16].view(np.float32).tolist() == [1.0, 1.0]
+        assert not out[32:48].any() and (out[48:] == 0xAA).all() and (out[16:32] == 0xAA).all()
+    finally:
+        cuda.free(buf)

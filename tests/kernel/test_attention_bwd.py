@@ -47,6 +47,7 @@ def check(grads, do, q, k, v, dt, **opts):
     (128, "bf16", 1, 1, 1, 1, {}),
     (64, "bf16", 130, 100, 4, 2, {"window": (30, 5), "softmax_scale": 0.2}),
     (128, "f16", 77, 130, 2, 1, {"causal": True}),                  # MQA, seqlen_k > seqlen_q
+    (128, "bf16", 70, 150, 2, 2, {"window": (20, 40)}),             # band across both MMA warpgroups' keys
 ])
 def test_dense(d, dt, sq, sk, heads, kv_heads, opts, rng, sim):
     do, q, k, v, o, lse = _inputs(rng, dt, (1, sq, heads, d), (1, sk, kv_heads, d), **opts)
@@ -56,14 +57,14 @@ def test_dense(d, dt, sq, sk, heads, kv_heads, opts, rng, sim):
         assert np.all(grads[0][:, :sq - sk] == 0) and np.all(ref[0][:, :sq - sk] == 0)
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_varlen_with_empty_sequences(causal, rng, sim):
+@pytest.mark.parametrize("d,causal", [(64, False), (64, True), (128, True)])    # 128: two MMA warpgroups
+def test_varlen_with_empty_sequences(d, causal, rng, sim):
     lens_q, lens_k = [1, 0, 77, 70], [5, 3, 0, 100]                 # 0-length queries, 0-length keys
     cq = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
     ck = np.concatenate([[0], np.cumsum(lens_k)]).astype(np.int32)
     opts = dict(cu_seqlens_q=cq, cu_seqlens_k=ck, causal=causal)
-    do, q, k, v, o, lse = _inputs(rng, "bf16", (cq[-1], 2, 64), (ck[-1], 1, 64), **opts)
-    grads = AttentionBackward(AttentionConfig(head_dim=64), sim)(do, q, k, v, o, lse, **opts)
+    do, q, k, v, o, lse = _inputs(rng, "bf16", (cq[-1], 2, d), (ck[-1], 1, d), **opts)
+    grads = AttentionBackward(AttentionConfig(head_dim=d), sim)(do, q, k, v, o, lse, **opts)
     check(grads, do, q, k, v, "bf16", **opts)
     dk, dv = grads[1], grads[2]
     assert np.all(dk[ck[1]:ck[2]] == 0) and np.all(dv[ck[1]:ck[2]] == 0)   # keys whose queries are empty
@@ -71,14 +72,16 @@ def test_varlen_with_empty_sequences(causal, rng, sim):
 
 
 @pytest.mark.sim_kernel
-def test_deterministic_bit_identical(rng, sim, monkeypatch):
-    """dQ sums over up to 4 KV blocks per query block: the semaphore order makes every launch, eager
-    or under adversarial interleavings (seeds set here, beside the test's own sim_seed), produce
-    the same bits; and the result is the right one."""
+@pytest.mark.parametrize("d,sk", [(64, 200), (128, 300)])
+def test_deterministic_bit_identical(d, sk, rng, sim, monkeypatch):
+    """dQ sums over up to 4 KV blocks (64 keys; 3 of 128 keys, two MMA warpgroups, at head dim 128)
+    per query block: the semaphore order makes every launch, eager or under adversarial
+    interleavings (seeds set here, beside the test's own sim_seed), produce the same bits; and the
+    result is the right one."""
     from cutedsl.testing.seeds import CHAOS_ENV
     opts = dict(causal=True)
-    do, q, k, v, o, lse = _inputs(rng, "bf16", (1, 100, 1, 64), (1, 200, 1, 64), **opts)
-    bw = AttentionBackward(AttentionConfig(head_dim=64), sim, deterministic=True)
+    do, q, k, v, o, lse = _inputs(rng, "bf16", (1, 100, 1, d), (1, sk, 1, d), **opts)
+    bw = AttentionBackward(AttentionConfig(head_dim=d), sim, deterministic=True)
     first = bw(do, q, k, v, o, lse, **opts)
     check(first, do, q, k, v, "bf16", **opts)
     for seed in ("11", "12"):
@@ -94,7 +97,8 @@ def _host_cases():
     yield from itertools.product(shapes, windows)
 
 
-def test_query_block_ranges_on_the_host():
+@pytest.mark.parametrize("block_n", [BLOCK_N, 2 * BLOCK_N])          # one or two MMA warpgroups
+def test_query_block_ranges_on_the_host(block_n):
     """For every KV block: each kept (query, key) pair lies in a visited query block, the blocks
     run unmasked hold only kept pairs (a ragged KV block is masked everywhere), and the visiting
     sets agree with the forward's ranges, so the deterministic rank n - n_min(m) counts 0, 1, ..
@@ -104,18 +108,18 @@ def test_query_block_ranges_on_the_host():
         left, right = w if w else (-1, -1)
         far = sq + sk
         lr = (far if left < 0 else left, far if right < 0 else right)
-        ml = AttentionBwdMainloop(AttentionBwdOperands(64, BLOCK_M, BLOCK_N, 2, "bf16", False, 4), local, True)
+        ml = AttentionBwdMainloop(AttentionBwdOperands(128, BLOCK_M, block_n, 2, "bf16", False, 4), local, True)
         keep = ref_mask(sq, sk, window=w)
         visits = {}
-        for n in range(-(-sk // BLOCK_N)):
-            r = ml.query_blocks(n * BLOCK_N, sq, sk, *lr)
+        for n in range(-(-sk // block_n)):
+            r = ml.query_blocks(n * block_n, sq, sk, *lr)
             assert r.n_min <= r.u_lo <= r.u_hi <= r.n_max
-            cols = keep[:, n * BLOCK_N:(n + 1) * BLOCK_N]
+            cols = keep[:, n * block_n:(n + 1) * block_n]
             rows = np.flatnonzero(cols.any(axis=1))
             if rows.size:
                 assert r.n_min * BLOCK_M <= rows.min() and rows.max() < r.n_max * BLOCK_M, (sq, sk, w, n)
             for m in range(r.u_lo, r.u_hi):
-                blk = np.zeros((BLOCK_M, BLOCK_N), bool)
+                blk = np.zeros((BLOCK_M, block_n), bool)
                 part = cols[m * BLOCK_M:(m + 1) * BLOCK_M]
                 blk[:part.shape[0], :part.shape[1]] = part
                 assert blk.all(), (sq, sk, w, n, m)
@@ -127,12 +131,15 @@ def test_query_block_ranges_on_the_host():
 
 
 def test_sass_main_loop():
-    """ptxas' code for bf16, head dim 128 (docs/measurements.md): setmaxnreg 24 / 240, no spills, and per
-    64 x 64 (query, key) block of the unmasked loop 32 HGMMA (S^T, dP^T: 8 each; dV, dK: 4 each;
-    dQ: 2 chunks of 4), 32 MUFU.EX2 (P), 4 STSM (dS), 32 LDG (LSE and D); dQ leaves through 16
-    STS.128 (fragment order) and one UBLKRED (cp.reduce.async.bulk), no REDG. Head dim 64: 477
-    instructions, 8 STS.128. The deterministic and causal/window variants at 128 spill less than
-    before (main: 88 / 112 and 124 / 180 bytes)."""
+    """ptxas' code for bf16, head dim 128 (docs/measurements.md): a 128-key CTA, 384 threads (two MMA
+    warpgroups of 64 keys, as FA3/FA4's flash_bwd_sm90), setmaxnreg 24 / 240, WGMMAs not serialized
+    (no C7511), and per 64 x 64 (query, key) block of a warpgroup's unmasked loop 32 HGMMA (S^T, dP^T:
+    8 each; dV, dK: 4 each; its dQ chunk over 128 keys: 8), 32 MUFU.EX2 (P), 4 STSM (dS), LSE and D
+    from shared memory (16 LDS.64, the producer's bulk copy; no LDG, no FSEL); its dQ chunk leaves
+    through 8 STS.128 (fragment order) and one UBLKRED (cp.reduce.async.bulk, one per 64 x 128
+    block), no REDG: 386 instructions (FA4: ~370 per 64 x 64). One MMA warpgroup at 128: 388, 16
+    STS.128. Head dim 64 (one warpgroup): 307, 8 STS.128. The variants at 128 spill a few bytes
+    (deterministic 8, causal/window 16; before the staged LSE and D: 72 / 48), none in the loop."""
     import collections
     from cutedsl.compiler.sass_loops import hot_loop
     from cutedsl.compiler.toolchain import sass
@@ -143,20 +150,37 @@ def test_sass_main_loop():
         text = sass(ck.cubin)
         return ck, text, collections.Counter(hot_loop(text)["histogram"])
     ck, text, h = loop()
+    assert ck.block == (384, 1, 1) and not any("C7511" in m for m in ck.resources.ptxas_messages), ck.resources
     regs = [ln.split()[-2].rstrip(";") for ln in text.splitlines() if "USETMAXREG" in ln]
     assert sorted(int(r, 16) for r in regs) == [24, 240], regs
-    assert (h["HGMMA"], h["MUFU"], h["STSM"], h["LDG"], h["STS"], h["UBLKRED"], h["REDG"]) == (32, 32, 4, 32, 16, 1, 0), h
+    assert (h["HGMMA"], h["MUFU"], h["STSM"], h["LDS"], h["LDG"], h["FSEL"], h["STS"], h["UBLKRED"], h["REDG"]) == \
+        (32, 32, 4, 16, 0, 0, 8, 1, 0), h
     # the per-k-step descriptors are formed in the loop (uniform registers), not hoisted and spilled
-    assert (ck.resources.spill_stores, ck.resources.spill_loads, h["LDL"], h["STL"]) == (0, 0, 0, 0), h
-    assert sum(h.values()) <= 546, sum(h.values())                 # main: 593
+    assert (ck.resources.spill_stores, h["LDL"], h["STL"]) <= (4, 0, 0), (ck.resources, h)
+    assert sum(h.values()) <= 386, sum(h.values())                 # LSE and D by LDG: 546
     ops = [ln.split()[1] for ln in text.splitlines() if len(ln.split()) > 1]
     assert {op for op in ops if op.startswith("STS.")} == {"STS.128"}       # dQ: 16-byte stores only
+    assert {op for op in ops if op.startswith("LDS")} == {"LDS.64"}        # LSE, D: one column pair each
     assert "REDG" not in text
+    ck, _, h = loop(mma_warpgroups=1)
+    assert (ck.block, h["STS"], h["UBLKRED"], ck.resources.spill_stores) == ((256, 1, 1), 16, 1, 0), h
+    assert sum(h.values()) <= 388, sum(h.values())
     ck, _, h = loop(64)
     assert (h["STS"], h["UBLKRED"], h["REDG"], ck.resources.spill_stores) == (8, 1, 0, 0), h
-    assert sum(h.values()) <= 477, sum(h.values())                 # main: 495
-    for kw, most in (({"deterministic": True}, 72), ({"local": True}, 48)):
-        assert loop(**kw)[0].resources.spill_stores <= most, kw
+    assert sum(h.values()) <= 307, sum(h.values())                 # LSE and D by LDG: 477
+    for kw, most, count in (({"deterministic": True}, 8, 450), ({"local": True}, 16, 386), ({"varlen": True}, 4, 386)):
+        ck, _, h = loop(**kw)
+        assert ck.resources.spill_stores <= most and sum(h.values()) <= count, (kw, ck.resources, sum(h.values()))
+        assert (h["LDL"], h["STL"]) == (0, 0), (kw, h)
+
+
+def test_mma_warpgroups_refused():
+    from cutedsl.errors import ConfigError
+    from cutedsl.kernel.attention_bwd import AttentionBwdKernel
+    with pytest.raises(ConfigError, match="mma_warpgroups must be 1 or 2 .* got 2 at head_dim 64"):
+        AttentionBwdKernel(64, mma_warpgroups=2)
+    with pytest.raises(ConfigError, match="got 3 at head_dim 128"):
+        AttentionBwdKernel(128, mma_warpgroups=3)
 
 
 def _bad_calls(rng):

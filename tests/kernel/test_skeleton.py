@@ -155,3 +155,36 @@ def test_roles_scope_wraps_every_role(rng, sim, sim_seed):
     for s in range(0, k.grid(70)[0], 2):
         even[16 * s:16 * (s + 1)] = True
     assert np.array_equal(y[even], _reference(x[even], 3.0)) and np.isnan(y[~even]).all()
+
+
+@pytest.mark.parametrize("threads, want", [(1024, 64), (384, 168), (288, 224), (256, 248), (128, 248), (32, 248)])
+def test_launch_regs_stays_within_what_ptxas_honours(threads, want):
+    """``.maxnreg`` for one resident CTA: 65536 / threads rounded down to 8, but never past the
+    255 registers a thread can hold (rounded to 248): 256 threads would ask for 256, which ptxas
+    ignores entirely."""
+    for arch in (SM90A, SM100A):
+        assert arch.launch_regs(threads) == want
+        assert arch.launch_regs(threads) <= arch.max_regs_per_thread and want % 8 == 0
+
+
+def _ptxas_on_maxnreg(ptx: str, maxnreg: int) -> list:
+    from cutedsl.compiler.toolchain import ptxas
+    text = re.sub(r"\.maxnreg \d+", f".maxnreg {maxnreg}", ptx)
+    assert f".maxnreg {maxnreg}" in text
+    return [m for m in ptxas(text)[2] if "maxnreg" in m]
+
+
+def test_256_thread_kernel_gets_a_maxnreg_ptxas_honours():
+    """A producer warpgroup and one consumer warpgroup (256 threads): the kernel asks for 248
+    registers (not 256), and ptxas takes it without the "Too many maxnreg ... will be ignored"
+    warning it gives the same PTX with 256 (the control: the check can fail)."""
+    pytest.importorskip("mlir")
+    k = ScaleCopyKernel(box=(64, 32), consumers=1, producer="warpgroup")
+    assert k.threads == 2 * SM90A.warpgroup_threads and k.launch_registers == 248
+    ck = k.compile(use_cache=False)
+    assert re.search(r"\.maxnreg 248\b", ck.ptx)
+    assert not [m for m in ck.resources.ptxas_messages if "maxnreg" in m]
+    assert 0 < ck.resources.registers <= 248
+    assert _ptxas_on_maxnreg(ck.ptx, 248) == []
+    ignored = _ptxas_on_maxnreg(ck.ptx, 256)
+    assert ignored and "will be ignored" in ignored[0]

@@ -247,3 +247,40 @@ def test_packed_sub_byte_loads(dtype, bits, swizzle):
     from cutedsl.sim import SimRuntimeError
     with pytest.raises(SimRuntimeError, match=r"not a multiple of (16|2) elements"):
         emu.launch(prog, 1, 128, [tm, out, img_bytes, 1, 3], smem=img_bytes + 64)
+
+
+@pytest.mark.parametrize("swizzle,inner,coords,chunked", [
+    (0, 24, (8, 3), True), (128, 64, (16, 1), True), (64, 32, (0, 5), True),
+    (0, 24, (3, 3), False),     # the box starts 6 bytes into a 16-byte chunk of global memory
+    (128, 64, (48, 1), False),  # out of bounds on the right: filled element by element
+])
+def test_in_bounds_boxes_of_whole_chunks_copy_as_chunks(monkeypatch, swizzle, inner, coords, chunked):
+    """A box inside its tensor that starts on a 16-byte boundary is copied as 16-byte chunks (a
+    tensor map's box rows and strides are multiples of 16 bytes, and the swizzle moves chunks
+    whole); every other box element by element -- both give the independent model's image."""
+    from cutedsl.sim.instructions import tma
+    calls = []
+    real = tma.box_values
+    monkeypatch.setattr(tma, "box_values", lambda *a: calls.append(1) or real(*a))
+    rng = np.random.default_rng(inner + coords[0])
+    t = rng.integers(0, 60000, (40, 104)).astype(np.uint16).view(np.float16)
+    got, n = run_load(t, (16, inner), coords, swizzle)
+    assert np.array_equal(got[:n], reference_image(t, coords, (inner, 16), swizzle))
+    assert len(calls) == (0 if chunked else 1)
+
+
+@pytest.mark.parametrize("coords,chunked", [((4, 1), True), ((1, 1), False), ((4, 0), True)])
+def test_in_bounds_stores_of_whole_chunks_copy_as_chunks(monkeypatch, coords, chunked):
+    """A store box inside the tensor at a 16-byte boundary moves as 16-byte chunks (one 4 B
+    off it: element by element); both write exactly the box and define it for initcheck (the
+    host reads the result back without an uninitialised-read error)."""
+    from cutedsl.sim.instructions import tma
+    calls = []
+    real = tma.elements
+    monkeypatch.setattr(tma, "elements", lambda *a: calls.append(1) or real(*a))
+    r = run_store(coords)
+    exp = np.full((6, 12), 7, np.uint32)
+    x0, y0 = coords
+    exp[y0:y0 + 4, x0:x0 + 8] = 1000 + np.arange(32).reshape(4, 8)
+    assert np.array_equal(r, exp)
+    assert len(calls) == (0 if chunked else 1)

@@ -106,8 +106,26 @@ def tmap_of(w, tm_addr, ins):
                               f"    at {ins.where()}") from None
 
 
-def elements(w, tm, coords, ins):
-    """Global element indices and in-bounds mask for a box at ``coords``."""
+@lru_cache(maxsize=256)
+def box_chunks(box, strides, esize, span, dst_mod):
+    """A box whose rows are whole 16-byte chunks (row bytes and every global stride multiples of
+    16) as chunks: (offsets of its chunks in global memory, in 16-byte units from the box's first
+    byte; their places in shared memory, in 16-byte units from ``dst - dst_mod``), in box order;
+    None for other boxes. The swizzle moves 16-byte chunks whole (PTX ISA 5.5, tensors: swizzling
+    modes), so a chunk's bytes stay together -- one index per 16 bytes instead of per element."""
+    if (box[0] * esize) % 16 or any(s % 16 for s in strides[1:]):
+        return None
+    per = 16 // esize
+    g = _goff(box, strides)[0][::per] // 16
+    s = box_layout(box, esize, span, dst_mod)[1][::per] // 16
+    g.flags.writeable = False
+    s.flags.writeable = False
+    return g, s
+
+
+def _origin(w, tm, coords, ins):
+    """(allocation, byte offset of the box's first element in it, in-bounds mask of its elements
+    or None when every coordinate is inside the tensor)."""
     gm = w.launch.gmem
     al = gm.find(tm.address)
     if al is None:
@@ -122,6 +140,25 @@ def elements(w, tm, coords, ins):
             ok = (g >= 0) & (g < tm.dims[i])
             inb = ok if inb is None else inb & ok
         base += c * tm.strides[i]
+    return al, base, inb
+
+
+def chunk_source(w, tm, coords, ins):
+    """``(allocation, 16-byte chunk indices)`` of a box inside its tensor and allocation whose
+    rows are whole 16-byte chunks starting at a 16-byte boundary (:func:`box_chunks`); None for
+    any other box (then :func:`elements`)."""
+    if tm.group or box_chunks(tm.box, tm.strides, tm.esize, 0, 0) is None:
+        return None
+    al, base, inb = _origin(w, tm, coords, ins)
+    _off, omin, omax, _e = _goff(tm.box, tm.strides)
+    if inb is not None or base % 16 or base + omin < 0 or base + omax + tm.esize > al.nbytes:
+        return None
+    return al, box_chunks(tm.box, tm.strides, tm.esize, 0, 0)[0] + base // 16
+
+
+def elements(w, tm, coords, ins):
+    """Global element indices and in-bounds mask for a box at ``coords``."""
+    al, base, inb = _origin(w, tm, coords, ins)
     off, omin, omax, eoff = _goff(tm.box, tm.strides)
     if inb is None:
         lo, hi = base + omin, base + omax

@@ -79,10 +79,12 @@ def _finish(a, esize):
 
 
 @lru_cache(maxsize=1024)
-def operand_words(b_desc, n, k, eb, trans_b, a_desc, ea, trans_a):
-    """The shared-memory words both operands of one wgmma read (B's, then A's; one race check)
-    and the 1 KiB blocks they lie in."""
-    w = np.concatenate([operand_addrs(b_desc, n, k, eb, trans_b)[1], operand_addrs(a_desc, 64, k, ea, trans_a)[1]])
+def operand_words(b_desc, n, k, eb, trans_b, a_desc=None, ea=0, trans_a=False):
+    """The shared-memory words the operands of one wgmma read (B's, then A's unless ``a_desc`` is
+    None: A from registers; one race check) and the 1 KiB blocks they lie in."""
+    w = operand_addrs(b_desc, n, k, eb, trans_b)[1]
+    if a_desc is not None:
+        w = np.concatenate([w, operand_addrs(a_desc, 64, k, ea, trans_a)[1]])
     w.flags.writeable = False
     blocks = np.unique(w >> BLOCK_SHIFT)        # the race detector's blocks
     blocks.flags.writeable = False
@@ -120,7 +122,7 @@ def a_reg_map(esize: int = 2):
 
 
 @lru_cache(maxsize=16)
-def _to_f64(dt):
+def to_f64(dt):
     """Table: every bit pattern of 8-/16-bit float type ``dt`` -> its float64 value."""
     bits = np.dtype(dt).itemsize * 8
     t = np.arange(1 << bits, dtype=np.dtype(f"u{bits // 8}")).view(dt).astype(np.float64)
@@ -134,7 +136,7 @@ def load_operand(cta, eidx, esize, dt):
         return (v & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
     if np.dtype(dt).kind in "iu":
         return v.view(dt).astype(np.int64)
-    return _to_f64(dt)[v]       # a table look-up: cheaper than the f16/bf16/fp8 -> f64 cast
+    return to_f64(dt)[v]        # a table look-up: cheaper than the f16/bf16/fp8 -> f64 cast
 
 
 #: swizzle span (bytes) per sm_100 descriptor layout field (bits 61-63)

@@ -222,6 +222,20 @@ def dec_prefetch(ctx, ins, mods, ops):
 
 
 _ATOM_OPS = {"add", "min", "max", "inc", "dec", "and", "or", "xor", "exch", "cas"}
+_NOT_GLOBAL = {SHARED_WIN >> 40, PARAM_WIN >> 40, LOCAL_WIN >> 40}     #: generic windows of other spaces
+
+
+def _add_f32_global(old, b):
+    """``atom/red.add.f32`` on global memory: PTX ISA 9.7.13.5 (atom) and 9.7.13.6 (red) say the
+    current implementation flushes subnormal inputs and results to sign-preserving zero there
+    (SASS ``REDG.E.ADD.F32.FTZ.RN``), rounding to nearest even; on shared memory it keeps them."""
+    return nm.ftz(np.add(nm.ftz(np.float32(old)), nm.ftz(np.float32(b)), dtype=np.float32))
+
+
+def _global(space, addr) -> bool:
+    """Whether an ``atom``/``red`` address of ``space`` lands in global memory (a generic one
+    outside the shared, param and local windows)."""
+    return space == "global" or (space == "generic" and int(addr) >> 40 not in _NOT_GLOBAL)
 
 
 @handler("atom", "red")
@@ -263,8 +277,10 @@ def dec_atom(ctx, ins, mods, ops):
     dt = NP[t]
     ut = np.dtype(f"u{esize}")
 
-    def combine(old, b, c):
+    def combine(old, b, c, gl):
         if op == "add":
+            if t == "f32" and gl:
+                return _add_f32_global(old, b)
             if t in PACKED:
                 ht = PACKED[t]
                 ol, oh = unpack2(old, ht)
@@ -312,7 +328,7 @@ def dec_atom(ctx, ins, mods, ops):
                 # initcheck: the combined value needs the old one, but atom.exch's new value
                 # does not, and the old it returns may be discarded (an uninitialised register)
                 old = w.load(space, a[ln], lm, esize, 1, dt, ins, race=False, init=op != "exch")[0, 0]
-                new = combine(old, b[ln], None if c is None else c[ln])
+                new = combine(old, b[ln], None if c is None else c[ln], _global(space, a[ln]))
                 w.store(space, a[ln], lm, esize, 1, np.asarray(new, dt).view(ut).reshape(1, 1), ins,
                          race=False)
                 olds[ln] = old
@@ -348,7 +364,7 @@ def _red_vec(ctx, ins, mods, ops, vec, space):
                     lm = np.zeros(32, bool)
                     lm[ln] = True
                     old = w.load(space, aj[ln], lm, 4, 1, np.float32, ins, race=False)[0, 0]
-                    new = np.add(old, vals[j][ln], dtype=np.float32)
+                    new = _add_f32_global(old, vals[j][ln])       # .global only (checked above)
                     w.store(space, aj[ln], lm, 4, 1, np.asarray(new, np.float32).view(np.uint32).reshape(1, 1),
                             ins, race=False)
     return fn

@@ -11,6 +11,9 @@ outside ``[0, dim_i)``) and lands at shared byte ``swz(dst + lin(x))`` with
 ``lin(x) = x_0*e + pitch*(x_1 + n_1*(x_2 + ...))``, ``pitch = S`` when swizzled else
 ``n_0*e``, ``swz(a) = a ^ (((a >> 7) & (S/16 - 1)) << 4)`` on the absolute address.
 The mbarrier gets ``complete_tx`` of the full box bytes (out-of-bounds elements included).
+A box (loaded or stored) inside its tensor that starts on a 16-byte boundary moves as 16-byte
+chunks: the box's rows and the global strides are multiples of 16 bytes (tensor-map rules) and
+the swizzle permutes whole chunks, so this gives the element rule's bytes with one index per 16.
 Stores clip out-of-bounds elements. Copies complete at issue ("eager"); under the adversarial
 mode (:mod:`cutedsl.sim.machine.chaos`) loads land later in random order and stores read their source
 up to ``wait_group.read`` and write global memory up to ``wait_group``.
@@ -30,7 +33,8 @@ from ..machine.memory import PARAM_WIN
 from ..frontend.registry import SUBHANDLERS, handler
 from ..checks.shadow_words import word_set, words_of
 from ..engines.mbarrier_object import get_mbar, hb_check_init
-from ..engines.tma_box import box_layout, box_span, elements, smem_dest, tmap_of, whole_words
+from ..engines.tma_box import (box_chunks, box_layout, box_span, chunk_source, elements, smem_dest, tmap_of,
+                               whole_words)
 
 
 def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
@@ -46,26 +50,15 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
         raise SimRuntimeError(f"TMA with {len(coords)} coordinates on a rank-{len(tm.box)} tensor map\n"
                               f"    at {ins.where()}")
     coords = packed_coords(tm, coords, ins)
-    al, gidx, inb = elements(w, tm, coords, ins)
     ghb = w.launch.ghb
-    if ghb is not None and ghb.written(al):     # generic writes of these bytes: ordered and proxy-fenced?
-        ghb.async_read(w, al, *whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize), ins)
-    if al.dv is not None and w.launch.initcheck:
-        # initcheck: only in-bounds elements read memory; the zero / NaN fill of the others
-        # reads nothing (PTX ISA cp.async.bulk.tensor; CUDA driver API, tensor map OOB fill)
-        g = gidx if inb is None else gidx[inb]
-        if len(g):
-            w.check_defined(al, g * tm.esize, tm.esize, None, ins, "TMA load, async proxy")
-    v = al.v[tm.esize]
-    if inb is None:
-        vals = v[gidx]
-    else:
-        vals = np.full(len(gidx), tm.nan_bits, v.dtype)
-        vals[inb] = v[gidx[inb]]
-    sbox = tm.box
-    if tm.group:                            # padded sub-byte types: 16-byte slots in shared memory
-        vals = padded_rows(tm, vals)
-        sbox = (tm.box[0] // tm.group * 16,) + tm.box[1:]
+    src = chunk_source(w, tm, coords, ins)
+    if src is not None and ((ghb is not None and ghb.written(src[0])) or (src[0].dv is not None
+                                                                          and w.launch.initcheck)):
+        src = None                          # the checks of box_values want element indices
+    if src is None:
+        vals, sbox = box_values(w, tm, coords, ins, ghb)
+    else:                                   # in bounds, whole 16-byte chunks: copied as chunks
+        vals, sbox = src[0].v[16][src[1]], tm.box
     dcta, doff = smem_dest(w, dst, ins, "TMA load destination")
     mcta, moff = smem_dest(w, mbar, ins, "TMA mbarrier", 8)
     peer_bit = mcta.rank ^ w.cta.rank       # 0: each destination's own barrier; 1: its pair peer's
@@ -85,8 +78,11 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
     dmod = doff % 1024
     words = box_layout(sbox, tm.esize, tm.swizzle, dmod)[2]
     rmin, rmax, erel = box_span(sbox, tm.esize, tm.swizzle, dmod)
-    base = doff - dmod
-    sidx = erel + base // tm.esize
+    base = doff - dmod                      # a multiple of 1024
+    if src is None:
+        unit, sidx = tm.esize, erel + base // tm.esize
+    else:
+        unit, sidx = 16, box_chunks(sbox, tm.strides, tm.esize, tm.swizzle, dmod)[1] + base // 16
     nbytes = tm.esize * len(erel)               # the bytes written into shared memory
     for cta in targets:
         if base + rmax + tm.esize > cta.smem_size or base + rmin < 0:
@@ -98,12 +94,40 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
         hb_check_init(w, bar, ins)
 
         def land(cta=cta, bar=bar, snap=snap, bcta=bcta):
-            cta.sv[tm.esize][sidx] = vals
+            cta.sv[unit][sidx] = vals
             bar.note(f"complete_tx {nbytes} B (TMA load at {ins.at()}, coords {tuple(coords)})")
             if snap is not None:
                 bar.snap = bcta.cluster.hb.merge(bar.snap, snap)
             bar.complete_tx(nbytes)
         defer(w, land, remote=cta is not w.cta)
+
+
+def box_values(w, tm, coords, ins, ghb):
+    """(the box's elements in box order, the box's shape in shared memory) read element by
+    element: out-of-bounds elements filled, the global race and initcheck checks of the read."""
+    al, gidx, inb = elements(w, tm, coords, ins)
+    if ghb is not None and ghb.written(al):     # generic writes of these bytes: ordered and proxy-fenced?
+        ghb.async_read(w, al, *whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize), ins)
+    if al.dv is not None and w.launch.initcheck:
+        # initcheck: only in-bounds elements read memory; the zero / NaN fill of the others
+        # reads nothing (PTX ISA cp.async.bulk.tensor; CUDA driver API, tensor map OOB fill)
+        g = gidx if inb is None else gidx[inb]
+        if len(g):
+            w.check_defined(al, g * tm.esize, tm.esize, None, ins, "TMA load, async proxy")
+    v = al.v[tm.esize]
+    if inb is None:
+        vals = v[gidx]
+    else:
+        vals = np.full(len(gidx), tm.nan_bits, v.dtype)
+        vals[inb] = v[gidx[inb]]
+    sbox = tm.box
+    if tm.group:                            # padded sub-byte types: 16-byte slots in shared memory
+        vals = padded_rows(tm, vals)
+        sbox = (tm.box[0] // tm.group * 16,) + tm.box[1:]
+    return vals, sbox
+
+
+_WORD_BYTES = np.arange(0, 16, 4)       # the 4-byte words of a 16-byte chunk
 
 
 def bulk_read(w, cta, words, ins, what):
@@ -148,7 +172,11 @@ def tma_store(w, ins, tm_addr, coords, src):
         raise SimRuntimeError(f"TMA store through a padded {tm.bits}-bit tensor map (ALIGN16B) is not emulated\n"
                               f"    at {ins.where()}")
     coords = packed_coords(tm, coords, ins)
-    al, gidx, inb = elements(w, tm, coords, ins)
+    chunks = chunk_source(w, tm, coords, ins)       # (allocation, chunk indices): as for loads
+    if chunks is None:
+        al, gidx, inb = elements(w, tm, coords, ins)
+    else:
+        al, gidx, inb = chunks[0], chunks[1], None
     scta, soff = smem_dest(w, src, ins, "TMA store source")
     dmod = soff % 1024
     ch = box_layout(tm.box, tm.esize, tm.swizzle, dmod)[2]
@@ -157,20 +185,27 @@ def tma_store(w, ins, tm_addr, coords, src):
     if base + rmax + tm.esize > scta.smem_size:
         raise MemoryAccessError(f"TMA store box at smem offset {soff} overruns shared memory\n    at {ins.where()}")
     bulk_read(w, scta, word_set(ch, base >> 2), ins, "TMA store source")
-    sidx = erel + base // tm.esize
-    v = al.v[tm.esize]
+    if chunks is None:
+        unit, sidx = tm.esize, erel + base // tm.esize
+        gwords = whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize)
+        first = int(gidx[0])
+    else:                               # the chunks' words in box order: what whole_words gives
+        unit, sidx = 16, box_chunks(tm.box, tm.strides, tm.esize, tm.swizzle, dmod)[1] + base // 16
+        gwords = ((16 * gidx[:, None] + _WORD_BYTES).reshape(-1), 4)
+        first = int(gidx[0]) * 16 // tm.esize
+    v = al.v[unit]
     if w.launch.ghb is not None:        # the global side: a write in flight until wait_group
-        w.launch.ghb.async_write(w, al, *whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize), ins)
+        w.launch.ghb.async_write(w, al, *gwords, ins)
     if al.dv is not None:               # initcheck: the in-bounds elements are defined (at issue:
         if inb is None:                 # reading them early is the race detector's business)
-            al.define_box(int(gidx[0]), tm.esize, tm.box, tm.strides)
+            al.define_box(first, tm.esize, tm.box, tm.strides)
         else:
             al.define_elements(gidx[inb], tm.esize)
     group = w.bulk_commits
     key = (w.cta.rank, w.wid)
 
     def read():
-        vals = scta.sv[tm.esize][sidx]
+        vals = scta.sv[unit][sidx]
 
         def write():
             if inb is None:

@@ -29,6 +29,10 @@ the MMA once over the 128 lanes and releases the others.
   makes every group older than its N most recent complete for that warp (the group is one
   warpgroup-wide operation), so a release by that warp (e.g. an mbarrier arrive freeing a
   pipeline stage) orders the group's operand reads before what the acquirer does next.
+  A lockstep run's wgmmas queue their operand reads (``Shadow.read_later``) and, with f32
+  accumulators in eager mode, their products (``wgmma_acc.HeldTiles.queue``): a warpgroup's
+  chain on one stage is judged and computed at once, with the verdicts, reports and bits of one
+  instruction at a time (docs/emulator.md, Lockstep execution: Chains).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from ..frontend.errors import SimRuntimeError
 from ..checks.hb_warp import acc_prune
 from ..engines.mbarrier_object import uniform_lanes
 from ..frontend.registry import BLOCKED, NOT_BATCHED, handler
-from ..engines.wgmma_acc import HeldTiles, frag_to_tile, tile_to_frag
+from ..engines.wgmma_acc import HeldTiles, MmaOp, frag_to_tile, rounded, tile_to_frag
 # decode_desc and operand_addrs are also this module's public names (tests, tcgen05)
 from ..engines.wgmma_layout import ETYPES, a_reg_map, d_map, decode_desc, load_operand, operand_addrs, operand_words  # noqa: F401
 
@@ -217,13 +221,16 @@ def dec_wgmma(ctx, ins, mods, ops):
     dkey = tuple(didx.tolist())
     hold = dtype_d == "f32"         # f32 accumulators are held as tiles between MMAs (wgmma_acc)
 
-    def execute(warps, cta):
-        # issue: registers read now (scale-d, descriptors, register A), operand addresses
+    def execute(warps, cta, queue=False):
+        # issue: registers read now (scale-d, descriptors, register A), operand addresses;
+        # ``queue`` (a lockstep batch): the operand race read waits for the run's other wgmmas
+        # (Shadow.read_later: a chain on one stage is judged at once)
         st = _wg(cta, warps[0].wid // 4)
         lo = warps[0].wid
         batch = cta.batch(lo, lo + 4) if warps[0].full and warps[3].full else None
+        chained = queue and hold and cta.launch.chaos is None     # wgmma_acc.HeldTiles.queue
         held = st.held
-        if held is not None and held.tiles:
+        if not chained and held is not None and held.tiles:
             other = 0
             for k, t in held.tiles.items():
                 if k != dkey:
@@ -236,7 +243,7 @@ def dec_wgmma(ctx, ins, mods, ops):
         if b_end > cta.smem_size:
             raise SimRuntimeError(f"wgmma B operand (descriptor 0x{b_desc:x}) reaches past shared memory "
                                   f"({cta.smem_size} B)\n    at {ins.where()}")
-        words = [(b_words, None)]
+        words = None
         A = a_ei = None
         if a_regs:
             ar = np.ascontiguousarray(np.concatenate([w.u32[aidx] for w in warps], axis=1).T, "<u4")     # (128, 4)
@@ -251,22 +258,39 @@ def dec_wgmma(ctx, ins, mods, ops):
             if a_end > cta.smem_size:
                 raise SimRuntimeError(f"wgmma A operand (descriptor 0x{a_desc:x}) reaches past shared memory "
                                       f"({cta.smem_size} B)\n    at {ins.where()}")
-            words = [operand_words(b_desc, N, K, eb, bool(trans_b), a_desc, ea, bool(trans_a))]     # (words, blocks)
+            words = operand_words(b_desc, N, K, eb, bool(trans_b), a_desc, ea, bool(trans_a))     # (words, blocks)
+        if words is None:
+            words = operand_words(b_desc, N, K, eb, bool(trans_b))
         group = warps[0].wg_commits
         gi = warps[0].wid // 4
         sh = cta.shadow
         if sh is not None:
             hb = sh.hb
-            ag = hb.agent(("wgmma", cta.rank, gi), "wgmma", cta, gi, f"wgmma of warpgroup {gi}")
-            # every issuing warp's knowledge orders the operand reads (PTX ISA 9.7.15.5.2: .sync is
-            # per warp); what one of them knows only is reported as a missing warpgroup barrier
-            vc, pvc = hb.collective_op(warps, ag.idx, group + 1)
-            lenient = hb.async_op(warps, ag.idx, group + 1)
-            for wd, blk in words:
-                sh.read(wd, ag.idx, group + 1, vc, pvc, ins.pc, True, "wgmma operand", blk, lenient=lenient)
+            akey = ("wgmma", cta.rank, gi)
+            ag = hb.keys.get(akey) or hb.agent(akey, "wgmma", cta, gi, f"wgmma of warpgroup {gi}")
+            clock = group + 1
+            known = sh.pending_knowledge(ag.idx, clock) if queue else None
+            if known is not None:       # an earlier wgmma of this run: the same warps, the same clocks
+                vc, pvc, lenient = known
+            else:
+                # every issuing warp's knowledge orders the operand reads (PTX ISA 9.7.15.5.2: .sync
+                # is per warp); what one of them knows only is reported as a missing warpgroup barrier
+                vc, pvc = hb.collective_op(warps, ag.idx, clock)
+                lenient = hb.async_op(warps, ag.idx, clock)
+            wd, blk = words
+            if queue:
+                sh.read_later(wd, blk, ag.idx, clock, vc, pvc, ins.pc, "wgmma operand", lenient)
+            else:
+                sh.read(wd, ag.idx, clock, vc, pvc, ins.pc, True, "wgmma operand", blk, lenient=lenient)
             for w in warps:
                 w.acc_pending.append((rbits, ag.idx, group + 1, ins.pc))
                 w.acc_bits |= rbits
+
+        if chained:                 # computed with the run's other MMAs, in issue order
+            if st.held is None:
+                st.held = HeldTiles(cta, warps)
+            st.held.queue(MmaOp(dkey, didx, dbits, rbits, N, scale_d, sign, A, a_ei, ea, dta, b_ei, eb, dtb))
+            return
 
         def perform():
             lanes = slice(32 * warps[0].wid, 32 * warps[-1].wid + 32)
@@ -288,13 +312,7 @@ def dec_wgmma(ctx, ins, mods, ops):
 
     def product(c, A, B):
         """The (64, N) f32 tile D = A B (+ c, an f32 tile or None), one rounding (exact mode)."""
-        prod = A @ B
-        if sign != 1.0:
-            prod = -prod
-        if c is not None:
-            prod += c
-        with np.errstate(over="ignore"):
-            return prod.astype(np.float32)
+        return rounded(A @ B, sign, c)
 
     def compute(regs, A, B, scale_d):
         """The accumulator registers (128 threads, nd) after D = A B (+ D)."""
@@ -342,7 +360,7 @@ def dec_wgmma(ctx, ins, mods, ops):
             if st is not None and st.arrivals.get(ins.pc):
                 return NOT_BATCHED
         for gi in range(b.lo // 4, b.hi // 4):
-            execute(cta.warps[4 * gi:4 * gi + 4], cta)
+            execute(cta.warps[4 * gi:4 * gi + 4], cta, True)
         cta.launch.version += 1
         return None
 

@@ -27,8 +27,11 @@ warps together:
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..checks.hb_warp import acc_prune
-from ..frontend.registry import BATCH_WGMMA, JUMPED, NOT_BATCHED
+from ..frontend.errors import SimError
+from ..frontend.registry import BATCH_STORE, BATCH_WGMMA, JUMPED, NOT_BATCHED
 
 #: how far (in instructions) a warp may be behind to catch up with a lockstep batch
 CATCH_UP = 8
@@ -76,29 +79,46 @@ def lockstep(launch, w, g, ins, gang, budget):
     part = ws[lo:hi]
     preds = cta.files["p"]
     lanes = slice(32 * lo, 32 * hi)
+    nlanes = 32 * (hi - lo)
     b = cta.batch(lo, hi)
     code = launch.code
     pc = g.pc
     done = 0
-    while True:
-        gi = ins.guard
-        if gi >= 0:             # every lane of the batch takes it, or none skips it
-            row = preds[gi, lanes]
-            some, every = bool(row.any()), bool(row.all())
-            take, skip = (not some, every) if ins.neg else (every, not some)
-            if not (take or skip):
-                break           # some lanes only: w alone, through the main loop
-            if take and _run(ins, b) == NOT_BATCHED:
+    sh = cta.shadow
+    owned = _bits(part)         # a superset of the registers a wgmma owns or holds in the batch
+    try:
+        while True:
+            gi = ins.guard
+            if gi >= 0:             # every lane of the batch takes it, or none skips it
+                c = int(np.count_nonzero(preds[gi, lanes]))
+                some, every = c > 0, c == nlanes
+                take, skip = (not some, every) if ins.neg else (every, not some)
+                if not (take or skip):
+                    break           # some lanes only: w alone, through the main loop
+            if gi < 0 or take:
+                kind = ins.batch
+                if kind == BATCH_WGMMA:
+                    b.flush()       # a wgmma reads shared memory: the run's deferred stores first
+                elif kind == BATCH_STORE and cta.mma_chains:
+                    _run_chains(cta)        # the run's queued MMAs read their operands before a store
+                if ins.fn(b, None, None) == NOT_BATCHED:
+                    break
+                if kind == BATCH_WGMMA:
+                    owned = _bits(part)
+            pc += 1
+            done += 1
+            if done >= budget:
                 break
-        elif _run(ins, b) == NOT_BATCHED:
-            break
-        pc += 1
-        done += 1
-        if done >= budget:
-            break
-        ins = code[pc]
-        if not ins.batch or (ins.rbits and _owned(part, ins.rbits)):
-            break
+            ins = code[pc]
+            if not ins.batch or (ins.rbits & owned and _owned(part, ins.rbits)):
+                break
+    except SimError:
+        if sh is not None and sh.pending:
+            sh.flush_reads()    # the run's earlier wgmma operand reads come first (program order)
+        raise
+    if sh is not None and sh.pending:
+        sh.flush_reads()        # the run's wgmma operand reads (Shadow.read_later), judged at once
+    _run_chains(cta)
     b.flush()                   # the run's shared stores, checked at once
     if done == 0:               # the first instruction declined the batch
         return ins.fn(w, g, None), None, 0
@@ -110,12 +130,18 @@ def lockstep(launch, w, g, ins, gang, budget):
     return JUMPED, (lo, hi), done - 1
 
 
-def _run(ins, b):
-    """Run batch instruction ``ins`` for batch ``b``; a wgmma reads shared memory, so the
-    deferred stores of the run are recorded first."""
-    if ins.batch == BATCH_WGMMA:
-        b.flush()
-    return ins.fn(b, None, None)
+def _run_chains(cta):
+    """Compute the MMAs the run queued (:meth:`cutedsl.sim.engines.wgmma_acc.HeldTiles.queue`)."""
+    while cta.mma_chains:
+        cta.mma_chains[0].run_chain()
+
+
+def _bits(warps) -> int:
+    """The registers some wgmma may own or hold in one of ``warps`` (acc_bits | lazy_bits)."""
+    r = 0
+    for x in warps:
+        r |= x.acc_bits | x.lazy_bits
+    return r
 
 
 def _owned(warps, rbits) -> bool:

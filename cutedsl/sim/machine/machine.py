@@ -312,6 +312,7 @@ class CTA:
         self.mbar = {}
         self.bars = {}
         self.warpgroups = {}
+        self.mma_chains = []        # wgmma_acc.HeldTiles with MMAs queued in the current lockstep run
         bx, by, bz = launch.block
         gx, gy, gz = launch.grid
         cx, cy, cz = launch.cluster

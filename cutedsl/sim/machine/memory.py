@@ -65,8 +65,10 @@ def write_noting_change(launch, arr, ix, vals) -> None:
 
 
 def views(data: np.ndarray) -> dict:
-    """Typed views of a uint8 buffer whose length is a multiple of 16: {nbytes: view}."""
-    return {1: data, 2: data.view(np.uint16), 4: data.view(np.uint32), 8: data.view(np.uint64)}
+    """Typed views of a uint8 buffer whose length is a multiple of 16: {nbytes: view}; 16: raw
+    16-byte chunks (TMA boxes copied chunk by chunk, :mod:`cutedsl.sim.instructions.tma`)."""
+    return {1: data, 2: data.view(np.uint16), 4: data.view(np.uint32), 8: data.view(np.uint64),
+            16: data.view("V16")}
 
 
 #: a fully defined element of each size in :attr:`Allocation.defined` (one 0x01 per byte)

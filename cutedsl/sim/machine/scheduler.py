@@ -15,7 +15,7 @@ work queues, grid-wide barriers) make progress; a wait on a CTA that cannot beco
 is a deadlock whose report says how many clusters are waiting to become resident.
 The scheduler visits the live warps (all live clusters) round-robin and runs each until it blocks, yields
 (a failed ``test_wait`` poll or ``nanosleep``) or a quantum of instructions passes. Inside a
-warp, lane groups follow the **min-PC** rule: the runnable group with the lowest PC runs,
+warp (:mod:`cutedsl.sim.machine.warp_run`), lane groups follow the **min-PC** rule: the runnable group with the lowest PC runs,
 and groups whose PCs meet merge (reconvergence). A round in which no instruction executes is
 a **deadlock**; every blocked lane group is listed in the :class:`DeadlockError`.
 
@@ -43,68 +43,23 @@ import time
 
 import numpy as np
 
-from ... import envvars
 from ...arch import DEFAULT_SM_COUNT
 from ...runtime.backend import SMEM_LIMIT
 from .chaos import Chaos
-from ..frontend.errors import (DeadlockError, GridTooLarge, InstructionBudgetExceeded, LivelockError, SimError,
-                     SimLaunchError, SimRuntimeError, TimeLimitExceeded)
-from ..checks.hb import HB, Shadow
-from ..checks.hb_warp import acc_check
+from ..frontend.errors import (DeadlockError, InstructionBudgetExceeded, LivelockError, SimLaunchError,
+                               TimeLimitExceeded)
+from ..checks.hb import HB
+from ..checks.shadow import Shadow
 from ..frontend.limits import DEFAULT_LIMITS
 from .machine import CTA, Cluster
 from .memory import views
-from .lockstep import lockstep, step_gang
-from ..frontend.registry import JUMPED, RESCHED, YIELD
 from .residency import cluster_bytes, resident_clusters
-
-DEFAULT_BUDGET = 200_000_000
-#: default wall-clock limit per launch in seconds (env CUTEDSL_SIM_TIME_LIMIT overrides): long
-#: enough for a 4096^3 GEMM's worth of emulation on a laptop, short enough for interactive use
-DEFAULT_TIME_LIMIT = 60.0
-#: warp-instructions a launch may execute with no progress (synchronisation, warp exit, cluster
-#: start) before it is a livelock (env CUTEDSL_SIM_PROGRESS_LIMIT overrides): a few seconds of
-#: emulation; the project's kernels synchronise every few hundred instructions
-DEFAULT_PROGRESS_LIMIT = 2_000_000
-#: what a load/store at a repeated address adds to the no-progress stretch (its emulation cost
-#: relative to a register instruction, measured with race checks on: ~20 us vs ~1 us)
-STALE_WEIGHT = 16
-#: lower bounds of what the emulator spends per CTA / per warp / per cluster cancelled by cluster
-#: launch control, even for an empty kernel (measured 2026-11-28: ~90 us per one-warp CTA, ~47 us
-#: per warp; the bounds leave ~10x for faster machines) -- the launch-size check's estimate
-MIN_CTA_SECONDS, MIN_WARP_SECONDS, MIN_CANCELLED_SECONDS = 5e-6, 4e-6, 2e-7
-
-
-def _env(name):
-    try:
-        return envvars.get(name)
-    except envvars.EnvVarError as e:
-        raise SimLaunchError(str(e)) from None
-
-
-def default_time_limit():
-    """``CUTEDSL_SIM_TIME_LIMIT`` (validated by :mod:`cutedsl.envvars`) or the default."""
-    t = _env("CUTEDSL_SIM_TIME_LIMIT")
-    return DEFAULT_TIME_LIMIT if t is None else t
-
-
-def default_initcheck() -> bool:
-    """``CUTEDSL_SIM_INITCHECK`` (a switch) or on."""
-    v = _env("CUTEDSL_SIM_INITCHECK")
-    return True if v is None else v
-
-
-def default_progress_limit():
-    """``CUTEDSL_SIM_PROGRESS_LIMIT`` or the default."""
-    n = _env("CUTEDSL_SIM_PROGRESS_LIMIT")
-    return DEFAULT_PROGRESS_LIMIT if n is None else n
-
-
-def _dims(d, name):
-    d = tuple(int(x) for x in (tuple(d) + (1, 1, 1))[:3]) if not isinstance(d, int) else (int(d), 1, 1)
-    if any(x < 1 for x in d):
-        raise SimLaunchError(f"{name} dimensions must be >= 1, got {d}")
-    return d
+from .warp_run import run_warp
+# the limits are also this module's names (the backend, tests and older callers import them here)
+from .launch_limits import (DEFAULT_BUDGET, DEFAULT_PROGRESS_LIMIT, DEFAULT_TIME_LIMIT,  # noqa: F401
+                            MIN_CANCELLED_SECONDS, MIN_CTA_SECONDS, MIN_WARP_SECONDS, STALE_WEIGHT,
+                            check_grid_fits, default_initcheck, default_progress_limit, launch_dims,
+                            default_time_limit)
 
 
 def _dispose(cl) -> None:
@@ -122,6 +77,8 @@ class Launch:
     """One kernel launch on the emulator (see module docstring)."""
 
     serial_counter = 0
+    #: one warp's turn (cutedsl.sim.machine.warp_run; lockstep.py steps neighbours through it too)
+    _run_warp = run_warp
 
     def __init__(self, program, gmem, grid, block, params, *, cluster=(1, 1, 1), smem=0,
                  budget=DEFAULT_BUDGET, race_check=True, dyn_smem_offset=0, quantum=20000,
@@ -131,9 +88,9 @@ class Launch:
         self.serial = Launch.serial_counter
         self.program = program
         self.gmem = gmem
-        self.grid = _dims(grid, "grid")
-        self.block = _dims(block, "block")
-        cl = _dims(cluster, "cluster")
+        self.grid = launch_dims(grid, "grid")
+        self.block = launch_dims(block, "block")
+        cl = launch_dims(cluster, "cluster")
         d = program.directives
         req = d.get("reqnctapercluster")
         if req is not None:
@@ -205,7 +162,7 @@ class Launch:
             self.ghb = GlobalHB(self, chaos)
         self.time_limit = float(time_limit) if time_limit is not None else default_time_limit()
         self.progress_limit = int(progress_limit) if progress_limit is not None else default_progress_limit()
-        self._check_grid_fits(nthreads, ncl)
+        check_grid_fits(self, nthreads, ncl)
         self.changed = False     # a store changed memory this round (see _run_resident)
         self.fresh = False       # a load/store reached a new address this round (Warp.note_access)
         self.stale = 0           # loads/stores that repeated their address (Warp.note_access)
@@ -231,23 +188,6 @@ class Launch:
                 al.data[:len(data)] = np.frombuffer(data, np.uint8)
             a = self.global_syms[name] = al.base
         return a
-
-    def _check_grid_fits(self, nthreads: int, ncl: int) -> None:
-        """Refuse, before anything runs, a grid the emulator cannot finish within ``time_limit``
-        even if every CTA exited at once (its per-CTA cost has a floor; clusters that cluster
-        launch control may cancel cost only their skipping)."""
-        nctas = self.grid[0] * self.grid[1] * self.grid[2]
-        if any(i.opcode.startswith("clusterlaunchcontrol") for i in self.program.code):
-            floor, why = nctas // ncl * MIN_CANCELLED_SECONDS, "cancelled cluster"
-        else:
-            floor = nctas * (MIN_CTA_SECONDS + MIN_WARP_SECONDS * ((nthreads + 31) // 32))
-            why = f"CTA of {nthreads} threads"
-        if floor > self.time_limit:
-            raise GridTooLarge(
-                f"grid {self.grid} ({nctas} CTAs) of kernel {self.program.name!r} cannot finish within the "
-                f"emulator's wall-clock limit of {self.time_limit:g} s: even an empty kernel takes at least "
-                f"{floor:.3g} s at that size (>= {floor / nctas * 1e6:.2g} us per {why}); launch a smaller grid, "
-                f"or raise the limit (SimBackend(time_limit=...) / CUTEDSL_SIM_TIME_LIMIT)")
 
     # -- running -----------------------------------------------------------------------
     def _clusters(self):
@@ -414,110 +354,6 @@ class Launch:
             return "exit"
         g = min(w.groups, key=lambda x: x.pc)
         return self.code[g.pc].where()
-
-    def _run_warp(self, w, quantum):
-        code = self.code
-        n = 0
-        w.poll = False
-        groups = w.groups
-        ins = None
-        try:
-            while not w.done and n < quantum:
-                g = None
-                for gg in groups:
-                    b = gg.blocked
-                    if b is not None:
-                        if not b.ready():
-                            continue
-                        gg.blocked = None
-                    if g is None or gg.pc < g.pc:
-                        g = gg
-                if g is None:
-                    break
-                gang = None             # (lo, hi): warps known to be at g.pc with w (lockstep.py)
-                others = None
-                if len(groups) > 1:
-                    others = {o.pc: o for o in groups if o is not g}
-                    run = [o.pc for o in groups if o is not g and o.blocked is None]
-                    min_other = min(run) if run else 1 << 62
-                while True:
-                    ins = code[g.pc]
-                    gi = ins.guard
-                    if gi >= 0:
-                        pv = w.p[gi]
-                        em = ~pv if ins.neg else pv
-                        if g.m is not None:
-                            em = em & g.mask
-                        c = int(np.count_nonzero(em))
-                        n += 1
-                        if c == 0:
-                            g.pc += 1
-                            gang = None
-                            if others is None and g.m is None:
-                                step_gang(self, w, g.pc - 1, ins)
-                            if others is not None:
-                                o = others.get(g.pc)
-                                if o is not None:
-                                    self._merge(w, g, o)
-                                    break
-                                if g.pc > min_other:
-                                    break
-                            continue
-                        m = g.m if c == g.count else em
-                    else:
-                        m = g.m
-                        n += 1
-                    if w.acc_bits and ins.rbits & w.acc_bits:
-                        acc_check(w, ins)
-                    if w.lazy_bits and ins.rbits & w.lazy_bits:
-                        w.held.settle(ins.rbits)
-                    if ins.batch and m is None and others is None and w.full:
-                        r, gang, more = lockstep(self, w, g, ins, gang, quantum - n)
-                        n += more
-                    else:
-                        gang = None
-                        pc0 = g.pc
-                        whole = g.m is None and others is None
-                        r = ins.fn(w, g, m)
-                        # the neighbours follow through it (a guard or a branch may have split w)
-                        if whole and r != YIELD and (r != RESCHED or len(groups) > 1):
-                            step_gang(self, w, pc0, ins)
-                    if r is None:
-                        g.pc += 1
-                    elif r == JUMPED:
-                        pass
-                    elif r == YIELD:
-                        if others is not None and g.pc in others:
-                            self._merge(w, g, others[g.pc])
-                        return n
-                    else:               # BLOCKED / RESCHED
-                        break
-                    if others is not None:
-                        o = others.get(g.pc)
-                        if o is not None:
-                            self._merge(w, g, o)
-                            break
-                        if g.pc > min_other:
-                            break
-                    if n >= quantum:
-                        return n
-                groups = w.groups
-        except SimError:
-            raise
-        except Exception as e:     # an emulator bug: name the instruction
-            where = ins.where() if ins is not None else "?"
-            raise SimRuntimeError(f"internal emulator error ({type(e).__name__}: {e})\n    at {where} "
-                                  f"(CTA {w.cta.ctaid}, warp {w.wid})") from e
-        finally:
-            w.insts += n
-            self.insts += n
-        return n
-
-    @staticmethod
-    def _merge(w, g, o):
-        g.set_mask(g.mask | o.mask)
-        g.blocked = None
-        w.groups.remove(o)
 
     # -- diagnostics (cutedsl.sim.checks.deadlock) ------------------------------------------------
     def deadlock_report(self, live, livelock=False, head=True):

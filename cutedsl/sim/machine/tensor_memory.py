@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..frontend.errors import SimRuntimeError
-from ..checks.hb import Shadow
+from ..checks.shadow import Shadow
 
 
 LANES, COLUMNS = 128, 512
