@@ -119,3 +119,15 @@ class PairLeaderBarriers(MBarriers):
 
     def address(self, i):
         return super().address(i) & PEER_BIT_MASK
+
+
+class PairLeaderArrivals(MBarriers):
+    """Barriers the threads of both CTAs of a pair arrive on in the pair's even CTA (a 2-SM MMA's
+    issuer waits there for the softmax and correction threads of both CTAs; the same idea as the
+    GEMM's accumulator releases): :meth:`arrive` is ``mapa`` + ``mbarrier.arrive.release.cluster``
+    on the even CTA's barrier (:meth:`MBarriers.arrive_cluster`, the even CTA's own threads
+    included); waits, inits and :meth:`address` act on the executing CTA's own barriers."""
+
+    def arrive(self, i):
+        from .cluster import cta_rank
+        self.arrive_cluster(i, cta_rank() & ~1)

@@ -319,11 +319,17 @@ class Umma(SmemOperands):
         ``[d], [a-tmem], b-desc`` form; FlashAttention-4's ``P V``): ``k_steps`` instructions into
         D at TMEM address ``d`` (i32), A at TMEM address ``a`` (i32: row ``m`` at lane ``m``, the
         k-tile's K elements packed little-endian into 32-bit columns, ``k_step x bytes / 4``
-        columns per step), B a ``SmemTile`` or descriptor. ``ValueError`` unless M = 128 with
-        ``cta_group`` 1 and a 16-bit kind (what this form is built and tested for here)."""
-        if self.cta_group != 1 or self.m != TMEM_LANES or KIND.get(self.dtype) != "f16":
-            raise ValueError(f"tcgen05.mma with A in tensor memory is built for cta_group 1, M = 128, f16/bf16 "
-                             f"operands; got {self.label} {self.dtype}")
+        columns per step), B a ``SmemTile`` or descriptor. With ``cta_group`` 2 (M = 256, a CTA
+        pair; PTX ISA 9.7.16.10.9 allows ``[a-tmem]`` with either ``.cta_group``) each CTA holds its
+        128 rows of A at the same TMEM address in its own tensor memory, as it holds its rows of D
+        (PTX ISA 9.7.16.10.5 "Data path layout organization", layout A -- M = 256 with cta_group::2:
+        rows ``128 r ..`` at lanes 0..127 of CTA ``r`` of the pair), and B's N rows are split between the two CTAs' shared memory.
+        ``ValueError`` unless 128 rows per CTA (M = 128 with ``cta_group`` 1, 256 with 2) and a
+        16-bit kind (what this form is built and tested for here)."""
+        if self.a_rows != TMEM_LANES or KIND.get(self.dtype) != "f16":
+            raise ValueError(f"tcgen05.mma with A in tensor memory is built for 128 rows per CTA (M = 128 with "
+                             f"cta_group 1, M = 256 with cta_group 2), f16/bf16 operands; got {self.label} "
+                             f"{self.dtype}")
         db = b if isinstance(b, Descriptor) else self.descriptor(b, "B")
         idesc = V.i32(instr_descriptor(self.m, self.n, self.dtype, self.b_dtype, "K", db.layout.major))
         kind = ir.Attribute.parse(f"#nvvm.tcgen05_mma_kind<{KIND[self.dtype]}>")

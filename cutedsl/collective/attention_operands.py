@@ -12,6 +12,14 @@ Shared memory (every tile 128-byte swizzled, as the WGMMA descriptors read it):
   ``[k_tile x mn_box]`` (MN-major B: V row-major is N-major);
 * barriers ``q_full`` (1), ``k_full``/``k_empty``, ``v_full``/``v_empty`` (``stages`` each).
 
+A CTA pair (``pair``: the operands of a ``cta_group::2`` MMA of 256 rows, FlashAttention-4's
+2-CTA forward; the GEMM's 2-SM split): each CTA loads its own Q rows, half of each KV block's keys
+(``block_n / 2`` rows of K: B of ``S = Q K^T`` split along N) and half of V's columns (``head_dim
+/ 2``: B of ``O += P V`` split along N), at the same shared offsets; every load of both CTAs
+completes on the pair's even CTA's full barriers (``.cta_group::2``,
+:class:`~cutedsl.atom.mbarrier.PairLeaderBarriers`), which only the even CTA arms, with both CTAs'
+bytes; each CTA's empty barriers are released by the even CTA's multicast commit.
+
 Global operands, FlashAttention's layouts, seen through tensor maps whose dimensions are
 permuted so that every box is ``(1, .., rows, k_tile)`` over a 2-D tile: dense ``q`` (batch,
 seqlen_q, heads, d) as (batch, heads, seqlen_q, d); varlen (total_q, heads, d) as (heads,
@@ -24,8 +32,13 @@ from __future__ import annotations
 import attrs
 
 from ..atom.mma_traits import mma_traits
+from ..errors import ConfigError
+from ..ir._lazy import lazy
+from .gemm_operands import CTA_PAIR
 from .loader import OperandLoader, TmaOperand, TmaRing
 from .pipeline import PipelineState
+
+cir = lazy("cutedsl.ir")
 
 OPERANDS = ("q", "k", "v")
 
@@ -50,28 +63,38 @@ class BoundAttentionOperands:
 class AttentionOperands:
     """``head_dim`` (a multiple of the k-tile, 64 for 16-bit types), ``block_m`` query rows,
     ``block_n`` keys per KV block, ``stages`` per ring, ``dtype`` f16/bf16, ``varlen``: rank-3
-    maps over packed sequences; ``consumer_warps``: warps releasing each K/V stage. The loader is
+    maps over packed sequences; ``consumer_warps``: warps releasing each K/V stage; ``pair``: a
+    CTA pair's operands (the module docstring; ``ConfigError`` when half of ``head_dim`` is not a
+    whole number of V's column boxes). The loader is
     :attr:`loader`: Q and K K-major, ``head_dim / k_box`` column boxes, one buffer tile each; V
     MN-major, row blocks of one k-tile of keys (a buffer tile each) of ``head_dim / mn_box``
     column boxes."""
 
     def __init__(self, head_dim: int, block_m: int, block_n: int, stages: int, dtype: str, varlen: bool,
-                 consumer_warps: int):
+                 consumer_warps: int, pair: bool = False):
         self.traits = t = mma_traits(dtype)
         self.head_dim, self.block_m, self.block_n, self.stages = head_dim, block_m, block_n, stages
         self.dtype, self.varlen, self.consumer_warps = dtype, bool(varlen), consumer_warps
+        self.pair = bool(pair)
+        split = CTA_PAIR if self.pair else 1
+        #: keys of K and columns of V one CTA loads per KV block (a pair: half of each)
+        self.k_rows, self.v_cols = block_n // split, head_dim // split
+        if self.v_cols % t.mn_box or self.k_rows % 8:
+            raise ConfigError(f"a CTA pair loads {self.v_cols} of V's {head_dim} columns per CTA, not a multiple of "
+                              f"the {t.mn_box}-column box of the {t.swizzle}-byte swizzle: head_dim must be a "
+                              f"multiple of {CTA_PAIR * t.mn_box}")
         self.d_tiles = head_dim // t.k_tile          #: k-tiles of S = Q K^T
         self.pv_tiles = block_n // t.k_tile          #: k-tiles of O += P V
-        self.d_boxes = head_dim // t.mn_box          #: V boxes per P V k-tile
+        self.d_boxes = self.v_cols // t.mn_box       #: V boxes per P V k-tile
         lead = len(self.lead)
 
         def k_major(name, rows):
             return TmaOperand(name, t.storage, rows, head_dim, box_cols=t.k_box, swizzle=t.swizzle, major="K",
                               lead=lead, tma_dtype=t.tma_dtype, tiles=self.d_tiles)
-        v = TmaOperand("v", t.storage, block_n, head_dim, box_cols=t.mn_box, box_rows=t.k_tile, swizzle=t.swizzle,
-                       major="MN", lead=lead, tma_dtype=t.tma_dtype, tiles=self.pv_tiles)
+        v = TmaOperand("v", t.storage, block_n, self.v_cols, box_cols=t.mn_box, box_rows=t.k_tile,
+                       swizzle=t.swizzle, major="MN", lead=lead, tma_dtype=t.tma_dtype, tiles=self.pv_tiles)
         self.loader = OperandLoader(TmaRing("q", (k_major("q", block_m),)),
-                                    TmaRing("k", (k_major("k", block_n),), stages),
+                                    TmaRing("k", (k_major("k", self.k_rows),), stages),
                                     TmaRing("v", (v,), stages))
 
     @property
@@ -120,13 +143,37 @@ class AttentionOperands:
         binds: a role that binds again, after the barrier, what set-up initialised."""
         ld = self.loader
         bound = ld.bind(smem, args)
-        q = ld.pipeline(smem, "q")
-        k, v = (ld.pipeline(smem, n, consumers=self.consumer_warps) for n in ("k", "v"))
+        if self.pair:
+            q, k, v = (self._pair_pipeline(smem, n) for n in ("q", "k", "v"))
+        else:
+            q = ld.pipeline(smem, "q")
+            k, v = (ld.pipeline(smem, n, consumers=self.consumer_warps) for n in ("k", "v"))
         if init:
             q.full.init_all(1, predicate=leader)
             k.init(leader)
             v.init(leader)
         return BoundAttentionOperands(smem, bound, q, k, v)
+
+    def _pair_pipeline(self, smem, ring: str):
+        """A pair's pipeline of ring ``ring``: full barriers the even CTA's (armed there with both
+        CTAs' bytes), empty ones this CTA's, one release (the even CTA's commit) per fill."""
+        from ..atom.cluster import cta_rank
+        from ..atom.mbarrier import MBarriers, PairLeaderBarriers
+        from .tcgen05_mainloop import PairPipeline
+        r = self.loader.rings[ring]
+        full = PairLeaderBarriers(smem.barriers(r.barrier_names[0]), r.slots)
+        empty = MBarriers(smem.barriers(r.barrier_names[1]), r.slots) if r.release else None
+        return PairPipeline(full, CTA_PAIR * r.tx_bytes, empty, (cta_rank() % 2).eq(0))
+
+    def kv_origins(self, row0) -> dict:
+        """The ``(row, col)`` of this CTA's K and V tiles of the KV block at key row ``row0`` (a
+        pair: CTA ``r`` loads keys ``row0 + r block_n / 2 ..`` of K and columns ``r head_dim / 2
+        ..`` of V)."""
+        if not self.pair:
+            return {"k": (row0, 0), "v": (row0, 0)}
+        from ..atom.cluster import cta_rank
+        half = cir.i32(cta_rank() % 2)
+        return {"k": (row0 + half * self.k_rows, 0), "v": (row0, half * self.v_cols)}
 
     @staticmethod
     def prefetch(ops: BoundAttentionOperands, predicate=None) -> None:
@@ -140,8 +187,9 @@ class AttentionOperands:
     def load_kv(self, ops: BoundAttentionOperands, state, lead: tuple, row0) -> None:
         """Producer thread: K and V of the KV block at key row ``row0`` into slot ``state`` of
         their rings (each waits for its slot's release first)."""
-        self.loader.fill(ops.bound, ops.k_pipe, state, "k", {"k": (row0, 0)}, {"k": lead})
-        self.loader.fill(ops.bound, ops.v_pipe, state, "v", {"v": (row0, 0)}, {"v": lead})
+        at = self.kv_origins(row0)
+        self.loader.fill(ops.bound, ops.k_pipe, state, "k", {"k": at["k"]}, {"k": lead})
+        self.loader.fill(ops.bound, ops.v_pipe, state, "v", {"v": at["v"]}, {"v": lead})
 
 
 __all__ = ["AttentionOperands", "BoundAttentionOperands", "OPERANDS"]

@@ -37,6 +37,18 @@ every ``tcgen05.ld`` / ``tcgen05.st`` is waited for before its columns are hande
 (9.7.16.8.5). Each barrier completes one phase per block and no role runs more than one phase
 ahead of the one waiting, so the parity of block ``n`` is ``n & 1``.
 
+A CTA pair (``operands.pair``; FlashAttention-4's 2-CTA MMA): the same loop with every MMA a
+``tcgen05.mma.cta_group::2`` of M = 256 (tile ``g`` of the even and the odd CTA; A = Q from each
+CTA's shared memory, or P from each CTA's tensor memory, PTX ISA 9.7.16.10.9; B's halves from
+each CTA's shared memory), issued by the even CTA only; every commit is multicast to both CTAs'
+barriers (``.multicast::cluster``, :meth:`TmemAttentionMainloop.commit_mask`), so each CTA's softmax
+and correction see their own ``s_full`` / ``o_full`` and each CTA's producer its own empty slots;
+the threads of both CTAs arrive on the even CTA's ``p_full`` / ``o_ready``
+(:class:`~cutedsl.atom.mbarrier.PairLeaderArrivals`: ``mbarrier.arrive.release.cluster`` on the
+peer's barrier, twice the arrivals). The phase argument above holds across the pair: the even
+CTA's ``p_full`` phase of block ``n`` completes only with both CTAs' arrivals, and neither CTA's
+softmax sees ``S`` of block ``n + 1`` before the MMA warp waited for it.
+
 Tensor memory (:class:`TmemPlan`): ``S_g`` at column ``g * block_n`` (``block_n`` f32 columns,
 P_g in its first ``block_n / 2``), ``O_g`` after the S columns (``head_dim`` f32 columns each):
 512 columns for two tiles at head dim 128.
@@ -50,6 +62,7 @@ from ..atom.tmem_fragment import TmemFragment, store_columns
 from ..atom.stmatrix import pack_b16x2
 from ..ir._lazy import lazy
 from .attention_tmem_softmax import RowScores, RowState
+from .gemm_operands import CTA_PAIR
 from .pipeline import PipelineState
 
 cir = lazy("cutedsl.ir")
@@ -125,8 +138,11 @@ class TmemAttentionMainloop:
         self.ops_desc, self.mask, self.softmax, self.threads = operands, mask, softmax, softmax_threads
         self.q_tiles = q_tiles
         self.tile_m = o.block_m // q_tiles
-        self.qk = Umma(self.tile_m, o.block_n, o.dtype, b_major="K")
-        self.pv = Umma(self.tile_m, o.head_dim, o.dtype, b_major="MN")
+        #: a CTA pair (``operands.pair``): M = 256 over the pair's two tiles ``g`` (cta_group::2)
+        self.pair = o.pair
+        group = CTA_PAIR if self.pair else 1
+        self.qk = Umma(group * self.tile_m, o.block_n, o.dtype, b_major="K", cta_group=group)
+        self.pv = Umma(group * self.tile_m, o.head_dim, o.dtype, b_major="MN", cta_group=group)
         self.tmem = TmemPlan.of(o.block_n, o.head_dim, q_tiles)
         if not self.tmem.fits:
             raise ValueError(f"{q_tiles} x (S {o.block_n} + O {o.head_dim}) columns exceed the {TMEM_COLUMNS} "
@@ -140,19 +156,33 @@ class TmemAttentionMainloop:
     def bind(self, smem) -> HandOffs:
         """The hand-off barriers, one per Q tile (no IR but their addresses: a role binds them
         after its ``setmaxnreg``)."""
-        from ..atom.mbarrier import MBarriers
-        return HandOffs(*(MBarriers(smem.barriers(n), self.q_tiles) for n in HandOffs.NAMES))
+        from ..atom.mbarrier import MBarriers, PairLeaderArrivals
+        return HandOffs(*((PairLeaderArrivals if n in self.LEADER_ARRIVALS and self.pair else MBarriers)(
+            smem.barriers(n), self.q_tiles) for n in HandOffs.NAMES))
+
+    #: the hand-offs the MMA warp waits on: a pair's threads of both CTAs arrive on the even CTA's
+    LEADER_ARRIVALS = ("p_full", "o_ready")
 
     def init(self, bars: HandOffs, leader) -> None:
         """Initialise the barriers (``leader``: the initialising thread; the caller fences and
         synchronises the CTA): one ``tcgen05.commit`` completes ``s_full`` / ``o_full``, every
         thread of the tile's softmax warpgroup ``p_full`` / ``corr_full`` / ``stats_full``, every
-        thread of the correction warpgroup ``o_ready``."""
+        thread of the correction warpgroup ``o_ready`` (a pair: those of both CTAs arrive on
+        ``p_full`` / ``o_ready`` of the even CTA)."""
         for g in range(self.q_tiles):
             bars.s_full.init(g, 1, predicate=leader)
             bars.o_full.init(g, 1, predicate=leader)
             for b in (bars.p_full, bars.corr_full, bars.o_ready, bars.stats_full):
-                b.init(g, self.threads, predicate=leader)
+                both = self.pair and b in (bars.p_full, bars.o_ready)
+                b.init(g, self.threads * (CTA_PAIR if both else 1), predicate=leader)
+
+    def commit_mask(self):
+        """IR i16 or None: the CTAs a commit arrives in -- a pair's two (``.multicast::cluster``,
+        CUTLASS's ``umma_arrive_multicast_2x1SM``), or only this one."""
+        if not self.pair:
+            return None
+        from ..atom.cluster import cta_rank
+        return cir.u32(3) << (cta_rank() & ~1)
 
     # -- the MMA warp ------------------------------------------------------------------
     def mma_loop(self, ops, bars: HandOffs, taddr, count, live=None) -> None:
@@ -179,12 +209,13 @@ class TmemAttentionMainloop:
         v0 = self.pv.descriptor(ops.smem["v"].tile(0), "B")
         kb, vb = ops.smem["k"].buf.stage_bytes, ops.smem["v"].buf.stage_bytes
         t = self.tmem
+        mask = self.commit_mask()                   # a pair: S, O and the slots' releases reach both CTAs
 
         def s_mma(g, st):                           # S_g = Q_g K^T of K's slot st
             for kt in range(o.d_tiles):
                 self.qk.mma(taddr + t.s[g], q[g][kt], k0.stage(st.index * o.d_tiles + kt, kb), accumulate=kt > 0,
                             elect=True)
-            self.qk.commit(bars.s_full.address(g), elect=True)
+            self.qk.commit(bars.s_full.address(g), mask, elect=True)
 
         def pv_mma(g, st, n):                       # O_g += P_g V of V's slot st, block n (IR i32)
             bars.p_full.wait(g, n & 1)
@@ -194,14 +225,14 @@ class TmemAttentionMainloop:
                 a = taddr + (t.p[g] + kt * (o.traits.k_tile // 2))
                 self.pv.mma_tmem_a(taddr + t.o[g], a, v0.stage(st.index * o.pv_tiles + kt, vb),
                                    accumulate=n.ne(0) if kt == 0 else True, elect=True)
-            self.pv.commit(bars.o_full.address(g), elect=True)
+            self.pv.commit(bars.o_full.address(g), mask, elect=True)
 
         with cir.If(count > 0):
             first = PipelineState(stages, V.i32(0), V.i32(0))
             ops.k_pipe.consumer_wait(first)
             for g in range(self.q_tiles):
                 s_mma(g, first)
-            self.qk.commit(ops.k_pipe.empty.address(first.index), elect=True)
+            self.qk.commit(ops.k_pipe.empty.address(first.index), mask, elect=True)
             loop = cir.Loop(1, count, carry=first.carry(), counter="i32")   # no 64-bit compare
             for it, carried in loop:
                 prev = PipelineState.from_carry(stages, carried)           # block it - 1: its V
@@ -211,14 +242,14 @@ class TmemAttentionMainloop:
                 for g in range(self.q_tiles):
                     pv_mma(g, prev, V.i32(it) - 1)
                     s_mma(g, cur)
-                self.pv.commit(ops.v_pipe.empty.address(prev.index), elect=True)
-                self.qk.commit(ops.k_pipe.empty.address(cur.index), elect=True)
+                self.pv.commit(ops.v_pipe.empty.address(prev.index), mask, elect=True)
+                self.qk.commit(ops.k_pipe.empty.address(cur.index), mask, elect=True)
                 loop.next(*cur.carry())
             last = PipelineState.from_carry(stages, loop.results)
             ops.v_pipe.consumer_wait(last)
             for g in range(self.q_tiles):
                 pv_mma(g, last, count - 1)
-            self.pv.commit(ops.v_pipe.empty.address(last.index), elect=True)
+            self.pv.commit(ops.v_pipe.empty.address(last.index), mask, elect=True)
 
     # -- the softmax warpgroup ---------------------------------------------------------------
     def softmax_block(self, bars: HandOffs, stats, taddr, ctx, state: RowState, n, j, masked: bool,

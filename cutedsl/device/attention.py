@@ -206,8 +206,8 @@ class Attention:
             self._backend = get_backend(b) if isinstance(b, str) else b
         return self._backend
 
-    def _config(self, problem, dtype) -> AttentionConfig:
-        cfg = self.config or AttentionConfig.for_problem(problem, dtype)
+    def _config(self, problem, dtype, local=False, varlen=False) -> AttentionConfig:
+        cfg = self.config or AttentionConfig.for_problem(problem, dtype, local=local, varlen=varlen)
         if cfg.dtype != dtype:
             raise ArgumentTypeError(f"q, k, v are {dtype} but the config was built for {cfg.dtype}: use "
                                     f"AttentionConfig(dtype={dtype!r})")
@@ -269,7 +269,8 @@ class Attention:
         left, right = _window(window, causal)
         descales = check_descales(views[0].dtype.name, (q_descale, k_descale, v_descale), problem.batch,
                                   problem.kv_heads)
-        cfg = self._config(problem, views[0].dtype.name)
+        local = (left, right) != (-1, -1)
+        cfg = self._config(problem, views[0].dtype.name, local=local, varlen=cq is not None)
         hooks = cfg.hooks()
         if hooks.hooks() and cq is not None:
             raise ArgumentError("score_mod / mask_mod with cu_seqlens_q / cu_seqlens_k (varlen) are not supported: "
@@ -285,7 +286,6 @@ class Attention:
         o_dtype = "bf16" if q.dtype.name in FP8 else q.dtype.name
         if 0 in q.shape or 0 in views[1].shape:          # no query, or no key: O = 0, LSE = +inf, no launch
             return _empty_call(self.backend, q, o_shape, lse_shape, o_dtype)
-        local = (left, right) != (-1, -1)
         kern = self._kernel(cfg, local=local, causal=local and left == -1, softcap=cap is not None,
                             varlen=cq is not None)
         t0 = time.perf_counter()

@@ -59,7 +59,11 @@ class AttentionConfig(KernelConfig):
     many of each row's 128 exponentials per KV block run as a polynomial on the FMA pipes instead
     of MUFU.EX2 -- FlashAttention-4's software exp2, :mod:`cutedsl.ir.fexp2`, relative error
     1.0e-4; an even int 0..128, 0 = all on MUFU; None: the kernel's default, 24 on sm_100a, 0 on
-    sm_90a, which has no such path). Raises ``ConfigTypeError``
+    sm_90a, which has no such path), ``cta_pair`` (sm_100a: one ``cta_group::2`` MMA of 256 rows
+    issued for a cluster of two CTAs, each holding its query rows and half of every K and V block
+    -- FlashAttention-4's 2-CTA forward; head dim 128, non-causal, no hooks, no varlen: a call
+    with a band or packed sequences raises ``ConfigError``; :meth:`for_problem` picks it where the
+    problem has more than one CTA's query rows). Raises ``ConfigTypeError``
     for a non-int head dimension or non-bool flag, ``ConfigError`` naming the field for values
     the kernel cannot build, ``HookError`` for a hook of the wrong kind or signature and
     ``ConfigError`` for a hook parameter named like a kernel parameter or a call option."""
@@ -71,13 +75,14 @@ class AttentionConfig(KernelConfig):
     score_mod: object = None
     mask_mod: object = None
     exp2_poly: int | None = None
+    cta_pair: bool = False
     FAMILY = "attention"
     FRONT_END = "cutedsl.device.attention:Attention"
 
     def __attrs_post_init__(self):
         if isinstance(self.head_dim, bool) or not isinstance(self.head_dim, int):
             raise ConfigTypeError(f"AttentionConfig head_dim must be an int, got {type(self.head_dim).__name__}")
-        for name in ("overlap", "pingpong"):
+        for name in ("overlap", "pingpong", "cta_pair"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigTypeError(f"AttentionConfig {name} must be a bool, got {getattr(self, name)!r}")
         e = self.exp2_poly
@@ -99,6 +104,12 @@ class AttentionConfig(KernelConfig):
         why = hooks_reason(self.hooks(), CALL_OPTIONS)
         if why:
             raise ConfigError(f"AttentionConfig: {why}")
+        if self.cta_pair:
+            why = (f"cta_pair=True (a cta_group::2 MMA over two CTAs) is built for sm_100a, not {self.arch}"
+                   if self.arch != "sm_100a" else _kernel_cls(self.arch).cta_pair_reason(self.head_dim,
+                                                                                         hooks=self.hooks()))
+            if why:
+                raise ConfigError(f"AttentionConfig: {why}")
 
     def hooks(self) -> AttentionHooks:
         """The config's ``score_mod`` / ``mask_mod`` as an ``AttentionHooks`` (checked: ``HookError``
@@ -109,7 +120,8 @@ class AttentionConfig(KernelConfig):
         """The fields as JSON; a hook is its code identity (``AttentionHooks.identity``), which
         :meth:`from_dict` cannot turn back into code."""
         out = KernelConfig.to_dict(attrs.evolve(self, score_mod=None, mask_mod=None))
-        out = {k: v for k, v in out.items() if k not in HOOK_FIELDS and not (k == "exp2_poly" and v is None)}
+        out = {k: v for k, v in out.items() if k not in HOOK_FIELDS and not (k == "exp2_poly" and v is None)
+               and not (k == "cta_pair" and v is False)}     # identities of older configs unchanged
         out.update(self.hooks().identity())          # keys "score_mod" / "mask_mod", where set
         return out
 
@@ -124,14 +136,22 @@ class AttentionConfig(KernelConfig):
         return super().from_dict(d)
 
     @classmethod
-    def for_problem(cls, problem: AttentionProblem, dtype: str = "bf16", **fixed) -> "AttentionConfig":
+    def for_problem(cls, problem: AttentionProblem, dtype: str = "bf16", *, local: bool = False,
+                    varlen: bool = False, **fixed) -> "AttentionConfig":
         """The config for ``problem`` (an ``AttentionProblem`` of ints): its head dimension,
-        ``dtype``, the FlashAttention-3 schedule (overlap and ping-pong); ``fixed`` fields are
-        kept. ``ConfigError`` with :meth:`can_implement`'s reason when none fits."""
+        ``dtype``, the FlashAttention-3 schedule (overlap and ping-pong); on sm_100a the CTA pair
+        (``cta_pair``) for a dense non-causal call (``local``, ``varlen``: the call's band and
+        packing) at head dim 128 with more than one CTA's query rows (FlashAttention-4's 2-CTA
+        case; a smaller problem would leave a pair's second CTA idle); ``fixed`` fields are kept.
+        ``ConfigError`` with :meth:`can_implement`'s reason when none fits."""
         arch = fixed.get("arch", "sm_90a")
-        head_dims = _kernel_cls(arch, dtype).HEAD_DIMS
-        cfg = cls(**{"head_dim": problem.head_dim if problem.head_dim in head_dims else 128,
-                     "dtype": dtype, **fixed})
+        kern = _kernel_cls(arch, dtype)
+        head_dim = problem.head_dim if problem.head_dim in kern.HEAD_DIMS else 128
+        if arch == "sm_100a" and "cta_pair" not in fixed and not fixed.get("score_mod") \
+                and not fixed.get("mask_mod") and problem.head_dim == head_dim:
+            fixed["cta_pair"] = (problem.seqlen_q > kern.BLOCK_M
+                                 and kern.cta_pair_reason(head_dim, local, varlen) is None)
+        cfg = cls(**{"head_dim": head_dim, "dtype": dtype, **fixed})
         why = cfg.can_implement(problem)
         if why:
             raise ConfigError(f"AttentionConfig.for_problem: {why}")
@@ -164,8 +184,9 @@ class AttentionConfig(KernelConfig):
         sm_90a kernel masks with the right edge only) / softcap / packed sequences."""
         cls = kernel_cls or _kernel_cls(self.arch, self.dtype)
         if self.arch == "sm_100a":
+            pair = {"cta_pair": True} if self.cta_pair else {}
             return cls(self.head_dim, self.dtype, local=local, softcap=softcap, varlen=varlen, arch=self.arch,
-                       hooks=self.hooks(), exp2_poly=self.exp2_poly)
+                       hooks=self.hooks(), exp2_poly=self.exp2_poly, **pair)
         return cls(self.head_dim, self.dtype, local=local, causal=causal, softcap=softcap, varlen=varlen,
                    overlap=self.overlap, pingpong=self.pingpong, arch=self.arch, hooks=self.hooks())
 

@@ -46,6 +46,18 @@ head, row, key), mask_mod in the PARTIAL blocks; with a mask_mod the host's bloc
 kernel's 256 x 128 blocks (:meth:`block_mask`) lists the blocks to visit and SKIP blocks are never
 loaded; varlen with hooks is refused). The parameters are the Hopper kernel's (:meth:`params`);
 the grid counts 256-row units.
+
+``cta_pair`` (FlashAttention-4's 2-CTA forward; head dim 128, dense, non-causal, no hooks --
+:meth:`AttentionFwdSm100Kernel.cta_pair_reason`): clusters of two CTAs along x, CTAs ``2 i`` and
+``2 i + 1`` of query blocks ``2 i`` and ``2 i + 1``, whose tile ``g`` together form the 256 rows of
+one ``cta_group::2`` MMA issued by the even CTA's MMA warp (the odd CTA's MMA warp idles). Each CTA
+keeps its rows of S, P and O in its own tensor memory (allocated with ``cta_group::2``), loads its
+Q, half of each K block's keys and half of V's columns
+(:class:`~cutedsl.collective.attention_operands.AttentionOperands` with ``pair``; the loads complete
+on the even CTA's barriers); the MMA warp's commits are multicast to both CTAs, and the softmax and
+correction threads of both arrive on the even CTA's ``p_full`` / ``o_ready``. Both CTAs visit every
+KV block (the band of a non-causal call does not depend on the query rows) and work while the even
+CTA has rows: the odd CTA past the sequence computes on TMA's zero-filled Q and stores nothing.
 """
 from __future__ import annotations
 
@@ -63,6 +75,7 @@ from ..collective.attention_tmem_correction import RowStats, TmemCorrection
 from ..collective.attention_tmem_epilogue import TmemAttentionEpilogue
 from ..collective.attention_tmem_mainloop import TmemAttentionMainloop
 from ..collective.attention_tmem_softmax import RESCALE_THRESHOLD, RowState, TmemRowSoftmax
+from ..collective.gemm_operands import CTA_PAIR
 from ..compiler.identity import qualname
 from ..errors import ConfigError, one_of
 from ..ir._lazy import lazy
@@ -72,6 +85,7 @@ from .skeleton import Role, SkeletonKernel
 cir = lazy("cutedsl.ir")
 
 HEAD_DIMS = (64, 128)
+PAIR_HEAD_DIMS = (128,)           #: head dims of the CTA-pair variant (V split in whole 64-column boxes)
 DTYPES = ("bf16", "f16")
 TILE_M = 128                      #: query rows per Q tile: the tcgen05 MMA's M, one per TMEM lane
 Q_TILES = 2                       #: Q tiles per CTA (FlashAttention-4's two softmax warpgroups)
@@ -120,7 +134,9 @@ class AttentionFwdSm100Kernel(SkeletonKernel):
     O whenever a row maximum grows; None: the class's :attr:`THRESHOLD`). ``exp2_poly``: how many
     of a row's 128 exponentials per KV block the polynomial evaluates on the FMA pipes (an even int
     0..128; None: :attr:`EXP2_POLY`). Raises ``ConfigError`` for a head dimension or dtype it
-    cannot build (:func:`reason`) or a bad ``exp2_poly`` (:meth:`exp2_poly_reason`)."""
+    cannot build (:func:`reason`) or a bad ``exp2_poly`` (:meth:`exp2_poly_reason`). ``cta_pair``:
+    the CTA-pair variant (module docstring); ``ConfigError`` where :meth:`cta_pair_reason` says why
+    not."""
 
     name = "attention_fwd_sm100"
     mma_atom = "tcgen05"
@@ -151,10 +167,13 @@ class AttentionFwdSm100Kernel(SkeletonKernel):
 
     def __init__(self, head_dim: int = 128, dtype: str = "bf16", *, local: bool = False, softcap: bool = False,
                  varlen: bool = False, arch="sm_100a", threshold: float | None = None, hooks=None,
-                 exp2_poly: int | None = None):
+                 exp2_poly: int | None = None, cta_pair: bool = False):
         why = reason(head_dim, dtype) or self.exp2_poly_reason(self.EXP2_POLY if exp2_poly is None else exp2_poly)
+        if not why and cta_pair:
+            why = self.cta_pair_reason(head_dim, local, varlen, hooks)
         if why:
             raise ConfigError(f"{type(self).__name__}: {why}")
+        self.cta_pair = bool(cta_pair)
         self.exp2_poly = self.EXP2_POLY if exp2_poly is None else exp2_poly
         self.hooks = hooks if isinstance(hooks, AttentionHooks) else AttentionHooks() if hooks is None else None
         if self.hooks is None:
@@ -174,7 +193,8 @@ class AttentionFwdSm100Kernel(SkeletonKernel):
         self.block_sparse = self.hooks.has_mask     # a mask_mod: the host's block mask lists the KV blocks
         # K and V slots are released by one tcgen05.commit each
         self.tile_threads = self.arch.warpgroup_threads        # one softmax thread per row of a tile
-        self.operands = AttentionOperands(head_dim, BLOCK_M, BLOCK_N, STAGES, dtype, self.varlen, consumer_warps=1)
+        self.operands = AttentionOperands(head_dim, BLOCK_M, BLOCK_N, STAGES, dtype, self.varlen, consumer_warps=1,
+                                          pair=self.cta_pair)
         self.mask = self.mask_cls(BLOCK_M, BLOCK_N, self.local)
         self.softmax = self.softmax_cls(self.softcap, self.threshold, score_mod=self.hooks.score_mod is not None,
                                         exp2_poly=self.exp2_poly)
@@ -187,6 +207,27 @@ class AttentionFwdSm100Kernel(SkeletonKernel):
         #: threads may hold together (the layout checks the budgets fit the SM's registers).
         self.launch_regs = self.arch.launch_regs(WARPS * self.arch.warp_threads)
         self.layout()
+
+    @staticmethod
+    def cta_pair_reason(head_dim, local=False, varlen=False, hooks=None) -> str | None:
+        """Why the CTA-pair variant (``cta_pair``) cannot be built for these values, or None: it
+        is built for the dense non-causal forward at head dim 128 (FlashAttention-4's 2-CTA case),
+        where the pair's two CTAs visit the same KV blocks."""
+        has_hooks = hooks is not None and (not isinstance(hooks, AttentionHooks) or hooks.hooks())
+        if head_dim not in PAIR_HEAD_DIMS:
+            return (f"cta_pair=True is built for head_dim {one_of(PAIR_HEAD_DIMS, quote=False)} (each CTA loads half "
+                    f"of V's columns: whole 64-column boxes), got {head_dim}; use cta_pair=False")
+        for on, what in ((local, "a causal or sliding-window band"), (varlen, "packed sequences (varlen)"),
+                         (has_hooks, "score_mod / mask_mod hooks")):
+            if on:
+                return (f"cta_pair=True (one cta_group::2 MMA for two CTAs' query blocks, which must visit the same "
+                        f"KV blocks) is built for the dense non-causal forward, not with {what}; use cta_pair=False")
+        return None
+
+    @property
+    def cluster_ctas(self) -> int:
+        """2 for a CTA pair (a cluster of two along x), else 1."""
+        return CTA_PAIR if self.cta_pair else 1
 
     def block_mask(self, problem, window=(-1, -1), args=None):
         """Host, block-sparse kernels: the hooks' ``BlockMask`` over this kernel's 256 x 128
@@ -201,13 +242,17 @@ class AttentionFwdSm100Kernel(SkeletonKernel):
 
     def grid(self, problem) -> tuple:
         """CTAs for an ``AttentionProblem`` (varlen: ``seqlen_q`` is the longest sequence): one
-        per 256 query rows."""
-        return (max(1, -(-problem.seqlen_q // BLOCK_M)), problem.heads, problem.batch)
+        per 256 query rows (a pair: rounded up to whole pairs)."""
+        blocks = max(1, -(-problem.seqlen_q // BLOCK_M))
+        if self.cta_pair:
+            blocks += blocks % CTA_PAIR
+        return (blocks, problem.heads, problem.batch)
 
     def config(self) -> dict:
         return {"arch": self.arch.name, "head_dim": self.head_dim, "dtype": self.dtype, "local": self.local,
                 "softcap": self.softcap, "varlen": self.varlen, "threshold": self.threshold, "exp2_poly": self.exp2_poly,
                 "block": [BLOCK_M, BLOCK_N], "q_tiles": Q_TILES, "stages": STAGES,
+                **({"cta_pair": True} if self.cta_pair else {}),
                 "setmaxnreg": list(self.arch.attention_regs), "class": qualname(type(self)),
                 "mask": qualname(self.mask_cls), "softmax": qualname(self.softmax_cls), "hooks": self.hooks.identity()}
 
@@ -251,7 +296,8 @@ class AttentionFwdSm100Kernel(SkeletonKernel):
             self.mainloop.init(self.mainloop.bind(b.smem), None)
             self.operands.prefetch(ops)
         b.init_fenced = True
-        self.alloc_tensor_memory(b, self.mainloop.tmem.columns, warp=MMA_WARP)
+        self.alloc_tensor_memory(b, self.mainloop.tmem.columns, warp=MMA_WARP,
+                                 cta_group=CTA_PAIR if self.cta_pair else 1)
 
     def _role_context(self, b):
         """What a role needs, made after its ``setmaxnreg`` (a value made before it and used after
@@ -286,7 +332,11 @@ class AttentionFwdSm100Kernel(SkeletonKernel):
         warp = warp_uniform(tid // self.arch.warp_threads)
         # the MMA warp not inside a branch on ``live``: there ptxas treats its loop as
         # possibly divergent and moves every descriptor to uniform registers per MMA
-        with cir.If(warp.eq(MMA_WARP)):
+        issuer = warp.eq(MMA_WARP)
+        if self.cta_pair:                   # the pair's even CTA issues the MMAs of both
+            from ..atom.cluster import cta_rank
+            issuer = issuer & (cta_rank() % CTA_PAIR).eq(0)
+        with cir.If(issuer):
             smem, bars, taddr, (qb, head, batch) = self._role_context(b)
             ops = self.operands.bind(smem, b.args, None, init=False)
             u = self.unit(b.args, qb, head, batch)
@@ -304,13 +354,15 @@ class AttentionFwdSm100Kernel(SkeletonKernel):
         and the mask's block range of its 256 rows."""
         q_start, k_start, seqlen_q, seqlen_k = sequence_bounds(args, batch, self.varlen)
         m0 = qb * BLOCK_M
+        # a pair works while its even CTA has rows: both CTAs feed and take every MMA
+        live = ((qb & ~1) * BLOCK_M if self.cta_pair else m0) < seqlen_q
         left, right = (args.left, args.right) if self.local else (0, 0)
         if self.block_sparse:                   # the host's block mask lists the KV blocks to visit
             view = BlockMaskView(args)
             rng = SparseBlocks(view, view.row(batch, head, qb))
         else:
             rng = self.mask.block_range(m0, seqlen_q, seqlen_k, left, right)
-        return Unit(q_start, k_start, seqlen_q, seqlen_k, m0, left, right, m0 < seqlen_q, rng)
+        return Unit(q_start, k_start, seqlen_q, seqlen_k, m0, left, right, live, rng)
 
     def _lead(self, batch, head) -> tuple:
         return (head,) if self.varlen else (batch, head)

@@ -261,3 +261,96 @@ def test_sass_counts():
         assert not {"LDL", "STL"} & set(loop["histogram"])
     mufu = _softmax_loop(AttentionFwdSm100Kernel(128, "bf16", exp2_poly=0).compile())["histogram"]
     assert mufu["MUFU"] == BLOCK_N + 1 and mufu["FFMA2"] == BLOCK_N // 2 and mufu["FADD2"] == BLOCK_N // 2 - 1
+
+
+# -- the CTA pair (cta_pair=True: one cta_group::2 MMA of 256 rows for two CTAs) ------------------
+
+@pytest.mark.parametrize("dt,sq,sk,h,hk,opts", [
+    ("bf16", 77, 200, 2, 2, {}),                          # one pair; its odd CTA has no row (it still feeds the MMAs)
+    ("f16", 600, 333, 2, 1, {"softmax_scale": 0.3}),     # GQA, two pairs (the last CTA empty), 3 ragged KV blocks
+])
+def test_cta_pair_exact(dt, sq, sk, h, hk, opts, rng, sim):
+    """The CTA-pair forward on the emulator (race checks on; eager and adversarial through the
+    ``sim`` fixture) against float64: both CTAs' rows of S and O from the even CTA's MMAs, P read
+    from each CTA's own tensor memory, K and V halves from each CTA's shared memory."""
+    q, k, v = _qkv(rng, dt, (1, sq, h, 128), (1, sk, hk, 128))
+    attn = Attention(AttentionConfig(head_dim=128, dtype=dt, arch="sm_100a", cta_pair=True), sim)
+    launch, result = attn.prepare(q, k, v, **opts)
+    try:
+        assert "tcgen05.mma.cta_group::2" in launch.compiled.ptx and ".reqnctapercluster 2, 1, 1" in launch.compiled.ptx
+        launch()
+        o, lse = result()
+    finally:
+        launch.release()
+    check(o, lse, q, k, v, dt, **opts)
+
+
+def test_cta_pair_ptx_and_sass():
+    """What the pair's code holds: every tcgen05 instruction with ``.cta_group::2`` (PTX ISA: one
+    cta_group per kernel), the MMAs M = 256 (instruction descriptor bits 24-28), P V's A from
+    tensor memory, every commit multicast to the pair, every TMA load completing on the even CTA's
+    barrier, the softmax and correction arrivals on the even CTA's barriers (``mapa``); a cluster of
+    2 along x, the grid in whole pairs. SASS (ptxas 13.5, docs/measurements.md): the MMA warp's loop
+    of a KV block -- 32 UTCHMMA, 6 commits -- within FlashAttention-4's 199 instructions (its
+    2-CTA kernel), the softmax loop within 543, no spill inside the loops."""
+    import re
+    from cutedsl.problem import AttentionProblem
+    kern = AttentionFwdSm100Kernel(128, "bf16", cta_pair=True)
+    assert kern.cluster_ctas == 2 and kern.grid(AttentionProblem(3, 513, 9, 4, 4, 128)) == (4, 4, 3)
+    assert kern.grid(AttentionProblem(1, 256, 9, 1, 1, 128)) == (2, 1, 1) and kern.config()["cta_pair"] is True
+    k = kern.compile()
+    ptx = k.ptx
+    mmas = [line for line in ptx.splitlines() if "tcgen05.mma" in line]
+    assert len(mmas) == 2 * 2 * (8 + 8) and all("tcgen05.mma.cta_group::2" in m for m in mmas)
+    assert sum("], [" in m for m in mmas) == 2 * 2 * 8                           # A = P from tensor memory
+    assert not re.search(r"tcgen05\.\w+\.cta_group::1", ptx)
+    commits = [line for line in ptx.splitlines() if "tcgen05.commit" in line]
+    assert len(commits) == 12 and all(".multicast::cluster" in c for c in commits)
+    tma = re.findall(r"cp\.async\.bulk\.tensor\S*", ptx)
+    assert tma and all(t.endswith(".cta_group::2") for t in tma)
+    # remote arrivals: the softmax's p_full (the block loops' copies as LLVM 22 emits them: 2) and
+    # the correction's o_ready (2 tiles x (block 0, later blocks))
+    assert ptx.count("mbarrier.arrive.release.cluster.shared::cluster.b64") == 2 + 2 * 2
+    assert "tcgen05.alloc.cta_group::2" in ptx and ".reqnctapercluster 2, 1, 1" in ptx
+    from cutedsl.atom.tcgen05 import instr_descriptor
+    assert instr_descriptor(256, 128, "bf16", "bf16") >> 24 & 0x1F == 256 >> 4
+    assert k.resources.spill_stores <= 4 and k.resources.spill_loads <= 12, k.resources
+    mma = _loop(k, lambda h: h["UTCHMMA"] == 32)
+    assert mma["histogram"]["UTCBAR"] == 6 and mma["instructions"] <= 199, mma
+    sm = _softmax_loop(k)
+    assert sm["instructions"] <= 543 and sm["histogram"]["MUFU"] == BLOCK_N - AttentionFwdSm100Kernel.EXP2_POLY + 1
+    for loop in (mma, sm):
+        assert not {"LDL", "STL"} & set(loop["histogram"])
+
+
+def test_cta_pair_config_and_refusals():
+    from cutedsl.errors import ConfigTypeError
+    from cutedsl.problem import AttentionProblem
+    with pytest.raises(ConfigError, match=r"cta_pair=True is built for head_dim 128 \(each CTA loads half of V's "
+                                          r"columns.*got 64; use cta_pair=False"):
+        AttentionConfig(head_dim=64, arch="sm_100a", cta_pair=True)
+    with pytest.raises(ConfigError, match=r"cta_pair=True \(a cta_group::2 MMA over two CTAs\) is built for sm_100a, "
+                                          r"not sm_90a"):
+        AttentionConfig(cta_pair=True)
+    with pytest.raises(ConfigError, match="built for the dense non-causal forward, not with score_mod / mask_mod"):
+        AttentionConfig(arch="sm_100a", cta_pair=True, mask_mod=Causal())
+    with pytest.raises(ConfigTypeError, match="cta_pair must be a bool, got 1"):
+        AttentionConfig(arch="sm_100a", cta_pair=1)
+    cfg = AttentionConfig(arch="sm_100a", cta_pair=True)
+    for variant, what in (({"local": True}, "a causal or sliding-window band"),
+                          ({"varlen": True}, r"packed sequences \(varlen\)")):
+        with pytest.raises(ConfigError, match=f"AttentionFwdSm100Kernel: cta_pair=True .*not with {what}; use "
+                                              f"cta_pair=False"):
+            cfg.kernel(**variant)
+    q = np.zeros((1, 300, 1, 128), ml_dtypes.bfloat16)
+    with pytest.raises(ConfigError, match="not with a causal or sliding-window band"):   # before any launch
+        Attention(cfg, "sim")(q, q, q, causal=True)
+    # identities: the default leaves older configs' dicts unchanged; True round-trips
+    assert "cta_pair" not in AttentionConfig(arch="sm_100a").to_dict()
+    assert AttentionConfig.from_dict(cfg.to_dict()) == cfg and cfg.to_dict()["cta_pair"] is True
+    # for_problem: the pair for a dense non-causal head-dim-128 problem of more than 256 query rows
+    def pick(sq, d=128, **kw):
+        return AttentionConfig.for_problem(AttentionProblem(1, sq, 64, 2, 2, d), arch="sm_100a", **kw).cta_pair
+    assert pick(257) and not pick(256) and not pick(300, d=64)
+    assert not pick(300, local=True) and not pick(300, varlen=True) and not pick(300, cta_pair=False)
+    assert not AttentionConfig.for_problem(AttentionProblem(1, 999, 64, 2, 2, 128)).cta_pair     # sm_90a
