@@ -19,13 +19,12 @@ On the emulator (``--backend sim``, the dry run) the problems are the tiny ones 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
-from .timing import geomean
+from .timing import geomean, lease_step_parser
 
 #: the lease's problems: ``(batch, seqlen, hidden, causal)`` (FA3's benchmark at 4k and 16k)
 LEASE_SHAPES = tuple((16384 // s, s, 2048, c) for c in (False, True) for s in (4096, 16384))
@@ -141,13 +140,8 @@ def table(result: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m cutedsl.bench.attention_bench", description=__doc__.split("\n")[0])
-    ap.add_argument("--bundle", required=True, help="the bundle folder (its manifest names the attention kernels)")
-    ap.add_argument("--backend", choices=["cuda", "sim"], default="cuda")
-    ap.add_argument("--deadline", type=float, default=None, help="time.time() after which no problem starts")
-    ap.add_argument("--iters", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--json", required=True)
+    ap = lease_step_parser("python -m cutedsl.bench.attention_bench", __doc__.split("\n")[0],
+                           "the bundle folder (its manifest names the attention kernels)")
     args = ap.parse_args(argv)
     if args.iters < 20 and args.backend == "cuda":
         ap.error("--iters: the median of at least 20 launches (issue 43)")

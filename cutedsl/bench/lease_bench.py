@@ -16,13 +16,12 @@ from the same candidates.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
-from .timing import geomean
+from .timing import geomean, lease_step_parser
 
 
 def _passes(problems: list) -> list:
@@ -122,13 +121,8 @@ def table(result: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m cutedsl.bench.lease_bench", description=__doc__.split("\n")[0])
-    ap.add_argument("--bundle", required=True, help="the bundle folder (its manifest.json names the problems)")
-    ap.add_argument("--backend", choices=["cuda", "sim"], default="cuda")
-    ap.add_argument("--deadline", type=float, default=None, help="time.time() by which to stop timing")
-    ap.add_argument("--iters", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--json", required=True)
+    ap = lease_step_parser("python -m cutedsl.bench.lease_bench", __doc__.split("\n")[0],
+                           "the bundle folder (its manifest.json names the problems)")
     ap.add_argument("--csv", required=True)
     args = ap.parse_args(argv)
     from ..runtime.selection import get_backend

@@ -135,3 +135,19 @@ def sets_needed(bytes_per_set: int, l2_bytes: int, budget_bytes: int, max_sets: 
     want = max(1, math.ceil(3 * l2_bytes / bytes_per_set)) if l2_bytes > 0 else 1
     fit = max(1, budget_bytes // bytes_per_set)
     return int(min(want, fit, max_sets))
+
+
+def lease_step_parser(prog: str, description: str, bundle_help: str):
+    """The options every lease timing step takes (``python -m cutedsl.bench.lease_bench``,
+    ``.attention_bench``): ``--bundle`` (required), ``--backend`` cuda|sim, ``--deadline``
+    (``time.time()`` after which nothing new starts), ``--iters`` / ``--warmup`` (launches),
+    ``--json`` (required). Returns the ``argparse.ArgumentParser`` for the step to extend."""
+    import argparse
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    ap.add_argument("--bundle", required=True, help=bundle_help)
+    ap.add_argument("--backend", choices=["cuda", "sim"], default="cuda")
+    ap.add_argument("--deadline", type=float, default=None, help="time.time() after which nothing new starts")
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--json", required=True)
+    return ap
