@@ -61,8 +61,6 @@ V = lazy("cutedsl.ir.values")
 F = lazy("cutedsl.ir.fmath")
 
 LOG2E = 1.0 / math.log(2.0)
-#: head dims from which the descriptors are rematerialised per iteration (``_in_loop``)
-REMAT_HEAD_DIM = 128
 #: named barrier of the MMA warpgroup (0 is the CTA's)
 BWD_BARRIER = 1
 
@@ -149,14 +147,15 @@ class AttentionBwdMainloop:
                          for j in range(o.d_tiles // self.wgs) for h in parts],
                 "ds": [self.dq_mma.descriptor(o.ds_tile(sm["ds"], h), "A") for h in parts]}
 
-    def _in_loop(self, desc: dict) -> dict:
-        """The descriptors to use inside one iteration: at head dim 128 (dK and dV hold 128 of
-        a thread's registers) each one :meth:`~cutedsl.atom.wgmma.Descriptor.rematerialized`,
-        since the ~20 per-k-step descriptors LLVM would otherwise hoist out of the loop as
-        64-bit values are what ptxas spilled (docs/measurements.md); at 64 they fit, and
-        hoisted they cost fewer instructions per block."""
-        if self.ops_desc.head_dim < REMAT_HEAD_DIM:
-            return desc
+    @staticmethod
+    def _in_loop(desc: dict) -> dict:
+        """The descriptors to use inside one iteration, each one
+        :meth:`~cutedsl.atom.wgmma.Descriptor.rematerialized` whole (64 bits): at head dim 128
+        (dK and dV hold 128 of a thread's registers) the ~20 per-k-step descriptors LLVM would
+        otherwise hoist out of the loop as 64-bit values are what ptxas spilled
+        (docs/measurements.md); formed per iteration, each k-step's is one ``UIADD3.64`` in
+        uniform registers (386 -> 341 instructions per block at head dim 128, 307 -> 300 at
+        64, where the hoisted ones fit but cost 12 R2UR per block)."""
         return {n: [d.rematerialized() for d in v] if isinstance(v, list) else v.rematerialized()
                 for n, v in desc.items()}
 
