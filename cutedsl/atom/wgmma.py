@@ -164,11 +164,10 @@ class Descriptor:
     multiply-add in uniform registers instead of 64-bit address arithmetic per k-tile.
     Shared addresses are below 2^18, so the 14-bit start field never overflows.
 
-    After :meth:`rematerialized` the descriptor is also carried whole: ``wide`` (i64 IR value,
-    the descriptor as of the last runtime move) and ``wide_off`` (constant 16-byte units still
-    to add), so each k-step's descriptor is one 64-bit add of a constant (``UIADD3.64``, both
-    words in one uniform instruction) instead of a 32-bit add and a move of the constant high
-    word. Same bits either way: no move carries out of the low word."""
+    After :meth:`rematerialized` it is also carried whole: ``wide`` (i64 IR value as of the last
+    runtime move) plus ``wide_off`` constant 16-byte units, so a k-step's descriptor is one
+    ``UIADD3.64`` instead of a 32-bit add and a move of the constant high word (no move carries
+    out of the low word: same bits)."""
     lo: object
     layout: SmemMatrix
     wide: object = None
@@ -198,20 +197,12 @@ class Descriptor:
             raise ValueError(f"stage size {stage_bytes} B is not a multiple of {1 << ADDR_SHIFT}")
         return self._moved(V.u32(index) * (stage_bytes >> ADDR_SHIFT))
 
-    def rematerialized(self, wide: bool = True) -> "Descriptor":
-        """This descriptor passed through an opaque ``mov`` (inline PTX with side effects), to
-        call inside a loop: LLVM then cannot hoist the per-k-step descriptors derived from it
-        out of the loop, where they would sit in 64-bit vector registers for the whole loop
-        (and spill beside large accumulators); ptxas instead forms them per iteration in
-        uniform registers. ``wide``: the whole 64-bit descriptor (``mov.b64``; each k-step's
-        is then one 64-bit add), else its low word (``mov.b32``; a 32-bit add and the constant
-        high word per k-step). Same bits."""
-        if not wide:
-            v = llvm.inline_asm(ir.IntegerType.get_signless(32), [self.lo], "mov.b32 $0, $1;", "=r,r",
-                                has_side_effects=True)
-            return attrs.evolve(self, lo=V.Scalar(v, signed=False), wide=None, wide_off=0)
-        v = llvm.inline_asm(ir.IntegerType.get_signless(64), [self.value()], "mov.b64 $0, $1;", "=l,l",
-                            has_side_effects=True)
+    def rematerialized(self) -> "Descriptor":
+        """This descriptor, whole, through an opaque ``mov.b64`` (inline PTX with side effects),
+        to call inside a loop: LLVM then cannot hoist the per-k-step descriptors derived from it
+        out of the loop into 64-bit vector registers (which spill beside large accumulators);
+        ptxas forms them per iteration in uniform registers, each one 64-bit add. Same bits."""
+        v = llvm.inline_asm(V.mlir_type("i64"), [self.value()], "mov.b64 $0, $1;", "=l,l", has_side_effects=True)
         return attrs.evolve(self, wide=V.Scalar(v, signed=False), wide_off=0)
 
     def value(self) -> Scalar:
