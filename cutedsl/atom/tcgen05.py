@@ -123,7 +123,7 @@ class UmmaDescriptor(Descriptor):
     """A tcgen05 operand descriptor: :class:`~cutedsl.atom.wgmma.Descriptor`'s low word (start,
     LBO) with the sm_100 high word (SBO, fixed bits, 3-bit swizzle field)."""
 
-    def value(self):
+    def _assemble(self):
         return V.to_type(self.lo, "i64", signed=False) | V.const(_hi_bits(self.layout) << 32, "i64")
 
 

@@ -162,9 +162,24 @@ class Descriptor:
     From :meth:`WarpgroupMMA.descriptor` (layout checked against the buffer). A pipelined
     mainloop computes stage 0's once and moves it with :meth:`stage` — one 32-bit
     multiply-add in uniform registers instead of 64-bit address arithmetic per k-tile.
-    Shared addresses are below 2^18, so the 14-bit start field never overflows."""
+    Shared addresses are below 2^18, so the 14-bit start field never overflows.
+
+    After :meth:`rematerialized` it is also carried whole: ``wide`` (i64 IR value as of the last
+    runtime move) plus ``wide_off`` constant 16-byte units, so a k-step's descriptor is one
+    ``UIADD3.64`` instead of a 32-bit add and a move of the constant high word (no move carries
+    out of the low word: same bits)."""
     lo: object
     layout: SmemMatrix
+    wide: object = None
+    wide_off: int = 0
+
+    def _moved(self, units) -> "Descriptor":
+        lo = self.lo + units
+        if self.wide is None:
+            return attrs.evolve(self, lo=lo)
+        if isinstance(units, int):
+            return attrs.evolve(self, lo=lo, wide_off=self.wide_off + units)
+        return attrs.evolve(self, lo=lo, wide=self.wide + V.to_type(units, "i64", signed=False))
 
     def offset(self, nbytes) -> "Descriptor":
         """The descriptor ``nbytes`` further (Python int or IR integer, a multiple of 16)."""
@@ -172,28 +187,31 @@ class Descriptor:
         if isinstance(nbytes, int):
             if nbytes % unit:
                 raise ValueError(f"descriptor offsets are multiples of {unit} B, got {nbytes}")
-            return attrs.evolve(self, lo=self.lo + (nbytes >> ADDR_SHIFT)) if nbytes else self
-        return attrs.evolve(self, lo=self.lo + (V.u32(nbytes) >> ADDR_SHIFT))
+            return self._moved(nbytes >> ADDR_SHIFT) if nbytes else self
+        return self._moved(V.u32(nbytes) >> ADDR_SHIFT)
 
     def stage(self, index, stage_bytes: int) -> "Descriptor":
         """The descriptor of stage ``index`` (IR i32) of a ring whose stages are ``stage_bytes``
         apart (a multiple of 16), this being stage 0's."""
         if stage_bytes % (1 << ADDR_SHIFT):
             raise ValueError(f"stage size {stage_bytes} B is not a multiple of {1 << ADDR_SHIFT}")
-        return attrs.evolve(self, lo=self.lo + V.u32(index) * (stage_bytes >> ADDR_SHIFT))
+        return self._moved(V.u32(index) * (stage_bytes >> ADDR_SHIFT))
 
     def rematerialized(self) -> "Descriptor":
-        """This descriptor with its low word passed through an opaque ``mov.b32`` (inline PTX
-        with side effects), to call inside a loop: LLVM then cannot hoist the per-k-step
-        descriptors derived from it out of the loop, where they would sit in 64-bit vector
-        registers for the whole loop (and spill beside large accumulators); ptxas instead
-        forms them per iteration in uniform registers. Same bits."""
-        v = llvm.inline_asm(ir.IntegerType.get_signless(32), [self.lo], "mov.b32 $0, $1;", "=r,r",
-                            has_side_effects=True)
-        return attrs.evolve(self, lo=V.Scalar(v, signed=False))
+        """This descriptor, whole, through an opaque ``mov.b64`` (inline PTX with side effects),
+        to call inside a loop: LLVM then cannot hoist the per-k-step descriptors derived from it
+        out of the loop into 64-bit vector registers (which spill beside large accumulators);
+        ptxas forms them per iteration in uniform registers, each one 64-bit add. Same bits."""
+        v = llvm.inline_asm(V.mlir_type("i64"), [self.value()], "mov.b64 $0, $1;", "=l,l", has_side_effects=True)
+        return attrs.evolve(self, wide=V.Scalar(v, signed=False), wide_off=0)
 
     def value(self) -> Scalar:
         """The 64-bit descriptor (i64 IR value)."""
+        if self.wide is not None:
+            return self.wide + V.const(self.wide_off, "i64") if self.wide_off else self.wide
+        return self._assemble()
+
+    def _assemble(self) -> Scalar:
         return assemble_descriptor(self.lo, self.layout)
 
 

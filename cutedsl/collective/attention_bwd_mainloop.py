@@ -22,11 +22,15 @@ compute them, so that P^T and dS^T are register A operands):
 5. ``dS`` to shared memory (``stmatrix``), then ``dV += P^T dO`` and ``dK += dS^T Q`` (WGMMA
    with A from registers) and ``dQ = dS K`` (SS) in 64-column chunks (with two warpgroups a
    named barrier over both first: each chunk reads both warpgroups' dS);
-6. each chunk of ``dQ`` (unscaled) into shared memory in fragment order, then one thread adds the
-   whole block into its slab of the f32 workspace with one ``cp.reduce.async.bulk .add.f32``
-   (:class:`~cutedsl.collective.attention_bwd_dq.DqStaging`; rows past the sequence land in the
-   slab's padding, which the postprocess never reads). Deterministic mode orders those additions:
-   before adding to query block ``m`` of a (batch, head), KV block ``n``'s issuing thread waits
+6. each chunk of ``dQ`` (unscaled) into shared memory in fragment order, then (named barrier
+   ``DQ_FULL_BARRIER``, arrive only) the dQ writer warp of the producer warpgroup adds the whole
+   block into its slab of the f32 workspace with one ``cp.reduce.async.bulk .add.f32`` and hands
+   the staging buffer back once read (``DQ_EMPTY_BARRIER``) -- FlashAttention-3's dQ-writing
+   producer warp, so no issuing thread, branch or spin sits in the MMA loop
+   (:meth:`AttentionBwdMainloop.write_dq`, :class:`~cutedsl.collective.attention_bwd_dq.DqStaging`;
+   rows past the sequence land in the slab's padding, which the postprocess never reads).
+   Deterministic mode orders those additions:
+   before adding to query block ``m`` of a (batch, head), KV block ``n``'s writer waits
    until the block's semaphore equals ``n - n_min(m)`` (its rank among the KV blocks that visit
    ``m``, ascending), and after ``cp.async.bulk.wait_group 0`` (the additions done) releases
    ``rank + 1`` (``ld.acquire.gpu`` spin, ``st.release.gpu``: PTX ISA memory consistency model,
@@ -44,6 +48,7 @@ import math
 
 import attrs
 
+from ..arch import DEFAULT
 from ..atom.fragment_rows import ROW_HALVES, row_half
 from ..atom.mma_traits import ATOM_M
 from ..atom.operand_store import store_operand
@@ -61,10 +66,13 @@ V = lazy("cutedsl.ir.values")
 F = lazy("cutedsl.ir.fmath")
 
 LOG2E = 1.0 / math.log(2.0)
-#: head dims from which the descriptors are rematerialised per iteration (``_in_loop``)
-REMAT_HEAD_DIM = 128
-#: named barrier of the MMA warpgroup (0 is the CTA's)
+#: named barrier of the MMA warpgroups (0 is the CTA's)
 BWD_BARRIER = 1
+#: named barriers of the dQ hand-off between the MMA warpgroups and the dQ writer warp: "staged"
+#: and "staging buffer free" (past the epilogue's 3 + warpgroup)
+DQ_FULL_BARRIER, DQ_EMPTY_BARRIER = 5, 6
+#: the dQ writer: this warp of the producer warpgroup (warp 0's thread 0 loads)
+DQ_WRITER_WARP = 1
 
 
 @attrs.frozen
@@ -97,7 +105,8 @@ class AttentionBwdMainloop:
     :class:`~cutedsl.collective.attention_bwd_operands.AttentionBwdOperands`), ``local`` (a
     causal / sliding-window band), ``deterministic`` (ordered dQ additions)."""
 
-    def __init__(self, operands, local: bool = False, deterministic: bool = False, warpgroup_threads: int = 128):
+    def __init__(self, operands, local: bool = False, deterministic: bool = False, warpgroup_threads: int = 128,
+                 warp_threads: int | None = None):
         o = self.ops_desc = operands
         self.local, self.deterministic, self.wg_threads = bool(local), bool(deterministic), warpgroup_threads
         self.mask = AttentionMask(o.block_n, o.block_m, local)          # rows = keys: the band transposed
@@ -107,6 +116,10 @@ class AttentionBwdMainloop:
         self.dq_mma = WarpgroupMMA(ATOM_M, o.traits.mn_box, o.dtype, b_major="MN")     # one 64-column chunk
         self.wgs = o.key_tiles                                          # MMA warpgroups
         self.bar = NamedBarrier(BWD_BARRIER, warpgroup_threads * self.wgs)
+        self.warp_threads = warp_threads or DEFAULT.warp_threads
+        handoff = warpgroup_threads * self.wgs + self.warp_threads     # the MMA threads and the dQ writer
+        self.dq_full = NamedBarrier(DQ_FULL_BARRIER, handoff)
+        self.dq_empty = NamedBarrier(DQ_EMPTY_BARRIER, handoff)
         self.dq = DqStaging.for_kernel(o.head_dim, o.block_m, o.dtype)
 
     # -- ranges ------------------------------------------------------------------------
@@ -149,14 +162,15 @@ class AttentionBwdMainloop:
                          for j in range(o.d_tiles // self.wgs) for h in parts],
                 "ds": [self.dq_mma.descriptor(o.ds_tile(sm["ds"], h), "A") for h in parts]}
 
-    def _in_loop(self, desc: dict) -> dict:
-        """The descriptors to use inside one iteration: at head dim 128 (dK and dV hold 128 of
-        a thread's registers) each one :meth:`~cutedsl.atom.wgmma.Descriptor.rematerialized`,
-        since the ~20 per-k-step descriptors LLVM would otherwise hoist out of the loop as
-        64-bit values are what ptxas spilled (docs/measurements.md); at 64 they fit, and
-        hoisted they cost fewer instructions per block."""
-        if self.ops_desc.head_dim < REMAT_HEAD_DIM:
-            return desc
+    @staticmethod
+    def _in_loop(desc: dict) -> dict:
+        """The descriptors to use inside one iteration, each one
+        :meth:`~cutedsl.atom.wgmma.Descriptor.rematerialized` whole (64 bits): at head dim 128
+        (dK and dV hold 128 of a thread's registers) the ~20 per-k-step descriptors LLVM would
+        otherwise hoist out of the loop as 64-bit values are what ptxas spilled
+        (docs/measurements.md); formed per iteration, each k-step's is one ``UIADD3.64`` in
+        uniform registers (386 -> 341 instructions per block at head dim 128, 307 -> 300 at
+        64, where the hoisted ones fit but cost 12 R2UR per block)."""
         return {n: [d.rematerialized() for d in v] if isinstance(v, list) else v.rematerialized()
                 for n, v in desc.items()}
 
@@ -222,10 +236,10 @@ class AttentionBwdMainloop:
         dp = dp.pinned()
         ds = dp.map_regs(lambda x, b, i: p.get(b, i) * (x - dsum[WgmmaFragment.offset(b, i)[1]]))
         pf, dsf = AFragment.from_accumulator(p, o.dtype), AFragment.from_accumulator(ds, o.dtype)
-        issuer = self._issuer()
-        with cir.If(issuer):          # the previous block's bulk reduction has read the dQ staging buffer
-            bulk_wait_group(0, read=True)
-        self.bar.sync()               # every warp waited for the previous dQ GEMM: dS may be overwritten
+        # the dQ writer handed the staging buffer back (its bulk reduction read it), which it
+        # does only after every MMA warp staged the previous dQ, i.e. waited for the previous
+        # dQ GEMM: dS may be overwritten too
+        self.dq_empty.sync()
         store_operand(ds, o.ds_tile(ops.smem["ds"], w), "B", warpgroup_thread=wt)
         fence_proxy_async()           # generic-proxy stmatrix before the async-proxy WGMMA read
         self.bar.sync()
@@ -244,15 +258,8 @@ class AttentionBwdMainloop:
                 ops.qdo_pipe.consumer_release_warp(st)
             self.dq.store(ops.smem, dq.pinned(), w + self.wgs * j, wt)
         fence_proxy_async()           # generic-proxy stores before the async-proxy bulk reduction reads them
-        self.bar.sync()
-        with cir.If(issuer):
-            self._send_dq(ops, unit, m_block)
+        self.dq_full.arrive()         # to the dQ writer (write_dq), no wait
         return dk, dv
-
-    @staticmethod
-    def _issuer():
-        """The one thread of the bulk reductions: thread 0 of MMA warpgroup 0 (the CTA's)."""
-        return cir.i32(cir.thread_idx()).eq(0)
 
     def _send_dq(self, ops, unit: BwdUnit, m_block) -> None:
         """One thread: the staged dQ block into its workspace slab; deterministic mode waits
@@ -268,6 +275,24 @@ class AttentionBwdMainloop:
         self.dq.send(ops.smem, unit.dq_accum, unit.dq_block0 + m_block)
         bulk_wait_group(0, read=False)      # the additions are performed before the release
         sems.store_release(idx, V.u32(rank + 1))
+
+    def write_dq(self, ops, unit_of, group, rng: BlockRange, lane) -> None:
+        """The dQ writer warp (FlashAttention-3's dQ-writing producer warp; all its lanes call
+        this, ``lane``: IR i32): hands the empty staging buffer to the MMA warpgroups, then for
+        every query block they visit (``unit_of``, ``group``, ``rng`` as :meth:`run`'s, same
+        order) waits until they staged its dQ; lane 0 adds it into the workspace
+        (:meth:`_send_dq`) and waits until the bulk reduction has read the buffer
+        (``cp.async.bulk.wait_group.read 0``) before the warp hands it back. The semaphore spin
+        of deterministic mode runs here, outside the MMA loop's control flow."""
+        self.dq_empty.arrive()
+        for g in cir.Loop(0, group):
+            unit = unit_of(V.i32(g))
+            for it in cir.Loop(0, rng.n_max - rng.n_min):
+                self.dq_full.sync()
+                with cir.If(lane.eq(0)):
+                    self._send_dq(ops, unit, rng.n_min + V.i32(it))
+                    bulk_wait_group(0, read=True)
+                self.dq_empty.arrive()
 
     # -- the loops ---------------------------------------------------------------------
     def run(self, ops, unit_of, group, rng: BlockRange, w=0) -> tuple:
@@ -288,8 +313,7 @@ class AttentionBwdMainloop:
                                    (rng.u_hi, rng.n_max, True)):
                 dk, dv, st = self._loop(ops, desc, unit, lo, hi, masked, dk, dv, st, w)
             outer.next(*(dk.structs + dv.structs + st.carry()))
-        with cir.If(self._issuer()):
-            bulk_wait_group(0, read=True)   # the last staged block read before the CTA exits
+        self.dq_empty.sync()        # the writer's last hand-back (its first came before any block)
         c = list(outer.results)
         return Accumulator(c[:nb], dk.n), Accumulator(c[nb:2 * nb], dv.n)
 

@@ -13,7 +13,9 @@ warp-specialized skeleton (:class:`~cutedsl.kernel.skeleton.SkeletonKernel`: ``m
   KV block once, then Q and dO of every query block the mask leaves, for each query head of
   the K/V head's group (GQA), through a ring of stages, with the block's LSE and D (one 512-byte
   ``cp.async.bulk`` from the preprocess's padded ``stats`` workspace on the same barrier)
-  (:class:`~cutedsl.collective.attention_bwd_operands.AttentionBwdOperands`);
+  (:class:`~cutedsl.collective.attention_bwd_operands.AttentionBwdOperands`); its warp 1 is the
+  dQ writer: per query block one bulk reduction of the staged dQ (and deterministic mode's
+  semaphore wait), handed the buffer by named barriers;
 * each MMA warpgroup (``setmaxnreg.inc`` to 240): per query block ``S^T``, ``dP^T``, ``P^T``,
   ``dS^T``, ``dV += P^T dO``, ``dK += dS^T Q`` for its 64 keys, and ``dQ = dS K`` staged in
   shared memory and added into an f32 workspace by one bulk reduction per query block (with two
@@ -44,7 +46,7 @@ import contextlib
 import math
 
 from ..arch import DEFAULT, get_arch
-from ..collective.attention_bwd_mainloop import AttentionBwdMainloop, BwdUnit
+from ..collective.attention_bwd_mainloop import DQ_WRITER_WARP, AttentionBwdMainloop, BwdUnit
 from ..collective.attention_bwd_operands import AttentionBwdOperands
 from ..collective.attention_epilogue import AttentionEpilogue, EpilogueRows
 from ..collective.attention_mask import sequence_bounds, unbounded
@@ -121,7 +123,7 @@ class AttentionBwdKernel(SkeletonKernel):
         self.mma_wgs, self.block_n = wgs, wgs * BLOCK_N
         self.operands = AttentionBwdOperands(head_dim, BLOCK_M, self.block_n, STAGES, dtype, self.varlen,
                                              consumer_warps=wgs * self.arch.warps_per_warpgroup)
-        self.mainloop = AttentionBwdMainloop(self.operands, self.local, self.deterministic, wg)
+        self.mainloop = AttentionBwdMainloop(self.operands, self.local, self.deterministic, wg, self.arch.warp_threads)
         self.epilogue = AttentionEpilogue(head_dim, dtype, wg)
 
     def config(self) -> dict:
@@ -234,9 +236,27 @@ class AttentionBwdKernel(SkeletonKernel):
             yield
 
     def role_producer(self, b, index) -> None:
+        """Thread 0 of the producer warpgroup loads; its warp ``DQ_WRITER_WARP`` writes dQ
+        (:meth:`~cutedsl.collective.attention_bwd_mainloop.AttentionBwdMainloop.write_dq`)."""
         from ..ir import If
-        with If((b.tid % self.arch.warpgroup_threads).eq(0)):
+        t = b.tid % self.arch.warpgroup_threads
+        with If(t.eq(0)):
             self.producer(b.ops, b.args, b.batch, b.kv_head, b.q_start, b.k_start, b.n0, b.rng)
+        with If((t // self.arch.warp_threads).eq(DQ_WRITER_WARP)):
+            self.mainloop.write_dq(b.ops, self._unit_of(b), b.args.group, b.rng, t % self.arch.warp_threads)
+
+    def _unit_of(self, b):
+        """``g -> BwdUnit`` of query head ``g`` of the K/V head's group (IR i32)."""
+        args, heads, group = b.args, b.args.heads, b.args.group
+        m_blocks = (args.seqlen_q + (BLOCK_M - 1)) // BLOCK_M
+
+        def unit_of(g):
+            head = b.kv_head * group + g
+            sem = (b.batch * heads + head) * m_blocks if self.deterministic else None
+            return BwdUnit(b.batch, head, b.nb, b.n0, b.seqlen_q, b.seqlen_k, b.left, b.right,
+                           self._slab0(args, b.batch, head, b.q_start), heads, args.exp_scale, args.dq_accum, sem,
+                           getattr(args, "semaphores", None))
+        return unit_of
 
     def role_mma(self, b, index) -> None:
         # one body for every MMA warpgroup (two copies in one function make ptxas serialize the
@@ -244,8 +264,7 @@ class AttentionBwdKernel(SkeletonKernel):
         # from lane 0, as CUTLASS's canonical_warp_group_idx) so what derives from it can live in
         # uniform registers
         w = V.warp_uniform(index) if self.mma_wgs > 1 else 0
-        self.consumer(b.ops, b.args, b.batch, b.kv_head, b.nb, b.n0, b.q_start, b.k_start, b.seqlen_q, b.seqlen_k,
-                      b.left, b.right, b.rng, w)
+        self.consumer(b.ops, b.args, b.batch, b.kv_head, b.n0, b.k_start, b.seqlen_k, self._unit_of(b), b.rng, w)
 
     def _lead(self, batch, head) -> tuple:
         return (head,) if self.varlen else (batch, head)
@@ -274,19 +293,10 @@ class AttentionBwdKernel(SkeletonKernel):
                 loop.next(*st.advance().carry())
             outer.next(*loop.results)
 
-    def consumer(self, ops, args, batch, kv_head, nb, n0, q_start, k_start, seqlen_q, seqlen_k, left, right,
-                 rng, w=0) -> None:
-        """MMA warpgroup ``w``: wait for K and V, run the main loop over the group's query heads,
-        store ``dK * softmax_scale`` and ``dV`` of its 64 keys."""
+    def consumer(self, ops, args, batch, kv_head, n0, k_start, seqlen_k, unit_of, rng, w=0) -> None:
+        """MMA warpgroup ``w``: wait for K and V, run the main loop over the group's query heads
+        (``unit_of``: :meth:`_unit_of`), store ``dK * softmax_scale`` and ``dV`` of its 64 keys."""
         heads, group = args.heads, args.group
-        m_blocks = (args.seqlen_q + (BLOCK_M - 1)) // BLOCK_M
-
-        def unit_of(g):
-            head = kv_head * group + g
-            sem = (batch * heads + head) * m_blocks if self.deterministic else None
-            return BwdUnit(batch, head, nb, n0, seqlen_q, seqlen_k, left, right,
-                           self._slab0(args, batch, head, q_start), heads, args.exp_scale, args.dq_accum, sem,
-                           getattr(args, "semaphores", None))
         self.operands.wait_kv(ops)
         dk, dv = self.mainloop.run(ops, unit_of, group, rng, w)
         k_row0 = k_start if self.varlen else batch * seqlen_k

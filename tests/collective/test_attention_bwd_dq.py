@@ -42,8 +42,8 @@ def test_bad_chunk_is_refused():
 
 @pytest.mark.sim_kernel
 def test_missing_wait_before_restaging_is_a_race(rng, monkeypatch):
-    """Planted bug: without the issuing thread's ``cp.async.bulk.wait_group.read`` before the
-    warpgroup rewrites the staging buffer, the next block's ``st.shared.v4.f32`` races with the
+    """Planted bug: without the dQ writer's ``cp.async.bulk.wait_group.read`` before it hands the
+    staging buffer back to the MMA warpgroup, the next block's ``st.shared.v4.f32`` races with the
     bulk reduction's read of it (reported in an eager run)."""
     import ml_dtypes
     from cutedsl import AttentionBackward, AttentionConfig
@@ -54,7 +54,7 @@ def test_missing_wait_before_restaging_is_a_race(rng, monkeypatch):
     real = ml.bulk_wait_group
 
     def skip_in_loop(n=0, read=True):
-        if sys._getframe(1).f_code.co_name != "step":      # the waits of the loop body only
+        if sys._getframe(1).f_code.co_name != "write_dq":      # the writer's per-block wait only
             real(n, read)
     monkeypatch.setattr(ml, "bulk_wait_group", skip_in_loop)
     monkeypatch.setenv("CUTEDSL_CACHE", "off")     # the cache keys source, not a patched function
