@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..errors import LayoutError
 from ..ir._lazy import lazy
 from .mma_traits import mma_traits
-from .wgmma import Descriptor, SmemMatrix, descriptor_lo
+from .wgmma_descriptor import Descriptor, SmemMatrix, descriptor_lo
 
 S = lazy("cutedsl.ir.smem_tile")
 
