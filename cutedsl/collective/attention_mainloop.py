@@ -246,7 +246,8 @@ class AttentionMainloop:
     def _overlap_loop(self, ops, desc, ctx, rng, lo, hi, masked, o, p, sm, count):
         n_o, n_sm, n_p = o.m_blocks, len(sm.carry()), sum(len(x) for blk in p.regs for x in blk)
         flat_p = [r for blk in p.regs for step in blk for r in step]
-        loop = cir.Loop(0, hi - lo, carry=o.structs + flat_p + sm.carry() + [count], counter="i32")
+        ph0 = (V.i32(count).unsigned() >> 1) & 1
+        loop = cir.Loop(0, hi - lo, carry=o.structs + flat_p + sm.carry() + [count, ph0], counter="i32")
 
         def unpack(c):
             o2 = Accumulator(c[:n_o], o.n)
@@ -256,10 +257,13 @@ class AttentionMainloop:
             p2 = AFragment([[regs[(b * steps + k) * per:(b * steps + k + 1) * per] for k in range(steps)]
                             for b in range(len(p.regs))], p.dtype, p.k_order)
             rest = c[n_o + n_p:]
-            return o2, p2, SoftmaxState.from_carry(rest[:n_sm], n_o), V.i32(rest[n_sm])
+            return o2, p2, SoftmaxState.from_carry(rest[:n_sm], n_o), V.i32(rest[n_sm]), V.i32(rest[n_sm + 1])
         for it, carried in loop:
-            o, p, sm, count = unpack(list(carried))
-            prev, st = self._state(count - 1), self._state(count)
+            o, p, sm, count, ph = unpack(list(carried))
+            c = count.unsigned()
+            odd = c & 1
+            st = PipelineState(2, odd, ph); st.exact = True
+            prev = PipelineState(2, odd ^ 1, ph ^ (odd ^ 1)); prev.exact = True
             j = rng.block(hi - 1 - V.i32(it), masked)
             self._turn_begin(ctx.wg)
             s = self.issue_s(ops, desc, st)
@@ -274,8 +278,8 @@ class AttentionMainloop:
             ops.v_pipe.consumer_release_warp(prev)
             o = self.softmax.rescale(o, corr)
             loop.next(*(o.structs + [r for blk in p.regs for step in blk for r in step] + sm.carry()
-                        + [count + 1]))
-        return unpack(list(loop.results))
+                        + [count + 1, ph ^ odd]))
+        return unpack(list(loop.results))[:4]
 
 
 __all__ = ["AttentionMainloop", "UnitContext", "PINGPONG_BARRIER"]
