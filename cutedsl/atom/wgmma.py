@@ -162,9 +162,14 @@ class Descriptor:
     From :meth:`WarpgroupMMA.descriptor` (layout checked against the buffer). A pipelined
     mainloop computes stage 0's once and moves it with :meth:`stage` — one 32-bit
     multiply-add in uniform registers instead of 64-bit address arithmetic per k-tile.
-    Shared addresses are below 2^18, so the 14-bit start field never overflows."""
+    Shared addresses are below 2^18, so the 14-bit start field never overflows.
+
+    ``wide``: how :meth:`stepper` forms the k-step descriptors of one WGMMA k-tile -- one 64-bit
+    add each on the assembled descriptor (True, the default) or a 32-bit add on the low word
+    each (:meth:`rematerialized` descriptors); see :meth:`stepper`."""
     lo: object
     layout: SmemMatrix
+    wide: bool = True
 
     def offset(self, nbytes) -> "Descriptor":
         """The descriptor ``nbytes`` further (Python int or IR integer, a multiple of 16)."""
@@ -187,14 +192,41 @@ class Descriptor:
         with side effects), to call inside a loop: LLVM then cannot hoist the per-k-step
         descriptors derived from it out of the loop, where they would sit in 64-bit vector
         registers for the whole loop (and spill beside large accumulators); ptxas instead
-        forms them per iteration in uniform registers. Same bits."""
+        forms them per iteration in uniform registers. Same bits. Its k-step descriptors stay
+        32-bit adds on the low word (``wide=False``): for the backward's loop, where every
+        descriptor is rematerialized, the 64-bit form measured more spills (ptxas 13.5)."""
         v = llvm.inline_asm(ir.IntegerType.get_signless(32), [self.lo], "mov.b32 $0, $1;", "=r,r",
                             has_side_effects=True)
-        return attrs.evolve(self, lo=V.Scalar(v, signed=False))
+        return attrs.evolve(self, lo=V.Scalar(v, signed=False), wide=False)
 
     def value(self) -> Scalar:
         """The 64-bit descriptor (i64 IR value)."""
         return assemble_descriptor(self.lo, self.layout)
+
+    def stepper(self):
+        """A function ``at(nbytes) -> i64`` giving the 64-bit descriptor ``nbytes`` further
+        (a Python int, multiple of 16): the k-steps (and m-blocks) of one WGMMA k-tile, each
+        emitted where it is called. :attr:`wide`: the descriptor is assembled once (at the
+        first call) and passed through an opaque ``mov.b64``, then each is one 64-bit add of
+        ``nbytes >> 4`` (the start field is bits 0-13, far below a carry: shared addresses are
+        below 2^18). ptxas then forms each in one ``UIADD3.64`` on uniform registers, as in
+        FlashAttention-3's SASS; left visible, LLVM folds the constant high word into every add
+        and ptxas rebuilds each descriptor as a 32-bit add plus a ``UMOV`` of the high word (or
+        a carry chain). Not wide: ``offset(nbytes).value()``. ``at`` raises ``ValueError`` for
+        an offset that is not a multiple of 16."""
+        base = []
+
+        def at(nbytes: int):
+            if nbytes % (1 << ADDR_SHIFT):
+                raise ValueError(f"descriptor offsets are multiples of {1 << ADDR_SHIFT} B, got {nbytes}")
+            if not self.wide:
+                return self.offset(nbytes).value()
+            if not base:
+                i64 = ir.IntegerType.get_signless(64)
+                base.append(V.Scalar(llvm.inline_asm(i64, [self.value()], "mov.b64 $0, $1;", "=l,l"),
+                                     signed=False))
+            return base[0] + V.const(nbytes >> ADDR_SHIFT, "i64") if nbytes else base[0]
+        return at
 
 
 class WgmmaFragment:
@@ -428,11 +460,12 @@ class WarpgroupMMA(SmemOperands):
             self.fence()
         acc_type = self.acc_type
         structs = list(acc.structs)
+        # k-step / m-block offsets move only the start-address field
+        a_at, b_at = da.stepper(), db.stepper()
         for j in range(tr.k_steps):
-            # k-step / m-block offsets move only the start-address field of the low word
-            dbj = db.offset(b_layout.k_step_offset(j)).value()
+            dbj = b_at(b_layout.k_step_offset(j))
             for blk in range(self.m_blocks):
-                daj = da.offset(a_layout.k_step_offset(j) + a_layout.block_offset(blk)).value()
+                daj = a_at(a_layout.k_step_offset(j) + a_layout.block_offset(blk))
                 scale = "one" if (accumulate or j) else "zero"
                 structs[blk] = nvvm.wgmma_mma_async(
                     acc_type, structs[blk], daj, dbj, shape, ta, tb, f32,

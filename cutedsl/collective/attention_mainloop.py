@@ -142,10 +142,13 @@ class AttentionMainloop:
         s = self.softmax.scores(s, ctx.params, score if hk is not None else None)
         if masked:
             # one keep mask per row (a few integer instructions), then a bit test per element
+            # without a band every row has the same mask (seqlen_k only): build it once
+            halves = ROW_HALVES if self.mask.local else 1
             bits = [[self.mask.row_keep_bits(ctx.row0 + r0 + WgmmaFragment.offset(b, FRAG_PAIR * h)[0],
                                              ctx.seqlen_q, ctx.seqlen_k, n0, ctx.left, ctx.right, c0,
                                              s.regs // ROW_HALVES)
-                     for h in range(ROW_HALVES)] for b in range(s.m_blocks)]
+                     for h in range(halves)] for b in range(s.m_blocks)]
+            bits = [bb * ROW_HALVES if len(bb) == 1 else bb for bb in bits]
             s = self.mask.apply_bits(s, bits, keep if hk is not None and hk.hooks.has_mask else None)
         p, sm, corr = self.softmax.update(s, sm, ctx.params.exp_scale)
         return AFragment.from_accumulator(p, self.ops_desc.dtype, self.p_order), sm, corr
