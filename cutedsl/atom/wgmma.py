@@ -142,9 +142,10 @@ def descriptor_lo(address, layout: SmemMatrix) -> Scalar:
 
 def assemble_descriptor(lo, layout: SmemMatrix) -> Scalar:
     """The 64-bit descriptor from its low word ``lo`` (i32, see :func:`descriptor_lo`) and the
-    layout's constant high word (SBO, swizzle). Keeping the address arithmetic in 32 bits
-    with a constant high word lets ptxas build descriptors in uniform registers (no 64-bit
-    adds, no R2UR per WGMMA)."""
+    layout's constant high word (SBO, swizzle). Keeping the address arithmetic (stages,
+    buffers) in 32 bits with a constant high word lets ptxas build descriptors in uniform
+    registers (no R2UR per WGMMA); the k-steps of one k-tile then add to the assembled
+    descriptor (:meth:`Descriptor.stepper`)."""
     return V.to_type(lo, "i64", signed=False) | V.const(_const_bits(layout) >> 32 << 32, "i64")
 
 
@@ -204,16 +205,12 @@ class Descriptor:
         return assemble_descriptor(self.lo, self.layout)
 
     def stepper(self):
-        """A function ``at(nbytes) -> i64`` giving the 64-bit descriptor ``nbytes`` further
-        (a Python int, multiple of 16): the k-steps (and m-blocks) of one WGMMA k-tile, each
-        emitted where it is called. :attr:`wide`: the descriptor is assembled once (at the
-        first call) and passed through an opaque ``mov.b64``, then each is one 64-bit add of
-        ``nbytes >> 4`` (the start field is bits 0-13, far below a carry: shared addresses are
-        below 2^18). ptxas then forms each in one ``UIADD3.64`` on uniform registers, as in
-        FlashAttention-3's SASS; left visible, LLVM folds the constant high word into every add
-        and ptxas rebuilds each descriptor as a 32-bit add plus a ``UMOV`` of the high word (or
-        a carry chain). Not wide: ``offset(nbytes).value()``. ``at`` raises ``ValueError`` for
-        an offset that is not a multiple of 16."""
+        """``at(nbytes) -> i64``: the descriptor ``nbytes`` further (int, multiple of 16, else
+        ``ValueError``), emitted where called -- one WGMMA k-tile's k-steps / m-blocks. Wide:
+        assembled once behind an opaque ``mov.b64`` plus one 64-bit add of ``nbytes >> 4`` each
+        (the 14-bit start field never carries), which ptxas forms with one ``UIADD3.64`` (as in
+        FlashAttention-3's SASS); left visible, LLVM folds the constant high word into every add
+        and ptxas re-forms each pair (a 32-bit add + ``UMOV``, or a carry chain)."""
         base = []
 
         def at(nbytes: int):

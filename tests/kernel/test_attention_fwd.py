@@ -44,6 +44,7 @@ def check(o, lse, q, k, v, dt, **opts):
     ("overlap", 64, "f16", 300, 77, {"causal": True}),               # rows with no key: O = 0, LSE = +inf
     ("pingpong", 128, "bf16", 300, 300, {"causal": True}),
     ("pingpong", 64, "bf16", 1, 1, {}),
+    ("pingpong", 64, "bf16", 70, 700, {"window": (400, 30)}),        # 5 KV blocks, both edges masked: the rings wrap twice
     ("pingpong", 128, "f16", 77, 200, {"window": (30, 5)}),
     ("overlap", 64, "bf16", 200, 130, {"window": (-1, 20), "softcap": 4.0}),
     ("pingpong", 64, "bf16", 130, 261, {"window": (-1, 3)}),        # right edge only, shift 131 (not 8k)
