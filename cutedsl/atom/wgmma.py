@@ -291,11 +291,12 @@ class WarpgroupMMA(SmemOperands):
             self.fence()
         acc_type = self.acc_type
         structs = list(acc.structs)
+        # k-step / m-block offsets move only the start-address field
+        a_at, b_at = da.stepper(), db.stepper()
         for j in range(tr.k_steps):
-            # k-step / m-block offsets move only the start-address field of the low word
-            dbj = db.offset(b_layout.k_step_offset(j)).value()
+            dbj = b_at(b_layout.k_step_offset(j))
             for blk in range(self.m_blocks):
-                daj = da.offset(a_layout.k_step_offset(j) + a_layout.block_offset(blk)).value()
+                daj = a_at(a_layout.k_step_offset(j) + a_layout.block_offset(blk))
                 scale = "one" if (accumulate or j) else "zero"
                 structs[blk] = nvvm.wgmma_mma_async(
                     acc_type, structs[blk], daj, dbj, shape, ta, tb, f32,

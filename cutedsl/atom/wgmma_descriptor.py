@@ -168,5 +168,26 @@ class Descriptor:
             return self.wide + V.const(self.wide_off, "i64") if self.wide_off else self.wide
         return self._assemble()
 
+    def stepper(self):
+        """``at(nbytes) -> i64``: the descriptor ``nbytes`` further (int, a multiple of 16, else
+        ``ValueError``), emitted where called -- one WGMMA k-tile's k-steps / m-blocks. The
+        descriptor is assembled once behind an opaque ``mov.b64`` (a :meth:`rematerialized` one
+        already is) and each step is one 64-bit add of ``nbytes >> 4`` (the 14-bit start field
+        never carries), which ptxas forms with one ``UIADD3.64`` (as in FlashAttention-3's SASS);
+        left visible, LLVM folds the constant high word into every add and ptxas re-forms each
+        pair (a 32-bit add + ``UMOV``, or a carry chain)."""
+        base = []
+
+        def at(nbytes: int):
+            if nbytes % (1 << ADDR_SHIFT):
+                raise ValueError(f"descriptor offsets are multiples of {1 << ADDR_SHIFT} B, got {nbytes}")
+            if self.wide is not None:
+                return self.offset(nbytes).value()
+            if not base:
+                base.append(V.Scalar(llvm.inline_asm(V.mlir_type("i64"), [self.value()], "mov.b64 $0, $1;", "=l,l"),
+                                     signed=False))
+            return base[0] + V.const(nbytes >> ADDR_SHIFT, "i64") if nbytes else base[0]
+        return at
+
     def _assemble(self) -> Scalar:
         return assemble_descriptor(self.lo, self.layout)

@@ -159,8 +159,9 @@ class WarpgroupMMARegA(WarpgroupMMA):
         if fence:
             self.fence()
         structs = list(acc.structs)
+        b_at = db.stepper()
         for j in range(tr.k_steps):
-            dbj = db.offset(db.layout.k_step_offset(j)).value()
+            dbj = b_at(db.layout.k_step_offset(j))
             scale = V.i32(1 if (accumulate or j) else 0)
             for blk in range(self.m_blocks):
                 d = [llvm.extractvalue(f32, structs[blk], [i]) for i in range(nd)]

@@ -142,10 +142,13 @@ class AttentionMainloop:
         s = self.softmax.scores(s, ctx.params, score if hk is not None else None)
         if masked:
             # one keep mask per row (a few integer instructions), then a bit test per element
+            # without a band every row has the same mask (seqlen_k only): build it once
+            halves = ROW_HALVES if self.mask.local else 1
             bits = [[self.mask.row_keep_bits(ctx.row0 + r0 + WgmmaFragment.offset(b, FRAG_PAIR * h)[0],
                                              ctx.seqlen_q, ctx.seqlen_k, n0, ctx.left, ctx.right, c0,
                                              s.regs // ROW_HALVES)
-                     for h in range(ROW_HALVES)] for b in range(s.m_blocks)]
+                     for h in range(halves)] for b in range(s.m_blocks)]
+            bits = [bb * ROW_HALVES if len(bb) == 1 else bb for bb in bits]
             s = self.mask.apply_bits(s, bits, keep if hk is not None and hk.hooks.has_mask else None)
         p, sm, corr = self.softmax.update(s, sm, ctx.params.exp_scale)
         return AFragment.from_accumulator(p, self.ops_desc.dtype, self.p_order), sm, corr
@@ -192,8 +195,8 @@ class AttentionMainloop:
         s = s.pinned()
         ops.k_pipe.consumer_release_warp(st)
         p, sm, _ = self.softmax_block(ctx, s, sm, rng.block(j0), True)
-        # the loops carry one block count; a slot's (index, phase) is derived from it (cheaper
-        # than carrying two ring states: with 2 stages an AND and a shift)
+        # the loops carry one block count and K's phase bit; the slots derive from the count
+        # (cheaper than carrying two ring states), the phases from the bit (_ring)
         count = V.i32(1)
         # the prologue took block j0: the three ranges below it
         u_hi, u_lo = _min(rng.u_hi, j0), _min(rng.u_lo, j0)
@@ -217,6 +220,24 @@ class AttentionMainloop:
             return PipelineState.at(st, count)
         c = V.i32(count).unsigned()
         return PipelineState(st, c & (st - 1), c >> (st.bit_length() - 1))
+
+    def _ring(self, count, phase) -> tuple:
+        """``(state of block count - 1, state of block count, phase bit of block count + 1)``
+        for the ``count``-th KV block (IR i32 >= 0) whose phase bit ``phase`` (IR i32, exactly 0
+        or 1) the loop carries. The barrier waits take the bit as it is (PTX ISA 9.7.13.15.16:
+        ``phaseParity`` is 0 or 1; ptxas moves it to bit 31 with one ``SHF``); a bit extracted
+        from the count cost a shift, a ``USGXT`` and a move out of the uniform registers per
+        wait. The phase flips past the ring's last slot (forwards) and before its first
+        (backwards)."""
+        n = self.ops_desc.stages
+        c = V.i32(count).unsigned()
+        def slot(x):
+            return x & (n - 1) if not n & (n - 1) else x % n
+
+        def flip(cond):
+            return phase ^ V.select(cond, V.i32(1), V.i32(0))
+        i = slot(c)
+        return PipelineState(n, slot(c - 1), flip(i.eq(0))), PipelineState(n, i, phase), flip(i.eq(n - 1))
 
     def _simple_loop(self, ops, desc, ctx, rng, lo, hi, masked, o, sm, st):
         n_sm = len(sm.carry())
@@ -246,7 +267,9 @@ class AttentionMainloop:
     def _overlap_loop(self, ops, desc, ctx, rng, lo, hi, masked, o, p, sm, count):
         n_o, n_sm, n_p = o.m_blocks, len(sm.carry()), sum(len(x) for blk in p.regs for x in blk)
         flat_p = [r for blk in p.regs for step in blk for r in step]
-        loop = cir.Loop(0, hi - lo, carry=o.structs + flat_p + sm.carry() + [count], counter="i32")
+        # the loop carries K's phase bit beside the count (see _ring)
+        phase = V.i32(self._state(count).phase) & 1
+        loop = cir.Loop(0, hi - lo, carry=o.structs + flat_p + sm.carry() + [count, phase], counter="i32")
 
         def unpack(c):
             o2 = Accumulator(c[:n_o], o.n)
@@ -256,10 +279,10 @@ class AttentionMainloop:
             p2 = AFragment([[regs[(b * steps + k) * per:(b * steps + k + 1) * per] for k in range(steps)]
                             for b in range(len(p.regs))], p.dtype, p.k_order)
             rest = c[n_o + n_p:]
-            return o2, p2, SoftmaxState.from_carry(rest[:n_sm], n_o), V.i32(rest[n_sm])
+            return o2, p2, SoftmaxState.from_carry(rest[:n_sm], n_o), V.i32(rest[n_sm]), V.i32(rest[n_sm + 1])
         for it, carried in loop:
-            o, p, sm, count = unpack(list(carried))
-            prev, st = self._state(count - 1), self._state(count)
+            o, p, sm, count, phase = unpack(list(carried))
+            prev, st, next_phase = self._ring(count, phase)
             j = rng.block(hi - 1 - V.i32(it), masked)
             self._turn_begin(ctx.wg)
             s = self.issue_s(ops, desc, st)
@@ -274,8 +297,8 @@ class AttentionMainloop:
             ops.v_pipe.consumer_release_warp(prev)
             o = self.softmax.rescale(o, corr)
             loop.next(*(o.structs + [r for blk in p.regs for step in blk for r in step] + sm.carry()
-                        + [count + 1]))
-        return unpack(list(loop.results))
+                        + [count + 1, next_phase]))
+        return unpack(list(loop.results))[:4]
 
 
 __all__ = ["AttentionMainloop", "UnitContext", "PINGPONG_BARRIER"]

@@ -183,10 +183,16 @@ class AttentionMask:
             raise ValueError(f"row_keep_bits: {per_row} elements per row exceed the {ROW_BITS}-bit row mask "
                              f"(block_n <= 128)")
         from ..atom.fragment_rows import row_columns_below
-        lo, hi = self.row_limits(row, seqlen_q, seqlen_k, n0, left, right)
-        bits = bits_below(row_columns_below(hi - c0))
+        from ..atom.wgmma import FRAG_COLS, FRAG_PAIR
+        # The counts are taken at n0 = 0 and moved by the block: n0 is a multiple of FRAG_COLS,
+        # so it shifts every row's count by FRAG_PAIR * n0 / FRAG_COLS exactly. The counts at 0
+        # are loop-invariant (hoisted out of the KV loop); per block one subtraction, linear in
+        # the block index, is left instead of the count's four instructions.
+        lo, hi = self.row_limits(row, seqlen_q, seqlen_k, 0, left, right)
+        step = (V.i32(n0) >> (FRAG_COLS.bit_length() - 1)) * FRAG_PAIR
+        bits = bits_below(row_columns_below(hi - c0) - step)
         if self.left_edge:
-            bits = bits & bits_from(row_columns_below(lo - c0))
+            bits = bits & bits_from(row_columns_below(lo - c0) - step)
         return bits
 
     def apply_bits(self, s, bits, keep=None):
@@ -199,9 +205,11 @@ class AttentionMask:
 
         def one(x, b, i):
             return _kept(((bits[b][row_half(i)] >> row_position(i)) & 1).ne(0), x, keep, b, i)
-        # row by row in bit order: the tests of one mask word sit together for R2P
-        out = {(b, i): one(s.get(b, i), b, i) for b in range(s.m_blocks)
-               for i in sorted(range(s.regs), key=lambda i: (row_half(i), row_position(i)))}
+        # row by row in bit order: the tests of one mask word sit together for R2P; where both
+        # rows share one word (no band), the two selects of each bit sit together instead
+        shared = all(bb[0] is bb[1] for bb in bits)
+        order = (lambda i: (row_position(i), row_half(i))) if shared else (lambda i: (row_half(i), row_position(i)))
+        out = {(b, i): one(s.get(b, i), b, i) for b in range(s.m_blocks) for i in sorted(range(s.regs), key=order)}
         return s.map_regs(lambda x, b, i: out[b, i])
 
     def apply(self, s, rows, cols, limits, keep=None):

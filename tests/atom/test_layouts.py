@@ -73,6 +73,31 @@ def test_wgmma_derives_descriptors_from_buffers():
     assert ir.count("nvvm.wgmma.mma_async") == 4 and ir.count("B[<f16>, <one>, <row>]") == 4   # MN-major B
 
 
+def test_wgmma_k_steps_are_64_bit_adds_on_one_opaque_descriptor():
+    """One k-tile's descriptors: each operand's descriptor assembled once behind an opaque
+    ``mov.b64`` (LLVM cannot fold the constant high word into the steps), then one 64-bit add of
+    the k-step offset >> 4 per k-step (ptxas: one UIADD3.64 each); a rematerialized descriptor is
+    already whole behind its own opaque ``mov.b64`` (``wide``) and steps from it; offsets that are
+    no multiple of 16 are refused."""
+    import re
+
+    def body(smem, args):
+        mma = WarpgroupMMA(64, 64, "f16")
+        mma.mma(mma.zero(), smem["a"].tile(), smem["b"].tile())
+        b = mma.descriptor(smem["b"].tile(), "B")
+        assert b.wide is None and b.rematerialized().wide is not None
+        with pytest.raises(ValueError, match="descriptor offsets are multiples of 16 B, got 8"):
+            b.stepper()(8)
+    ir = str(in_kernel(operand_plan(), body).module)
+    opaque = re.findall(r"(%\d+) = llvm.inline_asm \"mov.b64 \$0, \$1;\", \"=l,l\"", ir)
+    assert len(opaque) == 2, ir
+    consts = dict(re.findall(r"(%c\w+) = arith.constant (\d+) : i64", ir))
+    steps = {(base, int(consts[c])) for base, c in re.findall(r"= arith.addi (%\d+), (%c\w+) : i64", ir)}
+    # A (K-major): k16 steps of 32 B -> +2, +4, +6; B (MN-major, 64 x 64 f16): k16 steps of 2 KiB -> +128 ...
+    assert {o for b, o in steps if b == opaque[1]} == {2, 4, 6}, steps
+    assert {o for b, o in steps if b == opaque[0]} == {128, 256, 384}, steps
+
+
 @pytest.mark.parametrize("plan_kw,problem", [
     (dict(a_swizzle=0), r"operand A \(64 x 64, 128-B swizzle\) does not match shared buffer 'a' "
                         r"\(f16 \[64, 64\], swizzle 0 B, K-major\): swizzle 0 B"),

@@ -176,7 +176,7 @@ def test_fp8_sass(d):
     if d == 128:
         h = next(c for c in counts if c["QGMMA"] == 8)
         assert (h["MUFU"], h["FMNMX"], h["SHFL"], h["F2FP"], h["PRMT"]) == (66, 68, 4, 32, 0), h
-        assert h["total"] <= 470, h["total"]           # 465 with ptxas 13.5 (bf16: 457)
+        assert h["total"] <= 454, h["total"]           # ptxas 13.5; 465 before the 64-bit descriptor steps (bf16: 442)
     t = next(c for c in counts if c["LDSM"])           # the smallest such loop: one transposer unit
     assert (t["LDSM"], t["PRMT"], t["STSM"], t["LDS"], t["STS"], t["QGMMA"]) == (1, 4, 1, 0, 0, 0), t
     assert t["total"] <= (22 if d == 128 else 28), t["total"]      # 21 / 27 with ptxas 13.5 (was 50 per 16 B)
