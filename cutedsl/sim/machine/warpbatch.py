@@ -54,6 +54,7 @@ class WarpBatch:
         self.lo, self.hi = lo, hi
         self.full = True
         self.deferred = []          # shared stores whose race check waits for flush()
+        self.leader = lo            # the warp whose turn formed the batch (lockstep.py sets it)
         set_register_views(self, cta.files, slice(32 * lo, 32 * hi))
         self.sregs = {}             # filled on first use (most batches read none)
 
@@ -65,6 +66,15 @@ class WarpBatch:
                       for k, v in ws[0].sregs.items() if k != "%warpid"})
             s["%warpid"] = np.repeat(np.arange(self.lo, self.hi, dtype=np.uint32), 32)
         return s[name]
+
+    def members(self):
+        """The batch's warps in the order the scheduler steps them through an instruction the
+        leader ran alone (``lockstep.step_gang``): the leader, the warps below it downwards, then
+        those above it -- so a warp-uniform instruction run per warp (``registry.each_warp``)
+        reports what the leader's own run and its stepped neighbours would have."""
+        ws = self.cta.warps
+        ld = self.leader
+        return [ws[ld]] + ws[self.lo:ld][::-1] + ws[ld + 1:self.hi]
 
     def flush(self):
         """Record the deferred shared stores of this batch in the race detector at once
