@@ -7,7 +7,8 @@ register files are one array per register class for the whole CTA (``machine.CTA
 warp owning 32 columns. So an instruction that the decoder marked ``batch``
 (``program._batchable``: arithmetic, logic, comparisons, conversions and moves on registers;
 ``shfl.sync``; stores to the CTA's shared memory; ``wgmma.mma_async``; a ``bra`` every lane
-takes or every lane skips) runs **once** for a contiguous run of warps at that PC, through a
+takes or every lane skips; warp-uniform synchronisation instructions, each warp's closure in turn:
+``registry.each_warp``) runs **once** for a contiguous run of warps at that PC, through a
 :class:`machine.WarpBatch` whose register views span their lanes. A fused block of register
 instructions (:mod:`cutedsl.sim.frontend.fusion`) that starts at the PC runs as a whole, for the
 batch or for a lone warp.
