@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .wgmma_layout import load_operand, to_f64
+from .wgmma_layout import load_operand, widen
 
 
 def frag_to_tile(regs, n: int):
@@ -84,17 +84,23 @@ def products(cta, ops):
     """The float64 products A B (64, N) of ``ops`` in order: operands from shared memory of one
     8/16-bit float type and one shape are gathered with one index and multiplied as one stack."""
     o = ops[0]
-    fused = len(ops) > 1 and np.dtype(o.dta).kind not in "iu" and all(
-        x.a_ei is not None and x.ea == o.ea and x.dta is o.dta and x.eb == o.ea and x.dtb is o.dta and x.n == o.n
-        and x.a_ei.shape == o.a_ei.shape for x in ops)
-    if not fused:
-        return [(x.A if x.A is not None else load_operand(cta, x.a_ei, x.ea, x.dta))
-                @ load_operand(cta, x.b_ei, x.eb, x.dtb).T for x in ops]
-    k, n = o.a_ei.shape[1], len(ops)
-    v = to_f64(o.dta)[cta.sv[o.ea][_chain_index(tuple(x.a_ei for x in ops) + tuple(x.b_ei for x in ops))]]
-    A = v[:n * 64 * k].reshape(n, 64, k)
-    B = v[n * 64 * k:].reshape(n, o.n, k).transpose(0, 2, 1)
-    return np.matmul(A, B)      # slice i: the same BLAS call as ops[i]'s own A @ B
+    n = len(ops)
+    same_b = n > 1 and np.dtype(o.dtb).kind not in "iu" and all(
+        x.eb == o.eb and x.dtb is o.dtb and x.n == o.n and x.b_ei.shape == o.b_ei.shape for x in ops)
+    if same_b and all(x.a_ei is not None and x.ea == o.eb and x.dta is o.dtb and x.a_ei.shape == o.a_ei.shape
+                      for x in ops):
+        k = o.a_ei.shape[1]
+        v = widen(cta.sv[o.ea][_chain_index(tuple(x.a_ei for x in ops) + tuple(x.b_ei for x in ops))], o.dta)
+        A = v[:n * 64 * k].reshape(n, 64, k)
+        B = v[n * 64 * k:].reshape(n, o.n, k).transpose(0, 2, 1)
+        return np.matmul(A, B)      # slice i: the same BLAS call as ops[i]'s own A @ B
+    if same_b and all(x.A is not None and x.A.shape == o.A.shape for x in ops):
+        # A from registers (FlashAttention's P V): the tiles stacked, B gathered with one index
+        k = o.A.shape[1]
+        B = widen(cta.sv[o.eb][_chain_index(tuple(x.b_ei for x in ops))], o.dtb).reshape(n, o.n, k)
+        return np.matmul(np.stack([x.A for x in ops]), B.transpose(0, 2, 1))   # the same BLAS calls
+    return [(x.A if x.A is not None else load_operand(cta, x.a_ei, x.ea, x.dta))
+            @ load_operand(cta, x.b_ei, x.eb, x.dtb).T for x in ops]
 
 
 class HeldTiles:

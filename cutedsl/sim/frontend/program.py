@@ -32,7 +32,7 @@ from .limits import DEFAULT_LIMITS
 from .ptxmodule import Var, parse_var, split_top
 from .ptxtypes import CALLPARAM_BASE, REG_CLASS, Instr
 from .registry import BLOCKED, HANDLERS, JUMPED, RESCHED, YIELD  # noqa: F401  (re-exported)
-from .registry import BATCH_BRANCH, BATCH_REGS, BATCH_STORE, BATCH_WGMMA, NO_BATCH
+from .registry import BATCH_BRANCH, BATCH_EACH, BATCH_REGS, BATCH_STORE, BATCH_WGMMA, NO_BATCH
 
 
 class Program:
@@ -289,7 +289,8 @@ def _decode(ctx, pc: int, it, sc, src: str) -> Instr:
     if h is None:
         raise UnsupportedInstruction(f"unsupported instruction '{segs[0]}'", it.line, it.text)
     ins.fn = h(ctx, ins, segs[1:], ops)
-    ins.batch = _batchable(ctx, segs[0], segs[1:], ops)
+    # a handler marks its warp-uniform synchronisation instructions (registry.each_warp)
+    ins.batch = BATCH_EACH if getattr(ins.fn, "each_warp", False) else _batchable(ctx, segs[0], segs[1:], ops)
     if segs[0] == "wgmma":
         ins.rbits = 0       # wgmma's own accumulator accesses are ordered by the hardware
     return ins

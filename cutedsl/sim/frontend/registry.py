@@ -24,8 +24,9 @@ JUMPED, BLOCKED, RESCHED, YIELD, NOT_BATCHED = 1, 2, 3, 4, 5
 
 #: ``Instr.batch``: how warps at the same PC may run an instruction together
 #: (:mod:`cutedsl.sim.machine.lockstep`): not at all, register-only, a shared-memory store, a wgmma
-#: issue, a ``bra`` (the batch jumps together when all its lanes take it or none does)
-NO_BATCH, BATCH_REGS, BATCH_STORE, BATCH_WGMMA, BATCH_BRANCH = 0, 1, 2, 3, 4
+#: issue, a ``bra`` (the batch jumps together when all its lanes take it or none does), a
+#: warp-uniform synchronisation instruction run for each warp of the batch in turn (:func:`each_warp`)
+NO_BATCH, BATCH_REGS, BATCH_STORE, BATCH_WGMMA, BATCH_BRANCH, BATCH_EACH = 0, 1, 2, 3, 4, 5
 
 #: opcode base (text before the first dot) -> decode function ``f(ctx, ins, mods, ops)``
 HANDLERS: dict = {}
@@ -63,3 +64,24 @@ def subhandler(base, *ops):
             SUBHANDLERS[key] = f
         return f
     return deco
+
+
+def each_warp(fn, batch=None):
+    """Mark the closure ``fn(warp, group, mask)`` of a warp-uniform instruction (``wgmma.fence``,
+    ``wgmma.commit_group``/``wait_group``, ``fence.proxy.async``, ``mbarrier.try_wait``,
+    ``bar.sync``) as a lockstep batch instruction (``BATCH_EACH``). Called with a batch, the
+    returned closure runs ``batch(b)`` when given (which may decline: ``NOT_BATCHED``), else
+    ``fn`` for each warp of the batch in turn, in the order the scheduler would have stepped
+    them (``WarpBatch.members``) -- so ``fn`` must never block there. The lockstep run settles
+    its queued wgmma reads, MMAs and shared stores before it (they were judged with the warps'
+    clocks of their issue, which such an instruction may advance)."""
+    def run(w, g, m):
+        if w.is_batch:
+            if batch is not None:
+                return batch(w)
+            for x in w.members():
+                fn(x, x.groups[0], None)
+            return None
+        return fn(w, g, m)
+    run.each_warp = True
+    return run

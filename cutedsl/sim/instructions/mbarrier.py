@@ -16,7 +16,7 @@ import numpy as np
 
 from ..frontend.errors import SimRuntimeError
 from ..engines.mbarrier_object import MBarrier, get_mbar, hb_check_init, lane_vals, mbar_targets, uniform_lanes
-from ..frontend.registry import BLOCKED, YIELD, handler
+from ..frontend.registry import BLOCKED, NOT_BATCHED, YIELD, each_warp, handler
 
 
 class WaitMbarrier:
@@ -208,7 +208,23 @@ def dec_mbarrier(ctx, ins, mods, ops):
             if not res[lanes].any() and first is not None:
                 return not_ready(w, g, m, res, *first)
             wp(w, m, res)
-        return fn
+
+        def batch(bt):
+            """A lockstep batch whose lanes all wait on one barrier for one phase that is already
+            complete: each warp's wait succeeds (:func:`fast`, in the scheduler's stepping order);
+            anything else -- a wait that would suspend, test_wait -- ``NOT_BATCHED``."""
+            a, sv = addr(bt), rs(bt)
+            if not blocking or (np.ndim(a) and not uniform_lanes(a)) or (np.ndim(sv) and not uniform_lanes(sv)):
+                return NOT_BATCHED
+            a, sv = int(a if not np.ndim(a) else a[0]), int(sv if not np.ndim(sv) else sv[0])
+            ((cta, off, _n),) = mbar_targets(bt, np.array([a], np.uint64), space, ins, _LANE0)
+            b = cta.mbar.get(off)
+            if b is None or not ((b.phase & 1) != (sv & 1) if parity else b.phase > sv):
+                return NOT_BATCHED
+            for x in bt.members():
+                fast(x, x.groups[0], a, sv)
+            return None
+        return each_warp(fn, batch)
     if op == "pending_count":
         ctx.unsupported("mbarrier.pending_count is not supported")
     ctx.unsupported(f"unsupported mbarrier operation .{op}")

@@ -47,7 +47,7 @@ from ..machine.convergence import need_converged
 from ..frontend.errors import SimRuntimeError
 from ..checks.hb_warp import acc_prune
 from ..engines.mbarrier_object import uniform_lanes
-from ..frontend.registry import BLOCKED, NOT_BATCHED, handler
+from ..frontend.registry import BLOCKED, NOT_BATCHED, each_warp, handler
 from ..engines.wgmma_acc import HeldTiles, MmaOp, frag_to_tile, rounded, tile_to_frag
 # decode_desc and operand_addrs are also this module's public names (tests, tcgen05)
 from ..engines.wgmma_layout import ETYPES, a_reg_map, d_map, decode_desc, load_operand, operand_addrs, operand_words  # noqa: F401
@@ -134,14 +134,15 @@ def dec_wgmma(ctx, ins, mods, ops):
     if op == "fence":
         if rest:
             ctx.unsupported(f"unsupported modifiers {rest}")
-        return lambda w, g, m: None
+        # warp-uniform (.sync.aligned), never blocks: a lockstep batch runs it per warp
+        return each_warp(lambda w, g, m: None)
     if op == "commit_group":
         if rest:
             ctx.unsupported(f"unsupported modifiers {rest}")
 
         def fn(w, g, m):
             w.wg_commits += 1
-        return fn
+        return each_warp(fn)
     if op == "wait_group":
         if rest:
             ctx.unsupported(f"unsupported modifiers {rest}")
@@ -160,7 +161,7 @@ def dec_wgmma(ctx, ins, mods, ops):
                 if a is not None:
                     hb.observe(w, a.idx, done)
                     acc_prune(w)
-        return fn
+        return each_warp(fn)
     if op != "mma_async":
         ctx.unsupported(f"unsupported wgmma operation .{op}")
     shape = next((m for m in rest if re.fullmatch(r"m64n\d+k\d+", m)), None)

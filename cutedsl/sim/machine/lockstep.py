@@ -7,7 +7,8 @@ register files are one array per register class for the whole CTA (``machine.CTA
 warp owning 32 columns. So an instruction that the decoder marked ``batch``
 (``program._batchable``: arithmetic, logic, comparisons, conversions and moves on registers;
 ``shfl.sync``; stores to the CTA's shared memory; ``wgmma.mma_async``; a ``bra`` every lane
-takes or every lane skips) runs **once** for a contiguous run of warps at that PC, through a
+takes or every lane skips; warp-uniform synchronisation instructions, each warp's closure in turn:
+``registry.each_warp``) runs **once** for a contiguous run of warps at that PC, through a
 :class:`machine.WarpBatch` whose register views span their lanes. A fused block of register
 instructions (:mod:`cutedsl.sim.frontend.fusion`) that starts at the PC runs as a whole, for the
 batch or for a lone warp.
@@ -34,7 +35,8 @@ import numpy as np
 
 from ..checks.hb_warp import acc_prune
 from ..frontend.errors import SimError
-from ..frontend.registry import BATCH_BRANCH, BATCH_STORE, BATCH_WGMMA, JUMPED, NOT_BATCHED
+from ..frontend.registry import (BATCH_BRANCH, BATCH_EACH, BATCH_STORE, BATCH_WGMMA, JUMPED, NOT_BATCHED, RESCHED,
+                                 YIELD)
 
 #: how far (in instructions) a warp may be behind to catch up with a lockstep batch
 CATCH_UP = 8
@@ -70,12 +72,18 @@ def lockstep(launch, w, g, ins, gang, budget):
             gang = None
     if gang is None:
         pc = g.pc
+        # a warp-uniform synchronisation instruction: a neighbour whose wait there is over joins
+        # (step_gang would have run it for that neighbour)
+        ready = ins.batch == BATCH_EACH
         lo = w.wid
-        while lo > 0 and meets(launch, ws[lo - 1], pc, ins):
+        while lo > 0 and meets(launch, ws[lo - 1], pc, ins, ready):
             lo -= 1
         hi = w.wid + 1
-        while hi < len(ws) and meets(launch, ws[hi], pc, ins):
+        while hi < len(ws) and meets(launch, ws[hi], pc, ins, ready):
             hi += 1
+        if ready:
+            for x in ws[lo:hi]:
+                x.groups[0].blocked = None      # (a wait that is over: run_warp clears it too)
         if hi - lo == 1:
             fb = ins.fused
             if fb is None or fb.n > budget or (fb.rbits and _owned((w,), fb.rbits)):
@@ -89,6 +97,7 @@ def lockstep(launch, w, g, ins, gang, budget):
     lanes = slice(32 * lo, 32 * hi)
     nlanes = 32 * (hi - lo)
     b = cta.batch(lo, hi)
+    b.leader = w.wid
     code = launch.code
     pc = g.pc
     done = 0
@@ -117,6 +126,13 @@ def lockstep(launch, w, g, ins, gang, budget):
                     if take:
                         if kind == BATCH_WGMMA:
                             b.flush()       # a wgmma reads shared memory: the run's deferred stores first
+                        elif kind == BATCH_EACH:
+                            # it may advance the warps' clocks: what the run queued was judged
+                            # with the clocks of its issue, so it is settled first
+                            if sh is not None and sh.pending:
+                                sh.flush_reads()
+                            _run_chains(cta)
+                            b.flush()
                         elif kind == BATCH_STORE and cta.mma_chains:
                             _run_chains(cta)    # the run's queued MMAs read their operands before a store
                         if ins.fn(b, None, None) == NOT_BATCHED:
@@ -139,7 +155,10 @@ def lockstep(launch, w, g, ins, gang, budget):
     _run_chains(cta)
     b.flush()                   # the run's shared stores, checked at once
     if done == 0:               # the first instruction declined the batch
-        return ins.fn(w, g, None), None, 0
+        r = ins.fn(w, g, None)
+        if ins.batch == BATCH_EACH and r != YIELD and (r != RESCHED or len(w.groups) > 1):
+            step_gang(launch, w, pc, ins)       # as run_warp does after a non-batch instruction
+        return r, None, 0
     for x in part:
         x.groups[0].pc = pc
         if x is not w:
@@ -187,10 +206,10 @@ def _busy(x, rbits) -> bool:
     return False
 
 
-def meets(launch, x, pc, ins) -> bool:
-    """Warp ``x`` is at ``pc`` ready to join a batch, possibly after running alone for up to
-    ``CATCH_UP`` instructions (it is a little behind)."""
-    if joins(x, pc, ins):
+def meets(launch, x, pc, ins, ready=False) -> bool:
+    """Warp ``x`` is at ``pc`` ready to join a batch (``ready``: or waiting there on a wait that is
+    over), possibly after running alone for up to ``CATCH_UP`` instructions (it is a little behind)."""
+    if joins(x, pc, ins, ready):
         return True
     gs = x.groups
     if launch._stepping or not gs:
@@ -203,7 +222,7 @@ def meets(launch, x, pc, ins) -> bool:
         for _ in range(CATCH_UP):
             if not launch._run_warp(x, 1) or x.poll or x.done:
                 return False
-            if joins(x, pc, ins):
+            if joins(x, pc, ins, ready):
                 return True
             if min(g.pc for g in x.groups) >= pc:
                 return False

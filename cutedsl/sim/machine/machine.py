@@ -344,6 +344,7 @@ class CTA:
         # warps at the same PC can run a register-only instruction as one (WarpBatch)
         self.files = register_files(prog.nregs, 32 * nw)
         self.batches = {}
+        self.store_plans = {}       # warpbatch.WarpBatch._store_shared: checked lane addresses
         for wi in range(nw):
             s = slice(32 * wi, min(32 * wi + 32, nthreads))
             self.warps.append(Warp(self, wi, (tx[s], ty[s], tz[s]), prog.nregs, prog.local_size, self.files))

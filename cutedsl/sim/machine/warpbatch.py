@@ -54,6 +54,7 @@ class WarpBatch:
         self.lo, self.hi = lo, hi
         self.full = True
         self.deferred = []          # shared stores whose race check waits for flush()
+        self.leader = lo            # the warp whose turn formed the batch (lockstep.py sets it)
         set_register_views(self, cta.files, slice(32 * lo, 32 * hi))
         self.sregs = {}             # filled on first use (most batches read none)
 
@@ -65,6 +66,15 @@ class WarpBatch:
                       for k, v in ws[0].sregs.items() if k != "%warpid"})
             s["%warpid"] = np.repeat(np.arange(self.lo, self.hi, dtype=np.uint32), 32)
         return s[name]
+
+    def members(self):
+        """The batch's warps in the order the scheduler steps them through an instruction the
+        leader ran alone (``lockstep.step_gang``): the leader, the warps below it downwards, then
+        those above it -- so a warp-uniform instruction run per warp (``registry.each_warp``)
+        reports what the leader's own run and its stepped neighbours would have."""
+        ws = self.cta.warps
+        ld = self.leader
+        return [ws[ld]] + ws[self.lo:ld][::-1] + ws[ld + 1:self.hi]
 
     def flush(self):
         """Record the deferred shared stores of this batch in the race detector at once
@@ -119,20 +129,18 @@ class WarpBatch:
             return False
         a = np.asarray(addr, np.uint64)
         cta = self.cta
-        off = cta.own_offsets(a, nb)
-        if off is None:
+        plan = _store_plan(cta, a, esize, n)
+        if plan is None:
             return False
-        so = np.sort(off)           # lanes of different warps must not meet: else per warp
-        if int((so[1:] - so[:-1]).min()) < nb or cta.overlaps_mbarrier(int(so[0]), int(so[-1]) + nb):
+        lo, hi, ix, words = plan
+        if cta.overlaps_mbarrier(lo, hi):
             return False
         vals = as_unsigned(vals, esize)
         v = cta.sv[esize]
-        ix = element_index(off, esize, n)
         vv = vals[:, 0] if n == 1 else vals
         sh = cta.shadow
         if race and sh is not None:
             # the race check of consecutive stores of a lockstep run is done once, at flush()
-            words = words_of(off, nb)
             if sh.defer_mark is None:
                 sh.defer_mark = np.zeros(sh.n, bool)
             if self.deferred and sh.defer_mark[words].any():
@@ -141,3 +149,29 @@ class WarpBatch:
             sh.defer_mark[words] = True
         write_noting_change(self.launch, v, ix, vv)
         return True
+
+
+def _store_plan(cta, a, esize, n):
+    """For a batch store of ``n`` elements of ``esize`` bytes per lane at shared addresses ``a``
+    (uint64, one per lane): ``(lowest byte, end byte, element indices, word ids)`` when every
+    address is the CTA's own, in bounds, aligned, and no two lanes' bytes meet (lanes of different
+    warps must not: else the store runs per warp); else None. Cached per CTA by the address bytes:
+    an epilogue stores its tiles through the same address registers again and again."""
+    key = (a.tobytes(), esize, n)
+    plans = cta.store_plans
+    hit = plans.get(key, False)
+    if hit is not False:
+        return hit
+    nb = esize * n
+    plan = None
+    off = cta.own_offsets(a, nb)
+    if off is not None:
+        so = np.sort(off)
+        if int((so[1:] - so[:-1]).min()) >= nb:
+            ix, words = element_index(off, esize, n), words_of(off, nb)
+            ix.flags.writeable = words.flags.writeable = False
+            plan = (int(so[0]), int(so[-1]) + nb, ix, words)
+    if len(plans) >= 1024:
+        plans.clear()
+    plans[key] = plan
+    return plan
