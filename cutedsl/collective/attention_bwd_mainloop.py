@@ -49,12 +49,12 @@ import math
 import attrs
 
 from ..arch import DEFAULT
-from ..atom.fragment_rows import ROW_HALVES, row_half
+from ..atom.fragment_rows import ROW_HALVES
 from ..atom.mma_traits import ATOM_M
 from ..atom.operand_store import store_operand
 from ..atom.sync import NamedBarrier, fence_proxy_async, wait_flag
 from ..atom.tma import bulk_wait_group
-from ..atom.wgmma import Accumulator, WarpgroupMMA, WgmmaFragment
+from ..atom.wgmma import FRAG_PAIR, Accumulator, WarpgroupMMA, WgmmaFragment
 from ..atom.wgmma_rs import AFragment, WarpgroupMMARegA
 from ..ir._lazy import lazy
 from .attention_bwd_dq import DqStaging
@@ -193,14 +193,17 @@ class AttentionBwdMainloop:
 
     def _mask(self, unit: BwdUnit, s: Accumulator, m0, rk, c0) -> Accumulator:
         """``s`` with masked entries ``-inf``; ``rk``: this thread's first key row within the
-        CTA's KV block (its warpgroup's 64 w included)."""
-        limits = []
+        CTA's KV block (its warpgroup's 64 w included). The band transposed (rows are keys,
+        columns queries) as one keep mask per row (:meth:`AttentionMask.row_keep_bits`: counts
+        taken at query 0, loop-invariant, moved by one subtraction per block), then one bit test
+        and select per element; a key past ``seqlen_k`` keeps nothing (its mask is 0)."""
+        bits = []
         for h in range(ROW_HALVES):
-            key = unit.n0 + rk + WgmmaFragment.offset(0, 2 * h)[0]
-            lo, hi = self.mask.row_limits(key, unit.seqlen_k, unit.seqlen_q, m0, unit.right, unit.left)
-            limits.append((lo, V.select(key < unit.seqlen_k, hi, lo)))     # keys past the sequence: none
-        return self.mask.apply(s, lambda b, i: row_half(i), lambda b, i: c0 + WgmmaFragment.offset(b, i)[1],
-                               [limits])
+            key = unit.n0 + rk + WgmmaFragment.offset(0, FRAG_PAIR * h)[0]
+            cols = V.select(key < unit.seqlen_k, V.i32(unit.seqlen_q), V.i32(0))
+            bits.append(self.mask.row_keep_bits(key, unit.seqlen_k, cols, m0, unit.right, unit.left, c0,
+                                          s.regs // ROW_HALVES))
+        return self.mask.apply_bits(s, [bits])
 
     def _issue_t(self, ops, desc, a: str, b: str, st: PipelineState) -> Accumulator:
         """Issue ``A B^T`` (keys x queries) over the head dimension as one commit group: ``a``
