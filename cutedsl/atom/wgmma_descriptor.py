@@ -105,6 +105,18 @@ def assemble_descriptor(lo, layout: SmemMatrix) -> Scalar:
     return V.to_type(lo, "i64", signed=False) | V.const(_const_bits(layout) >> 32 << 32, "i64")
 
 
+def descriptor_anchor(origin_address, layout: SmemMatrix) -> tuple:
+    """``(wide, high)``: ``origin_address >> 4`` (i64 IR, a 1024-byte aligned shared address) with
+    ``layout``'s constant high word ``high`` (SBO, swizzle) and no LBO, through an opaque
+    ``mov.b64`` (inline PTX with side effects): emitted inside a loop, it is the one 64-bit value
+    from which every descriptor of that high word is a constant add (:meth:`Descriptor.anchored`),
+    so the loop keeps one uniform register pair live instead of one register per descriptor."""
+    high = _const_bits(layout) >> 32
+    v = assemble_descriptor((V.u32(origin_address) & ADDR_MASK) >> ADDR_SHIFT, layout)
+    return V.Scalar(llvm.inline_asm(V.mlir_type("i64"), [v], "mov.b64 $0, $1;", "=l,l", has_side_effects=True),
+                    signed=False), high
+
+
 def make_descriptor(address, layout: SmemMatrix) -> Scalar:
     """The 64-bit matrix descriptor of the tile at shared byte ``address`` (i32 or i64 IR
     value); same bits as :func:`descriptor_bits`."""
@@ -191,3 +203,21 @@ class Descriptor:
 
     def _assemble(self) -> Scalar:
         return assemble_descriptor(self.lo, self.layout)
+
+    @classmethod
+    def anchored(cls, anchor, layout: SmemMatrix, static_bytes: int) -> "Descriptor":
+        """The descriptor of the ``layout`` tile ``static_bytes`` past the origin of ``anchor``
+        (a :func:`descriptor_anchor`) as that value plus one constant: the start address field is
+        linear in the address and the LBO bits (16-29) never carry into the high word, so
+        ``(origin + s) >> 4 | bits == anchor + (s >> 4) + low bits`` exactly. Raises
+        ``ValueError`` when ``layout``'s high word (SBO, swizzle) is not the anchor's or the
+        offset is no multiple of 16 B."""
+        wide, high = anchor
+        bits = _const_bits(layout)
+        if bits >> 32 != high:
+            raise ValueError(f"descriptor high word {bits >> 32:#x} differs from the anchor's {high:#x}")
+        if static_bytes % (1 << ADDR_SHIFT) or static_bytes < 0:
+            raise ValueError(f"descriptor offsets are non-negative multiples of {1 << ADDR_SHIFT} B, "
+                             f"got {static_bytes}")
+        off = (static_bytes >> ADDR_SHIFT) + (bits & 0xFFFFFFFF)
+        return cls(V.to_type(wide + V.const(off, "i64"), "i32").unsigned(), layout, wide, off)

@@ -49,12 +49,13 @@ import math
 import attrs
 
 from ..arch import DEFAULT
-from ..atom.fragment_rows import ROW_HALVES, row_half
+from ..atom.fragment_rows import ROW_HALVES
 from ..atom.mma_traits import ATOM_M
 from ..atom.operand_store import store_operand
 from ..atom.sync import NamedBarrier, fence_proxy_async, wait_flag
 from ..atom.tma import bulk_wait_group
-from ..atom.wgmma import Accumulator, WarpgroupMMA, WgmmaFragment
+from ..atom.wgmma import FRAG_PAIR, Accumulator, WarpgroupMMA, WgmmaFragment
+from ..atom.wgmma_descriptor import Descriptor, descriptor_anchor
 from ..atom.wgmma_rs import AFragment, WarpgroupMMARegA
 from ..ir._lazy import lazy
 from .attention_bwd_dq import DqStaging
@@ -144,35 +145,44 @@ class AttentionBwdMainloop:
 
     # -- descriptors -----------------------------------------------------------------
     def descriptors(self, ops, w=0) -> dict:
-        """Slot-0 descriptors of MMA warpgroup ``w`` (int or IR i32): its 64 rows of K and V per
+        """Slot-0 descriptors of MMA warpgroup ``w`` (int or IR i32) as ``(layout, static bytes,
+        extra bytes)`` to anchor in the loop (:meth:`_in_loop`): its 64 rows of K and V per
         k-tile (A), Q and dO (K-major B and the MN-major reading), K's boxes as MN-major B of
         its ``dQ = dS K`` chunks (``k_mn[j * wgs + h]``: chunk ``w + wgs j``, keys ``64 h ..``),
-        and dS (A, per 64 keys)."""
+        and dS (A, per 64 keys); ``extra``: the warpgroup's offset (IR when ``w`` is)."""
         o, sm, t = self.ops_desc, ops.smem, self.ops_desc.traits
         kt, parts = range(o.d_tiles), range(self.wgs)
         rows = w * t.tile_bytes(t.k_tile)                   # the warpgroup's keys within a K/V box
         box = w * t.tile_bytes(o.block_n)                   # its first dQ chunk's K box
-        return {"k": [self.s_mma.descriptor(o.k_tile(sm["k"], 0, j), "A").offset(rows) for j in kt],
-                "v": [self.s_mma.descriptor(o.k_tile(sm["v"], 0, j), "A").offset(rows) for j in kt],
-                "q": self.s_mma.descriptor(o.k_tile(sm["q"]), "B"),
-                "do": self.s_mma.descriptor(o.k_tile(sm["do"]), "B"),
-                "q_mn": self.kv_mma.descriptor(o.mn_view(o.k_tile(sm["q"])), "B"),
-                "do_mn": self.kv_mma.descriptor(o.mn_view(o.k_tile(sm["do"])), "B"),
-                "k_mn": [self.dq_mma.descriptor(o.mn_view(o.k_tile(sm["k"], 0, self.wgs * j, h), 1), "B").offset(box)
-                         for j in range(o.d_tiles // self.wgs) for h in parts],
-                "ds": [self.dq_mma.descriptor(o.ds_tile(sm["ds"], h), "A") for h in parts]}
 
-    @staticmethod
-    def _in_loop(desc: dict) -> dict:
-        """The descriptors to use inside one iteration, each one
-        :meth:`~cutedsl.atom.wgmma.Descriptor.rematerialized` whole (64 bits): at head dim 128
-        (dK and dV hold 128 of a thread's registers) the ~20 per-k-step descriptors LLVM would
-        otherwise hoist out of the loop as 64-bit values are what ptxas spilled
-        (docs/measurements.md); formed per iteration, each k-step's is one ``UIADD3.64`` in
-        uniform registers (386 -> 341 instructions per block at head dim 128, 307 -> 300 at
-        64, where the hoisted ones fit but cost 12 R2UR per block)."""
-        return {n: [d.rematerialized() for d in v] if isinstance(v, list) else v.rematerialized()
-                for n, v in desc.items()}
+        def spec(mma, tile, role, extra=0):
+            return mma.operand_layout(tile, role), tile.static, extra
+        return {"k": [spec(self.s_mma, o.k_tile(sm["k"], 0, j), "A", rows) for j in kt],
+                "v": [spec(self.s_mma, o.k_tile(sm["v"], 0, j), "A", rows) for j in kt],
+                "q": spec(self.s_mma, o.k_tile(sm["q"]), "B"),
+                "do": spec(self.s_mma, o.k_tile(sm["do"]), "B"),
+                "q_mn": spec(self.kv_mma, o.mn_view(o.k_tile(sm["q"])), "B"),
+                "do_mn": spec(self.kv_mma, o.mn_view(o.k_tile(sm["do"])), "B"),
+                "k_mn": [spec(self.dq_mma, o.mn_view(o.k_tile(sm["k"], 0, self.wgs * j, h), 1), "B", box)
+                         for j in range(o.d_tiles // self.wgs) for h in parts],
+                "ds": [spec(self.dq_mma, o.ds_tile(sm["ds"], h), "A") for h in parts]}
+
+    def _in_loop(self, ops, specs: dict) -> dict:
+        """The descriptors to use inside one iteration: one
+        :func:`~cutedsl.atom.wgmma_descriptor.descriptor_anchor` (the operand buffers' origin
+        through an opaque ``mov.b64``) and each descriptor that plus a constant
+        (:meth:`~cutedsl.atom.wgmma_descriptor.Descriptor.anchored`). Hoisted out of the loop,
+        the ~20 per-k-step 64-bit descriptors were what ptxas spilled at head dim 128
+        (docs/measurements.md); one opaque value per descriptor kept ~10 loop-invariant words
+        in uniform registers; anchored, one register pair is live and each k-step's
+        descriptor is one ``UIADD3.64``."""
+        origin = ops.smem["k"].tile(0).origin_address()
+        anchor = descriptor_anchor(origin, specs["q"][0])      # every layout here shares its high word
+
+        def one(sp):
+            layout, static, extra = sp
+            return Descriptor.anchored(anchor, layout, static).offset(extra)
+        return {n: [one(x) for x in v] if isinstance(v, list) else one(v) for n, v in specs.items()}
 
     def _at(self, ops, desc, name, stage, kt: int = 0):
         """``desc`` (slot 0's) moved to slot ``stage`` and k-tile ``kt`` of buffer ``name``."""
@@ -193,14 +203,17 @@ class AttentionBwdMainloop:
 
     def _mask(self, unit: BwdUnit, s: Accumulator, m0, rk, c0) -> Accumulator:
         """``s`` with masked entries ``-inf``; ``rk``: this thread's first key row within the
-        CTA's KV block (its warpgroup's 64 w included)."""
-        limits = []
+        CTA's KV block (its warpgroup's 64 w included). The band transposed (rows are keys,
+        columns queries) as one keep mask per row (:meth:`AttentionMask.row_keep_bits`: counts
+        taken at query 0, loop-invariant, moved by one subtraction per block), then one bit test
+        and select per element; a key past ``seqlen_k`` keeps nothing (its mask is 0)."""
+        bits = []
         for h in range(ROW_HALVES):
-            key = unit.n0 + rk + WgmmaFragment.offset(0, 2 * h)[0]
-            lo, hi = self.mask.row_limits(key, unit.seqlen_k, unit.seqlen_q, m0, unit.right, unit.left)
-            limits.append((lo, V.select(key < unit.seqlen_k, hi, lo)))     # keys past the sequence: none
-        return self.mask.apply(s, lambda b, i: row_half(i), lambda b, i: c0 + WgmmaFragment.offset(b, i)[1],
-                               [limits])
+            key = unit.n0 + rk + WgmmaFragment.offset(0, FRAG_PAIR * h)[0]
+            cols = V.select(key < unit.seqlen_k, V.i32(unit.seqlen_q), V.i32(0))
+            bits.append(self.mask.row_keep_bits(key, unit.seqlen_k, cols, m0, unit.right, unit.left, c0,
+                                          s.regs // ROW_HALVES))
+        return self.mask.apply_bits(s, [bits])
 
     def _issue_t(self, ops, desc, a: str, b: str, st: PipelineState) -> Accumulator:
         """Issue ``A B^T`` (keys x queries) over the head dimension as one commit group: ``a``
@@ -214,7 +227,7 @@ class AttentionBwdMainloop:
     def step(self, ops, desc, unit: BwdUnit, m_block, st: PipelineState, dk, dv, masked: bool, w=0) -> tuple:
         """One query block for MMA warpgroup ``w`` (int or IR i32): returns the new ``(dk, dv)``."""
         o = self.ops_desc
-        desc = self._in_loop(desc)
+        desc = self._in_loop(ops, desc)
         m0 = m_block * o.block_m
         wt = cir.thread_idx() % self.wg_threads
         c0 = V.i32(WgmmaFragment.thread_base(wt)[1])

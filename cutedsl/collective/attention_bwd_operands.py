@@ -119,7 +119,7 @@ class AttentionBwdOperands:
         t = self.traits
         shape = ((tiles or self.d_tiles) * t.mn_box, t.mn_box)
         buf = attrs.evolve(tile.buffer, major="MN", shape=shape)
-        return SmemTile(tile._bound, buf, tile.offset, shape, None)
+        return SmemTile(tile._bound, buf, tile.offset, shape, None, tile.static)
 
     # -- IR ------------------------------------------------------------------------
     def bind(self, smem, args, leader) -> BoundAttentionBwdOperands:

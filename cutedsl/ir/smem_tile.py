@@ -17,15 +17,18 @@ def memref_type(shape, dtype: str) -> ir.Type:
 class SmemTile:
     """A tile of a declared shared-memory buffer, inside a kernel: the buffer's layout
     (``buffer``: an ``SmemBuffer`` with dtype, swizzle, major) plus where the tile lies
-    (``offset``: index-typed bytes from the dynamic base) and its static row-major ``shape``.
+    (``offset``: index-typed bytes from the dynamic base; ``static``: the same as a Python int
+    while every part of it is known when the kernel is built, else None) and its static
+    row-major ``shape``.
 
     This is what the atoms take (``TmaCopy.load/store``, ``WarpgroupMMA.mma``): they check the
     layout against their tensor map / descriptor and derive addresses from it.
     """
 
-    def __init__(self, bound, buffer, offset, shape, within=0):
+    def __init__(self, bound, buffer, offset, shape, within=0, static=None):
         self._bound, self.buffer, self.offset, self.shape = bound, buffer, offset, tuple(shape)
         self._within = within      # static byte offset inside the stage, None once dynamic
+        self.static = static
 
     @property
     def dtype(self) -> str:
@@ -62,6 +65,7 @@ class SmemTile:
         if not isinstance(byte_offset, int):
             out.offset = self.offset + index(byte_offset)
             return out
+        out.static = None if self.static is None else self.static + byte_offset
         atom = 8 * self.swizzle
         if atom and byte_offset % atom:
             raise LayoutError(f"sub-tile at byte offset {byte_offset} of {self.describe()}: offsets into a "
@@ -88,6 +92,11 @@ class SmemTile:
     def address(self) -> Scalar:
         """The shared-window byte address (i64) of the tile."""
         return to_type(self._bound.base_address + self.offset, "i64")
+
+    def origin_address(self) -> Scalar:
+        """The shared-window byte address (i64) of the buffers' aligned origin, :attr:`static`
+        bytes before this tile (when known)."""
+        return to_type(self._bound.base_address + self._bound.base, "i64")
 
 
 SWIZZLE_UNIT = 16      #: bytes of the chunk a swizzle moves as a whole
@@ -127,7 +136,8 @@ class BoundBuffer:
     def tile(self, stage=0, shape=None, byte_offset=0) -> SmemTile:
         """The :class:`SmemTile` of ``stage`` (int or IR integer), ``byte_offset`` bytes in
         (see :meth:`SmemTile.sub`), of ``shape`` (default: the declared tile shape)."""
-        t = SmemTile(self._bound, self.buf, self.byte_offset(stage), self.buf.shape)
+        static = self.buf.offset + stage * self.buf.stage_bytes if isinstance(stage, int) else None
+        t = SmemTile(self._bound, self.buf, self.byte_offset(stage), self.buf.shape, static=static)
         return t.sub(byte_offset, shape) if (byte_offset or shape) else t
 
     def view(self, stage=0, shape=None, dtype=None, byte_offset: int = 0):

@@ -138,3 +138,27 @@ def test_sub_tiles_stay_inside_their_stage():
     kb = KernelBuilder("k", [Param("s", "i32")], block=(128,))
     with kb.build() as args:
         body(plan.bind(), args)
+
+
+def test_anchored_descriptors_are_one_constant_from_the_origin():
+    """Descriptor.anchored: a tile's descriptor as the opaque origin descriptor plus one i64
+    constant ((static offset >> 4) + its LBO bits); tiles track their build-time offset
+    (SmemTile.static); a layout with another high word or a misaligned offset is refused."""
+    import re
+
+    from cutedsl.atom.wgmma_descriptor import Descriptor, descriptor_anchor
+
+    def body(smem, args):
+        mma = WarpgroupMMA(64, 64, "f16")
+        a, b = smem["a"].tile(), smem["b"].tile()
+        assert (a.static, b.static, b.sub(1024, (32, 64)).static) == (0, 8192, 9216)
+        anchor = descriptor_anchor(a.origin_address(), mma.operand_layout(a, "A"))
+        d = Descriptor.anchored(anchor, mma.operand_layout(b, "B"), b.static)
+        lbo = mma.operand_layout(b, "B").lbo >> 4
+        assert d.wide_off == (8192 >> 4) + (lbo << 16) and d.wide is anchor[0]
+        with pytest.raises(ValueError, match="non-negative multiples of 16 B, got 8"):
+            Descriptor.anchored(anchor, mma.operand_layout(b, "B"), 8)
+        with pytest.raises(ValueError, match="high word"):
+            Descriptor.anchored((anchor[0], 0), mma.operand_layout(b, "B"), 0)     # an anchor of another SBO
+    ir = str(in_kernel(operand_plan(), body).module)
+    assert len(re.findall(r"llvm.inline_asm has_side_effects \"mov.b64 \$0, \$1;\"", ir)) == 1, ir

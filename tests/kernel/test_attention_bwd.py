@@ -138,20 +138,27 @@ def test_sass_main_loop():
     from shared memory (16 LDS.64, the producer's bulk copy; no LDG, no FSEL); its dQ chunk leaves
     through 8 STS.128 (fragment order) handed by named barriers to the dQ writer warp, whose one
     UBLKRED (cp.reduce.async.bulk per 64 x 128 block) is outside the MMA loop; each k-step's WGMMA
-    descriptor one UIADD3.64 (no UMOV of the constant high word per HGMMA): 327 instructions (FA4:
-    ~370 per 64 x 64; 386 before the 64-bit descriptors and the writer warp). One MMA warpgroup at
-    128: 332, 16 STS.128. Head dim 64 (one warpgroup): 287. Deterministic: 327 too, no R2UR (the
-    semaphore spin lives in the writer warp; in the loop it cost 49 R2UR, 450). The spills are
-    outside the unmasked loops."""
+    descriptor one UIADD3.64 from one anchored origin (no UMOV of the constant high word per HGMMA):
+    321 instructions (FA4: ~370 per 64 x 64; 386 before the 64-bit descriptors and the writer warp,
+    327 before the anchor). One MMA warpgroup at 128: 321, 16 STS.128. Head dim 64 (one
+    warpgroup): 279. Deterministic: 321 too, no R2UR (the semaphore spin lives in the writer warp;
+    in the loop it cost 49 R2UR, 450). No variant spills (the element mask as per-row keep bits:
+    local spilled 56 bytes, reloading 5 values per masked block); the masked loops: 415, local
+    374 / 421 (537, 539 / 595 with a compare per element)."""
     import collections
-    from cutedsl.compiler.sass_loops import hot_loop
+    from cutedsl.compiler.sass_loops import hot_loop, loops
     from cutedsl.compiler.toolchain import sass
     from cutedsl.kernel.attention_bwd import AttentionBwdKernel
 
     def loop(d=128, **kw):
         ck = AttentionBwdKernel(d, "bf16", **kw).compile()
         text = sass(ck.cubin)
+        assert (ck.resources.spill_stores, ck.resources.spill_loads) == (0, 0), (d, kw, ck.resources)
         return ck, text, collections.Counter(hot_loop(text)["histogram"])
+
+    def masked(text):          # the other loops of one block's HGMMAs (masked; past 2x: out-of-line retry paths)
+        steps = [len(ops) for _, _, ops in loops(text) if ops.count("HGMMA") == h["HGMMA"]]
+        return [n for n in steps[1:] if n < 2 * steps[0]]
     ck, text, h = loop()
     assert ck.block == (384, 1, 1) and not any("C7511" in m for m in ck.resources.ptxas_messages), ck.resources
     regs = [ln.split()[-2].rstrip(";") for ln in text.splitlines() if "USETMAXREG" in ln]
@@ -161,22 +168,24 @@ def test_sass_main_loop():
     assert text.count("UBLKRED") == 1                              # the writer warp's, out of the MMA loop
     # the per-k-step descriptors are formed in the loop (uniform registers), not hoisted and spilled
     assert (h["LDL"], h["STL"], h["R2UR"]) == (0, 0, 0), h
-    assert ck.resources.spill_stores <= 20, ck.resources
-    assert sum(h.values()) <= 327, sum(h.values())                 # 32-bit descriptors, dQ sent in the loop: 386
+    assert sum(h.values()) <= 321, sum(h.values())                 # 32-bit descriptors, dQ sent in the loop: 386
+    assert len(masked(text)) == 1 and masked(text)[0] <= 415, masked(text)     # ragged KV blocks: 537
     ops = [ln.split()[1] for ln in text.splitlines() if len(ln.split()) > 1]
     assert {op for op in ops if op.startswith("STS.")} == {"STS.128"}       # dQ: 16-byte stores only
     assert {op for op in ops if op.startswith("LDS")} == {"LDS.64"}        # LSE, D: one column pair each
     assert "REDG" not in text
     ck, _, h = loop(mma_warpgroups=1)
-    assert (ck.block, h["STS"], h["UBLKRED"], ck.resources.spill_stores <= 16) == ((256, 1, 1), 16, 0, True), h
-    assert sum(h.values()) <= 332, sum(h.values())
+    assert (ck.block, h["STS"], h["UBLKRED"]) == ((256, 1, 1), 16, 0), h
+    assert sum(h.values()) <= 321, sum(h.values())
     ck, _, h = loop(64)
-    assert (h["STS"], h["UBLKRED"], h["REDG"], ck.resources.spill_stores) == (8, 0, 0, 0), h
-    assert sum(h.values()) <= 287, sum(h.values())                 # LSE and D by LDG: 477
-    for kw, most, count in (({"deterministic": True}, 20, 327), ({"local": True}, 56, 384),
-                            ({"varlen": True}, 20, 327)):
-        ck, _, h = loop(**kw)
-        assert ck.resources.spill_stores <= most and sum(h.values()) <= count, (kw, ck.resources, sum(h.values()))
+    assert (h["STS"], h["UBLKRED"], h["REDG"]) == (8, 0, 0), h
+    assert sum(h.values()) <= 279, sum(h.values())                 # LSE and D by LDG: 477
+    for kw, count, most in (({"deterministic": True}, 321, [415]), ({"local": True}, 367, [374, 421]),
+                            ({"varlen": True}, 321, [415])):
+        ck, text, h = loop(**kw)
+        got = masked(text)
+        assert sum(h.values()) <= count and len(got) == len(most) and all(map(int.__le__, got, most)), \
+            (kw, sum(h.values()), got)
         assert (h["LDL"], h["STL"], h["R2UR"]) == (0, 0, 0), (kw, h)
 
 
