@@ -25,22 +25,28 @@ shape the call would have, and the library's error is raised, as is, by the firs
 ``config`` that is not a ``GemmConfig`` is refused while tracing (it cannot be passed to the op).
 
 ``cutedsl.torch.attention(q, k, v, *, causal=False, softmax_scale=None, window=None,
-softcap=None, backend=None) -> (out, lse)`` is the custom op ``torch.ops.cutedsl.attention``:
-the FlashAttention-3-style forward (:class:`~cutedsl.Attention`, ``flash_attn_func``'s layout)
-on ``q`` (batch, seqlen_q, heads, head_dim), ``k``/``v`` (batch, seqlen_k, kv_heads, head_dim),
+softcap=None, backend=None, arch=None) -> (out, lse)`` is the custom op ``torch.ops.cutedsl.attention``:
+the FlashAttention-3-style forward on sm_90a, FlashAttention-4-style on sm_100a
+(:class:`~cutedsl.Attention` with ``AttentionConfig.for_problem(..., arch=arch)``, ``flash_attn_func``'s
+layout) on ``q`` (batch, seqlen_q, heads, head_dim), ``k``/``v`` (batch, seqlen_k, kv_heads, head_dim),
 float16 or bfloat16 (head_dim 64, 96, 128 or 256; 64 or 128 on sm_100a), giving ``out`` like ``q`` (contiguous) and ``lse``
 float32 (batch, heads, seqlen_q), natural log. ``backend``: ``"cuda"`` / ``"auto"`` run CUDA
 tensors and refuse CPU ones, as ``gemm`` does; ``"sim"`` runs CPU tensors on the PTX emulator
 (so ``torch.library.opcheck`` and ``torch.compile`` run without a GPU); None takes env
-``CUTEDSL_BACKEND`` (default auto), read when the op runs. Its checks follow the rule above:
+``CUTEDSL_BACKEND`` (default auto), read when the op runs. ``arch``: ``"sm_90a"`` or ``"sm_100a"``
+(the kernel's target); None: the architecture of the CUDA device the tensors are on (compute
+capability 9.0 -> sm_90a, 10.0 -> sm_100a), sm_90a for CPU and meta tensors. The CUDA backend drives
+Hopper GPUs only, so sm_100a runs CPU tensors on the emulator (``backend="sim"``) and is refused on CUDA
+tensors (``ArgumentError``, before anything is compiled). Its checks follow the rule above:
 while tracing only options that cannot be passed to the op (``causal`` not a bool, ``window``
-not a pair of ints, a non-number scale or softcap, a non-string backend) are refused.
+not a pair of ints, a non-number scale or softcap, a non-string backend or arch) are refused.
 
 The op is differentiable (``torch.library.register_autograd``): its backward is the custom op
 ``torch.ops.cutedsl.attention_backward(dout, q, k, v, out, lse, softmax_scale, causal, window,
 backend) -> (dq, dk, dv)`` on :class:`~cutedsl.AttentionBackward` (FlashAttention-3-style, same
-backends). As in FlashAttention, ``lse`` carries no gradient (its grad is ignored), and a forward
-with ``softcap`` has no backward (``ArgumentError`` when one is asked for).
+backends). As in FlashAttention, ``lse`` carries no gradient (its grad is ignored); a forward
+with ``softcap``, and an sm_100a forward (cutedsl has no sm_100a backward), have no backward
+(``ArgumentError`` when one is asked for, rather than running another kernel's backward).
 """
 from __future__ import annotations
 
@@ -186,7 +192,7 @@ def gemm(a, b, *, config: GemmConfig | None = None, out=None):
 
 
 # -- attention --------------------------------------------------------------------------------------------
-_ATTENTIONS: dict = {}          #: backend name -> Attention (its kernels kept per config and variant)
+_ATTENTIONS: dict = {}          #: (backend name, config) -> Attention (its kernels kept per variant)
 _WHO = "cutedsl.torch.attention"
 
 
@@ -211,9 +217,29 @@ def _attention_backend(backend: str) -> str:
     return name
 
 
-def _check_attention(q, k, v, softmax_scale, causal, window, softcap, backend) -> str:
+#: compute capability -> the attention kernels' target on that device (the ``a`` features: WGMMA, tcgen05)
+_DEVICE_ARCHS = {(9, 0): "sm_90a", (10, 0): "sm_100a"}
+
+
+def _attention_arch(arch: str, q) -> str:
+    """The target of a call: ``arch``, else (``""``) the architecture of the CUDA device ``q`` is
+    on, else sm_90a (CPU and meta tensors; a GPU with another compute capability, which the CUDA
+    backend then refuses by name). ``ArgumentError`` for an architecture with no attention kernel."""
+    from .arch import ARCHS, DEFAULT
+    if not arch:
+        if q.device.type == "cuda":
+            return _DEVICE_ARCHS.get(tuple(torch.cuda.get_device_capability(q.device)), DEFAULT.name)
+        return DEFAULT.name
+    if arch not in ARCHS:
+        raise ArgumentError(f"{_WHO}: arch must be one of {', '.join(map(repr, ARCHS))} or None (the CUDA device's "
+                            f"own; sm_90a for CPU tensors), got {arch!r}")
+    return arch
+
+
+def _check_attention(q, k, v, softmax_scale, causal, window, softcap, backend, arch="") -> tuple:
     """Every check of an attention call (module docstring), before anything is compiled;
-    returns the backend name. Meta and fake tensors pass the device rule (nothing runs)."""
+    returns ``(backend name, AttentionConfig)``. Meta and fake tensors pass the device rule
+    (nothing runs)."""
     tensors = (q, k, v)
     for name, x in zip(_ATTN_NAMES, tensors):
         if not isinstance(x, torch.Tensor):
@@ -237,23 +263,31 @@ def _check_attention(q, k, v, softmax_scale, causal, window, softcap, backend) -
         raise ArgumentError(f"{_WHO}: q is a CPU tensor; the kernel runs on CUDA tensors (use torch.nn.functional."
                             f"scaled_dot_product_attention on the CPU, pass backend='sim' or set CUTEDSL_BACKEND=sim "
                             f"to run it on the PTX emulator, or move the tensors with .cuda())")
+    target = _attention_arch(arch, q)
+    if target != "sm_90a" and dev == "cuda":
+        from .runtime.selection import CUDA_ARCH
+        raise ArgumentError(f"{_WHO}: arch {target!r} on a {q.device} tensor: the CUDA backend drives {CUDA_ARCH} "
+                            f"(Hopper) GPUs only; run {target} on the PTX emulator with CPU tensors and "
+                            f"backend='sim', or pass arch='{CUDA_ARCH}' on a Hopper GPU")
     problem, _, _ = _attention_check_call([_View(n, x) for n, x in zip(_ATTN_NAMES, tensors)], None, None, None,
                                           None)
-    AttentionConfig.for_problem(problem, _TO_NAME[q.dtype])       # head_dim and dtype the kernel builds
     if softmax_scale is not None:
         _real("softmax_scale", softmax_scale)
     if softcap is not None and softcap != 0:
         _real("softcap", softcap, positive=True)
-    _window(None if window is None else tuple(window), causal)
-    return name
+    band = _window(None if window is None else tuple(window), causal)
+    # the config Attention(None) would pick, for this target: head_dim and dtype the kernel builds; on
+    # sm_100a the CTA pair for a dense, unbanded call (for_problem's rule)
+    cfg = AttentionConfig.for_problem(problem, _TO_NAME[q.dtype], local=band != (-1, -1), arch=target)
+    return name, cfg
 
 
-def _attention_for(name: str):
+def _attention_for(name: str, cfg: AttentionConfig):
     from .device.attention import Attention
     with _LOCK:
-        a = _ATTENTIONS.get(name)
+        a = _ATTENTIONS.get((name, cfg))
         if a is None:
-            a = _ATTENTIONS[name] = Attention(None, name)
+            a = _ATTENTIONS[(name, cfg)] = Attention(cfg, name)
         return a
 
 
@@ -274,12 +308,12 @@ def _from_host(a: np.ndarray, dtype) -> torch.Tensor:
 
 @torch.library.custom_op("cutedsl::attention", mutates_args=())
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float], causal: bool,
-                  window: Optional[List[int]], softcap: Optional[float], backend: str) -> Tuple[torch.Tensor,
-                                                                                               torch.Tensor]:
-    name = _check_attention(q, k, v, softmax_scale, causal, window, softcap, backend)
+                  window: Optional[List[int]], softcap: Optional[float], backend: str,
+                  arch: str = "") -> Tuple[torch.Tensor, torch.Tensor]:
+    name, cfg = _check_attention(q, k, v, softmax_scale, causal, window, softcap, backend, arch)
     opts = {"softmax_scale": softmax_scale, "causal": causal, "softcap": softcap,
             "window": None if window is None else tuple(window)}
-    attn = _attention_for(name)
+    attn = _attention_for(name, cfg)
     if name == "sim":
         o, lse = attn(*(_host(x) for x in (q, k, v)), **opts)
         return _from_host(o, q.dtype), _from_host(lse, torch.float32)
@@ -288,14 +322,14 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_sca
 
 
 @_attention_op.register_fake
-def _attention_fake(q, k, v, softmax_scale, causal, window, softcap, backend):
+def _attention_fake(q, k, v, softmax_scale, causal, window, softcap, backend, arch=""):
     if not _traced(q, k, v):        # meta tensors outside tracing: the checks of a real call
-        _check_attention(q, k, v, softmax_scale, causal, window, softcap, backend)
+        _check_attention(q, k, v, softmax_scale, causal, window, softcap, backend, arch)
     shape = tuple(q.shape) if q.dim() == 4 else (1, 1, 1, 1)   # traced: the shape the call has; a run refuses it
     return q.new_empty(shape), q.new_empty((shape[0], shape[2], shape[1]), dtype=torch.float32)
 
 
-def _attention_args(softmax_scale, causal, window, softcap, backend) -> tuple:
+def _attention_args(softmax_scale, causal, window, softcap, backend, arch=None) -> tuple:
     """The op's arguments; ``ArgumentTypeError`` for a value the op's schema cannot take."""
     def number(name, x):
         if x is None:
@@ -311,20 +345,25 @@ def _attention_args(softmax_scale, causal, window, softcap, backend) -> tuple:
                                 f"{window!r}")
     if backend is not None and not isinstance(backend, str):
         raise ArgumentTypeError(f"{_WHO}: backend must be 'auto', 'cuda', 'sim' or None, got {type(backend).__name__}")
+    if arch is not None and not isinstance(arch, str):
+        raise ArgumentTypeError(f"{_WHO}: arch must be 'sm_90a', 'sm_100a' or None, got {type(arch).__name__}")
     return (number("softmax_scale", softmax_scale), causal, None if window is None else list(window),
-            number("softcap", softcap), backend or "")
+            number("softcap", softcap), backend or "", arch or "")
 
 
 def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = None, window=None,
-              softcap: float | None = None, backend: str | None = None):
-    """FlashAttention-3-style forward, ``torch.ops.cutedsl.attention`` (module docstring):
+              softcap: float | None = None, backend: str | None = None, arch: str | None = None):
+    """FlashAttention-3-style (sm_90a) / -4-style (sm_100a) forward, ``torch.ops.cutedsl.attention``
+    (module docstring):
     ``(out, lse)``, ``out`` like ``q`` (batch, seqlen_q, heads, head_dim), ``lse`` float32
     (batch, heads, seqlen_q). ``causal`` aligned bottom-right, ``window=(left, right)`` (-1:
     unbounded), ``softcap`` (None/0: off), ``softmax_scale`` (default ``head_dim ** -0.5``),
-    ``backend`` ``"auto"``/``"cuda"``/``"sim"`` (None: env ``CUTEDSL_BACKEND``). Traceable by
-    ``torch.compile`` (no graph break). ``ArgumentError`` / ``ArgumentTypeError`` naming the
-    argument, ``ConfigError`` for a head dimension the kernel does not build."""
-    args = _attention_args(softmax_scale, causal, window, softcap, backend)
+    ``backend`` ``"auto"``/``"cuda"``/``"sim"`` (None: env ``CUTEDSL_BACKEND``), ``arch``
+    ``"sm_90a"``/``"sm_100a"`` (None: the CUDA device's own, sm_90a for CPU tensors; sm_100a runs
+    on the emulator only). Traceable by ``torch.compile`` (no graph break). ``ArgumentError`` /
+    ``ArgumentTypeError`` naming the argument, ``ConfigError`` for a head dimension the
+    target's kernel does not build (64, 96, 128, 256 on sm_90a; 64, 128 on sm_100a)."""
+    args = _attention_args(softmax_scale, causal, window, softcap, backend, arch)
     if not torch.compiler.is_compiling():   # traced: the op checks when the graph runs (module docstring)
         _check_attention(q, k, v, *args)
     return torch.ops.cutedsl.attention(q, k, v, *args)
@@ -347,7 +386,7 @@ def _backward_for(name: str):
 def _attention_bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                       lse: torch.Tensor, softmax_scale: Optional[float], causal: bool, window: Optional[List[int]],
                       backend: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    name = _check_attention(q, k, v, softmax_scale, causal, window, None, backend)
+    name, _ = _check_attention(q, k, v, softmax_scale, causal, window, None, backend, "sm_90a")
     opts = {"softmax_scale": softmax_scale, "causal": causal, "window": None if window is None else tuple(window)}
     bwd = _backward_for(name)
     args = (dout, q, k, v, out, lse)
@@ -363,22 +402,26 @@ def _attention_bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, window, 
 
 
 def _attention_setup_context(ctx, inputs, output):
-    q, k, v, softmax_scale, causal, window, softcap, backend = inputs
+    q, k, v, softmax_scale, causal, window, softcap, backend, arch = inputs
     ctx.save_for_backward(q, k, v, *output)
-    ctx.options = (softmax_scale, causal, window, softcap, backend)
+    ctx.options = (softmax_scale, causal, window, softcap, backend, _attention_arch(arch, q))
 
 
 def _attention_backward(ctx, grad_out, grad_lse):
     q, k, v, out, lse = ctx.saved_tensors
-    softmax_scale, causal, window, softcap, backend = ctx.options
+    softmax_scale, causal, window, softcap, backend, arch = ctx.options
     if softcap is not None and softcap != 0:
         raise ArgumentError(f"{_WHO}: the backward of a softcapped attention is not implemented (its tanh "
                             f"derivative); call it with softcap=None to differentiate it")
+    if arch != "sm_90a":                # the sm_90a backward is not the gradient of another target's kernel
+        raise ArgumentError(f"{_WHO}: the backward of the {arch} forward is not implemented (cutedsl's attention "
+                            f"backward is the FlashAttention-3-style sm_90a kernel): call the forward with "
+                            f"arch='sm_90a' to differentiate it")
     if grad_out is None:                 # only lse was used: it carries no gradient (FlashAttention's)
         grad_out = torch.zeros_like(out)
     dq, dk, dv = torch.ops.cutedsl.attention_backward(grad_out, q, k, v, out, lse, softmax_scale, causal, window,
                                                       backend)
-    return dq, dk, dv, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None
 
 
 torch.library.register_autograd("cutedsl::attention", _attention_backward, setup_context=_attention_setup_context)

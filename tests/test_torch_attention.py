@@ -36,7 +36,7 @@ def check(o, lse, q, k, v, **opts):
 def test_op_is_registered():
     schema = str(torch.ops.cutedsl.attention.default._schema)
     assert schema.startswith("cutedsl::attention(Tensor q, Tensor k, Tensor v, float? softmax_scale, bool causal, "
-                             "SymInt[]? window, float? softcap, str backend) -> (Tensor, Tensor)"), schema
+                             "SymInt[]? window, float? softcap, str backend, str arch=\"\") -> (Tensor, Tensor)"), schema
 
 
 @pytest.mark.parametrize("dtype,causal,shape", [

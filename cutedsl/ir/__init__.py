@@ -8,7 +8,7 @@ import importlib
 
 _EXPORTS = {
     "values": ["Scalar", "const", "index", "i32", "u32", "i64", "f32", "select", "to_type", "mlir_type",
-               "thread_idx", "block_idx", "block_dim", "grid_dim", "lane_id", "warp_idx", "shfl_xor"],
+               "thread_idx", "block_idx", "block_dim", "grid_dim", "lane_id", "warp_idx", "shfl_xor", "opaque"],
     "control": ["Loop", "If", "While"],
     "kernel": ["KernelBuilder"],
     "smem": ["SmemPlan", "SmemBuffer", "BarrierGroup"],

@@ -322,6 +322,17 @@ def warp_uniform(v) -> Scalar:
     return Scalar(r, signed=False)
 
 
+def opaque(v) -> Scalar:
+    """``v`` (i32) through an opaque ``mov.b32`` (inline PTX with side effects): the same value
+    where it is called, but one LLVM can neither hoist above a branch nor merge with another
+    read of ``v`` -- so each branch (e.g. a warp role after its ``setmaxnreg``) computes what it
+    derives from ``v`` itself, instead of keeping (or spilling) a shared copy across the others."""
+    from mlir.dialects import llvm
+    r = llvm.inline_asm(ir.IntegerType.get_signless(32), [to_type(v, "i32")], "mov.b32 $0, $1;", "=r,r",
+                        has_side_effects=True)
+    return Scalar(r, signed=getattr(v, "signed", True))
+
+
 def shfl_xor(v, lane_mask: int, width: int = 32) -> Scalar:
     """``shfl.sync.bfly.b32``: the value ``v`` (i32 or f32) of lane ``lane ^ lane_mask`` (all 32
     lanes take part, member mask 0xffffffff). ``lane_mask``: Python int in 1..``width - 1``;

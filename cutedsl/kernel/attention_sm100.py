@@ -94,8 +94,9 @@ BLOCK_N = 128                     #: keys per KV block
 STAGES = 2                        #: K and V ring depth
 MMA_WARP, PRODUCER_WARP = 12, 13  #: the warps of the last warpgroup that issue the MMAs and load
 WARPS = 16                        #: four whole warpgroups (setmaxnreg is per warpgroup)
-#: role branch order per head dimension (spills measured with ptxas 13.5, bytes stored / loaded):
-#: 128 -- 4 / 12 (loaded outside the loops; mma, correction, softmax: 8 / 28; softmax first: 8 / 8);
+#: role branch order per head dimension (spills measured with ptxas 13.5, bytes stored / loaded, each
+#: role reading seqlen_k through an opaque move, :meth:`AttentionFwdSm100Kernel.unit`):
+#: 128 -- 0 / 0 (mma, correction, softmax: 8 / 28; softmax first: 8 / 8; without the opaque move 4 / 12);
 #: 64 -- 0 / 0 (mma, softmax, correction: 16 / 40)
 DISPATCH_ORDER = {128: ("mma", "softmax", "correction"), 64: ("mma", "correction", "softmax")}
 NOT_YET = {256: "two Q tiles (256 x 256), two K and two V stages of 128 x 256 16-bit elements are 384 KiB of shared "
@@ -267,10 +268,10 @@ class AttentionFwdSm100Kernel(SkeletonKernel):
     @property
     def dispatch_order(self) -> tuple:
         """The order of the role branches in the code (not in time: each warpgroup runs one).
-        ptxas 13.5 hoists values several roles compute alike (barrier addresses, ``-seqlen_k``)
-        above the dispatch and keeps them live through the branches before their last user, each
-        under its own setmaxnreg budget; :data:`DISPATCH_ORDER` holds the order that measured the
-        fewest spills per head dimension."""
+        LLVM and ptxas hoist values several roles compute alike (barrier addresses; ``-seqlen_k``
+        until each role read ``seqlen_k`` opaquely) above the dispatch and keep them live through
+        the branches before their last user, each under its own setmaxnreg budget;
+        :data:`DISPATCH_ORDER` holds the order that measured the fewest spills per head dimension."""
         return DISPATCH_ORDER[self.head_dim]
 
     @property
@@ -353,6 +354,10 @@ class AttentionFwdSm100Kernel(SkeletonKernel):
         ``cu_seqlens`` arrays), first row ``m0``, band extents, whether it has rows (``live``)
         and the mask's block range of its 256 rows."""
         q_start, k_start, seqlen_q, seqlen_k = sequence_bounds(args, batch, self.varlen)
+        if not self.varlen:     # each role derives its own bounds (-seqlen_k of the block count, ...):
+            # LLVM hoisted those every role computes alike above the role dispatch, and ptxas spilled
+            # them across the setmaxnreg of the roles before their user (4 B / 12 B at head dim 128)
+            seqlen_k = cir.opaque(seqlen_k)
         m0 = qb * BLOCK_M
         # a pair works while its even CTA has rows: both CTAs feed and take every MMA
         live = ((qb & ~1) * BLOCK_M if self.cta_pair else m0) < seqlen_q

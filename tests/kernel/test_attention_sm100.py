@@ -236,10 +236,11 @@ def test_sass_counts():
     63 FADD2 of the row sum), +1 MUFU for the correction factor, the row maximum as 64 FMNMX3,
     64 F2FP packing P and no correction (FMUL2) any more; with exp2_poly=0 every exponential is a
     MUFU. The correction warpgroup's loop rescales both tiles' O rows: 2 x 64 FMUL2, 2 x 4 LDTM and
-    STTM (FA4: 185 instructions). Spills: a word ptxas hoists above the role dispatch, loaded
-    outside the MMA, softmax and correction loops (none at head dim 64)."""
+    STTM (FA4: 185 instructions). No spills at either head dim (each role reads ``seqlen_k``
+    through an opaque move after its setmaxnreg: nothing derived from it is hoisted above the role
+    dispatch and kept across the other roles' budgets, issue 42)."""
     k = AttentionFwdSm100Kernel(128, "bf16").compile()
-    assert k.resources.spill_stores <= 4 and k.resources.spill_loads <= 12, k.resources
+    assert k.resources.spill_stores == 0 and k.resources.spill_loads == 0, k.resources
     k64 = AttentionFwdSm100Kernel(64, "bf16").compile()
     assert k64.resources.spill_stores == 0 and k64.resources.spill_loads == 0
     mma = _loop(k, lambda h: h["UTCHMMA"] == 32)
@@ -257,8 +258,6 @@ def test_sass_counts():
     ch = corr["histogram"]
     assert ch["FMUL2"] == 2 * 128 // 2 and ch["LDTM"] == ch["STTM"] == 2 * 128 // 32
     assert corr["instructions"] <= 200, corr["instructions"]
-    for loop in (mma, sm, corr):                              # the spilled word is loaded outside them
-        assert not {"LDL", "STL"} & set(loop["histogram"])
     mufu = _softmax_loop(AttentionFwdSm100Kernel(128, "bf16", exp2_poly=0).compile())["histogram"]
     assert mufu["MUFU"] == BLOCK_N + 1 and mufu["FFMA2"] == BLOCK_N // 2 and mufu["FADD2"] == BLOCK_N // 2 - 1
 
@@ -292,7 +291,7 @@ def test_cta_pair_ptx_and_sass():
     barrier, the softmax and correction arrivals on the even CTA's barriers (``mapa``); a cluster of
     2 along x, the grid in whole pairs. SASS (ptxas 13.5, docs/measurements.md): the MMA warp's loop
     of a KV block -- 32 UTCHMMA, 6 commits -- within FlashAttention-4's 199 instructions (its
-    2-CTA kernel), the softmax loop within 543, no spill inside the loops."""
+    2-CTA kernel), the softmax loop within 543, no spills."""
     import re
     from cutedsl.problem import AttentionProblem
     kern = AttentionFwdSm100Kernel(128, "bf16", cta_pair=True)
@@ -314,13 +313,11 @@ def test_cta_pair_ptx_and_sass():
     assert "tcgen05.alloc.cta_group::2" in ptx and ".reqnctapercluster 2, 1, 1" in ptx
     from cutedsl.atom.tcgen05 import instr_descriptor
     assert instr_descriptor(256, 128, "bf16", "bf16") >> 24 & 0x1F == 256 >> 4
-    assert k.resources.spill_stores <= 4 and k.resources.spill_loads <= 12, k.resources
+    assert k.resources.spill_stores == 0 and k.resources.spill_loads == 0, k.resources
     mma = _loop(k, lambda h: h["UTCHMMA"] == 32)
     assert mma["histogram"]["UTCBAR"] == 6 and mma["instructions"] <= 199, mma
     sm = _softmax_loop(k)
     assert sm["instructions"] <= 543 and sm["histogram"]["MUFU"] == BLOCK_N - AttentionFwdSm100Kernel.EXP2_POLY + 1
-    for loop in (mma, sm):
-        assert not {"LDL", "STL"} & set(loop["histogram"])
 
 
 def test_cta_pair_config_and_refusals():
