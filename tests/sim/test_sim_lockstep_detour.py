@@ -141,7 +141,7 @@ def test_a_missing_arrival_is_the_same_deadlock(detours, monkeypatch):
 
 
 def test_a_relaxed_arrive_is_the_same_race(detours, monkeypatch):
-    """A relaxed arrive releases nothing (PTX ISA 9.7.13.15.12 mbarrier.arrive, .relaxed): the
+    """A relaxed arrive releases nothing (PTX ISA 9.7.13.15.13 mbarrier.arrive, .relaxed): the
     read of another warp's word races with its store, reported the same batched or not."""
     arrive = "mbarrier.arrive.relaxed.cta.shared::cta.b64"
     with pytest.raises(RaceError) as batched:

@@ -7,7 +7,8 @@ register files are one array per register class for the whole CTA (``machine.CTA
 warp owning 32 columns. So an instruction that the decoder marked ``batch``
 (``program._batchable``: arithmetic, logic, comparisons, conversions and moves on registers;
 ``shfl.sync``; stores to the CTA's shared memory; ``wgmma.mma_async``; a ``bra`` every lane
-takes or every lane skips; warp-uniform synchronisation instructions, each warp's closure in turn:
+takes or every lane skips, or a short forward one some lanes of every warp fall through (around a
+lane's ``mbarrier.arrive``: :func:`_detour`); warp-uniform synchronisation instructions, each warp's closure in turn:
 ``registry.each_warp``) runs **once** for a contiguous run of warps at that PC, through a
 :class:`machine.WarpBatch` whose register views span their lanes. A fused block of register
 instructions (:mod:`cutedsl.sim.frontend.fusion`) that starts at the PC runs as a whole, for the
@@ -181,7 +182,7 @@ def _detour(launch, b, part, w, pc, ins, owned, room) -> int:
     false in lane 0 only, around a lane-0 ``mbarrier.arrive``): run, for each warp in the order
     ``step_gang`` and ``meets`` would (the leader, the warps below it, those above), what that
     warp's own run would -- the branch splits it, the lanes that fall through run the few
-    instructions up to the target with their mask (PTX ISA 9.7.12.1 ``bra``: divergent lanes
+    instructions up to the target with their mask (PTX ISA 9.7.12.3 ``bra``: divergent lanes
     reconverge at the target; the emulator's min-PC rule), and the lanes merge there. Returns the
     warp-instructions each warp executed (target - pc), or 0 when it declines: a backward or long
     detour, an instruction in it that is not a register instruction or ``mbarrier.arrive``, a warp
