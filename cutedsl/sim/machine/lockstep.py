@@ -7,7 +7,8 @@ register files are one array per register class for the whole CTA (``machine.CTA
 warp owning 32 columns. So an instruction that the decoder marked ``batch``
 (``program._batchable``: arithmetic, logic, comparisons, conversions and moves on registers;
 ``shfl.sync``; stores to the CTA's shared memory; ``wgmma.mma_async``; a ``bra`` every lane
-takes or every lane skips; warp-uniform synchronisation instructions, each warp's closure in turn:
+takes or every lane skips, or a short forward one some lanes of every warp fall through (around a
+lane's ``mbarrier.arrive``: :func:`_detour`); warp-uniform synchronisation instructions, each warp's closure in turn:
 ``registry.each_warp``) runs **once** for a contiguous run of warps at that PC, through a
 :class:`machine.WarpBatch` whose register views span their lanes. A fused block of register
 instructions (:mod:`cutedsl.sim.frontend.fusion`) that starts at the PC runs as a whole, for the
@@ -35,11 +36,13 @@ import numpy as np
 
 from ..checks.hb_warp import acc_prune
 from ..frontend.errors import SimError
-from ..frontend.registry import (BATCH_BRANCH, BATCH_EACH, BATCH_STORE, BATCH_WGMMA, JUMPED, NOT_BATCHED, RESCHED,
-                                 YIELD)
+from ..frontend.registry import (BATCH_BRANCH, BATCH_EACH, BATCH_REGS, BATCH_STORE, BATCH_WGMMA, JUMPED, NOT_BATCHED,
+                                 RESCHED, YIELD)
 
 #: how far (in instructions) a warp may be behind to catch up with a lockstep batch
 CATCH_UP = 8
+#: the longest run of instructions a batch's divergent forward branch may skip (:func:`_detour`)
+DETOUR = 4
 
 
 def joins(x, pc, ins, ready=False) -> bool:
@@ -118,9 +121,16 @@ def lockstep(launch, w, g, ins, gang, budget):
                     some, every = c > 0, c == nlanes
                     take, skip = (not some, every) if ins.neg else (every, not some)
                     if not (take or skip):
-                        break       # some lanes only: w alone, through the main loop
+                        k = ins.batch == BATCH_BRANCH and _detour(launch, b, part, w, pc, ins, owned, budget - done)
+                        if not k:
+                            break       # some lanes only: w alone, through the main loop
+                        pc = ins.info   # each warp's lanes that fell through ran up to the target
+                        done += k - 1   # (and the 1 below)
+                        take = None
                 kind = ins.batch
-                if kind == BATCH_BRANCH:
+                if take is None:
+                    pass
+                elif kind == BATCH_BRANCH:
                     pc = ins.info if take else pc + 1       # what bra does for each warp (control.py)
                 else:
                     if take:
@@ -165,6 +175,72 @@ def lockstep(launch, w, g, ins, gang, budget):
             x.insts += done
     launch.insts += (hi - lo - 1) * done
     return JUMPED, (lo, hi), done - 1
+
+
+def _detour(launch, b, part, w, pc, ins, owned, room) -> int:
+    """A forward ``bra`` at ``pc`` that splits every warp of the batch (e.g. ``@p bra L`` with ``p``
+    false in lane 0 only, around a lane-0 ``mbarrier.arrive``): run, for each warp in the order
+    ``step_gang`` and ``meets`` would (the leader, the warps below it, those above), what that
+    warp's own run would -- the branch splits it, the lanes that fall through run the few
+    instructions up to the target with their mask (PTX ISA 9.7.12.3 ``bra``: divergent lanes
+    reconverge at the target; the emulator's min-PC rule), and the lanes merge there. Returns the
+    warp-instructions each warp executed (target - pc), or 0 when it declines: a backward or long
+    detour, an instruction in it that is not a register instruction or ``mbarrier.arrive``, a warp
+    whose lanes all take the branch, registers a wgmma owns, or a target instruction the per-warp
+    run would not have batched at once (then the neighbours would have caught up later, and the
+    order of the arrivals against the leader's next instructions would differ)."""
+    t = ins.info
+    k = t - pc
+    if k < 2 or k > DETOUR + 1 or k > room:
+        return 0
+    code = launch.code
+    nxt = code[t]
+    if not nxt.batch or nxt.guard >= 0 or _owned(part, nxt.rbits):
+        return 0
+    region = code[pc + 1:t]
+    for r in region:
+        if r.batch != BATCH_REGS and not r.opcode.startswith("mbarrier.arrive"):
+            return 0
+        if r.rbits & owned and _owned(part, r.rbits):
+            return 0
+    preds = b.cta.files["p"]
+    gi = ins.guard
+    i = w.wid - b.lo
+    order = [w] + (part[i - 1::-1] if i else []) + part[i + 1:]      # step_gang's order
+    falls = []
+    for x in order:
+        pv = preds[gi, 32 * x.wid:32 * x.wid + 32]
+        f = pv if ins.neg else ~pv          # the lanes whose guard skips the branch
+        c = int(np.count_nonzero(f))
+        if c == 0:
+            return 0                        # this warp jumps whole: it runs one instruction, not k
+        falls.append(None if c == 32 else f)
+    cta = b.cta
+    sh = cta.shadow
+    # an arrive releases the warps' clocks: what the run queued is settled first (as for BATCH_EACH)
+    if sh is not None and sh.pending:
+        sh.flush_reads()
+    _run_chains(cta)
+    b.flush()
+    for x, f in zip(order, falls):
+        g = x.groups[0]
+        nf = 32 if f is None else int(np.count_nonzero(f))
+        for r in region:
+            m = f
+            gr = r.guard
+            if gr >= 0:
+                pv = x.p[gr]
+                em = ~pv if r.neg else pv
+                if f is not None:
+                    em = em & f
+                c = int(np.count_nonzero(em))
+                if c == 0:
+                    continue                # guard false for every lane: a skipped instruction
+                if c < (32 if f is None else nf):
+                    m = em
+            if r.fn(x, g, m) is not None:
+                raise SimError(f"internal emulator error: {r.where()} changed control flow in a lockstep detour")
+    return k
 
 
 def _run_chains(cta):
