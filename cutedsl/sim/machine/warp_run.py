@@ -56,13 +56,8 @@ def run_warp(self, w, quantum):
                         gang = None
                         if others is None and g.m is None and not self._stepping:
                             step_gang(self, w, g.pc - 1, ins)
-                        if others is not None:
-                            o = others.get(g.pc)
-                            if o is not None:
-                                merge(w, g, o)
-                                break
-                            if g.pc > min_other:
-                                break
+                        if others is not None and _meets_other(w, g, others, min_other):
+                            break
                         continue
                     m = g.m if c == g.count else em
                 else:
@@ -93,13 +88,8 @@ def run_warp(self, w, quantum):
                     return n
                 else:               # BLOCKED / RESCHED
                     break
-                if others is not None:
-                    o = others.get(g.pc)
-                    if o is not None:
-                        merge(w, g, o)
-                        break
-                    if g.pc > min_other:
-                        break
+                if others is not None and _meets_other(w, g, others, min_other):
+                    break
                 if n >= quantum:
                     return n
             groups = w.groups
@@ -119,3 +109,13 @@ def merge(w, g, o):
     g.set_mask(g.mask | o.mask)
     g.blocked = None
     w.groups.remove(o)
+
+
+def _meets_other(w, g, others, min_other) -> bool:
+    """Group ``g`` of a diverged warp ``w`` moved: it merges with the group waiting at its new PC
+    (``others``, by PC), or has passed the lowest of them; either way its run ends (True)."""
+    o = others.get(g.pc)
+    if o is not None:
+        merge(w, g, o)
+        return True
+    return g.pc > min_other
