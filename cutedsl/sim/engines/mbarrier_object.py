@@ -38,10 +38,17 @@ class MBarrier:
         c = self.cta
         return f"{c.launch.program.smem_symbol(self.offset, c.dyn_base)} (CTA {c.ctaid}, smem offset {self.offset})"
 
-    def note(self, text):
-        if len(self.log) > 40:
-            del self.log[:20]
-        self.log.append(f"phase {self.phase}: {text}")
+    def note(self, ins, fmt, *args):
+        """Record an event of the barrier (the latest 20-40 are kept) for :meth:`history`; the
+        text is formatted only when read -- notes are taken on every arrive and complete_tx."""
+        log = self.log
+        if len(log) > 40:
+            del log[:20]
+        log.append((self.phase, ins, fmt, args))
+
+    def history(self) -> list:
+        """The recorded events, oldest first: ``"phase P: <event> at <PTX line of ins>"``."""
+        return [f"phase {p}: {fmt.format(*args)} at {ins.at()}" for p, ins, fmt, args in self.log]
 
     def _check(self):
         if self.pending == 0 and self.tx == 0:
