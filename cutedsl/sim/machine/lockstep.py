@@ -106,10 +106,23 @@ def lockstep(launch, w, g, ins, gang, budget):
     done = 0
     sh = cta.shadow
     owned = _bits(part)         # a superset of the registers a wgmma owns or holds in the batch
+    folded = None               # the register PCs of a chain fold whose plan ran (frontend/chain_fold.py)
     try:
         while True:
+            cf = ins.fold
+            if cf is not None:
+                # the MMAs decline a batch that is not whole warpgroups (wgmma batch_fn): the
+                # plan runs only when the batch will issue every MMA of the run
+                folded = None
+                if (done + cf.n <= budget and not (lo | hi) & 3
+                        and not (cf.rbits & owned and _owned(part, cf.rbits))):
+                    cf.run(b)
+                    folded = cf.regpcs
             fb = ins.fused
-            if fb is not None and done + fb.n <= budget and not (fb.rbits & owned and _owned(part, fb.rbits)):
+            if folded is not None and pc in folded:
+                pc += 1             # ran in the fold's plan
+                done += 1
+            elif fb is not None and done + fb.n <= budget and not (fb.rbits & owned and _owned(part, fb.rbits)):
                 fb.run(b)           # a fused block of register instructions (frontend/fusion.py)
                 pc += fb.n
                 done += fb.n
@@ -154,7 +167,8 @@ def lockstep(launch, w, g, ins, gang, budget):
             if done >= budget:
                 break
             ins = code[pc]
-            if not ins.batch or (ins.rbits & owned and _owned(part, ins.rbits)):
+            if not ins.batch or (ins.rbits & owned and _owned(part, ins.rbits)
+                                 and not (folded is not None and pc in folded)):
                 break
     except SimError:
         if sh is not None and sh.pending:
