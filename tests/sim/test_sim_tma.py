@@ -295,18 +295,18 @@ def test_coordinates_are_the_low_32_bits_signed():
 
 
 def test_mbarrier_history_is_formatted_when_read():
+    # the deadlock report's "barrier history" (checks/deadlock.py)
     from cutedsl.sim.engines.mbarrier_object import MBarrier
     from cutedsl.sim.frontend.ptxtypes import Instr
     ins = Instr(3, 17, "mbarrier.arrive.b64 _, [bar];", "mbarrier.arrive", None)
     b = MBarrier(None, 0, 1, 17)
-    coords = [4, -2]
-    b.note(ins, "complete_tx {} B (TMA load, coords {})", 256, coords)
-    b.note(ins, "arrive x{}", 1)
+    b.note("complete_tx {} B (TMA load at {}, coords {})", 256, ins, (4, -2))
+    b.note("arrive x{} at {}", 1, ins)
     b.phase = 1                 # (arrive needs a CTA: the phase is set directly)
-    b.note(ins, "{} {} B", "expect_tx", 64)
-    assert b.history() == ["phase 0: complete_tx 256 B (TMA load, coords [4, -2]) at PTX line 17",
+    b.note("{} {} B at {}", "expect_tx", 64, ins)
+    assert b.history() == ["phase 0: complete_tx 256 B (TMA load at PTX line 17, coords (4, -2))",
                            "phase 0: arrive x1 at PTX line 17", "phase 1: expect_tx 64 B at PTX line 17"]
     for i in range(60):
-        b.note(ins, "arrive x{}", i)
+        b.note("arrive x{} at {}", i, ins)
     h = b.history()
     assert 20 <= len(h) <= 41 and h[-1] == "phase 1: arrive x59 at PTX line 17"

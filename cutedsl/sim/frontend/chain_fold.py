@@ -23,6 +23,8 @@ decided once at the start, as it would have been at each instruction.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .fusion import MIN_SAVED, _plan, _regs
 
 
@@ -108,10 +110,26 @@ def _fold(run, batch_wgmma):
             return None             # an earlier MMA reads what it writes
         last[wr] = ins.vec.key if const else None
         kept.append(ins)
-    steps = _plan(kept) if kept else []
+    steps = _plan(kept, _key) if kept else []
     if len(regpcs) - len(steps) < MIN_SAVED:
         return None
     return ChainFold(len(run), steps, frozenset(regpcs), rbits)
+
+
+#: integer add / sub without .sat / .cc wrap modulo 2^n element by element (PTX ISA 9.7.1.1,
+#: 9.7.1.2): one numpy call over rows with different constants gives each row its own result
+_STACKABLE = {f"{op}.{t}" for op in ("add", "sub") for t in ("s16", "u16", "s32", "u32", "s64", "u64")}
+
+
+def _key(v):
+    """The plan's grouping key: :attr:`VecForm.key`, with the constants' values left out for
+    :data:`_STACKABLE` operations (a descriptor advance ``add.s64 d, s, 514`` groups with
+    ``add.s64 e, t, 128``)."""
+    k = v.key
+    if k[0] not in _STACKABLE:
+        return k
+    return k[:3] + (tuple(("c", np.asarray(s[1]).dtype.str) if s[0] == "c" else ks
+                          for s, ks in zip(v.srcs, k[3])),)
 
 
 def _mma_bits(run, batch_wgmma) -> int:

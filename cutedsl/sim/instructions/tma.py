@@ -93,7 +93,7 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
 
         def land(cta=cta, bar=bar, snap=snap, bcta=bcta):
             cta.sv[unit][sidx] = vals
-            bar.note(ins, "complete_tx {} B (TMA load, coords {})", nbytes, coords)
+            bar.note("complete_tx {} B (TMA load at {}, coords {})", nbytes, ins, tuple(coords))
             if snap is not None:
                 bar.snap = bcta.cluster.hb.merge(bar.snap, snap)
             bar.complete_tx(nbytes)
