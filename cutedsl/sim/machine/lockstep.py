@@ -12,7 +12,9 @@ lane's ``mbarrier.arrive``: :func:`_detour`); warp-uniform synchronisation instr
 ``registry.each_warp``) runs **once** for a contiguous run of warps at that PC, through a
 :class:`machine.WarpBatch` whose register views span their lanes. A fused block of register
 instructions (:mod:`cutedsl.sim.frontend.fusion`) that starts at the PC runs as a whole, for the
-batch or for a lone warp.
+batch or for a lone warp. A chain fold (:mod:`cutedsl.sim.frontend.chain_fold`) that starts at
+the PC runs the register instructions between a chain's wgmmas first, for a batch of whole
+warpgroups; the batch then steps over them.
 
 Correctness: running an instruction of several warps back to back is one of the interleavings
 the scheduler may choose anyway (warps are independent between synchronisation points), and a
