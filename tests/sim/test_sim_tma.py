@@ -284,3 +284,29 @@ def test_in_bounds_stores_of_whole_chunks_copy_as_chunks(monkeypatch, coords, ch
     exp[y0:y0 + 4, x0:x0 + 8] = 1000 + np.arange(32).reshape(4, 8)
     assert np.array_equal(r, exp)
     assert len(calls) == (0 if chunked else 1)
+
+
+def test_coordinates_are_the_low_32_bits_signed():
+    # PTX ISA cp.async.bulk.tensor: tensor coordinates are .s32 (a register's low 32 bits)
+    from cutedsl.sim.instructions.tma import _s32
+    cases = [0, 5, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, (1 << 40) | 7, (1 << 63) | 0xFFFFFFFE]
+    expect = [int(np.uint32(x & 0xFFFFFFFF).view(np.int32)) for x in cases]
+    assert [_s32(x) for x in cases] == expect == [0, 5, 2**31 - 1, -2**31, -1, 7, -2]
+
+
+def test_mbarrier_history_is_formatted_when_read():
+    # the deadlock report's "barrier history" (checks/deadlock.py)
+    from cutedsl.sim.engines.mbarrier_object import MBarrier
+    from cutedsl.sim.frontend.ptxtypes import Instr
+    ins = Instr(3, 17, "mbarrier.arrive.b64 _, [bar];", "mbarrier.arrive", None)
+    b = MBarrier(None, 0, 1, 17)
+    b.note("complete_tx {} B (TMA load at {}, coords {})", 256, ins, (4, -2))
+    b.note("arrive x{} at {}", 1, ins)
+    b.phase = 1                 # (arrive needs a CTA: the phase is set directly)
+    b.note("{} {} B at {}", "expect_tx", 64, ins)
+    assert b.history() == ["phase 0: complete_tx 256 B (TMA load at PTX line 17, coords (4, -2))",
+                           "phase 0: arrive x1 at PTX line 17", "phase 1: expect_tx 64 B at PTX line 17"]
+    for i in range(60):
+        b.note("arrive x{} at {}", i, ins)
+    h = b.history()
+    assert 20 <= len(h) <= 41 and h[-1] == "phase 1: arrive x59 at PTX line 17"

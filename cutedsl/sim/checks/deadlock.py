@@ -61,7 +61,7 @@ def report(launch, live, livelock=False, head=True):
             if b is not None:
                 lines.append(f"      waits for: {b.describe()}")
                 bar = getattr(b, "bar", None)
-                log = getattr(bar, "log", None)
+                log = bar.history() if hasattr(bar, "history") else None
                 if log:
                     lines.append("      barrier history: " + "; ".join(log[-6:]))
             elif livelock:

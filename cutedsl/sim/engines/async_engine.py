@@ -48,8 +48,12 @@ def lane_scalars(w, m, *vals):
     """One list per executing lane (``m``, default every valid lane of warp ``w``) of the int values
     of ``vals`` (scalars or per-lane arrays): a single-thread asynchronous instruction executed by
     several lanes issues once per lane."""
-    lanes = np.flatnonzero(w.valid if m is None else m)
-    return [[int(v[ln]) if np.ndim(v) else int(v) for v in vals] for ln in lanes]
+    lanes = np.flatnonzero(w.valid if m is None else m).tolist()
+    if len(lanes) == 1:         # the usual case: an elected lane issues
+        ln, = lanes
+        return [[int(v[ln]) if np.ndim(v) else int(v) for v in vals]]
+    cols = [v.tolist() if np.ndim(v) else None for v in vals]   # one conversion per operand
+    return [[int(v) if c is None else int(c[ln]) for v, c in zip(vals, cols)] for ln in lanes]
 
 
 def bulk_read(w, cta, words, ins, what):

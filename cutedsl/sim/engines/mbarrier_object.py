@@ -38,10 +38,20 @@ class MBarrier:
         c = self.cta
         return f"{c.launch.program.smem_symbol(self.offset, c.dyn_base)} (CTA {c.ctaid}, smem offset {self.offset})"
 
-    def note(self, text):
-        if len(self.log) > 40:
-            del self.log[:20]
-        self.log.append(f"phase {self.phase}: {text}")
+    def note(self, fmt, *args):
+        """Record an event of the barrier (the latest 20-40 are kept) for :meth:`history` (the
+        deadlock report); the text is formatted only when read -- notes are taken on every
+        arrive and complete_tx. An argument with an ``at`` method (an instruction) is shown as
+        its ``at()``."""
+        log = self.log
+        if len(log) > 40:
+            del log[:20]
+        log.append((self.phase, fmt, args))
+
+    def history(self) -> list:
+        """The recorded events, oldest first, as ``"phase P: <event>"``."""
+        return [f"phase {p}: " + fmt.format(*(a.at() if hasattr(a, "at") else a for a in args))
+                for p, fmt, args in self.log]
 
     def _check(self):
         if self.pending == 0 and self.tx == 0:

@@ -123,6 +123,17 @@ def box_chunks(box, strides, esize, span, dst_mod):
     return g, s
 
 
+@lru_cache(maxsize=256)
+def load_plan(box, strides, esize, span, dst_mod):
+    """What a TMA load of a box with destination ``dst`` (``dst_mod = dst % 1024``) needs of the
+    cached layouts, in one lookup per issue: ``(words, rmin, rmax, erel, chunk_dst)`` --
+    :func:`box_layout`'s word ids, :func:`box_span`, and the chunks' places in shared memory
+    (:func:`box_chunks`; None when the box's rows are not whole chunks)."""
+    rmin, rmax, erel = box_span(box, esize, span, dst_mod)
+    bc = box_chunks(box, strides, esize, span, dst_mod)
+    return box_layout(box, esize, span, dst_mod)[2], rmin, rmax, erel, None if bc is None else bc[1]
+
+
 def _origin(w, tm, coords, ins):
     """(allocation, byte offset of the box's first element in it, in-bounds mask of its elements
     or None when every coordinate is inside the tensor)."""
@@ -147,13 +158,14 @@ def chunk_source(w, tm, coords, ins):
     """``(allocation, 16-byte chunk indices)`` of a box inside its tensor and allocation whose
     rows are whole 16-byte chunks starting at a 16-byte boundary (:func:`box_chunks`); None for
     any other box (then :func:`elements`)."""
-    if tm.group or box_chunks(tm.box, tm.strides, tm.esize, 0, 0) is None:
+    bc = None if tm.group else box_chunks(tm.box, tm.strides, tm.esize, 0, 0)
+    if bc is None:
         return None
     al, base, inb = _origin(w, tm, coords, ins)
     _off, omin, omax, _e = _goff(tm.box, tm.strides)
     if inb is not None or base % 16 or base + omin < 0 or base + omax + tm.esize > al.nbytes:
         return None
-    return al, box_chunks(tm.box, tm.strides, tm.esize, 0, 0)[0] + base // 16
+    return al, bc[0] + base // 16
 
 
 def elements(w, tm, coords, ins):

@@ -100,7 +100,11 @@ def _group_step(vs):
     gets = []
     for j, s in enumerate(v0.srcs):
         if s[0] == "c":
-            gets.append(_const(s[1]))
+            cs = [v.srcs[j][1] for v in vs]
+            if all(_const_key(c) == _const_key(s[1]) for c in cs):
+                gets.append(_const(s[1]))
+            else:                   # per-row constants (a plan keyed by chain_fold._key)
+                gets.append(_const(np.array(cs, np.asarray(s[1]).dtype).reshape(-1, 1)))
             continue
         idxs = [v.srcs[j][3] for v in vs]
         one = all(i == idxs[0] for i in idxs)      # one register for all: a row, broadcast
@@ -150,9 +154,9 @@ def _single_step(ins):
     return lambda b: fn(b, None, None)
 
 
-def _plan(block):
+def _plan(block, keyf=None):
     """Steps for a run of instructions (each with a VecForm): levels by dependence, then one
-    step per (level, key)."""
+    step per (level, key) -- ``keyf(vec)`` in place of :attr:`VecForm.key` when given."""
     level_w, level_r = {}, {}       # register -> level of its last write / highest read
     groups = {}                     # (level, key) -> [ins]
     for ins in block:
@@ -172,7 +176,7 @@ def _plan(block):
         for r in reads:
             if level_r.get(r, -1) < lv:
                 level_r[r] = lv
-        groups.setdefault((lv, ins.vec.key), []).append(ins)
+        groups.setdefault((lv, ins.vec.key if keyf is None else keyf(ins.vec)), []).append(ins)
     steps = []
     for (_lv, _k), g in sorted(groups.items(), key=lambda kv: kv[0][0]):
         steps.append(_single_step(g[0]) if len(g) == 1 else _group_step([i.vec for i in g]))

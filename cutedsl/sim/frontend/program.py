@@ -27,6 +27,7 @@ import re
 from ...runtime.backend import SMEM_LIMIT
 from .decode_ctx import DecodeCtx, Scope
 from .errors import PTXParseError, UnsupportedInstruction
+from .chain_fold import fold_chains
 from .fusion import fuse
 from .limits import DEFAULT_LIMITS
 from .ptxmodule import Var, parse_var, split_top
@@ -255,6 +256,7 @@ def decode_entry(module, entry, key="", limits=DEFAULT_LIMITS) -> Program:
     for sc in scopes:
         labels.update(sc.labels.values())
     fuse(code, labels, BATCH_REGS)
+    fold_chains(code, labels, BATCH_REGS, BATCH_WGMMA)
     # sentinel: falling off the end behaves like ret
     end = Instr(len(code), stmts[-1][0].line if stmts else entry.line, "<end of entry>", "ret", 0)
     ctx.ins = end

@@ -60,7 +60,7 @@ class Instr:
     (``path:line``, from the ``.loc`` in force; "" without one) -- for this project's kernels
     the Python line that built the instruction."""
     __slots__ = ("pc", "line", "text", "opcode", "guard", "neg", "fn", "scope", "info", "rbits", "batch", "src",
-                 "vec", "fused")
+                 "vec", "fused", "regs", "fold")
 
     def __init__(self, pc, line, text, opcode, scope, src=""):
         self.pc, self.line, self.text, self.opcode, self.scope = pc, line, text, opcode, scope
@@ -73,6 +73,9 @@ class Instr:
         #: fusion.VecForm (the instruction as an elementwise operation) and fusion.FusedBlock
         #: (the fused run that starts here), or None
         self.vec = self.fused = None
+        #: (registers read, registers written) as (class, index) pairs, for instructions outside
+        #: VecForm whose decoder knows them (wgmma: chain_fold.py); chain_fold.ChainFold that starts here
+        self.regs = self.fold = None
 
     def at(self) -> str:
         """``PTX line N`` and, where the line table names one, ``(path:line)``."""

@@ -73,7 +73,7 @@ def _dec_cp_async_group(ctx, ins, op, mods, ops):
             if hb is not None:
                 hb_check_init(w, b, ins)
                 b.snap = hb.merge(b.snap, hb.async_op([w], _cp_agent(w).idx, w.cp_commits + 1))
-            b.note(f"cp.async.mbarrier.arrive{'.noinc' if noinc else ''} x{n} at {ins.at()}")
+            b.note("cp.async.mbarrier.arrive{} x{} at {}", ".noinc" if noinc else "", n, ins)
             if noinc:       # the pending count was not incremented: the arrive-on counts
                 b.arrive(n, ins)
             else:

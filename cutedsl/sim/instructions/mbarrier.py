@@ -120,10 +120,10 @@ def dec_mbarrier(ctx, ins, mods, ops):
                         b.snap = hb.merge(b.snap, snap)
                     if is_tx:
                         b.expect_tx(c * n)
-                        b.note(f"arrive.expect_tx {c} B x{n} at {ins.at()}")
+                        b.note("arrive.expect_tx {} B x{} at {}", c, n, ins)
                         b.arrive(n, ins)
                     else:
-                        b.note(f"arrive x{n * c} at {ins.at()}")
+                        b.note("arrive x{} at {}", n * c, ins)
                         b.arrive(n, ins, count=c, nocomplete=nocomp, drop=drop)
                 ch = w.launch.chaos
                 if ch is not None and cta is not w.cta:
@@ -141,7 +141,7 @@ def dec_mbarrier(ctx, ins, mods, ops):
             for cta, off, n in mbar_targets(w, lane_vals(addr(w), lanes), space, ins, lanes):
                 b = get_mbar(cta, off, ins)
                 v = int(np.broadcast_to(rn(w), (32,))[lanes[0]]) * n
-                b.note(f"{op} {v} B at {ins.at()}")
+                b.note("{} {} B at {}", op, v, ins)
                 (b.expect_tx if op == "expect_tx" else b.complete_tx)(v)
         return fn
     if op in ("try_wait", "test_wait"):

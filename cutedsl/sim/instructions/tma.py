@@ -33,8 +33,7 @@ from ..machine.memory import PARAM_WIN
 from ..frontend.registry import SUBHANDLERS, handler
 from ..checks.shadow_words import word_set, words_of
 from ..engines.mbarrier_object import get_mbar, hb_check_init
-from ..engines.tma_box import (box_chunks, box_layout, box_span, chunk_source, elements, smem_dest, tmap_of,
-                               whole_words)
+from ..engines.tma_box import chunk_source, elements, load_plan, smem_dest, tmap_of, whole_words
 
 
 def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
@@ -76,13 +75,12 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
                                   f"{len(cl.ctas)}-CTA cluster\n    at {ins.where()}")
         targets = [cl.ctas[i] for i in range(len(cl.ctas)) if mask >> i & 1]
     dmod = doff % 1024
-    words = box_layout(sbox, tm.esize, tm.swizzle, dmod)[2]
-    rmin, rmax, erel = box_span(sbox, tm.esize, tm.swizzle, dmod)
+    words, rmin, rmax, erel, cdst = load_plan(sbox, tm.strides, tm.esize, tm.swizzle, dmod)
     base = doff - dmod                      # a multiple of 1024
     if src is None:
         unit, sidx = tm.esize, erel + base // tm.esize
     else:
-        unit, sidx = 16, box_chunks(sbox, tm.strides, tm.esize, tm.swizzle, dmod)[1] + base // 16
+        unit, sidx = 16, cdst + base // 16
     nbytes = tm.esize * len(erel)               # the bytes written into shared memory
     for cta in targets:
         if base + rmax + tm.esize > cta.smem_size or base + rmin < 0:
@@ -95,7 +93,7 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
 
         def land(cta=cta, bar=bar, snap=snap, bcta=bcta):
             cta.sv[unit][sidx] = vals
-            bar.note(f"complete_tx {nbytes} B (TMA load at {ins.at()}, coords {tuple(coords)})")
+            bar.note("complete_tx {} B (TMA load at {}, coords {})", nbytes, ins, tuple(coords))
             if snap is not None:
                 bar.snap = bcta.cluster.hb.merge(bar.snap, snap)
             bar.complete_tx(nbytes)
@@ -128,6 +126,13 @@ def box_values(w, tm, coords, ins, ghb):
 
 
 _WORD_BYTES = np.arange(0, 16, 4)       # the 4-byte words of a 16-byte chunk
+
+
+def _s32(x):
+    """A coordinate register's low 32 bits as a signed int (``.s32`` coordinates, PTX ISA
+    cp.async.bulk.tensor), in plain int arithmetic: numpy scalar casts cost more per issue."""
+    x &= 0xFFFFFFFF
+    return x - (1 << 32) if x & 0x80000000 else x
 
 
 def packed_coords(tm, coords, ins):
@@ -167,8 +172,7 @@ def tma_store(w, ins, tm_addr, coords, src):
         al, gidx, inb = chunks[0], chunks[1], None
     scta, soff = smem_dest(w, src, ins, "TMA store source")
     dmod = soff % 1024
-    ch = box_layout(tm.box, tm.esize, tm.swizzle, dmod)[2]
-    _rmin, rmax, erel = box_span(tm.box, tm.esize, tm.swizzle, dmod)
+    ch, _rmin, rmax, erel, cdst = load_plan(tm.box, tm.strides, tm.esize, tm.swizzle, dmod)
     base = soff - dmod
     if base + rmax + tm.esize > scta.smem_size:
         raise MemoryAccessError(f"TMA store box at smem offset {soff} overruns shared memory\n    at {ins.where()}")
@@ -178,7 +182,7 @@ def tma_store(w, ins, tm_addr, coords, src):
         gwords = whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize)
         first = int(gidx[0])
     else:                               # the chunks' words in box order: what whole_words gives
-        unit, sidx = 16, box_chunks(tm.box, tm.strides, tm.esize, tm.swizzle, dmod)[1] + base // 16
+        unit, sidx = 16, cdst + base // 16
         gwords = ((16 * gidx[:, None] + _WORD_BYTES).reshape(-1), 4)
         first = int(gidx[0]) * 16 // tm.esize
     v = al.v[unit]
@@ -319,7 +323,7 @@ def _dec_tensor(ctx, ins, mods, ops):
             vals = [dst(w), tmr(w), mbar(w)] + [c(w) for c in crs] + ([rmask(w)] if rmask else [])
             for lv in lane_scalars(w, m, *vals):
                 d, ta, mb = lv[:3]
-                coords = [int(np.int32(np.uint32(x & 0xFFFFFFFF).view(np.int32))) for x in lv[3:3 + dim]]
+                coords = [_s32(x) for x in lv[3:3 + dim]]
                 mk = lv[3 + dim] if rmask else None
                 tma_load(w, ins, d, ta, coords, mb, mk, pair)
         return fn
@@ -341,7 +345,7 @@ def _dec_tensor(ctx, ins, mods, ops):
             if key in seen:
                 continue
             seen.add(key)
-            coords = [int(np.int32(np.uint32(x & 0xFFFFFFFF).view(np.int32))) for x in lv[2:]]
+            coords = [_s32(x) for x in lv[2:]]
             tma_store(w, ins, lv[0], coords, lv[1])
     return fn
 

@@ -188,7 +188,7 @@ def _commit(ctx, ins, mods, ops):
                 for b in bars:
                     if snap is not None:
                         b.snap = hb.merge(b.snap, snap)
-                    b.note(f"tcgen05.commit at {ins.at()}")
+                    b.note("tcgen05.commit at {}", ins)
                     b.arrive(1, ins)
             defer(w, arrive, ("tcgen05-commit", key), ("tcgen05", key))
     return fn

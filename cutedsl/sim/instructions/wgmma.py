@@ -125,6 +125,22 @@ def _uniform(warps, reader, ins, what, batch=None):
     return int(x0)
 
 
+def _note_regs(ins, didx, aidx, readers):
+    """``ins.regs`` for the chain fold (:mod:`cutedsl.sim.frontend.chain_fold`): a wgmma reads its
+    descriptors, scale-d predicate, register A and (accumulating) D, and writes D; left None when
+    a reader is not a plain register or constant read."""
+    reads = {("r", int(i)) for i in didx} | {("r", int(i)) for i in aidx}
+    for r in readers:
+        if r is None:
+            continue
+        tag = getattr(r, "vec_src", None)
+        if tag is None:
+            return
+        if tag[0] == "r":
+            reads.add((tag[1], tag[3]))
+    ins.regs = (frozenset(reads), frozenset(("r", int(i)) for i in didx))
+
+
 @handler("wgmma")
 def dec_wgmma(ctx, ins, mods, ops):
     if not mods:
@@ -237,6 +253,7 @@ def dec_wgmma(ctx, ins, mods, ops):
     for i in (aidx.tolist() if a_regs else []):
         rbits |= 1 << int(i)
     dkey = tuple(didx.tolist())
+    _note_regs(ins, didx, aidx if a_regs else (), (ra, rb, rscale if sc.kind == "reg" else None))
     hold = dtype_d == "f32"         # f32 accumulators are held as tiles between MMAs (wgmma_acc)
 
     def execute(warps, cta, queue=False):

@@ -12,7 +12,9 @@ lane's ``mbarrier.arrive``: :func:`_detour`); warp-uniform synchronisation instr
 ``registry.each_warp``) runs **once** for a contiguous run of warps at that PC, through a
 :class:`machine.WarpBatch` whose register views span their lanes. A fused block of register
 instructions (:mod:`cutedsl.sim.frontend.fusion`) that starts at the PC runs as a whole, for the
-batch or for a lone warp.
+batch or for a lone warp. A chain fold (:mod:`cutedsl.sim.frontend.chain_fold`) that starts at
+the PC runs the register instructions between a chain's wgmmas first, for a batch of whole
+warpgroups; the batch then steps over them.
 
 Correctness: running an instruction of several warps back to back is one of the interleavings
 the scheduler may choose anyway (warps are independent between synchronisation points), and a
@@ -106,10 +108,23 @@ def lockstep(launch, w, g, ins, gang, budget):
     done = 0
     sh = cta.shadow
     owned = _bits(part)         # a superset of the registers a wgmma owns or holds in the batch
+    folded = None               # the register PCs of a chain fold whose plan ran (frontend/chain_fold.py)
     try:
         while True:
+            cf = ins.fold
+            if cf is not None:
+                # the MMAs decline a batch that is not whole warpgroups (wgmma batch_fn): the
+                # plan runs only when the batch will issue every MMA of the run
+                folded = None
+                if (done + cf.n <= budget and not (lo | hi) & 3
+                        and not (cf.rbits & owned and _owned(part, cf.rbits))):
+                    cf.run(b)
+                    folded = cf.regpcs
             fb = ins.fused
-            if fb is not None and done + fb.n <= budget and not (fb.rbits & owned and _owned(part, fb.rbits)):
+            if folded is not None and pc in folded:
+                pc += 1             # ran in the fold's plan
+                done += 1
+            elif fb is not None and done + fb.n <= budget and not (fb.rbits & owned and _owned(part, fb.rbits)):
                 fb.run(b)           # a fused block of register instructions (frontend/fusion.py)
                 pc += fb.n
                 done += fb.n
@@ -154,7 +169,8 @@ def lockstep(launch, w, g, ins, gang, budget):
             if done >= budget:
                 break
             ins = code[pc]
-            if not ins.batch or (ins.rbits & owned and _owned(part, ins.rbits)):
+            if not ins.batch or (ins.rbits & owned and _owned(part, ins.rbits)
+                                 and not (folded is not None and pc in folded)):
                 break
     except SimError:
         if sh is not None and sh.pending:
