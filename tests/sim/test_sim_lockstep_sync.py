@@ -1,8 +1,9 @@
 """Warp-uniform synchronisation instructions in lockstep batches (registry.each_warp, BATCH_EACH):
-``bar.sync`` that the batch completes, ``mbarrier.try_wait`` on a phase already complete,
+``mbarrier.try_wait`` on a phase already complete,
 ``wgmma.fence/commit_group/wait_group`` and ``fence.proxy.async`` run once per batch, each warp in
 the scheduler's stepping order. Every result, warp-instruction count and report must be the one
-of the warps run one by one (the decoder's BATCH_EACH switched off)."""
+of the warps run one by one (the decoder's BATCH_EACH switched off). ``bar.sync`` is not one (its
+batched form lost a wake-up under an adversarial schedule; test_sm100_epilogue_replay.py)."""
 import numpy as np
 import pytest
 
@@ -91,18 +92,20 @@ def run(sync, threads=128, tag="", partner=32):
     return emu.to_host(out, (threads,), np.uint32), info["instructions"]
 
 
-@pytest.mark.parametrize("sync, threads", [
-    ("\tbar.sync 1, 128;", 128),                  # a warpgroup's named barrier: completed by the batch
-    ("\tbar.sync 0;", 128),                       # every warp of the CTA
-    (MBAR_SYNC, 128),                             # arrivals, then a wait on a complete phase
-    (LATE, 256),                                  # half the warps late: the batch cannot complete it
-    ("\tfence.proxy.async.shared::cta;\n\tbar.sync 1, 128;", 128),
+@pytest.mark.parametrize("sync, threads, batched", [
+    # bar.sync is not a batch instruction (a lost wake-up under an adversarial schedule: sync.py);
+    # its cases check the per-warp runs give the same results and counts
+    ("\tbar.sync 1, 128;", 128, False),           # a warpgroup's named barrier
+    ("\tbar.sync 0;", 128, False),                # every warp of the CTA
+    (MBAR_SYNC, 128, True),                       # arrivals, then a wait on a complete phase
+    (LATE, 256, False),                           # half the warps late
+    ("\tfence.proxy.async.shared::cta;\n\tbar.sync 1, 128;", 128, True),
 ])
-def test_synchronisation_in_a_batch_is_each_warps_own(sync, threads, per_warp, each_runs):
+def test_synchronisation_in_a_batch_is_each_warps_own(sync, threads, batched, per_warp, each_runs):
     got, n = run(sync, threads)
     assert np.array_equal(got, np.arange(threads, dtype=np.uint32) ^ 32)
-    assert each_runs, "no synchronisation instruction ran as a batch"
-    if sync != LATE:
+    assert bool(each_runs) == batched, each_runs
+    if batched:
         assert (0, 4) in each_runs                # all four warps at once
     per_warp()
     each_runs.clear()
