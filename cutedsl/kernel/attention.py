@@ -83,7 +83,6 @@ BLOCK_N = 128                     #: keys per KV block (FlashAttention-3's for h
 #: memory; FlashAttention-3 takes 80 keys, here the V tiles hold whole 64-key k-tiles
 BLOCK_N_FOR = {256: 64}
 STAGES = 2                        #: K and V ring depth
-MMA_REGS, PRODUCER_REGS = DEFAULT.attention_wgmma_regs  #: setmaxnreg budgets on sm_90a (FlashAttention-3's)
 #: why a head dimension is refused (named, not a generic message)
 NOT_YET: dict = {}
 
