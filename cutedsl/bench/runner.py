@@ -45,7 +45,7 @@ def prebuilt_launcher(backend, gemm, launch):
     if packed is None or not hasattr(backend, "launcher") or packed[3]:
         return launch
     handle, grid, params, _ = packed
-    kern = gemm.compiled
+    kern = launch.compiled      # the kernel the launch runs: a layout variant's, not gemm.compiled
     return backend.launcher(handle, grid, params, block=kern.block, cluster=kern.cluster, smem=kern.dynamic_smem)
 
 

@@ -200,7 +200,7 @@ class Gemm:
                 handle, grid, params, zero_d = launch.packed
                 if zero_d:                   # the launch does more than one kernel call
                     return None
-                kern = self.compiled
+                kern = launch.compiled       # a layout variant's (raster N, majors), not self.compiled
                 run = be.launcher(handle, grid, params, block=kern.block, cluster=kern.cluster,
                                   smem=kern.dynamic_smem)
             finally:

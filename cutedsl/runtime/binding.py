@@ -91,8 +91,10 @@ class Binding:
         """The ``launch()`` callable of ``grid`` CTAs ``(x, y, z)``: packs the parameters (the one
         place they are packed), loads the module if needed. ``zero_fill``: device arrays cleared
         before every launch (outputs the kernel adds into). The callable carries ``release``,
-        ``keep`` (the binding's memory) and ``packed = (module, grid, params, reusable?)`` for
-        a launch cache (not reusable when it zero-fills or takes a workspace)."""
+        ``keep`` (the binding's memory), ``compiled`` (the ``CompiledKernel`` it launches: a
+        front end's call may have gone to a layout variant of its own config) and
+        ``packed = (module, grid, params, reusable?)`` for a launch cache (not reusable when
+        it zero-fills or takes a workspace)."""
         ck, be, ws = self.compiled, self.backend, self._workspace
         params = ck.pack_params(self.values)
         handle = self._module if self._module is not None else be.load(ck)
@@ -109,7 +111,7 @@ class Binding:
                 if ws is not None:         # its semaphores may be left mid-reduction: never reuse it
                     ws[1] = False
                 raise
-        launch.release, launch.keep = scratch.release, scratch
+        launch.release, launch.keep, launch.compiled = scratch.release, scratch, ck
         launch.packed = (handle, tuple(grid), params, bool(zero_fill) or ws is not None)
         return launch
 

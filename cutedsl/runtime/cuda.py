@@ -168,9 +168,14 @@ class CudaBackend(Backend):
         drv = self.drv
         code = PACKED_TMA[spec.dtype].tma_code if spec.dtype in PACKED_TMA else _dtype(spec.dtype).tma_code
         dt = drv.CUtensorMapDataType(code)
+        # rank 1 has no stride to pass, but an empty list reaches the driver as a null
+        # globalStrides, which driver 580 refuses (CUDA_ERROR_INVALID_VALUE, seen on an H100 and
+        # an H200, 2026-11-28: the same map with one entry encodes); that unread entry is a
+        # 16-byte multiple past the row's bytes (8 B per element bounds every TMA type)
+        strides = enc.strides or (-(-enc.dims[0] * 8 // 16) * 16,)
         tmap = _check(drv.cuTensorMapEncodeTiled(
             dt, enc.spec.rank, address,
-            [drv.cuuint64_t(d) for d in enc.dims], [drv.cuuint64_t(s) for s in enc.strides],
+            [drv.cuuint64_t(d) for d in enc.dims], [drv.cuuint64_t(s) for s in strides],
             [drv.cuuint32_t(b) for b in enc.box], [drv.cuuint32_t(e) for e in enc.elem_strides],
             drv.CUtensorMapInterleave(0), drv.CUtensorMapSwizzle(_SWZ[spec.swizzle]),
             drv.CUtensorMapL2promotion(_L2[spec.l2promo]),

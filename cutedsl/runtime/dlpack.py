@@ -155,7 +155,9 @@ def wrap_like(dd, fw: str):
     producer's framework through its ``from_dlpack``), else the DeviceArray."""
     if fw == "torch":
         import torch
-        return torch.as_tensor(dd, device="cuda")
+        # DLPack, not __cuda_array_interface__: the latter has no bf16 typestr (numpy's '<V2'),
+        # which torch.as_tensor refuses; DLPack carries kDLBfloat
+        return torch.from_dlpack(dd)
     if fw == "cupy":
         import cupy
         return cupy.asarray(dd)

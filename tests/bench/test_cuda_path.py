@@ -92,3 +92,29 @@ def test_iters_below_20_are_refused_on_a_gpu(monkeypatch, capsys):
     monkeypatch.setattr("cutedsl.runtime.selection.get_backend", lambda name, arch=None: types.SimpleNamespace(name="cuda"))
     assert cli.main(["bench", "--iters", "10"]) == 2
     assert "argument --iters: a GPU run takes the median of at least 20 launches, got 10" in capsys.readouterr().err
+
+
+def test_launch_caches_use_the_variant_kernel_not_the_config_s(monkeypatch):
+    """Found on an H100 (2026-11-28): a call whose operands ask for a layout variant (here
+    ``raster="auto"`` on a problem with more tile columns than rows: raster N) ran the variant,
+    but ``Gemm.__call__``'s launch cache and the bench's prebuilt launcher took block / cluster /
+    smem from ``gemm.compiled`` -- the config's own kernel, compiled for nothing, and on a GPU
+    machine fed by a bundle a ``CacheError`` (the bundle holds only the kernels calls run)."""
+    from cutedsl import Gemm, GemmConfig
+    from cutedsl.bench.runner import prebuilt_launcher
+    from cutedsl.errors import CacheError
+    be, drv = overhead.null_cuda_backend(monkeypatch.setattr)
+    cfg = GemmConfig(dtype="bf16", out_dtype="bf16", tile=(64, 64, 64), schedule="pingpong")
+    g = Gemm(cfg, be)
+
+    def not_in_bundle(**_kw):
+        raise CacheError("the config's own kernel is not in the bundle")
+    monkeypatch.setattr(g.kernel, "compile", not_in_bundle)
+    m, n, k = 64, 648, 200                       # 1 x 11 tiles: raster N
+    lib = NullDeviceLib(be)
+    a, b, d = lib.randn((m, k), "bf16"), lib.randn((k, n), "bf16"), lib.empty((m, n), "bf16")
+    assert g(a, b, out=d) is d                   # the launch cache's path (device arrays, CUDA)
+    launch, _ = g.prepare(a, b, out=d)
+    assert launch.compiled is g.variant(raster="N").compiled
+    assert callable(prebuilt_launcher(be, g, launch))
+    assert g._compiled is None                   # the config's own kernel was never needed

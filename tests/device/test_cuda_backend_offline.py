@@ -201,3 +201,30 @@ def test_timing_events_are_destroyed_when_the_timed_call_raises(backend):
     with pytest.raises(RuntimeError, match="launch failed"):
         be.time_launches(boom, 3)
     assert [c for c in fake.calls if c[0] == "destroy"] == [("destroy", "ev1"), ("destroy", "ev2")]
+
+
+def test_rank1_tensor_map_passes_a_non_null_stride_array(backend, monkeypatch):
+    """Seen on an H100 and an H200 (driver 580, 2026-11-28): cuTensorMapEncodeTiled of a rank-1
+    map with an empty globalStrides list (a null pointer after cuda-python's conversion) returns
+    CUDA_ERROR_INVALID_VALUE, the same map with one (unread) entry encodes. The fake driver
+    applies that rule; ranks 2+ pass their own strides unchanged."""
+    import ctypes
+    from cutedsl.compiler.artifact import TensorMapSpec
+    be, fake = backend
+    seen = []
+    blob = ctypes.create_string_buffer(128)
+
+    def encode(dt, rank, address, dims, strides, box, elem, *flags):
+        seen.append((rank, list(dims), list(strides)))
+        if not strides:
+            return 1, None                               # CUDA_ERROR_INVALID_VALUE, as the GPU did
+        return 0, types.SimpleNamespace(getPtr=lambda: ctypes.addressof(blob))
+    for name in ("CUtensorMapDataType", "cuuint64_t", "cuuint32_t", "CUtensorMapInterleave",
+                 "CUtensorMapSwizzle", "CUtensorMapL2promotion", "CUtensorMapFloatOOBfill"):
+        monkeypatch.setattr(fake, name, int, raising=False)
+    monkeypatch.setattr(fake, "cuTensorMapEncodeTiled", encode, raising=False)
+    be.encode_tensor_map(TensorMapSpec("x", "f32", (256,)), 1 << 20, (100_003,), (4,))
+    rank, dims, strides = seen[-1]
+    assert (rank, dims, len(strides)) == (1, [100_003], 1) and strides[0] % 16 == 0 and strides[0] >= 400_012
+    be.encode_tensor_map(TensorMapSpec("y", "f16", (64, 64)), 1 << 20, (300, 328), (656, 2))
+    assert seen[-1] == (2, [328, 300], [656])

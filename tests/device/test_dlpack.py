@@ -121,3 +121,21 @@ def test_emulator_arrays_are_not_dlpack_producers(sim):
     d = arrays.to_device(sim, np.ones((2, 2), np.float16))
     with pytest.raises(BufferError, match="only DeviceArrays of the CUDA backend"):
         d.__dlpack__()
+
+
+def test_torch_results_travel_by_dlpack_so_bf16_survives(monkeypatch):
+    """Found on an H100 (2026-11-28): torch.as_tensor reads ``__cuda_array_interface__``, whose
+    bf16 typestr is numpy's '<V2', and refuses it (TypeError), so the attention forward's bf16 O
+    could not come back as a torch tensor. The result must go through DLPack (kDLBfloat)."""
+    import sys
+    import types
+    seen = []
+
+    def as_tensor(x, device=None):          # what torch does with a '<V2' interface
+        raise TypeError("can't convert np.ndarray of type numpy.void")
+
+    fake = types.SimpleNamespace(as_tensor=as_tensor, from_dlpack=lambda x: seen.append(x) or "tensor")
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    marker = object()
+    assert dlpack.wrap_like(marker, "torch") == "tensor"
+    assert seen == [marker]

@@ -44,16 +44,16 @@ def _ints(rng, shape, dt):
     return rng.integers(-4, 5, shape).astype(_dtype(dt).numpy)
 
 
-def _operands(cfg, rng):
+def _operands(cfg, rng, k=K, n=N):
     """Host ``(a, b, extra)`` for ``cfg`` in its own layouts (fp8 / tf32: B K-major)."""
     lead = (L,) if cfg.batched else ()
-    a = _ints(rng, lead + (M, K), cfg.dtype)
-    b = _ints(rng, lead + (K, N), cfg.b_dtype or cfg.dtype)
+    a = _ints(rng, lead + (M, k), cfg.dtype)
+    b = _ints(rng, lead + (k, n), cfg.b_dtype or cfg.dtype)
     if cfg.b_major == "K":
         b = np.ascontiguousarray(np.swapaxes(b, -1, -2)).swapaxes(-1, -2)
     extra = {}
     if cfg.fusion:
-        extra = dict(alpha=2.0, beta=-1.0, c=_ints(rng, (M, N), "f32"), bias=_ints(rng, (N,), "f32"))
+        extra = dict(alpha=2.0, beta=-1.0, c=_ints(rng, (M, n), "f32"), bias=_ints(rng, (n,), "f32"))
     return a, b, extra
 
 
@@ -94,6 +94,19 @@ def test_family_bit_identical(family, rng, cuda, sim):
 
 #: the operand tests' kernel: the multistage family's (bundled by test_family_bit_identical)
 OPERAND_CONFIG = GemmConfig(**{"out_dtype": "f32", **FAMILIES["multistage"]})
+#: K and N of the operand tests: device operands are taken zero-copy, so their rows must meet
+#: TMA's 16-byte stride rule (K = 333 f16 rows are 666 B, N = 300 ones 600 B: refused, see
+#: _refuses_unaligned_rows); 328 and 296 are still no tile multiples
+K_DEVICE, N_DEVICE = 328, 296
+
+
+def _refuses_unaligned_rows(gemm_call, to_device, rng):
+    """A device operand whose row stride breaks the 16-byte rule is refused before launch,
+    naming the operand and the fix (host operands are staged into aligned rows instead)."""
+    from cutedsl.errors import ArgumentError
+    a, b, _ = _operands(OPERAND_CONFIG, rng)
+    with pytest.raises(ArgumentError, match=r"a: row stride is 666 B; TMA needs a multiple of 16 B"):
+        gemm_call(to_device(a), to_device(b))
 
 
 class _DLPackOnly:
@@ -119,9 +132,9 @@ def _torch_cuda():
 @pytest.mark.parametrize("kind", ["torch", "dlpack", "torch_op"])
 def test_torch_operands_bit_identical(kind, rng, cuda, sim):
     torch = _torch_cuda()
-    a, b, _ = _operands(OPERAND_CONFIG, rng)
+    a, b, _ = _operands(OPERAND_CONFIG, rng, K_DEVICE, N_DEVICE)
     ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
-    out = torch.full((M, N), float("nan"), dtype=torch.float32, device="cuda")
+    out = torch.full((M, N_DEVICE), float("nan"), dtype=torch.float32, device="cuda")
     if kind == "torch_op":
         from cutedsl import torch as ct
         assert ct.gemm(ta, tb, config=OPERAND_CONFIG, out=out) is out
@@ -131,6 +144,14 @@ def test_torch_operands_bit_identical(kind, rng, cuda, sim):
     torch.cuda.synchronize()
     d_sim = Gemm(OPERAND_CONFIG, sim)(a, b)
     assert out.cpu().numpy().tobytes() == d_sim.tobytes(), kind
+    if kind == "torch_op":
+        from cutedsl import torch as ct
+        _refuses_unaligned_rows(lambda x, y: ct.gemm(x, y, config=OPERAND_CONFIG),
+                                lambda x: torch.from_numpy(x).cuda(), rng)
+    else:
+        wrap = _DLPackOnly if kind == "dlpack" else (lambda x: x)
+        _refuses_unaligned_rows(lambda x, y: Gemm(OPERAND_CONFIG, cuda)(x, y),
+                                lambda x: wrap(torch.from_numpy(x).cuda()), rng)
 
 
 def test_cupy_operands_bit_identical(rng, cuda, sim):
@@ -139,8 +160,9 @@ def test_cupy_operands_bit_identical(rng, cuda, sim):
         cp.cuda.runtime.getDeviceCount()
     except Exception as e:      # noqa: BLE001 - cupy without a driver raises its own runtime error
         pytest.skip(f"cupy has no CUDA device ({type(e).__name__})")
-    a, b, _ = _operands(OPERAND_CONFIG, rng)
-    out = cp.full((M, N), cp.nan, dtype=cp.float32)
+    a, b, _ = _operands(OPERAND_CONFIG, rng, K_DEVICE, N_DEVICE)
+    out = cp.full((M, N_DEVICE), cp.nan, dtype=cp.float32)
     Gemm(OPERAND_CONFIG, cuda)(cp.asarray(a), cp.asarray(b), out=out)
     cp.cuda.runtime.deviceSynchronize()
     assert out.get().tobytes() == Gemm(OPERAND_CONFIG, sim)(a, b).tobytes()
+    _refuses_unaligned_rows(lambda x, y: Gemm(OPERAND_CONFIG, cuda)(x, y), cp.asarray, rng)
