@@ -56,7 +56,7 @@ class MBarriers:
         return V.Scalar(nvgpu.mbarrier_get(ir.IntegerType.get_signless(32), self.group, self._idx(i)),
                         signed=False)
 
-    def arrive_cluster(self, i, cta_rank, predicate=None) -> None:
+    def arrive_cluster(self, i, cta_rank, predicate=None, scope: str = "cluster") -> None:
         """Arrive on barrier ``i`` of the CTA of cluster rank ``cta_rank`` (int or IR i32; may
         be this CTA): ``mapa.shared::cluster`` + ``mbarrier.arrive.release.cluster.
         shared::cluster.b64`` (CUTLASS ``ClusterBarrier::arrive(cta_id, pred)``). Release at
@@ -67,18 +67,32 @@ class MBarriers:
         instruction (``@p``; the ``mapa`` too, so the ranks of threads that do not arrive are
         never used) rather than a branch — e.g. lane ``r`` of a consumer warp signals CTA ``r``
         of the cluster — so a consumer loop stays free of divergent branches (which would cost
-        ptxas' uniform datapath)."""
+        ptxas' uniform datapath).
+
+        ``scope="cta"``: ``mbarrier.arrive.shared::cluster.b64`` (the ISA's default
+        ``.release.cta``), the form CUTLASS's and CuTe DSL's Hopper pipelines release operand
+        stages with. For that use only: the accesses the arrival must order are the
+        consumer's ``wgmma`` reads of its own CTA's shared memory, which ``wgmma.wait_group``
+        completed before it (PTX ISA "wgmma.wait_group"), and a completed read cannot observe
+        the peer's later TMA write; nothing is published to the peer. ptxas emits two
+        ``MEMBAR`` + ``ERRBAR`` + ``CGAERRBAR`` per ``.release.cluster`` arrival: in a GEMM
+        main loop that cost 30-70 % of an H200's throughput (docs/performance.md). Writes a
+        peer reads after its wait need ``scope="cluster"`` (PTX ISA memory consistency model:
+        a release synchronizes only with acquires inside its scope)."""
         from .cluster import mapa
+        if scope not in ("cta", "cluster"):
+            raise ValueError(f"scope must be 'cta' or 'cluster', got {scope!r}")
         if predicate is None:
             remote = mapa(self.address(i), cta_rank)
-            nvvm.mbarrier_arrive(None, remote, scope=ir.Attribute.parse("#nvvm.mem_scope<cluster>"))
+            nvvm.mbarrier_arrive(None, remote, scope=ir.Attribute.parse(f"#nvvm.mem_scope<{scope}>"))
             return
         from mlir.dialects import llvm
         p = V.Scalar(predicate).to("i32", signed=False)
         llvm.inline_asm(None, [self.address(i), V.i32(cta_rank), p],
                         "{\n\t.reg .pred p;\n\t.reg .b32 remote;\n\tsetp.ne.b32 p, $2, 0;\n\t"
                         "@p mapa.shared::cluster.u32 remote, $0, $1;\n\t"
-                        "@p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n\t}",
+                        f"@p mbarrier.arrive{'.release.cluster' if scope == 'cluster' else ''}"
+                        ".shared::cluster.b64 _, [remote];\n\t}",
                         "r,r,r", has_side_effects=True)
 
     def arrive_expect_tx(self, i, tx_bytes, predicate=None) -> None:

@@ -154,8 +154,10 @@ class TmaPipeline:
         cm, cn = self.cluster
         lane, me = cir.lane_id(), cta_rank()
         same_line = (lane % cm).eq(me % cm) | (lane // cm).eq(me // cm)
-        # a predicated arrival, not a branch: the consumer loop stays free of divergence
-        self.empty.arrive_cluster(state.index, lane, predicate=(lane < cm * cn) & same_line)
+        # a predicated arrival, not a branch: the consumer loop stays free of divergence; CTA
+        # scope as CUTLASS's consumer_release (MBarriers.arrive_cluster: the slot's wgmma reads
+        # are complete, nothing is published to the peer; cluster scope costs MEMBARs per k-tile)
+        self.empty.arrive_cluster(state.index, lane, predicate=(lane < cm * cn) & same_line, scope="cta")
 
 
 class OrderedSequenceBarrier:

@@ -141,3 +141,33 @@ def test_cluster_atom_errors():
         cluster.multicast_mask((2, 1), "z")
     with pytest.raises(ValueError, match="cluster dimension must be one of"):
         cluster.cta_id("w")
+
+
+def test_remote_arrival_scope_and_its_membars():
+    """``arrive_cluster(scope=)``: ``.release.cluster`` makes ptxas fence (MEMBAR) at each
+    arrival, the default ``.release.cta`` form CUTLASS's pipelines release operand stages with
+    does not (the cluster syncs around them fence in both)."""
+    import cutedsl.ir as cir
+    from cutedsl.atom import MBarriers
+    from cutedsl.ir import SmemPlan
+
+    def body(args, smem):
+        bars = MBarriers(smem.barriers("b"), 1)
+        bars.init(0, 2, predicate=cir.thread_idx().eq(0))
+        MBarriers.fence_init()
+        cluster.cluster_sync()
+        bars.arrive_cluster(0, cluster.cta_rank() ^ 1, scope=scope)
+        bars.arrive_cluster(0, cluster.cta_rank() ^ 1, predicate=cir.lane_id().eq(0), scope=scope)
+        cluster.cluster_sync()
+
+    membars = {}
+    for scope in ("cluster", "cta"):
+        plan = SmemPlan()
+        plan.barriers("b", 1)
+        k = build_kernel(body, params=(("out", "ptr"),), plan=plan, cluster=(2, 1, 1))
+        sem = ".release.cluster" if scope == "cluster" else ""
+        assert k.ptx.count(f"mbarrier.arrive{sem}.shared::cluster.b64 _,") == 2, scope
+        membars[scope] = k.resources.sass.get("MEMBAR", 0)
+    assert membars["cluster"] >= membars["cta"] + 2, membars
+    with pytest.raises(ValueError, match="scope must be 'cta' or 'cluster'"):
+        MBarriers.arrive_cluster(None, 0, 0, scope="gpu")

@@ -88,7 +88,9 @@ def test_cluster_pipeline_empty_arrival_counts(cluster, count):
     full_reg, empty_reg = (l.split(",")[-1].strip(" ;") for l in (inits[0], inits[2]))
     assert f"mov.b32 {full_reg}, 1;" in ptx and f"mov.b32 {empty_reg}, {count};" in ptx
     if cs > 1:
-        assert "mapa.shared::cluster" in k.ptx and "mbarrier.arrive.release.cluster.shared::cluster" in k.ptx
+        # CTA scope (CUTLASS's consumer_release): a cluster-scope release costs MEMBARs per k-tile
+        assert "mapa.shared::cluster" in k.ptx and "@p mbarrier.arrive.shared::cluster.b64 _, [remote];" in k.ptx
+        assert ".release.cluster.shared::cluster" not in k.ptx
         assert "barrier.cluster.arrive" in k.ptx and "barrier.cluster.wait" in k.ptx
     else:
         assert "mapa" not in k.ptx and "bar.sync" in k.ptx
