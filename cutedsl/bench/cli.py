@@ -62,14 +62,16 @@ def add_parsers(sub) -> None:
     b.add_argument("--identity", action="store_true",
                    help="instead: integer inputs, GPU result bit-identical with the emulator, per config")
 
+    from .plans import PLANS
     u = sub.add_parser("bundle", help="compile every kernel a GPU run needs into a directory (no GPU needed)",
                        description="Compile into DIR/cache every kernel that scripts/gpu_run.sh runs, and "
                                    "write DIR/manifest.json; or --verify that DIR has them all (no MLIR needed).")
     u.add_argument("--out", required=True, metavar="DIR")
-    u.add_argument("--plan", choices=["gpu", "smoke"], default="gpu",
+    u.add_argument("--plan", choices=list(PLANS), default="gpu",
                    help="gpu: what a GPU lease runs (cutedsl.bench.plans: the gpu tests, the problems timed "
-                        "against cuBLAS with the model's and tuner's configs, the main job's export); smoke: "
-                        "a small plan for testing the bundle and the dry run")
+                        "against cuBLAS with the model's and tuner's configs, the main job's export); explore: "
+                        "a calibration grid of configs on more problems (no tests, no attention); smoke: a "
+                        "small plan for testing the bundle and the dry run")
     u.add_argument("--arch", choices=list(ARCHS), default=None,
                    help="the target of the bundled kernels (default sm_90a); sm_100a bundles the plan's "
                         "problems (the model's pick) and main job for Blackwell, without the gpu tests (they "

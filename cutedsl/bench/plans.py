@@ -25,6 +25,13 @@ LEASE_PROBLEMS = (
     ("skinny", 1024, 2112, 7168, "bf16", "bf16", None),
     ("fp8", 8192, 8192, 8192, "e4m3", "bf16", None),
 )
+#: the problems of an exploring lease (``--plan explore``): the full lease's, plus shapes between
+#: them for the model's calibration; each times :func:`explore_configs` besides the tuner's list
+EXPLORE_PROBLEMS = tuple(p[:6] + ("explore",) for p in LEASE_PROBLEMS) + (
+    ("square", 2048, 2048, 2048, "bf16", "bf16", "explore"),
+    ("wave", 4096, 4096, 1024, "bf16", "bf16", "explore"),
+    ("wave", 16384, 1024, 4096, "bf16", "bf16", "explore"),
+)
 #: a smoke plan's problems: tiny, so the dry run on the emulator takes seconds
 SMOKE_PROBLEMS = (
     ("square", 130, 70, 96, "f16", "f16", None),
@@ -55,6 +62,15 @@ PLANS = {
         "dry_tests": ["tests/device/test_gpu_families.py", "tests/device/test_gpu_attention.py"],
         "main_args": ["gemm", "--m", "1000", "--n", "1000", "--k", "1000", "--check"],
         "attention": LEASE_ATTENTION,
+    },
+    # calibration: a wider grid of configs per problem (explore_configs), no tests, no attention
+    "explore": {
+        "problems": EXPLORE_PROBLEMS,
+        "candidates": 8,
+        "tests": [],
+        "dry_tests": [],
+        "main_args": ["gemm", "--m", "1000", "--n", "1000", "--k", "1000", "--check"],
+        "attention": (),
     },
     # a few kernels: what the dry-run test of the bundle and the runner builds
     "smoke": {
@@ -92,7 +108,50 @@ def problem_configs(problem, candidates: int, arch: str | None = None) -> list:
                 out.append(GemmConfig(dtype=dt, tile=STAGE_STUDY_TILE, stages=s, schedule="multistage", **fixed))
             except ConfigError:           # a depth that does not fit shared memory
                 pass
+    if study == "explore":
+        out += explore_configs(m, n, k, dt, out_dt)
     return list(dict.fromkeys(out))
+
+
+def explore_configs(m: int, n: int, k: int, dt: str, out_dt: str) -> list:
+    """A calibration grid for the model (``--plan explore``): the persistent schedules at the
+    two widest tiles with clusters 1x1 / 2x1 / 1x2 / 2x2, the cooperative 2x1 at every swizzle
+    and both rasters, one stage fewer than fits, split-K at 2 / 3 / 4 pieces and stream-K on the
+    128-wide tiles, and the multistage kernel at each tile's deepest two depths. Configs the
+    library refuses (``ConfigError``) are left out."""
+    from ..device import GemmConfig
+    from ..errors import ConfigError
+    from ..atom.mma_traits import mma_traits
+    kt = mma_traits(dt).k_tile
+    tiles = [(128, 256), (128, 128), (128, 64), (64, 128), (64, 64)]
+    b_major = {"b_major": "K"} if dt in ("e4m3", "e5m2", "tf32") else {}
+    grid = []
+
+    def add(**f):
+        try:
+            grid.append(GemmConfig(dtype=dt, out_dtype=out_dt, **b_major, **f))
+        except ConfigError:
+            pass
+    for bm, bn in tiles[:2]:
+        for sched in ("cooperative", "pingpong", "warp_specialized"):
+            for cl in ((1, 1), (2, 1), (1, 2), (2, 2)):
+                add(tile=(bm, bn, kt), schedule=sched, cluster=cl)
+    for bm, bn in tiles[:3]:
+        for sw in (1, 2, 4, 8):
+            for raster in ("M", "N"):
+                add(tile=(bm, bn, kt), schedule="cooperative", cluster=(2, 1), swizzle=sw, raster=raster)
+        deepest = GemmConfig(dtype=dt, out_dtype=out_dt, tile=(bm, bn, kt), schedule="cooperative",
+                             **b_major).resolved_stages()
+        add(tile=(bm, bn, kt), schedule="cooperative", cluster=(2, 1), stages=deepest - 1)
+        for splits in (2, 3, 4):
+            add(tile=(bm, bn, kt), schedule="cooperative", decomposition="split-k", splits=splits)
+        add(tile=(bm, bn, kt), schedule="pingpong", decomposition="stream-k")
+    for bm, bn in tiles:
+        deepest = GemmConfig(dtype=dt, out_dtype=out_dt, tile=(bm, bn, kt), schedule="multistage",
+                             **b_major).resolved_stages()
+        for st in (deepest, deepest - 1):
+            add(tile=(bm, bn, kt), schedule="multistage", stages=st)
+    return grid
 
 
 def call_config(cfg, m: int, n: int, k: int):

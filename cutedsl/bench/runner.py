@@ -69,6 +69,9 @@ class Sweep:
         self.make_attention = make_attention  #: AttentionConfig -> an Attention (attention sets)
         self.make_attention_bwd = make_attention_bwd  #: AttentionConfig -> an AttentionBackward (attention-bwd)
         self.timed = backend.name == "cuda"
+        #: called with each config before it runs and with each row once it is recorded (the
+        #: lease's journal: a GPU fault that kills the process names the config it was in)
+        self.before_config = self.after_row = None
 
     # -- pieces -----------------------------------------------------------------------------
     def gemm(self, cfg):
@@ -214,6 +217,8 @@ class Sweep:
                     rows.append(self._skipped_row(set_name, m, n, k, cfg, deadline))
                     continue
                 t0 = time.time()
+                if self.before_config is not None:
+                    self.before_config(cfg)
                 row = self._row(set_name, m, n, k, cfg, len(sets), ref_ms)
                 if ref_err:
                     row["ref_error"] = ref_err
@@ -224,6 +229,8 @@ class Sweep:
                 t, r = row.get("tflops"), row.get("ref_tflops")
                 row["ratio"] = t / r if t and r else None
                 rows.append(row)
+                if self.after_row is not None:
+                    self.after_row(row)
                 last = time.time() - t0
                 if self.progress is not None:
                     self.progress(f"{set_name} {m}x{n}x{k} {row['config']}")

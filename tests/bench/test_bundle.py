@@ -255,3 +255,28 @@ def test_bundle_for_sm100a(tmp_path):
     v = subprocess.run([sys.executable, "-m", "cutedsl", "bundle", "--out", str(out), "--verify"], cwd=ROOT,
                        env=_env(), capture_output=True, text=True, timeout=600)
     assert v.returncode == 0 and "0 problems" in v.stdout, v.stdout + v.stderr
+
+
+def test_bench_step_survives_a_worker_killed_in_a_config(bundle, no_mlir, tmp_path):
+    """A GPU fault kills the process that launched the kernel (seen on an H200: one config of a
+    782-row plan lost the step's pass 2). The bench step runs in a worker that journals each
+    config: ``--crash-on`` aborts the worker before the fp8 problem's config, as a fault would;
+    that config gets a ``fault`` row naming the exit status, the other problem keeps its row, and
+    the step's status says something failed."""
+    manifest = json.loads((pathlib.Path(bundle) / "manifest.json").read_text())
+    from cutedsl import GemmConfig
+    from cutedsl.bench.configs import label
+    from cutedsl.bench.lease_bench import _config
+    victim = label(GemmConfig(**_config(manifest["problems"][1]["configs"][0])))
+    env = _env(PYTHONPATH=f"{ROOT}:{no_mlir}", CUTEDSL_CACHE_DIR=str(pathlib.Path(bundle) / "cache"))
+    out = tmp_path / "bench.json"
+    r = subprocess.run([sys.executable, "-m", "cutedsl.bench.lease_bench", "--bundle", str(bundle), "--backend", "sim",
+                        "--json", str(out), "--csv", str(tmp_path / "bench.csv"), "--crash-on", victim],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"the worker died (status -6) in {victim} on problem 1: recorded as a fault, restarting (1 of 8)" in r.stdout
+    rows = {(x["problem"], x["config"]): x for s in json.loads(out.read_text())["sets"] for x in s["rows"]}
+    assert rows[(1, victim)]["check"] == "fault" and "exit status -6" in rows[(1, victim)]["error"]
+    assert [x["check"] for (i, _), x in rows.items() if i == 0] == ["pass"]
+    summary = json.loads(out.read_text())["problems"]
+    assert (summary[0]["failed"], summary[1]["failed"]) == (0, 1)

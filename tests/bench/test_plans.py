@@ -76,3 +76,24 @@ def test_lease_attention_kernels():
     assert [type(x).__name__ for x in attention_kernels(("backward", 128, True, False))] == [
         "AttentionBwdPreprocessKernel", "AttentionBwdKernel", "AttentionBwdPostprocessKernel"]
     assert attention_label(("forward", 128, False, True)) == "attention forward d128 full varlen"
+
+
+def test_explore_plan_grid():
+    """``--plan explore``: each problem's model pick and tuner list, then the calibration grid --
+    cluster shapes, swizzles and rasters, split-K at 2/3/4 pieces, stream-K, the multistage
+    kernel's deepest two depths -- every config one the library accepts, no duplicates; no gpu
+    tests and no attention kernels in the plan."""
+    plan = plans.PLANS["explore"]
+    assert plan["tests"] == [] and plan["attention"] == ()
+    for p in plan["problems"]:
+        assert p[6] == "explore"
+    cfgs = plans.problem_configs(("skinny", 256, 2112, 7168, "bf16", "bf16", "explore"), 8)
+    assert cfgs[0] == GemmConfig.for_problem(256, 2112, 7168, "bf16", out_dtype="bf16")
+    assert len(cfgs) == len(set(cfgs))
+    got = {(c.schedule, c.tile[:2], c.cluster, c.swizzle, c.raster, c.decomposition, c.splits) for c in cfgs}
+    assert ("cooperative", (128, 64), (1, 1), 1, "auto", "split-k", 4) in got
+    assert ("cooperative", (128, 256), (2, 1), 8, "N", "data-parallel", None) in got
+    assert ("pingpong", (128, 128), (2, 2), 1, "auto", "data-parallel", None) in got
+    assert {c.resolved_stages() for c in cfgs if c.schedule == "multistage" and c.tile[:2] == (64, 64)} >= {6, 7}
+    fp8 = plans.explore_configs(8192, 8192, 8192, "e4m3", "bf16")
+    assert fp8 and all(c.b_major == "K" and c.tile[2] == 128 for c in fp8)
