@@ -322,7 +322,8 @@ class GemmConfig(KernelConfig):
         """The config the documented model (:mod:`cutedsl.device.heuristic`) picks for an
         ``m x n x k`` problem (or a :class:`~cutedsl.problem.GemmProblem` as ``m``, its ``l``
         included) on ``sm_count`` SMs (None: 132): tile by wave efficiency, fill and
-        intensity; persistent schedule past one wave (ping-pong for short K); 2x1 cluster with
+        intensity; persistent schedule past one wave (ping-pong for short K), multistage within
+        one; 2x1 cluster with
         enough tiles; raster along the longer side; stages ``"auto"``. Fields in ``fixed``
         (``out_dtype``, ``b_major``, ``epilogue``, ``tile``, ``schedule``, ...) are kept.
         :meth:`explain` says why each field has its value. ``ConfigError`` when nothing fits."""

@@ -13,8 +13,10 @@ The model, for ``M x N x K`` on ``sm_count`` SMs (132 without a device):
    at most 128 x 128 elements and K is short (<= 8 k-tiles: the epilogue is a large share of
    the work and ping-pong overlaps it with the other warpgroup's MMAs), else ``cooperative``
    (BLOCK_M 128; two consumer warpgroups split each tile). At most one wave: the
-   non-persistent ``warp_specialized`` schedule (one CTA per tile) -- unless a ``decomposition``
-   other than data-parallel is given (stream-K / split-K share tiles between persistent CTAs).
+   ``multistage`` kernel at its deepest pipeline (one CTA per tile; on an H200 it ran 4-11 %
+   ahead of the non-persistent ``warp_specialized`` one on every one-wave problem timed,
+   docs/performance.md) -- unless a ``decomposition`` other than data-parallel is given
+   (stream-K / split-K share tiles between persistent CTAs).
 3. **Cluster.** ``2x1`` (B multicast to two CTAs along M) when the problem has at least two tile
    rows and at least one full wave of tiles, so the pairs have work; else ``1x1``.
 4. **Raster and swizzle.** The persistent scheduler walks the longer tile dimension first
@@ -111,8 +113,12 @@ def _try(config_cls, m, n, bm, bn, kt, k_tile, sms, sm_count, base, fallback, tr
                                   else "BLOCK_M 64: ping-pong" if bm != 128 else
                                   f"{kt} k-tiles: two consumers split each tile"))
         else:
-            kw["schedule"] = "warp_specialized"
-            why["schedule"] = f"warp_specialized: {tiles} tiles fit one wave of {sms} SMs (one CTA per tile)"
+            # measured (H200, 2026-11-28, docs/performance.md): with one CTA per tile the
+            # multistage kernel at its deepest pipeline ran 4-11 % ahead of warp_specialized on
+            # every one-wave problem timed (7296 x 256 x K at three K, 256 x 2112 x 7168)
+            kw["schedule"] = "multistage"
+            why["schedule"] = (f"multistage: {tiles} tiles fit one wave of {sms} SMs (one CTA per tile: "
+                               f"no persistent loop to feed; measured ahead of warp_specialized there)")
     ws = kw.get("schedule", "multistage") in ("warp_specialized", "cooperative", "pingpong")
     if "cluster" not in base and ws and base.get("mma_sm") == 2:
         kw["cluster"] = (2, 1)

@@ -14,12 +14,12 @@ from cutedsl.errors import ConfigError
 TABLE = [
     ((8192, 8192, 8192), ((128, 256, 64), "cooperative", (2, 1), "M", 2)),    # many tiles, long K
     ((4096, 4096, 256), ((128, 256, 64), "cooperative", (2, 1), "M", 2)),     # short K, but 128x256: no ping-pong
-    ((7296, 256, 4096), ((128, 128, 64), "warp_specialized", (1, 1), "M", 1)),  # the paper's shape: one wave
-    ((1000, 1000, 1000), ((128, 64, 64), "warp_specialized", (1, 1), "N", 2)),
-    ((128, 128, 4096), ((64, 64, 64), "warp_specialized", (1, 1), "M", 1)),     # 4 tiles: the most CTAs
-    ((1, 1, 1), ((64, 64, 64), "warp_specialized", (1, 1), "M", 1)),
+    ((7296, 256, 4096), ((128, 128, 64), "multistage", (1, 1), "auto", 1)),   # the paper's shape: one wave
+    ((1000, 1000, 1000), ((128, 64, 64), "multistage", (1, 1), "auto", 1)),
+    ((128, 128, 4096), ((64, 64, 64), "multistage", (1, 1), "auto", 1)),      # 4 tiles: the most CTAs
+    ((1, 1, 1), ((64, 64, 64), "multistage", (1, 1), "auto", 1)),
     ((1024, 4224, 256), ((128, 128, 64), "pingpong", (2, 1), "N", 2)),          # 264 tiles = 2 waves, 4 k-tiles
-    ((1100, 700, 64), ((64, 128, 64), "warp_specialized", (1, 1), "M", 1)),
+    ((1100, 700, 64), ((64, 128, 64), "multistage", (1, 1), "auto", 1)),
 ]
 
 
@@ -27,7 +27,8 @@ TABLE = [
 def test_model_on_a_table_of_shapes(mnk, want):
     cfg = GemmConfig.for_problem(*mnk)
     assert (cfg.tile, cfg.schedule, cfg.cluster, cfg.raster, cfg.swizzle) == want
-    assert cfg.stages == "auto" and set(cfg.reasons) == {"tile", "schedule", "cluster", "raster", "swizzle", "stages"}
+    persistent_fields = {"cluster", "raster", "swizzle"} if cfg.schedule != "multistage" else set()
+    assert cfg.stages == "auto" and set(cfg.reasons) == {"tile", "schedule", "stages"} | persistent_fields
     text = cfg.explain()
     assert text.splitlines()[0].startswith(f"tile: {want[0][0]}x{want[0][1]}: score ")
     assert "wave efficiency" in text and f"schedule: {want[1]}" in text
@@ -45,7 +46,7 @@ def test_given_fields_are_kept_and_the_rest_chosen():
     assert (cfg.dtype, cfg.out_dtype, cfg.b_major, cfg.tile) == ("bf16", "bf16", "K", (128, 128, 64))
     assert cfg.reasons["tile"] == "given" and cfg.schedule in ("cooperative", "pingpong")
     # one stage: no warp-specialized schedule runs it, so the model falls back to multistage
-    one = GemmConfig.for_problem(2048, 2048, 2048, stages=1)
+    one = GemmConfig.for_problem(4096, 4096, 2048, stages=1)
     assert one.schedule == "multistage" and "cannot run the given fields" in one.reasons["schedule"]
     assert GemmConfig.for_problem(2048, 2048, 2048, sm_count=8).sm_count == 8
     assert GemmConfig().explain() == "set by hand (not chosen by GemmConfig.for_problem)"
@@ -78,8 +79,8 @@ def test_cli_default_is_auto_and_reports_why(capsys):
     from cutedsl import cli
     assert cli.main(["gemm", "--m", "1000", "--n", "1000", "--k", "1000", "--backend", "none", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
-    assert rep["schedule"] == "warp_specialized" and rep["tile"] == [128, 64, 64]
-    assert rep["chosen"]["schedule"].startswith("warp_specialized: 128 tiles fit one wave")
+    assert rep["schedule"] == "multistage" and rep["tile"] == [128, 64, 64]
+    assert rep["chosen"]["schedule"].startswith("multistage: 128 tiles fit one wave")
     assert cli.main(["gemm", "--m", "1000", "--n", "1000", "--k", "1000", "--backend", "none",
                      "--tile", "64x64x64", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
