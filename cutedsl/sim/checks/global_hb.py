@@ -77,6 +77,22 @@ class _Shadow:
         self.touched = np.zeros((n >> _GBLK) + 1, bool)    # per 1 KiB block: any access recorded
 
 
+class Rows:
+    """The whole 4-byte words ``start + r * pitch + j`` (``r < rows``, ``j < n``) of an allocation: a
+    box's rows in global memory (a TMA store), read and written as 2-D views of a shadow's arrays."""
+    __slots__ = ("start", "rows", "pitch", "n")
+
+    def __init__(self, start, rows, pitch, n):
+        self.start, self.rows, self.pitch, self.n = start, rows, pitch, n
+
+    def view(self, a):
+        return a[self.start:self.start + self.rows * self.pitch].reshape(self.rows, self.pitch)[:, :self.n]
+
+    def ids(self):
+        """The word ids, in box order."""
+        return (self.start + self.pitch * np.arange(self.rows)[:, None] + np.arange(self.n)).reshape(-1)
+
+
 class GlobalHB:
     """The launch's cluster clocks, knowledge, released locations and word shadows."""
 
@@ -217,6 +233,34 @@ class GlobalHB:
         key = (w.cta.cluster.cid, w.cta.rank, w.wid)
         self.inflight.setdefault(key, []).append((w.bulk_commits, sh, words, False))
 
+    def async_write_rows(self, w, alloc, rows: Rows, ins) -> None:
+        """:meth:`async_write` of the whole words ``rows``, through 2-D views: when no word holds an
+        in-flight write, a reduction or another cluster's access (nothing to check), it is recorded
+        as the per-word path would record it; otherwise the per-word path judges (and reports) it."""
+        sh = self.shadows.get(alloc.base)
+        if sh is None:
+            sh = self.shadows[alloc.base] = _Shadow(alloc.nbytes)
+        c = self._me(w)
+        v = rows.view
+        if (rows.start + rows.rows * rows.pitch > len(sh.pending) or v(sh.pending).any()
+                or (sh.reducing is not None and v(sh.reducing).any())
+                or ((v(sh.w_agent) >= 0) & (v(sh.w_agent) != c) & (v(sh.w_mask) != 0)).any()
+                or ((v(sh.r_agent) >= 0) & (v(sh.r_agent) != c) & (v(sh.r_mask) != 0)).any()):
+            self.async_write(w, alloc, 4 * rows.ids(), 4, ins)
+            return
+        first = rows.start + rows.pitch * np.arange(rows.rows)      # the 256-byte blocks of each row
+        b0, b1 = first >> _GBLK, (first + rows.n - 1) >> _GBLK
+        for k in range(int((b1 - b0).max()) + 1):
+            sh.touched[np.minimum(b0 + k, b1)] = True
+        v(sh.w_agent)[...] = c
+        v(sh.w_clock)[...] = PENDING
+        v(sh.w_pc)[...] = ins.pc
+        v(sh.w_mask)[...] = 15
+        v(sh.pending)[...] = True
+        sh.written = True
+        key = (w.cta.cluster.cid, w.cta.rank, w.wid)
+        self.inflight.setdefault(key, []).append((w.bulk_commits, sh, rows, False))
+
     def async_reduce(self, w, alloc, off, nb: int, ins) -> None:
         """Warp ``w`` issued a ``cp.reduce.async.bulk`` into ``nb``-byte words at byte offsets
         ``off`` of ``alloc``: each element's reduction is a relaxed.gpu atomic (PTX ISA
@@ -239,6 +283,11 @@ class GlobalHB:
         for group, sh, words, red in self.inflight.get(key, ()):
             if group < done and red:
                 sh.reducing[words] -= 1
+            elif group < done and isinstance(words, Rows):
+                v = words.view
+                mine = v(sh.pending) & (v(sh.w_agent) == key[0])
+                v(sh.w_clock)[mine] = self.clock[self._me(w)]
+                v(sh.pending)[mine] = False
             elif group < done:
                 mine = sh.pending[words] & (sh.w_agent[words] == key[0])
                 sh.w_clock[words[mine]] = self.clock[self._me(w)]

@@ -21,6 +21,27 @@ _BW = 1 << _BLK
 _NEVER, _MIXED = -2, -1     # Shadow.blk_w: no write yet / not one write's
 
 
+_PLANS = {}         # ids of a run's word and block arrays and its PCs -> (the arrays, its plan)
+
+
+def _run_plan(run):
+    """``(words, pcs, blocks)`` of a run of queued reads (:meth:`Shadow.flush_reads`): the distinct
+    words they touch, each with the PC of the last read of it in issue order (the reader PC the
+    shadow keeps), and the distinct 1 KiB blocks. Cached by the ids of the word and block arrays
+    (``wgmma_layout.operand_words`` caches them: a pipeline's stages repeat the same chains)."""
+    key = tuple((id(x[0]), id(x[1]), x[6]) for x in run)
+    hit = _PLANS.get(key)
+    if hit is None:
+        if len(_PLANS) > 256:
+            _PLANS.clear()
+        words = np.concatenate([x[0] for x in run])[::-1]
+        pcs = np.concatenate([np.full(len(x[0]), x[6], np.int32) for x in run])[::-1]
+        words, first = np.unique(words, return_index=True)     # reversed: first = last in issue order
+        blocks = np.unique(np.concatenate([x[1] for x in run]))
+        hit = _PLANS[key] = ([(x[0], x[1]) for x in run], (words, pcs[first], blocks))     # keeps the ids alive
+    return hit[1]
+
+
 class Shadow:
     """Per-4-byte shadow of one CTA's shared memory (last write epoch, per-agent read clocks)."""
 
@@ -152,13 +173,11 @@ class Shadow:
             i = j
             agent, clock, vc, pvc = e[2], e[3], e[4], e[5]
             if len(run) > 1:
-                blocks = np.concatenate([x[1] for x in run])
+                words, pcs, blocks = _run_plan(run)
                 if self._blocks_known(blocks, vc, pvc, True):
                     c = self._col(agent)
-                    self.r_clock[c][np.concatenate([x[0] for x in run])] = clock
-                    rp = self.r_pc[c]
-                    for x in run:           # in issue order: a word's last reader's PC stays
-                        rp[x[0]] = x[6]
+                    self.r_clock[c][words] = clock
+                    self.r_pc[c][words] = pcs
                     self.blk_read[c][blocks] = clock
                     continue
             for words, blk, _a, _c, _v, _p, pc, what, lenient in run:
@@ -188,12 +207,16 @@ class Shadow:
         nc = self.ncols
         if nc:
             vc = hb.fit(vc)
-            lim = vc[self.col_agent[:nc]]
-            lim[self.col_agent[:nc] == agent] = 1 << 60
             # every read recorded in these blocks is known to the writer: nothing to check. The
             # reads are then left in place -- each is ordered before this write, so before every
-            # later access ordered after it (knowledge travels whole along each edge).
-            rc = None if (self._block_reads(words, nc) <= lim).all() else self.r_clock[:nc, words]
+            # later access ordered after it (knowledge travels whole along each edge). (A few
+            # reader columns: compared as Python ints, cheaper than numpy calls on tiny arrays.)
+            ca = self.col_agent[:nc].tolist()
+            rc = None
+            if not all(a == agent or r <= vc[a] for a, r in zip(ca, self._block_reads(words, nc).tolist())):
+                rc = self.r_clock[:nc, words]
+                lim = vc[self.col_agent[:nc]]
+                lim[self.col_agent[:nc] == agent] = 1 << 60
             if rc is not None and rc.any():
                 bad = rc > lim[:, None]
                 if bad.any():
@@ -290,11 +313,11 @@ class Shadow:
         known to ``vc``: the write-write check of a write to them passes without reading a word."""
         if not isinstance(words, slice) or (words.start | words.stop) & (_BW - 1):
             return False
-        e = self.blk_w[words.start >> _BLK:words.stop >> _BLK]
-        if not len(e) or e.min() < 0:
+        e = set(self.blk_w[words.start >> _BLK:words.stop >> _BLK].tolist())     # a box: one epoch or a few
+        if not e or min(e) < 0:
             return False
-        ag = e >> 32
-        return bool(((ag == agent) | ((e & 0xFFFFFFFF) <= self.hb.fit(vc)[ag])).all())
+        vc = self.hb.fit(vc)
+        return all((x >> 32) == agent or (x & 0xFFFFFFFF) <= vc[x >> 32] for x in e)
 
     def _block_reads(self, words, nc):
         """Per reader column, the latest read clock in the 1 KiB blocks ``words`` span."""

@@ -51,8 +51,8 @@ def lane_scalars(w, m, *vals):
     lanes = np.flatnonzero(w.valid if m is None else m).tolist()
     if len(lanes) == 1:         # the usual case: an elected lane issues
         ln, = lanes
-        return [[int(v[ln]) if np.ndim(v) else int(v) for v in vals]]
-    cols = [v.tolist() if np.ndim(v) else None for v in vals]   # one conversion per operand
+        return [[int(v[ln]) if getattr(v, "ndim", 0) else int(v) for v in vals]]      # (np.ndim costs more)
+    cols = [v.tolist() if getattr(v, "ndim", 0) else None for v in vals]   # one conversion per operand
     return [[int(v) if c is None else int(c[ln]) for v, c in zip(vals, cols)] for ln in lanes]
 
 

@@ -156,6 +156,18 @@ def uniform_lanes(v) -> bool:
     return raw == raw[:v.itemsize] * len(v)
 
 
+def lane_int(v, lane: int) -> int:
+    """The int value at ``lane`` of operand value ``v`` (a scalar, or one value per lane of a warp,
+    which broadcasts to its 32 lanes) -- what ``int(np.broadcast_to(v, (32,))[lane])`` gives,
+    without building the broadcast view for the usual scalar or (32,) operand."""
+    shape = getattr(v, "shape", ())
+    if shape == ():
+        return int(v)
+    if shape == (32,):
+        return int(v[lane])
+    return int(np.broadcast_to(v, (32,))[lane])
+
+
 def lane_vals(v, lanes):
     """The uint64 values of operand value ``v`` (a scalar or one per lane) at ``lanes``."""
     v = np.asarray(v, np.uint64)

@@ -134,6 +134,25 @@ def load_plan(box, strides, esize, span, dst_mod):
     return box_layout(box, esize, span, dst_mod)[2], rmin, rmax, erel, None if bc is None else bc[1]
 
 
+@lru_cache(maxsize=256)
+def box_rows(box, strides, esize):
+    """``(rows, pitch, n)`` in 4-byte words of a chunked box (:func:`box_chunks`) whose rows lie at one
+    global pitch -- word ``start + r * pitch + j`` (``r < rows``, ``j < n``) from its first word, in box
+    order -- so its global words are a strided 2-D block (:class:`~cutedsl.sim.checks.global_hb.Rows`);
+    None otherwise (a 3-D box whose planes are not a whole number of rows apart)."""
+    bc = box_chunks(box, strides, esize, 0, 0)
+    if bc is None:
+        return None
+    g = bc[0] - bc[0][0]
+    per_row = box[0] * esize // 16
+    rows = len(g) // per_row
+    g = g.reshape(rows, per_row)
+    pitch = int(g[1, 0]) if rows > 1 else per_row
+    if pitch < per_row or not (g == pitch * np.arange(rows)[:, None] + np.arange(per_row)).all():
+        return None
+    return rows, 4 * pitch, 4 * per_row
+
+
 def _origin(w, tm, coords, ins):
     """(allocation, byte offset of the box's first element in it, in-bounds mask of its elements
     or None when every coordinate is inside the tensor)."""

@@ -68,21 +68,41 @@ class MmaOp:
 _INDEX = {}         # id()s of a chain's operand index arrays -> (the arrays, their concatenation)
 
 
-def _chain_index(arrays):
-    """The concatenation of ``arrays`` (operand element indices, cached by operand_addrs), cached:
-    a pipeline's stages repeat the same chains."""
-    key = tuple(id(a) for a in arrays)
+def _chain_index(a_arrays, b_arrays):
+    """The concatenation of A operand element indices ``a_arrays`` ((64, K) each) and B operand
+    ones ``b_arrays`` ((N, K) each, cached by operand_addrs), each B in (K, N) order: its gather is
+    then the (K, N) matrix itself, which BLAS multiplies without a transpose. Cached: a pipeline's
+    stages repeat the same chains."""
+    key = tuple(id(a) for a in a_arrays) + (None,) + tuple(id(b) for b in b_arrays)
     hit = _INDEX.get(key)
     if hit is None:
         if len(_INDEX) > 256:
             _INDEX.clear()
-        hit = _INDEX[key] = (arrays, np.concatenate([a.reshape(-1) for a in arrays]))   # keeps the ids alive
+        hit = _INDEX[key] = (a_arrays + b_arrays, np.concatenate(
+            [a.reshape(-1) for a in a_arrays] + [b.T.reshape(-1) for b in b_arrays]))    # keeps the ids alive
     return hit[1]
+
+
+def _b_repeat(ops) -> int:
+    """How many consecutive MMAs of ``ops`` share each B operand (the same cached index array:
+    ``wgmma_layout.operand_addrs``; the two m64 halves of a k-step), when every B is shared by
+    that many; else 1."""
+    n = len(ops)
+    r = 1
+    while r < n and ops[r].b_ei is ops[0].b_ei:
+        r += 1
+    if r == 1 or n % r or any(ops[i].b_ei is not ops[i - i % r].b_ei for i in range(n)):
+        return 1
+    return r
 
 
 def products(cta, ops):
     """The float64 products A B (64, N) of ``ops`` in order: operands from shared memory of one
-    8/16-bit float type and one shape are gathered with one index and multiplied as one stack."""
+    8/16-bit float type and one shape are gathered with one index (a B that consecutive MMAs
+    share, once) and multiplied as one stack. Each slice is the product the instruction's own
+    ``A @ B`` gives, bit for bit: the same k-ordered sums of exact float64 products (OpenBLAS's
+    dgemm gives the same bits for a B stored (K, N) or transposed; ``tests/sim/test_sim_chain_products.py``
+    compares them on random f16 values of every exponent)."""
     o = ops[0]
     n = len(ops)
     same_b = n > 1 and np.dtype(o.dtb).kind not in "iu" and all(
@@ -90,17 +110,28 @@ def products(cta, ops):
     if same_b and all(x.a_ei is not None and x.ea == o.eb and x.dta is o.dtb and x.a_ei.shape == o.a_ei.shape
                       for x in ops):
         k = o.a_ei.shape[1]
-        v = widen(cta.sv[o.ea][_chain_index(tuple(x.a_ei for x in ops) + tuple(x.b_ei for x in ops))], o.dta)
-        A = v[:n * 64 * k].reshape(n, 64, k)
-        B = v[n * 64 * k:].reshape(n, o.n, k).transpose(0, 2, 1)
-        return np.matmul(A, B)      # slice i: the same BLAS call as ops[i]'s own A @ B
+        r = _b_repeat(ops)
+        v = widen(cta.sv[o.ea][_chain_index(tuple(x.a_ei for x in ops), tuple(x.b_ei for x in ops[::r]))], o.dta)
+        A = v[:n * 64 * k].reshape(n // r, r, 64, k)
+        B = v[n * 64 * k:].reshape(n // r, 1, k, o.n)        # broadcast over the r MMAs sharing it
+        return np.matmul(A, B).reshape(n, 64, o.n)
     if same_b and all(x.A is not None and x.A.shape == o.A.shape for x in ops):
         # A from registers (FlashAttention's P V): the tiles stacked, B gathered with one index
         k = o.A.shape[1]
-        B = widen(cta.sv[o.eb][_chain_index(tuple(x.b_ei for x in ops))], o.dtb).reshape(n, o.n, k)
-        return np.matmul(np.stack([x.A for x in ops]), B.transpose(0, 2, 1))   # the same BLAS calls
+        B = widen(cta.sv[o.eb][_chain_index((), tuple(x.b_ei for x in ops))], o.dtb).reshape(n, k, o.n)
+        return np.matmul(np.stack([x.A for x in ops]), B)
     return [(x.A if x.A is not None else load_operand(cta, x.a_ei, x.ea, x.dta))
             @ load_operand(cta, x.b_ei, x.eb, x.dtb).T for x in ops]
+
+
+def _independent(group, op) -> bool:
+    """``op`` may be rounded with the MMAs ``group`` before it: another accumulator, the same
+    sign, and no register of it written or read by them (or of them by it), so neither the
+    write-backs before it nor its addend depend on their results."""
+    for g in group:
+        if g.key == op.key or g.sign != op.sign or g.dbits & op.rbits or op.dbits & g.rbits:
+            return False
+    return True
 
 
 class HeldTiles:
@@ -127,23 +158,51 @@ class HeldTiles:
             w.held = self
 
     def run_chain(self):
-        """Compute the queued MMAs, in issue order."""
+        """Compute the queued MMAs, in issue order. Consecutive MMAs on different accumulators
+        that share no register (the two m64 halves of a k-step) are rounded to f32 with one cast:
+        each element's value is the one its own ``rounded`` gives."""
         ops, self.chain = self.chain, []
         self.cta.mma_chains.remove(self)
+        prods = products(self.cta, ops)
+        stacked = isinstance(prods, np.ndarray)
+        n = len(ops)
+        i = 0
+        while i < n:
+            j = i + 1
+            while stacked and j < n and _independent(ops[i:j], ops[j]):
+                j += 1
+            cs = [self._addend(op) for op in ops[i:j]]
+            if j == i + 1:
+                op = ops[i]
+                self.put(op.key, op.didx, rounded(prods[i], op.sign, cs[0]), op.n, op.dbits)
+            else:
+                p = prods[i:j]
+                if ops[i].sign != 1.0:
+                    p = -p
+                for q, c in enumerate(cs):
+                    if c is not None:
+                        p[q] += c
+                r = p.astype(np.float32)
+                for q, op in enumerate(ops[i:j]):
+                    self.put(op.key, op.didx, r[q], op.n, op.dbits)
+            i = j
+
+    def _addend(self, op):
+        """The f32 tile ``op`` accumulates onto (None without scale-d), after writing back the held
+        tiles of other accumulators that own one of its registers."""
+        other = 0
+        for k, t in self.tiles.items():
+            if k != op.key:
+                other |= t[3]
+        if other & op.rbits:        # registers another held tile owns: write it back first
+            self.settle(other & op.rbits)
+        if not op.scale_d:
+            return None
+        t = self.tiles.get(op.key)
+        if t is not None:
+            return t[1]
         lanes = slice(32 * self.warps[0].wid, 32 * self.warps[-1].wid + 32)
-        for op, prod in zip(ops, products(self.cta, ops)):
-            other = 0
-            for k, t in self.tiles.items():
-                if k != op.key:
-                    other |= t[3]
-            if other & op.rbits:        # registers another held tile owns: write it back first
-                self.settle(other & op.rbits)
-            c = None
-            if op.scale_d:
-                t = self.tiles.get(op.key)
-                c = t[1] if t is not None else frag_to_tile(
-                    self.cta.files["r"][op.didx, lanes].T.view(np.float32), op.n)
-            self.put(op.key, op.didx, rounded(prod, op.sign, c), op.n, op.dbits)
+        return frag_to_tile(self.cta.files["r"][op.didx, lanes].T.view(np.float32), op.n)
 
     def settle(self, bits):
         """Write back (to the registers) every held tile using a register of ``bits``."""

@@ -51,6 +51,9 @@ def dec_shift(ctx, ins, mods, ops):
     if base == "shl":
         def op(a, b):
             b = np.asarray(b, np.uint32)
+            if not b.ndim and b <= lim and getattr(a, "ndim", 0):
+                # one shift count in range (an immediate): the same values, one numpy call
+                return np.left_shift(a, b.astype(dt), dtype=dt)
             return np.where(b > lim, 0, np.left_shift(a, np.minimum(b, lim).astype(dt), dtype=dt)).astype(dt)
     elif dt.kind == "i":
         def op(a, b):

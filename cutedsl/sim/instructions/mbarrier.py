@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..frontend.errors import SimRuntimeError
-from ..engines.mbarrier_object import MBarrier, get_mbar, hb_check_init, lane_vals, mbar_targets, uniform_lanes
+from ..engines.mbarrier_object import MBarrier, get_mbar, hb_check_init, lane_int, lane_vals, mbar_targets, uniform_lanes
 from ..frontend.registry import BLOCKED, NOT_BATCHED, YIELD, each_warp, handler
 
 
@@ -73,7 +73,7 @@ def dec_mbarrier(ctx, ins, mods, ops):
         def fn(w, g, m):
             lanes = w._lanes(m)
             for cta, off, _c in mbar_targets(w, lane_vals(addr(w), lanes), space, ins, lanes):
-                cnt = int(np.broadcast_to(rc(w), (32,))[lanes[0]])
+                cnt = lane_int(rc(w), int(lanes[0]))
                 if not 1 <= cnt < 2 ** 20:
                     raise SimRuntimeError(f"mbarrier.init count {cnt} outside 1..2^20-1\n    at {ins.where()}")
                 b = cta.mbar[off] = MBarrier(cta, off, cnt, ins.line)
@@ -113,7 +113,7 @@ def dec_mbarrier(ctx, ins, mods, ops):
                         snap = hb.release(w)
                 c = 1
                 if rcount is not None:
-                    c = int(np.broadcast_to(rcount(w), (32,))[lanes[0]])
+                    c = lane_int(rcount(w), int(lanes[0]))
 
                 def arrive(b=b, c=c, n=n, snap=snap):
                     if snap is not None:
@@ -140,7 +140,7 @@ def dec_mbarrier(ctx, ins, mods, ops):
             lanes = w._lanes(m)
             for cta, off, n in mbar_targets(w, lane_vals(addr(w), lanes), space, ins, lanes):
                 b = get_mbar(cta, off, ins)
-                v = int(np.broadcast_to(rn(w), (32,))[lanes[0]]) * n
+                v = lane_int(rn(w), int(lanes[0])) * n
                 b.note("{} {} B at {}", op, v, ins)
                 (b.expect_tx if op == "expect_tx" else b.complete_tx)(v)
         return fn

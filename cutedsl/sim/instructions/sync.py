@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..engines.mbarrier_object import lane_int
 from ..machine.convergence import mask_lanes, members, need_converged
 from ..frontend.errors import SimRuntimeError
 from ..machine.named_barriers import BarWait, NamedBarrier, expected_warps, release_barrier
@@ -83,12 +84,12 @@ def dec_bar(ctx, ins, mods, ops):
         if need_converged(w, g, ins):
             return BLOCKED
         lane0 = int(np.flatnonzero(g.mask)[0])
-        bid = int(np.broadcast_to(rid(w), (32,))[lane0])
+        bid = lane_int(rid(w), lane0)
         if not 0 <= bid < 16:
             raise SimRuntimeError(f"barrier id {bid} outside 0..15\n    at {ins.where()}")
         cnt = None
         if rcnt is not None:
-            cnt = int(np.broadcast_to(rcnt(w), (32,))[lane0])
+            cnt = lane_int(rcnt(w), lane0)
             if cnt % 32 or cnt <= 0:
                 raise SimRuntimeError(f"barrier {bid}: thread count {cnt} is not a positive multiple of 32"
                                       f"\n    at {ins.where()}")

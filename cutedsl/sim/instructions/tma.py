@@ -33,7 +33,8 @@ from ..machine.memory import PARAM_WIN
 from ..frontend.registry import SUBHANDLERS, handler
 from ..checks.shadow_words import word_set, words_of
 from ..engines.mbarrier_object import get_mbar, hb_check_init
-from ..engines.tma_box import chunk_source, elements, load_plan, smem_dest, tmap_of, whole_words
+from ..checks.global_hb import Rows
+from ..engines.tma_box import box_rows, chunk_source, elements, load_plan, smem_dest, tmap_of, whole_words
 
 
 def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
@@ -177,17 +178,21 @@ def tma_store(w, ins, tm_addr, coords, src):
     if base + rmax + tm.esize > scta.smem_size:
         raise MemoryAccessError(f"TMA store box at smem offset {soff} overruns shared memory\n    at {ins.where()}")
     bulk_read(w, scta, word_set(ch, base >> 2), ins, "TMA store source")
+    ghb = w.launch.ghb                  # the global side: a write in flight until wait_group
     if chunks is None:
         unit, sidx = tm.esize, erel + base // tm.esize
-        gwords = whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize)
         first = int(gidx[0])
-    else:                               # the chunks' words in box order: what whole_words gives
+        if ghb is not None:
+            ghb.async_write(w, al, *whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize), ins)
+    else:
         unit, sidx = 16, cdst + base // 16
-        gwords = ((16 * gidx[:, None] + _WORD_BYTES).reshape(-1), 4)
         first = int(gidx[0]) * 16 // tm.esize
+        rows = None if ghb is None else box_rows(tm.box, tm.strides, tm.esize)
+        if rows is not None:            # the box's rows at one pitch: its words as row ranges
+            ghb.async_write_rows(w, al, Rows(4 * int(gidx[0]), *rows), ins)
+        elif ghb is not None:           # the chunks' words in box order: what whole_words gives
+            ghb.async_write(w, al, (16 * gidx[:, None] + _WORD_BYTES).reshape(-1), 4, ins)
     v = al.v[unit]
-    if w.launch.ghb is not None:        # the global side: a write in flight until wait_group
-        w.launch.ghb.async_write(w, al, *gwords, ins)
     if al.dv is not None:               # initcheck: the in-bounds elements are defined (at issue:
         if inb is None:                 # reading them early is the race detector's business)
             al.define_box(first, tm.esize, tm.box, tm.strides)

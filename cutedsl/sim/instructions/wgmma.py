@@ -100,6 +100,14 @@ def _wg(cta, gi):
     return s
 
 
+def _cached(table, key, value):
+    """``table[key] = value`` (a per-instruction operand cache, bounded), returning ``value``."""
+    if len(table) > 1024:
+        table.clear()
+    table[key] = value
+    return value
+
+
 def _uniform(warps, reader, ins, what, batch=None):
     """The warp-uniform value ``reader`` gives for ``warps`` (``batch``: their WarpBatch, read
     at once); ``SimRuntimeError`` when lanes or warps differ."""
@@ -256,6 +264,10 @@ def dec_wgmma(ctx, ins, mods, ops):
     _note_regs(ins, didx, aidx if a_regs else (), (ra, rb, rscale if sc.kind == "reg" else None))
     hold = dtype_d == "f32"         # f32 accumulators are held as tiles between MMAs (wgmma_acc)
 
+    # per descriptor (B) and pair (B, A): element indices, end byte and the race check's words --
+    # what wgmma_layout's lru caches give, looked up once per MMA (a pipeline's stages repeat them)
+    b_ops, a_ops = {}, {}
+
     def execute(warps, cta, queue=False):
         # issue: registers read now (scale-d, descriptors, register A), operand addresses;
         # ``queue`` (a lockstep batch): the operand race read waits for the run's other wgmmas
@@ -274,12 +286,14 @@ def dec_wgmma(ctx, ins, mods, ops):
                 held.settle(other & rbits)
         scale_d = bool(_uniform(warps, rscale, ins, "scale-d", batch))
         b_desc = _uniform(warps, rb, ins, "B descriptor", batch)
-        _b, b_words, b_ei, b_end = operand_addrs(b_desc, N, K, eb, bool(trans_b))
+        hit = b_ops.get(b_desc)
+        if hit is None:
+            hit = _cached(b_ops, b_desc, operand_addrs(b_desc, N, K, eb, bool(trans_b))[2:])
+        b_ei, b_end = hit
         if b_end > cta.smem_size:
             raise SimRuntimeError(f"wgmma B operand (descriptor 0x{b_desc:x}) reaches past shared memory "
                                   f"({cta.smem_size} B)\n    at {ins.where()}")
-        words = None
-        A = a_ei = None
+        A = None
         if a_regs:
             # the 4 registers of the warpgroup's 128 threads (little-endian: a register's low half /
             # lowest byte is its first value), gathered into the (64, K) tile
@@ -287,15 +301,18 @@ def dec_wgmma(ctx, ins, mods, ops):
             regs = np.ascontiguousarray(cta.files["r"][aidx, lo32:lo32 + 128].T)
             vals = regs.view(np.uint16 if ea == 2 else np.uint8)
             A = vals.reshape(-1)[_a_reg_gather(ea)].view(dta).astype(np.float64).reshape(64, K)
+            a_ei, words = None, operand_words(b_desc, N, K, eb, bool(trans_b))
         else:
             a_desc = _uniform(warps, ra, ins, "A descriptor", batch)
-            _a, a_words, a_ei, a_end = operand_addrs(a_desc, 64, K, ea, bool(trans_a))
+            hit = a_ops.get((b_desc, a_desc))
+            if hit is None:
+                a_ei, a_end = operand_addrs(a_desc, 64, K, ea, bool(trans_a))[2:]
+                hit = _cached(a_ops, (b_desc, a_desc), (a_ei, a_end, operand_words(
+                    b_desc, N, K, eb, bool(trans_b), a_desc, ea, bool(trans_a))))     # (words, blocks)
+            a_ei, a_end, words = hit
             if a_end > cta.smem_size:
                 raise SimRuntimeError(f"wgmma A operand (descriptor 0x{a_desc:x}) reaches past shared memory "
                                       f"({cta.smem_size} B)\n    at {ins.where()}")
-            words = operand_words(b_desc, N, K, eb, bool(trans_b), a_desc, ea, bool(trans_a))     # (words, blocks)
-        if words is None:
-            words = operand_words(b_desc, N, K, eb, bool(trans_b))
         group = warps[0].wg_commits
         gi = warps[0].wid // 4
         sh = cta.shadow

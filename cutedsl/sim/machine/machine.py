@@ -344,7 +344,10 @@ class CTA:
         # warps at the same PC can run a register-only instruction as one (WarpBatch)
         self.files = register_files(prog.nregs, 32 * nw)
         self.batches = {}
-        self.store_plans = {}       # warpbatch.WarpBatch._store_shared: checked lane addresses
+        # warpbatch._store_plan: checked lane addresses. A plan depends only on the CTA's rank and
+        # shared-memory size (own_offsets), the same for every CTA of a rank in the launch: they
+        # share one table (an epilogue's stores repeat from tile to tile)
+        self.store_plans = launch.store_plans.setdefault(rank, {})
         for wi in range(nw):
             s = slice(32 * wi, min(32 * wi + 32, nthreads))
             self.warps.append(Warp(self, wi, (tx[s], ty[s], tz[s]), prog.nregs, prog.local_size, self.files))
