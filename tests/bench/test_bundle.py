@@ -164,7 +164,7 @@ def test_runner_reports_a_kernel_missing_from_the_bundle(bundle, no_mlir, tmp_pa
     r = _lease(broken, out, no_mlir, "--steps", "env,bench,attention,startup")
     assert r.returncode == 1
     log = (out / "gpu_run.log").read_text()
-    assert "missing from the cache: warp_specialized 64x64x64 s7 raster=M" in log
+    assert "missing from the cache: multistage 64x64x64 s7" in log
     assert "missing from the cache: attention forward d128 causal (AttentionFwdKernel)" in log
     assert "the exported main job does not load" in log
     steps = json.loads((out / "summary.json").read_text())["steps"]

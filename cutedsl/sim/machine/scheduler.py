@@ -170,6 +170,7 @@ class Launch:
         self._stepping = False       # a warp runs for lockstep.meets / step_gang (no nesting)
         self.tmap_cache = {}         # param-space address -> decoded tensor map (tma.py)
         self.store_plans = {}        # CTA rank -> its batched st.shared plans (machine.CTA.store_plans)
+        self.flush_plans = {}        # deferred-store flush plans (warpbatch._flush_plan): die with the launch
         self.printf = []
         self.version = 0
         self.cta_serial = 0

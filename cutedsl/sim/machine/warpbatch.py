@@ -88,7 +88,7 @@ class WarpBatch:
         cta = self.cta
         sh = cta.shadow
         ws = cta.warps[self.lo:self.hi]
-        words, owner, pcs = _flush_plan(d, len(ws))
+        words, owner, pcs = _flush_plan(cta.launch.flush_plans, d, len(ws))
         sh.defer_mark[words] = False
         if sh.write_warps(words, ws, pcs, owner):
             return
@@ -148,24 +148,22 @@ class WarpBatch:
         return True
 
 
-_FLUSH = {}         # ids of deferred stores' word arrays, their PCs, warps -> (the arrays, the plan)
-
-
-def _flush_plan(d, k):
+def _flush_plan(cache, d, k):
     """``(words, owner, pcs)`` of the deferred stores ``d`` of ``k`` warps (:meth:`WarpBatch.flush`):
-    their word ids in store order, the warp (0 .. k-1) and the PC of each. Cached by the ids of
-    the word arrays (:func:`_store_plan` caches them: an epilogue repeats the same stores)."""
+    their word ids in store order, the warp (0 .. k-1) and the PC of each. Cached in ``cache``
+    (the launch's ``flush_plans``: it goes with the launch, as the store plans whose word arrays
+    it is keyed by -- :func:`_store_plan` caches them: an epilogue repeats the same stores)."""
     key = (k,) + tuple((id(e[0]), e[1].pc) for e in d)
-    hit = _FLUSH.get(key)
+    hit = cache.get(key)
     if hit is None:
-        if len(_FLUSH) > 256:
-            _FLUSH.clear()
+        if len(cache) > 256:
+            cache.clear()
         words = np.concatenate([e[0] for e in d])
         owner = np.concatenate([np.repeat(np.arange(k), len(e[0]) // k) for e in d])
         pcs = np.concatenate([np.full(len(e[0]), e[1].pc, np.int32) for e in d])
         for x in (words, owner, pcs):
             x.flags.writeable = False
-        hit = _FLUSH[key] = ([e[0] for e in d], (words, owner, pcs))    # keeps the ids alive
+        hit = cache[key] = ([e[0] for e in d], (words, owner, pcs))     # keeps the ids alive
     return hit[1]
 
 
