@@ -111,14 +111,19 @@ def products(cta, ops):
                       for x in ops):
         k = o.a_ei.shape[1]
         r = _b_repeat(ops)
-        v = widen(cta.sv[o.ea][_chain_index(tuple(x.a_ei for x in ops), tuple(x.b_ei for x in ops[::r]))], o.dta)
-        A = v[:n * 64 * k].reshape(n // r, r, 64, k)
-        B = v[n * 64 * k:].reshape(n // r, 1, k, o.n)        # broadcast over the r MMAs sharing it
+        # np.take: half the cost of an index expression for a 1-D gather of this size
+        v = widen(np.take(cta.sv[o.ea], _chain_index(tuple(x.a_ei for x in ops), tuple(x.b_ei for x in ops[::r]))),
+                  o.dta)
+        # the r MMAs sharing a B as one (r 64, K) @ (K, N) product (half the dgemm calls): OpenBLAS
+        # sums each element over k in the same order whatever the rows around it, so each (64, N)
+        # slice has its own MMA's bits (tests/sim/test_sim_chain_products.py: r = 1, 2, 4)
+        A = v[:n * 64 * k].reshape(n // r, r * 64, k)
+        B = v[n * 64 * k:].reshape(n // r, k, o.n)
         return np.matmul(A, B).reshape(n, 64, o.n)
     if same_b and all(x.A is not None and x.A.shape == o.A.shape for x in ops):
         # A from registers (FlashAttention's P V): the tiles stacked, B gathered with one index
         k = o.A.shape[1]
-        B = widen(cta.sv[o.eb][_chain_index((), tuple(x.b_ei for x in ops))], o.dtb).reshape(n, k, o.n)
+        B = widen(np.take(cta.sv[o.eb], _chain_index((), tuple(x.b_ei for x in ops))), o.dtb).reshape(n, k, o.n)
         return np.matmul(np.stack([x.A for x in ops]), B)
     return [(x.A if x.A is not None else load_operand(cta, x.a_ei, x.ea, x.dta))
             @ load_operand(cta, x.b_ei, x.eb, x.dtb).T for x in ops]
