@@ -114,11 +114,8 @@ def products(cta, ops):
         # np.take: half the cost of an index expression for a 1-D gather of this size
         v = widen(np.take(cta.sv[o.ea], _chain_index(tuple(x.a_ei for x in ops), tuple(x.b_ei for x in ops[::r]))),
                   o.dta)
-        # the r MMAs sharing a B as one (r 64, K) @ (K, N) product (half the dgemm calls): OpenBLAS
-        # sums each element over k in the same order whatever the rows around it, so each (64, N)
-        # slice has its own MMA's bits (tests/sim/test_sim_chain_products.py: r = 1, 2, 4)
-        A = v[:n * 64 * k].reshape(n // r, r * 64, k)
-        B = v[n * 64 * k:].reshape(n // r, k, o.n)
+        A = v[:n * 64 * k].reshape(n // r, r, 64, k)
+        B = v[n * 64 * k:].reshape(n // r, 1, k, o.n)        # broadcast over the r MMAs sharing it
         return np.matmul(A, B).reshape(n, 64, o.n)
     if same_b and all(x.A is not None and x.A.shape == o.A.shape for x in ops):
         # A from registers (FlashAttention's P V): the tiles stacked, B gathered with one index
@@ -165,7 +162,8 @@ class HeldTiles:
     def run_chain(self):
         """Compute the queued MMAs, in issue order. Consecutive MMAs on different accumulators
         that share no register (the two m64 halves of a k-step) are rounded to f32 with one cast:
-        each element's value is the one its own ``rounded`` gives."""
+        each element's value is the one its own ``rounded`` gives; the groups that repeat such a
+        group (the next k-steps) skip the per-MMA bookkeeping (:meth:`_repeats`)."""
         ops, self.chain = self.chain, []
         self.cta.mma_chains.remove(self)
         prods = products(self.cta, ops)
@@ -188,9 +186,46 @@ class HeldTiles:
                     if c is not None:
                         p[q] += c
                 r = p.astype(np.float32)
-                for q, op in enumerate(ops[i:j]):
+                j, r = self._repeats(ops, i, j, prods, r)
+                for q, op in enumerate(ops[j - len(r):j]):
                     self.put(op.key, op.didx, r[q], op.n, op.dbits)
             i = j
+
+    def _repeats(self, ops, i, j, prods, r):
+        """``ops[i:j]`` (g MMAs on g accumulators, rounded together to ``r``) followed by groups that
+        repeat it -- the next k-steps of a chain: the same accumulators, registers and sign, scale-d
+        set -- run here as one add and one cast per group, each MMA accumulating onto its
+        predecessor's tile. Returns the end of the last group run and its (g, 64, N) tiles. What
+        each group's own pass through ``run_chain`` would do: its ``_addend`` writes nothing back
+        (no other held tile owns one of its registers: checked once, the other tiles do not change
+        here) and returns that tile, and its ``put`` of the same keys and bits leaves the
+        ``lazy_bits`` the last group's leaves; the last group is one ``run_chain`` would not extend."""
+        g, n = j - i, len(ops)
+        group = ops[i:j]
+        if j + g > n or not all(x.scale_d for x in ops[j:j + g]):
+            return j, r
+        keys = {x.key for x in group}
+        rb = 0
+        for x in group:
+            rb |= x.rbits
+        for k, t in self.tiles.items():
+            if k not in keys and t[3] & rb:
+                return j, r
+        sign = group[0].sign
+        while j + g <= n:
+            nxt = ops[j:j + g]
+            if not all(y.key == x.key and y.rbits == x.rbits and y.dbits == x.dbits and y.sign == sign
+                       and y.scale_d and y.n == x.n for x, y in zip(group, nxt)):
+                break
+            if j + g < n and _independent(nxt, ops[j + g]):
+                break               # run_chain would round ops[j + g] with this group
+            p = prods[j:j + g]
+            if sign != 1.0:
+                p = -p
+            p += r
+            r = p.astype(np.float32)
+            j += g
+        return j, r
 
     def _addend(self, op):
         """The f32 tile ``op`` accumulates onto (None without scale-d), after writing back the held
