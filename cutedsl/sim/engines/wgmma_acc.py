@@ -199,7 +199,8 @@ class HeldTiles:
         each group's own pass through ``run_chain`` would do: its ``_addend`` writes nothing back
         (no other held tile owns one of its registers: checked once, the other tiles do not change
         here) and returns that tile, and its ``put`` of the same keys and bits leaves the
-        ``lazy_bits`` the last group's leaves; the last group is one ``run_chain`` would not extend."""
+        ``lazy_bits`` the last group's leaves. (An independent MMA after the last group is then rounded
+        on its own, not with it: each element's rounding is its own, so the grouping changes no bit.)"""
         g, n = j - i, len(ops)
         group = ops[i:j]
         if j + g > n or not all(x.scale_d for x in ops[j:j + g]):
@@ -217,8 +218,6 @@ class HeldTiles:
             if not all(y.key == x.key and y.rbits == x.rbits and y.dbits == x.dbits and y.sign == sign
                        and y.scale_d and y.n == x.n for x, y in zip(group, nxt)):
                 break
-            if j + g < n and _independent(nxt, ops[j + g]):
-                break               # run_chain would round ops[j + g] with this group
             p = prods[j:j + g]
             if sign != 1.0:
                 p = -p
