@@ -22,7 +22,15 @@ compared with a float64 reference (max error below 4e-3, the 16-bit rounding of 
   under ``TRITON_INTERPRET=1``.
 
 Each side is warmed up once (compilation, decoding) and then timed ``--repeat`` times; the
-median is reported. Triton (and torch, which its interpreter needs) are optional: without them
+median wall time (``time.perf_counter``) and the median CPU time (``time.process_time``, all threads of
+the process) are reported. The ratios use CPU seconds: on a shared machine the wall clock also counts the
+time a process waits for a core, which depends on the other load, not on the side being timed. Both
+sides run on one thread: ``--blas-threads`` (default 1) caps numpy's OpenBLAS pool and
+``--triton-threads`` torch's. Triton's interpreter evaluates ``tl.dot`` as an f32 ``np.matmul``, which
+OpenBLAS splits over its threads; on the 2-core machine at load 2 its default pool of 2 made the
+attention forward 5-7x slower (wall and CPU alike) than with one thread, so a figure with several BLAS
+threads measures the contention, not the interpreter. The thread counts used are printed and written
+to the JSON. Triton (and torch, which its interpreter needs) are optional: without them
 only the cutedsl figures are printed, unless ``--require-triton``.
 
     python scripts/emulator_vs_triton.py --size 1024 --seqlen 1024   # the figures in docs/emulator.md
@@ -31,6 +39,7 @@ only the cutedsl figures are printed, unless ``--require-triton``.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -59,14 +68,71 @@ def operands(m, n, k, seed=0):
     return a, b
 
 
-def median_time(fn, repeat):
-    fn()                                    # warm-up: compile / decode / JIT caches
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), times
+def _openblas():
+    """numpy's OpenBLAS as a ctypes library and its symbol prefix, or None (another BLAS, not Linux)."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({ln.split()[-1] for ln in f if "openblas" in ln.split()[-1].lower()})
+    except OSError:
+        return None
+    for path in paths:
+        lib = ctypes.CDLL(path)
+        for prefix in ("scipy_openblas", "openblas"):
+            for suffix in ("64_", ""):
+                if hasattr(lib, f"{prefix}_get_num_threads{suffix}"):
+                    return lib, prefix, suffix
+    return None
+
+
+def blas_threads(n=None):
+    """Set numpy's OpenBLAS thread count to ``n`` (if given); return the count in force, or None when
+    numpy's BLAS is not an OpenBLAS this can reach."""
+    found = _openblas()
+    if found is None:
+        return None
+    lib, prefix, suffix = found
+    if n is not None:
+        getattr(lib, f"{prefix}_set_num_threads{suffix}")(int(n))
+    return int(getattr(lib, f"{prefix}_get_num_threads{suffix}")())
+
+
+def os_threads():
+    """Threads of this process now (Linux), or None."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
+
+
+class Timing:
+    """Median wall and CPU seconds of ``repeat`` runs after one warm-up, and the per-run figures."""
+
+    def __init__(self, fn, repeat):
+        fn()                                # warm-up: compile / decode / JIT caches
+        self.wall, self.cpu = [], []
+        for _ in range(repeat):
+            w, c = time.perf_counter(), time.process_time()
+            fn()
+            self.wall.append(time.perf_counter() - w)
+            self.cpu.append(time.process_time() - c)
+        self.threads = os_threads()         # after the runs: any pool a run started is counted
+
+    @property
+    def wall_s(self):
+        return statistics.median(self.wall)
+
+    @property
+    def cpu_s(self):
+        return statistics.median(self.cpu)
+
+    def record(self, res, key):
+        """``res[key + "_s"]`` (CPU, the figure ratios use), ``_wall_s``, the runs and the thread count."""
+        res[key + "_s"], res[key + "_wall_s"] = self.cpu_s, self.wall_s
+        res[key + "_runs"], res[key + "_wall_runs"], res[key + "_os_threads"] = self.cpu, self.wall, self.threads
+
+    def text(self, repeat):
+        return (f"{self.cpu_s:.3f} CPU s, {self.wall_s:.3f} wall s (medians of {repeat}; "
+                f"{self.threads} OS threads)")
 
 
 def time_cutedsl(a, b, repeat):
@@ -78,11 +144,11 @@ def time_cutedsl(a, b, repeat):
 
     def run():
         out["d"] = gemm(a, b)
-    med, times = median_time(run, repeat)
+    timing = Timing(run, repeat)
     if not np.array_equal(np.asarray(out["d"], np.float64), want):
         raise SystemExit("cutedsl result differs from numpy")
     info = dict(gemm.backend.last_launch) if hasattr(gemm, "backend") else {}
-    return med, times, info
+    return timing, info
 
 
 def triton_available():
@@ -129,11 +195,11 @@ def time_triton(a, b, repeat):
     def run():
         matmul[grid](ta, tb, tc, m, n, k, ta.stride(0), ta.stride(1), tb.stride(0), tb.stride(1),
                      tc.stride(0), tc.stride(1), BM=bm, BN=bn, BK=bk)
-    med, times = median_time(run, repeat)
+    timing = Timing(run, repeat)
     want = a.astype(np.float64) @ b.astype(np.float64)
     if not np.array_equal(tc.numpy().astype(np.float64), want):
         raise SystemExit("Triton result differs from numpy")
-    return med, times
+    return timing
 
 
 ATT_HEADS, ATT_DIM = 2, 128
@@ -170,10 +236,10 @@ def time_cutedsl_attention(q, k, v, repeat):
 
     def run():
         out["o"] = attn(q, k, v)[0]
-    med, times = median_time(run, repeat)
+    timing = Timing(run, repeat)
     err = _check_attention("cutedsl", out["o"], attention_reference(q, k, v))
     info = dict(attn.backend.last_launch) if hasattr(attn.backend, "last_launch") else {}
-    return med, times, info, err
+    return timing, info, err
 
 
 def time_triton_attention(q, k, v, repeat):
@@ -218,9 +284,9 @@ def time_triton_attention(q, k, v, repeat):
     def run():
         attn_fwd[grid](tq, tk, tv, to, ATT_DIM ** -0.5, seqlen, tq.stride(1), tq.stride(2),
                        BM=bm, BN=bn, D=ATT_DIM)
-    med, times = median_time(run, repeat)
+    timing = Timing(run, repeat)
     err = _check_attention("Triton", to.numpy(), attention_reference(q, k, v))
-    return med, times, err
+    return timing, err
 
 
 def main(argv=None):
@@ -233,33 +299,46 @@ def main(argv=None):
     ap.add_argument("--triton-threads", type=int, default=1,
                     help="torch intra-op threads for Triton's interpreter (default 1, like the emulator; "
                          "more threads only add contention on a loaded machine)")
+    ap.add_argument("--blas-threads", type=int, default=1,
+                    help="numpy's OpenBLAS threads for both sides (default 1: the emulator runs on one thread, and "
+                         "Triton's interpreter multiplies its blocks with np.matmul, slowed 5-7x by a pool of 2 "
+                         "on a loaded 2-core machine)")
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error("--repeat must be >= 1")
     if args.seqlen < 0:
         ap.error("--seqlen must be >= 0 (0 skips the attention comparison)")
+    if args.blas_threads < 1 or args.triton_threads < 1:
+        ap.error("--blas-threads and --triton-threads must be >= 1")
     m, n, k = args.size
     a, b = operands(m, n, k)
-    res = {"size": [m, n, k], "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count()}
-    med, times, info = time_cutedsl(a, b, args.repeat)
-    res["cutedsl_s"], res["cutedsl_runs"] = med, times
+    res = {"size": [m, n, k], "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(),
+           "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+           "blas_threads": blas_threads(args.blas_threads)}
+    print(f"numpy BLAS threads: {res['blas_threads']}; load average {res['load_average']}; "
+          f"{res['cpus']} CPUs; ratios in CPU seconds")
+    timing, info = time_cutedsl(a, b, args.repeat)
+    timing.record(res, "cutedsl")
     if info.get("instructions"):
         res["warp_instructions"] = int(info["instructions"])
-        res["us_per_warp_instruction"] = 1e6 * med / int(info["instructions"])
-    print(f"cutedsl emulator  {m}x{n}x{k}: {med:.3f} s (median of {args.repeat}; race checks on)"
+        res["us_per_warp_instruction"] = 1e6 * timing.cpu_s / int(info["instructions"])
+    print(f"cutedsl emulator  {m}x{n}x{k}: {timing.text(args.repeat)}; race checks on"
           + (f", {res['warp_instructions']} warp-instructions, "
-             f"{res['us_per_warp_instruction']:.2f} us each" if "warp_instructions" in res else ""))
+             f"{res['us_per_warp_instruction']:.2f} CPU us each" if "warp_instructions" in res else ""))
     why = triton_available()
     if why is None:
         import torch
-        torch.set_num_threads(max(1, args.triton_threads))
-        tmed, ttimes = time_triton(a, b, args.repeat)
-        res["triton_s"], res["triton_runs"] = tmed, ttimes
-        res["ratio_cutedsl_over_triton"] = med / tmed
-        print(f"Triton interpreter {m}x{n}x{k}: {tmed:.3f} s (median of {args.repeat}; "
-              f"TRITON_INTERPRET=1, 128x128x64 blocks)")
-        print(f"cutedsl / Triton: {med / tmed:.2f}")
+        torch.set_num_threads(args.triton_threads)
+        res["triton_torch_threads"] = torch.get_num_threads()
+        ttiming = time_triton(a, b, args.repeat)
+        ttiming.record(res, "triton")
+        res["ratio_cutedsl_over_triton"] = timing.cpu_s / ttiming.cpu_s
+        res["ratio_wall_cutedsl_over_triton"] = timing.wall_s / ttiming.wall_s
+        print(f"Triton interpreter {m}x{n}x{k}: {ttiming.text(args.repeat)}; TRITON_INTERPRET=1, "
+              f"128x128x64 blocks, {res['triton_torch_threads']} torch threads")
+        print(f"cutedsl / Triton: {res['ratio_cutedsl_over_triton']:.2f} (CPU), "
+              f"{res['ratio_wall_cutedsl_over_triton']:.2f} (wall)")
     elif args.require_triton:
         raise SystemExit(f"Triton interpreter unavailable ({why})")
     else:
@@ -276,21 +355,24 @@ def attention_side_by_side(seqlen, repeat, with_triton, res):
     """Time the attention forward on both sides (see the module docstring); figures into ``res``."""
     q, k, v = attention_operands(seqlen)
     shape = f"batch 1, {ATT_HEADS} heads, seqlen {seqlen}, head dim {ATT_DIM}"
-    med, times, info, err = time_cutedsl_attention(q, k, v, repeat)
-    res.update(seqlen=seqlen, attention_cutedsl_s=med, attention_cutedsl_runs=times, attention_cutedsl_err=err)
+    timing, info, err = time_cutedsl_attention(q, k, v, repeat)
+    timing.record(res, "attention_cutedsl")
+    res.update(seqlen=seqlen, attention_cutedsl_err=err)
     extra = ""
     if info.get("instructions"):
         res["attention_warp_instructions"] = int(info["instructions"])
         extra = f", {int(info['instructions'])} warp-instructions"
-    print(f"cutedsl emulator  attention ({shape}): {med:.3f} s (median of {repeat}; race checks on){extra}")
+    print(f"cutedsl emulator  attention ({shape}): {timing.text(repeat)}; race checks on{extra}")
     if not with_triton:
         return
-    tmed, ttimes, terr = time_triton_attention(q, k, v, repeat)
-    res.update(attention_triton_s=tmed, attention_triton_runs=ttimes, attention_triton_err=terr,
-               attention_ratio_cutedsl_over_triton=med / tmed)
-    print(f"Triton interpreter attention ({shape}): {tmed:.3f} s (median of {repeat}; fused-attention "
-          f"tutorial forward, 128x64 blocks)")
-    print(f"attention cutedsl / Triton: {med / tmed:.2f}")
+    ttiming, terr = time_triton_attention(q, k, v, repeat)
+    ttiming.record(res, "attention_triton")
+    res.update(attention_triton_err=terr, attention_ratio_cutedsl_over_triton=timing.cpu_s / ttiming.cpu_s,
+               attention_ratio_wall_cutedsl_over_triton=timing.wall_s / ttiming.wall_s)
+    print(f"Triton interpreter attention ({shape}): {ttiming.text(repeat)}; fused-attention tutorial forward, "
+          f"128x64 blocks")
+    print(f"attention cutedsl / Triton: {res['attention_ratio_cutedsl_over_triton']:.2f} (CPU), "
+          f"{res['attention_ratio_wall_cutedsl_over_triton']:.2f} (wall)")
 
 
 if __name__ == "__main__":

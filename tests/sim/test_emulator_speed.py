@@ -29,7 +29,13 @@ def test_emulator_against_triton_interpreter(tmp_path):
     assert res["size"] == [256, 256, 512]
     assert res["warp_instructions"] > 10_000
     assert 0 < res["us_per_warp_instruction"] < 50
-    assert "cutedsl / Triton" in stdout
+    assert "cutedsl / Triton" in stdout and "(CPU)" in stdout and "(wall)" in stdout
+    # both sides on one thread (numpy's OpenBLAS where the script can reach it, torch's pool), both clocks
+    assert res["blas_threads"] in (1, None) and res["triton_torch_threads"] == 1
+    for side in ("cutedsl", "triton", "attention_cutedsl", "attention_triton"):
+        assert len(res[side + "_runs"]) == len(res[side + "_wall_runs"]) == 3
+        assert res[side + "_s"] > 0 and res[side + "_wall_s"] > 0
+    assert res["ratio_cutedsl_over_triton"] == pytest.approx(res["cutedsl_s"] / res["triton_s"])
     # measured 0.91-0.96 (2026-11-25, idle); 0.14-0.30 (2026-11-28, Triton on one thread, loaded);
     # before the lockstep redesign about 2.5
     assert res["ratio_cutedsl_over_triton"] < 1.5, res
@@ -53,3 +59,10 @@ def test_script_rejects_a_negative_seqlen(tmp_path):
     r = subprocess.run([sys.executable, str(SCRIPT), "--seqlen", "-1"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert "--seqlen must be >= 0 (0 skips the attention comparison)" in r.stderr
+
+
+def test_script_rejects_zero_threads(tmp_path):
+    r = subprocess.run([sys.executable, str(SCRIPT), "--blas-threads", "0"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2
+    assert "--blas-threads and --triton-threads must be >= 1" in r.stderr

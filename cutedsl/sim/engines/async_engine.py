@@ -48,7 +48,7 @@ def lane_scalars(w, m, *vals):
     """One list per executing lane (``m``, default every valid lane of warp ``w``) of the int values
     of ``vals`` (scalars or per-lane arrays): a single-thread asynchronous instruction executed by
     several lanes issues once per lane."""
-    lanes = np.flatnonzero(w.valid if m is None else m).tolist()
+    lanes = (w.valid if m is None else m).nonzero()[0].tolist()
     if len(lanes) == 1:         # the usual case: an elected lane issues
         ln, = lanes
         return [[int(v[ln]) if getattr(v, "ndim", 0) else int(v) for v in vals]]      # (np.ndim costs more)

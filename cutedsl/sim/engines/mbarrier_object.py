@@ -93,15 +93,25 @@ class MBarrier:
 
 
 def mbar_targets(w, a, space, ins, lanes):
-    """Map shared(::cluster) addresses to {(cta, offset): lane count}."""
-    a = np.atleast_1d(np.asarray(a, np.uint64))
-    if space == "generic":
-        if np.any((a >> np.uint64(40)) != np.uint64(SHARED_WIN >> 40)):
-            raise SimRuntimeError(f"mbarrier operand is not a shared-memory address\n    at {ins.where()}")
-        a = a - np.uint64(SHARED_WIN)
-    if len(a) == 1 or (a == a[0]).all():        # the usual case: one barrier for every lane
-        pairs = ((int(a[0]), len(a)),)
+    """Map shared(::cluster) addresses ``a`` (a Python int, or one uint64 per lane) to
+    ``[(cta, offset, lane count)]``."""
+    if isinstance(a, int):
+        a = (a,)
+    elif getattr(a, "ndim", 0) != 1:
+        a = np.atleast_1d(np.asarray(a, np.uint64))
+    if len(a) == 1 or uniform_lanes(a):     # the usual case: one barrier for every lane (as Python ints)
+        v = int(a[0])
+        if space == "generic":
+            if v >> 40 != SHARED_WIN >> 40:
+                raise SimRuntimeError(f"mbarrier operand is not a shared-memory address\n    at {ins.where()}")
+            v -= SHARED_WIN
+        pairs = ((v, len(a)),)
     else:
+        a = np.asarray(a, np.uint64)
+        if space == "generic":
+            if np.any((a >> np.uint64(40)) != np.uint64(SHARED_WIN >> 40)):
+                raise SimRuntimeError(f"mbarrier operand is not a shared-memory address\n    at {ins.where()}")
+            a = a - np.uint64(SHARED_WIN)
         vals, counts = np.unique(a, return_counts=True)
         pairs = zip(vals.tolist(), counts.tolist())
     out = []

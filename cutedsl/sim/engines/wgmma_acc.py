@@ -111,14 +111,16 @@ def products(cta, ops):
                       for x in ops):
         k = o.a_ei.shape[1]
         r = _b_repeat(ops)
-        v = widen(cta.sv[o.ea][_chain_index(tuple(x.a_ei for x in ops), tuple(x.b_ei for x in ops[::r]))], o.dta)
+        # np.take: half the cost of an index expression for a 1-D gather of this size
+        v = widen(np.take(cta.sv[o.ea], _chain_index(tuple(x.a_ei for x in ops), tuple(x.b_ei for x in ops[::r]))),
+                  o.dta)
         A = v[:n * 64 * k].reshape(n // r, r, 64, k)
         B = v[n * 64 * k:].reshape(n // r, 1, k, o.n)        # broadcast over the r MMAs sharing it
         return np.matmul(A, B).reshape(n, 64, o.n)
     if same_b and all(x.A is not None and x.A.shape == o.A.shape for x in ops):
         # A from registers (FlashAttention's P V): the tiles stacked, B gathered with one index
         k = o.A.shape[1]
-        B = widen(cta.sv[o.eb][_chain_index((), tuple(x.b_ei for x in ops))], o.dtb).reshape(n, k, o.n)
+        B = widen(np.take(cta.sv[o.eb], _chain_index((), tuple(x.b_ei for x in ops))), o.dtb).reshape(n, k, o.n)
         return np.matmul(np.stack([x.A for x in ops]), B)
     return [(x.A if x.A is not None else load_operand(cta, x.a_ei, x.ea, x.dta))
             @ load_operand(cta, x.b_ei, x.eb, x.dtb).T for x in ops]
@@ -160,7 +162,8 @@ class HeldTiles:
     def run_chain(self):
         """Compute the queued MMAs, in issue order. Consecutive MMAs on different accumulators
         that share no register (the two m64 halves of a k-step) are rounded to f32 with one cast:
-        each element's value is the one its own ``rounded`` gives."""
+        each element's value is the one its own ``rounded`` gives; the groups that repeat such a
+        group (the next k-steps) skip the per-MMA bookkeeping (:meth:`_repeats`)."""
         ops, self.chain = self.chain, []
         self.cta.mma_chains.remove(self)
         prods = products(self.cta, ops)
@@ -183,9 +186,45 @@ class HeldTiles:
                     if c is not None:
                         p[q] += c
                 r = p.astype(np.float32)
-                for q, op in enumerate(ops[i:j]):
+                j, r = self._repeats(ops, i, j, prods, r)
+                for q, op in enumerate(ops[j - len(r):j]):
                     self.put(op.key, op.didx, r[q], op.n, op.dbits)
             i = j
+
+    def _repeats(self, ops, i, j, prods, r):
+        """``ops[i:j]`` (g MMAs on g accumulators, rounded together to ``r``) followed by groups that
+        repeat it -- the next k-steps of a chain: the same accumulators, registers and sign, scale-d
+        set -- run here as one add and one cast per group, each MMA accumulating onto its
+        predecessor's tile. Returns the end of the last group run and its (g, 64, N) tiles. What
+        each group's own pass through ``run_chain`` would do: its ``_addend`` writes nothing back
+        (no other held tile owns one of its registers: checked once, the other tiles do not change
+        here) and returns that tile, and its ``put`` of the same keys and bits leaves the
+        ``lazy_bits`` the last group's leaves. (An independent MMA after the last group is then rounded
+        on its own, not with it: each element's rounding is its own, so the grouping changes no bit.)"""
+        g, n = j - i, len(ops)
+        group = ops[i:j]
+        if j + g > n or not all(x.scale_d for x in ops[j:j + g]):
+            return j, r
+        keys = {x.key for x in group}
+        rb = 0
+        for x in group:
+            rb |= x.rbits
+        for k, t in self.tiles.items():
+            if k not in keys and t[3] & rb:
+                return j, r
+        sign = group[0].sign
+        while j + g <= n:
+            nxt = ops[j:j + g]
+            if not all(y.key == x.key and y.rbits == x.rbits and y.dbits == x.dbits and y.sign == sign
+                       and y.scale_d and y.n == x.n for x, y in zip(group, nxt)):
+                break
+            p = prods[j:j + g]
+            if sign != 1.0:
+                p = -p
+            p += r
+            r = p.astype(np.float32)
+            j += g
+        return j, r
 
     def _addend(self, op):
         """The f32 tile ``op`` accumulates onto (None without scale-d), after writing back the held

@@ -164,7 +164,7 @@ def dec_mbarrier(ctx, ins, mods, ops):
 
         def fast(w, g, a, sv):
             """All 32 lanes wait on one barrier for one phase (the usual case)."""
-            ((cta, off, _n),) = mbar_targets(w, np.array([a], np.uint64), space, ins, _LANE0)
+            ((cta, off, _n),) = mbar_targets(w, int(a), space, ins, _LANE0)
             b = get_mbar(cta, off, ins)
             ok = (b.phase & 1) != (sv & 1) if parity else b.phase > sv
             hb = w.cta.cluster.hb
@@ -217,7 +217,7 @@ def dec_mbarrier(ctx, ins, mods, ops):
             if not blocking or (np.ndim(a) and not uniform_lanes(a)) or (np.ndim(sv) and not uniform_lanes(sv)):
                 return NOT_BATCHED
             a, sv = int(a if not np.ndim(a) else a[0]), int(sv if not np.ndim(sv) else sv[0])
-            ((cta, off, _n),) = mbar_targets(bt, np.array([a], np.uint64), space, ins, _LANE0)
+            ((cta, off, _n),) = mbar_targets(bt, int(a), space, ins, _LANE0)
             b = cta.mbar.get(off)
             if b is None or not ((b.phase & 1) != (sv & 1) if parity else b.phase > sv):
                 return NOT_BATCHED

@@ -151,7 +151,7 @@ def dec_elect(ctx, ins, mods, ops):
         act = _members(w, g, m, rm, ins)
         if act is None:
             return BLOCKED
-        cand = np.flatnonzero(act & mask_lanes(rm, w))
+        cand = (act & mask_lanes(rm, w)).nonzero()[0]
         leader = int(cand[0]) if len(cand) else 0
         wd(w, m, np.uint32(leader))
         if wp is not None:

@@ -91,6 +91,8 @@ def lockstep(launch, w, g, ins, gang, budget):
                 x.groups[0].blocked = None      # (a wait that is over: run_warp clears it too)
         if hi - lo == 1:
             fb = ins.fused
+            if fb is None and ins.batch == BATCH_REGS:
+                return _lone_run(launch, w, g, ins, budget)
             if fb is None or fb.n > budget or (fb.rbits and _owned((w,), fb.rbits)):
                 return ins.fn(w, g, None), None, 0
             fb.run(w)               # a fused block (frontend/fusion.py) for w alone
@@ -191,6 +193,36 @@ def lockstep(launch, w, g, ins, gang, budget):
             x.insts += done
     launch.insts += (hi - lo - 1) * done
     return JUMPED, (lo, hi), done - 1
+
+
+def _lone_run(launch, w, g, ins, budget):
+    """Register instruction ``ins`` for warp ``w`` alone (no neighbour meets it), and then the
+    unguarded, unfused register instructions after it while ``run_warp`` would run each the same
+    way: no wgmma owns or holds a register they name (its per-instruction checks), and neither
+    neighbour can :func:`meets` them -- every group of it is more than ``CATCH_UP`` behind or
+    ahead, which register instructions of ``w`` do not change. Returns lockstep's triple."""
+    r = ins.fn(w, g, None)
+    if r is not None or budget < 2:
+        return r, None, 0
+    ws = w.cta.warps
+    near = [x for x in (ws[w.wid - 1] if w.wid else None, ws[w.wid + 1] if w.wid + 1 < len(ws) else None)
+            if x is not None and x.groups]
+    lows = [min(gg.pc for gg in x.groups) for x in near]
+    code = launch.code
+    pc = g.pc + 1
+    done = 1
+    held = w.acc_bits | w.lazy_bits
+    while done < budget:
+        nx = code[pc]
+        if (nx.batch != BATCH_REGS or nx.guard >= 0 or nx.fused is not None or nx.rbits & held
+                or not all(lw < pc - CATCH_UP or lw > pc for lw in lows)):
+            break
+        if nx.fn(w, g, None) is not None:
+            raise SimError(f"internal emulator error: {nx.where()} changed control flow in a lone run")
+        pc += 1
+        done += 1
+    g.pc = pc
+    return JUMPED, None, done - 1
 
 
 def _detour(launch, b, part, w, pc, ins, owned, room) -> int:

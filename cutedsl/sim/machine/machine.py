@@ -134,9 +134,10 @@ class Warp:
 
     # -- memory -------------------------------------------------------------------------
     def _lanes(self, m):
+        # a 1-D mask's nonzero(): np.flatnonzero's ravel and dispatch cost more than the search
         if m is None:
-            return _ALL_LANES if self.full else np.flatnonzero(self.valid)
-        return np.flatnonzero(m)
+            return _ALL_LANES if self.full else self.valid.nonzero()[0]
+        return m.nonzero()[0]
 
     def _fail(self, what, addr, nb, space, ins, lane, detail):
         raise MemoryAccessError(

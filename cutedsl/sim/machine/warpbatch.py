@@ -100,7 +100,7 @@ class WarpBatch:
                 w.store(space, a[part], None, esize, n, vals[part], ins, True)
 
     def _lanes(self, m):
-        return np.arange(32 * (self.hi - self.lo)) if m is None else np.flatnonzero(m)
+        return np.arange(32 * (self.hi - self.lo)) if m is None else m.nonzero()[0]
 
     def store(self, space, addr, m, esize, n, vals, ins, race=True):
         """:meth:`Warp.store` for the batch: stores to the CTA's own shared memory whose lanes
