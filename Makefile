@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(PY) -m cutedsl gemm --m 1000 --n 1000 --k 1000 --check
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadfile
 
 clean:
 	rm -rf $(VENV) .pytest_cache
