@@ -169,6 +169,14 @@ def run_gemm(args) -> tuple:
         cfg = gemm.config
     else:
         gemm = Gemm(cfg, backend if backend is not None else "none", dump_dir=args.dump)
+        if not args.batch:
+            # the kernel this call runs (its operands' layouts may ask for a variant of the config,
+            # e.g. raster N on a wide problem): compile and report that one, not the config's own
+            from .device.operands import call_config
+            run_cfg = call_config(cfg, args.m, args.n, args.k)
+            if run_cfg.raster != cfg.raster:      # the only field 2-D operands in its own layouts change
+                gemm = gemm.variant(raster=run_cfg.raster)
+                cfg = gemm.config
     try:
         grid = gemm.grid(args.m, args.n, args.k, args.batch or 1)   # hardware grid limits, before anything runs
     except ArgumentError as e:

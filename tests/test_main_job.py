@@ -275,3 +275,17 @@ def test_bundle_into_a_file_is_one_line(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert err == f"error: {f} exists and is not a folder: give --out a new path or a bundle folder\n"
     assert f.read_text() == "keep"
+
+
+def test_report_describes_the_kernel_the_call_runs(tmp_path, monkeypatch, capsys):
+    """A persistent schedule with ``raster="auto"`` on a problem with more tile columns than rows
+    runs its raster-N variant (the operands' layout asks for it): the main job compiles and
+    reports that kernel only, not the config's own as well, and checks its result."""
+    from cutedsl import cli
+    monkeypatch.setenv("CUTEDSL_CACHE_DIR", str(tmp_path / "cache"))
+    assert cli.main(["gemm", "--m", "130", "--n", "650", "--k", "100", "--schedule", "pingpong", "--backend", "sim",
+                     "--check", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["raster"] == "N" and rep["passed"] is True, rep
+    kernels = [d for d in (tmp_path / "cache").iterdir() if d.is_dir()]
+    assert len(kernels) == 1, kernels

@@ -155,23 +155,10 @@ def explore_configs(m: int, n: int, k: int, dt: str, out_dt: str) -> list:
 
 
 def call_config(cfg, m: int, n: int, k: int):
-    """The config whose kernel ``Gemm(cfg)`` runs for an ``m x n x k`` call on operands in the
-    config's own layouts (a row-major A, B as :meth:`GemmConfig.example_operands` lays it out):
-    ``cfg`` with the fields :func:`cutedsl.device.operands.layout_changes` changes."""
-    import attrs
-
-    from ..device.operands import layout_changes
-    from ..dtypes import dtype as _dtype
-    from ..runtime.tensor_view import TensorView
-    from ..atom.mma_traits import element_type
-    da, db = _dtype(element_type(cfg.dtype)), _dtype(element_type(cfg.b_dtype or cfg.dtype))
-    ea, eb = da.nbytes, db.nbytes
-    a_strides = (k * ea, ea) if cfg.a_major == "K" else (ea, m * ea)
-    b_strides = (n * eb, eb) if cfg.b_major == "MN" else (eb, k * eb)
-    va = TensorView("a", (m, k), da, da.name, None, None, 0, a_strides, "layout")
-    vb = TensorView("b", (k, n), db, db.name, None, None, 0, b_strides, "layout")
-    changes = layout_changes(cfg, va, vb)
-    return attrs.evolve(cfg, **changes) if changes else cfg
+    """:func:`cutedsl.device.operands.call_config`: the config whose kernel a call on operands
+    in ``cfg``'s own layouts runs."""
+    from ..device.operands import call_config as _call_config
+    return _call_config(cfg, m, n, k)
 
 
 def kernel_configs(problems: list) -> list:

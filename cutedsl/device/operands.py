@@ -71,4 +71,23 @@ def layout_changes(cfg, va, vb) -> dict:
 
 
 
-__all__ = ["check_operands", "layout_changes"]
+def call_config(cfg, m: int, n: int, k: int):
+    """The config whose kernel ``Gemm(cfg)`` runs for an ``m x n x k`` call on operands in the
+    config's own layouts (a row-major A, B as :meth:`GemmConfig.example_operands` lays it out):
+    ``cfg`` with the fields :func:`layout_changes` changes (e.g. ``raster="N"`` for
+    ``raster="auto"`` on a wide problem). What a bundle must hold, and what a report should
+    describe, for such a call."""
+    import attrs
+
+    from ..runtime.tensor_view import TensorView
+    da, db = _dtype(element_type(cfg.dtype)), _dtype(element_type(cfg.b_dtype or cfg.dtype))
+    ea, eb = da.nbytes, db.nbytes
+    a_strides = (k * ea, ea) if cfg.a_major == "K" else (ea, m * ea)
+    b_strides = (n * eb, eb) if cfg.b_major == "MN" else (eb, k * eb)
+    va = TensorView("a", (m, k), da, da.name, None, None, 0, a_strides, "layout")
+    vb = TensorView("b", (k, n), db, db.name, None, None, 0, b_strides, "layout")
+    changes = layout_changes(cfg, va, vb)
+    return attrs.evolve(cfg, **changes) if changes else cfg
+
+
+__all__ = ["call_config", "check_operands", "layout_changes"]
