@@ -230,6 +230,10 @@ def supervise(argv: list, args) -> int:
                 print(f"lease bench: the worker exited with status {rc} outside any config", flush=True)
                 return rc
             i, lab = open_[-1]["start"], open_[-1]["config"]
+            if attempt == MAX_RESTARTS:
+                print(f"lease bench: the worker died (status {rc}) in {lab} on problem {i}; "
+                      f"{MAX_RESTARTS} restarts spent, giving up", flush=True)
+                return rc
             why = " | ".join(x.strip() for x in tail.strip().splitlines()[-3:])[-400:]
             print(f"lease bench: the worker died (status {rc}) in {lab} on problem {i}: recorded as a fault, "
                   f"restarting ({attempt + 1} of {MAX_RESTARTS})", flush=True)
