@@ -11,7 +11,7 @@ from cutedsl.testing.ptx import ptx_kernel as kernel
 from cutedsl.testing.ptx import run_alu as alu
 
 __all__ = ["HERE", "PTX_DIR", "HEADER", "REGS", "REG_OF", "WIDTH", "mbarrier_wait", "kernel", "alu", "fixture",
-           "COPY_OUT"]
+           "spy", "COPY_OUT"]
 
 HERE = pathlib.Path(__file__).parent
 PTX_DIR = HERE / "ptx"
@@ -20,6 +20,20 @@ PTX_DIR = HERE / "ptx"
 def fixture(name: str):
     """(ptx text, meta dict) of a committed PTX fixture."""
     return (PTX_DIR / f"{name}.ptx").read_text(), json.loads((PTX_DIR / f"{name}.json").read_text())
+
+
+def spy(monkeypatch, owner, name, record) -> list:
+    """Wrap ``owner.name`` (a function or method) so that every call still runs it and appends
+    ``record(args, result)`` to the list returned: what a fixture sees the emulator do."""
+    seen = []
+    orig = getattr(owner, name)
+
+    def wrapper(*args):
+        result = orig(*args)
+        seen.append(record(args, result))
+        return result
+    monkeypatch.setattr(owner, name, wrapper)
+    return seen
 
 
 #: Copies ``%r22`` bytes of shared memory at ``%r41`` to the global pointer ``%rd1``, 4 bytes

@@ -7,7 +7,7 @@ import pytest
 
 from cutedsl.sim import Emulator, RaceError, SimRuntimeError, load_ptx
 from cutedsl.sim.machine import machine
-from simkit import kernel
+from simkit import kernel, spy
 
 
 @pytest.fixture(autouse=True)
@@ -18,14 +18,7 @@ def _eager(monkeypatch):
 @pytest.fixture
 def batches(monkeypatch):
     """Record the (lo, hi) warp runs that executed an instruction as one batch."""
-    seen = []
-    orig = machine.CTA.batch
-
-    def batch(self, lo, hi):
-        seen.append((lo, hi))
-        return orig(self, lo, hi)
-    monkeypatch.setattr(machine.CTA, "batch", batch)
-    return seen
+    return spy(monkeypatch, machine.CTA, "batch", lambda args, _: args[1:])
 
 
 ARITH = """

@@ -8,7 +8,7 @@ import pytest
 
 from cutedsl.sim import DeadlockError, Emulator, RaceError, load_ptx
 from cutedsl.sim.machine import lockstep
-from simkit import kernel, mbarrier_wait
+from simkit import kernel, mbarrier_wait, spy
 
 SMEM = "\t.extern .shared .align 16 .b8 dyn[];\n"
 
@@ -59,15 +59,7 @@ def _eager(monkeypatch):
 @pytest.fixture
 def detours(monkeypatch):
     """The warp-instruction counts of the detours that ran as one batch."""
-    seen = []
-    orig = lockstep._detour
-
-    def spy(*a):
-        k = orig(*a)
-        seen.append(k)
-        return k
-    monkeypatch.setattr(lockstep, "_detour", spy)
-    return seen
+    return spy(monkeypatch, lockstep, "_detour", lambda args, k: k)
 
 
 def run(tag, count=4, lane=0, skip=SKIP, arrive=ARRIVE, threads=128, chaos=None):

@@ -10,7 +10,7 @@ import pytest
 from cutedsl.sim import Emulator, RaceError, load_ptx
 from cutedsl.sim.frontend import program
 from cutedsl.sim.machine import warpbatch
-from simkit import kernel, mbarrier_wait
+from simkit import kernel, mbarrier_wait, spy
 
 SMEM = "\t.extern .shared .align 16 .b8 dyn[];\n"
 
@@ -29,14 +29,7 @@ def per_warp(monkeypatch):
 @pytest.fixture
 def each_runs(monkeypatch):
     """The (lo, hi) warp runs that executed a BATCH_EACH instruction as one batch."""
-    seen = []
-    orig = warpbatch.WarpBatch.members
-
-    def members(self):
-        seen.append((self.lo, self.hi))
-        return orig(self)
-    monkeypatch.setattr(warpbatch.WarpBatch, "members", members)
-    return seen
+    return spy(monkeypatch, warpbatch.WarpBatch, "members", lambda args, _: (args[0].lo, args[0].hi))
 
 
 # each thread stores its id, synchronises ({sync}), reads the word of thread tid ^ partner (another warp)
