@@ -5,13 +5,11 @@ constructor keywords it gives (``kernel_args``); the kernel class lists those it
 (``CONFIG_FIELDS``). Imports no MLIR."""
 from __future__ import annotations
 
-import numbers
-
 import attrs
 import numpy as np
 
 from ..arch import get_arch
-from ..atom.mma_traits import ELEMENT_BITS, ELEMENT_BYTES, mma_traits
+from ..atom.mma_traits import ELEMENT_BYTES
 from ..collective import fusion as _fusion
 from ..collective.epilogue import Epilogue
 from ..collective.clc_scheduler import TILE_SCHEDULERS
@@ -20,8 +18,11 @@ from ..atom.mma_traits import DTYPE_SCALES, MX_DTYPES, element_type
 from . import config_build as _build
 from .config_protocol import KernelConfig, always, if_set, if_taken, kernel_args, register_family
 from .kernels import DEFAULT_EPILOGUE, DEFAULT_SCHEDULE, kernel_classes
-from ..collective.tma_wgmma import CLUSTERS, TmaWgmmaMainloop   # what the mainloop supports: one list
+from ..collective.tma_wgmma import CLUSTERS   # what the mainloop supports: one list
 from ..errors import ConfigError, ConfigTypeError, checked_arguments, one_of
+from .config_fields import STAGES  # noqa: F401  (re-exported: the pipeline depths, for the CLI)
+from .config_fields import (default_b_major as _default_b_major, is_int as _is_int, k_tile as _k_tile,
+                            problem_sizes as _problem, stages as _stages, tile as _tile)
 
 _MAX_I32 = 2 ** 31 - 1
 #: the schedules a ``GemmConfig`` can name; the last three are warp-specialized
@@ -31,65 +32,9 @@ PERSISTENT = SCHEDULES[3:]                      #: the persistent schedules (str
 MAX_SPLITS = 256                                #: split-k pieces per tile at most
 #: operand types: the MMA atom's, and the block-scaled MX inputs (sm_100a) named by their elements
 DTYPES = tuple(ELEMENT_BYTES) + tuple(MX_DTYPES)
-
-
 OUT_DTYPES = Epilogue.OUT_DTYPES                #: what the epilogues write
 EPILOGUE_KINDS = Epilogue.KINDS
-STAGES = TmaWgmmaMainloop.STAGES                #: pipeline depths of the mainloops
 B_MAJORS = ("MN", "K")                          #: B's layouts (CuTe terms); "N" is read as "MN"
-def _is_int(v) -> bool:
-    """An integer that is not a bool (numpy integers included); floats such as 128.0 are not."""
-    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
-
-
-def _tile(v) -> tuple:
-    """Converter of ``GemmConfig.tile``: a sequence of three ints, as plain ints."""
-    if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
-        raise ConfigError(f"tile must be a tuple (BLOCK_M, BLOCK_N, BLOCK_K) of ints, got {v!r}")
-    v = tuple(v)
-    bad = [x for x in v if not _is_int(x)]
-    if bad:
-        raise ConfigError(f"tile must be a tuple (BLOCK_M, BLOCK_N, BLOCK_K) of ints, got {v!r} "
-                          f"({bad[0]!r} is a {type(bad[0]).__name__})")
-    return tuple(int(x) for x in v)
-
-
-def _k_tile(dtype) -> int:
-    """The default BLOCK_K: one 128-byte swizzle row of ``dtype`` (64 when the dtype is unknown:
-    the dtype check then names the problem)."""
-    dtype = element_type(dtype)
-    return mma_traits(dtype).k_tile if isinstance(dtype, str) and dtype in ELEMENT_BITS else 64
-
-
-def _default_b_major(dtype) -> str:
-    """B's default layout: MN-major (a row-major (K, N) array) where the MMA can read it, else K."""
-    dtype = element_type(dtype)
-    known = isinstance(dtype, str) and dtype in ELEMENT_BITS
-    return "MN" if not known or "MN" in mma_traits(dtype).majors_b else "K"
-
-
-def _stages(v):
-    """Converter of ``GemmConfig.stages``: ``"auto"`` or a plain int (bools and floats refused)."""
-    if isinstance(v, str) and v == "auto":
-        return v
-    if not _is_int(v) or v not in STAGES:
-        raise ConfigError(f"stages must be 'auto' or an int in {STAGES.start}..{STAGES.stop - 1}, got {v!r}"
-                          + ("" if _is_int(v) or isinstance(v, str) else f" ({type(v).__name__})"))
-    return int(v)
-
-
-def _problem(m, n, k, l, who: str) -> tuple:
-    """``(m, n, k, l)`` as plain ints (``m`` may be a ``GemmProblem``); ``ConfigError`` naming
-    a size that is not a positive int."""
-    from ..problem import GemmProblem
-    if isinstance(m, GemmProblem):
-        if (n, k) != (None, None):
-            raise ConfigError(f"{who}: give a GemmProblem or m, n, k, not both")
-        m, n, k, l = m
-    for name, v in (("m", m), ("n", n), ("k", k), ("l", l)):
-        if not _is_int(v) or v < 1:
-            raise ConfigError(f"{who}: {name} must be a positive int, got {v!r}")
-    return int(m), int(n), int(k), int(l)
 
 
 def _sm100_only(asked):
