@@ -107,14 +107,13 @@ def assemble_descriptor(lo, layout: SmemMatrix) -> Scalar:
 
 def descriptor_anchor(origin_address, layout: SmemMatrix) -> tuple:
     """``(wide, high)``: ``origin_address >> 4`` (i64 IR, a 1024-byte aligned shared address) with
-    ``layout``'s constant high word ``high`` (SBO, swizzle) and no LBO, through an opaque
-    ``mov.b64`` (inline PTX with side effects): emitted inside a loop, it is the one 64-bit value
+    ``layout``'s constant high word ``high`` (SBO, swizzle) and no LBO, through
+    :func:`cutedsl.ir.values.opaque` (an opaque ``mov.b64``): emitted inside a loop, it is the one 64-bit value
     from which every descriptor of that high word is a constant add (:meth:`Descriptor.anchored`),
     so the loop keeps one uniform register pair live instead of one register per descriptor."""
     high = _const_bits(layout) >> 32
     v = assemble_descriptor((V.u32(origin_address) & ADDR_MASK) >> ADDR_SHIFT, layout)
-    return V.Scalar(llvm.inline_asm(V.mlir_type("i64"), [v], "mov.b64 $0, $1;", "=l,l", has_side_effects=True),
-                    signed=False), high
+    return V.opaque(v), high
 
 
 def make_descriptor(address, layout: SmemMatrix) -> Scalar:
@@ -167,12 +166,11 @@ class Descriptor:
         return self._moved(V.u32(index) * (stage_bytes >> ADDR_SHIFT))
 
     def rematerialized(self) -> "Descriptor":
-        """This descriptor, whole, through an opaque ``mov.b64`` (inline PTX with side effects),
+        """This descriptor, whole, through :func:`cutedsl.ir.values.opaque` (a ``mov.b64`` with side effects),
         to call inside a loop: LLVM then cannot hoist the per-k-step descriptors derived from it
         out of the loop into 64-bit vector registers (which spill beside large accumulators);
         ptxas forms them per iteration in uniform registers, each one 64-bit add. Same bits."""
-        v = llvm.inline_asm(V.mlir_type("i64"), [self.value()], "mov.b64 $0, $1;", "=l,l", has_side_effects=True)
-        return attrs.evolve(self, wide=V.Scalar(v, signed=False), wide_off=0)
+        return attrs.evolve(self, wide=V.Scalar(V.opaque(self.value()), signed=False), wide_off=0)
 
     def value(self) -> Scalar:
         """The 64-bit descriptor (i64 IR value)."""

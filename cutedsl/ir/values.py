@@ -323,12 +323,15 @@ def warp_uniform(v) -> Scalar:
 
 
 def opaque(v) -> Scalar:
-    """``v`` (i32) through an opaque ``mov.b32`` (inline PTX with side effects): the same value
-    where it is called, but one LLVM can neither hoist above a branch nor merge with another
-    read of ``v`` -- so each branch (e.g. a warp role after its ``setmaxnreg``) computes what it
-    derives from ``v`` itself, instead of keeping (or spilling) a shared copy across the others."""
+    """``v`` (i32, or an i64 IR value) through an opaque ``mov.b32`` / ``mov.b64`` (inline PTX with
+    side effects): the same value where it is called, but one LLVM can neither hoist above a
+    branch or loop nor merge with another read of ``v`` -- so each branch (e.g. a warp role after
+    its ``setmaxnreg``) computes what it derives from ``v`` itself, instead of keeping (or
+    spilling) a shared copy across the others, and a value made in a loop stays there."""
     from mlir.dialects import llvm
-    r = llvm.inline_asm(ir.IntegerType.get_signless(32), [to_type(v, "i32")], "mov.b32 $0, $1;", "=r,r",
+    wide = isinstance(v, ir.Value) and str(v.type) == "i64"
+    bits, cons = (64, "=l,l") if wide else (32, "=r,r")
+    r = llvm.inline_asm(ir.IntegerType.get_signless(bits), [to_type(v, f"i{bits}")], f"mov.b{bits} $0, $1;", cons,
                         has_side_effects=True)
     return Scalar(r, signed=getattr(v, "signed", True))
 
