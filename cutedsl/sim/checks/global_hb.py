@@ -248,7 +248,7 @@ class GlobalHB:
                 or ((v(sh.r_agent) >= 0) & (v(sh.r_agent) != c) & (v(sh.r_mask) != 0)).any()):
             self.async_write(w, alloc, 4 * rows.ids(), 4, ins)
             return
-        first = rows.start + rows.pitch * np.arange(rows.rows)      # the 256-byte blocks of each row
+        first = rows.start + rows.pitch * np.arange(rows.rows)      # the touched blocks (1 KiB) of each row
         b0, b1 = first >> _GBLK, (first + rows.n - 1) >> _GBLK
         for k in range(int((b1 - b0).max()) + 1):
             sh.touched[np.minimum(b0 + k, b1)] = True
