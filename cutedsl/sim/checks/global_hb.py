@@ -74,7 +74,7 @@ class _Shadow:
         self.written = False                    # a generic write was recorded (async_read)
         self.reducing = None                    # per word: async reductions in flight (async_reduce)
         self.red_pc = None                      # per word: the last one's instruction
-        self.touched = np.zeros((n >> _GBLK) + 1, bool)    # per 1 KiB block: any access recorded
+        self.touched = np.zeros((n >> _GBLK) + 1, bool)    # per 256-byte block (_GBLK): any access recorded
 
 
 class Rows:
@@ -248,7 +248,7 @@ class GlobalHB:
                 or ((v(sh.r_agent) >= 0) & (v(sh.r_agent) != c) & (v(sh.r_mask) != 0)).any()):
             self.async_write(w, alloc, 4 * rows.ids(), 4, ins)
             return
-        first = rows.start + rows.pitch * np.arange(rows.rows)      # the touched blocks (1 KiB) of each row
+        first = rows.start + rows.pitch * np.arange(rows.rows)      # the 256-byte blocks (_GBLK) of each row
         b0, b1 = first >> _GBLK, (first + rows.n - 1) >> _GBLK
         for k in range(int((b1 - b0).max()) + 1):
             sh.touched[np.minimum(b0 + k, b1)] = True
