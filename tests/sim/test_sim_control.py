@@ -165,6 +165,31 @@ def test_warp_collectives():
     assert r[64:96].tolist() == [1] + [0] * 31
 
 
+@pytest.mark.parametrize("mask, n", [("-1", 64), ("%r9", 64), ("-1", 40), ("%r10", 64)])
+def test_elect_sync_leader_and_predicate(mask, n):
+    """elect.sync d|p, membermask (PTX ISA 9.7.13.14): d is the leader's lane in every member lane,
+    p true in the leader only. An immediate -1 with every lane of the warp live takes the fast
+    path; a register mask, a partial warp (lanes 8..31 of the second warp of 40 threads do not
+    exist) and a mask without lanes 0..2 (leader 3) the general one -- the same answers."""
+    body = f"""
+\tmov.u32 %r9, -1;
+\tmov.u32 %r10, 0xfffffff8;
+\telect.sync %r5|%p3, {mask};
+\tselp.u32 %r6, 1000, 0, %p3;
+\tadd.s32 %r7, %r6, %r5;
+\tst.global.u32 [%rd3], %r7;
+"""
+    if mask == "%r10":
+        body = "\tand.b32 %r11, %r1, 31;\n\tsetp.ge.u32 %p4, %r11, 3;\n" + body.replace("\telect", "\t@%p4 elect")
+    r = run(body, n=n)
+    lane = np.arange(n) % 32
+    leader = 3 if mask == "%r10" else 0
+    want = np.where(lane == leader, 1000 + leader, leader)
+    if mask == "%r10":
+        want = np.where(lane < 3, 0, want)      # predicated off: nothing written over the zeros
+    assert r.tolist() == want.tolist()
+
+
 SPIN = """
 \tld.param.u64 %rd1, [p_out];
 $L_spin:

@@ -6,7 +6,8 @@ of the warps run one by one (``DETOUR = 0``)."""
 import numpy as np
 import pytest
 
-from cutedsl.sim import DeadlockError, Emulator, RaceError, load_ptx
+from cutedsl.sim import DeadlockError, Emulator, RaceError, SimError, load_ptx
+from cutedsl.sim.checks.hb import HB
 from cutedsl.sim.machine import lockstep
 from simkit import kernel, mbarrier_wait, spy
 
@@ -62,11 +63,11 @@ def detours(monkeypatch):
     return spy(monkeypatch, lockstep, "_detour", lambda args, k: k)
 
 
-def run(tag, count=4, lane=0, skip=SKIP, arrive=ARRIVE, threads=128, chaos=None):
+def run(tag, count=4, lane=0, skip=SKIP, arrive=ARRIVE, threads=128, chaos=None, body=BODY):
     """``tag``: a comment that makes the PTX text new (decoded programs are cached by text)."""
     emu = Emulator(chaos=chaos) if chaos is not None else Emulator()
     out = emu.to_device(np.zeros(threads * 4, np.uint32))
-    body = BODY.format(count=count, lane=lane, skip=skip, arrive=arrive, wait=mbarrier_wait()) + f"\t// {tag}\n"
+    body = body.format(count=count, lane=lane, skip=skip, arrive=arrive, wait=mbarrier_wait()) + f"\t// {tag}\n"
     info = emu.launch(load_ptx(kernel(body, decls=SMEM)), 1, threads, [out], smem=2048)
     return emu.to_host(out, (threads, 4), np.uint32), info["instructions"]
 
@@ -150,3 +151,98 @@ def test_adversarial_mode(seed, monkeypatch):
     got, _ = run(f"chaos {seed}", chaos=seed)
     want, _ = per_warp(monkeypatch, chaos=seed)
     assert np.array_equal(got, want)
+
+
+# the detour is the arrive alone: the warps' arrivals run as one (mbarrier.py one_barrier) when they
+# name one barrier and only the last may complete its phase; else warp by warp
+ONLY_ARRIVE = BODY.replace("\tadd.u32 %r30, %r30, %r6;\n", "")
+NO_INIT_ORDER = ONLY_ARRIVE.replace("\tfence.mbarrier_init.release.cluster;\n\tbar.sync 0;\n", "")
+
+
+@pytest.fixture
+def joins(monkeypatch):
+    """The warps of each arrival run as one (``HB.release_join_all``)."""
+    return spy(monkeypatch, HB, "release_join_all", lambda args, r: len(args[1]))
+
+
+def same_as_per_warp(monkeypatch, tag, **kw):
+    """Run batched and warp by warp (``DETOUR = 0``): the same results and warp-instruction count,
+    or the same error; returns the batched results (or the error)."""
+    try:
+        got = run(tag, **kw)
+    except SimError as e:
+        monkeypatch.setattr(lockstep, "DETOUR", 0)
+        with pytest.raises(type(e)) as alone:
+            run(tag + " per warp", **kw)
+        assert str(alone.value) == str(e)
+        return e
+    want = per_warp(monkeypatch, **kw)
+    assert np.array_equal(got[0], want[0]) and got[1] == want[1]
+    return got[0]
+
+
+@pytest.mark.parametrize("lane", [0, 17])
+def test_one_arrival_for_the_batch(lane, detours, joins, monkeypatch):
+    """count 4: the last warp's arrival completes the phase; every warp's release is in it (no
+    race reading another warp's word), each arriving lane's state is the phase before (0)."""
+    got = same_as_per_warp(monkeypatch, f"one {lane}", lane=lane, body=ONLY_ARRIVE)
+    assert 2 in detours and joins == [4]
+    lanes = np.arange(128) & 31
+    assert np.array_equal(got[:, 2], np.where(lanes == lane, 0, 77))
+    assert np.array_equal(got[:, 0], np.arange(128, dtype=np.uint32) ^ 32)
+
+
+def test_two_lanes_of_each_warp(detours, joins, monkeypatch):
+    """Lanes 0 and 1 of each warp arrive (8 arrivals, count 8): the lane counts add up."""
+    skip = "\tsetp.gt.u32 %p3, %r6, 1;\n" + SKIP
+    got = same_as_per_warp(monkeypatch, "two lanes", count=8, skip=skip, body=ONLY_ARRIVE)
+    assert 2 in detours and joins == [4]
+    assert np.array_equal(got[:, 2], np.where((np.arange(128) & 31) < 2, 0, 77))
+
+
+@pytest.mark.parametrize("count, error", [(2, DeadlockError), (3, RaceError)])
+def test_a_phase_completed_before_the_last_warp(count, error, detours, joins, monkeypatch):
+    """A warp before the last completes phase 0, so the warps arrive one by one, as their own runs.
+    count 2: the last two complete phase 1, parity 0 again -- the waits for phase 0's parity never
+    end (the same deadlock report); count 3: the last warp's release is not in phase 0, and the
+    warp below it reads its word after waiting only for phase 0 (the same race report)."""
+    err = same_as_per_warp(monkeypatch, f"early {count}", count=count, body=ONLY_ARRIVE)
+    assert 2 in detours and joins == []
+    assert type(err) is error
+
+
+def test_a_missing_arrival_reports_the_same_barrier_history(detours, joins, monkeypatch):
+    """count 5: four arrivals, none completes; the deadlock report (pending count, the barrier's
+    recorded arrivals) is the warps' own."""
+    with pytest.raises(DeadlockError) as batched:
+        run("missing one", count=5, body=ONLY_ARRIVE)
+    assert 2 in detours and joins == [4]
+    assert "arrive x1" in str(batched.value)
+    monkeypatch.setattr(lockstep, "DETOUR", 0)
+    with pytest.raises(DeadlockError) as alone:
+        run("missing one per warp", count=5, body=ONLY_ARRIVE)
+    assert str(batched.value) == str(alone.value)
+
+
+def test_relaxed_arrivals_release_nothing(detours, joins, monkeypatch):
+    """PTX ISA 9.7.13.15.13: ``.relaxed`` arrives release nothing, batched as one or not."""
+    arrive = "mbarrier.arrive.relaxed.cta.shared::cta.b64"
+    with pytest.raises(RaceError) as batched:
+        run("relaxed one", arrive=arrive, body=ONLY_ARRIVE)
+    assert 2 in detours and joins == []
+    monkeypatch.setattr(lockstep, "DETOUR", 0)
+    with pytest.raises(RaceError) as alone:
+        run("relaxed one per warp", arrive=arrive, body=ONLY_ARRIVE)
+    assert str(batched.value) == str(alone.value)
+
+
+def test_an_arrive_not_ordered_after_the_init(detours, joins, monkeypatch):
+    """No fence.mbarrier_init and barrier between thread 0's init and the other warps' arrives:
+    the init check fails for warp 1, so the batch arrives warp by warp and reports it there."""
+    with pytest.raises(RaceError) as batched:
+        run("no init order", body=NO_INIT_ORDER)
+    assert joins == [] and "mbarrier.init" in str(batched.value)
+    monkeypatch.setattr(lockstep, "DETOUR", 0)
+    with pytest.raises(RaceError) as alone:
+        run("no init order per warp", body=NO_INIT_ORDER)
+    assert str(batched.value) == str(alone.value)

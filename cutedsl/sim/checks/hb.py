@@ -113,6 +113,36 @@ class HB:
         vc[w.agent] += 1
         return snap
 
+    def release_join(self, w, snap):
+        """``merge(snap, release(w))`` -- warp ``w`` releases into a barrier's join ``snap`` (either
+        may be None) and starts a new epoch -- without copying the release first: the join is a
+        new pair of arrays (never ``snap``'s, which a completed phase may hold as ``done``)."""
+        vc = self.warp_vc(w)
+        pvc = w.pvc
+        if snap is None:
+            out = (vc.copy(), pvc.copy())
+        else:
+            out = (np.maximum(self.fit(snap[0]), vc), np.maximum(self.fit(snap[1]), pvc))
+        vc[w.agent] += 1
+        return out
+
+    def release_join_all(self, ws, snap):
+        """:meth:`release_join` of each warp of ``ws`` in turn into ``snap`` (each warp's release
+        is its own clocks, which the others' do not change): one new pair of arrays."""
+        x = ws[0]
+        vc = self.warp_vc(x)
+        if snap is None:
+            jv, jp = vc.copy(), x.pvc.copy()
+        else:
+            jv, jp = np.maximum(self.fit(snap[0]), vc), np.maximum(self.fit(snap[1]), x.pvc)
+        vc[x.agent] += 1
+        for x in ws[1:]:
+            vc = self.warp_vc(x)
+            np.maximum(jv, vc, out=jv)
+            np.maximum(jp, x.pvc, out=jp)
+            vc[x.agent] += 1
+        return jv, jp
+
     def acquire(self, w, snap):
         if snap is None:
             return

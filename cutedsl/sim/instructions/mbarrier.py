@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..frontend.errors import SimRuntimeError
-from ..engines.mbarrier_object import MBarrier, get_mbar, hb_check_init, lane_int, lane_vals, mbar_targets, uniform_lanes
+from ..engines.mbarrier_object import (MBarrier, get_mbar, hb_check_init, lane_int, lane_vals, mbar_targets,
+                                       uniform_lanes)
 from ..frontend.registry import BLOCKED, NOT_BATCHED, YIELD, each_warp, handler
 
 
@@ -96,41 +97,129 @@ def dec_mbarrier(ctx, ins, mods, ops):
         addr = ctx.addr(ops[1])
         is_tx = "expect_tx" in sub
         nocomp = "noComplete" in sub
+        relaxed = "relaxed" in sub
         rcount = ctx.rd(ops[2], "u32") if len(ops) > 2 else None
 
-        def fn(w, g, m):
-            lanes = w._lanes(m)
-            av = lane_vals(addr(w), lanes)
+        def land(b, c, n):
+            """``n`` lanes' arrival (count ``c`` each) on ``b``."""
+            if is_tx:
+                b.expect_tx(c * n)
+                b.note("arrive.expect_tx {} B x{} at {}", c, n, ins)
+                b.arrive(n, ins)
+            else:
+                b.note("arrive x{} at {}", n * c, ins)
+                b.arrive(n, ins, count=c, nocomplete=nocomp, drop=drop)
+
+        def arrivals(w, hb, lanes, av):
+            """Warp ``w``'s arrivals of its ``lanes`` (addresses ``av``) in lane order of the barriers;
+            returns the phase the destination gets (that of the last barrier, before its arrival)."""
             phase = 0
-            hb = w.cta.cluster.hb
             for cta, off, n in mbar_targets(w, av, space, ins, lanes):
                 b = get_mbar(cta, off, ins)
                 phase = b.phase
+                c = 1 if rcount is None else lane_int(rcount(w), int(lanes[0]))
+                later = cta is not w.cta and w.launch.chaos is not None
                 snap = None
                 if hb is not None:
                     hb_check_init(w, b, ins)
-                    if "relaxed" not in sub:
-                        snap = hb.release(w)
-                c = 1
-                if rcount is not None:
-                    c = lane_int(rcount(w), int(lanes[0]))
-
-                def arrive(b=b, c=c, n=n, snap=snap):
-                    if snap is not None:
-                        b.snap = hb.merge(b.snap, snap)
-                    if is_tx:
-                        b.expect_tx(c * n)
-                        b.note("arrive.expect_tx {} B x{} at {}", c, n, ins)
-                        b.arrive(n, ins)
-                    else:
-                        b.note("arrive x{} at {}", n * c, ins)
-                        b.arrive(n, ins, count=c, nocomplete=nocomp, drop=drop)
-                ch = w.launch.chaos
-                if ch is not None and cta is not w.cta:
-                    ch.defer(arrive)        # remote arrivals land later (adversarial mode)
+                    if not relaxed:
+                        if later:
+                            snap = hb.release(w)
+                        else:       # joined at once: the release's snapshot needs no copy
+                            b.snap = hb.release_join(w, b.snap)
+                if later:           # remote arrivals land later (adversarial mode)
+                    def arrive(b=b, c=c, n=n, snap=snap):
+                        if snap is not None:
+                            b.snap = hb.merge(b.snap, snap)
+                        land(b, c, n)
+                    w.launch.chaos.defer(arrive)
                 else:
-                    arrive()
+                    land(b, c, n)
+            return phase
+
+        def fn(w, g, m):
+            lanes = w._lanes(m)
+            phase = arrivals(w, w.cta.cluster.hb, lanes, lane_vals(addr(w), lanes))
             dst(w, m, np.uint64(phase))
+
+        def detour(bt, order, falls):
+            """``fn(x, x.groups[0], f)`` for each warp ``x`` of lockstep batch ``bt`` and its lanes
+            ``f`` (None: all 32) in turn (``lockstep._detour``: e.g. each consumer warp's lane-0
+            arrive releasing a pipeline stage) -- as one arrival when it can (:func:`one_barrier`);
+            else warp by warp, the addresses read once for the batch and the destinations (each
+            warp's lanes) written at the end in one masked write (on an error, those of the warps
+            that arrived before it, as their own calls would have)."""
+            av = addr(bt)
+            if one_barrier(bt, order, falls, av):
+                return
+            per_lane = np.ndim(av) > 0
+            hb = bt.cta.cluster.hb
+            lo = bt.lo
+            mask = np.zeros(32 * (bt.hi - lo), bool)
+            vals = np.zeros(32 * (bt.hi - lo), np.uint64)
+            try:
+                for x, f in zip(order, falls):
+                    j = 32 * (x.wid - lo)
+                    lanes = x._lanes(f)
+                    phase = arrivals(x, hb, lanes, lane_vals(av[j:j + 32] if per_lane else av, lanes))
+                    sel = slice(j, j + 32) if f is None else lanes + j
+                    mask[sel] = True
+                    vals[sel] = phase
+            finally:
+                dst(bt, mask, vals)
+
+        def one_barrier(bt, order, falls, av) -> bool:
+            """:func:`detour`'s arrivals when every lane names one barrier of this CTA (or no
+            arrival lands later) and only the last warp's arrival may complete its phase (PTX ISA
+            9.7.13.15 mbarrier: a phase completes when its pending count reaches zero; 9.7.13.15.13
+            mbarrier.arrive): nothing in the
+            sequence reads what the earlier warps changed, so it is done as one step -- the
+            barrier's join of the warps' releases (``HB.release_join_all``), each warp's note and
+            ``arrive`` in turn, the phase before them to every lane's destination. False (nothing
+            done) otherwise: a count operand, ``.expect_tx``, ``.noComplete``, ``arrive_drop``,
+            several barriers, an earlier completion or over-arrival, a failing init check."""
+            if rcount is not None or is_tx or nocomp or drop:
+                return False
+            lo = bt.lo
+            sel = np.ones(32 * (bt.hi - lo), bool)      # the arriving lanes of the batch
+            ns = []                                     # and their count per warp, in order
+            for x, f in zip(order, falls):
+                if f is None:
+                    ns.append(32)
+                else:
+                    j = 32 * (x.wid - lo)
+                    sel[j:j + 32] = f
+                    ns.append(int(np.count_nonzero(f)))
+            if np.ndim(av):
+                a = av[sel]
+                if not uniform_lanes(a):
+                    return False
+                v = int(a[0])
+            else:
+                v = int(av)
+            # (an error here is the one the first warp's own arrive raises before arriving)
+            ((cta, off, _n),) = mbar_targets(order[0], v, space, ins, _LANE0)
+            if cta is not bt.cta and bt.launch.chaos is not None:
+                return False
+            b = get_mbar(cta, off, ins)
+            total = sum(ns)
+            if total > b.pending or total - ns[-1] >= b.pending:
+                return False
+            hb = bt.cta.cluster.hb
+            if hb is not None:
+                if b.init is not None:
+                    agent, clock, _pc = b.init
+                    if any(hb.warp_vc(x)[agent] < clock for x in order):
+                        return False        # hb_check_init reports it in the warp-by-warp path
+                if not relaxed:
+                    b.snap = hb.release_join_all(order, b.snap)
+            phase = b.phase
+            for n in ns:
+                b.note("arrive x{} at {}", n, ins)
+                b.arrive(n, ins)
+            dst(bt, sel, np.uint64(phase))
+            return True
+        fn.detour = detour
         return fn
     if op in ("expect_tx", "complete_tx"):
         addr = ctx.addr(ops[0])
@@ -147,6 +236,7 @@ def dec_mbarrier(ctx, ins, mods, ops):
     if op in ("try_wait", "test_wait"):
         blocking = op == "try_wait"
         parity = "parity" in sub
+        relaxed = "relaxed" in sub
         wp = ctx.wr(ops[0], "pred")[0]
         addr = ctx.addr(ops[1])
         rs = ctx.rd(ops[2], "u32" if parity else "u64")
@@ -221,8 +311,22 @@ def dec_mbarrier(ctx, ins, mods, ops):
             b = cta.mbar.get(off)
             if b is None or not ((b.phase & 1) != (sv & 1) if parity else b.phase > sv):
                 return NOT_BATCHED
-            for x in bt.members():
-                fast(x, x.groups[0], a, sv)
+            ws = bt.members()
+            hb = bt.cta.cluster.hb
+            if hb is not None:
+                if b.init is not None:
+                    agent, clock, _pc = b.init
+                    if any(hb.warp_vc(x)[agent] < clock for x in ws):
+                        for x in ws:        # hb_check_init reports the first such warp, as its own run
+                            fast(x, x.groups[0], a, sv)
+                        return None
+                if not relaxed:
+                    done = b.done
+                    for x in ws:
+                        hb.acquire(x, done)
+            # what fast() does for each warp in turn (one barrier, its phase unchanged by the
+            # acquires, every init check passed), its predicate written once for the batch
+            wp(bt, None, True)
             return None
         return each_warp(fn, batch)
     if op == "pending_count":

@@ -109,7 +109,7 @@ def dec_bar(ctx, ins, mods, ops):
         b.arrived.append(w)
         hb = cta.cluster.hb
         if hb is not None:
-            b.snap = hb.merge(b.snap, hb.release(w))
+            b.snap = hb.release_join(w, b.snap)     # = merge(b.snap, release(w))
         if is_sync:
             b.waiters.append((w, g))
         cta.launch.version += 1

@@ -146,8 +146,18 @@ def dec_elect(ctx, ins, mods, ops):
     wd = ctx.wr(d, "b32")[0]
     wp = ctx.wr(p, "pred")[0] if p else None
     rm = ctx.rd(ops[1], "u32")
+    mop = ctx.operand(ops[1])
+    every = mop.kind == "imm" and int(mop.value) & 0xFFFFFFFF == 0xFFFFFFFF     # membermask -1
 
     def fn(w, g, m):
+        if every and m is None and w.nlive == 32:
+            # every lane live, active and named (the usual elect.sync _|p, -1; PTX ISA 9.7.13.14):
+            # what the general path below finds -- members() returns all 32 lanes without
+            # blocking, lane 0 is the leader
+            wd(w, None, _ZERO32)
+            if wp is not None:
+                wp(w, None, _LANE0)
+            return None
         act = _members(w, g, m, rm, ins)
         if act is None:
             return BLOCKED
@@ -157,6 +167,10 @@ def dec_elect(ctx, ins, mods, ops):
         if wp is not None:
             wp(w, m, LANE == leader)
     return fn
+
+
+_ZERO32 = np.uint32(0)
+_LANE0 = LANE == 0
 
 
 #: the forms of redux.sync (PTX ISA 9.7.13.12): operation -> the types it takes; only .f32 takes
