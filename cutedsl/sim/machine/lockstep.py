@@ -45,6 +45,9 @@ from ..frontend.registry import (BATCH_BRANCH, BATCH_EACH, BATCH_REGS, BATCH_STO
 CATCH_UP = 8
 #: the longest run of instructions a batch's divergent forward branch may skip (:func:`_detour`)
 DETOUR = 4
+#: a branch that splits the batch by whole warps, the leader falling through, moves every warp
+#: at once (:func:`_split`; False: the leader alone, then each neighbour stepped -- for tests)
+SPLIT = True
 
 
 def joins(x, pc, ins, ready=False) -> bool:
@@ -111,6 +114,7 @@ def lockstep(launch, w, g, ins, gang, budget):
     sh = cta.shadow
     owned = _bits(part)         # a superset of the registers a wgmma owns or holds in the batch
     folded = None               # the register PCs of a chain fold whose plan ran (frontend/chain_fold.py)
+    split = None                # a branch that each warp takes or skips whole, w skipping it (_split)
     try:
         while True:
             cf = ins.fold
@@ -140,6 +144,8 @@ def lockstep(launch, w, g, ins, gang, budget):
                     if not (take or skip):
                         k = ins.batch == BATCH_BRANCH and _detour(launch, b, part, w, pc, ins, owned, budget - done)
                         if not k:
+                            if SPLIT and ins.batch == BATCH_BRANCH and done:
+                                split = _split(preds[gi, lanes], ins.neg, w.wid - lo, hi - lo)
                             break       # some lanes only: w alone, through the main loop
                         pc = ins.info   # each warp's lanes that fell through ran up to the target
                         done += k - 1   # (and the 1 below)
@@ -187,12 +193,36 @@ def lockstep(launch, w, g, ins, gang, budget):
         if ins.batch == BATCH_EACH and r != YIELD and (r != RESCHED or len(w.groups) > 1):
             step_gang(launch, w, pc, ins)       # as run_warp does after a non-batch instruction
         return r, None, 0
+    if split is not None:
+        # what follows in the main loop: w's guard is false for all its lanes (it moves on) and
+        # step_gang steps its neighbours through the bra one by one, each jumping or not whole
+        # (run_warp(x, 1), which also clears x.poll) -- a bra changes nothing but the PCs
+        t = ins.info
+        for x, jumps in zip(part, split):
+            x.groups[0].pc = t if jumps else pc + 1
+            if x is not w:
+                x.insts += done + 1
+                x.poll = False
+        launch.insts += (hi - lo - 1) * (done + 1)
+        _step_out(launch, ws, lo - 1, hi, pc, ins)      # any beyond the batch, as step_gang would
+        return JUMPED, None, done
     for x in part:
         x.groups[0].pc = pc
         if x is not w:
             x.insts += done
     launch.insts += (hi - lo - 1) * done
     return JUMPED, (lo, hi), done - 1
+
+
+def _split(pv, neg, lead, nw):
+    """For a guarded ``bra`` that splits a batch of ``nw`` warps (guard values ``pv``, one per
+    lane): which warps jump, when each warp's lanes all take it or all skip it and the leader
+    (``lead``) skips it; else None."""
+    pv = pv.reshape(nw, 32)
+    c = np.count_nonzero(~pv if neg else pv, axis=1)
+    if c[lead] or not np.all((c == 0) | (c == 32)):
+        return None
+    return (c == 32).tolist()
 
 
 def _lone_run(launch, w, g, ins, budget):
@@ -343,7 +373,7 @@ def meets(launch, x, pc, ins, ready=False) -> bool:
     gs = x.groups
     if launch._stepping or not gs:
         return False
-    low = min(g.pc for g in gs)
+    low = gs[0].pc if len(gs) == 1 else min(g.pc for g in gs)
     if low < pc - CATCH_UP or low >= pc:
         return False
     launch._stepping = True
@@ -360,6 +390,14 @@ def meets(launch, x, pc, ins, ready=False) -> bool:
     return False
 
 
+def _at(x, pc) -> bool:
+    """What :func:`joins` checks first, before anything with a side effect: one group of all of
+    ``x``'s lanes, at ``pc``. When neither neighbour of ``w`` passes this, both loops of
+    :func:`step_gang` stop at their first ``joins`` and nothing changes in between."""
+    gs = x.groups
+    return len(gs) == 1 and x.full and gs[0].pc == pc
+
+
 def step_gang(launch, w, pc, ins):
     """``w`` (one group of all its lanes) just ran ``ins`` (at ``pc``) alone: the neighbouring
     warps waiting at the same PC (a contiguous run) run it too, each on its own, so they stay
@@ -367,13 +405,22 @@ def step_gang(launch, w, pc, ins):
     if launch._stepping or not w.full:
         return
     ws = w.cta.warps
+    i = w.wid
+    if not ((i and _at(ws[i - 1], pc)) or (i + 1 < len(ws) and _at(ws[i + 1], pc))):
+        return          # neither neighbour can join (the usual case for a lone warp)
+    _step_out(launch, ws, i - 1, i + 1, pc, ins)
+
+
+def _step_out(launch, ws, below, above, pc, ins):
+    """Step the warps waiting at ``pc`` one by one through ``ins``: downwards from ``below``,
+    then upwards from ``above``, each side while they can join (:func:`step_gang`'s order)."""
     launch._stepping = True
     try:
-        i = w.wid - 1
+        i = below
         while i >= 0 and joins(ws[i], pc, ins, True):
             launch._run_warp(ws[i], 1)
             i -= 1
-        i = w.wid + 1
+        i = above
         while i < len(ws) and joins(ws[i], pc, ins, True):
             launch._run_warp(ws[i], 1)
             i += 1
