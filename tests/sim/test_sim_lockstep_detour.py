@@ -192,6 +192,16 @@ def test_one_arrival_for_the_batch(lane, detours, joins, monkeypatch):
     assert np.array_equal(got[:, 0], np.arange(128, dtype=np.uint32) ^ 32)
 
 
+def test_register_instructions_then_one_arrival(detours, joins, monkeypatch):
+    """The detour's add runs for each warp first, then the four arrivals as one (the add writes
+    only its own warp's registers)."""
+    got = same_as_per_warp(monkeypatch, "add then arrive", lane=5, body=BODY)
+    assert 3 in detours and joins == [4]
+    lanes = np.arange(128) & 31
+    assert np.array_equal(got[:, 1], np.where(lanes == 5, 11, 6))
+    assert np.array_equal(got[:, 2], np.where(lanes == 5, 0, 77))
+
+
 def test_two_lanes_of_each_warp(detours, joins, monkeypatch):
     """Lanes 0 and 1 of each warp arrive (8 arrivals, count 8): the lane counts add up."""
     skip = "\tsetp.gt.u32 %p3, %r6, 1;\n" + SKIP

@@ -142,10 +142,13 @@ def lockstep(launch, w, g, ins, gang, budget):
                     some, every = c > 0, c == nlanes
                     take, skip = (not some, every) if ins.neg else (every, not some)
                     if not (take or skip):
+                        if SPLIT and ins.batch == BATCH_BRANCH and done:
+                            # (a split has a warp that jumps whole: _detour would decline it)
+                            split = _split(preds[gi, lanes], ins.neg, w.wid - lo, hi - lo)
+                            if split is not None:
+                                break
                         k = ins.batch == BATCH_BRANCH and _detour(launch, b, part, w, pc, ins, owned, budget - done)
                         if not k:
-                            if SPLIT and ins.batch == BATCH_BRANCH and done:
-                                split = _split(preds[gi, lanes], ins.neg, w.wid - lo, hi - lo)
                             break       # some lanes only: w alone, through the main loop
                         pc = ins.info   # each warp's lanes that fell through ran up to the target
                         done += k - 1   # (and the 1 below)
@@ -218,11 +221,23 @@ def _split(pv, neg, lead, nw):
     """For a guarded ``bra`` that splits a batch of ``nw`` warps (guard values ``pv``, one per
     lane): which warps jump, when each warp's lanes all take it or all skip it and the leader
     (``lead``) skips it; else None."""
-    pv = pv.reshape(nw, 32)
-    c = np.count_nonzero(~pv if neg else pv, axis=1)
-    if c[lead] or not np.all((c == 0) | (c == 32)):
+    raw = pv.tobytes()          # one byte (0 or 1) per lane: a warp's 32 bytes compared whole
+    takes, skips = (_FALSE32, _TRUE32) if neg else (_TRUE32, _FALSE32)
+    if raw[32 * lead:32 * lead + 32] != skips:
         return None
-    return (c == 32).tolist()
+    out = []
+    for i in range(0, 32 * nw, 32):
+        seg = raw[i:i + 32]
+        if seg == takes:
+            out.append(True)
+        elif seg == skips:
+            out.append(False)
+        else:
+            return None
+    return out
+
+
+_TRUE32, _FALSE32 = b"\x01" * 32, b"\x00" * 32
 
 
 def _lone_run(launch, w, g, ins, budget):
@@ -300,15 +315,18 @@ def _detour(launch, b, part, w, pc, ins, owned, room) -> int:
         sh.flush_reads()
     _run_chains(cta)
     b.flush()
-    if len(region) == 1 and region[0].guard < 0:
-        one = getattr(region[0].fn, "detour", None)     # (mbarrier.arrive: the loop below in one call)
-        if one is not None:
-            one(b, order, falls)
-            return k
+    # an unguarded mbarrier.arrive ending the detour runs for all the warps in one call after
+    # their register instructions (its ``detour``: the arrivals in this order): those read and
+    # write only their own warp's registers, so what each arrival and each warp sees is the same
+    last = region[-1]
+    one = getattr(last.fn, "detour", None) if last.guard < 0 else None
+    body = region
+    if one is not None and all(r.batch == BATCH_REGS for r in region[:-1]):
+        body = region[:-1]
     for x, f in zip(order, falls):
         g = x.groups[0]
         nf = 32 if f is None else int(np.count_nonzero(f))
-        for r in region:
+        for r in body:
             m = f
             gr = r.guard
             if gr >= 0:
@@ -323,6 +341,8 @@ def _detour(launch, b, part, w, pc, ins, owned, room) -> int:
                     m = em
             if r.fn(x, g, m) is not None:
                 raise SimError(f"internal emulator error: {r.where()} changed control flow in a lockstep detour")
+    if body is not region:
+        one(b, order, falls)
     return k
 
 
