@@ -250,17 +250,23 @@ def _lone_run(launch, w, g, ins, budget):
     if r is not None or budget < 2:
         return r, None, 0
     ws = w.cta.warps
-    near = [x for x in (ws[w.wid - 1] if w.wid else None, ws[w.wid + 1] if w.wid + 1 < len(ws) else None)
-            if x is not None and x.groups]
-    lows = [min(gg.pc for gg in x.groups) for x in near]
+    i = w.wid
     code = launch.code
     pc = g.pc + 1
+    # a neighbour whose lowest group is at lw could meet w at the PCs lw .. lw + CATCH_UP: the
+    # run stops at the first of them
+    stop = 1 << 62
+    for x in (ws[i - 1] if i else None, ws[i + 1] if i + 1 < len(ws) else None):
+        if x is not None and x.groups:
+            gs = x.groups
+            lw = gs[0].pc if len(gs) == 1 else min(gg.pc for gg in gs)
+            if lw + CATCH_UP >= pc:
+                stop = min(stop, max(lw, pc))
     done = 1
     held = w.acc_bits | w.lazy_bits
-    while done < budget:
+    while done < budget and pc < stop:
         nx = code[pc]
-        if (nx.batch != BATCH_REGS or nx.guard >= 0 or nx.fused is not None or nx.rbits & held
-                or not all(lw < pc - CATCH_UP or lw > pc for lw in lows)):
+        if nx.batch != BATCH_REGS or nx.guard >= 0 or nx.fused is not None or nx.rbits & held:
             break
         if nx.fn(w, g, None) is not None:
             raise SimError(f"internal emulator error: {nx.where()} changed control flow in a lone run")
@@ -301,13 +307,18 @@ def _detour(launch, b, part, w, pc, ins, owned, room) -> int:
     i = w.wid - b.lo
     order = [w] + (part[i - 1::-1] if i else []) + part[i + 1:]      # step_gang's order
     falls = []
+    raw = preds[gi, 32 * b.lo:32 * b.hi].tobytes()     # a byte (0 or 1) per lane of the batch
+    fall = 1 if ins.neg else 0              # the byte of a lane whose guard skips the branch
     for x in order:
-        pv = preds[gi, 32 * x.wid:32 * x.wid + 32]
-        f = pv if ins.neg else ~pv          # the lanes whose guard skips the branch
-        c = int(np.count_nonzero(f))
+        j = 32 * (x.wid - b.lo)
+        c = raw[j:j + 32].count(fall)
         if c == 0:
             return 0                        # this warp jumps whole: it runs one instruction, not k
-        falls.append(None if c == 32 else f)
+        if c == 32:
+            falls.append(None)
+        else:
+            pv = preds[gi, 32 * x.wid:32 * x.wid + 32]
+            falls.append(pv if ins.neg else ~pv)        # the lanes that fall through
     cta = b.cta
     sh = cta.shadow
     # an arrive releases the warps' clocks: what the run queued is settled first (as for BATCH_EACH)
