@@ -270,8 +270,9 @@ def dec_mbarrier(ctx, ins, mods, ops):
         def fn(w, g, m):
             if m is None and w.full:
                 a, sv = addr(w), rs(w)
-                if (not np.ndim(a) or uniform_lanes(a)) and (not np.ndim(sv) or uniform_lanes(sv)):
-                    return fast(w, g, int(a if not np.ndim(a) else a[0]), int(sv if not np.ndim(sv) else sv[0]))
+                an, sn = getattr(a, "ndim", 0), getattr(sv, "ndim", 0)     # (np.ndim, without its dispatch)
+                if (not an or uniform_lanes(a)) and (not sn or uniform_lanes(sv)):
+                    return fast(w, g, int(a[0] if an else a), int(sv[0] if sn else sv))
             lanes = w._lanes(m)
             av = lane_vals(addr(w), lanes)
             sv = np.broadcast_to(np.asarray(rs(w)), (32,))[lanes]
@@ -304,9 +305,10 @@ def dec_mbarrier(ctx, ins, mods, ops):
             complete: each warp's wait succeeds (:func:`fast`, in the scheduler's stepping order);
             anything else -- a wait that would suspend, test_wait -- ``NOT_BATCHED``."""
             a, sv = addr(bt), rs(bt)
-            if not blocking or (np.ndim(a) and not uniform_lanes(a)) or (np.ndim(sv) and not uniform_lanes(sv)):
+            an, sn = getattr(a, "ndim", 0), getattr(sv, "ndim", 0)
+            if not blocking or (an and not uniform_lanes(a)) or (sn and not uniform_lanes(sv)):
                 return NOT_BATCHED
-            a, sv = int(a if not np.ndim(a) else a[0]), int(sv if not np.ndim(sv) else sv[0])
+            a, sv = int(a[0] if an else a), int(sv[0] if sn else sv)
             ((cta, off, _n),) = mbar_targets(bt, int(a), space, ins, _LANE0)
             b = cta.mbar.get(off)
             if b is None or not ((b.phase & 1) != (sv & 1) if parity else b.phase > sv):

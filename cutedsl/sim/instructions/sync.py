@@ -83,7 +83,7 @@ def dec_bar(ctx, ins, mods, ops):
             raise SimRuntimeError(f"predicated-off lanes at a barrier are not supported\n    at {ins.where()}")
         if need_converged(w, g, ins):
             return BLOCKED
-        lane0 = int(g.mask.nonzero()[0][0])
+        lane0 = 0 if g.m is None else int(g.mask.nonzero()[0][0])     # (m None: all 32 lanes)
         bid = lane_int(rid(w), lane0)
         if not 0 <= bid < 16:
             raise SimRuntimeError(f"barrier id {bid} outside 0..15\n    at {ins.where()}")
