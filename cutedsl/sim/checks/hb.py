@@ -176,7 +176,8 @@ class HB:
         for w in warps[1:]:
             np.maximum(vc, self.warp_vc(w), out=vc)
             np.maximum(pvc, w.pvc, out=pvc)
-        vc[agent] = max(vc[agent], clock)
+        if vc.item(agent) < clock:
+            vc[agent] = clock
         return vc, pvc
 
     def collective_op(self, warps, agent, clock):

@@ -11,11 +11,18 @@ from .rules import raise_unless_allowed
 def acc_prune(w):
     """Drop the pending accumulator entries of warp ``w`` whose group ``w`` knows complete."""
     vc = w.cta.cluster.hb.warp_vc(w)
-    keep = [e for e in w.acc_pending if vc[e[1]] < e[2]]
-    w.acc_pending = keep
+    keep = []
     bits = 0
-    for e in keep:
-        bits |= e[0]
+    known = {}              # agent -> w's clock of it (the entries are mostly one warpgroup's)
+    for e in w.acc_pending:
+        a = e[1]
+        k = known.get(a)
+        if k is None:
+            k = known[a] = vc.item(a)
+        if k < e[2]:
+            keep.append(e)
+            bits |= e[0]
+    w.acc_pending = keep
     w.acc_bits = bits
     return keep
 
