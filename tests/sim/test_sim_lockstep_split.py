@@ -1,7 +1,8 @@
 """A batch's guarded ``bra`` that some warps take whole and the others skip whole, the leader
-skipping it (lockstep._split): every warp moves at once instead of the leader falling through and
-each neighbour being stepped through the branch on its own (``SPLIT = False``). Results,
-warp-instruction counts and race, deadlock and adversarial-mode outcomes must be the same."""
+skipping it (lockstep_alone.split, which lockstep calls as ``_split``): every warp moves at once
+instead of the leader falling through and each neighbour being stepped through the branch on its
+own (``SPLIT = False``). Results, warp-instruction counts and race, deadlock and adversarial-mode
+outcomes must be the same."""
 import numpy as np
 import pytest
 
