@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from cutedsl.sim.engines.wgmma_acc import MmaOp, _b_repeat, products
-from cutedsl.sim.engines.wgmma_layout import load_operand
+from cutedsl.sim.engines.wgmma_layout import load_operand, widen
 
 N, K = 128, 16
 
@@ -65,6 +65,19 @@ def test_register_a_products_equal_each_mma():
     got = products(cta, ops)
     for i, op in enumerate(ops):
         assert np.array_equal(got[i].view(np.uint64), _own(cta, op).view(np.uint64)), i
+
+
+@pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2])
+def test_widen_is_the_types_own_cast_on_every_bit_pattern(dt):
+    # the table look-up against numpy's / ml_dtypes' cast: zeros, subnormals, infinities and NaN
+    # payloads included, bit for bit; the operand's shape is kept
+    bits = np.dtype(dt).itemsize * 8
+    v = np.arange(1 << bits, dtype=np.dtype(f"u{bits // 8}"))[::-1].reshape(-1, 8)
+    with np.errstate(invalid="ignore"):         # ml_dtypes' NaNs warn as they are cast (a launch ignores it)
+        got = widen(v, dt)
+        want = v.view(dt).astype(np.float64)
+    assert got.dtype == np.float64 and got.shape == v.shape
+    assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
 
 
 def test_b_repeat_needs_every_group_whole():
