@@ -142,11 +142,15 @@ def load_operand(cta, eidx, esize, dt):
 
 def widen(v, dt):
     """The float64 values of the raw 8-/16-bit patterns ``v`` of float type ``dt`` (exact: every
-    value of these types is a float64). bf16 by its cast (a shift, 6 us per 16,384 values); f16 and
-    the 8-bit types by a look-up in :func:`to_f64`'s table, which is that same cast, so the same
-    bits: numpy's f16 -> f64 cast branches on zeros and subnormals (36 us per 16,384 GEMM operand
-    values, a fifth of them zeros, against the look-up's 16 us whatever the values)."""
-    if v.itemsize == 2 and dt is not np.float16:
+    value of these types is a float64), by the type's cast or by a look-up in :func:`to_f64`'s
+    table, which is that same cast: the same bits either way. numpy's f16 -> f64 cast branches on
+    a zero exponent (zeros, subnormals): on GEMM operands with a fifth of zeros it takes 36 us per
+    16,384 values, the look-up 16 us; without such values the cast takes 15 us, and the look-up
+    more once the 512 KiB table is out of the cache (values of many exponents) -- so f16 operands
+    with a zero exponent among every 64th value go to the table. bf16 casts by a shift (6 us)."""
+    if v.itemsize == 2:
+        if dt is np.float16 and not (v.reshape(-1)[::64] & 0x7C00).all():
+            return np.take(to_f64(dt), v)
         return v.view(dt).astype(np.float64)
     return np.take(to_f64(dt), v)
 
