@@ -163,7 +163,7 @@ class HeldTiles:
         """Compute the queued MMAs, in issue order. Consecutive MMAs on different accumulators
         that share no register (the two m64 halves of a k-step) are rounded to f32 with one cast:
         each element's value is the one its own ``rounded`` gives; the groups that repeat such a
-        group (the next k-steps) skip the per-MMA bookkeeping (:meth:`_repeats`)."""
+        group or a lone MMA (the next k-steps) skip the per-MMA bookkeeping (:meth:`_repeats`)."""
         ops, self.chain = self.chain, []
         self.cta.mma_chains.remove(self)
         prods = products(self.cta, ops)
@@ -177,7 +177,12 @@ class HeldTiles:
             cs = [self._addend(op) for op in ops[i:j]]
             if j == i + 1:
                 op = ops[i]
-                self.put(op.key, op.didx, rounded(prods[i], op.sign, cs[0]), op.n, op.dbits)
+                r = rounded(prods[i], op.sign, cs[0])
+                if not stacked:
+                    self.put(op.key, op.didx, r, op.n, op.dbits)
+                    i = j
+                    continue
+                r = r[None]
             else:
                 p = prods[i:j]
                 if ops[i].sign != 1.0:
@@ -186,37 +191,43 @@ class HeldTiles:
                     if c is not None:
                         p[q] += c
                 r = p.astype(np.float32)
-                j, r = self._repeats(ops, i, j, prods, r)
-                for q, op in enumerate(ops[j - len(r):j]):
-                    self.put(op.key, op.didx, r[q], op.n, op.dbits)
+            j, r = self._repeats(ops, i, j, prods, r)
+            for q, op in enumerate(ops[j - len(r):j]):
+                self.put(op.key, op.didx, r[q], op.n, op.dbits)
             i = j
 
     def _repeats(self, ops, i, j, prods, r):
         """``ops[i:j]`` (g MMAs on g accumulators, rounded together to ``r``) followed by groups that
-        repeat it -- the next k-steps of a chain: the same accumulators, registers and sign, scale-d
-        set -- run here as one add and one cast per group, each MMA accumulating onto its
+        repeat it -- the next k-steps of a chain: the same accumulators, D registers and sign,
+        scale-d set -- run here as one add and one cast per group, each MMA accumulating onto its
         predecessor's tile. Returns the end of the last group run and its (g, 64, N) tiles. What
         each group's own pass through ``run_chain`` would do: its ``_addend`` writes nothing back
-        (no other held tile owns one of its registers: checked once, the other tiles do not change
-        here) and returns that tile, and its ``put`` of the same keys and bits leaves the
-        ``lazy_bits`` the last group's leaves. (An independent MMA after the last group is then rounded
-        on its own, not with it: each element's rounding is its own, so the grouping changes no bit.)"""
+        (no register an MMA reads -- its D, its register A, which may change from group to group
+        -- is owned by another held tile or by another accumulator of the group: checked per
+        group; the other tiles do not change here) and returns that tile, and its ``put`` of the
+        same keys and bits leaves the ``lazy_bits`` the last group's leaves. (An independent MMA
+        after the last group is then rounded on its own, not with it: each element's rounding is
+        its own, so the grouping changes no bit.)"""
         g, n = j - i, len(ops)
         group = ops[i:j]
         if j + g > n or not all(x.scale_d for x in ops[j:j + g]):
             return j, r
         keys = {x.key for x in group}
-        rb = 0
-        for x in group:
-            rb |= x.rbits
+        other = 0           # the registers of the other held tiles
         for k, t in self.tiles.items():
-            if k not in keys and t[3] & rb:
-                return j, r
+            if k not in keys:
+                other |= t[3]
+        dbits = 0
+        for x in group:
+            dbits |= x.dbits
+        # per MMA: its accumulator's tile is its own addend; any other register it reads, if
+        # owned by a held tile, would first be written back (_addend)
+        owned = [other | (dbits & ~x.dbits) for x in group]
         sign = group[0].sign
         while j + g <= n:
             nxt = ops[j:j + g]
-            if not all(y.key == x.key and y.rbits == x.rbits and y.dbits == x.dbits and y.sign == sign
-                       and y.scale_d and y.n == x.n for x, y in zip(group, nxt)):
+            if not all(y.key == x.key and y.dbits == x.dbits and y.sign == sign and y.scale_d and y.n == x.n
+                       and not y.rbits & o for x, y, o in zip(group, nxt, owned)):
                 break
             p = prods[j:j + g]
             if sign != 1.0:
