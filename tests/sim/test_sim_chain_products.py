@@ -27,8 +27,8 @@ def _finite_bits(rng, n, dt):
     return b | (rng.integers(0, 2, n).astype(np.uint16) << 15)
 
 
-def _op(a_ei, b_ei, dt, A=None):
-    return MmaOp((0,), None, 0, 0, N, True, 1.0, A, a_ei, 2, dt, b_ei, 2, dt)
+def _op(a_ei, b_ei, dt, A=None, form=None):
+    return MmaOp((0,), None, 0, 0, N, True, 1.0, A, a_ei, 2, dt, b_ei, 2, dt, form)
 
 
 def _own(cta, op):
@@ -83,6 +83,30 @@ def test_widen_is_the_types_own_cast_on_every_bit_pattern(dt, zero_exp):
         want = v.view(dt).astype(np.float64)
     assert got.dtype == np.float64 and got.shape == v.shape
     assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
+
+
+def test_a_cached_plan_serves_the_next_chain_of_the_same_forms():
+    """The plan is cached by the MMAs' forms (the issuing instruction and its descriptors): a
+    second chain of the same forms on other shared-memory values, and one of register-A MMAs
+    (new A tiles each time), give their own per-MMA products."""
+    rng = np.random.default_rng(12)
+    n = 4
+    a_eis = [np.arange(i * 64 * K, (i + 1) * 64 * K).reshape(64, K) for i in range(n)]
+    b_eis = [np.arange((n * 64 + i * N) * K, (n * 64 + (i + 1) * N) * K).reshape(N, K) for i in range(n // 2)]
+    forms, forms_r = [object() for _ in range(n)], [object() for _ in range(n)]
+    size = n * 64 * K + n * N * K
+    for _ in range(2):
+        cta = _Cta(_finite_bits(rng, size, np.float16))
+        ops = [_op(a_eis[i], b_eis[i // 2], np.float16, form=forms[i]) for i in range(n)]
+        got = products(cta, ops)
+        for i, op in enumerate(ops):
+            assert np.array_equal(got[i].view(np.uint64), _own(cta, op).view(np.uint64)), i
+        ops = [_op(None, b_eis[i // 2], np.float16, _finite_bits(rng, 64 * K, np.float16).view(np.float16)
+                   .astype(np.float64).reshape(64, K), form=forms_r[i]) for i in range(n)]
+        got = products(cta, ops)
+        assert isinstance(got, np.ndarray)
+        for i, op in enumerate(ops):
+            assert np.array_equal(got[i].view(np.uint64), _own(cta, op).view(np.uint64)), i
 
 
 def test_b_repeat_needs_every_group_whole():

@@ -55,32 +55,23 @@ class MmaOp:
     """One queued ``wgmma.mma_async`` with an f32 accumulator: the D registers (``key``: their
     tuple, ``didx``, ``dbits``; ``rbits``: every register it names), N, scale-d, the product's sign,
     and its operands -- A as a float64 tile (from registers) or element indices in shared memory
-    (``a_ei``, size ``ea``, type ``dta``), B as element indices (``b_ei``, ``eb``, ``dtb``)."""
+    (``a_ei``, size ``ea``, type ``dta``), B as element indices (``b_ei``, ``eb``, ``dtb``).
+    ``form``: None, or a token (hashed by identity) that stands for everything of the operands but
+    A's values -- the instruction and its descriptors: a chain's product plan is cached by them."""
     __slots__ = ("key", "didx", "dbits", "rbits", "n", "scale_d", "sign", "A", "a_ei", "ea", "dta", "b_ei", "eb",
-                 "dtb")
+                 "dtb", "form")
 
-    def __init__(self, key, didx, dbits, rbits, n, scale_d, sign, A, a_ei, ea, dta, b_ei, eb, dtb):
+    def __init__(self, key, didx, dbits, rbits, n, scale_d, sign, A, a_ei, ea, dta, b_ei, eb, dtb, form=None):
         self.key, self.didx, self.dbits, self.rbits, self.n = key, didx, dbits, rbits, n
         self.scale_d, self.sign, self.A, self.a_ei, self.ea, self.dta = scale_d, sign, A, a_ei, ea, dta
-        self.b_ei, self.eb, self.dtb = b_ei, eb, dtb
-
-
-_INDEX = {}         # id()s of a chain's operand index arrays -> (the arrays, their concatenation)
+        self.b_ei, self.eb, self.dtb, self.form = b_ei, eb, dtb, form
 
 
 def _chain_index(a_arrays, b_arrays):
     """The concatenation of A operand element indices ``a_arrays`` ((64, K) each) and B operand
-    ones ``b_arrays`` ((N, K) each, cached by operand_addrs), each B in (K, N) order: its gather is
-    then the (K, N) matrix itself, which BLAS multiplies without a transpose. Cached: a pipeline's
-    stages repeat the same chains."""
-    key = tuple(id(a) for a in a_arrays) + (None,) + tuple(id(b) for b in b_arrays)
-    hit = _INDEX.get(key)
-    if hit is None:
-        if len(_INDEX) > 256:
-            _INDEX.clear()
-        hit = _INDEX[key] = (a_arrays + b_arrays, np.concatenate(
-            [a.reshape(-1) for a in a_arrays] + [b.T.reshape(-1) for b in b_arrays]))    # keeps the ids alive
-    return hit[1]
+    ones ``b_arrays`` ((N, K) each), each B in (K, N) order: its gather is then the (K, N) matrix
+    itself, which BLAS multiplies without a transpose."""
+    return np.concatenate([a.reshape(-1) for a in a_arrays] + [b.T.reshape(-1) for b in b_arrays])
 
 
 def _b_repeat(ops) -> int:
@@ -96,34 +87,58 @@ def _b_repeat(ops) -> int:
     return r
 
 
-def products(cta, ops):
-    """The float64 products A B (64, N) of ``ops`` in order: operands from shared memory of one
-    8/16-bit float type and one shape are gathered with one index (a B that consecutive MMAs
-    share, once) and multiplied as one stack. Each slice is the product the instruction's own
-    ``A @ B`` gives, bit for bit: the same k-ordered sums of exact float64 products (OpenBLAS's
-    dgemm gives the same bits for a B stored (K, N) or transposed; ``tests/sim/test_sim_chain_products.py``
-    compares them on random f16 values of every exponent)."""
+def _plan(ops):
+    """How :func:`products` computes ``ops``: ``(r, index, k)`` -- A and B from shared memory,
+    gathered with one index, each B shared by ``r`` consecutive MMAs; ``(0, index, k)`` -- A from
+    registers, the Bs gathered with one index; or None -- one MMA at a time. It depends only on
+    the operands' forms (MmaOp.form)."""
     o = ops[0]
     n = len(ops)
     same_b = n > 1 and np.dtype(o.dtb).kind not in "iu" and all(
         x.eb == o.eb and x.dtb is o.dtb and x.n == o.n and x.b_ei.shape == o.b_ei.shape for x in ops)
     if same_b and all(x.a_ei is not None and x.ea == o.eb and x.dta is o.dtb and x.a_ei.shape == o.a_ei.shape
                       for x in ops):
-        k = o.a_ei.shape[1]
         r = _b_repeat(ops)
-        # np.take: half the cost of an index expression for a 1-D gather of this size
-        v = widen(np.take(cta.sv[o.ea], _chain_index(tuple(x.a_ei for x in ops), tuple(x.b_ei for x in ops[::r]))),
-                  o.dta)
+        return r, _chain_index(tuple(x.a_ei for x in ops), tuple(x.b_ei for x in ops[::r])), o.a_ei.shape[1]
+    if same_b and all(x.A is not None and x.A.shape == o.A.shape for x in ops):
+        return 0, _chain_index((), tuple(x.b_ei for x in ops)), o.A.shape[1]
+    return None
+
+
+_PLANS = {}         # a chain's MMA forms -> its plan (the key keeps the forms alive)
+
+
+def products(cta, ops):
+    """The float64 products A B (64, N) of ``ops`` in order: operands from shared memory of one
+    8/16-bit float type and one shape are gathered with one index (a B that consecutive MMAs
+    share, once) and multiplied as one stack. Each slice is the product the instruction's own
+    ``A @ B`` gives, bit for bit: the same k-ordered sums of exact float64 products (OpenBLAS's
+    dgemm gives the same bits for a B stored (K, N) or transposed; ``tests/sim/test_sim_chain_products.py``
+    compares them on random f16 values of every exponent). The plan (:func:`_plan`) is cached by
+    the MMAs' forms: a pipeline's stages repeat the same chains."""
+    key = tuple(x.form for x in ops)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _plan(ops)
+        if None not in key:
+            if len(_PLANS) > 256:
+                _PLANS.clear()
+            _PLANS[key] = plan
+    o = ops[0]
+    n = len(ops)
+    if plan is None:
+        return [(x.A if x.A is not None else load_operand(cta, x.a_ei, x.ea, x.dta))
+                @ load_operand(cta, x.b_ei, x.eb, x.dtb).T for x in ops]
+    r, index, k = plan
+    # np.take: half the cost of an index expression for a 1-D gather of this size
+    if r:
+        v = widen(np.take(cta.sv[o.ea], index), o.dta)
         A = v[:n * 64 * k].reshape(n // r, r, 64, k)
         B = v[n * 64 * k:].reshape(n // r, 1, k, o.n)        # broadcast over the r MMAs sharing it
         return np.matmul(A, B).reshape(n, 64, o.n)
-    if same_b and all(x.A is not None and x.A.shape == o.A.shape for x in ops):
-        # A from registers (FlashAttention's P V): the tiles stacked, B gathered with one index
-        k = o.A.shape[1]
-        B = widen(np.take(cta.sv[o.eb], _chain_index((), tuple(x.b_ei for x in ops))), o.dtb).reshape(n, k, o.n)
-        return np.matmul(np.stack([x.A for x in ops]), B)
-    return [(x.A if x.A is not None else load_operand(cta, x.a_ei, x.ea, x.dta))
-            @ load_operand(cta, x.b_ei, x.eb, x.dtb).T for x in ops]
+    # A from registers (FlashAttention's P V): the tiles stacked, B gathered with one index
+    B = widen(np.take(cta.sv[o.eb], index), o.dtb).reshape(n, k, o.n)
+    return np.matmul(np.stack([x.A for x in ops]), B)
 
 
 def _independent(group, op) -> bool:

@@ -287,9 +287,9 @@ def dec_wgmma(ctx, ins, mods, ops):
         scale_d = bool(_uniform(warps, rscale, ins, "scale-d", batch))
         b_desc = _uniform(warps, rb, ins, "B descriptor", batch)
         hit = b_ops.get(b_desc)
-        if hit is None:
-            hit = _cached(b_ops, b_desc, operand_addrs(b_desc, N, K, eb, bool(trans_b))[2:])
-        b_ei, b_end = hit
+        if hit is None:     # (indices, end byte, a token for the chain's plan: wgmma_acc.MmaOp.form)
+            hit = _cached(b_ops, b_desc, operand_addrs(b_desc, N, K, eb, bool(trans_b))[2:] + (object(),))
+        b_ei, b_end, form = hit
         if b_end > cta.smem_size:
             raise SimRuntimeError(f"wgmma B operand (descriptor 0x{b_desc:x}) reaches past shared memory "
                                   f"({cta.smem_size} B)\n    at {ins.where()}")
@@ -308,8 +308,8 @@ def dec_wgmma(ctx, ins, mods, ops):
             if hit is None:
                 a_ei, a_end = operand_addrs(a_desc, 64, K, ea, bool(trans_a))[2:]
                 hit = _cached(a_ops, (b_desc, a_desc), (a_ei, a_end, operand_words(
-                    b_desc, N, K, eb, bool(trans_b), a_desc, ea, bool(trans_a))))     # (words, blocks)
-            a_ei, a_end, words = hit
+                    b_desc, N, K, eb, bool(trans_b), a_desc, ea, bool(trans_a)), object()))     # (words, blocks)
+            a_ei, a_end, words, form = hit
             if a_end > cta.smem_size:
                 raise SimRuntimeError(f"wgmma A operand (descriptor 0x{a_desc:x}) reaches past shared memory "
                                       f"({cta.smem_size} B)\n    at {ins.where()}")
@@ -341,7 +341,7 @@ def dec_wgmma(ctx, ins, mods, ops):
         if chained:                 # computed with the run's other MMAs, in issue order
             if st.held is None:
                 st.held = HeldTiles(cta, warps)
-            st.held.queue(MmaOp(dkey, didx, dbits, rbits, N, scale_d, sign, A, a_ei, ea, dta, b_ei, eb, dtb))
+            st.held.queue(MmaOp(dkey, didx, dbits, rbits, N, scale_d, sign, A, a_ei, ea, dta, b_ei, eb, dtb, form))
             return
 
         def perform():
