@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .wgmma_layout import load_operand, widen
+from .wgmma_layout import gather, gather_plan, load_operand, widen
 
 
 def frag_to_tile(regs, n: int):
@@ -67,11 +67,12 @@ class MmaOp:
         self.b_ei, self.eb, self.dtb, self.form = b_ei, eb, dtb, form
 
 
-def _chain_index(a_arrays, b_arrays):
-    """The concatenation of A operand element indices ``a_arrays`` ((64, K) each) and B operand
-    ones ``b_arrays`` ((N, K) each), each B in (K, N) order: its gather is then the (K, N) matrix
-    itself, which BLAS multiplies without a transpose."""
-    return np.concatenate([a.reshape(-1) for a in a_arrays] + [b.T.reshape(-1) for b in b_arrays])
+def _chain_index(a_arrays, b_arrays, esize):
+    """How to gather A operand element indices ``a_arrays`` ((64, K) each) and B operand ones
+    ``b_arrays`` ((N, K) each) as one vector (:func:`wgmma_layout.gather_plan`), each B in (K, N)
+    order: its gather is then the (K, N) matrix itself, which BLAS multiplies without a transpose."""
+    parts = [np.concatenate([a.reshape(-1) for a in a_arrays])] if a_arrays else []
+    return gather_plan(parts + [np.concatenate([b.T.reshape(-1) for b in b_arrays])], esize)
 
 
 def _b_repeat(ops) -> int:
@@ -88,10 +89,10 @@ def _b_repeat(ops) -> int:
 
 
 def _plan(ops):
-    """How :func:`products` computes ``ops``: ``(r, index, k)`` -- A and B from shared memory,
-    gathered with one index, each B shared by ``r`` consecutive MMAs; ``(0, index, k)`` -- A from
-    registers, the Bs gathered with one index; or None -- one MMA at a time. It depends only on
-    the operands' forms (MmaOp.form)."""
+    """How :func:`products` computes ``ops``: ``(r, gather plan, k)`` -- A and B from shared
+    memory, gathered as one vector, each B shared by ``r`` consecutive MMAs; ``(0, gather plan,
+    k)`` -- A from registers, the Bs gathered as one vector; or None -- one MMA at a time. It
+    depends only on the operands' forms (MmaOp.form)."""
     o = ops[0]
     n = len(ops)
     same_b = n > 1 and np.dtype(o.dtb).kind not in "iu" and all(
@@ -99,9 +100,9 @@ def _plan(ops):
     if same_b and all(x.a_ei is not None and x.ea == o.eb and x.dta is o.dtb and x.a_ei.shape == o.a_ei.shape
                       for x in ops):
         r = _b_repeat(ops)
-        return r, _chain_index(tuple(x.a_ei for x in ops), tuple(x.b_ei for x in ops[::r])), o.a_ei.shape[1]
+        return r, _chain_index(tuple(x.a_ei for x in ops), tuple(x.b_ei for x in ops[::r]), o.ea), o.a_ei.shape[1]
     if same_b and all(x.A is not None and x.A.shape == o.A.shape for x in ops):
-        return 0, _chain_index((), tuple(x.b_ei for x in ops)), o.A.shape[1]
+        return 0, _chain_index((), tuple(x.b_ei for x in ops), o.eb), o.A.shape[1]
     return None
 
 
@@ -110,8 +111,8 @@ _PLANS = {}         # a chain's MMA forms -> its plan (the key keeps the forms a
 
 def products(cta, ops):
     """The float64 products A B (64, N) of ``ops`` in order: operands from shared memory of one
-    8/16-bit float type and one shape are gathered with one index (a B that consecutive MMAs
-    share, once) and multiplied as one stack. Each slice is the product the instruction's own
+    8/16-bit float type and one shape are gathered as one vector (a B that consecutive MMAs
+    share, once; by 16-byte chunk where they are contiguous) and multiplied as one stack. Each slice is the product the instruction's own
     ``A @ B`` gives, bit for bit: the same k-ordered sums of exact float64 products (OpenBLAS's
     dgemm gives the same bits for a B stored (K, N) or transposed; ``tests/sim/test_sim_chain_products.py``
     compares them on random f16 values of every exponent). The plan (:func:`_plan`) is cached by
@@ -130,14 +131,13 @@ def products(cta, ops):
         return [(x.A if x.A is not None else load_operand(cta, x.a_ei, x.ea, x.dta))
                 @ load_operand(cta, x.b_ei, x.eb, x.dtb).T for x in ops]
     r, index, k = plan
-    # np.take: half the cost of an index expression for a 1-D gather of this size
     if r:
-        v = widen(np.take(cta.sv[o.ea], index), o.dta)
+        v = widen(gather(cta.sv[o.ea], index), o.dta)
         A = v[:n * 64 * k].reshape(n // r, r, 64, k)
         B = v[n * 64 * k:].reshape(n // r, 1, k, o.n)        # broadcast over the r MMAs sharing it
         return np.matmul(A, B).reshape(n, 64, o.n)
     # A from registers (FlashAttention's P V): the tiles stacked, B gathered with one index
-    B = widen(np.take(cta.sv[o.eb], index), o.dtb).reshape(n, k, o.n)
+    B = widen(gather(cta.sv[o.eb], index), o.dtb).reshape(n, k, o.n)
     return np.matmul(np.stack([x.A for x in ops]), B)
 
 

@@ -121,6 +121,46 @@ def a_reg_map(esize: int = 2):
     return m, k
 
 
+_V16 = np.dtype("V16")
+
+
+def gather_plan(parts, esize: int):
+    """How to gather the elements of size ``esize`` at element indices ``parts`` (1-D arrays,
+    in order) from shared memory: ``[(chunked, indices)]``. A part whose indices run in aligned
+    16-byte chunks -- what the canonical layouts keep contiguous: the 8 (16-bit) or 16 (8-bit)
+    elements along K of a K-major operand, along M/N of an MN-major one; the swizzles move
+    whole chunks -- is gathered by chunk (``chunked``: the chunk indices; 8x fewer to gather
+    for 16-bit types), the others element by element; consecutive parts of a kind are joined."""
+    c = 16 // esize
+    run = np.arange(c)
+    plan = []
+    for ix in parts:
+        rows = ix.reshape(-1, c) if len(ix) % c == 0 else None
+        chunked = rows is not None and bool((rows == rows[:, :1] + run).all() and not (rows[:, 0] % c).any())
+        seg = (chunked, rows[:, 0] // c if chunked else ix)
+        if plan and plan[-1][0] == chunked:
+            plan[-1] = (chunked, np.concatenate([plan[-1][1], seg[1]]))
+        else:
+            plan.append(seg)
+    for _c, ix in plan:
+        ix.flags.writeable = False
+    return plan
+
+
+def gather(sv, plan):
+    """The elements of ``sv`` (shared memory as one element type) that :func:`gather_plan`'s
+    ``plan`` names, in order: the same array as ``np.take(sv, indices)`` of all its parts (a
+    chunk is its elements' bytes, copied as they are)."""
+    out = []
+    for chunked, ix in plan:
+        if chunked:
+            n = len(sv) - len(sv) % (16 // sv.itemsize)
+            out.append(np.take(sv[:n].view(_V16), ix).view(sv.dtype))
+        else:
+            out.append(np.take(sv, ix))
+    return out[0] if len(out) == 1 else np.concatenate(out)
+
+
 @lru_cache(maxsize=16)
 def to_f64(dt):
     """Table: every bit pattern of 8-/16-bit float type ``dt`` -> its float64 value."""
