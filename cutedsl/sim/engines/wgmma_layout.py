@@ -121,6 +121,19 @@ def a_reg_map(esize: int = 2):
     return m, k
 
 
+@lru_cache(maxsize=8)
+def a_reg_gather(esize: int = 2):
+    """For each element of the register-A tile (64 x 16 for 16-bit ``esize`` 2, 64 x 32 for 8-bit)
+    in row-major order, its index in the warpgroup's (128 threads x values) fragment (the inverse of
+    :func:`a_reg_map`)."""
+    mm, kk = a_reg_map(esize)
+    k = 32 // esize
+    inv = np.empty(64 * k, np.intp)
+    inv[(mm * k + kk).reshape(-1)] = np.arange(mm.size)
+    inv.flags.writeable = False
+    return inv
+
+
 _V16 = np.dtype("V16")
 
 

@@ -50,7 +50,8 @@ from ..engines.mbarrier_object import uniform_lanes
 from ..frontend.registry import BLOCKED, NOT_BATCHED, each_warp, handler
 from ..engines.wgmma_acc import HeldTiles, MmaOp, frag_to_tile, rounded, tile_to_frag
 # decode_desc and operand_addrs are also this module's public names (tests, tcgen05)
-from ..engines.wgmma_layout import ETYPES, a_reg_map, d_map, decode_desc, load_operand, operand_addrs, operand_words  # noqa: F401
+from ..engines.wgmma_layout import (ETYPES, a_reg_gather, a_reg_map, d_map, decode_desc, load_operand,  # noqa: F401
+                                     operand_addrs, operand_words)
 
 
 class WarpGroupState:
@@ -74,23 +75,6 @@ class Rendezvous:
         arrived = sorted(w.wid for w, _g in self.wg.arrivals.get(self.pc, []))
         return (f"warpgroup {self.gi} rendezvous at this wgmma: warps {arrived} arrived, "
                 f"waiting for warps {[x for x in range(4 * self.gi, 4 * self.gi + 4) if x not in arrived]}")
-
-
-_A_GATHER: dict = {}
-
-
-def _a_reg_gather(esize: int = 2):
-    """For each element of the register-A tile (64 x 16 for 16-bit ``esize`` 2, 64 x 32 for 8-bit)
-    in row-major order, its index in the warpgroup's (128 threads x values) fragment (the inverse of
-    ``a_reg_map``)."""
-    inv = _A_GATHER.get(esize)
-    if inv is None:
-        mm, kk = a_reg_map(esize)
-        k = 32 // esize
-        inv = np.empty(64 * k, np.intp)
-        inv[(mm * k + kk).reshape(-1)] = np.arange(mm.size)
-        _A_GATHER[esize] = inv
-    return inv
 
 
 def _wg(cta, gi):
@@ -171,10 +155,11 @@ def dec_wgmma(ctx, ins, mods, ops):
         if rest:
             ctx.unsupported(f"unsupported modifiers {rest}")
         rn = ctx.rd(ops[0], "u32")
+        imm = int(np.asarray(rn(None)).flat[0]) if ctx.operand(ops[0]).kind == "imm" else None   # N: a constant
 
         def fn(w, g, m):
             gi = w.wid // 4
-            done = w.wg_commits - int(np.asarray(rn(w)).flat[0])
+            done = w.wg_commits - (imm if imm is not None else int(np.asarray(rn(w)).flat[0]))
             key = (w.cta.rank, gi)
             ch = w.launch.chaos
             if ch is not None:
@@ -300,7 +285,7 @@ def dec_wgmma(ctx, ins, mods, ops):
             lo32 = 32 * warps[0].wid
             regs = np.ascontiguousarray(cta.files["r"][aidx, lo32:lo32 + 128].T)
             vals = regs.view(np.uint16 if ea == 2 else np.uint8)
-            A = vals.reshape(-1)[_a_reg_gather(ea)].view(dta).astype(np.float64).reshape(64, K)
+            A = vals.reshape(-1)[a_reg_gather(ea)].view(dta).astype(np.float64).reshape(64, K)
             a_ei, words = None, operand_words(b_desc, N, K, eb, bool(trans_b))
         else:
             a_desc = _uniform(warps, ra, ins, "A descriptor", batch)
@@ -334,8 +319,9 @@ def dec_wgmma(ctx, ins, mods, ops):
                 sh.read_later(wd, blk, ag.idx, clock, vc, pvc, ins.pc, "wgmma operand", lenient)
             else:
                 sh.read(wd, ag.idx, clock, vc, pvc, ins.pc, True, "wgmma operand", blk, lenient=lenient)
+            e = (rbits, ag.idx, clock, ins.pc)
             for w in warps:
-                w.acc_pending.append((rbits, ag.idx, group + 1, ins.pc))
+                w.acc_pending.append(e)
                 w.acc_bits |= rbits
 
         if chained:                 # computed with the run's other MMAs, in issue order
