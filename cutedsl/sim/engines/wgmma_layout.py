@@ -124,12 +124,16 @@ def a_reg_map(esize: int = 2):
 @lru_cache(maxsize=8)
 def a_reg_gather(esize: int = 2):
     """For each element of the register-A tile (64 x 16 for 16-bit ``esize`` 2, 64 x 32 for 8-bit)
-    in row-major order, its index in the warpgroup's (128 threads x values) fragment (the inverse of
-    :func:`a_reg_map`)."""
-    mm, kk = a_reg_map(esize)
+    in row-major order, its index in the warpgroup's A registers as one (4 registers x 128
+    threads) block of 32-bit words split into ``esize``-byte values, little-endian (a register's
+    low half / lowest byte is its first value): :func:`a_reg_map` inverted."""
+    mm, kk = a_reg_map(esize)       # (thread, value v) -> (row, k); v: register v // per, part v % per
     k = 32 // esize
+    per = 4 // esize
+    t = np.arange(128)[:, None]
+    v = np.arange(mm.shape[1])[None, :]
     inv = np.empty(64 * k, np.intp)
-    inv[(mm * k + kk).reshape(-1)] = np.arange(mm.size)
+    inv[(mm * k + kk).reshape(-1)] = ((v // per) * (128 * per) + t * per + v % per).reshape(-1)
     inv.flags.writeable = False
     return inv
 

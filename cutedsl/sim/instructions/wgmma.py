@@ -51,7 +51,7 @@ from ..frontend.registry import BLOCKED, NOT_BATCHED, each_warp, handler
 from ..engines.wgmma_acc import HeldTiles, MmaOp, frag_to_tile, rounded, tile_to_frag
 # decode_desc and operand_addrs are also this module's public names (tests, tcgen05)
 from ..engines.wgmma_layout import (ETYPES, a_reg_gather, a_reg_map, d_map, decode_desc, load_operand,  # noqa: F401
-                                     operand_addrs, operand_words)
+                                     operand_addrs, operand_words, widen)
 
 
 class WarpGroupState:
@@ -280,12 +280,10 @@ def dec_wgmma(ctx, ins, mods, ops):
                                   f"({cta.smem_size} B)\n    at {ins.where()}")
         A = None
         if a_regs:
-            # the 4 registers of the warpgroup's 128 threads (little-endian: a register's low half /
-            # lowest byte is its first value), gathered into the (64, K) tile
+            # the 4 registers of the warpgroup's 128 threads, gathered into the (64, K) tile
             lo32 = 32 * warps[0].wid
-            regs = np.ascontiguousarray(cta.files["r"][aidx, lo32:lo32 + 128].T)
-            vals = regs.view(np.uint16 if ea == 2 else np.uint8)
-            A = vals.reshape(-1)[a_reg_gather(ea)].view(dta).astype(np.float64).reshape(64, K)
+            vals = cta.files["r"][aidx, lo32:lo32 + 128].view(np.uint16 if ea == 2 else np.uint8).reshape(-1)
+            A = widen(np.take(vals, a_reg_gather(ea)), dta).reshape(64, K)
             a_ei, words = None, operand_words(b_desc, N, K, eb, bool(trans_b))
         else:
             a_desc = _uniform(warps, ra, ins, "A descriptor", batch)
