@@ -55,7 +55,8 @@ def test_chunked_products_equal_each_mma():
     """8 MMAs (4 k-steps, 2 m64 halves sharing B) on a 128B-swizzled K-major A and MN-major B,
     f16 bit patterns of every finite exponent: each stacked product is the MMA's own."""
     rng = np.random.default_rng(1)
-    bits = rng.integers(0, 0x7C00, SMEM // 2).astype(np.uint16) | (rng.integers(0, 2, SMEM // 2).astype(np.uint16) << 15)
+    bits = rng.integers(0, 0x7C00, SMEM // 2).astype(np.uint16)
+    bits |= rng.integers(0, 2, SMEM // 2).astype(np.uint16) << 15
 
     class Cta:
         sv = {2: bits}

@@ -112,11 +112,12 @@ _PLANS = {}         # a chain's MMA forms -> its plan (the key keeps the forms a
 def products(cta, ops):
     """The float64 products A B (64, N) of ``ops`` in order: operands from shared memory of one
     8/16-bit float type and one shape are gathered as one vector (a B that consecutive MMAs
-    share, once; by 16-byte chunk where they are contiguous) and multiplied as one stack. Each slice is the product the instruction's own
-    ``A @ B`` gives, bit for bit: the same k-ordered sums of exact float64 products (OpenBLAS's
-    dgemm gives the same bits for a B stored (K, N) or transposed; ``tests/sim/test_sim_chain_products.py``
-    compares them on random f16 values of every exponent). The plan (:func:`_plan`) is cached by
-    the MMAs' forms: a pipeline's stages repeat the same chains."""
+    share, once; by 16-byte chunk where they are contiguous) and multiplied as one stack. Each
+    slice is the product the instruction's own ``A @ B`` gives, bit for bit: the same k-ordered
+    sums of exact float64 products (OpenBLAS's dgemm gives the same bits for a B stored (K, N)
+    or transposed; ``tests/sim/test_sim_chain_products.py`` compares them on random f16 values
+    of every exponent). The plan (:func:`_plan`) is cached by the MMAs' forms: a pipeline's
+    stages repeat the same chains."""
     key = tuple(x.form for x in ops)
     plan = _PLANS.get(key)
     if plan is None:
@@ -136,7 +137,7 @@ def products(cta, ops):
         A = v[:n * 64 * k].reshape(n // r, r, 64, k)
         B = v[n * 64 * k:].reshape(n // r, 1, k, o.n)        # broadcast over the r MMAs sharing it
         return np.matmul(A, B).reshape(n, 64, o.n)
-    # A from registers (FlashAttention's P V): the tiles stacked, B gathered with one index
+    # A from registers (FlashAttention's P V): the tiles stacked, the Bs gathered as one vector
     B = widen(gather(cta.sv[o.eb], index), o.dtb).reshape(n, k, o.n)
     return np.matmul(np.stack([x.A for x in ops]), B)
 
