@@ -2,12 +2,14 @@
 gather): on the operand layouts the descriptors give (every swizzle, K- and MN-major, 16- and
 8-bit elements) it gives the element gather's array exactly, gathering by chunk where the
 elements run in aligned 16-byte chunks and element by element elsewhere; and a chain's stacked
-products over such layouts are each MMA's own product, bit for bit."""
+products over such layouts are each MMA's own product, bit for bit. Register A's gather from
+the whole register file (wgmma_layout.a_reg_index) against the fragment map of PTX ISA
+9.7.15.5.1.1 (wgmma_layout.a_reg_map), value by value."""
 import numpy as np
 import pytest
 
 from cutedsl.sim.engines.wgmma_acc import MmaOp, _plan, products
-from cutedsl.sim.engines.wgmma_layout import gather, gather_plan, load_operand, operand_addrs
+from cutedsl.sim.engines.wgmma_layout import a_reg_index, a_reg_map, gather, gather_plan, load_operand, operand_addrs
 
 SMEM = 1 << 16
 
@@ -73,3 +75,19 @@ def test_chunked_products_equal_each_mma():
     for i, op in enumerate(ops):
         own = load_operand(Cta, op.a_ei, 2, np.float16) @ load_operand(Cta, op.b_ei, 2, np.float16).T
         assert np.array_equal(got[i].view(np.uint64), own.view(np.uint64)), i
+
+
+@pytest.mark.parametrize("esize", [2, 1])
+def test_register_a_index_follows_the_fragment_map(esize):
+    rng = np.random.default_rng(esize)
+    regs = rng.integers(0, 1 << 32, (40, 256), dtype=np.uint64).astype(np.uint32)
+    aidx, lo = [7, 3, 12, 30], 128
+    per, k = 4 // esize, 32 // esize
+    mm, kk = a_reg_map(esize)                   # (thread, value v) -> (row, k)
+    want = np.zeros((64, k), np.uint32)
+    for t in range(128):
+        for v in range(mm.shape[1]):
+            word = int(regs[aidx[v // per], lo + t])
+            want[mm[t, v], kk[t, v]] = (word >> (8 * esize * (v % per))) & ((1 << (8 * esize)) - 1)
+    got = np.take(regs.reshape(-1).view(np.uint16 if esize == 2 else np.uint8), a_reg_index(aidx, lo, 256, esize))
+    assert np.array_equal(got.reshape(64, k).astype(np.uint32), want)

@@ -67,17 +67,25 @@ def test_register_a_products_equal_each_mma():
         assert np.array_equal(got[i].view(np.uint64), _own(cta, op).view(np.uint64)), i
 
 
-@pytest.mark.parametrize("dt,zero_exp", [(np.float16, True), (np.float16, False), (ml_dtypes.bfloat16, True),
-                                          (ml_dtypes.float8_e4m3fn, True), (ml_dtypes.float8_e5m2, True)])
-def test_widen_is_the_types_own_cast_on_every_bit_pattern(dt, zero_exp):
+@pytest.mark.parametrize("dt,zero_exp,size", [
+    (np.float16, True, None), (np.float16, False, None), (np.float16, True, 1024), (ml_dtypes.bfloat16, True, None),
+    (ml_dtypes.float8_e4m3fn, True, None), (ml_dtypes.float8_e5m2, True, None)])
+def test_widen_is_the_types_own_cast_on_every_bit_pattern(dt, zero_exp, size):
     # widen against numpy's / ml_dtypes' cast, bit for bit, infinities and NaN payloads included,
     # the operand's shape kept: every pattern (f16 then by the table: zeros and subnormals among
-    # them), or only the f16 patterns of a nonzero exponent (then by its cast)
+    # them), only the f16 patterns of a nonzero exponent (then by its cast), or every pattern in
+    # operands of 1,024 values (a register-A tile: by the cast)
     bits = np.dtype(dt).itemsize * 8
     v = np.arange(1 << bits, dtype=np.dtype(f"u{bits // 8}"))[::-1]
     if not zero_exp:
         v = v[v & 0x7C00 != 0]
     v = v[:len(v) // 8 * 8].reshape(-1, 8)
+    if size is not None:
+        v = v.reshape(-1, size // 8, 8)
+        with np.errstate(invalid="ignore"):
+            for part in v:
+                assert np.array_equal(widen(part, dt).view(np.uint64), part.view(dt).astype(np.float64).view(np.uint64))
+        return
     with np.errstate(invalid="ignore"):         # ml_dtypes' NaNs warn as they are cast (a launch ignores it)
         got = widen(v, dt)
         want = v.view(dt).astype(np.float64)

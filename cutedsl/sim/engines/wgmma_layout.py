@@ -138,6 +138,18 @@ def a_reg_gather(esize: int = 2):
     return inv
 
 
+def a_reg_index(aidx, lo: int, width: int, esize: int):
+    """For each element of the register-A tile in row-major order (:func:`a_reg_gather`), its
+    index in a (registers, ``width`` lanes) file of 32-bit words split into ``esize``-byte
+    values, when the A registers are ``aidx`` (4) and the warpgroup's threads lanes ``lo`` ..
+    ``lo`` + 127: one gather from the whole file."""
+    per = 4 // esize
+    q, rest = np.divmod(a_reg_gather(esize), 128 * per)
+    ix = np.asarray(aidx, np.intp)[q] * (width * per) + lo * per + rest
+    ix.flags.writeable = False
+    return ix
+
+
 _V16 = np.dtype("V16")
 
 
@@ -204,9 +216,11 @@ def widen(v, dt):
     a zero exponent (zeros, subnormals): on GEMM operands with a fifth of zeros it takes 36 us per
     16,384 values, the look-up 16 us; without such values the cast takes 15 us, and the look-up
     more once the 512 KiB table is out of the cache (values of many exponents) -- so f16 operands
-    with a zero exponent among every 64th value go to the table. bf16 casts by a shift (6 us)."""
+    of 4,096 values or more with a zero exponent among every 64th value go to the table (on a
+    register-A tile of 1,024 values that check would cost more than the cast). bf16 casts by a
+    shift (6 us)."""
     if v.itemsize == 2:
-        if dt is np.float16 and not (v.reshape(-1)[::64] & 0x7C00).all():
+        if dt is np.float16 and v.size >= 4096 and not (v.reshape(-1)[::64] & 0x7C00).all():
             return np.take(to_f64(dt), v)
         return v.view(dt).astype(np.float64)
     return np.take(to_f64(dt), v)

@@ -50,8 +50,8 @@ from ..engines.mbarrier_object import uniform_lanes
 from ..frontend.registry import BLOCKED, NOT_BATCHED, each_warp, handler
 from ..engines.wgmma_acc import HeldTiles, MmaOp, frag_to_tile, rounded, tile_to_frag
 # decode_desc and operand_addrs are also this module's public names (tests, tcgen05)
-from ..engines.wgmma_layout import (ETYPES, a_reg_gather, a_reg_map, d_map, decode_desc, load_operand,  # noqa: F401
-                                     operand_addrs, operand_words, widen)
+from ..engines.wgmma_layout import (ETYPES, a_reg_index, a_reg_map, d_map, decode_desc,  # noqa: F401
+                                     load_operand, operand_addrs, operand_words, widen)
 
 
 class WarpGroupState:
@@ -251,7 +251,7 @@ def dec_wgmma(ctx, ins, mods, ops):
 
     # per descriptor (B) and pair (B, A): element indices, end byte and the race check's words --
     # what wgmma_layout's lru caches give, looked up once per MMA (a pipeline's stages repeat them)
-    b_ops, a_ops = {}, {}
+    b_ops, a_ops, ra_ix = {}, {}, {}        # ra_ix: (first warp, lanes) -> register A's file indices
 
     def execute(warps, cta, queue=False):
         # issue: registers read now (scale-d, descriptors, register A), operand addresses;
@@ -281,9 +281,10 @@ def dec_wgmma(ctx, ins, mods, ops):
         A = None
         if a_regs:
             # the 4 registers of the warpgroup's 128 threads, gathered into the (64, K) tile
-            lo32 = 32 * warps[0].wid
-            vals = cta.files["r"][aidx, lo32:lo32 + 128].view(np.uint16 if ea == 2 else np.uint8).reshape(-1)
-            A = widen(np.take(vals, a_reg_gather(ea)), dta).reshape(64, K)
+            regs = cta.files["r"]
+            key = (warps[0].wid, regs.shape[1])
+            ix = ra_ix.get(key) or _cached(ra_ix, key, (a_reg_index(aidx, 32 * key[0], key[1], ea),))
+            A = widen(np.take(regs.reshape(-1).view(np.uint16 if ea == 2 else np.uint8), ix[0]), dta).reshape(64, K)
             a_ei, words = None, operand_words(b_desc, N, K, eb, bool(trans_b))
         else:
             a_desc = _uniform(warps, ra, ins, "A descriptor", batch)
