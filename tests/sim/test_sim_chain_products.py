@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from cutedsl.sim.engines.wgmma_acc import MmaOp, _b_repeat, products
-from cutedsl.sim.engines.wgmma_layout import load_operand
+from cutedsl.sim.engines.wgmma_layout import load_operand, widen
 
 N, K = 128, 16
 
@@ -27,8 +27,8 @@ def _finite_bits(rng, n, dt):
     return b | (rng.integers(0, 2, n).astype(np.uint16) << 15)
 
 
-def _op(a_ei, b_ei, dt, A=None):
-    return MmaOp((0,), None, 0, 0, N, True, 1.0, A, a_ei, 2, dt, b_ei, 2, dt)
+def _op(a_ei, b_ei, dt, A=None, form=None):
+    return MmaOp((0,), None, 0, 0, N, True, 1.0, A, a_ei, 2, dt, b_ei, 2, dt, form)
 
 
 def _own(cta, op):
@@ -65,6 +65,56 @@ def test_register_a_products_equal_each_mma():
     got = products(cta, ops)
     for i, op in enumerate(ops):
         assert np.array_equal(got[i].view(np.uint64), _own(cta, op).view(np.uint64)), i
+
+
+@pytest.mark.parametrize("dt,zero_exp,size", [
+    (np.float16, True, None), (np.float16, False, None), (np.float16, True, 1024), (ml_dtypes.bfloat16, True, None),
+    (ml_dtypes.float8_e4m3fn, True, None), (ml_dtypes.float8_e5m2, True, None)])
+def test_widen_is_the_types_own_cast_on_every_bit_pattern(dt, zero_exp, size):
+    # widen against numpy's / ml_dtypes' cast, bit for bit, infinities and NaN payloads included,
+    # the operand's shape kept: every pattern (f16 then by the table: zeros and subnormals among
+    # them), only the f16 patterns of a nonzero exponent (then by its cast), or every pattern in
+    # operands of 1,024 values (a register-A tile: by the cast)
+    bits = np.dtype(dt).itemsize * 8
+    v = np.arange(1 << bits, dtype=np.dtype(f"u{bits // 8}"))[::-1]
+    if not zero_exp:
+        v = v[v & 0x7C00 != 0]
+    v = v[:len(v) // 8 * 8].reshape(-1, 8)
+    if size is not None:
+        v = v.reshape(-1, size // 8, 8)
+        with np.errstate(invalid="ignore"):
+            for part in v:
+                assert np.array_equal(widen(part, dt).view(np.uint64), part.view(dt).astype(np.float64).view(np.uint64))
+        return
+    with np.errstate(invalid="ignore"):         # ml_dtypes' NaNs warn as they are cast (a launch ignores it)
+        got = widen(v, dt)
+        want = v.view(dt).astype(np.float64)
+    assert got.dtype == np.float64 and got.shape == v.shape
+    assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
+
+
+def test_a_cached_plan_serves_the_next_chain_of_the_same_forms():
+    """The plan is cached by the MMAs' forms (the issuing instruction and its descriptors): a
+    second chain of the same forms on other shared-memory values, and one of register-A MMAs
+    (new A tiles each time), give their own per-MMA products."""
+    rng = np.random.default_rng(12)
+    n = 4
+    a_eis = [np.arange(i * 64 * K, (i + 1) * 64 * K).reshape(64, K) for i in range(n)]
+    b_eis = [np.arange((n * 64 + i * N) * K, (n * 64 + (i + 1) * N) * K).reshape(N, K) for i in range(n // 2)]
+    forms, forms_r = [object() for _ in range(n)], [object() for _ in range(n)]
+    size = n * 64 * K + n * N * K
+    for _ in range(2):
+        cta = _Cta(_finite_bits(rng, size, np.float16))
+        ops = [_op(a_eis[i], b_eis[i // 2], np.float16, form=forms[i]) for i in range(n)]
+        got = products(cta, ops)
+        for i, op in enumerate(ops):
+            assert np.array_equal(got[i].view(np.uint64), _own(cta, op).view(np.uint64)), i
+        ops = [_op(None, b_eis[i // 2], np.float16, _finite_bits(rng, 64 * K, np.float16).view(np.float16)
+                   .astype(np.float64).reshape(64, K), form=forms_r[i]) for i in range(n)]
+        got = products(cta, ops)
+        assert isinstance(got, np.ndarray)
+        for i, op in enumerate(ops):
+            assert np.array_equal(got[i].view(np.uint64), _own(cta, op).view(np.uint64)), i
 
 
 def test_b_repeat_needs_every_group_whole():

@@ -30,14 +30,32 @@ def _mask(idx):
     return sum(1 << int(i) for i in idx)
 
 
-def _op(rng, acc, sign=1.0, scale_d=True):
-    """An m64n128k16 f16 MMA onto accumulator ``acc`` (registers 64 acc .. 64 acc + 63)."""
+def _op(rng, acc, sign=1.0, scale_d=True, a_regs=None):
+    """An m64n128k16 f16 MMA onto accumulator ``acc`` (registers 64 acc .. 64 acc + 63); A from
+    shared memory, or from registers ``a_regs`` (4 of them; the (64, K) tile random f16 values)."""
     didx = np.arange(64 * acc, 64 * acc + 64)
     a_ei = rng.integers(0, 1 << 16, (64, K))
     b_ei = rng.integers(0, 1 << 16, (N, K))
     bits = _mask(didx)
-    return MmaOp(tuple(didx.tolist()), didx, bits, bits, N, scale_d, sign, None, a_ei, 2, np.float16, b_ei, 2,
-                 np.float16)
+    if a_regs is None:
+        return MmaOp(tuple(didx.tolist()), didx, bits, bits, N, scale_d, sign, None, a_ei, 2, np.float16, b_ei, 2,
+                     np.float16)
+    A = rng.standard_normal((64, K)).astype(np.float16).astype(np.float64)
+    return MmaOp(tuple(didx.tolist()), didx, bits, bits | _mask(a_regs), N, scale_d, sign, A, None, 2, np.float16,
+                 b_ei, 2, np.float16)
+
+
+def _spy(monkeypatch):
+    """Record the end of every _repeats call (the MMAs it ran up to)."""
+    ends = []
+    real = HeldTiles._repeats
+
+    def spy(self, *a):
+        j, r = real(self, *a)
+        ends.append(j)
+        return j, r
+    monkeypatch.setattr(HeldTiles, "_repeats", spy)
+    return ends
 
 
 def _run(ops, seed, monkeypatch, shortcut, pre=None):
@@ -86,16 +104,41 @@ def test_a_tile_sharing_group_registers_is_written_back_first(monkeypatch):
     didx = np.arange(32, 96)
     other = (("other",), didx, np.random.default_rng(1).standard_normal((64, N)).astype(np.float32), N,
              _mask(didx))
-    ends = []
-    real = HeldTiles._repeats
-
-    def spy(self, *a):
-        j, r = real(self, *a)
-        ends.append(j)
-        return j, r
-    monkeypatch.setattr(HeldTiles, "_repeats", spy)
+    ends = _spy(monkeypatch)
     got = _run(ops, 3, monkeypatch, True, pre=other)
     assert ends == [6]           # groups 2 and 3 by the shortcut
     assert ("other",) not in got[0]
     monkeypatch.undo()
     _same(got, _run(ops, 3, monkeypatch, False, pre=other))
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+@pytest.mark.parametrize("a_from_regs", [False, True])
+def test_one_accumulator_chains_match_the_per_mma_path(monkeypatch, sign, a_from_regs):
+    """8 MMAs on one accumulator, the first without scale-d (S = Q K^T), or each with its own
+    register A (O += P V): the first rounded alone, the other 7 by the shortcut."""
+    rng = np.random.default_rng(8)
+    ops = [_op(rng, 0, sign, step > 0 or a_from_regs, np.arange(128 + 4 * step, 132 + 4 * step) if a_from_regs
+               else None) for step in range(8)]
+    ends = _spy(monkeypatch)
+    got = _run(ops, 4, monkeypatch, True)
+    assert ends == [8]
+    monkeypatch.undo()
+    _same(got, _run(ops, 4, monkeypatch, False))
+
+
+def test_a_tile_owning_a_later_register_a_ends_the_shortcut_there(monkeypatch):
+    """A held tile of another accumulator on registers 140-203 (register A of the 4th MMA is
+    140-143): the shortcut stops before that MMA; its addend writes the tile back, and the rest
+    repeat."""
+    rng = np.random.default_rng(2)
+    ops = [_op(rng, 0, a_regs=np.arange(128 + 4 * step, 132 + 4 * step)) for step in range(6)]
+    didx = np.arange(140, 204)
+    other = (("other",), didx, np.random.default_rng(1).standard_normal((64, N)).astype(np.float32), N,
+             _mask(didx))
+    ends = _spy(monkeypatch)
+    got = _run(ops, 5, monkeypatch, True, pre=other)
+    assert ends == [3, 6]
+    assert ("other",) not in got[0]
+    monkeypatch.undo()
+    _same(got, _run(ops, 5, monkeypatch, False, pre=other))

@@ -85,6 +85,21 @@ def test_queued_reads_of_known_boxes_keep_each_words_last_pc():
     assert sh.r_clock[c, 320:600].sum() == 0
 
 
+def test_queued_reads_of_scattered_words_keep_each_words_last_pc():
+    # more than a few contiguous runs: recorded through the word ids instead of slices
+    hb, sh, (w0, w1) = setup()
+    a0, op0 = tma(hb, w0, 0)
+    sh.write(slice(256, 768), a0, 1, op0[0], 3, True, "TMA load")
+    hb.acquire(w1, op0)
+    a = queued(hb, sh, w1, [(np.arange(256, 300, 2), 10), (np.arange(280, 320, 3), 11)])
+    sh.flush_reads()
+    c = sh.cols[a]
+    want = np.zeros(sh.n, np.int32)
+    want[np.arange(256, 300, 2)] = 10
+    want[np.arange(280, 320, 3)] = 11
+    assert (sh.r_pc[c] == want).all() and ((sh.r_clock[c] == 1) == (want > 0)).all()
+
+
 def test_a_queued_read_of_an_unknown_write_names_its_own_pc():
     hb, sh, (w0, w1) = setup()
     a0, op0 = tma(hb, w0, 0)

@@ -24,11 +24,23 @@ _NEVER, _MIXED = -2, -1     # Shadow.blk_w: no write yet / not one write's
 _PLANS = {}         # ids of a run's word and block arrays and its PCs -> (the arrays, its plan)
 
 
+def _runs(ids, vals):
+    """Sorted distinct ``ids`` with a value each as ``[(slice, values)]``, one slice per contiguous
+    run when there are a few (a chain's operands are whole tiles: 1-3 runs), so that recording
+    them writes views instead of scattering; else ``[(ids, vals)]``."""
+    cut = np.flatnonzero(np.diff(ids) != 1) + 1
+    if len(cut) >= 8:
+        return [(ids, vals)]
+    ends = [0] + cut.tolist() + [len(ids)]
+    return [(slice(int(ids[a]), int(ids[a]) + b - a), vals[a:b]) for a, b in zip(ends, ends[1:])]
+
+
 def _run_plan(run):
-    """``(words, pcs, blocks)`` of a run of queued reads (:meth:`Shadow.flush_reads`): the distinct
-    words they touch, each with the PC of the last read of it in issue order (the reader PC the
-    shadow keeps), and the distinct 1 KiB blocks. Cached by the ids of the word and block arrays
-    (``wgmma_layout.operand_words`` caches them: a pipeline's stages repeat the same chains)."""
+    """``(words, blocks)`` of a run of queued reads (:meth:`Shadow.flush_reads`): the distinct
+    words they touch as ``[(word ids or a slice of them, the PC of the last read of each in issue
+    order -- the reader PC the shadow keeps)]`` (:func:`_runs`), and the distinct 1 KiB blocks.
+    Cached by the ids of the word and block arrays (``wgmma_layout.operand_words`` caches them:
+    a pipeline's stages repeat the same chains)."""
     key = tuple((id(x[0]), id(x[1]), x[6]) for x in run)
     hit = _PLANS.get(key)
     if hit is None:
@@ -38,7 +50,8 @@ def _run_plan(run):
         pcs = np.concatenate([np.full(len(x[0]), x[6], np.int32) for x in run])[::-1]
         words, first = np.unique(words, return_index=True)     # reversed: first = last in issue order
         blocks = np.unique(np.concatenate([x[1] for x in run]))
-        hit = _PLANS[key] = ([(x[0], x[1]) for x in run], (words, pcs[first], blocks))     # keeps the ids alive
+        plan = (_runs(words, pcs[first]), blocks)
+        hit = _PLANS[key] = ([(x[0], x[1]) for x in run], plan)     # keeps the ids alive
     return hit[1]
 
 
@@ -173,11 +186,13 @@ class Shadow:
             i = j
             agent, clock, vc, pvc = e[2], e[3], e[4], e[5]
             if len(run) > 1:
-                words, pcs, blocks = _run_plan(run)
+                words, blocks = _run_plan(run)
                 if self._blocks_known(blocks, vc, pvc, True):
                     c = self._col(agent)
-                    self.r_clock[c][words] = clock
-                    self.r_pc[c][words] = pcs
+                    rc, rp = self.r_clock[c], self.r_pc[c]
+                    for w, pcs in words:
+                        rc[w] = clock
+                        rp[w] = pcs
                     self.blk_read[c][blocks] = clock
                     continue
             for words, blk, _a, _c, _v, _p, pc, what, lenient in run:

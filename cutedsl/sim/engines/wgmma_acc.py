@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .wgmma_layout import load_operand, widen
+from .wgmma_layout import gather, gather_plan, load_operand, widen
 
 
 def frag_to_tile(regs, n: int):
@@ -55,32 +55,24 @@ class MmaOp:
     """One queued ``wgmma.mma_async`` with an f32 accumulator: the D registers (``key``: their
     tuple, ``didx``, ``dbits``; ``rbits``: every register it names), N, scale-d, the product's sign,
     and its operands -- A as a float64 tile (from registers) or element indices in shared memory
-    (``a_ei``, size ``ea``, type ``dta``), B as element indices (``b_ei``, ``eb``, ``dtb``)."""
+    (``a_ei``, size ``ea``, type ``dta``), B as element indices (``b_ei``, ``eb``, ``dtb``).
+    ``form``: None, or a token (hashed by identity) that stands for everything of the operands but
+    A's values -- the instruction and its descriptors: a chain's product plan is cached by them."""
     __slots__ = ("key", "didx", "dbits", "rbits", "n", "scale_d", "sign", "A", "a_ei", "ea", "dta", "b_ei", "eb",
-                 "dtb")
+                 "dtb", "form")
 
-    def __init__(self, key, didx, dbits, rbits, n, scale_d, sign, A, a_ei, ea, dta, b_ei, eb, dtb):
+    def __init__(self, key, didx, dbits, rbits, n, scale_d, sign, A, a_ei, ea, dta, b_ei, eb, dtb, form=None):
         self.key, self.didx, self.dbits, self.rbits, self.n = key, didx, dbits, rbits, n
         self.scale_d, self.sign, self.A, self.a_ei, self.ea, self.dta = scale_d, sign, A, a_ei, ea, dta
-        self.b_ei, self.eb, self.dtb = b_ei, eb, dtb
+        self.b_ei, self.eb, self.dtb, self.form = b_ei, eb, dtb, form
 
 
-_INDEX = {}         # id()s of a chain's operand index arrays -> (the arrays, their concatenation)
-
-
-def _chain_index(a_arrays, b_arrays):
-    """The concatenation of A operand element indices ``a_arrays`` ((64, K) each) and B operand
-    ones ``b_arrays`` ((N, K) each, cached by operand_addrs), each B in (K, N) order: its gather is
-    then the (K, N) matrix itself, which BLAS multiplies without a transpose. Cached: a pipeline's
-    stages repeat the same chains."""
-    key = tuple(id(a) for a in a_arrays) + (None,) + tuple(id(b) for b in b_arrays)
-    hit = _INDEX.get(key)
-    if hit is None:
-        if len(_INDEX) > 256:
-            _INDEX.clear()
-        hit = _INDEX[key] = (a_arrays + b_arrays, np.concatenate(
-            [a.reshape(-1) for a in a_arrays] + [b.T.reshape(-1) for b in b_arrays]))    # keeps the ids alive
-    return hit[1]
+def _chain_index(a_arrays, b_arrays, esize):
+    """How to gather A operand element indices ``a_arrays`` ((64, K) each) and B operand ones
+    ``b_arrays`` ((N, K) each) as one vector (:func:`wgmma_layout.gather_plan`), each B in (K, N)
+    order: its gather is then the (K, N) matrix itself, which BLAS multiplies without a transpose."""
+    parts = [np.concatenate([a.reshape(-1) for a in a_arrays])] if a_arrays else []
+    return gather_plan(parts + [np.concatenate([b.T.reshape(-1) for b in b_arrays])], esize)
 
 
 def _b_repeat(ops) -> int:
@@ -96,34 +88,58 @@ def _b_repeat(ops) -> int:
     return r
 
 
-def products(cta, ops):
-    """The float64 products A B (64, N) of ``ops`` in order: operands from shared memory of one
-    8/16-bit float type and one shape are gathered with one index (a B that consecutive MMAs
-    share, once) and multiplied as one stack. Each slice is the product the instruction's own
-    ``A @ B`` gives, bit for bit: the same k-ordered sums of exact float64 products (OpenBLAS's
-    dgemm gives the same bits for a B stored (K, N) or transposed; ``tests/sim/test_sim_chain_products.py``
-    compares them on random f16 values of every exponent)."""
+def _plan(ops):
+    """How :func:`products` computes ``ops``: ``(r, gather plan, k)`` -- A and B from shared
+    memory, gathered as one vector, each B shared by ``r`` consecutive MMAs; ``(0, gather plan,
+    k)`` -- A from registers, the Bs gathered as one vector; or None -- one MMA at a time. It
+    depends only on the operands' forms (MmaOp.form)."""
     o = ops[0]
     n = len(ops)
     same_b = n > 1 and np.dtype(o.dtb).kind not in "iu" and all(
         x.eb == o.eb and x.dtb is o.dtb and x.n == o.n and x.b_ei.shape == o.b_ei.shape for x in ops)
     if same_b and all(x.a_ei is not None and x.ea == o.eb and x.dta is o.dtb and x.a_ei.shape == o.a_ei.shape
                       for x in ops):
-        k = o.a_ei.shape[1]
         r = _b_repeat(ops)
-        # np.take: half the cost of an index expression for a 1-D gather of this size
-        v = widen(np.take(cta.sv[o.ea], _chain_index(tuple(x.a_ei for x in ops), tuple(x.b_ei for x in ops[::r]))),
-                  o.dta)
+        return r, _chain_index(tuple(x.a_ei for x in ops), tuple(x.b_ei for x in ops[::r]), o.ea), o.a_ei.shape[1]
+    if same_b and all(x.A is not None and x.A.shape == o.A.shape for x in ops):
+        return 0, _chain_index((), tuple(x.b_ei for x in ops), o.eb), o.A.shape[1]
+    return None
+
+
+_PLANS = {}         # a chain's MMA forms -> its plan (the key keeps the forms alive)
+
+
+def products(cta, ops):
+    """The float64 products A B (64, N) of ``ops`` in order: operands from shared memory of one
+    8/16-bit float type and one shape are gathered as one vector (a B that consecutive MMAs
+    share, once; by 16-byte chunk where they are contiguous) and multiplied as one stack. Each
+    slice is the product the instruction's own ``A @ B`` gives, bit for bit: the same k-ordered
+    sums of exact float64 products (OpenBLAS's dgemm gives the same bits for a B stored (K, N)
+    or transposed; ``tests/sim/test_sim_chain_products.py`` compares them on random f16 values
+    of every exponent). The plan (:func:`_plan`) is cached by the MMAs' forms: a pipeline's
+    stages repeat the same chains."""
+    key = tuple(x.form for x in ops)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _plan(ops)
+        if None not in key:
+            if len(_PLANS) > 256:
+                _PLANS.clear()
+            _PLANS[key] = plan
+    o = ops[0]
+    n = len(ops)
+    if plan is None:
+        return [(x.A if x.A is not None else load_operand(cta, x.a_ei, x.ea, x.dta))
+                @ load_operand(cta, x.b_ei, x.eb, x.dtb).T for x in ops]
+    r, index, k = plan
+    if r:
+        v = widen(gather(cta.sv[o.ea], index), o.dta)
         A = v[:n * 64 * k].reshape(n // r, r, 64, k)
         B = v[n * 64 * k:].reshape(n // r, 1, k, o.n)        # broadcast over the r MMAs sharing it
         return np.matmul(A, B).reshape(n, 64, o.n)
-    if same_b and all(x.A is not None and x.A.shape == o.A.shape for x in ops):
-        # A from registers (FlashAttention's P V): the tiles stacked, B gathered with one index
-        k = o.A.shape[1]
-        B = widen(np.take(cta.sv[o.eb], _chain_index((), tuple(x.b_ei for x in ops))), o.dtb).reshape(n, k, o.n)
-        return np.matmul(np.stack([x.A for x in ops]), B)
-    return [(x.A if x.A is not None else load_operand(cta, x.a_ei, x.ea, x.dta))
-            @ load_operand(cta, x.b_ei, x.eb, x.dtb).T for x in ops]
+    # A from registers (FlashAttention's P V): the tiles stacked, the Bs gathered as one vector
+    B = widen(gather(cta.sv[o.eb], index), o.dtb).reshape(n, k, o.n)
+    return np.matmul(np.stack([x.A for x in ops]), B)
 
 
 def _independent(group, op) -> bool:
@@ -163,7 +179,7 @@ class HeldTiles:
         """Compute the queued MMAs, in issue order. Consecutive MMAs on different accumulators
         that share no register (the two m64 halves of a k-step) are rounded to f32 with one cast:
         each element's value is the one its own ``rounded`` gives; the groups that repeat such a
-        group (the next k-steps) skip the per-MMA bookkeeping (:meth:`_repeats`)."""
+        group or a lone MMA (the next k-steps) skip the per-MMA bookkeeping (:meth:`_repeats`)."""
         ops, self.chain = self.chain, []
         self.cta.mma_chains.remove(self)
         prods = products(self.cta, ops)
@@ -177,7 +193,12 @@ class HeldTiles:
             cs = [self._addend(op) for op in ops[i:j]]
             if j == i + 1:
                 op = ops[i]
-                self.put(op.key, op.didx, rounded(prods[i], op.sign, cs[0]), op.n, op.dbits)
+                r = rounded(prods[i], op.sign, cs[0])
+                if not stacked:
+                    self.put(op.key, op.didx, r, op.n, op.dbits)
+                    i = j
+                    continue
+                r = r[None]
             else:
                 p = prods[i:j]
                 if ops[i].sign != 1.0:
@@ -186,37 +207,43 @@ class HeldTiles:
                     if c is not None:
                         p[q] += c
                 r = p.astype(np.float32)
-                j, r = self._repeats(ops, i, j, prods, r)
-                for q, op in enumerate(ops[j - len(r):j]):
-                    self.put(op.key, op.didx, r[q], op.n, op.dbits)
+            j, r = self._repeats(ops, i, j, prods, r)
+            for q, op in enumerate(ops[j - len(r):j]):
+                self.put(op.key, op.didx, r[q], op.n, op.dbits)
             i = j
 
     def _repeats(self, ops, i, j, prods, r):
         """``ops[i:j]`` (g MMAs on g accumulators, rounded together to ``r``) followed by groups that
-        repeat it -- the next k-steps of a chain: the same accumulators, registers and sign, scale-d
-        set -- run here as one add and one cast per group, each MMA accumulating onto its
+        repeat it -- the next k-steps of a chain: the same accumulators, D registers and sign,
+        scale-d set -- run here as one add and one cast per group, each MMA accumulating onto its
         predecessor's tile. Returns the end of the last group run and its (g, 64, N) tiles. What
         each group's own pass through ``run_chain`` would do: its ``_addend`` writes nothing back
-        (no other held tile owns one of its registers: checked once, the other tiles do not change
-        here) and returns that tile, and its ``put`` of the same keys and bits leaves the
-        ``lazy_bits`` the last group's leaves. (An independent MMA after the last group is then rounded
-        on its own, not with it: each element's rounding is its own, so the grouping changes no bit.)"""
+        (no register an MMA reads -- its D, its register A, which may change from group to group
+        -- is owned by another held tile or by another accumulator of the group: checked per
+        group; the other tiles do not change here) and returns that tile, and its ``put`` of the
+        same keys and bits leaves the ``lazy_bits`` the last group's leaves. (An independent MMA
+        after the last group is then rounded on its own, not with it: each element's rounding is
+        its own, so the grouping changes no bit.)"""
         g, n = j - i, len(ops)
         group = ops[i:j]
         if j + g > n or not all(x.scale_d for x in ops[j:j + g]):
             return j, r
         keys = {x.key for x in group}
-        rb = 0
-        for x in group:
-            rb |= x.rbits
+        other = 0           # the registers of the other held tiles
         for k, t in self.tiles.items():
-            if k not in keys and t[3] & rb:
-                return j, r
+            if k not in keys:
+                other |= t[3]
+        dbits = 0
+        for x in group:
+            dbits |= x.dbits
+        # per MMA: its accumulator's tile is its own addend; any other register it reads, if
+        # owned by a held tile, would first be written back (_addend)
+        owned = [other | (dbits & ~x.dbits) for x in group]
         sign = group[0].sign
         while j + g <= n:
             nxt = ops[j:j + g]
-            if not all(y.key == x.key and y.rbits == x.rbits and y.dbits == x.dbits and y.sign == sign
-                       and y.scale_d and y.n == x.n for x, y in zip(group, nxt)):
+            if not all(y.key == x.key and y.dbits == x.dbits and y.sign == sign and y.scale_d and y.n == x.n
+                       and not y.rbits & o for x, y, o in zip(group, nxt, owned)):
                 break
             p = prods[j:j + g]
             if sign != 1.0:

@@ -121,11 +121,81 @@ def a_reg_map(esize: int = 2):
     return m, k
 
 
+@lru_cache(maxsize=8)
+def a_reg_gather(esize: int = 2):
+    """For each element of the register-A tile (64 x 16 for 16-bit ``esize`` 2, 64 x 32 for 8-bit)
+    in row-major order, its index in the warpgroup's A registers as one (4 registers x 128
+    threads) block of 32-bit words split into ``esize``-byte values, little-endian (a register's
+    low half / lowest byte is its first value): :func:`a_reg_map` inverted."""
+    mm, kk = a_reg_map(esize)       # (thread, value v) -> (row, k); v: register v // per, part v % per
+    k = 32 // esize
+    per = 4 // esize
+    t = np.arange(128)[:, None]
+    v = np.arange(mm.shape[1])[None, :]
+    inv = np.empty(64 * k, np.intp)
+    inv[(mm * k + kk).reshape(-1)] = ((v // per) * (128 * per) + t * per + v % per).reshape(-1)
+    inv.flags.writeable = False
+    return inv
+
+
+def a_reg_index(aidx, lo: int, width: int, esize: int):
+    """For each element of the register-A tile in row-major order (:func:`a_reg_gather`), its
+    index in a (registers, ``width`` lanes) file of 32-bit words split into ``esize``-byte
+    values, when the A registers are ``aidx`` (4) and the warpgroup's threads lanes ``lo`` ..
+    ``lo`` + 127: one gather from the whole file."""
+    per = 4 // esize
+    q, rest = np.divmod(a_reg_gather(esize), 128 * per)
+    ix = np.asarray(aidx, np.intp)[q] * (width * per) + lo * per + rest
+    ix.flags.writeable = False
+    return ix
+
+
+_V16 = np.dtype("V16")
+
+
+def gather_plan(parts, esize: int):
+    """How to gather the elements of size ``esize`` at element indices ``parts`` (1-D arrays,
+    in order) from shared memory: ``[(chunked, indices)]``. A part whose indices run in aligned
+    16-byte chunks -- what the canonical layouts keep contiguous: the 8 (16-bit) or 16 (8-bit)
+    elements along K of a K-major operand, along M/N of an MN-major one; the swizzles move
+    whole chunks -- is gathered by chunk (``chunked``: the chunk indices; 8x fewer to gather
+    for 16-bit types), the others element by element; consecutive parts of a kind are joined."""
+    c = 16 // esize
+    run = np.arange(c)
+    plan = []
+    for ix in parts:
+        rows = ix.reshape(-1, c) if len(ix) % c == 0 else None
+        chunked = rows is not None and bool((rows == rows[:, :1] + run).all() and not (rows[:, 0] % c).any())
+        seg = (chunked, rows[:, 0] // c if chunked else ix)
+        if plan and plan[-1][0] == chunked:
+            plan[-1] = (chunked, np.concatenate([plan[-1][1], seg[1]]))
+        else:
+            plan.append(seg)
+    for _c, ix in plan:
+        ix.flags.writeable = False
+    return plan
+
+
+def gather(sv, plan):
+    """The elements of ``sv`` (shared memory as one element type) that :func:`gather_plan`'s
+    ``plan`` names, in order: the same array as ``np.take(sv, indices)`` of all its parts (a
+    chunk is its elements' bytes, copied as they are)."""
+    out = []
+    for chunked, ix in plan:
+        if chunked:
+            n = len(sv) - len(sv) % (16 // sv.itemsize)
+            out.append(np.take(sv[:n].view(_V16), ix).view(sv.dtype))
+        else:
+            out.append(np.take(sv, ix))
+    return out[0] if len(out) == 1 else np.concatenate(out)
+
+
 @lru_cache(maxsize=16)
 def to_f64(dt):
     """Table: every bit pattern of 8-/16-bit float type ``dt`` -> its float64 value."""
     bits = np.dtype(dt).itemsize * 8
-    t = np.arange(1 << bits, dtype=np.dtype(f"u{bits // 8}")).view(dt).astype(np.float64)
+    with np.errstate(invalid="ignore"):         # ml_dtypes' NaNs warn as they are cast
+        t = np.arange(1 << bits, dtype=np.dtype(f"u{bits // 8}")).view(dt).astype(np.float64)
     t.flags.writeable = False
     return t
 
@@ -141,12 +211,19 @@ def load_operand(cta, eidx, esize, dt):
 
 def widen(v, dt):
     """The float64 values of the raw 8-/16-bit patterns ``v`` of float type ``dt`` (exact: every
-    value of these types is a float64). 16-bit types by numpy's cast (numpy 2.4: 3-10x cheaper
-    than a look-up in the 512 KiB table, which misses the cache), 8-bit ones by :func:`to_f64`
-    (the table is 2 KiB); the table is that same cast, so both give the same bits."""
+    value of these types is a float64), by the type's cast or by a look-up in :func:`to_f64`'s
+    table, which is that same cast: the same bits either way. numpy's f16 -> f64 cast branches on
+    a zero exponent (zeros, subnormals): on GEMM operands with a fifth of zeros it takes 36 us per
+    16,384 values, the look-up 16 us; without such values the cast takes 15 us, and the look-up
+    more once the 512 KiB table is out of the cache (values of many exponents) -- so f16 operands
+    of 4,096 values or more with a zero exponent among every 64th value go to the table (on a
+    register-A tile of 1,024 values that check would cost more than the cast). bf16 casts by a
+    shift (6 us)."""
     if v.itemsize == 2:
+        if dt is np.float16 and v.size >= 4096 and not (v.reshape(-1)[::64] & 0x7C00).all():
+            return np.take(to_f64(dt), v)
         return v.view(dt).astype(np.float64)
-    return to_f64(dt)[v]
+    return np.take(to_f64(dt), v)
 
 
 #: swizzle span (bytes) per sm_100 descriptor layout field (bits 61-63)

@@ -50,7 +50,8 @@ from ..engines.mbarrier_object import uniform_lanes
 from ..frontend.registry import BLOCKED, NOT_BATCHED, each_warp, handler
 from ..engines.wgmma_acc import HeldTiles, MmaOp, frag_to_tile, rounded, tile_to_frag
 # decode_desc and operand_addrs are also this module's public names (tests, tcgen05)
-from ..engines.wgmma_layout import ETYPES, a_reg_map, d_map, decode_desc, load_operand, operand_addrs, operand_words  # noqa: F401
+from ..engines.wgmma_layout import (ETYPES, a_reg_index, a_reg_map, d_map, decode_desc,  # noqa: F401
+                                     load_operand, operand_addrs, operand_words, widen)
 
 
 class WarpGroupState:
@@ -74,23 +75,6 @@ class Rendezvous:
         arrived = sorted(w.wid for w, _g in self.wg.arrivals.get(self.pc, []))
         return (f"warpgroup {self.gi} rendezvous at this wgmma: warps {arrived} arrived, "
                 f"waiting for warps {[x for x in range(4 * self.gi, 4 * self.gi + 4) if x not in arrived]}")
-
-
-_A_GATHER: dict = {}
-
-
-def _a_reg_gather(esize: int = 2):
-    """For each element of the register-A tile (64 x 16 for 16-bit ``esize`` 2, 64 x 32 for 8-bit)
-    in row-major order, its index in the warpgroup's (128 threads x values) fragment (the inverse of
-    ``a_reg_map``)."""
-    inv = _A_GATHER.get(esize)
-    if inv is None:
-        mm, kk = a_reg_map(esize)
-        k = 32 // esize
-        inv = np.empty(64 * k, np.intp)
-        inv[(mm * k + kk).reshape(-1)] = np.arange(mm.size)
-        _A_GATHER[esize] = inv
-    return inv
 
 
 def _wg(cta, gi):
@@ -171,10 +155,11 @@ def dec_wgmma(ctx, ins, mods, ops):
         if rest:
             ctx.unsupported(f"unsupported modifiers {rest}")
         rn = ctx.rd(ops[0], "u32")
+        imm = int(np.asarray(rn(None)).flat[0]) if ctx.operand(ops[0]).kind == "imm" else None   # N: a constant
 
         def fn(w, g, m):
             gi = w.wid // 4
-            done = w.wg_commits - int(np.asarray(rn(w)).flat[0])
+            done = w.wg_commits - (imm if imm is not None else int(np.asarray(rn(w)).flat[0]))
             key = (w.cta.rank, gi)
             ch = w.launch.chaos
             if ch is not None:
@@ -266,7 +251,7 @@ def dec_wgmma(ctx, ins, mods, ops):
 
     # per descriptor (B) and pair (B, A): element indices, end byte and the race check's words --
     # what wgmma_layout's lru caches give, looked up once per MMA (a pipeline's stages repeat them)
-    b_ops, a_ops = {}, {}
+    b_ops, a_ops, ra_ix = {}, {}, {}        # ra_ix: (first warp, lanes) -> register A's file indices
 
     def execute(warps, cta, queue=False):
         # issue: registers read now (scale-d, descriptors, register A), operand addresses;
@@ -287,20 +272,19 @@ def dec_wgmma(ctx, ins, mods, ops):
         scale_d = bool(_uniform(warps, rscale, ins, "scale-d", batch))
         b_desc = _uniform(warps, rb, ins, "B descriptor", batch)
         hit = b_ops.get(b_desc)
-        if hit is None:
-            hit = _cached(b_ops, b_desc, operand_addrs(b_desc, N, K, eb, bool(trans_b))[2:])
-        b_ei, b_end = hit
+        if hit is None:     # (indices, end byte, a token for the chain's plan: wgmma_acc.MmaOp.form)
+            hit = _cached(b_ops, b_desc, operand_addrs(b_desc, N, K, eb, bool(trans_b))[2:] + (object(),))
+        b_ei, b_end, form = hit
         if b_end > cta.smem_size:
             raise SimRuntimeError(f"wgmma B operand (descriptor 0x{b_desc:x}) reaches past shared memory "
                                   f"({cta.smem_size} B)\n    at {ins.where()}")
         A = None
         if a_regs:
-            # the 4 registers of the warpgroup's 128 threads (little-endian: a register's low half /
-            # lowest byte is its first value), gathered into the (64, K) tile
-            lo32 = 32 * warps[0].wid
-            regs = np.ascontiguousarray(cta.files["r"][aidx, lo32:lo32 + 128].T)
-            vals = regs.view(np.uint16 if ea == 2 else np.uint8)
-            A = vals.reshape(-1)[_a_reg_gather(ea)].view(dta).astype(np.float64).reshape(64, K)
+            # the 4 registers of the warpgroup's 128 threads, gathered into the (64, K) tile
+            regs = cta.files["r"]
+            key = (warps[0].wid, regs.shape[1])
+            ix = ra_ix.get(key) or _cached(ra_ix, key, (a_reg_index(aidx, 32 * key[0], key[1], ea),))
+            A = widen(np.take(regs.reshape(-1).view(np.uint16 if ea == 2 else np.uint8), ix[0]), dta).reshape(64, K)
             a_ei, words = None, operand_words(b_desc, N, K, eb, bool(trans_b))
         else:
             a_desc = _uniform(warps, ra, ins, "A descriptor", batch)
@@ -308,8 +292,8 @@ def dec_wgmma(ctx, ins, mods, ops):
             if hit is None:
                 a_ei, a_end = operand_addrs(a_desc, 64, K, ea, bool(trans_a))[2:]
                 hit = _cached(a_ops, (b_desc, a_desc), (a_ei, a_end, operand_words(
-                    b_desc, N, K, eb, bool(trans_b), a_desc, ea, bool(trans_a))))     # (words, blocks)
-            a_ei, a_end, words = hit
+                    b_desc, N, K, eb, bool(trans_b), a_desc, ea, bool(trans_a)), object()))     # (words, blocks)
+            a_ei, a_end, words, form = hit
             if a_end > cta.smem_size:
                 raise SimRuntimeError(f"wgmma A operand (descriptor 0x{a_desc:x}) reaches past shared memory "
                                       f"({cta.smem_size} B)\n    at {ins.where()}")
@@ -334,14 +318,15 @@ def dec_wgmma(ctx, ins, mods, ops):
                 sh.read_later(wd, blk, ag.idx, clock, vc, pvc, ins.pc, "wgmma operand", lenient)
             else:
                 sh.read(wd, ag.idx, clock, vc, pvc, ins.pc, True, "wgmma operand", blk, lenient=lenient)
+            e = (rbits, ag.idx, clock, ins.pc)
             for w in warps:
-                w.acc_pending.append((rbits, ag.idx, group + 1, ins.pc))
+                w.acc_pending.append(e)
                 w.acc_bits |= rbits
 
         if chained:                 # computed with the run's other MMAs, in issue order
             if st.held is None:
                 st.held = HeldTiles(cta, warps)
-            st.held.queue(MmaOp(dkey, didx, dbits, rbits, N, scale_d, sign, A, a_ei, ea, dta, b_ei, eb, dtb))
+            st.held.queue(MmaOp(dkey, didx, dbits, rbits, N, scale_d, sign, A, a_ei, ea, dta, b_ei, eb, dtb, form))
             return
 
         def perform():
