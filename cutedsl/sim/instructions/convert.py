@@ -133,10 +133,18 @@ def dec_cvt(ctx, ins, mods, ops):
                 if plain and a.dtype == np.float32 and b.dtype == np.float32 and a.shape == b.shape:
                     # f32 -> f16/bf16 by rn is one cast (nm.f64_to); a NaN takes the general path
                     if ht == "f16":
-                        lo = nm.f32_to_f16_bits(b)
-                        hi = nm.f32_to_f16_bits(a) if lo is not None else None
-                        if hi is not None:
-                            return lo | (hi << 16)
+                        if a.ndim:          # both halves in one conversion (its cost is per call)
+                            h = nm.f32_to_f16_bits(np.concatenate((b, a)))
+                            if h is not None:
+                                hi = h[len(b):]
+                                hi <<= 16
+                                hi |= h[:len(b)]
+                                return hi
+                        else:
+                            lo = nm.f32_to_f16_bits(b)
+                            hi = nm.f32_to_f16_bits(a) if lo is not None else None
+                            if hi is not None:
+                                return lo | (hi << 16)
                     elif not (np.isnan(a).any() or np.isnan(b).any()):
                         out = np.empty(a.shape + (2,), hdt)         # (little-endian: low half first)
                         out[..., 0] = b
