@@ -173,19 +173,22 @@ _F32_NORMAL_M1 = np.uint64(_F32_NORMAL_BITS - 1)
 
 def fma_f32(a, b, c, mode="rn"):
     """Correctly rounded f32 ``a*b + c`` (inputs float32 arrays/scalars)."""
-    p = np.asarray(a, F64) * np.asarray(b, F64)      # exact
-    cc = np.asarray(c, F64)
     if mode == "rn":
-        # the f64 sum rounds to f32 correctly unless it is exactly halfway between two f32
-        # (low 29 bits 0x10000000: its own rounding may have made the tie) or an f32 subnormal
-        # (rounded at a higher bit); only those need the error term and round-to-odd
-        s = p + cc
+        # the product of two f32 is exact in f64 (the ufunc casts both inputs first). The f64 sum
+        # rounds to f32 correctly unless it is exactly halfway between two f32 (low 29 bits
+        # 0x10000000: its own rounding may have made the tie) or an f32 subnormal (rounded at a
+        # higher bit); only those need the error term and round-to-odd. (count_nonzero: a
+        # fraction of the cost of .any() on these small arrays.)
+        p = np.multiply(a, b, dtype=F64)
+        s = p + np.asarray(c, F64)
         bits = s.view(np.int64)
         # 0 < |s| < 2^-126 as one unsigned compare: |s|'s bits minus one wrap around for 0
         mag1 = (bits & np.int64(0x7FFFFFFFFFFFFFFF)).view(np.uint64) - np.uint64(1)
-        if not ((bits & 0x1FFFFFFF) == 0x10000000).any() and not (mag1 < _F32_NORMAL_M1).any():
+        if not np.count_nonzero(((bits & 0x1FFFFFFF) == 0x10000000) | (mag1 < _F32_NORMAL_M1)):
             return s.astype(F32)
-    s, e = two_sum(p, cc)
+    else:
+        p = np.multiply(a, b, dtype=F64)                  # exact
+    s, e = two_sum(p, np.asarray(c, F64))
     if mode == "rn":
         with np.errstate(over="ignore", invalid="ignore"):
             return round_odd_f64(s, e).astype(F32)
@@ -214,10 +217,10 @@ def ftz(x):
     if t is None:
         return x
     small = np.abs(x) < t
-    if not small.any():
+    if not np.count_nonzero(small):         # (a fraction of .any()'s cost on small arrays)
         return x
     sub = small & (x != 0)
-    if not sub.any():
+    if not np.count_nonzero(sub):
         return x
     return np.where(sub, np.copysign(np.zeros_like(x), x), x).astype(x.dtype)
 
