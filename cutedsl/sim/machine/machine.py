@@ -389,7 +389,10 @@ class CTA:
 
     def overlaps_mbarrier(self, lo, hi) -> bool:
         """Whether bytes ``lo .. hi - 1`` reach an initialised mbarrier of this CTA."""
-        return any(o < hi and o + 8 > lo for o in self.mbar)
+        mb = self.mbar
+        if not mb or lo >= max(mb) + 8 or hi <= min(mb):   # (an epilogue's tile lies past them all)
+            return False
+        return any(o < hi and o + 8 > lo for o in mb)
 
     def check_not_mbarrier(self, off, nb, w, ins):
         if not self.mbar:

@@ -122,7 +122,7 @@ class WarpBatch:
 
     def _store_shared(self, space, addr, esize, n, vals, ins, race, ws):
         nb = esize * n
-        if space not in CTA_SHARED or not np.ndim(addr) or nb < 4:
+        if space not in CTA_SHARED or not getattr(addr, "ndim", 0) or nb < 4:
             return False
         a = np.asarray(addr, np.uint64)
         cta = self.cta
@@ -140,10 +140,17 @@ class WarpBatch:
             # the race check of consecutive stores of a lockstep run is done once, at flush()
             if sh.defer_mark is None:
                 sh.defer_mark = np.zeros(sh.n, bool)
-            if self.deferred and sh.defer_mark[words].any():
+            if self.deferred and np.count_nonzero(sh.defer_mark[words]):
                 self.flush()            # overwrites a word a deferred store wrote: settle those first
-            self.deferred.append((words, ins, ix, v[ix].copy(), a.copy(), np.array(vals), esize, n, space))
+            old = v[ix]                 # (a gather: a copy)
+            self.deferred.append((words, ins, ix, old, a.copy(), np.array(vals), esize, n, space))
             sh.defer_mark[words] = True
+            # write_noting_change with the bytes just gathered (same shape as vv)
+            launch = self.launch
+            if not launch.changed and np.count_nonzero(old != vv):
+                launch.changed = True
+            v[ix] = vv
+            return True
         write_noting_change(self.launch, v, ix, vv)
         return True
 
