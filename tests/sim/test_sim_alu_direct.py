@@ -1,0 +1,47 @@
+"""The inlined closures of one- and two-operand register instructions (cutedsl/sim/engines/alu.py,
+``_direct``: the plain register reads, an immediate and the unmasked write inlined) against the
+generic closure (reader and writer calls): every register bit for bit, the warp-instruction count,
+with whole warps, lockstep batches, a partial warp and lanes that a branch splits (masked
+writes), fused and unfused."""
+import numpy as np
+import pytest
+
+from cutedsl.sim.engines import alu
+from simkit import kernel
+from test_sim_fusion import BLOCK, EPILOGUE, PROLOGUE, fresh, inputs, run, unfused
+
+#: lanes 0..12 branch over register instructions (their writes are masked), then rejoin
+SPLIT = """
+\tsetp.lt.u32 %p3, %r100, 13;
+\t@%p3 bra SKIP;
+\tadd.rn.f32 %f6, %f0, %f1;
+\tmul.rn.f32 %f7, %f7, 0f3FC00000;
+\tshl.b32 %r50, %r100, 3;
+\tadd.s32 %r51, %r50, 7;
+\tneg.f32 %f8, %f2;
+\tmax.f32 %f9, %f9, %f3;
+\tand.b32 %r52, %r51, 0xff;
+SKIP:
+\tcvt.rn.f32.u32 %f10, %r52;
+\tsub.rn.f32 %f11, %f11, %f10;
+"""
+TEXT = kernel(PROLOGUE + SPLIT + BLOCK + EPILOGUE, params=("out", "in"))
+
+
+def test_some_closures_are_inlined():
+    prog = fresh(TEXT)
+    names = {ins.fn.__name__ for ins in prog.code}
+    assert {"fn_rc", "fn2", "fn1"} <= names
+
+
+@pytest.mark.parametrize("ctas, threads", [(2, 128), (1, 32), (1, 40)])
+@pytest.mark.parametrize("fused", [True, False])
+def test_inlined_matches_generic(monkeypatch, ctas, threads, fused):
+    x = inputs(ctas * threads, seed=ctas + threads)
+    prog = fresh(TEXT) if fused else unfused(TEXT)
+    got, n_got = run(prog, ctas, threads, x)
+    monkeypatch.setattr(alu, "_direct", lambda op, w_full, readers: None)
+    gen = fresh(TEXT) if fused else unfused(TEXT)
+    assert not {"fn_rc", "fn2", "fn1"} & {ins.fn.__name__ for ins in gen.code}
+    want, n_want = run(gen, ctas, threads, x)
+    assert np.array_equal(got, want) and n_got == n_want
