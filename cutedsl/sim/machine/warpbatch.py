@@ -89,7 +89,6 @@ class WarpBatch:
         sh = cta.shadow
         ws = cta.warps[self.lo:self.hi]
         words, owner, pcs = _flush_plan(cta.launch.flush_plans, d, len(ws))
-        sh.defer_mark[words] = False
         if sh.write_warps(words, ws, pcs, owner):
             return
         for _w, _ins, ix, old, _a, _v, esize, _n, _sp in reversed(d):
@@ -132,19 +131,20 @@ class WarpBatch:
         lo, hi, ix, words = plan
         if cta.overlaps_mbarrier(lo, hi):
             return False
-        vals = as_unsigned(vals, esize)
+        if vals.dtype != _UNSIGNED[esize]:
+            vals = as_unsigned(vals, esize)
         v = cta.sv[esize]
         vv = vals[:, 0] if n == 1 else vals
         sh = cta.shadow
         if race and sh is not None:
             # the race check of consecutive stores of a lockstep run is done once, at flush()
-            if sh.defer_mark is None:
-                sh.defer_mark = np.zeros(sh.n, bool)
-            if self.deferred and np.count_nonzero(sh.defer_mark[words]):
-                self.flush()            # overwrites a word a deferred store wrote: settle those first
+            d = self.deferred
+            if d:
+                cache = self.launch.flush_plans
+                if any(_overlap(cache, e[0], words) for e in d):
+                    self.flush()        # overwrites a word a deferred store wrote: settle those first
             old = v[ix]                 # (a gather: a copy)
             self.deferred.append((words, ins, ix, old, a.copy(), np.array(vals), esize, n, space))
-            sh.defer_mark[words] = True
             # write_noting_change with the bytes just gathered (same shape as vv)
             launch = self.launch
             if not launch.changed and np.count_nonzero(old != vv):
@@ -153,6 +153,23 @@ class WarpBatch:
             return True
         write_noting_change(self.launch, v, ix, vv)
         return True
+
+
+#: the unsigned element type of each store size
+_UNSIGNED = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
+
+
+def _overlap(cache, wa, wb) -> bool:
+    """Whether word sets ``wa`` and ``wb`` (the read-only word arrays of two cached store plans,
+    :func:`_store_plan`) share a word. Cached in ``cache`` (the launch's ``flush_plans``) by the
+    arrays' identities, which the entry keeps alive (an epilogue repeats the same stores)."""
+    key = ("overlap", id(wa), id(wb))
+    hit = cache.get(key)
+    if hit is None:
+        if len(cache) > 256:
+            cache.clear()
+        hit = cache[key] = (wa, wb, bool(np.intersect1d(wa, wb).size))
+    return hit[2]
 
 
 def _flush_plan(cache, d, k):
