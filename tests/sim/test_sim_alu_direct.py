@@ -1,6 +1,7 @@
-"""The inlined closures of one- and two-operand register instructions (cutedsl/sim/engines/alu.py,
-``_direct``: the plain register reads, an immediate and the unmasked write inlined) against the
-generic closure (reader and writer calls): every register bit for bit, the warp-instruction count,
+"""The inlined closures of register instructions (cutedsl/sim/engines/alu.py, ``direct``: the
+register reads, immediates and the unmasked write inlined; add/sub/mul/max/shl/neg, fma, setp,
+selp, mov, cvt) against the generic closures (reader and writer calls): every register bit for
+bit, the warp-instruction count,
 with whole warps, lockstep batches, a partial warp and lanes that a branch splits (masked
 writes), fused and unfused."""
 import numpy as np
@@ -28,10 +29,15 @@ SKIP:
 TEXT = kernel(PROLOGUE + SPLIT + BLOCK + EPILOGUE, params=("out", "in"))
 
 
+def inlined(prog):
+    """The operand forms of the program's inlined closures (alu._FORMS: ``_rc`` for a register
+    and an immediate, ...)."""
+    return {ins.fn.__qualname__.split(".")[0] for ins in prog.code if ins.fn.__module__ == alu.__name__}
+
+
 def test_some_closures_are_inlined():
-    prog = fresh(TEXT)
-    names = {ins.fn.__name__ for ins in prog.code}
-    assert {"fn_rc", "fn2", "fn1"} <= names
+    # add/mul/max/shl/sub, an immediate second; neg; fma and selp of three registers; setp; mov
+    assert {"_r", "_rr", "_rc", "_rrr"} <= inlined(fresh(TEXT))
 
 
 @pytest.mark.parametrize("ctas, threads", [(2, 128), (1, 32), (1, 40)])
@@ -40,8 +46,8 @@ def test_inlined_matches_generic(monkeypatch, ctas, threads, fused):
     x = inputs(ctas * threads, seed=ctas + threads)
     prog = fresh(TEXT) if fused else unfused(TEXT)
     got, n_got = run(prog, ctas, threads, x)
-    monkeypatch.setattr(alu, "_direct", lambda op, w_full, readers: None)
+    monkeypatch.setattr(alu, "_FORMS", {})          # every instruction's generic closure
     gen = fresh(TEXT) if fused else unfused(TEXT)
-    assert not {"fn_rc", "fn2", "fn1"} & {ins.fn.__name__ for ins in gen.code}
+    assert not inlined(gen) - {"binary", "unary"}
     want, n_want = run(gen, ctas, threads, x)
     assert np.array_equal(got, want) and n_got == n_want

@@ -169,7 +169,7 @@ def binary(ctx, ops, t, op, ta=None, tb=None, td=None):
     ra = ctx.rd(ops[1], ta or t)
     rb = ctx.rd(ops[2], tb or t)
     ctx.vector(op, w_full, (ra, rb))
-    return _direct(op, w_full, (ra, rb)) or (lambda w, g, m: w_full(w, m, op(ra(w), rb(w))))
+    return direct(op, w_full, (ra, rb)) or (lambda w, g, m: w_full(w, m, op(ra(w), rb(w))))
 
 
 def unary(ctx, ops, t, op, ta=None):
@@ -177,53 +177,100 @@ def unary(ctx, ops, t, op, ta=None):
     w_full, _ = ctx.wr(ops[0], t)
     ra = ctx.rd(ops[1], ta or t)
     ctx.vector(op, w_full, (ra,))
-    return _direct(op, w_full, (ra,)) or (lambda w, g, m: w_full(w, m, op(ra(w))))
+    return direct(op, w_full, (ra,)) or (lambda w, g, m: w_full(w, m, op(ra(w))))
 
 
-def _direct(op, w_full, readers):
-    """The closure ``w_full(w, m, op(*[r(w) for r in readers]))`` with the plain register reads,
-    the immediate and the unmasked write inlined (the decoder's tags, :mod:`cutedsl.sim.frontend.fusion`:
+def direct(op, w_full, readers):
+    """The closure ``w_full(w, m, op(*[r(w) for r in readers]))`` with the register reads, the
+    immediates and the unmasked write inlined (the decoder's tags, :mod:`cutedsl.sim.frontend.fusion`:
     ``("r", class, view, index, None)`` reads ``view[index]``, ``("c", v)`` is the value ``v``
     its reader returns; a destination without a conversion is ``view[index] = v``, what its
-    writer does for ``m is None``) -- the same numpy operations, up to three Python calls fewer
-    per instruction (``tests/sim/test_sim_alu_direct.py`` compares it with the generic closure).
-    None for any other form (a read that converts, an immediate first, a sink destination):
-    the generic closure then runs."""
+    writer does for ``m is None``) -- the same numpy operations, a few Python calls fewer per
+    instruction (``tests/sim/test_sim_alu_direct.py`` compares it with the generic closures).
+    None for any other form (a read that converts, a sink destination, an immediate first):
+    the caller's generic closure then runs."""
     dst = getattr(w_full, "vec_dst", None)
     tags = [getattr(r, "vec_src", None) for r in readers]
     if dst is None or dst[3] is not None or any(s is None or (s[0] == "r" and s[4] is not None) for s in tags):
         return None
-    dv, di = dst[1], dst[2]
-    if len(tags) == 2 and tags[0][0] == "r" and tags[1][0] == "c":     # a register and an immediate
-        (_r, _c, av, ai, _p), (_k, b) = tags
-
-        def fn_rc(w, g, m):
-            v = op(getattr(w, av)[ai], b)
-            if m is None:
-                getattr(w, dv)[di] = v
-            else:
-                w_full(w, m, v)
-        return fn_rc
-    if any(s[0] != "r" for s in tags):
+    form = "".join(s[0] for s in tags)
+    make = _FORMS.get(form)
+    if make is None:
         return None
-    if len(tags) == 1:
-        (_r, _c, av, ai, _p), = tags
+    dv, di = dst[1], dst[2]
+    args = [x for s in tags for x in ((s[2], s[3]) if s[0] == "r" else (s[1],))]
+    return make(op, w_full, dv, di, *args)
 
-        def fn1(w, g, m):
-            v = op(getattr(w, av)[ai])
-            if m is None:
-                getattr(w, dv)[di] = v
-            else:
-                w_full(w, m, v)
-        return fn1
-    if len(tags) == 2:
-        (_r, _c, av, ai, _p), (_r2, _c2, bv, bi, _p2) = tags
 
-        def fn2(w, g, m):
-            v = op(getattr(w, av)[ai], getattr(w, bv)[bi])
-            if m is None:
-                getattr(w, dv)[di] = v
-            else:
-                w_full(w, m, v)
-        return fn2
-    return None
+def _r(op, w_full, dv, di, av, ai):
+    def fn(w, g, m):
+        v = op(getattr(w, av)[ai])
+        if m is None:
+            getattr(w, dv)[di] = v
+        else:
+            w_full(w, m, v)
+    return fn
+
+
+def _rr(op, w_full, dv, di, av, ai, bv, bi):
+    def fn(w, g, m):
+        v = op(getattr(w, av)[ai], getattr(w, bv)[bi])
+        if m is None:
+            getattr(w, dv)[di] = v
+        else:
+            w_full(w, m, v)
+    return fn
+
+
+def _rc(op, w_full, dv, di, av, ai, b):
+    def fn(w, g, m):
+        v = op(getattr(w, av)[ai], b)
+        if m is None:
+            getattr(w, dv)[di] = v
+        else:
+            w_full(w, m, v)
+    return fn
+
+
+def _rrr(op, w_full, dv, di, av, ai, bv, bi, cv, ci):
+    def fn(w, g, m):
+        v = op(getattr(w, av)[ai], getattr(w, bv)[bi], getattr(w, cv)[ci])
+        if m is None:
+            getattr(w, dv)[di] = v
+        else:
+            w_full(w, m, v)
+    return fn
+
+
+def _rcr(op, w_full, dv, di, av, ai, b, cv, ci):
+    def fn(w, g, m):
+        v = op(getattr(w, av)[ai], b, getattr(w, cv)[ci])
+        if m is None:
+            getattr(w, dv)[di] = v
+        else:
+            w_full(w, m, v)
+    return fn
+
+
+def _rrc(op, w_full, dv, di, av, ai, bv, bi, c):
+    def fn(w, g, m):
+        v = op(getattr(w, av)[ai], getattr(w, bv)[bi], c)
+        if m is None:
+            getattr(w, dv)[di] = v
+        else:
+            w_full(w, m, v)
+    return fn
+
+
+def _rcc(op, w_full, dv, di, av, ai, b, c):
+    def fn(w, g, m):
+        v = op(getattr(w, av)[ai], b, c)
+        if m is None:
+            getattr(w, dv)[di] = v
+        else:
+            w_full(w, m, v)
+    return fn
+
+
+#: operand forms (register / immediate per source) with an inlined closure
+_FORMS = {"r": _r, "rr": _rr, "rc": _rc, "rrr": _rrr, "rcr": _rcr, "rrc": _rrc, "rcc": _rcc}

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 
 from ..engines import numerics as nm
-from ..engines.alu import (ALL_TYPES, FLOAT_TYPES, INT_TYPES, IRND, PACKED, RND, need_ops, pack2,
+from ..engines.alu import (ALL_TYPES, FLOAT_TYPES, INT_TYPES, IRND, PACKED, RND, direct, need_ops, pack2,
                   split_mods, utype)
 from ..frontend.registry import handler
 from ..frontend.ptxtypes import NP
@@ -69,7 +69,7 @@ def dec_mov(ctx, ins, mods, ops):
     def fn(w, g, m):
         w_full(w, m, rs(w))
     ctx.vector(_same, w_full, (rs,))
-    return fn
+    return direct(_same, w_full, (rs,)) or fn
 
 
 def _mov_b128(ctx, ops):
@@ -155,7 +155,7 @@ def dec_cvt(ctx, ins, mods, ops):
             def fn(w, g, m):
                 w_full(w, m, pack(ra(w), rb(w)))
             ctx.vector(pack, w_full, (ra, rb))
-            return fn
+            return direct(pack, w_full, (ra, rb)) or fn
         fdt = FP8[dt_[:4]]
 
         def conv8(x):
@@ -286,4 +286,4 @@ def dec_cvt(ctx, ins, mods, ops):
     def fn(w, g, m):                # (launches run under np.errstate(all="ignore"): Launch.run)
         w_full(w, m, conv(ra(w)))
     ctx.vector(conv, w_full, (ra,))
-    return fn
+    return direct(conv, w_full, (ra,)) or fn
