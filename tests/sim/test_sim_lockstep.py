@@ -205,5 +205,7 @@ def test_overlap_of_store_plans_is_cached_by_identity():
     from cutedsl.sim.machine.warpbatch import _overlap
     a, b, c = np.arange(0, 64, 2), np.arange(1, 65, 2), np.array([7, 40, 90])
     cache = {}
-    assert not _overlap(cache, a, b) and _overlap(cache, a, c) and _overlap(cache, b, c)
-    assert len(cache) == 3 and not _overlap(cache, a, b)
+    run = lambda *ws: [(w,) for w in ws]        # deferred entries: their word array first
+    assert not _overlap(cache, (id(a),), run(a), b) and _overlap(cache, (id(a),), run(a), c)
+    assert _overlap(cache, (id(a), id(b)), run(a, b), c) and not _overlap(cache, (id(c),), run(c), np.array([8]))
+    assert len(cache) == 4 and not _overlap(cache, (id(a),), run(a), b)

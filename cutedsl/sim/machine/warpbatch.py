@@ -54,6 +54,7 @@ class WarpBatch:
         self.lo, self.hi = lo, hi
         self.full = True
         self.deferred = []          # shared stores whose race check waits for flush()
+        self.deferred_ids = ()      # the identities of their word arrays (the overlap cache's key)
         self.leader = lo            # the warp whose turn formed the batch (lockstep.py sets it)
         set_register_views(self, cta.files, slice(32 * lo, 32 * hi))
         self.sregs = {}             # filled on first use (most batches read none)
@@ -85,6 +86,7 @@ class WarpBatch:
         if not d:
             return
         self.deferred = []
+        self.deferred_ids = ()
         cta = self.cta
         sh = cta.shadow
         ws = cta.warps[self.lo:self.hi]
@@ -139,12 +141,11 @@ class WarpBatch:
         if race and sh is not None:
             # the race check of consecutive stores of a lockstep run is done once, at flush()
             d = self.deferred
-            if d:
-                cache = self.launch.flush_plans
-                if any(_overlap(cache, e[0], words) for e in d):
-                    self.flush()        # overwrites a word a deferred store wrote: settle those first
+            if d and _overlap(self.launch.flush_plans, self.deferred_ids, d, words):
+                self.flush()            # overwrites a word a deferred store wrote: settle those first
             old = v[ix]                 # (a gather: a copy)
             self.deferred.append((words, ins, ix, old, a.copy(), np.array(vals), esize, n, space))
+            self.deferred_ids += (id(words),)
             # write_noting_change with the bytes just gathered (same shape as vv)
             launch = self.launch
             if not launch.changed and np.count_nonzero(old != vv):
@@ -159,16 +160,18 @@ class WarpBatch:
 _UNSIGNED = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
 
 
-def _overlap(cache, wa, wb) -> bool:
-    """Whether word sets ``wa`` and ``wb`` (the read-only word arrays of two cached store plans,
-    :func:`_store_plan`) share a word. Cached in ``cache`` (the launch's ``flush_plans``) by the
-    arrays' identities, which the entry keeps alive (an epilogue repeats the same stores)."""
-    key = ("overlap", id(wa), id(wb))
+def _overlap(cache, ids, d, words) -> bool:
+    """Whether ``words`` (the read-only word array of a cached store plan, :func:`_store_plan`)
+    shares a word with the deferred stores ``d`` (``ids``: the identities of their word arrays).
+    Cached in ``cache`` (the launch's ``flush_plans``) by those identities, which the entry keeps
+    alive: an epilogue repeats the same stores in the same order."""
+    key = ("overlap", ids, id(words))
     hit = cache.get(key)
     if hit is None:
         if len(cache) > 256:
             cache.clear()
-        hit = cache[key] = (wa, wb, bool(np.intersect1d(wa, wb).size))
+        arrays = [e[0] for e in d]
+        hit = cache[key] = (arrays, words, bool(np.intersect1d(np.concatenate(arrays), words).size))
     return hit[2]
 
 
