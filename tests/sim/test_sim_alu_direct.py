@@ -22,7 +22,17 @@ SPLIT = """
 \tneg.f32 %f8, %f2;
 \tmax.f32 %f9, %f9, %f3;
 \tand.b32 %r52, %r51, 0xff;
+\tmov.u32 %r53, 77;
+\tselp.u32 %r54, 5, 9, %p3;
+\tsub.s32 %r55, 100, %r53;
+\tcvta.to.global.u64 %rd7, %rd6;
 SKIP:
+\tadd.s32 %r52, %r52, %r54;
+\tadd.s32 %r52, %r52, %r55;
+\tcvt.u32.u64 %r56, %rd7;
+\txor.b32 %r52, %r52, %r56;
+\tselp.u32 %r57, 3, 11, %p3;
+\tadd.s32 %r52, %r52, %r57;
 \tcvt.rn.f32.u32 %f10, %r52;
 \tsub.rn.f32 %f11, %f11, %f10;
 """
@@ -36,8 +46,9 @@ def inlined(prog):
 
 
 def test_some_closures_are_inlined():
-    # add/mul/max/shl/sub, an immediate second; neg; fma and selp of three registers; setp; mov
-    assert {"_r", "_rr", "_rc", "_rrr"} <= inlined(fresh(TEXT))
+    # add/mul/max/shl/sub, an immediate second; neg; fma and selp of three registers; setp; mov,
+    # cvt, cvta; an immediate mov, sub from an immediate, selp of two immediates
+    assert {"_r", "_rr", "_rc", "_rrr", "_rcr", "_c", "_cr", "_ccr"} <= inlined(fresh(TEXT))
 
 
 @pytest.mark.parametrize("ctas, threads", [(2, 128), (1, 32), (1, 40)])

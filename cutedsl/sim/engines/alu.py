@@ -187,8 +187,8 @@ def direct(op, w_full, readers):
     its reader returns; a destination without a conversion is ``view[index] = v``, what its
     writer does for ``m is None``) -- the same numpy operations, a few Python calls fewer per
     instruction (``tests/sim/test_sim_alu_direct.py`` compares it with the generic closures).
-    None for any other form (a read that converts, a sink destination, an immediate first):
-    the caller's generic closure then runs."""
+    None for any other form (a read that converts, a special register, a sink destination): the
+    caller's generic closure then runs."""
     dst = getattr(w_full, "vec_dst", None)
     tags = [getattr(r, "vec_src", None) for r in readers]
     if dst is None or dst[3] is not None or any(s is None or (s[0] == "r" and s[4] is not None) for s in tags):
@@ -272,5 +272,36 @@ def _rcc(op, w_full, dv, di, av, ai, b, c):
     return fn
 
 
+def _c(op, w_full, dv, di, a):
+    def fn(w, g, m):
+        v = op(a)
+        if m is None:
+            getattr(w, dv)[di] = v
+        else:
+            w_full(w, m, v)
+    return fn
+
+
+def _cr(op, w_full, dv, di, a, bv, bi):
+    def fn(w, g, m):
+        v = op(a, getattr(w, bv)[bi])
+        if m is None:
+            getattr(w, dv)[di] = v
+        else:
+            w_full(w, m, v)
+    return fn
+
+
+def _ccr(op, w_full, dv, di, a, b, cv, ci):
+    def fn(w, g, m):
+        v = op(a, b, getattr(w, cv)[ci])
+        if m is None:
+            getattr(w, dv)[di] = v
+        else:
+            w_full(w, m, v)
+    return fn
+
+
 #: operand forms (register / immediate per source) with an inlined closure
-_FORMS = {"r": _r, "rr": _rr, "rc": _rc, "rrr": _rrr, "rcr": _rcr, "rrc": _rrc, "rcc": _rcc}
+_FORMS = {"r": _r, "rr": _rr, "rc": _rc, "rrr": _rrr, "rcr": _rcr, "rrc": _rrc, "rcc": _rcc,
+          "c": _c, "cr": _cr, "ccr": _ccr}
