@@ -68,14 +68,16 @@ def dec_shfl(ctx, ins, mods, ops):
         """(values, in-range predicate) for the ``k`` warps whose lanes ``w`` (a warp or a
         lockstep batch) holds, every lane active."""
         b, c = rb(w), rc(w)
-        if np.ndim(b) == 0 and np.ndim(c) == 0:
+        if not getattr(b, "ndim", 0) and not getattr(c, "ndim", 0):
             key = (k, int(b), int(c))
             src = perms.get(key)
             if src is None:
                 src = perms[key] = sources(k, b, c)
         else:
             src = sources(k, b, c)
-        a = np.broadcast_to(np.asarray(ra(w), np.uint32), (32 * k,))
+        a = ra(w)
+        if type(a) is not np.ndarray or a.shape != (32 * k,) or a.dtype != np.uint32:
+            a = np.broadcast_to(np.asarray(a, np.uint32), (32 * k,))     # (an immediate)
         return a[src[0]], src[1]
 
     def fn(w, g, m):
