@@ -158,7 +158,23 @@ class Warp:
     def load(self, space, addr, m, esize, n, dtype, ins, race=True, init=True):
         """Load ``n`` elements of ``esize`` bytes per active lane -> array (k, n) of dtype.
         ``race=False``: the caller records the access in the race detector itself; ``init=False``:
-        initcheck does not judge it (a read whose value the instruction does not use)."""
+        initcheck does not judge it (a read whose value the instruction does not use). A whole
+        warp's load of a kernel parameter at one address gives what the first one gave (kernel
+        parameters are read-only in a launch, :meth:`store`, and no race or initcheck judges them);
+        the livelock detector still notes each access."""
+        if space == "param" and m is None and getattr(addr, "ndim", None) == 0:
+            key = (int(addr), esize, n, dtype)
+            hit = self.launch.param_loads.get(key)
+            if hit is not None:
+                self.note_access(ins, hit[0])
+                return hit[1].copy()
+            out = self._load(space, addr, m, esize, n, dtype, ins, race, init)
+            if key[0] < CALLPARAM_BASE:
+                self.launch.param_loads[key] = (np.full(1, addr, np.uint64), out.copy())
+            return out
+        return self._load(space, addr, m, esize, n, dtype, ins, race, init)
+
+    def _load(self, space, addr, m, esize, n, dtype, ins, race, init):
         lanes = self._lanes(m)
         a = np.asarray(addr, np.uint64)
         if a.ndim:
