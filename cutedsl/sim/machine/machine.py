@@ -146,22 +146,20 @@ class Warp:
 
     def _check(self, off, limit, nb, lanes, space, ins, what, base_addr):
         bad = (off < 0) | (off + nb > limit)
-        if bad.any():
+        if np.count_nonzero(bad):           # (a fraction of .any()'s cost on small arrays)
             i = int(np.flatnonzero(bad)[0])
             self._fail(what, int(base_addr[i]) if np.ndim(base_addr) else int(base_addr), nb, space, ins,
                        int(lanes[i]), f"outside the {limit}-byte {space} region (offset {int(off[i])})")
-        if nb > 1 and (off & (nb - 1)).any():
+        if nb > 1 and np.count_nonzero(off & (nb - 1)):
             i = int(np.flatnonzero(off & (nb - 1))[0])
             self._fail(what, int(base_addr[i]) if np.ndim(base_addr) else int(base_addr), nb, space, ins,
                        int(lanes[i]), f"misaligned (needs {nb}-byte alignment)")
 
     def load(self, space, addr, m, esize, n, dtype, ins, race=True, init=True):
-        """Load ``n`` elements of ``esize`` bytes per active lane -> array (k, n) of dtype.
-        ``race=False``: the caller records the access in the race detector itself; ``init=False``:
-        initcheck does not judge it (a read whose value the instruction does not use). A whole
-        warp's load of a kernel parameter at one address gives what the first one gave (kernel
-        parameters are read-only in a launch, :meth:`store`, and no race or initcheck judges them);
-        the livelock detector still notes each access."""
+        """Load ``n`` elements of ``esize`` bytes per active lane -> array (k, n) of dtype. ``race=False``:
+        the caller records the access in the race detector itself; ``init=False``: initcheck does not
+        judge it. A whole warp's kernel-parameter load at one address reuses the first one's result
+        (read-only in a launch, :meth:`store`; no race or initcheck judges them), noting each access."""
         if space == "param" and m is None and getattr(addr, "ndim", None) == 0:
             key = (int(addr), esize, n, dtype)
             hit = self.launch.param_loads.get(key)
@@ -216,9 +214,10 @@ class Warp:
         lanes = self._lanes(m)
         k = len(lanes)
         a = np.asarray(addr, np.uint64)
-        a = np.broadcast_to(a, (32,))[lanes] if a.ndim else np.full(k, a, np.uint64)
+        a = (a if a.shape == (32,) else np.broadcast_to(a, (32,)))[lanes] if a.ndim else np.full(k, a, np.uint64)
         nb = esize * n
-        vals = np.broadcast_to(as_unsigned(vals, esize), (k, n))
+        vals = as_unsigned(vals, esize)
+        vals = vals if vals.shape == (k, n) else np.broadcast_to(vals, (k, n))
         launch = self.launch
         self.note_access(ins, a)
         for sel, v, off, limit, cta, space in targets(self, space, a, nb, ins, lanes, "store"):
