@@ -1,5 +1,6 @@
 """Fused register blocks (cutedsl/sim/frontend/fusion.py): a straight-line run of register
-instructions runs as one numpy operation per (dependence level, operation). Every register must
+instructions runs as one numpy operation per step of mutually independent instructions of one
+operation (a schedule over the register dependences). Every register must
 hold bit for bit what the instructions one by one write -- with read-after-write chains,
 write-after-read and write-after-write hazards, special values (NaN, signed zeros, infinities,
 subnormals, f16 ties), lockstep batches, a lone warp and a partial warp -- and the
