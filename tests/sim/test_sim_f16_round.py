@@ -41,3 +41,44 @@ def test_f64_to_uses_it_and_keeps_nans():
     assert f32_to_f16_bits(x) is None                   # a NaN: the caller's general path
     r = f64_to(x, np.float16)
     assert r.dtype == np.float16 and np.isnan(r[1]) and r[0] == 1.0 and r[2] == np.float16(3e-6)
+
+
+def _previous_bits(x):
+    """The integer-only rounding that f32_to_f16_bits replaced (13 dropped mantissa bits rounded
+    half to even, the exponent rebiased; below 2^-14 the f32 sum with 0.5 gives the subnormal
+    count; from 2^16 up infinity): an independent reference for the randomized comparison."""
+    u = x.view(np.uint32)
+    sign = (u >> 16) & 0x8000
+    a = u & 0x7FFFFFFF
+    r = ((a + (0x0FFF + ((a >> 13) & 1))) >> 13) - (112 << 10)
+    sub = a < (113 << 23)
+    f = (a.view(np.float32) + np.float32(0.5)).view(np.uint32) - np.uint32(0x3F000000)
+    r = np.where(sub, f, r)
+    r = np.where(a >= (143 << 23), np.uint32(0x7C00), r)
+    return r | sign
+
+
+def test_matches_previous_rounding_on_random_patterns():
+    rng = np.random.default_rng(11)
+    for i in range(8):
+        bits = rng.integers(0, 1 << 32, 1 << 18, dtype=np.uint64).astype(np.uint32)
+        if i % 2:               # exponents around f16's range: zero, subnormal, normal, overflow
+            bits = (bits & np.uint32(0x807FFFFF)) | (rng.integers(98, 146, bits.size, dtype=np.uint32) << 23)
+        bits = bits[(bits & 0x7FFFFFFF) <= 0x7F800000]            # no NaN
+        x = bits.view(np.float32)
+        got = f32_to_f16_bits(x)
+        assert got.dtype == np.uint32 and np.array_equal(got, _previous_bits(x))
+        # 2-D (instructions x lanes, as a fused cvt group passes them) and non-contiguous rows
+        y = x[: 1 << 17].reshape(-1, 64)
+        assert np.array_equal(f32_to_f16_bits(y), _previous_bits(y.copy()))
+        assert np.array_equal(f32_to_f16_bits(y[:, ::2]), _previous_bits(y[:, ::2].copy()))
+
+
+def test_every_nan_is_detected():
+    for payload in (1, 2, 0x1FFF, 0x2000, 0x3FFFFF, 0x400000, 0x400001, 0x7FFFFF):
+        for sign in (0, 0x80000000):
+            x = np.array([1.0, 0.0, 2.0 ** -20, 70000.0], np.float32)
+            x = np.concatenate([x, np.array([0x7F800000 | payload | sign], np.uint32).view(np.float32)])
+            with np.errstate(invalid="ignore"):     # a signaling NaN in an f32 addition (launches
+                assert f32_to_f16_bits(x) is None, hex(payload | sign)     # run under errstate ignore)
+    assert f32_to_f16_bits(np.array([np.inf, -np.inf], np.float32)).tolist() == [0x7C00, 0xFC00]

@@ -1,5 +1,6 @@
 """Fused register blocks (cutedsl/sim/frontend/fusion.py): a straight-line run of register
-instructions runs as one numpy operation per (dependence level, operation). Every register must
+instructions runs as one numpy operation per step of mutually independent instructions of one
+operation (a schedule over the register dependences). Every register must
 hold bit for bit what the instructions one by one write -- with read-after-write chains,
 write-after-read and write-after-write hazards, special values (NaN, signed zeros, infinities,
 subnormals, f16 ties), lockstep batches, a lone warp and a partial warp -- and the
@@ -114,7 +115,7 @@ def run(prog, ctas, threads, x):
     return emu.to_host(out, (ctas * threads, NOUT), np.uint32), info["instructions"]
 
 
-def test_block_is_fused_by_dependence_levels():
+def test_block_is_fused_by_dependences():
     prog = fresh(TEXT)
     blocks = [(ins.pc, ins.fused) for ins in prog.code if ins.fused is not None]
     assert len(blocks) == 1
@@ -122,11 +123,48 @@ def test_block_is_fused_by_dependence_levels():
     n = BLOCK.count(";")
     assert isinstance(fb, FusedBlock) and fb.n == n
     assert prog.code[pc].text.startswith("mov.f32 %f40")
-    # (level, operation): (0, mov.f32), (0, fma x3), (0, fma with an immediate), (1, ex2 x4),
-    # (0, max x4), (1, max x2), (2, max), (0, cvt x3), (0, add %f41 and %f42 = f9 + f10),
-    # (1, add %f5 -- after the read of %f5: WAR -- and %f42 += f11: RAW/WAW), (0, mul x2),
-    # (0, setp x2), (1, selp x2), (1, bfe x2: after the cvts), (2, mov.b32 x2): 15 for 33
+    # groups of one operation whose inputs are all computed: mov.f32, fma x3, fma with an
+    # immediate, ex2 x4, max x4, max x2, max, cvt x3, add %f41 and %f42 = f9 + f10, add %f5 --
+    # after the read of %f5: WAR -- and %f42 += f11: RAW/WAW, mul x2, setp x2, selp x2, bfe x2
+    # (after the cvts), mov.b32 x2: 15 for 33
     assert len(fb.steps) == 15
+
+
+#: two rows of a softmax whose scales come from chains of different lengths: grouped by
+#: dependence level, the rows' fma and ex2 would run at different levels (8 steps); the
+#: schedule delays the first row's until the second's are ready (6 steps)
+ROWS = """
+	mul.rn.f32 %f20, %f0, %f1;
+	fma.rn.f32 %f21, %f2, %f20, %f3;
+	fma.rn.f32 %f22, %f4, %f20, %f5;
+	ex2.approx.ftz.f32 %f27, %f21;
+	ex2.approx.ftz.f32 %f28, %f22;
+	setp.gt.f32 %p1, %f6, %f7;
+	selp.f32 %f23, %f6, %f7, %p1;
+	mul.rn.f32 %f24, %f23, %f1;
+	fma.rn.f32 %f25, %f8, %f24, %f9;
+	fma.rn.f32 %f26, %f10, %f24, %f11;
+	ex2.approx.ftz.f32 %f29, %f25;
+	ex2.approx.ftz.f32 %f30, %f26;
+	mul.rn.f32 %f2, %f2, %f2;
+"""
+ROWS_OUT = ["%f20", "%f21", "%f22", "%f23", "%f24", "%f25", "%f26", "%f27", "%f28", "%f29", "%f30", "%f2"]
+
+
+def test_rows_of_different_depth_merge():
+    text = kernel(PROLOGUE + ROWS + "".join(f"\tst.global.b32 [%rd6+{4 * i}], {r};\n"
+                                            for i, r in enumerate(ROWS_OUT)), params=("out", "in"))
+    prog = fresh(text)
+    fb = next(ins.fused for ins in prog.code if ins.fused is not None and ins.fused.n == ROWS.count(";"))
+    # setp, selp, mul x2 (%f20 waits for %f24), fma x4, ex2 x4, then the mul of %f2 (after the
+    # fma reading %f2: WAR): 6 steps for 13 instructions
+    assert len(fb.steps) == 6
+    x = inputs(256, seed=5)
+    got, n_fused = run(prog, 2, 128, x)
+    want, n_plain = run(unfused(text), 2, 128, x)
+    assert np.array_equal(got, want) and n_fused == n_plain
+    with np.errstate(all="ignore"):
+        assert np.array_equal(got[:, 11], (x[:, 2] * x[:, 2]).view(np.uint32))    # after both reads
 
 
 @pytest.mark.parametrize("ctas, threads", [(2, 128), (1, 32), (1, 40)])

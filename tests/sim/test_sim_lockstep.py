@@ -186,3 +186,26 @@ def test_a_later_store_of_the_run_racing_an_earlier_one_is_reported():
     with pytest.raises(RaceError, match=r"(?s)write by CTA \(0, 0, 0\) warp [01] .*st\.shared\.u32.*"
                                         r"write by CTA \(0, 0, 0\) warp [01] .*st\.shared\.u32"):
         run_two_stores(0)
+
+
+def test_a_store_over_the_runs_own_earlier_store_settles_it_first(batches):
+    """Each warp's second store of the run rewrites the words its first one wrote (no race: the
+    same warp): the deferred first store is checked before the second is deferred, and memory
+    holds the second store's values."""
+    text = TWO_STORES.replace("\txor.b32 %r5, %r1, 32;\n", "\tmov.u32 %r5, %r1;\n")
+    emu = Emulator()
+    out = emu.to_device(np.zeros(128, np.uint32))
+    emu.launch(load_ptx(kernel(text.format(off=0), decls="\t.extern .shared .align 16 .b8 dyn[];\n")),
+               1, 128, [out], smem=2048)
+    assert np.array_equal(emu.to_host(out, (128,), np.uint32), np.arange(128) + 1000)
+    assert (0, 4) in batches
+
+
+def test_overlap_of_store_plans_is_cached_by_identity():
+    from cutedsl.sim.machine.warpbatch import _overlap
+    a, b, c = np.arange(0, 64, 2), np.arange(1, 65, 2), np.array([7, 40, 90])
+    cache = {}
+    run = lambda *ws: [(w,) for w in ws]        # deferred entries: their word array first
+    assert not _overlap(cache, (id(a),), run(a), b) and _overlap(cache, (id(a),), run(a), c)
+    assert _overlap(cache, (id(a), id(b)), run(a, b), c) and not _overlap(cache, (id(c),), run(c), np.array([8]))
+    assert len(cache) == 4 and not _overlap(cache, (id(a),), run(a), b)

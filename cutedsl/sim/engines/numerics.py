@@ -126,27 +126,44 @@ def f64_to(x, dt, mode="rn", err=None, satfinite=False):
     return r
 
 
+def _f16_tables():
+    """Per f32 sign and exponent field (the top 9 bits): the f32 addend ``M`` and the bit offset
+    ``O`` of :func:`f32_to_f16_bits`."""
+    top = np.arange(512, dtype=np.int64)
+    sign, eb = top >> 8, top & 255
+    ec = np.maximum(eb, 113)                        # below 2^-14: the subnormals' spacing 2^-24
+    over = eb >= 143                                # 2^16 and up, and inf: infinity
+    mbits = np.where(over, 0x7F800000, (ec + 13) << 23) | (sign << 31)
+    field = np.where(over, 0x7C00, (ec - 113) << 10) | (sign << 15)
+    return mbits.astype(np.uint32).view(np.float32), ((mbits - field) & 0xFFFFFFFF).astype(np.uint32)
+
+
+_F16_ADD, _F16_OFF = _f16_tables()
+
+
 def f32_to_f16_bits(x):
     """The f16 bit patterns (uint32 array) of float32 array ``x`` rounded to nearest even -- what
-    ``x.astype(float16)`` gives, with integer operations (numpy's cast is slow on values that
-    become f16 subnormals, as softmax probabilities do); None when ``x`` holds a NaN. Normal results:
-    the 13 dropped mantissa bits rounded half to even, the exponent rebiased (a carry may give
-    the next binade or infinity); below 2^-14: adding 0.5 in f32 rounds to the f16 subnormal
-    spacing 2^-24, whose count is then the low bits; from 2^16 up: infinity."""
-    u = x.view(np.uint32)
-    sign = (u >> 16) & 0x8000
-    a = u & 0x7FFFFFFF
-    r = ((a + (0x0FFF + ((a >> 13) & 1))) >> 13) - (112 << 10)
-    sub = a < (113 << 23)
-    if sub.any():
-        f = (a.view(np.float32) + np.float32(0.5)).view(np.uint32) - np.uint32(0x3F000000)
-        r = np.where(sub, f, r)
-    big = a >= (143 << 23)
-    if big.any():
-        if (a > 0x7F800000).any():
-            return None
-        r = np.where(big, np.uint32(0x7C00), r)
-    return r | sign
+    ``x.astype(float16)`` gives, in six numpy calls (numpy's cast is slow on values that become
+    f16 subnormals, as softmax probabilities do; on 32-lane rows the cost is per call, not per
+    element); None when ``x`` holds a NaN.
+
+    With ``2^e`` the binade of ``|x|`` (``e`` at least -14), ``M = 2^(e+13)`` with the sign of
+    ``x``: the f32 sum ``x + M`` stays in ``M``'s binade, whose f32 spacing ``2^(e-10)`` is the
+    f16 spacing at ``2^e`` (``2^-24`` for the subnormals), so the addition itself rounds ``x`` to
+    f16 precision, to nearest even and symmetrically in the sign; the sum's bit pattern minus
+    ``M``'s is the rounded magnitude in f16 steps, to which the f16 exponent field
+    ``(e + 14) << 10`` and the sign bit are added (a carry into the next binade, or to infinity
+    from 65520 up, comes out of the count). From ``2^16`` up, and for infinity, ``M`` is an
+    infinity of the sign of ``x``: the sum is that infinity, which the offset maps to the f16
+    infinity. A NaN stays a NaN in the sum (quieted), whose pattern lies far above ``0xFFFF``
+    after the offset, so the maximum detects it. Both ``M`` and the offset are looked up by the
+    top 9 bits of ``x`` (:func:`_f16_tables`)."""
+    top = x.view(np.uint32) >> 23
+    h = (x + _F16_ADD.take(top)).view(np.uint32)
+    h -= _F16_OFF.take(top)
+    if h.size and h.max() > 0xFFFF:
+        return None
+    return h
 
 
 #: f64 bit pattern of 2^-126, the smallest normal f32
@@ -156,19 +173,22 @@ _F32_NORMAL_M1 = np.uint64(_F32_NORMAL_BITS - 1)
 
 def fma_f32(a, b, c, mode="rn"):
     """Correctly rounded f32 ``a*b + c`` (inputs float32 arrays/scalars)."""
-    p = np.asarray(a, F64) * np.asarray(b, F64)      # exact
-    cc = np.asarray(c, F64)
     if mode == "rn":
-        # the f64 sum rounds to f32 correctly unless it is exactly halfway between two f32
-        # (low 29 bits 0x10000000: its own rounding may have made the tie) or an f32 subnormal
-        # (rounded at a higher bit); only those need the error term and round-to-odd
-        s = p + cc
+        # the product of two f32 is exact in f64 (the ufunc casts both inputs first). The f64 sum
+        # rounds to f32 correctly unless it is exactly halfway between two f32 (low 29 bits
+        # 0x10000000: its own rounding may have made the tie) or an f32 subnormal (rounded at a
+        # higher bit); only those need the error term and round-to-odd. (count_nonzero: a
+        # fraction of the cost of .any() on these small arrays.)
+        p = np.multiply(a, b, dtype=F64)
+        s = p + np.asarray(c, F64)
         bits = s.view(np.int64)
         # 0 < |s| < 2^-126 as one unsigned compare: |s|'s bits minus one wrap around for 0
         mag1 = (bits & np.int64(0x7FFFFFFFFFFFFFFF)).view(np.uint64) - np.uint64(1)
-        if not ((bits & 0x1FFFFFFF) == 0x10000000).any() and not (mag1 < _F32_NORMAL_M1).any():
+        if not np.count_nonzero(((bits & 0x1FFFFFFF) == 0x10000000) | (mag1 < _F32_NORMAL_M1)):
             return s.astype(F32)
-    s, e = two_sum(p, cc)
+    else:
+        p = np.multiply(a, b, dtype=F64)                  # exact
+    s, e = two_sum(p, np.asarray(c, F64))
     if mode == "rn":
         with np.errstate(over="ignore", invalid="ignore"):
             return round_odd_f64(s, e).astype(F32)
@@ -197,10 +217,10 @@ def ftz(x):
     if t is None:
         return x
     small = np.abs(x) < t
-    if not small.any():
+    if not np.count_nonzero(small):         # (a fraction of .any()'s cost on small arrays)
         return x
     sub = small & (x != 0)
-    if not sub.any():
+    if not np.count_nonzero(sub):
         return x
     return np.where(sub, np.copysign(np.zeros_like(x), x), x).astype(x.dtype)
 

@@ -333,11 +333,10 @@ def _writers(cls, name, idx, pre):
         def put(w, m, v):
             if conv is not None:
                 v = conv(v)
-            row = getattr(w, name)[idx]
             if m is None:
-                row[...] = v
+                getattr(w, name)[idx] = v       # (the row's assignment, without its view)
             else:
-                masked(row, m, v)
+                masked(getattr(w, name)[idx], m, v)
         return put
     full = writer(_copy_where)
     full.vec_dst = (cls, name, idx, pre)

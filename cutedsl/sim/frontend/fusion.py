@@ -9,17 +9,20 @@ maximal run of consecutive unguarded lockstep-batchable register instructions (`
 that no label splits, every one of which its decoder described by a :class:`VecForm` (an
 elementwise operation, the source registers or constants it reads, the register it writes).
 
-**Exactness.** The block is scheduled by its register dependences: an instruction's *level*
-is above that of every earlier instruction whose result it reads (RAW), whose register it
-overwrites (WAW) or which reads a register it writes (WAR). Instructions of one level with the
-same :attr:`VecForm.key` (opcode with its modifiers, source kinds and constants, destination
-view) run as one operation: their source rows are gathered into ``(k, lanes)`` arrays, the
-decoder's own elementwise operation is applied once, and the rows are scattered to the
-destinations. Running independent instructions in another order leaves the same registers (no
+**Exactness.** The block is scheduled by its register dependences: an instruction follows
+every earlier instruction whose result it reads (RAW), whose register it overwrites (WAW) or
+which reads a register it writes (WAR). Each step runs instructions with the same
+:attr:`VecForm.key` (opcode with its modifiers, source kinds and constants, destination view)
+all of whose predecessors ran in earlier steps -- so none of them depends on another -- as one
+operation: their source rows are gathered into ``(k, lanes)`` arrays, the decoder's own
+elementwise operation is applied once, and the rows are scattered to the destinations
+(:func:`_schedule` picks the steps so that same-key instructions merge where the dependences
+let them, e.g. the two rows of a softmax whose maxima come from chains of different lengths).
+Running independent instructions in another order leaves the same registers (no
 memory, no control flow, no clock, nothing observable in between: the PTX ISA's register
 semantics are per instruction, PTX ISA 9.7), and an elementwise numpy operation gives each
 element what it gives it in a ``(lanes,)`` array, so every register holds bit for bit what the
-instructions one by one would have written. A level-group of one instruction calls its own
+instructions one by one would have written. A step of one instruction calls its own
 closure. Blocks are run by :mod:`cutedsl.sim.machine.lockstep` for one warp or a lockstep batch,
 only from their first instruction and only when no unretired ``wgmma`` owns one of the block's
 registers; otherwise the instructions run one by one as before.
@@ -155,32 +158,92 @@ def _single_step(ins):
 
 
 def _plan(block, keyf=None):
-    """Steps for a run of instructions (each with a VecForm): levels by dependence, then one
-    step per (level, key) -- ``keyf(vec)`` in place of :attr:`VecForm.key` when given."""
-    level_w, level_r = {}, {}       # register -> level of its last write / highest read
-    groups = {}                     # (level, key) -> [ins]
-    for ins in block:
-        reads, wr = _regs(ins.vec)
-        lv = 0
-        for r in reads:             # RAW
-            lw = level_w.get(r)
-            if lw is not None and lw + 1 > lv:
-                lv = lw + 1
-        lw = level_w.get(wr)        # WAW
-        if lw is not None and lw + 1 > lv:
-            lv = lw + 1
-        lr = level_r.get(wr)        # WAR: the reads come first
-        if lr is not None and lr + 1 > lv:
-            lv = lr + 1
-        level_w[wr] = lv
-        for r in reads:
-            if level_r.get(r, -1) < lv:
-                level_r[r] = lv
-        groups.setdefault((lv, ins.vec.key if keyf is None else keyf(ins.vec)), []).append(ins)
+    """Steps for a run of instructions (each with a VecForm): one step per group of mutually
+    independent instructions of one key -- ``keyf(vec)`` in place of :attr:`VecForm.key` when
+    given -- in an order that respects every dependence (:func:`_schedule`)."""
+    keys = [ins.vec.key if keyf is None else keyf(ins.vec) for ins in block]
     steps = []
-    for (_lv, _k), g in sorted(groups.items(), key=lambda kv: kv[0][0]):
-        steps.append(_single_step(g[0]) if len(g) == 1 else _group_step([i.vec for i in g]))
+    for g in _schedule(_dependences(block), keys):
+        steps.append(_single_step(block[g[0]]) if len(g) == 1 else _group_step([block[i].vec for i in g]))
     return steps
+
+
+def _dependences(block):
+    """Per instruction, the earlier ones it must follow: the last writer of each register it
+    reads (RAW) or writes (WAW), and every reader of the register it writes since that
+    register's last write (WAR: the reads come first)."""
+    last_w, readers = {}, {}        # register -> its last writer / the readers since then
+    preds = []
+    for i, ins in enumerate(block):
+        reads, wr = _regs(ins.vec)
+        p = set()
+        for r in reads:             # RAW
+            j = last_w.get(r)
+            if j is not None:
+                p.add(j)
+        j = last_w.get(wr)          # WAW
+        if j is not None:
+            p.add(j)
+        p.update(readers.get(wr, ()))       # WAR
+        p.discard(i)
+        for r in reads:
+            readers.setdefault(r, []).append(i)
+        last_w[wr] = i
+        readers[wr] = []            # a later writer follows this one (WAW), hence its readers
+        preds.append(p)
+    return preds
+
+
+def _schedule(preds, keys):
+    """Groups of instruction indices, in execution order: each group is instructions of one key
+    whose predecessors all ran in earlier groups (so no two of a group depend on each other).
+
+    A list schedule that merges what it can: at each step it runs, for some key, every ready
+    instruction of that key. It prefers a key none of whose waiting instructions could still
+    join that group -- every one depends on a ready instruction of the key -- so running it now
+    loses nothing (a chain of single operations, the last level of a tree); a key with an
+    independent instruction still waiting for other work (the second row's ``fma`` of a softmax
+    while the first row's are ready) is delayed until that one is ready too, while anything
+    else can run. When every ready key would wait, the one with the earliest instruction runs.
+    Ties go to program order, so the plan is deterministic."""
+    n = len(preds)
+    anc = [0] * n                   # bit j: instruction j must run before (transitively)
+    succ = [[] for _ in range(n)]
+    npred = [len(p) for p in preds]
+    for i, p in enumerate(preds):
+        a = 0
+        for j in p:
+            a |= anc[j] | (1 << j)
+            succ[j].append(i)
+        anc[i] = a
+    waiting = {}                    # key -> its instructions not yet run
+    for i, k in enumerate(keys):
+        waiting.setdefault(k, set()).add(i)
+    ready = {i for i in range(n) if not npred[i]}
+    groups = []
+    while ready:
+        byk = {}
+        for i in sorted(ready):
+            byk.setdefault(keys[i], []).append(i)
+        pick = None
+        for k, g in byk.items():            # in order of each key's first ready instruction
+            rb = 0
+            for i in g:
+                rb |= 1 << i
+            if all(anc[j] & rb for j in waiting[k] if j not in ready):
+                pick = g
+                break
+        if pick is None:
+            pick = next(iter(byk.values()))
+        groups.append(pick)
+        for i in pick:
+            ready.discard(i)
+            waiting[keys[i]].discard(i)
+            for s in succ[i]:
+                npred[s] -= 1
+                if not npred[s]:
+                    ready.add(s)
+    return groups
 
 
 def fuse(code, label_pcs, batch_regs):

@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..engines import numerics as nm
-from ..engines.alu import (ARITH_TYPES, F32X2, FLOAT_TYPES, INT_TYPES, PACKED, RND, binary, float_binop, float_post, need_ops,
-                  check_f32x2, pack2, pack_f32x2, split_mods, unary, unpack2, unpack_f32x2, utype)
+from ..engines.alu import (ARITH_TYPES, F32X2, FLOAT_TYPES, INT_TYPES, PACKED, RND, binary, direct, float_binop,
+                  float_post, need_ops, check_f32x2, pack2, pack_f32x2, split_mods, unary, unpack2, unpack_f32x2,
+                  utype)
 from ..frontend.registry import handler
 from ..frontend.ptxtypes import NP
 
@@ -155,7 +156,7 @@ def dec_mad(ctx, ins, mods, ops):
         def fn(w, g, m):
             w_full(w, m, fma32(ra(w), rb(w), rc(w)))
         ctx.vector(fma32, w_full, (ra, rb, rc))
-        return fn
+        return direct(fma32, w_full, (ra, rb, rc)) or fn
     if t == "f64":
         def fn(w, g, m):
             w_full(w, m, nm.fma_f64(ra(w), rb(w), rc(w)))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..engines import numerics as nm
-from ..engines.alu import ALL_TYPES, INT_TYPES, PACKED, need_ops, split_mods
+from ..engines.alu import ALL_TYPES, INT_TYPES, PACKED, direct, need_ops, split_mods
 from ..frontend.registry import handler
 from ..frontend.ptxtypes import NP
 
@@ -101,7 +101,7 @@ def dec_setp(ctx, ins, mods, ops):
         def fn(w, g, m):
             wp(w, m, f(ra(w), rb(w)))
         ctx.vector(f, wp, (ra, rb))
-        return fn
+        return direct(f, wp, (ra, rb)) or fn
 
     def fn(w, g, m):
         r = f(ra(w), rb(w))
@@ -130,7 +130,7 @@ def dec_selp(ctx, ins, mods, ops):
     def fn(w, g, m):
         w_full(w, m, select(ra(w), rb(w), rc(w)))
     ctx.vector(select, w_full, (ra, rb, rc))
-    return fn
+    return direct(select, w_full, (ra, rb, rc)) or fn
 
 
 @handler("slct")

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 
 from ..engines import numerics as nm
-from ..engines.alu import (ALL_TYPES, FLOAT_TYPES, INT_TYPES, IRND, PACKED, RND, need_ops, pack2,
+from ..engines.alu import (ALL_TYPES, FLOAT_TYPES, INT_TYPES, IRND, PACKED, RND, direct, need_ops, pack2,
                   split_mods, utype)
 from ..frontend.registry import handler
 from ..frontend.ptxtypes import NP
@@ -69,7 +69,7 @@ def dec_mov(ctx, ins, mods, ops):
     def fn(w, g, m):
         w_full(w, m, rs(w))
     ctx.vector(_same, w_full, (rs,))
-    return fn
+    return direct(_same, w_full, (rs,)) or fn
 
 
 def _mov_b128(ctx, ops):
@@ -133,10 +133,18 @@ def dec_cvt(ctx, ins, mods, ops):
                 if plain and a.dtype == np.float32 and b.dtype == np.float32 and a.shape == b.shape:
                     # f32 -> f16/bf16 by rn is one cast (nm.f64_to); a NaN takes the general path
                     if ht == "f16":
-                        lo = nm.f32_to_f16_bits(b)
-                        hi = nm.f32_to_f16_bits(a) if lo is not None else None
-                        if hi is not None:
-                            return lo | (hi << 16)
+                        if a.ndim:          # both halves in one conversion (its cost is per call)
+                            h = nm.f32_to_f16_bits(np.concatenate((b, a)))
+                            if h is not None:
+                                hi = h[len(b):]
+                                hi <<= 16
+                                hi |= h[:len(b)]
+                                return hi
+                        else:
+                            lo = nm.f32_to_f16_bits(b)
+                            hi = nm.f32_to_f16_bits(a) if lo is not None else None
+                            if hi is not None:
+                                return lo | (hi << 16)
                     elif not (np.isnan(a).any() or np.isnan(b).any()):
                         out = np.empty(a.shape + (2,), hdt)         # (little-endian: low half first)
                         out[..., 0] = b
@@ -147,7 +155,7 @@ def dec_cvt(ctx, ins, mods, ops):
             def fn(w, g, m):
                 w_full(w, m, pack(ra(w), rb(w)))
             ctx.vector(pack, w_full, (ra, rb))
-            return fn
+            return direct(pack, w_full, (ra, rb)) or fn
         fdt = FP8[dt_[:4]]
 
         def conv8(x):
@@ -278,4 +286,4 @@ def dec_cvt(ctx, ins, mods, ops):
     def fn(w, g, m):                # (launches run under np.errstate(all="ignore"): Launch.run)
         w_full(w, m, conv(ra(w)))
     ctx.vector(conv, w_full, (ra,))
-    return fn
+    return direct(conv, w_full, (ra,)) or fn

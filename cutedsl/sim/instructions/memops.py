@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..engines import numerics as nm
-from ..engines.alu import PACKED, pack2, unpack2
+from ..engines.alu import PACKED, direct, pack2, unpack2
 from ..checks.global_hb import classify
 from ..machine.memory import GLOBAL_BASE, LOCAL_WIN, PARAM_WIN, SHARED_WIN
 from ..frontend.ptxtypes import CALLPARAM_BASE, NP
@@ -181,12 +181,15 @@ def dec_cvta(ctx, ins, mods, ops):
     ra = ctx.rd(ops[1], "u64")
     dt = NP[size]
     if to:
-        def fn(w, g, m):
-            w_full(w, m, (np.asarray(ra(w), np.uint64) - b).astype(dt))
+        def op(a):
+            return (np.asarray(a, np.uint64) - b).astype(dt)
     else:
-        def fn(w, g, m):
-            w_full(w, m, (np.asarray(ra(w), np.uint64) + b).astype(dt))
-    return fn
+        def op(a):
+            return (np.asarray(a, np.uint64) + b).astype(dt)
+
+    def fn(w, g, m):
+        w_full(w, m, op(ra(w)))
+    return direct(op, w_full, (ra,)) or fn
 
 
 @handler("isspacep")

@@ -6,12 +6,14 @@ that holds only some of them waits there (``Converge``) until the others arrive.
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from ..engines.fminmax import minmax_reducer
 from ..machine.convergence import LANES as LANE, Converge, mask_lanes, members as _members
 from ..frontend.errors import SimRuntimeError
-from ..machine.memory import OFF_MASK, RANK_SHIFT, SHARED_WIN
+from ..machine.memory import OFF_MASK, OFF_MASK_U64, RANK_SHIFT, RANK_SHIFT_U64, SHARED_WIN
 from ..frontend.registry import BLOCKED, handler
 
 
@@ -66,14 +68,16 @@ def dec_shfl(ctx, ins, mods, ops):
         """(values, in-range predicate) for the ``k`` warps whose lanes ``w`` (a warp or a
         lockstep batch) holds, every lane active."""
         b, c = rb(w), rc(w)
-        if np.ndim(b) == 0 and np.ndim(c) == 0:
+        if not getattr(b, "ndim", 0) and not getattr(c, "ndim", 0):
             key = (k, int(b), int(c))
             src = perms.get(key)
             if src is None:
                 src = perms[key] = sources(k, b, c)
         else:
             src = sources(k, b, c)
-        a = np.broadcast_to(np.asarray(ra(w), np.uint32), (32 * k,))
+        a = ra(w)
+        if type(a) is not np.ndarray or a.shape != (32 * k,) or a.dtype != np.uint32:
+            a = np.broadcast_to(np.asarray(a, np.uint32), (32 * k,))     # (an immediate)
         return a[src[0]], src[1]
 
     def fn(w, g, m):
@@ -237,20 +241,15 @@ def dec_redux(ctx, ins, mods, ops):
     return fn
 
 
-def _matrix_addrs(p, nmat, trans):
-    """Byte addresses (32 threads, nmat matrices, 2 halves) for stmatrix/ldmatrix m8n8.b16 (PTX
-    ISA 9.7.14.5.15 ldmatrix / 9.7.14.5.16 stmatrix: thread ``8 j + r`` gives row ``r`` of matrix ``j``; without .trans
-    thread ``t`` holds row ``t // 4``, columns ``2 (t % 4)`` and ``+1``; with .trans column
-    ``t // 4`` of rows ``2 (t % 4)`` and ``+1``)."""
-    row, off = _matrix_tables(nmat, trans)
-    return p.astype(np.int64)[row] + off
-
-
 _MATRIX_TABLES = {}
 
 
 def _matrix_tables(nmat, trans):
-    """(index of the row-address lane, byte offset) per (thread, matrix, half) of _matrix_addrs."""
+    """(index of the row-address lane, byte offset) per (thread, matrix, half) for stmatrix/ldmatrix
+    m8n8.b16 (PTX ISA 9.7.14.5.15 ldmatrix / 9.7.14.5.16 stmatrix: thread ``8 j + r`` gives row ``r``
+    of matrix ``j``; without .trans thread ``t`` holds row ``t // 4``, columns ``2 (t % 4)`` and
+    ``+1``; with .trans column ``t // 4`` of rows ``2 (t % 4)`` and ``+1``): the byte addresses are
+    ``row_address[index] + offset``."""
     key = (nmat, trans)
     tab = _MATRIX_TABLES.get(key)
     if tab is None:
@@ -288,38 +287,53 @@ def _dec_matrix(ctx, ins, mods, ops, store):
     else:
         writers = [ctx.wr(x, "b32")[0] for x in regs.items]
 
+    row, offt = _matrix_tables(nmat, trans)
+    little = sys.byteorder == "little"
+
     def fn(w, g, m):
         if m is not g.m or g.count != 32:
             if g.count != w.nlive:
                 g.blocked = Converge(ins, w)
                 return BLOCKED
             raise SimRuntimeError(f"{ins.opcode} needs all 32 lanes\n    at {ins.where()}")
-        p = np.broadcast_to(np.asarray(addr(w), np.uint64), (32,))
-        if np.any((p >> np.uint64(RANK_SHIFT)) != w.cta.rank):
-            raise SimRuntimeError(f"{ins.opcode} address is not a shared::cta address of this CTA\n    at {ins.where()}")
-        p = p & np.uint64(OFF_MASK)
-        ad = _matrix_addrs(p, nmat, trans)
+        p = addr(w)
+        if type(p) is not np.ndarray or p.shape != (32,) or p.dtype != np.uint64:
+            p = np.broadcast_to(np.asarray(p, np.uint64), (32,))
         cta = w.cta
-        if np.any(ad < 0) or np.any(ad + 2 > cta.smem_size) or np.any(ad & 1) or np.any(p & np.uint64(15)):
+        if np.count_nonzero((p >> RANK_SHIFT_U64) != cta.rank):
+            raise SimRuntimeError(f"{ins.opcode} address is not a shared::cta address of this CTA\n    at {ins.where()}")
+        off = (p & OFF_MASK_U64).astype(np.int64)
+        ad = off[row] + offt                # _matrix_addrs: (thread, matrix, half) byte addresses
+        # every row address 16-byte aligned (its low bits are p's) makes every ad even and >= 0
+        if int(np.bitwise_or.reduce(off)) & 15 or int(ad.max()) + 2 > cta.smem_size:
             raise SimRuntimeError(f"{ins.opcode} row address out of shared memory or not 16-byte aligned\n"
                                   f"    at {ins.where()}")
         v16 = cta.sv[2]
         if store:
-            # one scatter, in the order matrix, half, thread (a repeated address keeps the last)
+            # one scatter, in the order matrix, half, thread (a repeated address keeps the last);
+            # a register's low half is its first uint16 on a little-endian host
             val = np.empty((nmat, 32), np.uint32)
             for j, r in enumerate(readers):
                 val[j] = r(w)
-            halves = np.stack([val & 0xFFFF, val >> 16], axis=1).astype(np.uint16)        # (nmat, 2, 32)
-            v16[ad.transpose(1, 2, 0).reshape(-1) // 2] = halves.reshape(-1)
+            if little:
+                halves = val.view(np.uint16).reshape(nmat, 32, 2).transpose(0, 2, 1)
+            else:
+                halves = np.stack([val & 0xFFFF, val >> 16], axis=1).astype(np.uint16)  # (nmat, 2, 32)
+            v16[ad.transpose(1, 2, 0).reshape(-1) >> 1] = halves.reshape(-1)
             if cta.shadow is not None:
                 cta.race_access(ad.reshape(-1), 2, w, ins, True, "stmatrix")
         else:
             if cta.shadow is not None:
                 cta.race_access(ad.reshape(-1), 2, w, ins, False, "ldmatrix")
-            for j, wr in enumerate(writers):
-                lo = v16[ad[:, j, 0] // 2].astype(np.uint32)
-                hi = v16[ad[:, j, 1] // 2].astype(np.uint32)
-                wr(w, m, lo | (hi << 16))
+            if little:                      # (lo, hi) uint16 pairs are the uint32 lo | hi << 16
+                v32 = v16[ad >> 1].view(np.uint32).reshape(32, nmat)
+                for j, wr in enumerate(writers):
+                    wr(w, m, v32[:, j])
+            else:
+                for j, wr in enumerate(writers):
+                    lo = v16[ad[:, j, 0] // 2].astype(np.uint32)
+                    hi = v16[ad[:, j, 1] // 2].astype(np.uint32)
+                    wr(w, m, lo | (hi << 16))
     return fn
 
 

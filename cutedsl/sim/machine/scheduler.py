@@ -171,6 +171,7 @@ class Launch:
         self.tmap_cache = {}         # param-space address -> decoded tensor map (tma.py)
         self.store_plans = {}        # CTA rank -> its batched st.shared plans (machine.CTA.store_plans)
         self.flush_plans = {}        # deferred-store flush plans (warpbatch._flush_plan): die with the launch
+        self.param_loads = {}        # kernel-parameter loads at one address (machine.Warp.load)
         self.printf = []
         self.version = 0
         self.cta_serial = 0

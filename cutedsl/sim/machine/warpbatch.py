@@ -54,6 +54,7 @@ class WarpBatch:
         self.lo, self.hi = lo, hi
         self.full = True
         self.deferred = []          # shared stores whose race check waits for flush()
+        self.deferred_ids = ()      # the identities of their word arrays (the overlap cache's key)
         self.leader = lo            # the warp whose turn formed the batch (lockstep.py sets it)
         set_register_views(self, cta.files, slice(32 * lo, 32 * hi))
         self.sregs = {}             # filled on first use (most batches read none)
@@ -85,11 +86,11 @@ class WarpBatch:
         if not d:
             return
         self.deferred = []
+        self.deferred_ids = ()
         cta = self.cta
         sh = cta.shadow
         ws = cta.warps[self.lo:self.hi]
         words, owner, pcs = _flush_plan(cta.launch.flush_plans, d, len(ws))
-        sh.defer_mark[words] = False
         if sh.write_warps(words, ws, pcs, owner):
             return
         for _w, _ins, ix, old, _a, _v, esize, _n, _sp in reversed(d):
@@ -122,7 +123,7 @@ class WarpBatch:
 
     def _store_shared(self, space, addr, esize, n, vals, ins, race, ws):
         nb = esize * n
-        if space not in CTA_SHARED or not np.ndim(addr) or nb < 4:
+        if space not in CTA_SHARED or not getattr(addr, "ndim", 0) or nb < 4:
             return False
         a = np.asarray(addr, np.uint64)
         cta = self.cta
@@ -132,20 +133,46 @@ class WarpBatch:
         lo, hi, ix, words = plan
         if cta.overlaps_mbarrier(lo, hi):
             return False
-        vals = as_unsigned(vals, esize)
+        if vals.dtype != _UNSIGNED[esize]:
+            vals = as_unsigned(vals, esize)
         v = cta.sv[esize]
         vv = vals[:, 0] if n == 1 else vals
         sh = cta.shadow
         if race and sh is not None:
             # the race check of consecutive stores of a lockstep run is done once, at flush()
-            if sh.defer_mark is None:
-                sh.defer_mark = np.zeros(sh.n, bool)
-            if self.deferred and sh.defer_mark[words].any():
+            d = self.deferred
+            if d and _overlap(self.launch.flush_plans, self.deferred_ids, d, words):
                 self.flush()            # overwrites a word a deferred store wrote: settle those first
-            self.deferred.append((words, ins, ix, v[ix].copy(), a.copy(), np.array(vals), esize, n, space))
-            sh.defer_mark[words] = True
+            old = v[ix]                 # (a gather: a copy)
+            self.deferred.append((words, ins, ix, old, a.copy(), np.array(vals), esize, n, space))
+            self.deferred_ids += (id(words),)
+            # write_noting_change with the bytes just gathered (same shape as vv)
+            launch = self.launch
+            if not launch.changed and np.count_nonzero(old != vv):
+                launch.changed = True
+            v[ix] = vv
+            return True
         write_noting_change(self.launch, v, ix, vv)
         return True
+
+
+#: the unsigned element type of each store size
+_UNSIGNED = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
+
+
+def _overlap(cache, ids, d, words) -> bool:
+    """Whether ``words`` (the read-only word array of a cached store plan, :func:`_store_plan`)
+    shares a word with the deferred stores ``d`` (``ids``: the identities of their word arrays).
+    Cached in ``cache`` (the launch's ``flush_plans``) by those identities, which the entry keeps
+    alive: an epilogue repeats the same stores in the same order."""
+    key = ("overlap", ids, id(words))
+    hit = cache.get(key)
+    if hit is None:
+        if len(cache) > 256:
+            cache.clear()
+        arrays = [e[0] for e in d]
+        hit = cache[key] = (arrays, words, bool(np.intersect1d(np.concatenate(arrays), words).size))
+    return hit[2]
 
 
 def _flush_plan(cache, d, k):
