@@ -1,6 +1,6 @@
 """Whole-block writes kept as their blocks' epochs (checks/shadow.py: ``Shadow.lazy``, written back
 word by word by ``_settle`` when a per-word access needs them) against the general path
-(``Shadow.whole_blocks`` False: every write judged and recorded word by word): random sequences of
+(``Shadow.shortcuts`` False: every access judged and recorded word by word): random sequences of
 TMA boxes (whole and partial blocks), generic stores and loads, batched warp stores, async-proxy
 reads and synchronisation give the same race reports, the same return values and, once settled,
 the same shadow state."""
@@ -15,11 +15,11 @@ _STATE = ("w_agent", "w_clock", "w_pc", "w_async", "r_clock", "r_pc", "col_agent
           "blk_wasync")
 
 
-def _run(seed, whole_blocks, initcheck):
+def _run(seed, shortcuts, initcheck):
     """Play the random sequence ``seed`` on a fresh shadow; (outcome of each step, final state)."""
     rng = np.random.default_rng(seed)
     hb, sh, warps = setup(nwarps=4, smem=16384)
-    sh.whole_blocks = whole_blocks
+    sh.shortcuts = shortcuts
     sh.initcheck = initcheck
     nblk = sh.n >> 8                    # whole 1 KiB blocks inside the shadow
     units = [hb.agent(("tma", 0, w.wid, 0, 8 * i), "tma", w.cta, w.wid, f"TMA unit {i}")
@@ -82,7 +82,8 @@ def _run(seed, whole_blocks, initcheck):
             else:                                       # one warp learns one earlier operation
                 if snaps:
                     hb.acquire(w, snaps[int(rng.integers(0, len(snaps)))])
-                hb.fence_proxy(w)
+                if rng.integers(0, 2):
+                    hb.fence_proxy(w)
                 r = None
             out.append((step, op, r))
         except (RaceError, UninitializedReadError) as e:
