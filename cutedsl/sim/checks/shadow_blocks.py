@@ -20,11 +20,12 @@ _SPANS = {}                 # id of a read-only word array -> (the array, its lo
 
 def _span(words):
     """``(lowest, highest)`` word id of ``words`` (a slice or an array of word ids); for the
-    read-only arrays of cached plans (a batched store's flush plan, machine/warpbatch.py) cached
-    by id, the array kept alive with it."""
+    read-only arrays of cached plans (a batched store's flush plan, machine/warpbatch.py; a TMA
+    box's words, engines/tma_box.py) cached by id, the array kept alive with it (arrays that own
+    their data only: a read-only view may show data that changes)."""
     if isinstance(words, slice):
         return words.start, words.stop - 1
-    if words.flags.writeable:
+    if words.flags.writeable or not words.flags.owndata:
         return int(words.min()), int(words.max())
     hit = _SPANS.get(id(words))
     if hit is None:
