@@ -66,7 +66,11 @@ def _run(seed, shortcuts, initcheck):
                 ws = [warps[0], warps[1]]
                 base = int(rng.integers(0, sh.n - 600))
                 words = np.arange(base, base + 512)
-                r = sh.write_warps(words, ws, pc)
+                owner = None
+                if rng.integers(0, 2):          # a cached plan's read-only arrays (warpbatch)
+                    owner = np.repeat(np.arange(2), 256)
+                    words.flags.writeable = owner.flags.writeable = False
+                r = sh.write_warps(words, ws, pc, owner)
             elif op == 6:                               # a barrier: everyone learns everything
                 for x in warps:
                     snaps.append(hb.release(x))
@@ -119,3 +123,24 @@ def test_a_box_is_kept_as_its_blocks_epoch_until_a_word_is_needed():
     assert (sh.w_pc[256:512] == np.where(np.arange(256, 512) == 300, 7, 3)).all()
     assert (sh.w_async[256:512] == (np.arange(256, 512) != 300)).all()
     assert (sh.w_agent[512:768] == -1).all()                           # block 2: still its epoch only
+
+
+@pytest.mark.parametrize("hold_view", [False, True])
+def test_reader_columns_grow_keeping_their_reads(hold_view):
+    """A third reading agent grows the reader rows (resized in place, or copied while a view of
+    them is alive): the first two columns keep their reads, the new ones start at zero."""
+    hb, sh, (w0, w1) = setup()
+    sh.initcheck = False                                # (reads of never-written words)
+    units = [hb.agent(("bulk", 0, i), "bulk", w0.cta, 0, f"bulk {i}") for i in range(3)]
+    for i, a in enumerate(units[:2]):
+        sh.read(np.arange(10 * i, 10 * i + 5), a.idx, 3 + i, hb.warp_vc(w0), w0.pvc, 7 + i, False, "ld.shared")
+    assert sh.r_clock.shape[0] == 2
+    view = sh.r_clock[0] if hold_view else None
+    sh.read(np.arange(40, 45), units[2].idx, 9, hb.warp_vc(w0), w0.pvc, 11, False, "ld.shared")
+    assert sh.r_clock.shape[0] == 4 and sh.r_pc.shape[0] == 4 and len(sh.col_agent) == 4
+    want = np.zeros((4, sh.n), np.int32)
+    want[0, 0:5], want[1, 10:15], want[2, 40:45] = 3, 4, 9
+    assert np.array_equal(sh.r_clock, want)
+    assert (sh.r_pc[1, 10:15] == 8).all() and (sh.r_pc[2, 40:45] == 11).all() and sh.r_pc[3].sum() == 0
+    if hold_view:
+        assert (view[0:5] == 3).all()                   # the old rows, untouched

@@ -17,7 +17,7 @@ import numpy as np
 from ..frontend.errors import RaceError
 from .initcheck import report_shared
 from .rules import EDGE_RULE, RULES, cite
-from .shadow_blocks import _BLK, _BW, _MIXED, _NEVER, BlockSummaries, _span
+from .shadow_blocks import _BLK, _BW, _MIXED, _NEVER, BlockSummaries, _span, _word_blocks
 from .shadow_words import blocks_of as _blocks, word_ids
 
 
@@ -40,6 +40,20 @@ def _run_plan(run):
         blocks = np.unique(np.concatenate([x[1] for x in run]))
         hit = _PLANS[key] = ([(x[0], x[1]) for x in run], (words, pcs[first], blocks))     # keeps the ids alive
     return hit[1]
+
+
+def _grow_rows(sh, name, k):
+    """Give ``sh.<name>`` (rows of one reader column each) ``k`` more zero rows: resized in place
+    when nothing else refers to it (a reallocation moves the pages of a large array instead of
+    copying them and touches only the new rows: a copy of two full-size rows costs ~0.5 ms in
+    page faults), else copied."""
+    a = getattr(sh, name)
+    setattr(sh, name, None)
+    try:
+        a.resize((a.shape[0] + k, a.shape[1]))       # (refcheck: raises when a view or name holds it)
+    except ValueError:
+        a = np.concatenate([a, np.zeros((k, a.shape[1]), a.dtype)])
+    setattr(sh, name, a)
 
 
 class Shadow(BlockSummaries):
@@ -95,8 +109,8 @@ class Shadow(BlockSummaries):
             c = self.ncols
             if c >= len(self.col_agent):
                 grow = len(self.col_agent)
-                self.r_clock = np.concatenate([self.r_clock, np.zeros((grow, self.n), np.int32)])
-                self.r_pc = np.concatenate([self.r_pc, np.zeros((grow, self.n), np.int32)])
+                _grow_rows(self, "r_clock", grow)
+                _grow_rows(self, "r_pc", grow)
                 self.col_agent = np.concatenate([self.col_agent, np.zeros(grow, np.int64)])
                 self.blk_read = np.concatenate([self.blk_read, np.zeros((grow, self.blk_read.shape[1]), np.int32)])
             self.col_agent[c] = agent
@@ -303,7 +317,7 @@ class Shadow(BlockSummaries):
         self.w_clock[words] = vcs[np.arange(k), agents][owner]
         self.w_pc[words] = pc
         self.w_async[words] = False
-        self.blk_w[words >> _BLK] = _MIXED
+        self.blk_w[_word_blocks(words)] = _MIXED
         return True
 
     def exit_check(self):

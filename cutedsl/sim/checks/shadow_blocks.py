@@ -15,24 +15,44 @@ from .shadow_words import BLOCK_SHIFT
 _BLK = BLOCK_SHIFT
 _BW = 1 << _BLK
 _NEVER, _MIXED = -2, -1     # Shadow.blk_w: no write yet / not one write's
-_SPANS = {}                 # id of a read-only word array -> (the array, its lowest and highest word id)
+_SPANS = {}                 # (what, id of a cached plan's array, ...) -> (the array, that value of it)
+
+
+def _fixed(a) -> bool:
+    """Whether array ``a`` is a cached plan's (read-only, owning its data: a read-only view may show
+    data that changes), whose derived values are kept by its id (the array kept alive with them)."""
+    return not a.flags.writeable and a.flags.owndata
+
+
+def _cached(key, a, make):
+    hit = _SPANS.get(key)
+    if hit is None:
+        if len(_SPANS) > 512:
+            _SPANS.clear()
+        v = make()
+        if isinstance(v, np.ndarray):
+            v.flags.writeable = False
+        hit = _SPANS[key] = (a, v)
+    return hit[1]
 
 
 def _span(words):
-    """``(lowest, highest)`` word id of ``words`` (a slice or an array of word ids); for the
-    read-only arrays of cached plans (a batched store's flush plan, machine/warpbatch.py; a TMA
-    box's words, engines/tma_box.py) cached by id, the array kept alive with it (arrays that own
-    their data only: a read-only view may show data that changes)."""
+    """``(lowest, highest)`` word id of ``words`` (a slice or an array of word ids); kept for the
+    arrays of cached plans (a batched store's flush plan, machine/warpbatch.py; a TMA box's words,
+    engines/tma_box.py)."""
     if isinstance(words, slice):
         return words.start, words.stop - 1
-    if words.flags.writeable or not words.flags.owndata:
+    if not _fixed(words):
         return int(words.min()), int(words.max())
-    hit = _SPANS.get(id(words))
-    if hit is None:
-        if len(_SPANS) > 256:
-            _SPANS.clear()
-        hit = _SPANS[id(words)] = (words, (int(words.min()), int(words.max())))
-    return hit[1]
+    return _cached(("span", id(words)), words, lambda: (int(words.min()), int(words.max())))
+
+
+def _word_blocks(words):
+    """The 1 KiB blocks of ``words`` (an array of word ids): distinct, and kept, for a cached plan's."""
+    if not _fixed(words):
+        return words >> _BLK
+    return _cached(("blocks", id(words)), words, lambda: np.unique(words >> _BLK))
+
 
 
 class BlockSummaries:
