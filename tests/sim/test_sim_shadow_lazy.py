@@ -20,6 +20,8 @@ def _run(seed, shortcuts, initcheck):
     rng = np.random.default_rng(seed)
     hb, sh, warps = setup(nwarps=4, smem=16384)
     sh.shortcuts = shortcuts
+    if not shortcuts:                   # the general path: every word's state kept from the start
+        sh._settle(slice(0, sh.n))
     sh.initcheck = initcheck
     nblk = sh.n >> 8                    # whole 1 KiB blocks inside the shadow
     units = [hb.agent(("tma", 0, w.wid, 0, 8 * i), "tma", w.cta, w.wid, f"TMA unit {i}")
@@ -114,15 +116,16 @@ def test_a_box_is_kept_as_its_blocks_epoch_until_a_word_is_needed():
     a = hb.agent(("tma", 0, 0, 0, 0), "tma", w0.cta, 0, "TMA unit 0")
     op = hb.async_op([w0], a.idx, 1)
     sh.write(slice(256, 768), a.idx, 1, op[0], 3, True, "TMA load")
-    assert sh.lazy[1:3].all() and (sh.w_agent[256:768] == -1).all()     # no word written yet
+    assert sh.lazy.all() and sh.blk_w[1] == (a.idx << 32) | 1           # no word written yet
     hb.acquire(w1, op)
     vc = hb.warp_vc(w1)
     sh.write(np.array([300]), w1.agent, int(vc[w1.agent]), vc, 7, False, "st.shared")   # a word of block 1
-    assert not sh.lazy[1] and sh.lazy[2] and sh.blk_w[1] < 0
+    assert not sh.lazy[1] and sh.lazy[2] and sh.lazy[0] and sh.blk_w[1] < 0
     assert (sh.w_agent[256:512] == np.where(np.arange(256, 512) == 300, w1.agent, a.idx)).all()
     assert (sh.w_pc[256:512] == np.where(np.arange(256, 512) == 300, 7, 3)).all()
     assert (sh.w_async[256:512] == (np.arange(256, 512) != 300)).all()
-    assert (sh.w_agent[512:768] == -1).all()                           # block 2: still its epoch only
+    sh._settle(slice(0, 256))                                         # never written: no writer
+    assert (sh.w_agent[:256] == -1).all() and (sh.w_clock[:256] == 0).all() and not sh.w_async[:256].any()
 
 
 @pytest.mark.parametrize("hold_view", [False, True])

@@ -73,10 +73,12 @@ class Shadow(BlockSummaries):
         self.hb = hb
         n = cta.smem_size // 4 + 4 if n is None else n
         self.n = n
-        self.w_agent = np.full(n, -1, np.int32)
-        self.w_clock = np.zeros(n, np.int32)
-        self.w_pc = np.zeros(n, np.int32)
-        self.w_async = np.zeros(n, bool)       # written through the async proxy
+        # per word: the last write's agent (-1: none), clock, PC, and whether it was through the
+        # async proxy -- left unset here: every block starts lazy (below), as never written
+        self.w_agent = np.empty(n, np.int32)
+        self.w_clock = np.empty(n, np.int32)
+        self.w_pc = np.empty(n, np.int32)
+        self.w_async = np.empty(n, bool)
         self.ncols = 0
         # reader columns grow by doubling (_col): most CTAs have a few reading agents (a wgmma
         # unit, a bulk-store unit), and two full-size rows per column are costly to zero per CTA
@@ -94,10 +96,11 @@ class Shadow(BlockSummaries):
         self.blk_w = np.full((n >> _BLK) + 1, _NEVER, np.int64)
         self.blk_wasync = np.zeros((n >> _BLK) + 1, bool)
         # per 1 KiB block: the PC of that whole-block write, and whether the per-word arrays
-        # (w_agent, w_clock, w_pc, w_async) still lack it -- a TMA box's 4,096 words are written
-        # back only when a per-word check or a partial write needs them (_settle)
+        # (w_agent, w_clock, w_pc, w_async) still lack it (or, _NEVER, their initial "no write")
+        # -- a TMA box's 4,096 words are written back only when a per-word check or a partial
+        # write needs them (_settle), and a CTA's shadow is not filled word by word at launch
         self.blk_pc = np.zeros((n >> _BLK) + 1, np.int32)
-        self.lazy = np.zeros((n >> _BLK) + 1, bool)
+        self.lazy = np.ones((n >> _BLK) + 1, bool)
         self.cols = {}
         self.defer_mark = None      # words with a deferred batched store (warpbatch.flush)
         self.pending = []           # queued operand reads (read_later), recorded by flush_reads

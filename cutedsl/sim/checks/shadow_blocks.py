@@ -105,11 +105,12 @@ class BlockSummaries:
         return all((x >> 32) == agent or (x & 0xFFFFFFFF) <= vc[x >> 32] for x in e)
 
     def _settle(self, words, span=None):
-        """Write back the per-word epochs of the lazily recorded whole-block writes (``lazy``) in
-        the blocks ``words`` span (``span``: their :func:`_span`), before a per-word access reads
-        them or overwrites part of a block; the blocks keep their epoch (``blk_w``), which each of
-        their words now holds. (A block of the span that ``words`` miss is written back too: that
-        changes no verdict, and each lazy write is written back at most once.)"""
+        """Write back the per-word epochs of the lazily recorded whole-block writes (``lazy``; a
+        block never written: no write, agent -1) in the blocks ``words`` span (``span``: their
+        :func:`_span`), before a per-word access reads them or overwrites part of a block; the
+        blocks keep their epoch (``blk_w``), which each of their words now holds. (A block of the
+        span that ``words`` miss is written back too: that changes no verdict, and each lazy
+        write is written back at most once.)"""
         lo, hi = span or _span(words)
         lz = self.lazy[lo >> _BLK:(hi >> _BLK) + 1]
         if not lz.any():
@@ -125,8 +126,8 @@ class BlockSummaries:
                    and asy[j] == asy[i]):
                 j += 1
             s = slice(ids[i] << _BLK, (ids[j - 1] + 1) << _BLK)
-            self.w_agent[s] = ep[i] >> 32
-            self.w_clock[s] = ep[i] & 0xFFFFFFFF
+            self.w_agent[s] = ep[i] >> 32                           # (_NEVER: -1, no write)
+            self.w_clock[s] = ep[i] & 0xFFFFFFFF if ep[i] >= 0 else 0
             self.w_pc[s] = pcs[i]
             self.w_async[s] = asy[i]
             i = j
