@@ -49,7 +49,7 @@ def test_box_rows_describe_the_chunk_words_in_box_order():
     assert box_rows((32, 2, 2), (4, 4 * 80, 4 * 80 * 3 + 16), 4) is None
 
 
-@pytest.mark.parametrize("start", [0, 20, 4 * 80 * 2 + 8])
+@pytest.mark.parametrize("start", [0, 20, 4 * 80 * 2 + 8, 80 * 8 + 48])      # (the last: the allocation's last rows)
 def test_row_path_records_what_the_per_word_path_records(start):
     alloc = _Obj(base=0x1000, nbytes=4 * 80 * 16, tag="out")
     rows = Rows(start, *box_rows(BOX, STRIDES, ESIZE))

@@ -86,7 +86,16 @@ class Rows:
         self.start, self.rows, self.pitch, self.n = start, rows, pitch, n
 
     def view(self, a):
-        return a[self.start:self.start + self.rows * self.pitch].reshape(self.rows, self.pitch)[:, :self.n]
+        end = self.start + self.rows * self.pitch
+        if end <= len(a):
+            return a[self.start:end].reshape(self.rows, self.pitch)[:, :self.n]
+        # the last row ends before its pitch would (a box at the end of the allocation)
+        return np.ndarray((self.rows, self.n), a.dtype, a, self.start * a.itemsize,
+                          (self.pitch * a.itemsize, a.itemsize))
+
+    def end(self):
+        """One past the last word."""
+        return self.start + (self.rows - 1) * self.pitch + self.n
 
     def ids(self):
         """The word ids, in box order."""
@@ -242,7 +251,7 @@ class GlobalHB:
             sh = self.shadows[alloc.base] = _Shadow(alloc.nbytes)
         c = self._me(w)
         v = rows.view
-        if rows.start + rows.rows * rows.pitch > len(sh.pending):
+        if rows.end() > len(sh.pending):
             self.async_write(w, alloc, 4 * rows.ids(), 4, ins)
             return
         # no access recorded in any word (the usual case: each output word is stored once; an
