@@ -229,10 +229,10 @@ class Shadow(BlockSummaries):
         if not (whole and self._whole_blocks_known(words, agent, vc)):
             self._settle(words, span)
             wa = self.w_agent[words]
-        if wa is not None and (wa >= 0).any():
-            vc = hb.fit(vc)
-            sel = (wa >= 0) & (wa != agent)
+        if wa is not None:
+            sel = (wa >= 0) & (wa != agent)         # words another agent wrote
             if sel.any():
+                vc = hb.fit(vc)
                 bad = self.w_clock[words][sel] > vc[wa[sel]]
                 if bad.any():
                     cand = word_ids(words)[sel][bad]
