@@ -43,6 +43,7 @@ def test_whole_block_writes_ordered_after_the_last_box_pass_and_take_the_block()
     a1, op1 = tma(hb, w1, 1)
     sh.write(slice(256, 512), a1, 1, op1[0], 5, True, "TMA load")
     assert sh.blk_w[1] == (a1 << 32) | 1 and sh.blk_w[2] == (a0 << 32) | 1
+    sh._settle(slice(256, 768))                                          # (kept as block epochs until needed)
     assert (sh.w_agent[256:512] == a1).all() and (sh.w_pc[512:768] == 3).all()
 
 

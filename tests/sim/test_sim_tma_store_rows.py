@@ -49,7 +49,7 @@ def test_box_rows_describe_the_chunk_words_in_box_order():
     assert box_rows((32, 2, 2), (4, 4 * 80, 4 * 80 * 3 + 16), 4) is None
 
 
-@pytest.mark.parametrize("start", [0, 20, 4 * 80 * 2 + 8])
+@pytest.mark.parametrize("start", [0, 20, 4 * 80 * 2 + 8, 80 * 8 + 48])      # (the last: the allocation's last rows)
 def test_row_path_records_what_the_per_word_path_records(start):
     alloc = _Obj(base=0x1000, nbytes=4 * 80 * 16, tag="out")
     rows = Rows(start, *box_rows(BOX, STRIDES, ESIZE))
@@ -89,3 +89,35 @@ def test_a_conflict_is_judged_by_the_per_word_path():
     ghb2.async_write_rows(_warp(0), alloc, rows, _Obj(pc=0))
     with pytest.raises(RaceError, match=r"async-proxy write \(TMA store / bulk copy\) by cluster 0 at PTX line 7"):
         ghb2.access(_warp(0), alloc, np.array([4 * word]), 4, False, _Obj(pc=1))
+
+
+@pytest.mark.parametrize("start", [0, 32, 48, 128 * 3 + 60])
+def test_rows_at_a_pitch_of_whole_blocks_record_what_the_per_word_path_records(start):
+    """Rows 512 bytes apart (whole 256-byte blocks of ``touched``: marked as strided slices), one or
+    two blocks per row; then a second store of the same cluster over part of the first, after its
+    wait_group (words with its own complete write: the full test, which passes)."""
+    box, strides = (32, 8), (4, 4 * 128)
+    alloc = _Obj(base=0x1000, nbytes=4 * 128 * 16, tag="out")
+    rows = Rows(start, *box_rows(box, strides, 4))
+    again = Rows(start + 128 + 16, *box_rows(box, strides, 4))
+    assert rows.pitch == 128
+    states = []
+    launch = _Launch()
+    for use_rows in (True, False):
+        ghb = GlobalHB(launch)
+        w = _warp(0)
+        seq = []
+        for r in (rows, again):
+            if use_rows:
+                ghb.async_write_rows(w, alloc, r, _Obj(pc=0))
+            else:
+                ghb.async_write(w, alloc, 4 * r.ids(), 4, _Obj(pc=0))
+            seq.append(_state(ghb, alloc))
+            w.bulk_commits += 1
+            ghb.clock[0] += 1
+            ghb.async_complete(w, w.bulk_commits)
+            seq.append(_state(ghb, alloc))
+        states.append(seq)
+    assert all(_same(a, b) for a, b in zip(*states))
+    touched = states[0][0][5]
+    assert touched.sum() == 8 * (1 + ((start % 64) + 31) // 64)

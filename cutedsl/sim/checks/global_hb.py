@@ -86,7 +86,16 @@ class Rows:
         self.start, self.rows, self.pitch, self.n = start, rows, pitch, n
 
     def view(self, a):
-        return a[self.start:self.start + self.rows * self.pitch].reshape(self.rows, self.pitch)[:, :self.n]
+        end = self.start + self.rows * self.pitch
+        if end <= len(a):
+            return a[self.start:end].reshape(self.rows, self.pitch)[:, :self.n]
+        # the last row ends before its pitch would (a box at the end of the allocation)
+        return np.ndarray((self.rows, self.n), a.dtype, a, self.start * a.itemsize,
+                          (self.pitch * a.itemsize, a.itemsize))
+
+    def end(self):
+        """One past the last word."""
+        return self.start + (self.rows - 1) * self.pitch + self.n
 
     def ids(self):
         """The word ids, in box order."""
@@ -242,16 +251,26 @@ class GlobalHB:
             sh = self.shadows[alloc.base] = _Shadow(alloc.nbytes)
         c = self._me(w)
         v = rows.view
-        if (rows.start + rows.rows * rows.pitch > len(sh.pending) or v(sh.pending).any()
-                or (sh.reducing is not None and v(sh.reducing).any())
+        if rows.end() > len(sh.pending):
+            self.async_write(w, alloc, 4 * rows.ids(), 4, ins)
+            return
+        # no access recorded in any word (the usual case: each output word is stored once; an
+        # in-flight write has its writer in w_agent): nothing to check, else the full test
+        if not (int(v(sh.w_agent).max()) < 0 and int(v(sh.r_agent).max()) < 0 and sh.reducing is None) and (
+                v(sh.pending).any() or (sh.reducing is not None and v(sh.reducing).any())
                 or ((v(sh.w_agent) >= 0) & (v(sh.w_agent) != c) & (v(sh.w_mask) != 0)).any()
                 or ((v(sh.r_agent) >= 0) & (v(sh.r_agent) != c) & (v(sh.r_mask) != 0)).any()):
             self.async_write(w, alloc, 4 * rows.ids(), 4, ins)
             return
-        first = rows.start + rows.pitch * np.arange(rows.rows)      # the 256-byte blocks (_GBLK) of each row
-        b0, b1 = first >> _GBLK, (first + rows.n - 1) >> _GBLK
-        for k in range(int((b1 - b0).max()) + 1):
-            sh.touched[np.minimum(b0 + k, b1)] = True
+        if not rows.pitch & ((1 << _GBLK) - 1):     # every row's 256-byte blocks (_GBLK) at one step
+            step, b = rows.pitch >> _GBLK, rows.start >> _GBLK
+            for k in range((((rows.start & ((1 << _GBLK) - 1)) + rows.n - 1) >> _GBLK) + 1):
+                sh.touched[b + k:b + k + rows.rows * step:step] = True
+        else:
+            first = rows.start + rows.pitch * np.arange(rows.rows)      # the blocks of each row
+            b0, b1 = first >> _GBLK, (first + rows.n - 1) >> _GBLK
+            for k in range(int((b1 - b0).max()) + 1):
+                sh.touched[np.minimum(b0 + k, b1)] = True
         v(sh.w_agent)[...] = c
         v(sh.w_clock)[...] = PENDING
         v(sh.w_pc)[...] = ins.pc

@@ -5,7 +5,10 @@ write (agent, clock, PC, proxy) and, per reading agent, the clock and PC of its 
 write and every recorded read; a conflict no edge orders raises :class:`RaceError` naming both
 accesses and the missing edge (its rule, :mod:`cutedsl.sim.checks.rules`, cites the PTX ISA).
 Per 1 KiB block the shadow also keeps the latest read clock of each reader and the epoch of a
-write that covered the whole block (a TMA box), so the common cases are judged per block.
+write that covered the whole block (a TMA box), so the common cases are judged per block. A write
+of whole blocks is kept as their epoch only (``lazy``): its 256 words per block are written back
+(:meth:`Shadow._settle`) when a per-word access first needs them; every verdict is the one the
+per-word record would give, since every word of such a block carries that one epoch.
 """
 from __future__ import annotations
 
@@ -14,11 +17,8 @@ import numpy as np
 from ..frontend.errors import RaceError
 from .initcheck import report_shared
 from .rules import EDGE_RULE, RULES, cite
-from .shadow_words import BLOCK_SHIFT, blocks_of as _blocks, word_ids
-
-_BLK = BLOCK_SHIFT
-_BW = 1 << _BLK
-_NEVER, _MIXED = -2, -1     # Shadow.blk_w: no write yet / not one write's
+from .shadow_blocks import _BLK, _BW, _MIXED, _NEVER, BlockSummaries, _span, _word_blocks
+from .shadow_words import blocks_of as _blocks, word_ids
 
 
 _PLANS = {}         # ids of a run's word and block arrays and its PCs -> (the arrays, its plan)
@@ -55,23 +55,43 @@ def _run_plan(run):
     return hit[1]
 
 
-class Shadow:
+def _grow_rows(sh, name, k):
+    """Give ``sh.<name>`` (rows of one reader column each) ``k`` more zero rows: resized in place
+    when nothing else refers to it (a reallocation moves the pages of a large array instead of
+    copying them and touches only the new rows: a copy of two full-size rows costs ~0.5 ms in
+    page faults), else copied."""
+    a = getattr(sh, name)
+    setattr(sh, name, None)
+    try:
+        a.resize((a.shape[0] + k, a.shape[1]))       # (refcheck: raises when a view or name holds it)
+    except ValueError:
+        a = np.concatenate([a, np.zeros((k, a.shape[1]), a.dtype)])
+    setattr(sh, name, a)
+
+
+class Shadow(BlockSummaries):
     """Per-4-byte shadow of one CTA's shared memory (last write epoch, per-agent read clocks)."""
 
     initcheck_reads = ""        # reads judged by initcheck: every kind (a prefix of ``what``)
     #: reads initcheck never judges: tensormap.replace writes one field of the object (PTX ISA,
     #: tensormap.replace); the emulator reads the rest only to rewrite it unchanged
     initcheck_exempt = ("tensormap.replace",)
+    #: the shortcuts: a write of whole 1 KiB blocks judged and recorded per block, a read whose
+    #: words' writes are all known in both proxies passed at once (False: word by word, the
+    #: general path -- tests/sim/test_sim_shadow_lazy.py compares the two)
+    shortcuts = True
 
     def __init__(self, cta, hb, n=None):
         self.cta = cta
         self.hb = hb
         n = cta.smem_size // 4 + 4 if n is None else n
         self.n = n
-        self.w_agent = np.full(n, -1, np.int32)
-        self.w_clock = np.zeros(n, np.int32)
-        self.w_pc = np.zeros(n, np.int32)
-        self.w_async = np.zeros(n, bool)       # written through the async proxy
+        # per word: the last write's agent (-1: none), clock, PC, and whether it was through the
+        # async proxy -- left unset here: every block starts lazy (below), as never written
+        self.w_agent = np.empty(n, np.int32)
+        self.w_clock = np.empty(n, np.int32)
+        self.w_pc = np.empty(n, np.int32)
+        self.w_async = np.empty(n, bool)
         self.ncols = 0
         # reader columns grow by doubling (_col): most CTAs have a few reading agents (a wgmma
         # unit, a bulk-store unit), and two full-size rows per column are costly to zero per CTA
@@ -88,6 +108,12 @@ class Shadow:
         # such blocks (a wgmma operand) is checked per block instead of per word
         self.blk_w = np.full((n >> _BLK) + 1, _NEVER, np.int64)
         self.blk_wasync = np.zeros((n >> _BLK) + 1, bool)
+        # per 1 KiB block: the PC of that whole-block write, and whether the per-word arrays
+        # (w_agent, w_clock, w_pc, w_async) still lack it (or, _NEVER, their initial "no write")
+        # -- a TMA box's 4,096 words are written back only when a per-word check or a partial
+        # write needs them (_settle), and a CTA's shadow is not filled word by word at launch
+        self.blk_pc = np.zeros((n >> _BLK) + 1, np.int32)
+        self.lazy = np.ones((n >> _BLK) + 1, bool)
         self.cols = {}
         self.defer_mark = None      # words with a deferred batched store (warpbatch.flush)
         self.pending = []           # queued operand reads (read_later), recorded by flush_reads
@@ -99,8 +125,8 @@ class Shadow:
             c = self.ncols
             if c >= len(self.col_agent):
                 grow = len(self.col_agent)
-                self.r_clock = np.concatenate([self.r_clock, np.zeros((grow, self.n), np.int32)])
-                self.r_pc = np.concatenate([self.r_pc, np.zeros((grow, self.n), np.int32)])
+                _grow_rows(self, "r_clock", grow)
+                _grow_rows(self, "r_pc", grow)
                 self.col_agent = np.concatenate([self.col_agent, np.zeros(grow, np.int64)])
                 self.blk_read = np.concatenate([self.blk_read, np.zeros((grow, self.blk_read.shape[1]), np.int32)])
             self.col_agent[c] = agent
@@ -125,13 +151,18 @@ class Shadow:
             self.r_pc[c][words] = pc
             self.blk_read[c][blocks] = clock
             return
+        self._settle(words)
         wa = self.w_agent[words]
-        if (self.initcheck and int(wa.min()) < 0 and what.startswith(self.initcheck_reads)
+        lo = int(wa.min())
+        if (self.initcheck and lo < 0 and what.startswith(self.initcheck_reads)
                 and not what.startswith(self.initcheck_exempt)):        # checks/initcheck.py
             report_shared(self, int(word_ids(words)[int(np.argmin(wa))]), agent, pc, what)
-        if int(wa.max()) >= 0:
+        if self.shortcuts and lo >= 0 and async_read and not (self.w_clock[words] > np.minimum(
+                hb.fit(vc), hb.fit(pvc)).astype(np.int32).take(wa)).any():
+            pass        # every write known in both proxies (a TMA store's source): no check below fails
+        elif int(wa.max()) >= 0:
             vc = hb.fit(vc)
-            if int(wa.min()) >= 0:      # the usual case: every word written, nothing to select
+            if lo >= 0:                 # the usual case: every word written, nothing to select
                 sel, idx, need = slice(None), wa, self.w_clock[words]
             else:
                 sel = wa >= 0
@@ -207,11 +238,16 @@ class Shadow:
         if self.pending:
             self.flush_reads()
         hb = self.hb
-        wa = None if self._whole_blocks_known(words, agent, vc) else self.w_agent[words]
-        if wa is not None and (wa >= 0).any():
-            vc = hb.fit(vc)
-            sel = (wa >= 0) & (wa != agent)
+        whole = self.shortcuts and isinstance(words, slice) and not (words.start | words.stop) & (_BW - 1)
+        wa = None
+        span = _span(words)
+        if not (whole and self._whole_blocks_known(words, agent, vc)):
+            self._settle(words, span)
+            wa = self.w_agent[words]
+        if wa is not None:
+            sel = (wa >= 0) & (wa != agent)         # words another agent wrote
             if sel.any():
+                vc = hb.fit(vc)
                 bad = self.w_clock[words][sel] > vc[wa[sel]]
                 if bad.any():
                     cand = word_ids(words)[sel][bad]
@@ -228,7 +264,7 @@ class Shadow:
             # reader columns: compared as Python ints, cheaper than numpy calls on tiny arrays.)
             ca = self.col_agent[:nc].tolist()
             rc = None
-            if not all(a == agent or r <= vc[a] for a, r in zip(ca, self._block_reads(words, nc).tolist())):
+            if not all(a == agent or r <= vc[a] for a, r in zip(ca, self._block_reads(span, nc).tolist())):
                 rc = self.r_clock[:nc, words]
                 lim = vc[self.col_agent[:nc]]
                 lim[self.col_agent[:nc] == agent] = 1 << 60
@@ -238,6 +274,15 @@ class Shadow:
                     ix = np.argwhere(bad)
                     self._report(word_ids(words)[ix[:, 1]], agent, pc, what, "write", None, col=ix[:, 0])
                 self.r_clock[:nc, words] = 0
+        if whole:       # whole blocks (a TMA box, PTX ISA cp.async.bulk.tensor): their epoch only,
+            # every word of them holds it; the words are written back when needed (_settle)
+            b = slice(words.start >> _BLK, words.stop >> _BLK)
+            if b.start < b.stop:
+                self.blk_w[b] = (agent << 32) | clock
+                self.blk_wasync[b] = async_write
+                self.blk_pc[b] = pc
+                self.lazy[b] = True
+            return
         self.w_agent[words] = agent
         self.w_clock[words] = clock
         self.w_pc[words] = pc
@@ -264,6 +309,8 @@ class Shadow:
         verdict)."""
         if self.pending:
             self.flush_reads()
+        span = _span(words)
+        self._settle(words, span)
         hb = self.hb
         k = len(warps)
         if owner is None:
@@ -280,7 +327,7 @@ class Shadow:
             ca = self.col_agent[:nc]
             lim = vcs[:, ca].T                                       # (readers, warps)
             lim[ca[:, None] == agents[None, :]] = 1 << 60           # a warp's own reads
-            if not (self._block_reads(words, nc)[:, None] <= lim).all():    # see write()
+            if not (self._block_reads(span, nc)[:, None] <= lim).all():     # see write()
                 if (self.r_clock[:nc, words] > lim[:, owner]).any():
                     return False
                 self.r_clock[:nc, words] = 0
@@ -288,59 +335,8 @@ class Shadow:
         self.w_clock[words] = vcs[np.arange(k), agents][owner]
         self.w_pc[words] = pc
         self.w_async[words] = False
-        self.blk_w[words >> _BLK] = _MIXED
+        self.blk_w[_word_blocks(words)] = _MIXED
         return True
-
-    def _blocks_known(self, blocks, vc, pvc, async_read) -> bool:
-        """Every write to ``blocks`` is known to a reader with ``vc``/``pvc`` (an async-proxy
-        reader: generic writes through ``pvc``), judged from whole-block write epochs; False
-        when a block is mixed or a write is not known (the per-word check then decides)."""
-        e = self.blk_w[blocks]
-        if e.min() >= 0:            # the usual case (TMA-filled operands): every block written whole
-            if ((e & 0xFFFFFFFF) > self.hb.fit(vc)[e >> 32]).any():
-                return False
-            if async_read:
-                wa = self.blk_wasync[blocks]
-                if not wa.all():
-                    e = e[~wa]
-                    return not ((e & 0xFFFFFFFF) > self.hb.fit(pvc)[e >> 32]).any()
-            return True
-        if (e == _MIXED).any() or (self.initcheck and (e == _NEVER).any()):
-            return False
-        wr = e >= 0
-        if not wr.any():
-            return True
-        e = e[wr]
-        ag = e >> 32
-        ck = e & 0xFFFFFFFF
-        hb = self.hb
-        if (ck > hb.fit(vc)[ag]).any():
-            return False
-        if async_read:
-            gen = ~self.blk_wasync[blocks][wr]
-            if gen.any() and (ck[gen] > hb.fit(pvc)[ag[gen]]).any():
-                return False
-        return True
-
-    def _whole_blocks_known(self, words, agent, vc) -> bool:
-        """``words`` (a slice) are whole 1 KiB blocks each last written whole by one write (a TMA
-        box: ``blk_w``, so every word of the block carries that epoch) that is ``agent``'s own or
-        known to ``vc``: the write-write check of a write to them passes without reading a word."""
-        if not isinstance(words, slice) or (words.start | words.stop) & (_BW - 1):
-            return False
-        e = set(self.blk_w[words.start >> _BLK:words.stop >> _BLK].tolist())     # a box: one epoch or a few
-        if not e or min(e) < 0:
-            return False
-        vc = self.hb.fit(vc)
-        return all((x >> 32) == agent or (x & 0xFFFFFFFF) <= vc[x >> 32] for x in e)
-
-    def _block_reads(self, words, nc):
-        """Per reader column, the latest read clock in the 1 KiB blocks ``words`` span."""
-        if isinstance(words, slice):
-            lo, hi = words.start, words.stop - 1
-        else:
-            lo, hi = int(words.min()), int(words.max())
-        return self.blk_read[:nc, lo >> _BLK:(hi >> _BLK) + 1].max(axis=1)
 
     def exit_check(self):
         """The CTA exits: its shared memory may be reassigned, so every asynchronous read of it
@@ -393,6 +389,7 @@ class Shadow:
         cta = self.cta
         ln = cta.launch
         words = np.atleast_1d(np.asarray(words))
+        self._settle(words)
         cols = None if col is None else np.broadcast_to(np.asarray(col), words.shape)
         pas = self.w_agent[words] if cols is None else self.col_agent[cols]
         uniq, inv = np.unique(pas, return_inverse=True)        # the rule depends on the prior agent only

@@ -12,6 +12,7 @@ import numpy as np
 from ...errors import TensorMapError
 from ..frontend.errors import MemoryAccessError, SimRuntimeError
 from ..machine.memory import OFF_MASK, PARAM_WIN, RANK_SHIFT
+from ..checks.shadow_words import word_set
 from .tensormap import decode
 
 
@@ -173,18 +174,62 @@ def _origin(w, tm, coords, ins):
     return al, base, inb
 
 
+_MAPS = {}      # id of a tensor map -> (the map, kept alive so the id stays its own; its chunk plan)
+
+
+def _chunk_plan(tm):
+    """``(chunk offsets, min byte offset, max byte offset + element size)`` of a map whose box rows
+    are whole 16-byte chunks (:func:`box_chunks`, :func:`_goff`), else None; kept per map object
+    (a parameter map is decoded once per launch) instead of two cached lookups per issue."""
+    hit = _MAPS.get(id(tm))
+    if hit is None:
+        if len(_MAPS) > 256:
+            _MAPS.clear()
+        bc = None if tm.group else box_chunks(tm.box, tm.strides, tm.esize, 0, 0)
+        if bc is not None:
+            _off, omin, omax, _e = _goff(tm.box, tm.strides)
+            bc = (bc[0], omin, omax + tm.esize)
+        hit = _MAPS[id(tm)] = (tm, bc)
+    return hit[1]
+
+
 def chunk_source(w, tm, coords, ins):
     """``(allocation, 16-byte chunk indices)`` of a box inside its tensor and allocation whose
     rows are whole 16-byte chunks starting at a 16-byte boundary (:func:`box_chunks`); None for
     any other box (then :func:`elements`)."""
-    bc = None if tm.group else box_chunks(tm.box, tm.strides, tm.esize, 0, 0)
-    if bc is None:
+    plan = _chunk_plan(tm)
+    if plan is None:
         return None
     al, base, inb = _origin(w, tm, coords, ins)
-    _off, omin, omax, _e = _goff(tm.box, tm.strides)
-    if inb is not None or base % 16 or base + omin < 0 or base + omax + tm.esize > al.nbytes:
+    g, omin, oend = plan
+    if inb is not None or base % 16 or base + omin < 0 or base + oend > al.nbytes:
         return None
-    return al, bc[0] + base // 16
+    return al, g + base // 16
+
+
+_DESTS = {}     # (id of a tensor map, shared-memory offset) -> (the map, its box_dest)
+
+
+def box_dest(tm, off):
+    """What the box of map ``tm`` (unpadded: ``tm.box`` in shared memory) at shared-memory byte
+    offset ``off`` needs of :func:`load_plan`, once per map and offset (a pipeline's stages repeat
+    them): ``(its word set, its chunk indices in the CTA's shared memory or None when its rows are
+    not whole chunks, lowest byte, end byte, bytes)`` -- the words as
+    :func:`~cutedsl.sim.checks.shadow_words.word_set` gives them; arrays read-only."""
+    hit = _DESTS.get((id(tm), off))
+    if hit is None:
+        if len(_DESTS) > 1024:
+            _DESTS.clear()
+        dmod = off % 1024
+        base = off - dmod               # a multiple of 1024: the swizzle pattern's period
+        words, rmin, rmax, erel, cdst = load_plan(tm.box, tm.strides, tm.esize, tm.swizzle, dmod)
+        wset = word_set(words, base >> 2)
+        sidx = None if cdst is None else cdst + base // 16
+        for x in (wset, sidx):
+            if isinstance(x, np.ndarray):
+                x.flags.writeable = False
+        hit = _DESTS[(id(tm), off)] = (tm, (wset, sidx, base + rmin, base + rmax + tm.esize, tm.esize * len(erel)))
+    return hit[1]
 
 
 def elements(w, tm, coords, ins):

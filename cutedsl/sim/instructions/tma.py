@@ -34,7 +34,8 @@ from ..frontend.registry import SUBHANDLERS, handler
 from ..checks.shadow_words import word_set, words_of
 from ..engines.mbarrier_object import get_mbar, hb_check_init
 from ..checks.global_hb import Rows
-from ..engines.tma_box import box_rows, chunk_source, elements, load_plan, smem_dest, tmap_of, whole_words
+from ..engines.tma_box import (box_rows, box_dest, chunk_source, elements, load_plan, smem_dest, tmap_of,
+                               whole_words)
 
 
 def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
@@ -75,21 +76,22 @@ def tma_load(w, ins, dst, tm_addr, coords, mbar, mask=None, pair=False):
             raise SimRuntimeError(f"TMA multicast mask 0x{mask:x} is empty or names ranks outside the "
                                   f"{len(cl.ctas)}-CTA cluster\n    at {ins.where()}")
         targets = [cl.ctas[i] for i in range(len(cl.ctas)) if mask >> i & 1]
-    dmod = doff % 1024
-    words, rmin, rmax, erel, cdst = load_plan(sbox, tm.strides, tm.esize, tm.swizzle, dmod)
-    base = doff - dmod                      # a multiple of 1024
     if src is None:
-        unit, sidx = tm.esize, erel + base // tm.esize
-    else:
-        unit, sidx = 16, cdst + base // 16
-    nbytes = tm.esize * len(erel)               # the bytes written into shared memory
+        dmod = doff % 1024
+        words, rmin, rmax, erel, _c = load_plan(sbox, tm.strides, tm.esize, tm.swizzle, dmod)
+        base = doff - dmod                  # a multiple of 1024
+        unit, sidx, wset = tm.esize, erel + base // tm.esize, word_set(words, base >> 2)
+        lo, end, nbytes = base + rmin, base + rmax + tm.esize, tm.esize * len(erel)
+    else:                                   # the same, once per map and destination
+        unit = 16
+        wset, sidx, lo, end, nbytes = box_dest(tm, doff)
     for cta in targets:
-        if base + rmax + tm.esize > cta.smem_size or base + rmin < 0:
+        if end > cta.smem_size or lo < 0:
             raise MemoryAccessError(f"TMA load box ({nbytes} B) at smem offset {doff} overruns the CTA's "
                                     f"{cta.smem_size} B of shared memory\n    at {ins.where()}")
         bcta = cta.cluster.ctas[(cta.rank & ~1) | (mcta.rank & 1)] if pair else cta
         bar = get_mbar(bcta, moff, ins)
-        snap = async_write(w, cta, moff, word_set(words, base >> 2), ins, "TMA load", bcta)
+        snap = async_write(w, cta, moff, wset, ins, "TMA load", bcta)
         hb_check_init(w, bar, ins)
 
         def land(cta=cta, bar=bar, snap=snap, bcta=bcta):
@@ -172,20 +174,20 @@ def tma_store(w, ins, tm_addr, coords, src):
     else:
         al, gidx, inb = chunks[0], chunks[1], None
     scta, soff = smem_dest(w, src, ins, "TMA store source")
-    dmod = soff % 1024
-    ch, _rmin, rmax, erel, cdst = load_plan(tm.box, tm.strides, tm.esize, tm.swizzle, dmod)
-    base = soff - dmod
-    if base + rmax + tm.esize > scta.smem_size:
+    wset, csidx, _lo, end, _n = box_dest(tm, soff)        # (its words and extent: any store box)
+    if end > scta.smem_size:
         raise MemoryAccessError(f"TMA store box at smem offset {soff} overruns shared memory\n    at {ins.where()}")
-    bulk_read(w, scta, word_set(ch, base >> 2), ins, "TMA store source")
+    bulk_read(w, scta, wset, ins, "TMA store source")
     ghb = w.launch.ghb                  # the global side: a write in flight until wait_group
     if chunks is None:
-        unit, sidx = tm.esize, erel + base // tm.esize
+        dmod = soff % 1024
+        erel = load_plan(tm.box, tm.strides, tm.esize, tm.swizzle, dmod)[3]
+        unit, sidx = tm.esize, erel + (soff - dmod) // tm.esize
         first = int(gidx[0])
         if ghb is not None:
             ghb.async_write(w, al, *whole_words((gidx if inb is None else gidx[inb]) * tm.esize, tm.esize), ins)
     else:
-        unit, sidx = 16, cdst + base // 16
+        unit, sidx = 16, csidx
         first = int(gidx[0]) * 16 // tm.esize
         rows = None if ghb is None else box_rows(tm.box, tm.strides, tm.esize)
         if rows is not None:            # the box's rows at one pitch: its words as row ranges

@@ -133,9 +133,10 @@ class Allocation:
             if first < 0 or last > len(self.defined):      # the caller checked; a strided view must not overrun
                 raise MemoryAccessError(f"TMA box of {box} elements from byte {first * esize} overruns the "
                                         f"{self.nbytes}-byte allocation at 0x{self.base:x}")
-            v = self.dv[esize][first:]
-            np.lib.stride_tricks.as_strided(v, shape=tuple(box[::-1]), strides=tuple(strides[::-1]))[...] = \
-                DEFINED[esize]
+            # (a strided view through the ndarray constructor: np.lib.stride_tricks.as_strided costs
+            # a few microseconds more per call, and the constructor checks the extent too)
+            np.ndarray(tuple(box[::-1]), self.dv[esize].dtype, self.defined, first * esize,
+                       tuple(strides[::-1]))[...] = DEFINED[esize]
             self.dirty = True
 
     def define_span(self, lo: int, hi: int) -> None:
