@@ -115,7 +115,6 @@ class Shadow(BlockSummaries):
         self.blk_pc = np.zeros((n >> _BLK) + 1, np.int32)
         self.lazy = np.ones((n >> _BLK) + 1, bool)
         self.cols = {}
-        self.defer_mark = None      # words with a deferred batched store (warpbatch.flush)
         self.pending = []           # queued operand reads (read_later), recorded by flush_reads
         self.initcheck = getattr(cta.launch, "initcheck", False)     # checks/initcheck.py
 
