@@ -8,6 +8,8 @@ tests/sim/test_sim_shadow_lazy.py compare them with the per-word path.
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from .shadow_words import BLOCK_SHIFT
@@ -15,25 +17,31 @@ from .shadow_words import BLOCK_SHIFT
 _BLK = BLOCK_SHIFT
 _BW = 1 << _BLK
 _NEVER, _MIXED = -2, -1     # Shadow.blk_w: no write yet / not one write's
-_SPANS = {}                 # (what, id of a cached plan's array, ...) -> (the array, that value of it)
+_SPANS = {}                 # (what, id of a cached plan's array) -> (weak reference to the array, that value of it)
 
 
 def _fixed(a) -> bool:
     """Whether array ``a`` is a cached plan's (read-only, owning its data: a read-only view may show
-    data that changes), whose derived values are kept by its id (the array kept alive with them)."""
+    data that changes), whose derived values are kept by its id while it lives."""
     return not a.flags.writeable and a.flags.owndata
 
 
+def _forget(key, ref):
+    if _SPANS.get(key, (None,))[0] is ref:
+        del _SPANS[key]
+
+
 def _cached(key, a, make):
+    """``make()`` for array ``a``, kept while ``a`` lives: a weak reference, so a plan's arrays (kept by
+    the tensor map or the launch that made them) are not held alive by this table after they go."""
     hit = _SPANS.get(key)
-    if hit is None:
-        if len(_SPANS) > 512:
-            _SPANS.clear()
-        v = make()
-        if isinstance(v, np.ndarray):
-            v.flags.writeable = False
-        hit = _SPANS[key] = (a, v)
-    return hit[1]
+    if hit is not None and hit[0]() is a:
+        return hit[1]
+    v = make()
+    if isinstance(v, np.ndarray):
+        v.flags.writeable = False
+    _SPANS[key] = (weakref.ref(a, lambda r, k=key: _forget(k, r)), v)
+    return v
 
 
 def _span(words):

@@ -52,11 +52,12 @@ class TensorMap:
     every 16 elements land in a 16-byte slot of shared memory, the rest of the slot zero
     (cuda.h: "8 byte gaps" / "4 byte gaps"); rows of 128 elements, 128 bytes in shared memory."""
     __slots__ = ("id", "address", "dims", "strides", "box", "esize", "swizzle", "oob", "dtype",
-                 "nan_bits", "enc", "bits", "group")
+                 "nan_bits", "enc", "bits", "group", "plans")
 
     def __init__(self, enc):
         spec = enc.spec
         self.enc = enc
+        self.plans = {}     # tma_box's issue plans of this map (fields never change after decode)
         self.address = int(enc.address)
         self.dims = tuple(int(d) for d in enc.dims)
         self.box = tuple(int(b) for b in enc.box)

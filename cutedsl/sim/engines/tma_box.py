@@ -174,23 +174,21 @@ def _origin(w, tm, coords, ins):
     return al, base, inb
 
 
-_MAPS = {}      # id of a tensor map -> (the map, kept alive so the id stays its own; its chunk plan)
-
-
 def _chunk_plan(tm):
     """``(chunk offsets, min byte offset, max byte offset + element size)`` of a map whose box rows
-    are whole 16-byte chunks (:func:`box_chunks`, :func:`_goff`), else None; kept per map object
-    (a parameter map is decoded once per launch) instead of two cached lookups per issue."""
-    hit = _MAPS.get(id(tm))
-    if hit is None:
-        if len(_MAPS) > 256:
-            _MAPS.clear()
-        bc = None if tm.group else box_chunks(tm.box, tm.strides, tm.esize, 0, 0)
-        if bc is not None:
-            _off, omin, omax, _e = _goff(tm.box, tm.strides)
-            bc = (bc[0], omin, omax + tm.esize)
-        hit = _MAPS[id(tm)] = (tm, bc)
-    return hit[1]
+    are whole 16-byte chunks (:func:`box_chunks`, :func:`_goff`), else None; kept in the map's own
+    ``plans`` (a parameter map is decoded once per launch; the plans die with it) instead of two
+    cached lookups per issue."""
+    try:
+        return tm.plans["chunks"]
+    except KeyError:
+        pass
+    bc = None if tm.group else box_chunks(tm.box, tm.strides, tm.esize, 0, 0)
+    if bc is not None:
+        _off, omin, omax, _e = _goff(tm.box, tm.strides)
+        bc = (bc[0], omin, omax + tm.esize)
+    tm.plans["chunks"] = bc
+    return bc
 
 
 def chunk_source(w, tm, coords, ins):
@@ -207,19 +205,14 @@ def chunk_source(w, tm, coords, ins):
     return al, g + base // 16
 
 
-_DESTS = {}     # (id of a tensor map, shared-memory offset) -> (the map, its box_dest)
-
-
 def box_dest(tm, off):
     """What the box of map ``tm`` (unpadded: ``tm.box`` in shared memory) at shared-memory byte
     offset ``off`` needs of :func:`load_plan`, once per map and offset (a pipeline's stages repeat
     them): ``(its word set, its chunk indices in the CTA's shared memory or None when its rows are
     not whole chunks, lowest byte, end byte, bytes)`` -- the words as
     :func:`~cutedsl.sim.checks.shadow_words.word_set` gives them; arrays read-only."""
-    hit = _DESTS.get((id(tm), off))
+    hit = tm.plans.get(off)         # kept in the map's own plans, as :func:`_chunk_plan`
     if hit is None:
-        if len(_DESTS) > 1024:
-            _DESTS.clear()
         dmod = off % 1024
         base = off - dmod               # a multiple of 1024: the swizzle pattern's period
         words, rmin, rmax, erel, cdst = load_plan(tm.box, tm.strides, tm.esize, tm.swizzle, dmod)
@@ -228,8 +221,8 @@ def box_dest(tm, off):
         for x in (wset, sidx):
             if isinstance(x, np.ndarray):
                 x.flags.writeable = False
-        hit = _DESTS[(id(tm), off)] = (tm, (wset, sidx, base + rmin, base + rmax + tm.esize, tm.esize * len(erel)))
-    return hit[1]
+        hit = tm.plans[off] = (wset, sidx, base + rmin, base + rmax + tm.esize, tm.esize * len(erel))
+    return hit
 
 
 def elements(w, tm, coords, ins):
