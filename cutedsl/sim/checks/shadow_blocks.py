@@ -75,6 +75,8 @@ def _sorted_run(words, owner, pc):
         if hi - lo + 1 != len(words) or len(owner) != len(words):
             return None
         order = np.argsort(words, kind="stable")
+        if (np.diff(words[order]) != 1).any():     # a repeated word: the span has a hole, not a run
+            return None
         return (owner, pc, slice(lo, hi + 1), owner[order], pc if np.ndim(pc) == 0 else pc[order])
     hit = _cached(("run", id(words)), words, make)
     if hit is None or hit[0] is not owner or hit[1] is not pc:
