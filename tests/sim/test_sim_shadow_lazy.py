@@ -69,10 +69,16 @@ def _run(seed, shortcuts, initcheck):
                 base = int(rng.integers(0, sh.n - 600))
                 words = np.arange(base, base + 512)
                 owner = None
+                wpc = pc
                 if rng.integers(0, 2):          # a cached plan's read-only arrays (warpbatch)
                     owner = np.repeat(np.arange(2), 256)
+                    if rng.integers(0, 2):      # in store order, a PC per word (one contiguous run)
+                        perm = rng.permutation(512)
+                        words, owner = words[perm], owner[perm]
+                        wpc = rng.integers(0, 50, 512).astype(np.int32)
+                        wpc.flags.writeable = False
                     words.flags.writeable = owner.flags.writeable = False
-                r = sh.write_warps(words, ws, pc, owner)
+                r = sh.write_warps(words, ws, wpc, owner)
             elif op == 6:                               # a barrier: everyone learns everything
                 for x in warps:
                     snaps.append(hb.release(x))

@@ -121,3 +121,31 @@ def test_rows_at_a_pitch_of_whole_blocks_record_what_the_per_word_path_records(s
     assert all(_same(a, b) for a, b in zip(*states))
     touched = states[0][0][5]
     assert touched.sum() == 8 * (1 + ((start % 64) + 31) // 64)
+
+
+@pytest.mark.parametrize("prior", ["write", "read", "reduce"])
+@pytest.mark.parametrize("pitch_words", [80, 128])
+def test_a_prior_access_in_the_box_makes_the_row_path_report_what_the_per_word_path_reports(prior, pitch_words):
+    """One earlier access by cluster 1 of one word of the box -- a weak write, a weak read, or a
+    reduction still in flight -- marks its block touched: the row path checks the box (at a pitch of
+    whole 256-byte blocks or not) and reports the race the per-word path reports, word for word."""
+    alloc = _Obj(base=0x1000, nbytes=4 * pitch_words * 16, tag="out")
+    launch = _Launch()
+    rows = Rows(20, 8, pitch_words, 32)
+    word = int(rows.ids()[200])
+    reports = []
+    for path in ("rows", "words"):
+        ghb = GlobalHB(launch)
+        ghb.access(_warp(0), alloc, np.array([4 * int(rows.ids()[3])]), 4, True, _Obj(pc=1))   # own word: no race
+        if prior == "reduce":
+            ghb.async_reduce(_warp(1), alloc, np.array([4 * word]), 4, _Obj(pc=0))
+        else:
+            ghb.access(_warp(1), alloc, np.array([4 * word]), 4, prior == "write", _Obj(pc=1))
+        with pytest.raises(RaceError) as e:
+            if path == "rows":
+                ghb.async_write_rows(_warp(0), alloc, rows, _Obj(pc=0))
+            else:
+                ghb.async_write(_warp(0), alloc, 4 * rows.ids(), 4, _Obj(pc=0))
+        reports.append(str(e.value))
+    assert reports[0] == reports[1]
+    assert f"global memory 0x{0x1000 + 4 * word:x} " in reports[0]

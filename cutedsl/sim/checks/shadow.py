@@ -17,7 +17,7 @@ import numpy as np
 from ..frontend.errors import RaceError
 from .initcheck import report_shared
 from .rules import EDGE_RULE, RULES, cite
-from .shadow_blocks import _BLK, _BW, _MIXED, _NEVER, BlockSummaries, _span, _word_blocks
+from .shadow_blocks import _BLK, _BW, _MIXED, _NEVER, BlockSummaries, _sorted_run, _span, _word_blocks
 from .shadow_words import blocks_of as _blocks, word_ids
 
 
@@ -308,6 +308,9 @@ class Shadow(BlockSummaries):
         verdict)."""
         if self.pending:
             self.flush_reads()
+        run = _sorted_run(words, owner, pc) if self.shortcuts else None
+        if run is not None:         # one contiguous run: the same triples in word order, as slices
+            words, owner, pc = run
         span = _span(words)
         self._settle(words, span)
         hb = self.hb
@@ -334,7 +337,10 @@ class Shadow(BlockSummaries):
         self.w_clock[words] = vcs[np.arange(k), agents][owner]
         self.w_pc[words] = pc
         self.w_async[words] = False
-        self.blk_w[_word_blocks(words)] = _MIXED
+        if run is not None:
+            self.blk_w[span[0] >> _BLK:(span[1] >> _BLK) + 1] = _MIXED
+        else:
+            self.blk_w[_word_blocks(words)] = _MIXED
         return True
 
     def exit_check(self):

@@ -62,6 +62,27 @@ def _word_blocks(words):
     return _cached(("blocks", id(words)), words, lambda: np.unique(words >> _BLK))
 
 
+def _sorted_run(words, owner, pc):
+    """``(slice, owner, pc)``: the same (word, owner, PC) triples as ``words``, ``owner``, ``pc`` (a
+    batched store's flush plan, :meth:`Shadow.write_warps`) in word order, when its words are one
+    contiguous run (an epilogue's staging tile) -- so the shadow's gathers and scatters are slices;
+    None otherwise, or when an array is not a cached plan's. Kept for the plan's arrays."""
+    if owner is None or not (_fixed(words) and _fixed(owner) and (np.ndim(pc) == 0 or _fixed(pc))):
+        return None
+
+    def make():
+        lo, hi = _span(words)
+        if hi - lo + 1 != len(words) or len(owner) != len(words):
+            return None
+        order = np.argsort(words, kind="stable")
+        if (np.diff(words[order]) != 1).any():     # a repeated word: the span has a hole, not a run
+            return None
+        return (owner, pc, slice(lo, hi + 1), owner[order], pc if np.ndim(pc) == 0 else pc[order])
+    hit = _cached(("run", id(words)), words, make)
+    if hit is None or hit[0] is not owner or hit[1] is not pc:
+        return None
+    return hit[2:]
+
 
 class BlockSummaries:
     """The block-level checks and the lazy whole-block record of :class:`~cutedsl.sim.checks.shadow.Shadow`
