@@ -14,7 +14,7 @@ from ..engines.fminmax import minmax_reducer
 from ..machine.convergence import LANES as LANE, Converge, mask_lanes, members as _members
 from ..frontend.errors import SimRuntimeError
 from ..machine.memory import OFF_MASK, OFF_MASK_U64, RANK_SHIFT, RANK_SHIFT_U64, SHARED_WIN
-from ..frontend.registry import BLOCKED, handler
+from ..frontend.registry import BLOCKED, each_warp, handler
 
 
 @handler("shfl")
@@ -334,7 +334,38 @@ def _dec_matrix(ctx, ins, mods, ops, store):
                     lo = v16[ad[:, j, 0] // 2].astype(np.uint32)
                     hi = v16[ad[:, j, 1] // 2].astype(np.uint32)
                     wr(w, m, lo | (hi << 16))
-    return fn
+    def batch(b):
+        # ldmatrix for a lockstep batch (all lanes of each warp at the PC): when every address is
+        # valid, each warp's race check in the stepping order, then one gather for all the warps
+        # (a load: no warp's result depends on another's); else each warp's own run in turn, so
+        # an address error and any race before it are reported exactly as when stepped
+        ws = b.members()
+        p = addr(b)
+        k = 32 * len(ws)
+        if type(p) is not np.ndarray or p.shape != (k,) or p.dtype != np.uint64:
+            p = np.broadcast_to(np.asarray(p, np.uint64), (k,))
+        cta = b.cta
+        off = (p & OFF_MASK_U64).astype(np.int64)
+        ad = off.reshape(-1, 32)[:, row] + offt          # (warp, thread, matrix, half)
+        if (np.count_nonzero((p >> RANK_SHIFT_U64) != cta.rank) or int(np.bitwise_or.reduce(off)) & 15
+                or int(ad.max()) + 2 > cta.smem_size or not little):
+            for x in ws:
+                fn(x, x.groups[0], None)
+            return None
+        if cta.shadow is not None:
+            lo = b.lo
+            for x in ws:
+                cta.race_access(ad[x.wid - lo].reshape(-1), 2, x, ins, False, "ldmatrix")
+        v32 = np.ascontiguousarray(cta.sv[2][ad >> 1]).view(np.uint32).reshape(k, nmat)
+        for j, wr in enumerate(writers):
+            wr(b, None, v32[:, j])
+        return None
+
+    # warp-collective over whole warps (.sync.aligned, PTX ISA 9.7.14.5.15/16): a lockstep batch
+    # runs it for each of its warps in turn, in the order the scheduler would have stepped them
+    # (registry.each_warp; a batch's warps have all 32 lanes at the PC, so it never blocks there);
+    # ldmatrix at once when nothing needs a report (batch)
+    return each_warp(fn, None if store else batch)
 
 
 @handler("stmatrix")
