@@ -25,7 +25,7 @@ BODY = """
 \tadd.u32 %r11, %r5, 2;
 \tadd.u32 %r12, %r5, 3;
 \tadd.u32 %r13, %r5, 4;
-\tshl.b32 %r6, %r3, 9;
+\tmul.lo.u32 %r6, %r3, {tile};
 \tshl.b32 %r7, %r4, 4;
 \tadd.u32 %r8, %r6, %r7;
 \tadd.u32 %r9, %r2, %r8;
@@ -33,10 +33,10 @@ BODY = """
 \tcvta.shared.u64 %rd11, %rd10;
 \tcvta.to.shared.u64 %rd12, %rd11;
 \tcvt.u32.u64 %r14, %rd12;
-\tstmatrix.sync.aligned.m8n8.x4.shared.b16 [%r14], {{%r10, %r11, %r12, %r13}};
+{late}\tstmatrix.sync.aligned.m8n8.x4.shared.b16 [%r14], {{%r10, %r11, %r12, %r13}};
 {sync}
 \txor.b32 %r15, %r3, {partner};
-\tshl.b32 %r16, %r15, 9;
+\tmul.lo.u32 %r16, %r15, {tile};
 \tadd.u32 %r17, %r16, %r7;
 \tadd.u32 %r18, %r2, %r17;
 {bad}
@@ -64,14 +64,35 @@ def per_warp(monkeypatch):
 
 
 @pytest.fixture
+def leaders(monkeypatch):
+    """The leading warp of each batch that ran a BATCH_EACH instruction."""
+    return spy(monkeypatch, warpbatch.WarpBatch, "members", lambda args, _: args[0].leader)
+
+
+@pytest.fixture
 def each_runs(monkeypatch):
     return spy(monkeypatch, warpbatch.WarpBatch, "members", lambda args, _: (args[0].lo, args[0].hi))
 
 
-def run(sync="\tbar.sync 0;", partner=1, bad="", tag="", threads=256):
-    emu = Emulator()
+# warp 7 spins, then every warp waits at a barrier: warp 7 arrives last and leads the stmatrix batch
+LATE = """
+\tmov.u32 %r31, 0;
+\tsetp.ne.u32 %p5, %r3, 7;
+\t@%p5 bra ARRIVE;
+SPIN:
+\tadd.u32 %r31, %r31, 1;
+\tsetp.lt.u32 %p6, %r31, 20;
+\t@%p6 bra SPIN;
+ARRIVE:
+\tbar.sync 0;
+"""
+
+
+def run(sync="\tbar.sync 0;", partner=1, bad="", tag="", threads=256, tile=512, race_check=True, late=""):
+    """``tile``: the bytes between the warps' tiles (0: every warp's is at offset 0)."""
+    emu = Emulator(race_check=race_check)
     out = emu.to_device(np.zeros(threads * 8, np.uint32))
-    src = BODY.format(sync=sync, partner=partner, bad=bad) + tag
+    src = BODY.format(sync=sync, partner=partner, bad=bad, tile=tile, late=late) + tag
     info = emu.launch(load_ptx(kernel(src, decls=SMEM)), 1, threads, [out], smem=4096)
     return emu.to_host(out, (threads, 8), np.uint32), info["instructions"]
 
@@ -115,7 +136,7 @@ def test_matrix_ops_and_cvta_in_a_batch_are_each_warps_own(per_warp, each_runs):
 
 
 def test_cvta_is_a_register_instruction_of_the_batch():
-    prog = load_ptx(kernel(BODY.format(sync="\tbar.sync 0;", partner=1, bad=""), decls=SMEM))
+    prog = load_ptx(kernel(BODY.format(sync="\tbar.sync 0;", partner=1, bad="", tile=512, late=""), decls=SMEM))
     kinds = {i.opcode: i.batch for i in prog.code if i.opcode.startswith(("cvta", "ldmatrix", "stmatrix"))}
     assert kinds["cvta.shared.u64"] == kinds["cvta.to.shared.u64"] == program.BATCH_REGS
     assert kinds["ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"] == program.BATCH_EACH
@@ -151,3 +172,28 @@ def test_an_address_error_of_one_warp_names_that_warp(per_warp, each_runs, bad, 
         run(bad=bad, tag="\t// per warp\n")
     assert str(batched.value) == str(alone.value)
     assert what in str(batched.value)
+
+
+@pytest.mark.parametrize("race_check", [True, False])
+def test_stmatrix_of_every_warp_to_one_tile(per_warp, each_runs, leaders, race_check):
+    """Every warp's stmatrix writes the same tile (offset 0) with its own values, in a batch led
+    by warp 7 (stepping order 7, 6 .. 0): with race checks the same write-write report;
+    without, the bytes of the warp stepped last."""
+    if race_check:
+        with pytest.raises(RaceError) as batched:
+            run(tile=0, late=LATE)
+        assert (0, 8) in each_runs and 7 in leaders and "stmatrix" in str(batched.value)
+        per_warp()
+        with pytest.raises(RaceError) as alone:
+            run(tile=0, late=LATE, tag="\t// per warp\n")
+        assert str(batched.value) == str(alone.value)
+        return
+    got, n = run(tile=0, race_check=False, late=LATE)
+    assert (0, 8) in each_runs and 7 in leaders
+    per_warp()
+    each_runs.clear()
+    want, n0 = run(tile=0, race_check=False, late=LATE, tag="\t// per warp\n")
+    assert not each_runs
+    assert np.array_equal(got, want) and n == n0
+    # the tile holds one warp's values: every thread read the tile the same way as thread t % 32
+    assert np.array_equal(got[:, :4], np.tile(got[:32, :4], (8, 1)))

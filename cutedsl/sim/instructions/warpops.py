@@ -334,11 +334,12 @@ def _dec_matrix(ctx, ins, mods, ops, store):
                     lo = v16[ad[:, j, 0] // 2].astype(np.uint32)
                     hi = v16[ad[:, j, 1] // 2].astype(np.uint32)
                     wr(w, m, lo | (hi << 16))
+
     def batch(b):
-        # ldmatrix for a lockstep batch (all lanes of each warp at the PC): when every address is
-        # valid, each warp's race check in the stepping order, then one gather for all the warps
-        # (a load: no warp's result depends on another's); else each warp's own run in turn, so
-        # an address error and any race before it are reported exactly as when stepped
+        # a lockstep batch, every address valid: one gather or scatter (in the stepping order: a
+        # repeated address keeps the last warp's value) and each warp's race check in that order
+        # (checks never read the bytes); else each warp's own run in turn, so an address error
+        # and any race before it read exactly as when stepped
         ws = b.members()
         p = addr(b)
         k = 32 * len(ws)
@@ -352,20 +353,28 @@ def _dec_matrix(ctx, ins, mods, ops, store):
             for x in ws:
                 fn(x, x.groups[0], None)
             return None
+        v16 = cta.sv[2]
+        lo = b.lo
+        order = [x.wid - lo for x in ws]
+        if store:
+            val = np.empty((nmat, k), np.uint32)
+            for j, r in enumerate(readers):
+                val[j] = r(b)
+            halves = val.view(np.uint16).reshape(nmat, -1, 32, 2).transpose(1, 0, 3, 2)[order]
+            v16[ad[order].transpose(0, 2, 3, 1).reshape(-1) >> 1] = halves.reshape(-1)
         if cta.shadow is not None:
-            lo = b.lo
-            for x in ws:
-                cta.race_access(ad[x.wid - lo].reshape(-1), 2, x, ins, False, "ldmatrix")
-        v32 = np.ascontiguousarray(cta.sv[2][ad >> 1]).view(np.uint32).reshape(k, nmat)
-        for j, wr in enumerate(writers):
-            wr(b, None, v32[:, j])
+            what = "stmatrix" if store else "ldmatrix"
+            for x, i in zip(ws, order):
+                cta.race_access(ad[i].reshape(-1), 2, x, ins, store, what)
+        if not store:
+            v32 = np.ascontiguousarray(v16[ad >> 1]).view(np.uint32).reshape(k, nmat)
+            for j, wr in enumerate(writers):
+                wr(b, None, v32[:, j])
         return None
 
-    # warp-collective over whole warps (.sync.aligned, PTX ISA 9.7.14.5.15/16): a lockstep batch
-    # runs it for each of its warps in turn, in the order the scheduler would have stepped them
-    # (registry.each_warp; a batch's warps have all 32 lanes at the PC, so it never blocks there);
-    # ldmatrix at once when nothing needs a report (batch)
-    return each_warp(fn, None if store else batch)
+    # warp-collective (.sync.aligned, PTX ISA 9.7.14.5.15/16): a lockstep batch runs it for its
+    # warps as the scheduler would have stepped them (registry.each_warp; every lane is at the PC)
+    return each_warp(fn, batch)
 
 
 @handler("stmatrix")
