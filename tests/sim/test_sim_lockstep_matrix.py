@@ -88,9 +88,10 @@ ARRIVE:
 """
 
 
-def run(sync="\tbar.sync 0;", partner=1, bad="", tag="", threads=256, tile=512, race_check=True, late=""):
+def run(sync="\tbar.sync 0;", partner=1, bad="", tag="", threads=256, tile=512, race_check=True, late="",
+        chaos=None):
     """``tile``: the bytes between the warps' tiles (0: every warp's is at offset 0)."""
-    emu = Emulator(race_check=race_check)
+    emu = Emulator(race_check=race_check, chaos=chaos)
     out = emu.to_device(np.zeros(threads * 8, np.uint32))
     src = BODY.format(sync=sync, partner=partner, bad=bad, tile=tile, late=late) + tag
     info = emu.launch(load_ptx(kernel(src, decls=SMEM)), 1, threads, [out], smem=4096)
@@ -197,3 +198,10 @@ def test_stmatrix_of_every_warp_to_one_tile(per_warp, each_runs, leaders, race_c
     assert np.array_equal(got, want) and n == n0
     # the tile holds one warp's values: every thread read the tile the same way as thread t % 32
     assert np.array_equal(got[:, :4], np.tile(got[:32, :4], (8, 1)))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_matrix_ops_under_the_adversarial_schedule(seed):
+    """Whatever batches the adversarial scheduler leaves, each thread reads what the model says."""
+    got, _ = run(chaos=seed, late=LATE)
+    assert np.array_equal(got[:, :4], reference())
