@@ -303,7 +303,7 @@ _BATCH_OPS = frozenset((
     "add", "sub", "mul", "mad", "fma", "div", "rem", "abs", "neg", "min", "max", "and", "or", "xor",
     "not", "cnot", "shl", "shr", "bfe", "bfi", "prmt", "popc", "clz", "brev", "bfind", "copysign",
     "testp", "setp", "selp", "slct", "mov", "cvt", "rcp", "sqrt", "rsqrt", "ex2", "lg2", "sin", "cos",
-    "tanh"))
+    "tanh", "cvta"))
 #: special registers whose value is computed at the read (the virtual clock)
 _TIMED_SREGS = frozenset(("%clock", "%clock64", "%globaltimer", "%globaltimer_lo", "%globaltimer_hi"))
 

@@ -68,7 +68,8 @@ def subhandler(base, *ops):
 
 def each_warp(fn, batch=None):
     """Mark the closure ``fn(warp, group, mask)`` of a warp-uniform instruction (``wgmma.fence``,
-    ``wgmma.commit_group``/``wait_group``, ``fence.proxy.async``, ``mbarrier.try_wait``) as a
+    ``wgmma.commit_group``/``wait_group``, ``fence.proxy.async``, ``mbarrier.try_wait``) or a
+    warp-collective one (``ldmatrix``/``stmatrix``) as a
     lockstep batch instruction (``BATCH_EACH``). Called with a batch, the
     returned closure runs ``batch(b)`` when given (which may decline: ``NOT_BATCHED``), else
     ``fn`` for each warp of the batch in turn, in the order the scheduler would have stepped

@@ -189,6 +189,9 @@ def dec_cvta(ctx, ins, mods, ops):
 
     def fn(w, g, m):
         w_full(w, m, op(ra(w)))
+    # a register computation (PTX ISA 9.7.9, cvta: the generic address is the window's base plus
+    # the state-space address): a lockstep batch or a fused block may run it (program._batchable)
+    ctx.vector(op, w_full, (ra,))
     return direct(op, w_full, (ra,)) or fn
 
 

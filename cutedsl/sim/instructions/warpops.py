@@ -14,7 +14,7 @@ from ..engines.fminmax import minmax_reducer
 from ..machine.convergence import LANES as LANE, Converge, mask_lanes, members as _members
 from ..frontend.errors import SimRuntimeError
 from ..machine.memory import OFF_MASK, OFF_MASK_U64, RANK_SHIFT, RANK_SHIFT_U64, SHARED_WIN
-from ..frontend.registry import BLOCKED, handler
+from ..frontend.registry import BLOCKED, each_warp, handler
 
 
 @handler("shfl")
@@ -334,7 +334,47 @@ def _dec_matrix(ctx, ins, mods, ops, store):
                     lo = v16[ad[:, j, 0] // 2].astype(np.uint32)
                     hi = v16[ad[:, j, 1] // 2].astype(np.uint32)
                     wr(w, m, lo | (hi << 16))
-    return fn
+
+    def batch(b):
+        # a lockstep batch, every address valid: one gather or scatter (in the stepping order: a
+        # repeated address keeps the last warp's value) and each warp's race check in that order
+        # (checks never read the bytes); else each warp's own run in turn, so an address error
+        # and any race before it read exactly as when stepped
+        ws = b.members()
+        p = addr(b)
+        k = 32 * len(ws)
+        if type(p) is not np.ndarray or p.shape != (k,) or p.dtype != np.uint64:
+            p = np.broadcast_to(np.asarray(p, np.uint64), (k,))
+        cta = b.cta
+        off = (p & OFF_MASK_U64).astype(np.int64)
+        ad = off.reshape(-1, 32)[:, row] + offt          # (warp, thread, matrix, half)
+        if (np.count_nonzero((p >> RANK_SHIFT_U64) != cta.rank) or int(np.bitwise_or.reduce(off)) & 15
+                or int(ad.max()) + 2 > cta.smem_size or not little):
+            for x in ws:
+                fn(x, x.groups[0], None)
+            return None
+        v16 = cta.sv[2]
+        lo = b.lo
+        order = [x.wid - lo for x in ws]
+        if store:
+            val = np.empty((nmat, k), np.uint32)
+            for j, r in enumerate(readers):
+                val[j] = r(b)
+            halves = val.view(np.uint16).reshape(nmat, -1, 32, 2).transpose(1, 0, 3, 2)[order]
+            v16[ad[order].transpose(0, 2, 3, 1).reshape(-1) >> 1] = halves.reshape(-1)
+        if cta.shadow is not None:
+            what = "stmatrix" if store else "ldmatrix"
+            for x, i in zip(ws, order):
+                cta.race_access(ad[i].reshape(-1), 2, x, ins, store, what)
+        if not store:
+            v32 = np.ascontiguousarray(v16[ad >> 1]).view(np.uint32).reshape(k, nmat)
+            for j, wr in enumerate(writers):
+                wr(b, None, v32[:, j])
+        return None
+
+    # warp-collective (.sync.aligned, PTX ISA 9.7.14.5.15/16): a lockstep batch runs it for its
+    # warps as the scheduler would have stepped them (registry.each_warp; every lane is at the PC)
+    return each_warp(fn, batch)
 
 
 @handler("stmatrix")

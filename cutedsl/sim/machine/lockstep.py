@@ -5,11 +5,11 @@ per call, not the 32 lanes' arithmetic. Warps of a CTA mostly execute the same i
 stream (the 4 warps of a warpgroup always do, up to divergent branches and waits), and their
 register files are one array per register class for the whole CTA (``machine.CTA.files``), each
 warp owning 32 columns. So an instruction that the decoder marked ``batch``
-(``program._batchable``: arithmetic, logic, comparisons, conversions and moves on registers;
-``shfl.sync``; stores to the CTA's shared memory; ``wgmma.mma_async``; a ``bra`` every lane
+(``program._batchable``: arithmetic, logic, comparisons, conversions, moves and ``cvta`` on
+registers; ``shfl.sync``; stores to the CTA's shared memory; ``wgmma.mma_async``; a ``bra`` every lane
 takes or every lane skips, or a short forward one some lanes of every warp fall through (around a
-lane's ``mbarrier.arrive``: :func:`_detour`); warp-uniform synchronisation instructions, each warp's closure in turn:
-``registry.each_warp``) runs **once** for a contiguous run of warps at that PC, through a
+lane's ``mbarrier.arrive``: :func:`_detour`); warp-uniform synchronisation instructions, each warp's closure in turn,
+and ``ldmatrix``/``stmatrix``: ``registry.each_warp``) runs **once** for a contiguous run of warps at that PC, through a
 :class:`machine.WarpBatch` whose register views span their lanes. A fused block of register
 instructions (:mod:`cutedsl.sim.frontend.fusion`) that starts at the PC runs as a whole, for the
 batch or for a lone warp. A chain fold (:mod:`cutedsl.sim.frontend.chain_fold`) that starts at
