@@ -1,4 +1,4 @@
-"""stmatrix/ldmatrix m8n8.b16 (cutedsl/sim/instructions/warpops.py) against a model written from the
+"""stmatrix/ldmatrix m8n8.b16 (cutedsl/sim/instructions/matrix.py) against a model written from the
 PTX ISA (9.7.14.5.15 ldmatrix, 9.7.14.5.16 stmatrix): thread ``8 j + r`` gives the address of row
 ``r`` of matrix ``j``; without .trans thread ``t`` holds row ``t // 4``, columns ``2 (t % 4)`` and
 ``+1`` of each matrix in the low and high half of its register ``j``; with .trans column ``t // 4``

@@ -1,7 +1,7 @@
 """Instruction-handler registry of the emulator.
 
 Handler modules (``arith``, ``bitops``, ``compare``, ``convert``, ``control``, ``memops``,
-``sync``, ``tma``, ``wgmma``, ``warpops``, ``vprintf``) register a decode function per opcode base
+``sync``, ``tma``, ``wgmma``, ``warpops``, ``matrix``, ``vprintf``) register a decode function per opcode base
 with :func:`handler`; the decoder (:mod:`cutedsl.sim.frontend.program`) looks them up in
 :data:`HANDLERS`. This module imports none of them: :mod:`cutedsl.sim.handlers` imports them all
 (once, from the package ``__init__``), so there is no import cycle between the decoder and its
