@@ -153,3 +153,22 @@ def test_reader_columns_grow_keeping_their_reads(hold_view):
     assert (sh.r_pc[1, 10:15] == 8).all() and (sh.r_pc[2, 40:45] == 11).all() and sh.r_pc[3].sum() == 0
     if hold_view:
         assert (view[0:5] == 3).all()                   # the old rows, untouched
+
+
+def _plan(a):
+    a = np.array(a)
+    a.flags.writeable = False       # a cached plan's array (read-only, owning its data)
+    return a
+
+
+def test_a_store_plan_is_a_run_only_when_its_words_are_distinct_and_contiguous():
+    """``_sorted_run`` (Shadow.write_warps' slice path) takes a permutation of one contiguous range,
+    sorted with its owners and PCs; a plan whose span is as long as it but that repeats a word (two
+    lanes' sub-word stores to one word) has a hole, and goes to the general path."""
+    from cutedsl.sim.checks.shadow_blocks import _sorted_run
+    words, owner, pc = _plan([7, 5, 6, 4]), _plan([0, 1, 2, 3]), _plan([10, 11, 12, 13])
+    sl, o, p = _sorted_run(words, owner, pc)
+    assert sl == slice(4, 8) and o.tolist() == [3, 1, 2, 0] and p.tolist() == [13, 11, 12, 10]
+    assert _sorted_run(_plan([4, 4, 6]), _plan([0, 1, 2]), _plan([1, 2, 3])) is None    # span 3, a hole at 5
+    assert _sorted_run(_plan([4, 6, 7]), _plan([0, 1, 2]), _plan([1, 2, 3])) is None    # not contiguous
+    assert _sorted_run(np.array([4, 5]), _plan([0, 1]), _plan([1, 2])) is None          # not a plan's array
