@@ -21,9 +21,6 @@ from .shadow_blocks import _BLK, _BW, _MIXED, _NEVER, BlockSummaries, _sorted_ru
 from .shadow_words import blocks_of as _blocks, word_ids
 
 
-_PLANS = {}         # ids of a run's word and block arrays and its PCs -> (the arrays, its plan)
-
-
 def _runs(ids, vals):
     """Sorted distinct ``ids`` with a value each as ``[(slice, values)]``, one slice per contiguous
     run when there are a few (a chain's operands are whole tiles: 1-3 runs), so that recording
@@ -35,23 +32,21 @@ def _runs(ids, vals):
     return [(slice(int(ids[a]), int(ids[a]) + b - a), vals[a:b]) for a, b in zip(ends, ends[1:])]
 
 
-def _run_plan(run):
+def _run_plan(plans, run):
     """``(words, blocks)`` of a run of queued reads (:meth:`Shadow.flush_reads`): the distinct
     words they touch as ``[(word ids or a slice of them, the PC of the last read of each in issue
     order -- the reader PC the shadow keeps)]`` (:func:`_runs`), and the distinct 1 KiB blocks.
-    Cached by the ids of the word and block arrays (``wgmma_layout.operand_words`` caches them:
-    a pipeline's stages repeat the same chains)."""
-    key = tuple((id(x[0]), id(x[1]), x[6]) for x in run)
-    hit = _PLANS.get(key)
+    Cached in ``plans`` (the launch's) by the ids of the word and block arrays
+    (``wgmma_layout.operand_words`` caches them: a pipeline's stages repeat the same chains)."""
+    key = ("reads",) + tuple((id(x[0]), id(x[1]), x[6]) for x in run)
+    hit = plans.get(key)
     if hit is None:
-        if len(_PLANS) > 256:
-            _PLANS.clear()
         words = np.concatenate([x[0] for x in run])[::-1]
         pcs = np.concatenate([np.full(len(x[0]), x[6], np.int32) for x in run])[::-1]
         words, first = np.unique(words, return_index=True)     # reversed: first = last in issue order
         blocks = np.unique(np.concatenate([x[1] for x in run]))
         plan = (_runs(words, pcs[first]), blocks)
-        hit = _PLANS[key] = ([(x[0], x[1]) for x in run], plan)     # keeps the ids alive
+        hit = plans[key] = ([(x[0], x[1]) for x in run], plan)     # keeps the ids alive
     return hit[1]
 
 
@@ -216,7 +211,7 @@ class Shadow(BlockSummaries):
             i = j
             agent, clock, vc, pvc = e[2], e[3], e[4], e[5]
             if len(run) > 1:
-                words, blocks = _run_plan(run)
+                words, blocks = _run_plan(self.cta.launch.plans, run)
                 if self._blocks_known(blocks, vc, pvc, True):
                     c = self._col(agent)
                     rc, rp = self.r_clock[c], self.r_pc[c]

@@ -106,9 +106,6 @@ def _plan(ops):
     return None
 
 
-_PLANS = {}         # a chain's MMA forms -> its plan (the key keeps the forms alive)
-
-
 def products(cta, ops):
     """The float64 products A B (64, N) of ``ops`` in order: operands from shared memory of one
     8/16-bit float type and one shape are gathered as one vector (a B that consecutive MMAs
@@ -118,14 +115,13 @@ def products(cta, ops):
     or transposed; ``tests/sim/test_sim_chain_products.py`` compares them on random f16 values
     of every exponent). The plan (:func:`_plan`) is cached by the MMAs' forms: a pipeline's
     stages repeat the same chains."""
-    key = tuple(x.form for x in ops)
-    plan = _PLANS.get(key)
+    key = ("chain",) + tuple(x.form for x in ops)
+    plans = cta.launch.plans        # (the key keeps the forms alive; the plans go with the launch)
+    plan = plans.get(key)
     if plan is None:
         plan = _plan(ops)
         if None not in key:
-            if len(_PLANS) > 256:
-                _PLANS.clear()
-            _PLANS[key] = plan
+            plans[key] = plan
     o = ops[0]
     n = len(ops)
     if plan is None:

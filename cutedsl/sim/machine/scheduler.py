@@ -170,7 +170,8 @@ class Launch:
         self._stepping = False       # a warp runs for lockstep.meets / step_gang (no nesting)
         self.tmap_cache = {}         # param-space address -> decoded tensor map (tma.py)
         self.store_plans = {}        # CTA rank -> its batched st.shared plans (machine.CTA.store_plans)
-        self.flush_plans = {}        # deferred-store flush plans (warpbatch._flush_plan): die with the launch
+        self.plans = {}              # plan caches keyed by kind and the identities of cached arrays
+                                     # (deferred-store flushes, chain products, chain reads): die with the launch
         self.param_loads = {}        # kernel-parameter loads at one address (machine.Warp.load)
         self.printf = []
         self.version = 0

@@ -90,7 +90,7 @@ class WarpBatch:
         cta = self.cta
         sh = cta.shadow
         ws = cta.warps[self.lo:self.hi]
-        words, owner, pcs = _flush_plan(cta.launch.flush_plans, d, len(ws))
+        words, owner, pcs = _flush_plan(cta.launch.plans, d, len(ws))
         if sh.write_warps(words, ws, pcs, owner):
             return
         for _w, _ins, ix, old, _a, _v, esize, _n, _sp in reversed(d):
@@ -141,7 +141,7 @@ class WarpBatch:
         if race and sh is not None:
             # the race check of consecutive stores of a lockstep run is done once, at flush()
             d = self.deferred
-            if d and _overlap(self.launch.flush_plans, self.deferred_ids, d, words):
+            if d and _overlap(self.launch.plans, self.deferred_ids, d, words):
                 self.flush()            # overwrites a word a deferred store wrote: settle those first
             old = v[ix]                 # (a gather: a copy)
             self.deferred.append((words, ins, ix, old, a.copy(), np.array(vals), esize, n, space))
@@ -163,7 +163,7 @@ _UNSIGNED = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint3
 def _overlap(cache, ids, d, words) -> bool:
     """Whether ``words`` (the read-only word array of a cached store plan, :func:`_store_plan`)
     shares a word with the deferred stores ``d`` (``ids``: the identities of their word arrays).
-    Cached in ``cache`` (the launch's ``flush_plans``) by those identities, which the entry keeps
+    Cached in ``cache`` (the launch's ``plans``) by those identities, which the entry keeps
     alive: an epilogue repeats the same stores in the same order."""
     key = ("overlap", ids, id(words))
     hit = cache.get(key)
@@ -178,7 +178,7 @@ def _overlap(cache, ids, d, words) -> bool:
 def _flush_plan(cache, d, k):
     """``(words, owner, pcs)`` of the deferred stores ``d`` of ``k`` warps (:meth:`WarpBatch.flush`):
     their word ids in store order, the warp (0 .. k-1) and the PC of each. Cached in ``cache``
-    (the launch's ``flush_plans``: it goes with the launch, as the store plans whose word arrays
+    (the launch's ``plans``: it goes with the launch, as the store plans whose word arrays
     it is keyed by -- :func:`_store_plan` caches them: an epilogue repeats the same stores)."""
     key = (k,) + tuple((id(e[0]), e[1].pc) for e in d)
     hit = cache.get(key)
