@@ -5,6 +5,8 @@ elements run in aligned 16-byte chunks and element by element elsewhere; and a c
 products over such layouts are each MMA's own product, bit for bit. Register A's gather from
 the whole register file (wgmma_layout.a_reg_index) against the fragment map of PTX ISA
 9.7.15.5.1.1 (wgmma_layout.a_reg_map), value by value."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -62,6 +64,7 @@ def test_chunked_products_equal_each_mma():
 
     class Cta:
         sv = {2: bits}
+        launch = SimpleNamespace(plans={})
     ops = []
     for step in range(4):
         b_ei = _ei(1, 128, 16, 2, True, start=32768 + 32 * step)

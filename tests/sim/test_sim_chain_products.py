@@ -4,6 +4,8 @@ bit for bit, on random f16 / bf16 bit patterns of every finite exponent: the cha
 (K, N) order, gathers a B that consecutive MMAs share once and broadcasts it, and stacks A tiles
 from registers -- none of which may change a bit of a product."""
 import ml_dtypes
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -14,10 +16,11 @@ N, K = 128, 16
 
 
 class _Cta:
-    """What products() reads of a CTA: shared memory as 2-byte elements."""
+    """What products() reads of a CTA: shared memory as 2-byte elements, its launch's plan table."""
 
     def __init__(self, words):
         self.sv = {2: words}
+        self.launch = SimpleNamespace(plans={})
 
 
 def _finite_bits(rng, n, dt):

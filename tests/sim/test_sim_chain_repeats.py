@@ -4,6 +4,8 @@ group through the per-MMA addend and put), the held tiles, their registers and e
 lazy_bits are the same, bit for bit: on random f16 patterns, with a negated product, a first group
 without scale-d, an independent MMA after the repeats (cast on its own after them, with them without),
 and a held tile of another accumulator on registers of the group (written back first)."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -21,6 +23,7 @@ class _Cta:
     def __init__(self, rng):
         bits = rng.integers(0, 0x7C00, 1 << 16).astype(np.uint16) | (rng.integers(0, 2, 1 << 16).astype(np.uint16) << 15)
         self.sv = {2: bits}
+        self.launch = SimpleNamespace(plans={})
         self.mma_chains = []
         # 256 32-bit registers of 128 threads, holding f32 values (the accumulators' start)
         self.files = {"r": rng.standard_normal((256, 128)).astype(np.float32).view(np.uint32)}
